@@ -1,0 +1,468 @@
+//! The headless command line: the same capabilities as the GUI, with `--json`.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+
+use crate::model::Preset;
+use crate::model::preset::{builtin_presets, find_builtin};
+use crate::plan::config::{AllocatorConfig, MAX_BATCH};
+use crate::plan::gpus::{self, Gpu};
+use crate::plan::remedies::remedies;
+use crate::plan::search::{Budget, accumulation_for, max_batch, sweep};
+use crate::plan::{Plan, Planner, TrainConfig};
+use crate::units::Bytes;
+
+/// vramlab — will this training run fit on my GPU, and with which batch size?
+#[derive(Debug, Parser)]
+#[command(name = "vramlab", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Predict the peak memory of one training step.
+    Plan(PlanArgs),
+    /// Find the largest micro-batch that fits a GPU.
+    MaxBatch(MaxBatchArgs),
+    /// List model presets and GPUs.
+    Presets {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the planner itself (planning speed benchmark).
+    BenchPlan {
+        #[arg(long, default_value = "Llama-2-7b-hf")]
+        model: String,
+        #[arg(long, default_value_t = 1024)]
+        sweep_to: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Model and training settings shared by the planning commands.
+#[derive(Debug, Args, Clone)]
+pub struct TrainArgs {
+    /// Preset id (see `vramlab presets`) or path to a preset JSON file.
+    #[arg(long)]
+    pub model: String,
+    /// Precision: fp32, amp-fp16, amp-bf16, bf16.
+    #[arg(long, default_value = "amp-bf16")]
+    pub precision: String,
+    /// Optimizer: sgd, sgd-momentum, adam, adamw, adafactor, adam8bit.
+    #[arg(long, default_value = "adamw")]
+    pub optimizer: String,
+    /// Sequence length (language models).
+    #[arg(long)]
+    pub seq: Option<u64>,
+    /// Image side in pixels (vision models).
+    #[arg(long)]
+    pub image: Option<u64>,
+    /// Gradient-accumulation steps.
+    #[arg(long, default_value_t = 1)]
+    pub accum: u64,
+    /// Activation checkpointing of every block.
+    #[arg(long)]
+    pub checkpointing: bool,
+    /// Attention implementation: eager or sdpa.
+    #[arg(long, default_value = "sdpa")]
+    pub attention: String,
+    /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    #[arg(long)]
+    pub expandable_segments: bool,
+    /// PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N
+    #[arg(long)]
+    pub max_split_size_mb: Option<u64>,
+    /// Target GPU from the catalog (see `vramlab presets`).
+    #[arg(long, default_value = "rtx-4090")]
+    pub gpu: String,
+    /// Fraction of GPU memory kept free.
+    #[arg(long, default_value_t = 0.05)]
+    pub margin: f64,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Micro-batch size.
+    #[arg(long)]
+    pub batch: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct MaxBatchArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Effective batch to reach with accumulation (prints the steps needed).
+    #[arg(long)]
+    pub target_batch: Option<u64>,
+}
+
+/// Loads a preset by id or from a file path.
+pub fn load_model(name: &str) -> Result<Preset> {
+    let path = Path::new(name);
+    if name.ends_with(".json") || path.exists() {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading preset file {}", path.display()))?;
+        return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
+    }
+    Ok(find_builtin(name)?)
+}
+
+impl TrainArgs {
+    fn config(&self, preset: &Preset, batch: u64) -> Result<TrainConfig> {
+        let size = match (self.seq, self.image, preset.input.is_tokens()) {
+            (Some(_), _, false) => bail!("--seq: {} takes images; use --image", preset.id),
+            (_, Some(_), true) => bail!("--image: {} takes tokens; use --seq", preset.id),
+            (s, i, _) => s.or(i),
+        };
+        if !(0.0..1.0).contains(&self.margin) {
+            bail!(
+                "--margin: must be a fraction in [0, 1), got {}",
+                self.margin
+            );
+        }
+        let cfg = TrainConfig {
+            batch,
+            size,
+            precision: self.precision.parse()?,
+            optimizer: self.optimizer.parse()?,
+            accum: self.accum,
+            checkpointing: self.checkpointing,
+            attention: self.attention.parse()?,
+            allocator: AllocatorConfig {
+                expandable_segments: self.expandable_segments,
+                max_split_size_mb: self.max_split_size_mb,
+            },
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn budget(&self) -> Result<(Gpu, Budget)> {
+        let gpu = gpus::find(&self.gpu)?;
+        let budget = Budget {
+            capacity: gpu.memory(),
+            margin: self.margin,
+        };
+        Ok((gpu, budget))
+    }
+}
+
+/// Runs a subcommand; output goes to `out`.
+pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
+    match cmd {
+        Command::Plan(a) => cmd_plan(a, out),
+        Command::MaxBatch(a) => cmd_max_batch(a, out),
+        Command::Presets { json } => cmd_presets(json, out),
+        Command::BenchPlan {
+            model,
+            sweep_to,
+            json,
+        } => cmd_bench(&model, sweep_to, json, out),
+    }
+}
+
+fn pct(part: Bytes, whole: Bytes) -> f64 {
+    if whole.0 == 0 {
+        0.0
+    } else {
+        100.0 * part.0 as f64 / whole.0 as f64
+    }
+}
+
+fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
+    let preset = load_model(&a.train.model)?;
+    let cfg = a.train.config(&preset, a.batch)?;
+    let (gpu, budget) = a.train.budget()?;
+    let planner = Planner::new(&preset, &cfg)?;
+    let plan = planner.plan(cfg.batch)?;
+    let fits = plan.nvidia_smi_bytes <= budget.usable();
+    let max = max_batch(&planner, budget, MAX_BATCH)?;
+    let fixes = remedies(&preset, &cfg, budget)?;
+    if a.train.json {
+        let mut v = serde_json::to_value(&plan)?;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("timeline");
+            let breakdown: serde_json::Map<String, serde_json::Value> = plan
+                .breakdown
+                .iter()
+                .map(|s| (s.category.clone(), serde_json::json!(s.bytes.0)))
+                .collect();
+            o.insert("breakdown".into(), breakdown.into());
+            o.insert("gpu".into(), serde_json::json!(gpu.id));
+            o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
+            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
+            o.insert("fits".into(), serde_json::json!(fits));
+            o.insert("max_batch".into(), serde_json::json!(max));
+            o.insert(
+                "effective_batch".into(),
+                serde_json::json!(cfg.effective_batch()),
+            );
+            o.insert("remedies".into(), serde_json::to_value(&fixes)?);
+        }
+        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+        return Ok(());
+    }
+    write_plan(out, &plan, &gpu, budget, fits, max)?;
+    writeln!(out, "\nWhat-if remedies (vs {}):", plan.nvidia_smi_bytes)?;
+    for r in &fixes {
+        let sign = if r.saving >= 0 { "−" } else { "+" };
+        writeln!(
+            out,
+            "  {:<36} {:>11}  {sign}{:<11} {}",
+            r.name,
+            r.nvidia_smi.to_string(),
+            Bytes(r.saving.unsigned_abs()).to_string(),
+            if r.fits { "fits" } else { "does not fit" }
+        )?;
+    }
+    Ok(())
+}
+
+fn write_plan(
+    out: &mut dyn Write,
+    plan: &Plan,
+    gpu: &Gpu,
+    budget: Budget,
+    fits: bool,
+    max: Option<u64>,
+) -> Result<()> {
+    let c = &plan.config;
+    writeln!(
+        out,
+        "{} ({:.1} M params) · batch {} × accum {} = {} · size {} · {} · {}{}{}",
+        plan.model,
+        plan.params as f64 / 1e6,
+        c.batch,
+        c.accum,
+        c.effective_batch(),
+        plan.size,
+        c.precision.label(),
+        c.optimizer.label(),
+        if c.checkpointing {
+            " · checkpointing"
+        } else {
+            ""
+        },
+        if c.attention == crate::plan::Attention::Eager {
+            " · eager attention"
+        } else {
+            ""
+        },
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  peak allocated   {:>12}   (torch.cuda.max_memory_allocated)",
+        plan.peak_allocated_bytes.to_string()
+    )?;
+    writeln!(
+        out,
+        "  peak reserved    {:>12}   (torch.cuda.max_memory_reserved)",
+        plan.peak_reserved_bytes.to_string()
+    )?;
+    writeln!(
+        out,
+        "  nvidia-smi       {:>12}   (reserved + CUDA context)",
+        plan.nvidia_smi_bytes.to_string()
+    )?;
+    writeln!(
+        out,
+        "  peak during      {} {}",
+        plan.peak_phase.label(),
+        plan.peak_layer
+    )?;
+    writeln!(out)?;
+    writeln!(out, "  breakdown at the peak:")?;
+    for s in &plan.breakdown {
+        writeln!(
+            out,
+            "    {:<42} {:>12}  {:>5.1} %",
+            s.label,
+            s.bytes.to_string(),
+            pct(s.bytes, plan.nvidia_smi_bytes)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  {} on {}: {} of {} usable ({:.0} %, margin {:.0} %)",
+        if fits { "FITS" } else { "DOES NOT FIT" },
+        gpu.name,
+        plan.nvidia_smi_bytes,
+        budget.usable(),
+        pct(plan.nvidia_smi_bytes, budget.usable()),
+        budget.margin * 100.0
+    )?;
+    match max {
+        Some(m) => writeln!(out, "  largest micro-batch that fits: {m}")?,
+        None => writeln!(out, "  even batch 1 does not fit")?,
+    }
+    Ok(())
+}
+
+fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
+    let preset = load_model(&a.train.model)?;
+    let cfg = a.train.config(&preset, 1)?;
+    let (gpu, budget) = a.train.budget()?;
+    let planner = Planner::new(&preset, &cfg)?;
+    let max = max_batch(&planner, budget, MAX_BATCH)?;
+    let accum = match (a.target_batch, max) {
+        (Some(t), Some(m)) => Some(accumulation_for(t, m)),
+        _ => None,
+    };
+    let at_max = match max {
+        Some(m) => Some(planner.plan(m)?),
+        None => None,
+    };
+    if a.train.json {
+        let v = serde_json::json!({
+            "model": preset.id,
+            "gpu": gpu.id,
+            "gpu_memory_bytes": gpu.memory().0,
+            "usable_bytes": budget.usable().0,
+            "max_batch": max,
+            "accumulation_steps": accum,
+            "target_batch": a.target_batch,
+            "peak_allocated_bytes": at_max.as_ref().map(|p| p.peak_allocated_bytes.0),
+            "peak_reserved_bytes": at_max.as_ref().map(|p| p.peak_reserved_bytes.0),
+            "nvidia_smi_bytes": at_max.as_ref().map(|p| p.nvidia_smi_bytes.0),
+        });
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    match (max, at_max) {
+        (Some(m), Some(p)) => {
+            writeln!(
+                out,
+                "{} on {}: largest micro-batch {} ({} of {} usable)",
+                preset.id,
+                gpu.name,
+                m,
+                p.nvidia_smi_bytes,
+                budget.usable()
+            )?;
+            if let (Some(t), Some(k)) = (a.target_batch, accum) {
+                writeln!(
+                    out,
+                    "effective batch {t}: micro-batch {m} × {k} accumulation steps"
+                )?;
+            }
+        }
+        _ => writeln!(
+            out,
+            "{} does not fit on {} even at batch 1",
+            preset.id, gpu.name
+        )?,
+    }
+    Ok(())
+}
+
+fn cmd_presets(json: bool, out: &mut dyn Write) -> Result<()> {
+    let presets = builtin_presets()?;
+    let gpus = gpus::catalog();
+    if json {
+        let models: Vec<_> = presets
+            .iter()
+            .map(|p| {
+                let params = p
+                    .build(p.default_size(), crate::model::families::transformer::AttnImpl::Sdpa)
+                    .map(|g| g.param_count())
+                    .ok();
+                serde_json::json!({"id": p.id, "family": p.spec.family(), "display_name": p.display_name,
+                    "input": p.input, "params": params})
+            })
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"models": models, "gpus": gpus})
+        )?;
+        return Ok(());
+    }
+    writeln!(out, "Models:")?;
+    for p in &presets {
+        writeln!(
+            out,
+            "  {:<22} {:<13} {}",
+            p.id,
+            p.spec.family(),
+            p.display_name
+        )?;
+    }
+    writeln!(out, "\nGPUs:")?;
+    for g in &gpus {
+        writeln!(
+            out,
+            "  {:<12} {:<28} {:>10}",
+            g.id,
+            g.name,
+            g.memory().to_string()
+        )?;
+    }
+    Ok(())
+}
+
+fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Result<()> {
+    let preset = load_model(model)?;
+    let cfg = TrainConfig::default();
+    let (gpu, budget) = (gpus::find("h200")?, None::<()>);
+    let _ = budget;
+    let budget = Budget {
+        capacity: gpu.memory(),
+        margin: 0.05,
+    };
+    // Cold plan: graph + events + evaluation.
+    let reps = 20;
+    let t = Instant::now();
+    for _ in 0..reps {
+        let p = Planner::new(&preset, &cfg)?;
+        std::hint::black_box(p.plan(cfg.batch)?);
+    }
+    let plan_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    let planner = Planner::new(&preset, &cfg)?;
+    let t = Instant::now();
+    let reps2 = 3;
+    let mut points = 0;
+    for _ in 0..reps2 {
+        let s = sweep(&planner, 1..=sweep_to);
+        points = s.len();
+        std::hint::black_box(max_batch(&planner, budget, MAX_BATCH)?);
+    }
+    let sweep_ms = t.elapsed().as_secs_f64() * 1e3 / reps2 as f64;
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"model": preset.id, "plan_ms": plan_ms, "sweep_points": points,
+                "sweep_and_max_batch_ms": sweep_ms, "events": planner.events.events.len()})
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{}: {} events per plan",
+            preset.id,
+            planner.events.events.len()
+        )?;
+        writeln!(
+            out,
+            "  plan (build graph + simulate + evaluate): {plan_ms:.3} ms"
+        )?;
+        writeln!(
+            out,
+            "  sweep 1..={sweep_to} ({points} points) + max-batch: {sweep_ms:.2} ms"
+        )?;
+    }
+    Ok(())
+}

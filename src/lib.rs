@@ -1,0 +1,9 @@
+//! vramlab: predicts the peak GPU memory of a training step and checks it on the device.
+//!
+//! The core — [`model`], [`plan`] — is pure: no egui, no CUDA, no NVML.
+
+pub mod app;
+pub mod cli;
+pub mod model;
+pub mod plan;
+pub mod units;

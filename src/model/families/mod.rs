@@ -1,0 +1,13 @@
+//! One builder per model family; each mirrors its reference implementation op by op.
+
+pub mod bert;
+pub mod convnext;
+pub mod efficientnet;
+pub mod gpt2;
+pub mod llama;
+pub mod mobilenet;
+pub mod resnet;
+pub mod segmentation;
+pub mod transformer;
+pub mod unet;
+pub mod vit;

@@ -1,0 +1,110 @@
+//! Pieces shared by the transformer families (attention, norms, token loss).
+
+use crate::model::builder::GraphBuilder;
+use crate::model::ir::{Op, Pointwise, TensorId};
+
+/// Attention implementation requested for Hugging Face models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnImpl {
+    /// `attn_implementation="eager"`: materialises the s×s scores.
+    Eager,
+    /// `attn_implementation="sdpa"`: fused kernel, no s×s tensor.
+    Sdpa,
+}
+
+/// Shapes of one attention call, per sample.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnShape {
+    pub seq: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub dropout: f64,
+    pub causal: bool,
+}
+
+/// `nn.LayerNorm` over the last dim of `rows` rows, with weight and bias.
+pub fn layer_norm(b: &mut GraphBuilder, x: TensorId, rows: u64, dim: u64, name: &str) -> TensorId {
+    let w = b.param(dim, None);
+    let bias = b.param(dim, None);
+    b.op(Op::LayerNorm { rows }, &[x], rows * dim, &[w, bias], name)
+}
+
+/// Attention core after the projections. `q`, `k`, `v` hold heads×head_dim (q) and
+/// kv_heads×head_dim (k, v) elements per row; they may be the same fused tensor (GPT-2's c_attn).
+/// Returns the attention output with heads×head_dim elements per row, laid out (seq, heads, dim).
+pub fn attention(
+    b: &mut GraphBuilder,
+    qkv: &[TensorId],
+    a: AttnShape,
+    imp: AttnImpl,
+    name: &str,
+) -> TensorId {
+    let out_elems = a.seq * a.heads * a.head_dim;
+    match imp {
+        AttnImpl::Sdpa => {
+            // Flash / memory-efficient kernels write (b, s, h, d); the following
+            // `.transpose(1, 2).contiguous()` is then free.
+            b.op(
+                Op::Sdpa {
+                    heads: a.heads,
+                    seq: a.seq,
+                    dropout: a.dropout,
+                },
+                qkv,
+                out_elems,
+                &[],
+                name,
+            )
+        }
+        AttnImpl::Eager => {
+            let (q, k, v) = match qkv {
+                [one] => (*one, *one, *one),
+                [q, k, v] => (*q, *k, *v),
+                _ => (qkv[0], qkv[0], qkv[0]),
+            };
+            let (k, v) = if a.kv_heads != a.heads {
+                // repeat_kv: expand + reshape copies k and v to all heads.
+                let n = a.seq * a.heads * a.head_dim;
+                let k = b.op(Op::Copy, &[k], n, &[], &format!("{name}.repeat_k"));
+                let v = b.op(Op::Copy, &[v], n, &[], &format!("{name}.repeat_v"));
+                (k, v)
+            } else {
+                (k, v)
+            };
+            let scores = a.heads * a.seq * a.seq;
+            let s = b.op(Op::Matmul, &[q, k], scores, &[], &format!("{name}.qk"));
+            let s = b.pointwise(s, Pointwise::Scale, false, &format!("{name}.scale"));
+            let s = if a.causal {
+                let mask = b.constant(a.seq * a.seq, &format!("{name}.mask"));
+                b.binary(s, mask, Pointwise::Add, false, &format!("{name}.add_mask"))
+            } else {
+                s
+            };
+            let p = b.op(Op::Softmax, &[s], scores, &[], &format!("{name}.softmax"));
+            let p = b.op(
+                Op::ToComputeDtype,
+                &[p],
+                scores,
+                &[],
+                &format!("{name}.cast"),
+            );
+            let p = b.dropout(p, a.dropout, false, &format!("{name}.dropout"));
+            let o = b.op(Op::Matmul, &[p, v], out_elems, &[], &format!("{name}.av"));
+            // (b, h, s, d) → transpose(1, 2) → reshape/contiguous: a copy.
+            b.copy(o, &format!("{name}.contiguous"))
+        }
+    }
+}
+
+/// Language-model head + token cross-entropy over `seq` positions.
+pub fn token_loss(
+    b: &mut GraphBuilder,
+    logits: TensorId,
+    labels: TensorId,
+    seq: u64,
+    vocab: u64,
+    upcast: bool,
+) {
+    b.cross_entropy(logits, labels, seq, vocab, upcast);
+}

@@ -1,0 +1,169 @@
+//! The model IR: a list of ops with concrete per-sample shapes.
+//!
+//! Every tensor's size is given in elements for ONE sample (`per_sample`) plus
+//! elements independent of the batch (`fixed`); the planner multiplies by the
+//! micro-batch. Floating-point dtypes are not fixed here: the planner assigns
+//! them from the precision mode, the way autocast would.
+
+use serde::Serialize;
+
+/// Index of a tensor in [`Graph::tensors`].
+pub type TensorId = usize;
+/// Index of a parameter tensor in [`Graph::params`].
+pub type ParamId = usize;
+
+/// What a tensor's elements are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Elem {
+    /// Floating point; dtype chosen by the precision mode.
+    Float,
+    /// 64-bit integers (token ids, labels, pooling indices).
+    Int64,
+}
+
+/// A tensor produced by an op (or the data input).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tensor {
+    /// Elements per sample.
+    pub per_sample: u64,
+    /// Elements independent of the batch size.
+    pub fixed: u64,
+    pub elem: Elem,
+}
+
+/// A parameter tensor (trainable weights), counted in elements.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Param {
+    pub elems: u64,
+    /// The last two dimensions `(dim[-2], dim[-1])` of tensors with two or more dims
+    /// (factored optimizers keep `elems/dim[-1]` row and `elems/dim[-2]` column statistics);
+    /// `None` for vectors.
+    pub matrix: Option<(u64, u64)>,
+}
+
+/// Pointwise ops whose saved-for-backward rule is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Pointwise {
+    /// `relu`: saves its output.
+    Relu,
+    /// `gelu` (erf or tanh approximation, one kernel): saves its input.
+    Gelu,
+    /// `silu`: saves its input.
+    Silu,
+    /// `hardswish`: saves its input.
+    Hardswish,
+    /// `hardsigmoid`: saves its input.
+    Hardsigmoid,
+    /// `sigmoid`: saves its output.
+    Sigmoid,
+    /// `tanh`: saves its output.
+    Tanh,
+    /// `a + b` (broadcasting allowed): saves nothing.
+    Add,
+    /// `a * b` where both need gradients: saves both (a parameter operand in
+    /// `Node::params` is saved for free).
+    Mul,
+    /// `a * b` where only input 0 needs a gradient: saves input 1 (small or not).
+    MulByConstTensor,
+    /// Multiplication or addition by a Python scalar: saves nothing.
+    Scale,
+    /// `x.pow(3)` — on the fp32 autocast list: saves its input.
+    Pow,
+}
+
+/// Operations of the IR. Shapes are per sample; see each variant for what it saves.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Op {
+    /// Data created on the GPU each micro-step (images or token ids).
+    Input,
+    /// `nn.Linear` / HF `Conv1D` (addmm): autocast lower-precision; saves input and weight.
+    Linear { in_features: u64, out_features: u64 },
+    /// `nn.Conv2d` (and ConvTranspose2d): autocast lower-precision; saves input and weight.
+    Conv2d { transposed: bool },
+    /// Batched matmul of two activations: lower-precision; saves both inputs.
+    Matmul,
+    /// `nn.Embedding`: saves the indices; output in the weight's dtype.
+    Embedding,
+    /// `nn.BatchNorm2d` (train mode): saves input and per-channel statistics; output in input dtype.
+    BatchNorm { channels: u64 },
+    /// `nn.LayerNorm`: autocast fp32; saves input and per-row mean/rstd.
+    LayerNorm { rows: u64 },
+    /// Hugging Face `LlamaRMSNorm` (Python: to(fp32), pow, mean, rsqrt, mul, to(dtype), mul weight).
+    RmsNorm { rows: u64 },
+    /// A pointwise op; `inplace` writes into input 0 (a clone of the input is saved where the rule needs it).
+    Pointwise { f: Pointwise, inplace: bool },
+    /// The Hugging Face `NewGELUActivation` ("gelu_new", Python tanh formula).
+    GeluNewPython,
+    /// `softmax` over the last dim: autocast fp32; saves its output.
+    Softmax,
+    /// Dropout with probability `p` (train mode): saves a bool mask; `inplace` writes into the input.
+    Dropout { p: f64, inplace: bool },
+    /// `max_pool2d`: saves input and int64 indices of the output's size.
+    MaxPool,
+    /// Average / adaptive-average pooling: saves its input.
+    AvgPool,
+    /// `F.interpolate` bilinear: saves nothing.
+    Upsample,
+    /// `torch.cat` along channels: saves nothing.
+    Concat,
+    /// A view (reshape of contiguous data, transpose, slice): no allocation.
+    View,
+    /// A copy (`.contiguous()`, `.expand().reshape()`, `clone`): saves nothing.
+    Copy,
+    /// `x.type(value.dtype)` / `.to(query.dtype)` after an fp32 softmax: a copy into the
+    /// mode's compute dtype when the input is in another dtype, else the same tensor.
+    ToComputeDtype,
+    /// Rotary position embedding `(x * cos) + (rotate_half(x) * sin)`: a new tensor, nothing
+    /// per-sample saved (cos/sin do not need gradients), two input-sized temporaries.
+    Rope,
+    /// A tensor built inside forward without gradients (an additive attention mask).
+    Constant,
+    /// `scaled_dot_product_attention` with a fused kernel (flash / memory-efficient):
+    /// saves q, k, v, the output and the per-row logsumexp.
+    Sdpa { heads: u64, seq: u64, dropout: f64 },
+    /// Cross-entropy over `classes` for `rows` positions per sample (log_softmax saves its
+    /// fp32 output; Hugging Face LM losses upcast logits with `.float()` first when `upcast`).
+    CrossEntropy {
+        rows: u64,
+        classes: u64,
+        upcast: bool,
+    },
+}
+
+/// One op applied to tensors.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Node {
+    pub op: Op,
+    pub inputs: Vec<TensorId>,
+    pub output: TensorId,
+    /// Parameters this op uses (weights first, then bias).
+    pub params: Vec<ParamId>,
+    /// Checkpointable block this op belongs to (activation checkpointing unit).
+    pub block: Option<u32>,
+    /// Layer name for timelines ("layer3.2.conv1").
+    pub name: String,
+}
+
+/// A model: tensors, parameters and ops in forward order. The last op is the loss.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Graph {
+    pub tensors: Vec<Tensor>,
+    pub params: Vec<Param>,
+    pub nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// Total trainable parameters (elements).
+    pub fn param_count(&self) -> u64 {
+        self.params.iter().map(|p| p.elems).sum()
+    }
+
+    /// Number of checkpointable blocks.
+    pub fn block_count(&self) -> u32 {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.block)
+            .max()
+            .map_or(0, |b| b + 1)
+    }
+}

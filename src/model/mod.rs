@@ -1,0 +1,61 @@
+//! Model IR, builders and presets. Pure data: no I/O beyond parsing, no GPU, no UI.
+
+pub mod builder;
+pub mod families;
+pub mod ir;
+pub mod preset;
+
+pub use ir::Graph;
+pub use preset::{InputSpec, ModelSpec, Preset};
+
+/// A model description that cannot be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("{field} must be at least 1 (got {value})")]
+    NotPositive { field: String, value: u64 },
+    #[error("{field} is too large ({value}); the limit is {limit}")]
+    TooLarge {
+        field: String,
+        value: u64,
+        limit: u64,
+    },
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+    #[error("unknown model family `{0}` (known: {families})", families = preset::FAMILIES.join(", "))]
+    UnknownFamily(String),
+    #[error("malformed preset: {0}")]
+    Malformed(String),
+    #[error("unknown model `{0}`: run `vramlab presets` for the list, or pass a preset file path")]
+    UnknownModel(String),
+}
+
+/// Largest size accepted for any single builder dimension; larger is surely a typo and
+/// would overflow byte counts.
+pub const MAX_DIM: u64 = 1 << 24;
+
+pub(crate) fn check_positive(field: &str, value: u64) -> Result<(), ModelError> {
+    if value == 0 {
+        return Err(ModelError::NotPositive {
+            field: field.to_string(),
+            value,
+        });
+    }
+    if value > MAX_DIM {
+        return Err(ModelError::TooLarge {
+            field: field.to_string(),
+            value,
+            limit: MAX_DIM,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_prob(field: &str, value: f64) -> Result<(), ModelError> {
+    if !(0.0..1.0).contains(&value) {
+        return Err(ModelError::Invalid {
+            field: field.to_string(),
+            reason: format!("must be a probability in [0, 1), got {value}"),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,341 @@
+//! A model of PyTorch's CUDA caching allocator (`c10/cuda/CUDACachingAllocator.cpp`):
+//! 512-byte rounding, a small pool of 2 MiB segments for requests ≤ 1 MiB, large
+//! segments of 20 MiB (requests < 10 MiB) or rounded up to 2 MiB, best-fit reuse of
+//! cached blocks, splitting and coalescing, `max_split_size_mb` and
+//! `expandable_segments`. It turns allocation events into reserved bytes.
+
+use std::collections::BTreeSet;
+
+use super::config::AllocatorConfig;
+
+const MIN_BLOCK: u64 = 512;
+const SMALL_SIZE: u64 = 1 << 20;
+const SMALL_BUFFER: u64 = 2 << 20;
+const MIN_LARGE_ALLOC: u64 = 10 << 20;
+const LARGE_BUFFER: u64 = 20 << 20;
+const ROUND_LARGE: u64 = 2 << 20;
+
+/// Bytes PyTorch actually reserves for a request of `size` bytes (block rounding).
+pub fn round_size(size: u64) -> u64 {
+    if size < MIN_BLOCK {
+        MIN_BLOCK
+    } else {
+        size.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    }
+}
+
+fn segment_size(size: u64) -> u64 {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    size: u64,
+    offset: u64,
+    segment: u32,
+    free: bool,
+    prev: Option<u32>,
+    next: Option<u32>,
+    small: bool,
+}
+
+/// Simulated allocator state.
+#[derive(Debug, Default)]
+pub struct CachingAllocator {
+    cfg: AllocatorConfig,
+    blocks: Vec<Block>,
+    free_small: BTreeSet<(u64, u32, u64, u32)>,
+    free_large: BTreeSet<(u64, u32, u64, u32)>,
+    segments: u32,
+    /// Bytes of all segments (what `memory_reserved()` reports).
+    pub reserved: u64,
+    /// Bytes of all allocated blocks (what `memory_allocated()` reports).
+    pub allocated: u64,
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+    /// Expandable segments: bytes mapped per pool.
+    mapped_large: u64,
+    live_large: u64,
+}
+
+impl CachingAllocator {
+    pub fn new(cfg: AllocatorConfig) -> Self {
+        CachingAllocator {
+            cfg,
+            ..Default::default()
+        }
+    }
+
+    fn max_split(&self) -> u64 {
+        self.cfg
+            .max_split_size_mb
+            .map_or(u64::MAX, |mb| mb.saturating_mul(1 << 20))
+    }
+
+    fn key(&self, id: u32) -> (u64, u32, u64, u32) {
+        let b = &self.blocks[id as usize];
+        (b.size, b.segment, b.offset, id)
+    }
+
+    fn insert_free(&mut self, id: u32) {
+        let k = self.key(id);
+        if self.blocks[id as usize].small {
+            self.free_small.insert(k);
+        } else {
+            self.free_large.insert(k);
+        }
+    }
+
+    fn remove_free(&mut self, id: u32) {
+        let k = self.key(id);
+        if self.blocks[id as usize].small {
+            self.free_small.remove(&k);
+        } else {
+            self.free_large.remove(&k);
+        }
+    }
+
+    /// Allocates `size` bytes; returns a handle for [`free`](Self::free).
+    pub fn malloc(&mut self, size: u64) -> u32 {
+        let size = round_size(size);
+        let small = size <= SMALL_SIZE;
+        if self.cfg.expandable_segments && !small {
+            return self.malloc_expandable(size);
+        }
+        let max_split = self.max_split();
+        let pool = if small {
+            &self.free_small
+        } else {
+            &self.free_large
+        };
+        let mut found = None;
+        for &(bsize, _, _, id) in pool.range((size, 0, 0, 0)..) {
+            if !small {
+                // Oversize blocks are kept for requests that are oversize too.
+                if size < max_split && bsize >= max_split {
+                    break;
+                }
+                if size >= max_split && bsize >= size + LARGE_BUFFER {
+                    break;
+                }
+            }
+            found = Some(id);
+            break;
+        }
+        let id = match found {
+            Some(id) => {
+                self.remove_free(id);
+                id
+            }
+            None => {
+                let seg = segment_size(size);
+                self.reserved += seg;
+                self.peak_reserved = self.peak_reserved.max(self.reserved);
+                let segment = self.segments;
+                self.segments += 1;
+                self.blocks.push(Block {
+                    size: seg,
+                    offset: 0,
+                    segment,
+                    free: true,
+                    prev: None,
+                    next: None,
+                    small,
+                });
+                (self.blocks.len() - 1) as u32
+            }
+        };
+        let remaining = self.blocks[id as usize].size - size;
+        let split = if small {
+            remaining >= MIN_BLOCK
+        } else {
+            size < max_split && remaining > SMALL_SIZE
+        };
+        if split {
+            let b = self.blocks[id as usize];
+            let rest = Block {
+                size: remaining,
+                offset: b.offset + size,
+                segment: b.segment,
+                free: true,
+                prev: Some(id),
+                next: b.next,
+                small,
+            };
+            self.blocks.push(rest);
+            let rid = (self.blocks.len() - 1) as u32;
+            if let Some(n) = b.next {
+                self.blocks[n as usize].prev = Some(rid);
+            }
+            let blk = &mut self.blocks[id as usize];
+            blk.size = size;
+            blk.next = Some(rid);
+            self.insert_free(rid);
+        }
+        let blk = &mut self.blocks[id as usize];
+        blk.free = false;
+        self.allocated += blk.size;
+        self.peak_allocated = self.peak_allocated.max(self.allocated);
+        id
+    }
+
+    fn malloc_expandable(&mut self, size: u64) -> u32 {
+        // One growing segment mapped in 20 MiB pages: memory is reused without
+        // fragmentation, so reserved follows the live bytes rounded to pages.
+        self.live_large += size;
+        let need = self.live_large.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
+        if need > self.mapped_large {
+            self.reserved += need - self.mapped_large;
+            self.mapped_large = need;
+            self.peak_reserved = self.peak_reserved.max(self.reserved);
+        }
+        self.blocks.push(Block {
+            size,
+            offset: 0,
+            segment: u32::MAX,
+            free: false,
+            prev: None,
+            next: None,
+            small: false,
+        });
+        self.allocated += size;
+        self.peak_allocated = self.peak_allocated.max(self.allocated);
+        (self.blocks.len() - 1) as u32
+    }
+
+    /// Returns a block to the cache, merging it with free neighbours.
+    pub fn free(&mut self, id: u32) {
+        let b = self.blocks[id as usize];
+        if b.free {
+            return;
+        }
+        self.allocated -= b.size;
+        if b.segment == u32::MAX {
+            self.live_large -= b.size;
+            self.blocks[id as usize].free = true;
+            return;
+        }
+        self.blocks[id as usize].free = true;
+        let mut id = id;
+        if let Some(p) = b.prev
+            && self.blocks[p as usize].free
+        {
+            self.remove_free(p);
+            let cur = self.blocks[id as usize];
+            let pb = &mut self.blocks[p as usize];
+            pb.size += cur.size;
+            pb.next = cur.next;
+            if let Some(n) = cur.next {
+                self.blocks[n as usize].prev = Some(p);
+            }
+            id = p;
+        }
+        if let Some(n) = self.blocks[id as usize].next
+            && self.blocks[n as usize].free
+        {
+            self.remove_free(n);
+            let nb = self.blocks[n as usize];
+            let cur = &mut self.blocks[id as usize];
+            cur.size += nb.size;
+            cur.next = nb.next;
+            if let Some(nn) = nb.next {
+                self.blocks[nn as usize].prev = Some(id);
+            }
+        }
+        self.insert_free(id);
+    }
+
+    /// Bytes of free blocks that cannot serve a request of `size` bytes without a new
+    /// segment (fragmentation): cached but unusable.
+    pub fn cached_free(&self) -> u64 {
+        self.reserved - self.allocated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_to_512() {
+        assert_eq!(round_size(1), 512);
+        assert_eq!(round_size(512), 512);
+        assert_eq!(round_size(513), 1024);
+    }
+
+    #[test]
+    fn small_requests_share_a_2mib_segment() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let x = a.malloc(1000);
+        let y = a.malloc(4000);
+        assert_eq!(a.reserved, 2 << 20);
+        assert_eq!(a.allocated, 1024 + 4096);
+        a.free(x);
+        a.free(y);
+        assert_eq!(a.allocated, 0);
+        // Coalesced: a 1.5 MiB small request fits again without a new segment.
+        let _z = a.malloc(SMALL_SIZE);
+        assert_eq!(a.reserved, 2 << 20);
+    }
+
+    #[test]
+    fn mid_size_requests_get_20mib_segments_and_split() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let _x = a.malloc(3 << 20);
+        assert_eq!(a.reserved, 20 << 20);
+        let _y = a.malloc(3 << 20);
+        assert_eq!(
+            a.reserved,
+            20 << 20,
+            "second request reuses the split remainder"
+        );
+        let _z = a.malloc(100 << 20);
+        assert_eq!(a.reserved, 120 << 20);
+    }
+
+    #[test]
+    fn fragmentation_forces_new_segment() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let x = a.malloc(50 << 20);
+        let _y = a.malloc(50 << 20);
+        a.free(x);
+        // 60 MiB does not fit in the cached 50 MiB block.
+        let _z = a.malloc(60 << 20);
+        assert_eq!(a.reserved, 160 << 20);
+        assert_eq!(a.cached_free(), 50 << 20);
+    }
+
+    #[test]
+    fn max_split_size_keeps_big_blocks_whole() {
+        let cfg = AllocatorConfig {
+            expandable_segments: false,
+            max_split_size_mb: Some(64),
+        };
+        let mut a = CachingAllocator::new(cfg);
+        let x = a.malloc(200 << 20);
+        a.free(x);
+        // A 30 MiB request may not carve the 200 MiB oversize block.
+        let _y = a.malloc(30 << 20);
+        assert_eq!(a.reserved, 230 << 20);
+    }
+
+    #[test]
+    fn expandable_segments_track_live_bytes() {
+        let cfg = AllocatorConfig {
+            expandable_segments: true,
+            max_split_size_mb: None,
+        };
+        let mut a = CachingAllocator::new(cfg);
+        let x = a.malloc(50 << 20);
+        let _y = a.malloc(50 << 20);
+        a.free(x);
+        let _z = a.malloc(60 << 20);
+        assert_eq!(a.reserved, 120 << 20);
+    }
+}

@@ -1,0 +1,319 @@
+//! Training configuration: what the user plans to run.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use super::PlanError;
+
+/// Element types the simulation assigns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    I64,
+    Bool,
+    U8,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::I64 => 8,
+            DType::Bool | DType::U8 => 1,
+        }
+    }
+
+    pub fn is_low(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+}
+
+/// Numeric precision of training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum Precision {
+    /// Everything in float32 (TF32 matmuls do not change memory).
+    #[serde(rename = "fp32")]
+    Fp32,
+    /// `torch.autocast(dtype=float16)` with a GradScaler; fp32 weights.
+    #[serde(rename = "amp-fp16")]
+    AmpFp16,
+    /// `torch.autocast(dtype=bfloat16)`; fp32 weights.
+    #[default]
+    #[serde(rename = "amp-bf16")]
+    AmpBf16,
+    /// `model.to(torch.bfloat16)`: weights, gradients and optimizer state in bf16, no fp32 master copy.
+    #[serde(rename = "bf16")]
+    Bf16,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 4] = [
+        Precision::Fp32,
+        Precision::AmpFp16,
+        Precision::AmpBf16,
+        Precision::Bf16,
+    ];
+
+    /// dtype of parameters, gradients and optimizer state.
+    pub fn param_dtype(self) -> DType {
+        match self {
+            Precision::Bf16 => DType::BF16,
+            _ => DType::F32,
+        }
+    }
+
+    /// dtype matmuls and convolutions compute in.
+    pub fn compute_dtype(self) -> DType {
+        match self {
+            Precision::Fp32 => DType::F32,
+            Precision::AmpFp16 => DType::F16,
+            Precision::AmpBf16 | Precision::Bf16 => DType::BF16,
+        }
+    }
+
+    /// Whether autocast is active.
+    pub fn autocast(self) -> bool {
+        matches!(self, Precision::AmpFp16 | Precision::AmpBf16)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::AmpFp16 => "amp-fp16",
+            Precision::AmpBf16 => "amp-bf16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "FP32",
+            Precision::AmpFp16 => "AMP FP16",
+            Precision::AmpBf16 => "AMP BF16",
+            Precision::Bf16 => "Pure BF16",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| PlanError::Unknown {
+                field: "precision",
+                value: s.to_string(),
+                known: "fp32, amp-fp16, amp-bf16, bf16",
+            })
+    }
+}
+
+/// Optimizer (PyTorch defaults, `foreach` implementation on CUDA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum Optimizer {
+    #[serde(rename = "sgd")]
+    Sgd,
+    #[serde(rename = "sgd-momentum")]
+    SgdMomentum,
+    #[serde(rename = "adam")]
+    Adam,
+    #[default]
+    #[serde(rename = "adamw")]
+    AdamW,
+    #[serde(rename = "adafactor")]
+    Adafactor,
+    /// bitsandbytes `Adam8bit`: two uint8 states plus per-2048-block fp32 scales.
+    #[serde(rename = "adam8bit")]
+    Adam8bit,
+}
+
+impl Optimizer {
+    pub const ALL: [Optimizer; 6] = [
+        Optimizer::Sgd,
+        Optimizer::SgdMomentum,
+        Optimizer::Adam,
+        Optimizer::AdamW,
+        Optimizer::Adafactor,
+        Optimizer::Adam8bit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Optimizer::Sgd => "sgd",
+            Optimizer::SgdMomentum => "sgd-momentum",
+            Optimizer::Adam => "adam",
+            Optimizer::AdamW => "adamw",
+            Optimizer::Adafactor => "adafactor",
+            Optimizer::Adam8bit => "adam8bit",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Optimizer::Sgd => "SGD",
+            Optimizer::SgdMomentum => "SGD + momentum",
+            Optimizer::Adam => "Adam",
+            Optimizer::AdamW => "AdamW",
+            Optimizer::Adafactor => "Adafactor",
+            Optimizer::Adam8bit => "8-bit Adam",
+        }
+    }
+}
+
+impl fmt::Display for Optimizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Optimizer {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Optimizer::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| PlanError::Unknown {
+                field: "optimizer",
+                value: s.to_string(),
+                known: "sgd, sgd-momentum, adam, adamw, adafactor, adam8bit",
+            })
+    }
+}
+
+/// Attention kernel for the Hugging Face families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum Attention {
+    /// Materialises the seq×seq attention probabilities.
+    #[serde(rename = "eager")]
+    Eager,
+    /// `scaled_dot_product_attention` (flash / memory-efficient kernels).
+    #[default]
+    #[serde(rename = "sdpa")]
+    Sdpa,
+}
+
+impl Attention {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attention::Eager => "eager",
+            Attention::Sdpa => "sdpa",
+        }
+    }
+}
+
+impl FromStr for Attention {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "eager" => Ok(Attention::Eager),
+            "sdpa" | "flash" => Ok(Attention::Sdpa),
+            _ => Err(PlanError::Unknown {
+                field: "attention",
+                value: s.to_string(),
+                known: "eager, sdpa",
+            }),
+        }
+    }
+}
+
+/// PyTorch caching-allocator settings (`PYTORCH_CUDA_ALLOC_CONF`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct AllocatorConfig {
+    /// `expandable_segments:True`.
+    pub expandable_segments: bool,
+    /// `max_split_size_mb:N`.
+    pub max_split_size_mb: Option<u64>,
+}
+
+/// Everything that determines one training step besides the model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TrainConfig {
+    /// Micro-batch size (samples per forward/backward).
+    pub batch: u64,
+    /// Sequence length or image side; `None` = the preset's default.
+    pub size: Option<u64>,
+    pub precision: Precision,
+    pub optimizer: Optimizer,
+    /// Gradient-accumulation steps per optimizer step.
+    pub accum: u64,
+    /// Activation checkpointing of every block.
+    pub checkpointing: bool,
+    pub attention: Attention,
+    pub allocator: AllocatorConfig,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            batch: 8,
+            size: None,
+            precision: Precision::AmpBf16,
+            optimizer: Optimizer::AdamW,
+            accum: 1,
+            checkpointing: false,
+            attention: Attention::Sdpa,
+            allocator: AllocatorConfig::default(),
+        }
+    }
+}
+
+/// Largest micro-batch accepted (the GUI slider's top is 65536).
+pub const MAX_BATCH: u64 = 1 << 20;
+/// Largest accumulation count accepted.
+pub const MAX_ACCUM: u64 = 1 << 16;
+
+impl TrainConfig {
+    /// Checks the numbers; errors name the field.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.batch == 0 {
+            return Err(PlanError::Field {
+                field: "batch",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.batch > MAX_BATCH {
+            return Err(PlanError::Field {
+                field: "batch",
+                reason: format!("{} is larger than the limit {MAX_BATCH}", self.batch),
+            });
+        }
+        if self.accum == 0 {
+            return Err(PlanError::Field {
+                field: "accum",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.accum > MAX_ACCUM {
+            return Err(PlanError::Field {
+                field: "accum",
+                reason: format!("{} is larger than the limit {MAX_ACCUM}", self.accum),
+            });
+        }
+        if self.size == Some(0) {
+            return Err(PlanError::Field {
+                field: "size",
+                reason: "sequence length / image size must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Samples per optimizer step.
+    pub fn effective_batch(&self) -> u64 {
+        self.batch.saturating_mul(self.accum)
+    }
+}

@@ -1,0 +1,128 @@
+//! Evaluates an event list at a batch size: allocated timeline, peak, breakdown,
+//! and reserved bytes through the caching-allocator model.
+
+use super::allocator::{CachingAllocator, round_size};
+use super::config::AllocatorConfig;
+use super::events::{Category, Events, Phase};
+use super::{PlanError, TimelinePoint};
+use crate::units::Bytes;
+
+/// Result of evaluating one batch.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    pub peak_allocated: Bytes,
+    pub peak_reserved: Bytes,
+    pub peak_phase: Phase,
+    pub peak_node: Option<u32>,
+    /// Bytes per [`Category`] live at the peak.
+    pub breakdown: [u64; 6],
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// The three peaks only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peaks {
+    pub allocated: Bytes,
+    pub reserved: Bytes,
+    pub nvidia_smi: Bytes,
+}
+
+fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
+    ev.buffers
+        .iter()
+        .map(|b| {
+            b.per_sample
+                .checked_mul(batch)
+                .and_then(|x| x.checked_add(b.fixed))
+                .and_then(|x| x.checked_add(511))
+                .map(|x| round_size(x - 511))
+                .ok_or(PlanError::Overflow("activation bytes"))
+        })
+        .collect()
+}
+
+/// Full evaluation; `timeline` keeps one point per event of the measured step.
+pub fn evaluate(
+    ev: &Events,
+    batch: u64,
+    alloc_cfg: AllocatorConfig,
+    timeline: bool,
+) -> Result<Evaluation, PlanError> {
+    let size = sizes(ev, batch)?;
+    let mut live = [0u64; 6];
+    let mut current: u64 = 0;
+    let mut peak = 0u64;
+    let mut peak_breakdown = [0u64; 6];
+    let mut peak_phase = Phase::ZeroGrad;
+    let mut peak_node = None;
+    let mut points = Vec::new();
+    let mut allocator = CachingAllocator::new(alloc_cfg);
+    let mut handles = vec![u32::MAX; ev.buffers.len()];
+    for (i, e) in ev.events.iter().enumerate() {
+        let b = e.buffer as usize;
+        let cat = ev.buffers[b].category.index();
+        if e.alloc {
+            current = current
+                .checked_add(size[b])
+                .ok_or(PlanError::Overflow("allocated bytes"))?;
+            live[cat] += size[b];
+            handles[b] = allocator.malloc(size[b]);
+        } else {
+            current -= size[b];
+            live[cat] -= size[b];
+            allocator.free(handles[b]);
+        }
+        if i + 1 == ev.measured_start {
+            peak = current;
+            peak_breakdown = live;
+        }
+        if i >= ev.measured_start {
+            if current > peak {
+                peak = current;
+                peak_breakdown = live;
+                peak_phase = e.phase;
+                peak_node = (e.node != u32::MAX).then_some(e.node);
+            }
+            if timeline {
+                points.push(TimelinePoint {
+                    index: (i - ev.measured_start) as u32,
+                    allocated: Bytes(current),
+                    phase: e.phase,
+                    micro: e.micro,
+                });
+            }
+        }
+    }
+    Ok(Evaluation {
+        peak_allocated: Bytes(peak),
+        peak_reserved: Bytes(allocator.peak_reserved.max(peak)),
+        peak_phase,
+        peak_node,
+        breakdown: peak_breakdown,
+        timeline: points,
+    })
+}
+
+/// Peaks only (used by sweeps and the max-batch search).
+pub fn peaks(
+    ev: &Events,
+    batch: u64,
+    alloc_cfg: AllocatorConfig,
+    context: Bytes,
+) -> Result<Peaks, PlanError> {
+    let e = evaluate(ev, batch, alloc_cfg, false)?;
+    let smi = e
+        .peak_reserved
+        .checked_add(context)
+        .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
+    Ok(Peaks {
+        allocated: e.peak_allocated,
+        reserved: e.peak_reserved,
+        nvidia_smi: smi,
+    })
+}
+
+/// Category of breakdown index `i`.
+pub fn category_of(i: usize) -> Category {
+    Category::ALL[i.min(Category::ALL.len() - 1)]
+}

@@ -1,0 +1,836 @@
+//! Turns a graph + config into the allocation events of training steps, the way
+//! PyTorch autograd performs them (see DESIGN.md). Sizes stay symbolic in the batch:
+//! each buffer is `per_sample × batch + fixed` bytes, so one event list serves every batch.
+
+use serde::Serialize;
+
+use super::config::{DType, Optimizer, Precision, TrainConfig};
+use super::rules::{Rule, rule};
+use crate::model::ir::{Elem, Graph, Op};
+
+/// What a buffer holds (the breakdown categories).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Parameters,
+    Gradients,
+    OptimizerState,
+    /// fp16/bf16 copies of the weights made by autocast (its weight cache).
+    WeightCasts,
+    /// Activations: forward outputs and tensors saved for backward, the input batch.
+    Activations,
+    /// Activation gradients and temporaries (backward working set, optimizer temporaries, cuBLAS workspace).
+    Transient,
+}
+
+impl Category {
+    pub const ALL: [Category; 6] = [
+        Category::Parameters,
+        Category::Gradients,
+        Category::OptimizerState,
+        Category::WeightCasts,
+        Category::Activations,
+        Category::Transient,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Parameters => "Parameters",
+            Category::Gradients => "Gradients",
+            Category::OptimizerState => "Optimizer state",
+            Category::WeightCasts => "Low-precision weight copies",
+            Category::Activations => "Activations",
+            Category::Transient => "Transient / workspace",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A phase of the training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Model creation and persistent workspaces (before the measured step).
+    Setup,
+    /// `zero_grad(set_to_none=True)` at the step's start.
+    ZeroGrad,
+    Forward,
+    Backward,
+    /// `optimizer.step()`.
+    Optimizer,
+}
+
+impl Phase {
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::ZeroGrad => "zero_grad",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer step",
+        }
+    }
+}
+
+/// A buffer: one allocation of `per_sample × batch + fixed` bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Buffer {
+    pub per_sample: u64,
+    pub fixed: u64,
+    pub category: Category,
+}
+
+/// One allocation or free.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Event {
+    pub buffer: u32,
+    pub alloc: bool,
+    pub phase: Phase,
+    /// Micro-step (0-based) for forward/backward events.
+    pub micro: u16,
+    /// Node index (for labels), or `u32::MAX`.
+    pub node: u32,
+}
+
+/// Calibration constants measured on the device (see `tests/data/`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Constants {
+    /// cuBLAS / cuBLASLt workspace PyTorch allocates through its caching allocator.
+    pub cublas_workspace: u64,
+}
+
+impl Default for Constants {
+    fn default() -> Self {
+        Constants {
+            cublas_workspace: 32 << 20,
+        }
+    }
+}
+
+/// The events of: model creation, one warm-up step (creates optimizer state) and
+/// the measured steady-state step, which starts at `measured_start`.
+#[derive(Debug, Clone)]
+pub struct Events {
+    pub buffers: Vec<Buffer>,
+    pub events: Vec<Event>,
+    pub measured_start: usize,
+    /// Node names for labels.
+    pub node_names: Vec<String>,
+}
+
+struct Sim<'g> {
+    g: &'g Graph,
+    prec: Precision,
+    cfg: TrainConfig,
+    buffers: Vec<Buffer>,
+    events: Vec<Event>,
+    refs: Vec<u32>,
+    phase: Phase,
+    micro: u16,
+    node: u32,
+    /// Tensor → buffer currently holding it.
+    tbuf: Vec<Option<u32>>,
+    dtypes: Vec<DType>,
+    rules: Vec<Rule>,
+    consumers: Vec<u32>,
+    requires_grad: Vec<bool>,
+    /// Buffers each node keeps for its backward.
+    saved: Vec<Vec<u32>>,
+    /// Tensor → gradient buffer.
+    gbuf: Vec<Option<u32>>,
+    /// Parameter → gradient buffer.
+    param_grad: Vec<Option<u32>>,
+    /// Parameter → autocast copy in this forward.
+    param_cast: Vec<Option<u32>>,
+    param_bufs: Vec<u32>,
+    opt_state: Vec<u32>,
+    /// References held until autocast exits (its weight cache).
+    cache_refs: Vec<u32>,
+    /// References held by Python until the micro-step ends (`del out, loss, x, y`).
+    pinned: Vec<u32>,
+    ckpt: bool,
+    block_inputs: Vec<Vec<u32>>,
+    /// The loss's input (logits), held by the training loop's `out` variable.
+    model_output: Option<usize>,
+    /// Set while recomputing a checkpointed block.
+    recomputing: bool,
+}
+
+const NO_NODE: u32 = u32::MAX;
+
+impl<'g> Sim<'g> {
+    fn new_buffer(&mut self, per_sample: u64, fixed: u64, category: Category) -> u32 {
+        self.buffers.push(Buffer {
+            per_sample,
+            fixed,
+            category,
+        });
+        self.refs.push(0);
+        let id = (self.buffers.len() - 1) as u32;
+        self.events.push(Event {
+            buffer: id,
+            alloc: true,
+            phase: self.phase,
+            micro: self.micro,
+            node: self.node,
+        });
+        id
+    }
+
+    fn alloc(&mut self, per_sample: u64, fixed: u64, category: Category, refs: u32) -> u32 {
+        let id = self.new_buffer(per_sample, fixed, category);
+        self.refs[id as usize] = refs;
+        id
+    }
+
+    fn free(&mut self, id: u32) {
+        self.events.push(Event {
+            buffer: id,
+            alloc: false,
+            phase: self.phase,
+            micro: self.micro,
+            node: self.node,
+        });
+    }
+
+    fn retain(&mut self, id: u32) {
+        self.refs[id as usize] += 1;
+    }
+
+    fn release(&mut self, id: u32) {
+        let r = &mut self.refs[id as usize];
+        if *r == 0 {
+            return;
+        }
+        *r -= 1;
+        if *r == 0 {
+            self.free(id);
+        }
+    }
+
+    fn tensor_bytes(&self, t: usize, d: DType) -> (u64, u64) {
+        let ts = &self.g.tensors[t];
+        (ts.per_sample * d.size(), ts.fixed * d.size())
+    }
+
+    fn in_ckpt_block(&self, n: usize) -> bool {
+        self.ckpt && self.g.nodes[n].block.is_some()
+    }
+
+    /// Forward of node `n`. `recompute`: re-run inside a checkpointed backward.
+    fn forward_node(&mut self, n: usize, keep_saves: bool, consumers: &[u32]) {
+        self.node = n as u32;
+        let g = self.g;
+        let node = &g.nodes[n];
+        let r = self.rules[n].clone();
+        let out = node.output;
+        // Autocast casts of inputs.
+        let mut input_bufs: Vec<Option<u32>> = node.inputs.iter().map(|&t| self.tbuf[t]).collect();
+        let mut cast_bufs = Vec::new();
+        for &(i, to) in &r.casts {
+            let (ps, fx) = self.tensor_bytes(node.inputs[i], to);
+            let b = self.alloc(ps, fx, Category::Activations, 1);
+            input_bufs[i] = Some(b);
+            cast_bufs.push(b);
+        }
+        // Autocast weight cache.
+        let mut weight_casts = Vec::new();
+        if r.casts_params {
+            for &p in &node.params {
+                let b = match self.param_cast[p] {
+                    Some(b) => b,
+                    None => {
+                        let bytes = g.params[p].elems * self.prec.compute_dtype().size();
+                        let b = self.alloc(0, bytes, Category::WeightCasts, 1);
+                        self.cache_refs.push(b);
+                        self.param_cast[p] = Some(b);
+                        b
+                    }
+                };
+                weight_casts.push(b);
+            }
+        }
+        // Output.
+        let out_buf = if r.alias {
+            let b = input_bufs.first().copied().flatten();
+            if let Some(b) = b {
+                self.refs[b as usize] += consumers[out];
+            }
+            b
+        } else if g.tensors[out].per_sample == 0 && g.tensors[out].fixed == 0 {
+            None
+        } else {
+            let (ps, fx) = self.tensor_bytes(out, r.out_dtype);
+            let refs = consumers[out];
+            let b = self.new_buffer(ps, fx, Category::Activations);
+            self.refs[b as usize] = refs;
+            Some(b)
+        };
+        self.tbuf[out] = out_buf;
+        // The model output (`out`) stays referenced until `del out` after backward.
+        if Some(out) == self.model_output
+            && !self.recomputing
+            && let Some(b) = out_buf
+        {
+            self.retain(b);
+            self.pinned.push(b);
+        }
+        // Saved tensors and extras.
+        let mut saved = Vec::new();
+        if keep_saves {
+            for &i in &r.saves_inputs {
+                if let Some(b) = input_bufs.get(i).copied().flatten() {
+                    saved.push(b);
+                }
+            }
+            if r.saves_output
+                && let Some(b) = out_buf
+            {
+                saved.push(b);
+            }
+            // Weights are needed for the input gradient.
+            if let Some(&w) = weight_casts.first()
+                && node.inputs.first().is_some_and(|&t| self.requires_grad[t])
+            {
+                saved.push(w);
+            }
+        }
+        for b in &saved {
+            self.retain(*b);
+        }
+        // An output nobody reads or saves (a recomputed block's result) dies at once.
+        if let Some(b) = out_buf
+            && !r.alias
+            && self.refs[b as usize] == 0
+        {
+            self.free(b);
+            self.tbuf[out] = None;
+        }
+        let mut temps = Vec::new();
+        for e in &r.extras {
+            let ps = e.per_sample * e.dtype.size();
+            let fx = e.fixed * e.dtype.size();
+            if ps == 0 && fx == 0 {
+                continue;
+            }
+            if e.transient || !keep_saves {
+                temps.push(self.alloc(ps, fx, Category::Transient, 1));
+            } else {
+                let b = self.alloc(ps, fx, Category::Activations, 1);
+                saved.push(b);
+            }
+        }
+        for b in temps {
+            self.release(b);
+        }
+        if keep_saves {
+            self.saved[n] = saved;
+        }
+        // Casts not saved die now; inputs lose one consumer.
+        for b in cast_bufs {
+            self.release(b);
+        }
+        for &t in &node.inputs {
+            if let Some(b) = self.tbuf[t] {
+                self.release(b);
+            }
+        }
+        if node.op == Op::Input {
+            if let Some(b) = out_buf {
+                self.retain(b);
+                self.pinned.push(b);
+            }
+        }
+    }
+
+    fn grad_for(&mut self, t: usize, b: u32) {
+        match self.gbuf[t] {
+            None => self.gbuf[t] = Some(b),
+            // Accumulated in place into the first gradient: the new one is freed.
+            Some(_) => self.release(b),
+        }
+    }
+
+    fn backward_node(&mut self, n: usize, first_micro: bool) {
+        self.node = n as u32;
+        let g = self.g;
+        let node = &g.nodes[n];
+        let r = self.rules[n].clone();
+        let gout = self.gbuf[node.output].take();
+        let has_grad_path = gout.is_some() || node.op == Op::Input;
+        let is_loss = matches!(node.op, Op::CrossEntropy { .. });
+        if (has_grad_path || is_loss) && node.op != Op::Input {
+            if node.op == Op::View || (r.alias && node.op == Op::ToComputeDtype) {
+                if let (Some(go), Some(&t)) = (gout, node.inputs.first()) {
+                    if self.requires_grad[t] {
+                        self.grad_for(t, go);
+                    } else {
+                        self.release(go);
+                    }
+                }
+            } else {
+                self.emit_input_grads(n, &r, is_loss);
+                self.emit_param_grads(n, &r, first_micro);
+                if r.bwd_transient > 0 {
+                    let b = self.alloc(
+                        r.bwd_transient * r.out_dtype.size(),
+                        0,
+                        Category::Transient,
+                        1,
+                    );
+                    self.release(b);
+                }
+                if let Some(go) = gout {
+                    self.release(go);
+                }
+            }
+        }
+        let saved = std::mem::take(&mut self.saved[n]);
+        for b in saved {
+            self.release(b);
+        }
+    }
+
+    fn emit_input_grads(&mut self, n: usize, r: &Rule, is_loss: bool) {
+        let g = self.g;
+        let node = &g.nodes[n];
+        if is_loss {
+            // nll_loss backward → log_softmax backward → (cast back to the logits' dtype).
+            let logits = node.inputs[0];
+            if !self.requires_grad[logits] {
+                return;
+            }
+            let ls = r.extras.iter().rev().find(|e| !e.transient).copied();
+            if let Some(ls) = ls {
+                let ps = ls.per_sample * ls.dtype.size();
+                let g1 = self.alloc(ps, 0, Category::Transient, 1);
+                let g2 = self.alloc(ps, 0, Category::Transient, 1);
+                self.release(g1);
+                let d = self.dtypes[logits];
+                let gi = if d != ls.dtype {
+                    let (p, f) = self.tensor_bytes(logits, d);
+                    let gi = self.alloc(p, f, Category::Transient, 1);
+                    self.release(g2);
+                    gi
+                } else {
+                    g2
+                };
+                self.grad_for(logits, gi);
+            }
+            return;
+        }
+        let fused_parts = matches!(node.op, Op::Sdpa { .. }) && node.inputs.len() == 1;
+        for (i, &t) in node.inputs.iter().enumerate() {
+            if !self.requires_grad[t] || g.tensors[t].elem != Elem::Float {
+                continue;
+            }
+            if node.inputs[..i].contains(&t) {
+                continue;
+            }
+            let d = self.dtypes[t];
+            let cast = r.casts.iter().find(|c| c.0 == i).map(|c| c.1);
+            let (ps, fx) = self.tensor_bytes(t, cast.unwrap_or(d));
+            let mut gi = self.alloc(ps, fx, Category::Transient, 1);
+            if fused_parts {
+                // dq, dk, dv are separate; the split's backward concatenates them.
+                let whole = self.alloc(ps, fx, Category::Transient, 1);
+                self.release(gi);
+                gi = whole;
+            }
+            if cast.is_some() {
+                let (ps, fx) = self.tensor_bytes(t, d);
+                let back = self.alloc(ps, fx, Category::Transient, 1);
+                self.release(gi);
+                gi = back;
+            }
+            self.grad_for(t, gi);
+        }
+    }
+
+    fn emit_param_grads(&mut self, n: usize, r: &Rule, first_micro: bool) {
+        let g = self.g;
+        let node = &g.nodes[n];
+        let pd = self.prec.param_dtype();
+        for &p in &node.params {
+            let bytes = g.params[p].elems * pd.size();
+            let low = if r.casts_params {
+                let lb = g.params[p].elems * self.prec.compute_dtype().size();
+                Some(self.alloc(0, lb, Category::Transient, 1))
+            } else {
+                None
+            };
+            if first_micro && self.param_grad[p].is_none() {
+                let b = self.alloc(0, bytes, Category::Gradients, 1);
+                self.param_grad[p] = Some(b);
+            } else {
+                let b = self.alloc(0, bytes, Category::Transient, 1);
+                self.release(b);
+            }
+            if let Some(l) = low {
+                self.release(l);
+            }
+        }
+    }
+
+    fn micro_step(&mut self, micro: u16) {
+        let g = self.g;
+        self.micro = micro;
+        self.phase = Phase::Forward;
+        let consumers = self.consumers.clone();
+        let count = g.nodes.len();
+        let mut block_start: Option<u32> = None;
+        for n in 0..count {
+            let block = g.nodes[n].block;
+            if self.ckpt && block.is_some() && block != block_start {
+                block_start = block;
+                if let Some(b) = block {
+                    // The checkpoint keeps the block's inputs for the recomputation.
+                    let ins = self.block_external_inputs(b);
+                    for &b in &ins {
+                        self.retain(b);
+                    }
+                    self.block_inputs[b as usize] = ins;
+                }
+            }
+            let keep = !self.in_ckpt_block(n);
+            self.forward_node(n, keep, &consumers);
+        }
+        // Autocast exits: its weight cache is dropped.
+        self.node = NO_NODE;
+        for b in std::mem::take(&mut self.cache_refs) {
+            self.release(b);
+        }
+        for p in 0..self.param_cast.len() {
+            self.param_cast[p] = None;
+        }
+        self.phase = Phase::Backward;
+        let first = micro == 0;
+        let mut n = count;
+        while n > 0 {
+            n -= 1;
+            if let Some(b) = g.nodes[n].block
+                && self.ckpt
+                && (n + 1 == count || g.nodes[n + 1].block != Some(b))
+            {
+                self.recompute_block(b);
+            }
+            self.backward_node(n, first);
+            if let Some(b) = g.nodes[n].block
+                && self.ckpt
+                && (n == 0 || g.nodes[n - 1].block != Some(b))
+            {
+                for buf in std::mem::take(&mut self.block_inputs[b as usize]) {
+                    self.release(buf);
+                }
+            }
+        }
+        self.node = NO_NODE;
+        for b in std::mem::take(&mut self.pinned) {
+            self.release(b);
+        }
+        for t in 0..self.gbuf.len() {
+            if let Some(b) = self.gbuf[t].take() {
+                self.release(b);
+            }
+        }
+    }
+
+    fn block_nodes(&self, b: u32) -> std::ops::Range<usize> {
+        let nodes = &self.g.nodes;
+        let start = nodes.iter().position(|n| n.block == Some(b)).unwrap_or(0);
+        let end = nodes
+            .iter()
+            .rposition(|n| n.block == Some(b))
+            .map_or(start, |e| e + 1);
+        start..end
+    }
+
+    fn block_external_inputs(&self, b: u32) -> Vec<u32> {
+        let range = self.block_nodes(b);
+        let mut out = Vec::new();
+        for n in range.clone() {
+            for &t in &self.g.nodes[n].inputs {
+                let produced_inside = self.g.nodes[range.clone()].iter().any(|m| m.output == t);
+                if !produced_inside
+                    && let Some(buf) = self.tbuf[t]
+                    && !out.contains(&buf)
+                {
+                    out.push(buf);
+                }
+            }
+        }
+        out
+    }
+
+    fn recompute_block(&mut self, b: u32) {
+        let range = self.block_nodes(b);
+        let mut consumers = vec![0u32; self.g.tensors.len()];
+        for n in range.clone() {
+            for &t in &self.g.nodes[n].inputs {
+                consumers[t] += 1;
+            }
+        }
+        let phase = self.phase;
+        self.recomputing = true;
+        for n in range.clone() {
+            // Inputs from outside the block are held by the checkpoint: give the
+            // consumers' releases something to release.
+            for &t in &self.g.nodes[n].inputs {
+                let inside = self.g.nodes[range.clone()].iter().any(|m| m.output == t);
+                if !inside && let Some(buf) = self.tbuf[t] {
+                    self.retain(buf);
+                }
+            }
+            self.forward_node(n, true, &consumers);
+        }
+        self.node = NO_NODE;
+        for buf in std::mem::take(&mut self.cache_refs) {
+            self.release(buf);
+        }
+        for p in 0..self.param_cast.len() {
+            self.param_cast[p] = None;
+        }
+        self.phase = phase;
+        self.recomputing = false;
+    }
+
+    fn optimizer_step(&mut self, create_state: bool) {
+        self.phase = Phase::Optimizer;
+        self.node = NO_NODE;
+        let g = self.g;
+        let pd = self.prec.param_dtype();
+        let opt = self.cfg.optimizer;
+        if create_state {
+            for p in &g.params {
+                let bytes = p.elems * pd.size();
+                match opt {
+                    Optimizer::Sgd => {}
+                    Optimizer::SgdMomentum => {
+                        let b = self.alloc(0, bytes, Category::OptimizerState, 1);
+                        self.opt_state.push(b);
+                    }
+                    Optimizer::Adam | Optimizer::AdamW => {
+                        for _ in 0..2 {
+                            let b = self.alloc(0, bytes, Category::OptimizerState, 1);
+                            self.opt_state.push(b);
+                        }
+                    }
+                    Optimizer::Adafactor => {
+                        let parts: Vec<u64> = match p.matrix {
+                            Some((r, c)) => vec![p.elems / c, p.elems / r],
+                            None => vec![p.elems],
+                        };
+                        for e in parts {
+                            let b = self.alloc(0, e * pd.size(), Category::OptimizerState, 1);
+                            self.opt_state.push(b);
+                        }
+                    }
+                    Optimizer::Adam8bit => {
+                        // Two uint8 states plus one fp32 absmax per 2048-element block each;
+                        // bitsandbytes keeps tensors under 4096 elements in 32-bit.
+                        let per = if p.elems < 4096 {
+                            8 * p.elems
+                        } else {
+                            2 * p.elems + 2 * 4 * p.elems.div_ceil(2048)
+                        };
+                        let b = self.alloc(0, per, Category::OptimizerState, 1);
+                        self.opt_state.push(b);
+                    }
+                }
+            }
+        }
+        // foreach temporaries.
+        let mut temps = Vec::new();
+        match opt {
+            Optimizer::Adam | Optimizer::AdamW => {
+                for p in &g.params {
+                    temps.push(self.alloc(0, p.elems * pd.size(), Category::Transient, 1));
+                }
+            }
+            Optimizer::Adafactor => {
+                // Matrices: `row_var @ col_var` estimates (one per matrix) at once;
+                // vectors: grads² then clones of the variances.
+                for p in g.params.iter().filter(|p| p.matrix.is_some()) {
+                    temps.push(self.alloc(0, p.elems * pd.size(), Category::Transient, 1));
+                }
+                for b in std::mem::take(&mut temps) {
+                    self.release(b);
+                }
+                for p in g.params.iter().filter(|p| p.matrix.is_none()) {
+                    temps.push(self.alloc(0, p.elems * pd.size(), Category::Transient, 1));
+                }
+            }
+            _ => {}
+        }
+        for b in temps {
+            self.release(b);
+        }
+    }
+
+    fn step(&mut self, create_state: bool) {
+        self.phase = Phase::ZeroGrad;
+        self.node = NO_NODE;
+        for p in 0..self.param_grad.len() {
+            if let Some(b) = self.param_grad[p].take() {
+                self.release(b);
+            }
+        }
+        let micros = self.cfg.accum.min(2) as u16;
+        for m in 0..micros {
+            self.micro_step(m);
+        }
+        self.optimizer_step(create_state);
+    }
+}
+
+impl Events {
+    /// Checks that every buffer is allocated once and freed at most once, after its
+    /// allocation (a simulation bug otherwise).
+    pub fn check(&self) -> Result<(), String> {
+        let mut state = vec![0u8; self.buffers.len()];
+        for (i, e) in self.events.iter().enumerate() {
+            let s = &mut state[e.buffer as usize];
+            match (e.alloc, *s) {
+                (true, 0) => *s = 1,
+                (false, 1) => *s = 2,
+                _ => {
+                    return Err(format!(
+                        "event {i}: buffer {} {} in state {s} (node {})",
+                        e.buffer,
+                        if e.alloc { "allocated" } else { "freed" },
+                        self.node_names
+                            .get(e.node as usize)
+                            .map_or("-", |n| n.as_str())
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Assigns dtypes and rules to every node.
+fn annotate(g: &Graph, prec: Precision) -> (Vec<DType>, Vec<Rule>) {
+    let mut dtypes = vec![prec.param_dtype(); g.tensors.len()];
+    let mut rules = Vec::with_capacity(g.nodes.len());
+    for node in &g.nodes {
+        let ins: Vec<DType> = node.inputs.iter().map(|&t| dtypes[t]).collect();
+        let r = rule(g, node, &ins, prec);
+        dtypes[node.output] = if g.tensors[node.output].elem == Elem::Int64 {
+            DType::I64
+        } else {
+            r.out_dtype
+        };
+        rules.push(r);
+    }
+    (dtypes, rules)
+}
+
+/// Generates the events for `g` under `cfg` (the batch size is not used here).
+pub fn generate(g: &Graph, cfg: &TrainConfig, k: &Constants) -> Events {
+    let (dtypes, rules) = annotate(g, cfg.precision);
+    let mut consumers = vec![0u32; g.tensors.len()];
+    for node in &g.nodes {
+        for &t in &node.inputs {
+            consumers[t] += 1;
+        }
+    }
+    let mut requires_grad = vec![false; g.tensors.len()];
+    for node in &g.nodes {
+        let rg = !node.params.is_empty() || node.inputs.iter().any(|&t| requires_grad[t]);
+        requires_grad[node.output] = rg && g.tensors[node.output].elem == Elem::Float;
+    }
+    let mut sim = Sim {
+        g,
+        prec: cfg.precision,
+        cfg: *cfg,
+        buffers: Vec::new(),
+        events: Vec::new(),
+        refs: Vec::new(),
+        phase: Phase::Setup,
+        micro: 0,
+        node: NO_NODE,
+        tbuf: vec![None; g.tensors.len()],
+        dtypes,
+        rules,
+        consumers,
+        requires_grad,
+        saved: vec![Vec::new(); g.nodes.len()],
+        gbuf: vec![None; g.tensors.len()],
+        param_grad: vec![None; g.params.len()],
+        param_cast: vec![None; g.params.len()],
+        param_bufs: Vec::new(),
+        opt_state: Vec::new(),
+        cache_refs: Vec::new(),
+        pinned: Vec::new(),
+        ckpt: cfg.checkpointing,
+        block_inputs: vec![Vec::new(); g.block_count() as usize],
+        model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
+        recomputing: false,
+    };
+    let pd = cfg.precision.param_dtype();
+    for p in &g.params {
+        let b = sim.alloc(0, p.elems * pd.size(), Category::Parameters, 1);
+        sim.param_bufs.push(b);
+    }
+    sim.step(true);
+    // cuBLAS workspace: created with the first matmul, kept for the process.
+    if k.cublas_workspace > 0 {
+        sim.phase = Phase::Setup;
+        sim.alloc(0, k.cublas_workspace, Category::Transient, 1);
+    }
+    let measured_start = sim.events.len();
+    sim.step(false);
+    let node_names = g.nodes.iter().map(|n| n.name.clone()).collect();
+    Events {
+        buffers: sim.buffers,
+        events: sim.events,
+        measured_start,
+        node_names,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::families::transformer::AttnImpl;
+    use crate::model::preset::builtin_presets;
+    use crate::plan::config::{Attention, Optimizer, Precision};
+
+    #[test]
+    fn every_preset_gives_consistent_events() {
+        for p in builtin_presets().expect("presets parse") {
+            let size = p.default_size().min(256);
+            let size = if p.input.is_tokens() {
+                size
+            } else {
+                224.max(size)
+            };
+            let g = match p.build(size, AttnImpl::Sdpa) {
+                Ok(g) => g,
+                Err(e) => panic!("{}: {e}", p.id),
+            };
+            for prec in Precision::ALL {
+                for ckpt in [false, true] {
+                    for accum in [1, 3] {
+                        let cfg = TrainConfig {
+                            precision: prec,
+                            checkpointing: ckpt,
+                            accum,
+                            optimizer: Optimizer::AdamW,
+                            attention: Attention::Sdpa,
+                            ..TrainConfig::default()
+                        };
+                        let ev = generate(&g, &cfg, &Constants::default());
+                        if let Err(e) = ev.check() {
+                            panic!("{} {prec} ckpt={ckpt} accum={accum}: {e}", p.id);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

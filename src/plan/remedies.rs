@@ -1,0 +1,137 @@
+//! What-if remedies from the seed articles: each is a change of the training config,
+//! planned for real and compared with the current plan.
+
+use serde::Serialize;
+
+use super::config::{AllocatorConfig, Attention, Optimizer, Precision, TrainConfig};
+use super::search::Budget;
+use super::{PlanError, Planner};
+use crate::model::Preset;
+use crate::units::Bytes;
+
+/// A remedy and what it would give.
+#[derive(Debug, Clone, Serialize)]
+pub struct Remedy {
+    pub name: &'static str,
+    /// One sentence: what changes.
+    pub description: String,
+    /// The config with the remedy applied.
+    pub config: TrainConfig,
+    pub peak_allocated: Bytes,
+    pub nvidia_smi: Bytes,
+    /// Bytes saved against the current nvidia-smi figure (negative = costs more).
+    pub saving: i64,
+    pub fits: bool,
+}
+
+fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, String, TrainConfig)> {
+    let mut out = Vec::new();
+    if cfg.precision == Precision::Fp32 {
+        let mut c = *cfg;
+        c.precision = Precision::AmpBf16;
+        out.push((
+            "AMP (bf16 autocast)",
+            "Run matmuls and convolutions in bf16 under torch.autocast; weights stay fp32."
+                .to_string(),
+            c,
+        ));
+    }
+    if cfg.precision != Precision::Bf16 {
+        let mut c = *cfg;
+        c.precision = Precision::Bf16;
+        out.push((
+            "Pure bf16",
+            "model.to(torch.bfloat16): weights, gradients and optimizer state in bf16 (no fp32 master copy)."
+                .to_string(),
+            c,
+        ));
+    }
+    if cfg.batch > 1 {
+        let mut c = *cfg;
+        c.batch = cfg.batch.div_ceil(2);
+        c.accum = cfg.accum.saturating_mul(2);
+        out.push((
+            "Half micro-batch + 2× accumulation",
+            format!(
+                "Micro-batch {} with {} accumulation steps keeps the effective batch at {}.",
+                c.batch,
+                c.accum,
+                c.effective_batch()
+            ),
+            c,
+        ));
+    }
+    if !cfg.checkpointing {
+        let mut c = *cfg;
+        c.checkpointing = true;
+        out.push((
+            "Activation checkpointing",
+            "Keep only each block's input; recompute the block in backward (~30 % more compute)."
+                .to_string(),
+            c,
+        ));
+    }
+    if matches!(cfg.optimizer, Optimizer::Adam | Optimizer::AdamW) {
+        let mut c = *cfg;
+        c.optimizer = Optimizer::Adam8bit;
+        out.push((
+            "8-bit Adam",
+            "bitsandbytes Adam8bit: optimizer state in 2 bytes per parameter instead of 8."
+                .to_string(),
+            c,
+        ));
+        let mut c = *cfg;
+        c.optimizer = Optimizer::SgdMomentum;
+        out.push((
+            "SGD + momentum instead of Adam",
+            "One state tensor instead of two and no foreach temporary.".to_string(),
+            c,
+        ));
+    }
+    if is_tokens && cfg.attention == Attention::Eager {
+        let mut c = *cfg;
+        c.attention = Attention::Sdpa;
+        out.push((
+            "SDPA / flash attention",
+            "attn_implementation=\"sdpa\": no seq×seq attention matrix is stored.".to_string(),
+            c,
+        ));
+    }
+    if !cfg.allocator.expandable_segments {
+        let mut c = *cfg;
+        c.allocator = AllocatorConfig {
+            expandable_segments: true,
+            max_split_size_mb: None,
+        };
+        out.push((
+            "expandable_segments",
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes most fragmentation (reserved − allocated)."
+                .to_string(),
+            c,
+        ));
+    }
+    out
+}
+
+/// Plans every applicable remedy for `cfg` against `budget`.
+pub fn remedies(
+    preset: &Preset,
+    cfg: &TrainConfig,
+    budget: Budget,
+) -> Result<Vec<Remedy>, PlanError> {
+    let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
+    let mut out = Vec::new();
+    for (name, description, c) in candidates(cfg, preset.input.is_tokens()) {
+        let p = Planner::new(preset, &c)?.peaks(c.batch)?;
+        out.push(Remedy {
+            name,
+            description,
+            config: c,
+            peak_allocated: p.allocated,
+            nvidia_smi: p.nvidia_smi,
+            saving: base.nvidia_smi.0 as i64 - p.nvidia_smi.0 as i64,
+            fits: budget.fits(&p),
+        });
+    }
+    Ok(out)
+}
