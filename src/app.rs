@@ -1,6 +1,356 @@
-//! The eframe application (planner GUI).
+//! The eframe application: the planner GUI.
+//!
+//! [`VramApp`] holds the persisted [`PlannerState`] and, beside it, the runtime caches
+//! ([`Derived`]), the GPU detected at start-up and the file dialogs. Each frame the
+//! panels draw and return [`Command`]s; the app applies them and replans in the same
+//! frame (the left panel's change is applied before the answer is drawn).
 
-/// Opens the GUI window.
+use std::path::PathBuf;
+
+use egui::{RichText, Ui};
+
+use crate::gpu::{self, DetectedGpu};
+use crate::model::Preset;
+use crate::ui::derived::TargetKind;
+use crate::ui::inputs::{Message, inputs_ui};
+use crate::ui::{
+    Command, Derived, GpuChoice, PlannerState, answer, breakdown, plots, remedies, style, tips,
+};
+
+/// Save dialog: suggested file name → chosen path (`None`: cancelled or no dialog).
+pub type SaveDialog = Box<dyn FnMut(&str) -> Option<PathBuf>>;
+/// Open dialog → chosen path.
+pub type OpenDialog = Box<dyn FnMut() -> Option<PathBuf>>;
+/// GPU detection (NVML in the real app).
+pub type Detector = Box<dyn FnMut() -> Option<DetectedGpu>>;
+
+fn rfd_save(name: &str) -> Option<PathBuf> {
+    rfd::FileDialog::new()
+        .set_title("Save preset")
+        .set_file_name(name)
+        .add_filter("preset JSON", &["json"])
+        .save_file()
+}
+
+fn rfd_open() -> Option<PathBuf> {
+    rfd::FileDialog::new()
+        .set_title("Open preset")
+        .add_filter("preset JSON", &["json"])
+        .pick_file()
+}
+
+/// The planner application.
+pub struct VramApp {
+    /// What the user chose; persisted.
+    pub state: PlannerState,
+    derived: Derived,
+    message: Option<Message>,
+    save_dialog: SaveDialog,
+    open_dialog: OpenDialog,
+    detector: Detector,
+    style_applied: bool,
+}
+
+impl VramApp {
+    /// The real app: restores persisted state and asks NVML for a GPU (once).
+    pub fn new(cc: &eframe::CreationContext<'_>) -> VramApp {
+        let loaded = cc
+            .storage
+            .and_then(|s| eframe::get_value::<PlannerState>(s, eframe::APP_KEY));
+        let mut app = VramApp::with_state(PlannerState::from_persisted(loaded), gpu::detect());
+        style::apply(&cc.egui_ctx);
+        app.style_applied = true;
+        app
+    }
+
+    /// An app without eframe, storage, NVML or dialogs (dialogs return `None`, as rfd
+    /// does with no portal or zenity). For tests and screenshots.
+    pub fn new_for_test(detected: Option<DetectedGpu>) -> VramApp {
+        let mut app = VramApp::with_state(PlannerState::default(), detected.clone());
+        app.save_dialog = Box::new(|_| None);
+        app.open_dialog = Box::new(|| None);
+        app.detector = Box::new(move || detected.clone());
+        app
+    }
+
+    fn with_state(mut state: PlannerState, detected: Option<DetectedGpu>) -> VramApp {
+        let derived = Derived::new(detected);
+        if !derived.presets.iter().any(|p| p.id == state.preset_id)
+            && let Some(first) = derived.presets.first()
+        {
+            state.preset_id = first.id.clone();
+            state.custom = None;
+        }
+        VramApp {
+            state,
+            derived,
+            message: None,
+            save_dialog: Box::new(rfd_save),
+            open_dialog: Box::new(rfd_open),
+            detector: Box::new(gpu::detect),
+            style_applied: false,
+        }
+    }
+
+    /// Replaces the file dialogs (tests).
+    pub fn set_dialogs(&mut self, save: SaveDialog, open: OpenDialog) {
+        self.save_dialog = save;
+        self.open_dialog = open;
+    }
+
+    /// The derived results as last computed (tests compare them with the core).
+    pub fn derived(&self) -> &Derived {
+        &self.derived
+    }
+
+    /// The status message under the preset buttons, if any.
+    pub fn message(&self) -> Option<&Message> {
+        self.message.as_ref()
+    }
+
+    /// Applies one command to the state. Planning happens in the next `refresh`.
+    pub fn apply(&mut self, cmd: Command, ctx: &egui::Context) {
+        let s = &mut self.state;
+        match cmd {
+            Command::SelectPreset(id) => {
+                s.preset_id = id;
+                s.custom = None;
+                s.config.size = None;
+            }
+            Command::SetCustom(doc) => s.custom = Some(doc),
+            Command::ResetCustom => s.custom = None,
+            Command::SetSearch(t) => s.search = t,
+            Command::SetFamilyFilter(f) => s.family_filter = f,
+            Command::SetConfig(c) | Command::ApplyRemedy(c) => s.config = c,
+            Command::SetGpu(g) => s.gpu = g,
+            Command::SetMarginPct(m) => s.margin_pct = m.clamp(0.0, 50.0),
+            Command::SetUseFreeMemory(b) => s.use_free_memory = b,
+            Command::RefreshGpu => {
+                self.derived.detected = (self.detector)();
+                if self.derived.detected.is_none() && s.gpu == GpuChoice::Detected {
+                    self.message = Some(Message {
+                        text: "No NVIDIA GPU detected (NVML unavailable).".into(),
+                        is_error: false,
+                    });
+                }
+            }
+            Command::SavePreset => self.save_preset(ctx),
+            Command::OpenPreset => self.open_preset(),
+            Command::DismissMessage => self.message = None,
+        }
+    }
+
+    fn save_preset(&mut self, ctx: &egui::Context) {
+        let preset = match self.derived.preset() {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                self.message = Some(Message {
+                    text: format!("Cannot save: the model is invalid ({e})"),
+                    is_error: true,
+                });
+                return;
+            }
+        };
+        let json = preset.to_json();
+        self.message = Some(match (self.save_dialog)(&format!("{}.json", preset.id)) {
+            Some(path) => match std::fs::write(&path, &json) {
+                Ok(()) => Message {
+                    text: format!("Saved {}", path.display()),
+                    is_error: false,
+                },
+                Err(e) => Message {
+                    text: format!("Could not write {}: {e}", path.display()),
+                    is_error: true,
+                },
+            },
+            None => {
+                ctx.copy_text(json);
+                Message {
+                    text: "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity). The preset JSON was copied to the clipboard instead.".into(),
+                    is_error: false,
+                }
+            }
+        });
+    }
+
+    fn open_preset(&mut self) {
+        let Some(path) = (self.open_dialog)() else {
+            self.message = Some(Message {
+                text: "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity). `vramlab plan --model FILE` reads preset files too.".into(),
+                is_error: false,
+            });
+            return;
+        };
+        let loaded = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Preset::from_json(&t).map_err(|e| format!("{e:#}")))
+            .and_then(|p| serde_json::to_value(&p).map_err(|e| e.to_string()));
+        self.message = Some(match loaded {
+            Ok(doc) => {
+                self.state.custom = Some(doc);
+                Message {
+                    text: format!("Opened {}", path.display()),
+                    is_error: false,
+                }
+            }
+            Err(e) => Message {
+                text: format!("Could not open {}: {e}", path.display()),
+                is_error: true,
+            },
+        });
+    }
+
+    /// Draws one frame (what `eframe::App::ui` calls; tests call it directly).
+    pub fn ui(&mut self, ui: &mut Ui) {
+        if !self.style_applied {
+            style::apply(ui.ctx());
+            self.style_applied = true;
+            ui.ctx().request_repaint();
+        }
+        let ctx = ui.ctx().clone();
+        self.derived.refresh(&self.state);
+
+        egui::Panel::top("top_bar").show(ui, |ui| self.top_bar_ui(ui));
+
+        let left = egui::Panel::left("inputs")
+            .resizable(true)
+            .default_size(350.0)
+            .min_size(300.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("inputs_scroll")
+                    .show(ui, |ui| {
+                        inputs_ui(&self.state, &self.derived, self.message.as_ref(), ui)
+                    })
+                    .inner
+            })
+            .inner;
+        if let Some(cmd) = left {
+            self.apply(cmd, &ctx);
+            self.derived.refresh(&self.state);
+        }
+
+        let central = egui::CentralPanel::default()
+            .show(ui, |ui| self.central_ui(ui))
+            .inner;
+        if let Some(cmd) = central {
+            self.apply(cmd, &ctx);
+            self.derived.refresh(&self.state);
+            ctx.request_repaint();
+        }
+    }
+
+    fn top_bar_ui(&self, ui: &mut Ui) {
+        ui.horizontal(|ui| {
+            ui.label(RichText::new("vramlab").size(20.0).strong());
+            ui.label("Will this training step fit on the GPU, and with which batch size?");
+            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                let t = self.derived.target();
+                let text = match (t.kind, &self.derived.detected) {
+                    (TargetKind::Detected, Some(g)) => {
+                        format!("GPU: {} · {} free of {}", g.name, g.free, g.total)
+                    }
+                    (_, Some(g)) => format!("planning for {} · detected {}", t.gpu.name, g.name),
+                    (_, None) => {
+                        format!("No NVIDIA GPU detected — planning against {}", t.gpu.name)
+                    }
+                };
+                ui.label(text);
+            });
+        });
+    }
+
+    fn central_ui(&self, ui: &mut Ui) -> Option<Command> {
+        let mut cmd = None;
+        egui::ScrollArea::vertical()
+            .id_salt("central_scroll")
+            .show(ui, |ui| {
+                if let Some(c) = answer::answer_ui(&self.state, &self.derived, ui) {
+                    cmd = Some(c);
+                }
+                let Some(a) = self.derived.answer() else {
+                    return;
+                };
+                ui.add_space(4.0);
+                let plot_h = ((ui.available_height() - 110.0) / 2.0).clamp(200.0, 420.0);
+                ui.columns(2, |cols| {
+                    let (left, right) = cols.split_at_mut(1);
+                    let l = &mut left[0];
+                    section(l, "Where the memory goes at the peak", tips::NVIDIA_SMI);
+                    breakdown::breakdown_bar_ui(&a.plan, self.derived.target(), l, 96.0);
+                    breakdown::breakdown_table_ui(&a.plan, l);
+                    l.add_space(6.0);
+                    section(
+                        l,
+                        "What if… (remedies, each planned)",
+                        "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
+                    );
+                    if let Some(c) = remedies::remedies_ui(&a.remedies, l) {
+                        cmd = Some(c);
+                    }
+
+                    let r = &mut right[0];
+                    section(
+                        r,
+                        "Memory vs micro-batch size",
+                        "Predicted peaks for every batch size; the verdict uses the nvidia-smi curve.",
+                    );
+                    let max = self
+                        .derived
+                        .max_batch()
+                        .and_then(|m| m.as_ref().ok().copied().flatten());
+                    plots::batch_plot_ui(
+                        self.derived.sweep(),
+                        self.derived.target(),
+                        max,
+                        self.state.config.batch,
+                        a.plan.nvidia_smi_bytes,
+                        r,
+                        plot_h,
+                    );
+                    section(
+                        r,
+                        "One training step: allocated bytes over time",
+                        "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
+                    );
+                    plots::timeline_plot_ui(a, r, plot_h);
+                });
+            });
+        cmd
+    }
+}
+
+fn section(ui: &mut Ui, title: &str, tip: &str) {
+    ui.label(RichText::new(title).heading()).on_hover_text(tip);
+}
+
+impl eframe::App for VramApp {
+    fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
+        VramApp::ui(self, ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, eframe::APP_KEY, &self.state);
+    }
+}
+
+/// Opens the GUI window (1400×900, at least 1000×650; theme follows the system).
 pub fn run_gui() -> anyhow::Result<()> {
-    anyhow::bail!("the GUI is not built yet; use a subcommand (vramlab --help)")
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title("vramlab — GPU memory planner")
+            .with_inner_size([1400.0, 900.0])
+            .with_min_inner_size([1000.0, 650.0]),
+        ..Default::default()
+    };
+    eframe::run_native(
+        "vramlab",
+        options,
+        Box::new(|cc| Ok(Box::new(VramApp::new(cc)))),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "could not open the window: {e} (no display? every feature is also a subcommand: vramlab --help)"
+        )
+    })
 }

@@ -35,6 +35,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare the planner with measured runs (JSON lines from tools/torch_runner.py).
+    Validate {
+        /// Measurement files.
+        files: Vec<std::path::PathBuf>,
+        /// Print a markdown table.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Time the planner itself (planning speed benchmark).
     BenchPlan {
         #[arg(long, default_value = "Llama-2-7b-hf")]
@@ -165,6 +173,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
         Command::Plan(a) => cmd_plan(a, out),
         Command::MaxBatch(a) => cmd_max_batch(a, out),
         Command::Presets { json } => cmd_presets(json, out),
+        Command::Validate { files, markdown } => cmd_validate(&files, markdown, out),
         Command::BenchPlan {
             model,
             sweep_to,
@@ -463,6 +472,39 @@ fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Res
             out,
             "  sweep 1..={sweep_to} ({points} points) + max-batch: {sweep_ms:.2} ms"
         )?;
+    }
+    Ok(())
+}
+
+fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Write) -> Result<()> {
+    if files.is_empty() {
+        bail!("validate: give one or more measurement files (JSON lines)");
+    }
+    let mut measured = Vec::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        measured.extend(crate::validate::parse_lines(&text));
+    }
+    let rows = crate::validate::compare(&measured)?;
+    if markdown {
+        write!(out, "{}", crate::validate::markdown(&rows))?;
+    } else {
+        for r in &rows {
+            writeln!(
+                out,
+                "{:<20} {:<40} alloc {:>7.2}/{:>7.2} GiB {:+6.1} %  reserved {:>7.2}/{:>7.2} GiB {:+6.1} %",
+                r.model,
+                r.config,
+                r.measured_allocated as f64 / (1u64 << 30) as f64,
+                r.predicted_allocated as f64 / (1u64 << 30) as f64,
+                r.allocated_error(),
+                r.measured_reserved as f64 / (1u64 << 30) as f64,
+                r.predicted_reserved as f64 / (1u64 << 30) as f64,
+                r.reserved_error()
+            )?;
+        }
+        writeln!(out, "{}", crate::validate::summary(&rows))?;
     }
     Ok(())
 }

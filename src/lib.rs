@@ -4,6 +4,9 @@
 
 pub mod app;
 pub mod cli;
+pub mod gpu;
 pub mod model;
 pub mod plan;
+pub mod ui;
 pub mod units;
+pub mod validate;

@@ -33,6 +33,10 @@ The measured training step (the Rust planner models exactly this loop)
                               # / AdamW(lr=1e-4) / Adafactor(lr=1e-3); foreach etc. left at default
   scaler = torch.amp.GradScaler("cuda")   only for amp-fp16
   for step in range(WARMUP + 1):          # WARMUP = 2; the last step is the measured one
+                                          # (amp-fp16: while every step so far was skipped by the GradScaler
+                                          #  (inf grads at the initial scale 65536), warm-up goes on, at most
+                                          #  16 more steps, so that optimizer state exists before the measured
+                                          #  step; "amp_skipped_steps" records it)
       if step == WARMUP:
           torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
           allocated_start = torch.cuda.memory_allocated()      # params + grads + optimizer state
@@ -84,6 +88,7 @@ PRESET_DIR = os.path.join(ROOT, "presets", "models")
 PARAM_COUNTS_PATH = os.path.join(ROOT, "tests", "data", "param_counts.jsonl")
 
 WARMUP = 2
+AMP_EXTRA_WARMUP = 16  # amp-fp16 only: extra warm-up steps allowed while the GradScaler skips every step
 
 IMAGE_CLASSIFIERS = {"resnet", "efficientnet", "mobilenet_v3", "convnext", "vit"}
 SEGMENTATION = {"deeplabv3", "fcn", "unet"}
@@ -792,8 +797,12 @@ def run_step(model, fam, cfg, preset, dev, record):
     scaler = torch.amp.GradScaler(dev.kind) if precision == "amp-fp16" else None
     t_start = t_end = None
     wall0 = None
-    for step in range(WARMUP + 1):
-        measured = step == WARMUP
+    skipped = []  # amp-fp16: was opt.step() skipped by the GradScaler, per step
+    step = 0
+    while True:
+        # amp-fp16: keep warming up until the GradScaler has let one optimizer step through
+        # (at most AMP_EXTRA_WARMUP more steps), so optimizer state exists before the measured step
+        measured = step >= WARMUP and (scaler is None or not all(skipped) or step >= WARMUP + AMP_EXTRA_WARMUP)
         if measured:
             dev.sync()
             dev.reset_peak()
@@ -823,10 +832,15 @@ def run_step(model, fam, cfg, preset, dev, record):
             record["allocated_after_backward"] = dev.allocated()
             record["peak_after_backward"] = dev.peak()
         if scaler is not None:
-            scaler.step(opt)
+            scale_before = scaler.get_scale()
+            scaler.step(opt)  # skips opt.step() when the grads hold inf/nan
             scaler.update()
+            skipped.append(scaler.get_scale() < scale_before)
         else:
             opt.step()
+        step += 1
+        if measured:
+            break
     if t_end is not None:
         t_end.record()
     dev.sync()
@@ -843,6 +857,8 @@ def run_step(model, fam, cfg, preset, dev, record):
     record["opt_state_bytes"] = int(optimizer_state_bytes(opt))
     if scaler is not None:
         record["grad_scale"] = float(scaler.get_scale())
+        record["amp_skipped_steps"] = skipped  # one bool per step; the last one is the measured step
+    record["steps_run"] = step  # warm-up steps + the measured one
     # free the optimizer/scaler here; grads are cleared by the caller
     del opt, scaler
 
@@ -983,6 +999,8 @@ def cmd_max_batch(args, emit):
 
     lo, hi = 0, None  # lo: largest batch known to fit (0 = none), hi: smallest known to fail
     b = max(1, args.start)
+    if load_preset(base["model"])["family"] == "deeplabv3":
+        b = max(b, 2)  # ASPP pooling branch: BatchNorm on (B, 256, 1, 1) needs B > 1 in training
     try:
         while b <= args.limit:  # exponential growth
             if fits(b):

@@ -94,8 +94,9 @@ pub enum Op {
     Pointwise { f: Pointwise, inplace: bool },
     /// The Hugging Face `NewGELUActivation` ("gelu_new", Python tanh formula).
     GeluNewPython,
-    /// `softmax` over the last dim: autocast fp32; saves its output.
-    Softmax,
+    /// `softmax` over the last dim: autocast fp32; saves its output. `fp32`: called with
+    /// `dtype=torch.float32` (output fp32 whatever the input).
+    Softmax { fp32: bool },
     /// Dropout with probability `p` (train mode): saves a bool mask; `inplace` writes into the input.
     Dropout { p: f64, inplace: bool },
     /// `max_pool2d`: saves input and int64 indices of the output's size.
@@ -120,7 +121,15 @@ pub enum Op {
     Constant,
     /// `scaled_dot_product_attention` with a fused kernel (flash / memory-efficient):
     /// saves q, k, v, the output and the per-row logsumexp.
-    Sdpa { heads: u64, seq: u64, dropout: f64 },
+    /// With fp32 inputs and grouped kv heads no fused kernel applies and PyTorch runs the
+    /// math path (repeated k/v, a materialised seq×seq probability tensor).
+    Sdpa {
+        heads: u64,
+        kv_heads: u64,
+        head_dim: u64,
+        seq: u64,
+        dropout: f64,
+    },
     /// Cross-entropy over `classes` for `rows` positions per sample (log_softmax saves its
     /// fp32 output; Hugging Face LM losses upcast logits with `.float()` first when `upcast`).
     CrossEntropy {

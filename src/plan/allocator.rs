@@ -114,20 +114,17 @@ impl CachingAllocator {
         } else {
             &self.free_large
         };
-        let mut found = None;
-        for &(bsize, _, _, id) in pool.range((size, 0, 0, 0)..) {
-            if !small {
-                // Oversize blocks are kept for requests that are oversize too.
-                if size < max_split && bsize >= max_split {
-                    break;
-                }
-                if size >= max_split && bsize >= size + LARGE_BUFFER {
-                    break;
-                }
-            }
-            found = Some(id);
-            break;
-        }
+        // Best fit: the smallest cached block that is large enough, unless it is an
+        // oversize block reserved for oversize requests.
+        let found = pool
+            .range((size, 0, 0, 0)..)
+            .next()
+            .filter(|&&(bsize, ..)| {
+                small
+                    || !((size < max_split && bsize >= max_split)
+                        || (size >= max_split && bsize >= size + LARGE_BUFFER))
+            })
+            .map(|&(.., id)| id);
         let id = match found {
             Some(id) => {
                 self.remove_free(id);

@@ -338,11 +338,11 @@ impl<'g> Sim<'g> {
                 self.release(b);
             }
         }
-        if node.op == Op::Input {
-            if let Some(b) = out_buf {
-                self.retain(b);
-                self.pinned.push(b);
-            }
+        if node.op == Op::Input
+            && let Some(b) = out_buf
+        {
+            self.retain(b);
+            self.pinned.push(b);
         }
     }
 

@@ -39,7 +39,7 @@ pub enum PlanError {
 
 /// Measured per-process CUDA context + library handles beyond PyTorch's reserved bytes
 /// (H200, driver 580, CUDA 13, PyTorch 2.11; see `tests/data/`).
-pub const DEFAULT_CUDA_CONTEXT: Bytes = Bytes(816 << 20);
+pub const DEFAULT_CUDA_CONTEXT: Bytes = Bytes(782 << 20);
 
 /// One point of the predicted allocated-bytes timeline of the measured step.
 #[derive(Debug, Clone, Serialize)]

@@ -195,10 +195,10 @@ pub fn rule(g: &Graph, node: &Node, inputs: &[DType], prec: Precision) -> Rule {
             r.extras.push(temp(out_elems, wide));
             r
         }
-        Op::Softmax => {
-            let out = if amp { DType::F32 } else { in0 };
+        Op::Softmax { fp32 } => {
+            let out = if amp || *fp32 { DType::F32 } else { in0 };
             let mut r = Rule::new(out);
-            if amp && in0 != DType::F32 {
+            if out == DType::F32 && in0 != DType::F32 {
                 r.extras.push(temp(in_elems(0), DType::F32));
             }
             r.saves_output = true;
@@ -243,6 +243,26 @@ pub fn rule(g: &Graph, node: &Node, inputs: &[DType], prec: Precision) -> Rule {
             let mut r = Rule::new(out);
             r.extras.push(temp(out_elems, out));
             r.extras.push(temp(out_elems, in0));
+            r
+        }
+        Op::Sdpa {
+            heads,
+            kv_heads,
+            head_dim,
+            seq,
+            ..
+        } if heads != kv_heads && !amp && in0 == DType::F32 => {
+            // Math fallback (`_scaled_dot_product_attention_math`): q·√scale, k repeated
+            // then ·√scale, v repeated, and the softmax probabilities are saved.
+            let qkv = heads * seq * head_dim;
+            let probs = heads * seq * seq;
+            let mut r = Rule::new(DType::F32);
+            r.extras.push(extra(qkv, DType::F32));
+            r.extras.push(extra(qkv, DType::F32));
+            r.extras.push(extra(qkv, DType::F32));
+            r.extras.push(extra(probs, DType::F32));
+            r.extras.push(temp(qkv, DType::F32));
+            r.bwd_transient = 2 * probs;
             r
         }
         Op::Sdpa { heads, seq, .. } => {

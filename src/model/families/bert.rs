@@ -34,7 +34,7 @@ impl BertParams {
             self.max_position_embeddings,
         )?;
         check_positive("params.type_vocab_size", self.type_vocab_size)?;
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(ModelError::Invalid {
                 field: "params.num_attention_heads".into(),
                 reason: format!(
@@ -94,6 +94,7 @@ pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
         kv_heads: p.num_attention_heads,
         head_dim: c / p.num_attention_heads,
         dropout: p.attention_probs_dropout_prob,
+        softmax_fp32: false,
         causal: false,
     };
     for l in 0..p.num_hidden_layers {

@@ -36,7 +36,7 @@ impl Gpt2Params {
         if let Some(n) = self.n_inner {
             check_positive("params.n_inner", n)?;
         }
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(ModelError::Invalid {
                 field: "params.n_head".into(),
                 reason: format!(
@@ -89,6 +89,7 @@ pub fn build(p: &Gpt2Params, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
         kv_heads: p.n_head,
         head_dim: c / p.n_head,
         dropout: p.attn_pdrop,
+        softmax_fp32: false,
         causal: true,
     };
     for l in 0..p.n_layer {

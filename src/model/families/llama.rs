@@ -34,7 +34,7 @@ impl LlamaParams {
             "params.max_position_embeddings",
             self.max_position_embeddings,
         )?;
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(ModelError::Invalid {
                 field: "params.num_attention_heads".into(),
                 reason: format!(
@@ -43,7 +43,10 @@ impl LlamaParams {
                 ),
             });
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             return Err(ModelError::Invalid {
                 field: "params.num_key_value_heads".into(),
                 reason: format!(
@@ -87,6 +90,7 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
         kv_heads: p.num_key_value_heads,
         head_dim: hd,
         dropout: p.attention_dropout,
+        softmax_fp32: true,
         causal: true,
     };
     for l in 0..p.num_hidden_layers {

@@ -21,6 +21,8 @@ pub struct AttnShape {
     pub head_dim: u64,
     pub dropout: f64,
     pub causal: bool,
+    /// Eager softmax called with `dtype=torch.float32` (Llama) rather than in the input dtype.
+    pub softmax_fp32: bool,
 }
 
 /// `nn.LayerNorm` over the last dim of `rows` rows, with weight and bias.
@@ -48,6 +50,8 @@ pub fn attention(
             b.op(
                 Op::Sdpa {
                     heads: a.heads,
+                    kv_heads: a.kv_heads,
+                    head_dim: a.head_dim,
                     seq: a.seq,
                     dropout: a.dropout,
                 },
@@ -81,7 +85,11 @@ pub fn attention(
             } else {
                 s
             };
-            let p = b.op(Op::Softmax, &[s], scores, &[], &format!("{name}.softmax"));
+            let p = b.op(
+                Op::Softmax {
+                    fp32: a.softmax_fp32,
+                },
+                &[s], scores, &[], &format!("{name}.softmax"));
             let p = b.op(
                 Op::ToComputeDtype,
                 &[p],

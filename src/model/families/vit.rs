@@ -29,7 +29,7 @@ impl VitParams {
         check_positive("params.hidden_dim", self.hidden_dim)?;
         check_positive("params.mlp_dim", self.mlp_dim)?;
         check_positive("params.num_classes", self.num_classes)?;
-        if self.hidden_dim % self.num_heads != 0 {
+        if !self.hidden_dim.is_multiple_of(self.num_heads) {
             return Err(ModelError::Invalid {
                 field: "params.num_heads".into(),
                 reason: format!(
@@ -45,7 +45,7 @@ impl VitParams {
 
 /// Builds a ViT for `image`×`image` inputs.
 pub fn build(p: &VitParams, image: u64, channels: u64) -> Result<Graph, ModelError> {
-    if image % p.patch_size != 0 {
+    if !image.is_multiple_of(p.patch_size) {
         return Err(ModelError::Invalid {
             field: "image_size".into(),
             reason: format!(
@@ -90,6 +90,7 @@ pub fn build(p: &VitParams, image: u64, channels: u64) -> Result<Graph, ModelErr
         kv_heads: p.num_heads,
         head_dim: d / p.num_heads,
         dropout: p.attention_dropout,
+        softmax_fp32: false,
         causal: false,
     };
     for l in 0..p.num_layers {

@@ -1,0 +1,50 @@
+//! The planner GUI's panels. Each panel draws state and derived results and returns an
+//! optional [`Command`]; `app.rs` applies commands once per frame. Panels never block
+//! and never plan: planning happens in [`derived::Derived::refresh`].
+
+pub mod answer;
+pub mod breakdown;
+pub mod custom;
+pub mod derived;
+pub mod inputs;
+pub mod plots;
+pub mod remedies;
+pub mod state;
+pub mod style;
+pub mod tips;
+
+use crate::plan::TrainConfig;
+
+pub use derived::Derived;
+pub use state::{GpuChoice, PlannerState};
+
+/// A change requested by a panel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Select a built-in preset by id (drops any custom model).
+    SelectPreset(String),
+    /// Replace the custom model by this preset document (`id` = "custom").
+    SetCustom(serde_json::Value),
+    /// Go back from the custom model to the preset it was made from.
+    ResetCustom,
+    SetSearch(String),
+    SetFamilyFilter(Option<String>),
+    /// New training configuration (batch, precision, …).
+    SetConfig(TrainConfig),
+    /// A remedy's configuration (same effect as `SetConfig`, kept apart for clarity).
+    ApplyRemedy(TrainConfig),
+    SetGpu(GpuChoice),
+    /// Safety margin in percent of the GPU's capacity.
+    SetMarginPct(f64),
+    SetUseFreeMemory(bool),
+    /// Re-query NVML.
+    RefreshGpu,
+    SavePreset,
+    OpenPreset,
+    DismissMessage,
+}
+
+/// Sets `slot` to `cmd` (the last change of a frame wins; users change one widget at a time).
+pub(crate) fn emit(slot: &mut Option<Command>, cmd: Command) {
+    *slot = Some(cmd);
+}

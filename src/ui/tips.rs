@@ -1,0 +1,22 @@
+//! One-sentence explanations shown as tooltips.
+
+pub const ALLOCATED: &str = "Allocated: bytes held by live tensors, what torch.cuda.max_memory_allocated() reports at the peak of the step.";
+pub const RESERVED: &str = "Reserved: memory PyTorch's caching allocator has taken from the driver (torch.cuda.max_memory_reserved()); it is larger than allocated because blocks are rounded up and freed blocks stay cached in segments for reuse, which fragments them.";
+pub const NVIDIA_SMI: &str = "nvidia-smi: what the driver shows for the process, reserved memory plus the CUDA context; this is what must fit on the GPU.";
+pub const CUDA_CONTEXT: &str = "CUDA context: a fixed per-process cost (driver state, kernels, cuBLAS/cuDNN handles) that PyTorch never reports but nvidia-smi does.";
+pub const ALLOCATOR_OVERHEAD: &str = "Allocator overhead: reserved − allocated, memory cached by the allocator but not holding a tensor at the peak (rounding and fragmentation); expandable_segments shrinks it.";
+pub const ACCUMULATION: &str = "Gradient accumulation runs several micro-batches before each optimizer step: memory follows the micro-batch (plus one set of gradients), while the effective batch is micro-batch × steps.";
+pub const BATCH: &str =
+    "Micro-batch size: samples in one forward/backward pass; activations grow linearly with it.";
+pub const CHECKPOINTING: &str = "Activation checkpointing keeps only each block's input and recomputes the block during backward: much less activation memory for ~30 % more compute.";
+pub const ATTENTION: &str = "Eager attention stores the seq × seq attention probabilities for backward; SDPA (flash / memory-efficient kernels) does not.";
+pub const EXPANDABLE: &str = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow in place instead of caching many fixed-size ones, which removes most fragmentation.";
+pub const PRECISION: &str = "FP32 keeps everything in float32; AMP autocasts matmuls to fp16/bf16 (weights stay fp32, activations shrink); pure BF16 stores weights, gradients and optimizer state in bf16.";
+pub const OPTIMIZER: &str = "Adam/AdamW keep two fp32 states per parameter, SGD with momentum one, plain SGD none; 8-bit Adam stores its states in one byte each.";
+pub const MARGIN: &str = "Safety margin: the share of the GPU kept free for other processes, the display and allocator surprises; the verdict compares against capacity minus this margin.";
+pub const FREE_MEMORY: &str = "Plan against the memory free right now (other processes already use the rest) instead of the whole device.";
+pub const MAX_BATCH: &str =
+    "The largest micro-batch whose predicted nvidia-smi figure stays within the usable capacity.";
+pub const PEAK_PHASE: &str = "Where in the training step memory peaks: forward (activations piling up), backward (gradients appearing while activations are still held) or the optimizer step (its state and temporaries).";
+pub const SIZE: &str = "Sequence length (tokens per sample) or image side in pixels; activations grow with it (attention with seq² when eager).";
+pub const CUSTOM: &str = "Edit the builder parameters of the selected preset; any change makes a custom model named \"custom\" that you can save as a preset file.";
