@@ -228,6 +228,8 @@ impl VramApp {
         if let Some(cmd) = left {
             self.apply(cmd, &ctx);
             self.derived.refresh(&self.state);
+            // The top bar was drawn before the change.
+            ctx.request_repaint();
         }
 
         let central = egui::CentralPanel::default()
@@ -285,7 +287,7 @@ impl VramApp {
                         "What if… (remedies, each planned)",
                         "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
                     );
-                    if let Some(c) = remedies::remedies_ui(&a.remedies, l) {
+                    if let Some(c) = remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, l) {
                         cmd = Some(c);
                     }
 

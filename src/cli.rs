@@ -105,6 +105,9 @@ pub struct PlanArgs {
     /// Micro-batch size.
     #[arg(long)]
     pub batch: u64,
+    /// Include the allocated-bytes timeline of the step in the JSON output.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 #[derive(Debug, Args)]
@@ -202,7 +205,9 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     if a.train.json {
         let mut v = serde_json::to_value(&plan)?;
         if let Some(o) = v.as_object_mut() {
-            o.remove("timeline");
+            if !a.timeline {
+                o.remove("timeline");
+            }
             let breakdown: serde_json::Map<String, serde_json::Value> = plan
                 .breakdown
                 .iter()

@@ -117,6 +117,11 @@ pub enum Op {
     /// Rotary position embedding `(x * cos) + (rotate_half(x) * sin)`: a new tensor, nothing
     /// per-sample saved (cos/sin do not need gradients), two input-sized temporaries.
     Rope,
+    /// Hugging Face `DynamicCache.update` in training (`use_cache=True` unless gradient
+    /// checkpointing is on): `torch.cat([empty, x])` copies K or V; the copy is held by
+    /// `out.past_key_values` until the step's output is dropped. A second input sets the
+    /// dtype (transformers 5.17 creates the value cache in the key's dtype).
+    CacheAppend,
     /// A tensor built inside forward without gradients (an additive attention mask).
     Constant,
     /// `scaled_dot_product_attention` with a fused kernel (flash / memory-efficient):

@@ -338,7 +338,7 @@ impl<'g> Sim<'g> {
                 self.release(b);
             }
         }
-        if node.op == Op::Input
+        if (node.op == Op::Input || (node.op == Op::CacheAppend && !r.alias))
             && let Some(b) = out_buf
         {
             self.retain(b);
@@ -363,7 +363,9 @@ impl<'g> Sim<'g> {
         let has_grad_path = gout.is_some() || node.op == Op::Input;
         let is_loss = matches!(node.op, Op::CrossEntropy { .. });
         if (has_grad_path || is_loss) && node.op != Op::Input {
-            if node.op == Op::View || (r.alias && node.op == Op::ToComputeDtype) {
+            if matches!(node.op, Op::View | Op::CacheAppend)
+                || (r.alias && node.op == Op::ToComputeDtype)
+            {
                 if let (Some(go), Some(&t)) = (gout, node.inputs.first()) {
                     if self.requires_grad[t] {
                         self.grad_for(t, go);
@@ -406,10 +408,24 @@ impl<'g> Sim<'g> {
             let ls = r.extras.iter().rev().find(|e| !e.transient).copied();
             if let Some(ls) = ls {
                 let ps = ls.per_sample * ls.dtype.size();
+                let d = self.dtypes[logits];
+                let upcast = matches!(node.op, Op::CrossEntropy { upcast: true, .. });
                 let g1 = self.alloc(ps, 0, Category::Transient, 1);
+                if d != ls.dtype && !upcast {
+                    // log_softmax backward writes the logits' dtype directly; the saved
+                    // fp32 output is released first (order seen in the allocator trace of
+                    // BERT under autocast, H200, PyTorch 2.11).
+                    for b in std::mem::take(&mut self.saved[n]) {
+                        self.release(b);
+                    }
+                    let (p, f) = self.tensor_bytes(logits, d);
+                    let gi = self.alloc(p, f, Category::Transient, 1);
+                    self.release(g1);
+                    self.grad_for(logits, gi);
+                    return;
+                }
                 let g2 = self.alloc(ps, 0, Category::Transient, 1);
                 self.release(g1);
-                let d = self.dtypes[logits];
                 let gi = if d != ls.dtype {
                     let (p, f) = self.tensor_bytes(logits, d);
                     let gi = self.alloc(p, f, Category::Transient, 1);
@@ -713,12 +729,12 @@ impl Events {
 }
 
 /// Assigns dtypes and rules to every node.
-fn annotate(g: &Graph, prec: Precision) -> (Vec<DType>, Vec<Rule>) {
+fn annotate(g: &Graph, prec: Precision, checkpointing: bool) -> (Vec<DType>, Vec<Rule>) {
     let mut dtypes = vec![prec.param_dtype(); g.tensors.len()];
     let mut rules = Vec::with_capacity(g.nodes.len());
     for node in &g.nodes {
         let ins: Vec<DType> = node.inputs.iter().map(|&t| dtypes[t]).collect();
-        let r = rule(g, node, &ins, prec);
+        let r = rule(g, node, &ins, prec, checkpointing);
         dtypes[node.output] = if g.tensors[node.output].elem == Elem::Int64 {
             DType::I64
         } else {
@@ -731,7 +747,7 @@ fn annotate(g: &Graph, prec: Precision) -> (Vec<DType>, Vec<Rule>) {
 
 /// Generates the events for `g` under `cfg` (the batch size is not used here).
 pub fn generate(g: &Graph, cfg: &TrainConfig, k: &Constants) -> Events {
-    let (dtypes, rules) = annotate(g, cfg.precision);
+    let (dtypes, rules) = annotate(g, cfg.precision, cfg.checkpointing);
     let mut consumers = vec![0u32; g.tensors.len()];
     for node in &g.nodes {
         for &t in &node.inputs {

@@ -82,7 +82,13 @@ fn temp(per_sample: u64, dtype: DType) -> Extra {
 }
 
 /// Computes the rule for `node` given its inputs' dtypes.
-pub fn rule(g: &Graph, node: &Node, inputs: &[DType], prec: Precision) -> Rule {
+pub fn rule(
+    g: &Graph,
+    node: &Node,
+    inputs: &[DType],
+    prec: Precision,
+    checkpointing: bool,
+) -> Rule {
     let pd = prec.param_dtype();
     let lp = prec.compute_dtype();
     let amp = prec.autocast();
@@ -237,6 +243,17 @@ pub fn rule(g: &Graph, node: &Node, inputs: &[DType], prec: Precision) -> Rule {
             r
         }
         Op::Copy => Rule::new(in0),
+        Op::CacheAppend => {
+            let d = if checkpointing {
+                in0
+            } else {
+                inputs.iter().fold(in0, |a, &b| promote(a, b))
+            };
+            let mut r = Rule::new(d);
+            // Gradient checkpointing turns the cache off: the op is the identity then.
+            r.alias = checkpointing;
+            r
+        }
         Op::Rope => {
             // q * cos + rotate_half(q) * sin; cos/sin are in the hidden-state dtype.
             let out = promote(in0, pd);
@@ -285,9 +302,14 @@ pub fn rule(g: &Graph, node: &Node, inputs: &[DType], prec: Precision) -> Rule {
             let logits = rows * classes;
             let ls_dtype = if amp || *upcast { DType::F32 } else { in0 };
             let mut r = Rule::new(DType::F32);
-            if in0 != ls_dtype {
-                // `.float()` (HF) or autocast's fp32 cast: not saved by log_softmax.
+            if *upcast && in0 != DType::F32 {
+                // Hugging Face's `logits.float()`: a copy log_softmax does not keep.
                 r.extras.push(temp(logits, DType::F32));
+            } else if amp && in0 != DType::F32 {
+                // Under autocast log_softmax reads the low-precision logits and writes fp32
+                // (`half_to_float`); measured: one more logits-sized low-precision buffer
+                // lives until backward (H200, PyTorch 2.11, tests/data traces).
+                r.extras.push(extra(logits, in0));
             }
             r.extras.push(extra(logits, ls_dtype)); // log_softmax output
             r.saves_inputs = vec![1]; // targets

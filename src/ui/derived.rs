@@ -17,6 +17,16 @@ use super::state::{DEFAULT_GPU, GpuChoice, PlannerState};
 pub const BATCH_LIMIT: u64 = 65536;
 /// Most points evaluated for the memory-vs-batch curves.
 pub const SWEEP_POINTS: u64 = 128;
+/// Fewest points of a sweep (large models, whose evaluations cost more).
+pub const MIN_SWEEP_POINTS: u64 = 24;
+/// Event evaluations one sweep may cost (~50 ms in a release build).
+const SWEEP_EVENT_BUDGET: u64 = 300_000;
+
+/// Points of a sweep for a planner with `events` events: the cost of a sweep is
+/// points × events, so big models get fewer points and the GUI stays responsive.
+pub fn sweep_points(events: usize) -> u64 {
+    (SWEEP_EVENT_BUDGET / (events as u64).max(1)).clamp(MIN_SWEEP_POINTS, SWEEP_POINTS)
+}
 /// Most points drawn for the step timeline (min/max decimation keeps the spikes).
 pub const TIMELINE_POINTS: usize = 2400;
 
@@ -145,10 +155,11 @@ fn resolve_model(state: &PlannerState, presets: &[Preset]) -> Result<Preset, Str
     }
 }
 
-/// The batches a sweep evaluates: at most [`SWEEP_POINTS`] evenly spaced in 1..=top.
-pub fn sweep_batches(top: u64) -> Vec<u64> {
+/// The batches a sweep evaluates: at most `points` (≤ [`SWEEP_POINTS`]) evenly spaced
+/// in 1..=top.
+pub fn sweep_batches(top: u64, points: u64) -> Vec<u64> {
     let top = top.max(2);
-    let n = SWEEP_POINTS.min(top);
+    let n = points.clamp(2, SWEEP_POINTS).min(top);
     let mut out: Vec<u64> = (0..n).map(|i| 1 + (top - 1) * i / (n - 1)).collect();
     out.dedup();
     out
@@ -288,7 +299,8 @@ impl Derived {
             .and_then(|(_, m)| m.as_ref().ok().copied().flatten());
         let top = sweep_top(max, state.config.batch);
         if self.sweep.as_ref().map(|(k, _)| *k) != Some((gen_, top)) {
-            self.sweep = Some(((gen_, top), sweep(planner, sweep_batches(top))));
+            let points = sweep_points(planner.events.events.len());
+            self.sweep = Some(((gen_, top), sweep(planner, sweep_batches(top, points))));
         }
 
         let batch = state.config.batch;
@@ -368,5 +380,47 @@ impl Derived {
     /// How many times the planner was rebuilt (for tests: batch changes must not rebuild).
     pub fn planner_builds(&self) -> u64 {
         self.generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_stay_small_and_cover_the_range() {
+        assert_eq!(sweep_points(1), SWEEP_POINTS);
+        assert_eq!(sweep_points(1_000_000), MIN_SWEEP_POINTS);
+        for top in [2, 16, 100, 128, 129, 5000, 2 * BATCH_LIMIT] {
+            let b = sweep_batches(top, SWEEP_POINTS);
+            assert!(b.len() as u64 <= SWEEP_POINTS, "{top}: {}", b.len());
+            assert_eq!(b.first(), Some(&1));
+            assert_eq!(b.last(), Some(&top));
+            assert!(b.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+
+    #[test]
+    fn sweep_top_is_twice_the_max_and_shows_the_batch() {
+        assert_eq!(sweep_top(Some(12), 8), 24);
+        assert_eq!(sweep_top(None, 1), 16);
+        assert_eq!(sweep_top(Some(12), 100), 128);
+        assert_eq!(sweep_top(Some(BATCH_LIMIT), 1), 2 * BATCH_LIMIT);
+    }
+
+    #[test]
+    fn decimation_keeps_the_peak() {
+        let pts: Vec<[f64; 2]> = (0..10_000)
+            .map(|i| {
+                [
+                    f64::from(i),
+                    if i == 4321 { 99.0 } else { f64::from(i % 7) },
+                ]
+            })
+            .collect();
+        let d = decimate(&pts, 10);
+        assert!(d.len() <= 2 * pts.len() / 10 + 2);
+        assert!(d.iter().any(|p| p[1] == 99.0));
+        assert!(d.windows(2).all(|w| w[0][0] < w[1][0]));
     }
 }

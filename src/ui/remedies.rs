@@ -3,11 +3,17 @@
 use egui::{RichText, Ui};
 
 use crate::plan::remedies::Remedy;
+use crate::units::Bytes;
 
 use super::style::{error_color, fit_icon, saving_text};
 use super::{Command, emit};
 
-pub fn remedies_ui(remedies: &Result<Vec<Remedy>, String>, ui: &mut Ui) -> Option<Command> {
+/// The remedies table; `current_allocated` is the current plan's peak allocated bytes.
+pub fn remedies_ui(
+    remedies: &Result<Vec<Remedy>, String>,
+    current_allocated: Bytes,
+    ui: &mut Ui,
+) -> Option<Command> {
     let mut cmd = None;
     let dark = ui.visuals().dark_mode;
     let list = match remedies {
@@ -34,7 +40,10 @@ pub fn remedies_ui(remedies: &Result<Vec<Remedy>, String>, ui: &mut Ui) -> Optio
             ui.end_row();
             for r in list {
                 ui.label(r.name).on_hover_text(r.description.as_str());
-                ui.label(r.nvidia_smi.to_string());
+                ui.label(r.nvidia_smi.to_string()).on_hover_text(format!(
+                    "peak allocated {} (now {current_allocated}); the verdict uses nvidia-smi, which also counts cached segments",
+                    r.peak_allocated
+                ));
                 ui.label(saving_text(r.saving));
                 fit_icon(ui, r.fits, 16.0);
                 if ui

@@ -97,7 +97,10 @@ pub fn build(p: &Gpt2Params, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
         b.begin_block();
         let x = layer_norm(&mut b, h, seq, c, "ln_1");
         let qkv = b.linear(x, seq, c, 3 * c, true, "attn.c_attn");
-        let a = attention(&mut b, &[qkv], shape, imp, "attn");
+        // q stays a view of c_attn's output; k and v are copied into the DynamicCache.
+        let k = b.op(Op::CacheAppend, &[qkv], seq * c, &[], "attn.cache_k");
+        let v = b.op(Op::CacheAppend, &[qkv], seq * c, &[], "attn.cache_v");
+        let a = attention(&mut b, &[qkv, k, v], shape, imp, "attn");
         let a = b.linear(a, seq, c, c, true, "attn.c_proj");
         let a = b.dropout(a, p.resid_pdrop, false, "attn.resid_dropout");
         h = b.binary(a, h, Pointwise::Add, false, "residual_1");

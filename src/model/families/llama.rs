@@ -102,7 +102,9 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
         let v = b.linear(x, seq, c, kv, false, "self_attn.v_proj");
         let q = b.op(Op::Rope, &[q], seq * c, &[], "rope_q");
         let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
-        let a = attention(&mut b, &[q, k, v], shape, imp, "self_attn");
+        let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
+        let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
+        let a = attention(&mut b, &[q, kc, vc], shape, imp, "self_attn");
         let a = b.linear(a, seq, c, c, false, "self_attn.o_proj");
         h = b.binary(h, a, Pointwise::Add, false, "residual_1");
         let x = rms_norm(&mut b, h, seq, c, "post_attention_layernorm");

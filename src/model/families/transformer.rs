@@ -89,7 +89,11 @@ pub fn attention(
                 Op::Softmax {
                     fp32: a.softmax_fp32,
                 },
-                &[s], scores, &[], &format!("{name}.softmax"));
+                &[s],
+                scores,
+                &[],
+                &format!("{name}.softmax"),
+            );
             let p = b.op(
                 Op::ToComputeDtype,
                 &[p],
