@@ -190,7 +190,11 @@ impl GraphBuilder {
             ps.push(self.param(s.out, None));
         }
         let id = self.op(
-            Op::Conv2d { transposed: false },
+            Op::Conv2d {
+                transposed: false,
+                kernel: s.kernel,
+                groups: s.groups,
+            },
             &[x.id],
             s.out * h * w,
             &ps,
@@ -205,7 +209,11 @@ impl GraphBuilder {
         let bias = self.param(out, None);
         let (h, w) = (x.h * k, x.w * k);
         let id = self.op(
-            Op::Conv2d { transposed: true },
+            Op::Conv2d {
+                transposed: true,
+                kernel: k,
+                groups: 1,
+            },
             &[x.id],
             out * h * w,
             &[weight, bias],

@@ -79,7 +79,11 @@ pub enum Op {
     /// `nn.Linear` / HF `Conv1D` (addmm): autocast lower-precision; saves input and weight.
     Linear { in_features: u64, out_features: u64 },
     /// `nn.Conv2d` (and ConvTranspose2d): autocast lower-precision; saves input and weight.
-    Conv2d { transposed: bool },
+    Conv2d {
+        transposed: bool,
+        kernel: u64,
+        groups: u64,
+    },
     /// Batched matmul of two activations: lower-precision; saves both inputs.
     Matmul,
     /// `nn.Embedding`: saves the indices; output in the weight's dtype.
