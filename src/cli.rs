@@ -199,7 +199,7 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     let (gpu, budget) = a.train.budget()?;
     let planner = Planner::new(&preset, &cfg)?;
     let plan = planner.plan(cfg.batch)?;
-    let fits = plan.nvidia_smi_bytes <= budget.usable();
+    let fits = crate::plan::search::fits(&planner, budget, cfg.batch)?;
     let max = max_batch(&planner, budget, MAX_BATCH)?;
     let fixes = remedies(&preset, &cfg, budget)?;
     if a.train.json {

@@ -62,6 +62,13 @@ pub struct CachingAllocator {
     /// Expandable segments: bytes mapped per pool.
     mapped_large: u64,
     live_large: u64,
+    /// Device memory the allocator may reserve (None = unlimited).
+    cap: Option<u64>,
+    /// Set when a request could not be served within `cap`, even after releasing
+    /// every cached segment that holds no live block (PyTorch's OOM condition).
+    pub oom: bool,
+    /// Per segment: (size, first block, released).
+    segs: Vec<(u64, u32, bool)>,
 }
 
 impl CachingAllocator {
@@ -70,6 +77,42 @@ impl CachingAllocator {
             cfg,
             ..Default::default()
         }
+    }
+
+    /// An allocator that may reserve at most `cap` bytes, like a GPU of that size.
+    pub fn with_cap(cfg: AllocatorConfig, cap: u64) -> Self {
+        CachingAllocator {
+            cfg,
+            cap: Some(cap),
+            ..Default::default()
+        }
+    }
+
+    /// Frees every cached segment without live blocks (`release_cached_blocks`).
+    fn release_cached(&mut self) {
+        for s in 0..self.segs.len() {
+            let (size, head, released) = self.segs[s];
+            let b = self.blocks[head as usize];
+            if !released && b.free && b.size == size {
+                self.remove_free(head);
+                self.segs[s].2 = true;
+                self.reserved -= size;
+            }
+        }
+    }
+
+    /// Accounts for a new segment of `seg` bytes, honouring the cap.
+    fn reserve(&mut self, seg: u64) {
+        if let Some(cap) = self.cap
+            && self.reserved + seg > cap
+        {
+            self.release_cached();
+            if self.reserved + seg > cap {
+                self.oom = true;
+            }
+        }
+        self.reserved += seg;
+        self.peak_reserved = self.peak_reserved.max(self.reserved);
     }
 
     fn max_split(&self) -> u64 {
@@ -132,10 +175,10 @@ impl CachingAllocator {
             }
             None => {
                 let seg = segment_size(size);
-                self.reserved += seg;
-                self.peak_reserved = self.peak_reserved.max(self.reserved);
+                self.reserve(seg);
                 let segment = self.segments;
                 self.segments += 1;
+                self.segs.push((seg, self.blocks.len() as u32, false));
                 self.blocks.push(Block {
                     size: seg,
                     offset: 0,
@@ -188,9 +231,9 @@ impl CachingAllocator {
         self.live_large += size;
         let need = self.live_large.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
         if need > self.mapped_large {
-            self.reserved += need - self.mapped_large;
+            let grow = need - self.mapped_large;
             self.mapped_large = need;
-            self.peak_reserved = self.peak_reserved.max(self.reserved);
+            self.reserve(grow);
         }
         self.blocks.push(Block {
             size,
@@ -320,6 +363,20 @@ mod tests {
         // A 30 MiB request may not carve the 200 MiB oversize block.
         let _y = a.malloc(30 << 20);
         assert_eq!(a.reserved, 230 << 20);
+    }
+
+    #[test]
+    fn a_cap_releases_cached_segments_before_failing() {
+        let mut a = CachingAllocator::with_cap(AllocatorConfig::default(), 100 << 20);
+        let x = a.malloc(60 << 20);
+        a.free(x);
+        // 60 MiB cached and unused: released so that 80 MiB fits under the cap.
+        let y = a.malloc(80 << 20);
+        assert!(!a.oom);
+        assert_eq!(a.reserved, 80 << 20);
+        let _z = a.malloc(30 << 20);
+        assert!(a.oom, "80 + 30 MiB live cannot fit in 100 MiB");
+        a.free(y);
     }
 
     #[test]

@@ -41,6 +41,31 @@ fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
         .collect()
 }
 
+/// Whether the whole event list (model creation, warm-up, measured step) runs without a
+/// CUDA OOM when the allocator may reserve at most `cap` bytes.
+pub fn runs_within(
+    ev: &Events,
+    batch: u64,
+    alloc_cfg: AllocatorConfig,
+    cap: Bytes,
+) -> Result<bool, PlanError> {
+    let size = sizes(ev, batch)?;
+    let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
+    let mut handles = vec![u32::MAX; ev.buffers.len()];
+    for e in &ev.events {
+        let b = e.buffer as usize;
+        if e.alloc {
+            handles[b] = allocator.malloc(size[b]);
+            if allocator.oom {
+                return Ok(false);
+            }
+        } else {
+            allocator.free(handles[b]);
+        }
+    }
+    Ok(true)
+}
+
 /// Full evaluation; `timeline` keeps one point per event of the measured step.
 pub fn evaluate(
     ev: &Events,

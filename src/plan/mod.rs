@@ -138,6 +138,12 @@ impl Planner {
         eval::peaks(&self.events, batch, self.config.allocator, self.context)
     }
 
+    /// Whether `batch` runs without OOM on a GPU where the allocator may reserve `cap`
+    /// bytes (device memory minus CUDA context minus margin).
+    pub fn runs_within(&self, batch: u64, cap: Bytes) -> Result<bool, PlanError> {
+        eval::runs_within(&self.events, batch, self.config.allocator, cap)
+    }
+
     /// The full plan at `batch`.
     pub fn plan(&self, batch: u64) -> Result<Plan, PlanError> {
         let mut cfg = self.config;

@@ -21,6 +21,7 @@ pub struct Remedy {
     pub nvidia_smi: Bytes,
     /// Bytes saved against the current nvidia-smi figure (negative = costs more).
     pub saving: i64,
+    /// Runs without OOM on the budget's GPU (simulated caching allocator under the cap).
     pub fits: bool,
 }
 
@@ -122,7 +123,8 @@ pub fn remedies(
     let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
     let mut out = Vec::new();
     for (name, description, c) in candidates(cfg, preset.input.is_tokens()) {
-        let p = Planner::new(preset, &c)?.peaks(c.batch)?;
+        let planner = Planner::new(preset, &c)?;
+        let p = planner.peaks(c.batch)?;
         out.push(Remedy {
             name,
             description,
@@ -130,7 +132,7 @@ pub fn remedies(
             peak_allocated: p.allocated,
             nvidia_smi: p.nvidia_smi,
             saving: base.nvidia_smi.0 as i64 - p.nvidia_smi.0 as i64,
-            fits: budget.fits(&p),
+            fits: super::search::fits(&planner, budget, c.batch)?,
         });
     }
     Ok(out)

@@ -22,19 +22,39 @@ impl Budget {
         Bytes((self.capacity.0 as f64 * (1.0 - m)) as u64)
     }
 
+    /// Conservative check on peaks alone: nvidia-smi bytes within the usable memory.
     pub fn fits(&self, p: &Peaks) -> bool {
         p.nvidia_smi <= self.usable()
+    }
+
+    /// Bytes the caching allocator may reserve: usable memory minus the CUDA context.
+    pub fn allocator_cap(&self, context: Bytes) -> Bytes {
+        self.usable().saturating_sub(context)
+    }
+}
+
+/// Whether `batch` runs on the budget's GPU without a CUDA OOM: the caching allocator is
+/// simulated under the cap, releasing cached segments before failing as PyTorch does.
+pub fn fits(planner: &Planner, budget: Budget, batch: u64) -> Result<bool, PlanError> {
+    match planner.runs_within(batch, budget.allocator_cap(planner.context)) {
+        Err(PlanError::Overflow(_)) => Ok(false),
+        other => other,
     }
 }
 
 /// The largest batch whose predicted nvidia-smi bytes fit `budget`, or `None` when even
 /// batch 1 does not fit. Exponential search then bisection: O(log n) plans.
 pub fn max_batch(planner: &Planner, budget: Budget, limit: u64) -> Result<Option<u64>, PlanError> {
+    max_batch_capped(planner, budget.allocator_cap(planner.context), limit)
+}
+
+/// The largest batch that runs when the caching allocator may reserve at most `cap` bytes
+/// (what `torch.cuda.set_per_process_memory_fraction` limits; the context is outside it).
+pub fn max_batch_capped(planner: &Planner, cap: Bytes, limit: u64) -> Result<Option<u64>, PlanError> {
     let fits = |b: u64| -> Result<bool, PlanError> {
-        match planner.peaks(b) {
-            Ok(p) => Ok(budget.fits(&p)),
+        match planner.runs_within(b, cap) {
             Err(PlanError::Overflow(_)) => Ok(false),
-            Err(e) => Err(e),
+            other => other,
         }
     };
     if !fits(1)? {

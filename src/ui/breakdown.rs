@@ -60,6 +60,12 @@ pub fn breakdown_bar_ui(plan: &Plan, target: &GpuTarget, ui: &mut Ui, height: f3
     }
     let usable = target.budget.usable().as_gib_f64();
     let x_max = total.as_gib_f64().max(target.budget.capacity.as_gib_f64());
+    // Label left of the line, unless that would run off the plot.
+    let anchor = if usable > 0.3 * x_max {
+        egui::Align2::RIGHT_CENTER
+    } else {
+        egui::Align2::LEFT_CENTER
+    };
     Plot::new("breakdown_bar")
         .height(height)
         .show_axes([true, false])
@@ -86,11 +92,11 @@ pub fn breakdown_bar_ui(plan: &Plan, target: &GpuTarget, ui: &mut Ui, height: f3
                 Text::new(
                     "usable capacity",
                     PlotPoint::new(usable, 0.72),
-                    RichText::new(format!("usable {} ", target.budget.usable()))
+                    RichText::new(format!(" usable {} ", target.budget.usable()))
                         .size(13.0)
                         .color(style::CAPACITY_COLOR),
                 )
-                .anchor(egui::Align2::RIGHT_CENTER),
+                .anchor(anchor),
             );
         });
 }
