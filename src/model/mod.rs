@@ -31,7 +31,7 @@ pub enum ModelError {
 
 /// Largest size accepted for any single builder dimension; larger is surely a typo and
 /// would overflow byte counts.
-pub const MAX_DIM: u64 = 1 << 24;
+pub const MAX_DIM: u64 = 1 << 20;
 
 pub(crate) fn check_positive(field: &str, value: u64) -> Result<(), ModelError> {
     if value == 0 {
@@ -45,6 +45,21 @@ pub(crate) fn check_positive(field: &str, value: u64) -> Result<(), ModelError> 
             field: field.to_string(),
             value,
             limit: MAX_DIM,
+        });
+    }
+    Ok(())
+}
+
+/// Most layers (blocks) a model may have; more would be a typo and a huge graph.
+pub const MAX_LAYERS: u64 = 1000;
+
+pub(crate) fn check_layers(field: &str, value: u64) -> Result<(), ModelError> {
+    check_positive(field, value)?;
+    if value > MAX_LAYERS {
+        return Err(ModelError::TooLarge {
+            field: field.to_string(),
+            value,
+            limit: MAX_LAYERS,
         });
     }
     Ok(())

@@ -104,14 +104,14 @@ impl CachingAllocator {
     /// Accounts for a new segment of `seg` bytes, honouring the cap.
     fn reserve(&mut self, seg: u64) {
         if let Some(cap) = self.cap
-            && self.reserved + seg > cap
+            && self.reserved.saturating_add(seg) > cap
         {
             self.release_cached();
-            if self.reserved + seg > cap {
+            if self.reserved.saturating_add(seg) > cap {
                 self.oom = true;
             }
         }
-        self.reserved += seg;
+        self.reserved = self.reserved.saturating_add(seg);
         self.peak_reserved = self.peak_reserved.max(self.reserved);
     }
 
@@ -220,7 +220,7 @@ impl CachingAllocator {
         }
         let blk = &mut self.blocks[id as usize];
         blk.free = false;
-        self.allocated += blk.size;
+        self.allocated = self.allocated.saturating_add(blk.size);
         self.peak_allocated = self.peak_allocated.max(self.allocated);
         id
     }
@@ -228,7 +228,7 @@ impl CachingAllocator {
     fn malloc_expandable(&mut self, size: u64) -> u32 {
         // One growing segment mapped in 20 MiB pages: memory is reused without
         // fragmentation, so reserved follows the live bytes rounded to pages.
-        self.live_large += size;
+        self.live_large = self.live_large.saturating_add(size);
         let need = self.live_large.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
         if need > self.mapped_large {
             let grow = need - self.mapped_large;
@@ -244,7 +244,7 @@ impl CachingAllocator {
             next: None,
             small: false,
         });
-        self.allocated += size;
+        self.allocated = self.allocated.saturating_add(size);
         self.peak_allocated = self.peak_allocated.max(self.allocated);
         (self.blocks.len() - 1) as u32
     }
@@ -255,9 +255,9 @@ impl CachingAllocator {
         if b.free {
             return;
         }
-        self.allocated -= b.size;
+        self.allocated = self.allocated.saturating_sub(b.size);
         if b.segment == u32::MAX {
-            self.live_large -= b.size;
+            self.live_large = self.live_large.saturating_sub(b.size);
             self.blocks[id as usize].free = true;
             return;
         }

@@ -27,6 +27,9 @@ pub struct Peaks {
     pub nvidia_smi: Bytes,
 }
 
+/// Totals beyond 1 EiB are treated as overflow: no device is within a million times that.
+const LIMIT: u64 = 1 << 60;
+
 fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
     ev.buffers
         .iter()
@@ -36,6 +39,7 @@ fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
                 .and_then(|x| x.checked_add(b.fixed))
                 .and_then(|x| x.checked_add(511))
                 .map(|x| round_size(x - 511))
+                .filter(|&x| x <= LIMIT)
                 .ok_or(PlanError::Overflow("activation bytes"))
         })
         .collect()
@@ -89,6 +93,7 @@ pub fn evaluate(
         if e.alloc {
             current = current
                 .checked_add(size[b])
+                .filter(|&c| c <= LIMIT)
                 .ok_or(PlanError::Overflow("allocated bytes"))?;
             live[cat] += size[b];
             handles[b] = allocator.malloc(size[b]);

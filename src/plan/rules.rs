@@ -356,3 +356,163 @@ fn pointwise(
     let _ = out_elems;
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::builder::GraphBuilder;
+    use crate::model::ir::{Elem, Op, Pointwise};
+
+    /// Builds `input → op` and returns the op's rule for `inputs` dtypes.
+    fn rule_of(op: Op, n_inputs: usize, with_param: bool, dtypes: &[DType], prec: Precision) -> Rule {
+        let mut b = GraphBuilder::new();
+        let ins: Vec<_> = (0..n_inputs).map(|_| b.input(100, Elem::Float)).collect();
+        let params = if with_param {
+            vec![b.param(10, Some((2, 5)))]
+        } else {
+            vec![]
+        };
+        b.op(op, &ins, 100, &params, "op");
+        let g = b.finish();
+        let node = g.nodes.last().expect("node");
+        rule(&g, node, dtypes, prec, false)
+    }
+
+    const F32: DType = DType::F32;
+    const BF16: DType = DType::BF16;
+
+    #[test]
+    fn pointwise_saved_tensor_table() {
+        // (op, inplace, saves inputs, saves output, extra clone)
+        let table: &[(Pointwise, bool, &[usize], bool, bool)] = &[
+            (Pointwise::Relu, false, &[], true, false),
+            (Pointwise::Relu, true, &[], true, false),
+            (Pointwise::Gelu, false, &[0], false, false),
+            (Pointwise::Silu, true, &[], false, true),
+            (Pointwise::Hardswish, true, &[], false, true),
+            (Pointwise::Sigmoid, false, &[], true, false),
+            (Pointwise::Tanh, false, &[], true, false),
+            (Pointwise::Add, false, &[], false, false),
+            (Pointwise::Scale, false, &[], false, false),
+        ];
+        for &(f, inplace, ins, out, clone) in table {
+            let r = rule_of(Op::Pointwise { f, inplace }, 1, false, &[F32], Precision::Fp32);
+            assert_eq!(r.saves_inputs, ins, "{f:?} inplace={inplace}");
+            assert_eq!(r.saves_output, out, "{f:?}");
+            assert_eq!(r.alias, inplace, "{f:?}");
+            assert_eq!(r.extras.len(), usize::from(clone), "{f:?}");
+        }
+        let mul = rule_of(
+            Op::Pointwise {
+                f: Pointwise::Mul,
+                inplace: false,
+            },
+            2,
+            false,
+            &[F32, F32],
+            Precision::Fp32,
+        );
+        assert_eq!(mul.saves_inputs, vec![0, 1]);
+    }
+
+    #[test]
+    fn autocast_casts_matmul_inputs_and_weights() {
+        let op = Op::Linear {
+            in_features: 10,
+            out_features: 10,
+        };
+        let amp = rule_of(op.clone(), 1, true, &[F32], Precision::AmpBf16);
+        assert_eq!(amp.out_dtype, BF16);
+        assert_eq!(amp.casts, vec![(0, BF16)]);
+        assert!(amp.casts_params);
+        assert_eq!(amp.saves_inputs, vec![0]);
+        // An input already in bf16 is not cast again.
+        let amp2 = rule_of(op.clone(), 1, true, &[BF16], Precision::AmpBf16);
+        assert!(amp2.casts.is_empty());
+        // fp32 and pure bf16: no casts, no weight copies.
+        for p in [Precision::Fp32, Precision::Bf16] {
+            let d = p.param_dtype();
+            let r = rule_of(op.clone(), 1, true, &[d], p);
+            assert!(r.casts.is_empty() && !r.casts_params, "{p}");
+            assert_eq!(r.out_dtype, d);
+        }
+    }
+
+    #[test]
+    fn layer_norm_and_softmax_run_in_fp32_under_autocast() {
+        let ln = rule_of(Op::LayerNorm { rows: 1 }, 1, true, &[BF16], Precision::AmpBf16);
+        assert_eq!(ln.out_dtype, F32);
+        assert_eq!(ln.casts, vec![(0, F32)]);
+        assert_eq!(ln.saves_inputs, vec![0]);
+        let sm = rule_of(Op::Softmax { fp32: false }, 1, false, &[BF16], Precision::AmpBf16);
+        assert_eq!(sm.out_dtype, F32);
+        assert!(sm.saves_output);
+        // Pure bf16: softmax stays bf16 unless called with dtype=float32.
+        let sm = rule_of(Op::Softmax { fp32: false }, 1, false, &[BF16], Precision::Bf16);
+        assert_eq!(sm.out_dtype, BF16);
+        let sm = rule_of(Op::Softmax { fp32: true }, 1, false, &[BF16], Precision::Bf16);
+        assert_eq!(sm.out_dtype, F32);
+    }
+
+    #[test]
+    fn batchnorm_dropout_pool_rules() {
+        let bn = rule_of(Op::BatchNorm { channels: 4 }, 1, true, &[BF16], Precision::AmpBf16);
+        assert_eq!(bn.out_dtype, BF16, "batch_norm is on no autocast list");
+        assert_eq!(bn.saves_inputs, vec![0]);
+        let d = rule_of(
+            Op::Dropout {
+                p: 0.1,
+                inplace: false,
+            },
+            1,
+            false,
+            &[F32],
+            Precision::Fp32,
+        );
+        assert_eq!(d.extras[0].dtype, DType::Bool, "dropout keeps a bool mask");
+        let mp = rule_of(Op::MaxPool, 1, false, &[F32], Precision::Fp32);
+        assert_eq!(mp.saves_inputs, vec![0]);
+        assert_eq!(mp.extras[0].dtype, DType::I64, "max_pool keeps int64 indices");
+        let v = rule_of(Op::View, 1, false, &[F32], Precision::Fp32);
+        assert!(v.alias && v.saves_inputs.is_empty());
+    }
+
+    #[test]
+    fn sdpa_keeps_no_score_matrix_but_fp32_gqa_falls_back_to_math() {
+        let fused = Op::Sdpa {
+            heads: 4,
+            kv_heads: 4,
+            head_dim: 8,
+            seq: 16,
+            dropout: 0.0,
+        };
+        let r = rule_of(fused, 3, false, &[BF16, BF16, BF16], Precision::Bf16);
+        assert!(r.saves_output && r.saves_inputs == vec![0, 1, 2]);
+        assert!(r.extras.iter().all(|e| e.per_sample < 16 * 16 * 4), "no s×s tensor");
+        let gqa = Op::Sdpa {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            seq: 16,
+            dropout: 0.0,
+        };
+        let r = rule_of(gqa, 3, false, &[F32, F32, F32], Precision::Fp32);
+        assert!(r.extras.iter().any(|e| e.per_sample == 4 * 16 * 16), "probabilities kept");
+    }
+
+    #[test]
+    fn cross_entropy_upcast_and_autocast() {
+        let op = |upcast| Op::CrossEntropy {
+            rows: 2,
+            classes: 50,
+            upcast,
+        };
+        // HF `.float()` under pure bf16: an fp32 copy (transient) and fp32 log_softmax.
+        let r = rule_of(op(true), 2, false, &[BF16, F32], Precision::Bf16);
+        assert!(r.extras.iter().any(|e| e.transient && e.dtype == F32));
+        assert!(r.extras.iter().any(|e| !e.transient && e.dtype == F32));
+        // Plain cross_entropy in pure bf16: log_softmax in bf16.
+        let r = rule_of(op(false), 2, false, &[BF16, F32], Precision::Bf16);
+        assert!(r.extras.iter().all(|e| e.dtype == BF16));
+    }
+}

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::transformer::{AttnImpl, AttnShape, attention, layer_norm, token_loss};
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, Pointwise};
-use crate::model::{ModelError, check_positive, check_prob};
+use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// `GPT2Config` fields that shape memory.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -31,7 +31,7 @@ impl Gpt2Params {
         check_positive("params.vocab_size", self.vocab_size)?;
         check_positive("params.n_positions", self.n_positions)?;
         check_positive("params.n_embd", self.n_embd)?;
-        check_positive("params.n_layer", self.n_layer)?;
+        check_layers("params.n_layer", self.n_layer)?;
         check_positive("params.n_head", self.n_head)?;
         if let Some(n) = self.n_inner {
             check_positive("params.n_inner", n)?;

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::transformer::{AttnImpl, AttnShape, attention, token_loss};
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
-use crate::model::{ModelError, check_positive, check_prob};
+use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// `LlamaConfig` fields that shape memory.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -27,7 +27,7 @@ impl LlamaParams {
         check_positive("params.vocab_size", self.vocab_size)?;
         check_positive("params.hidden_size", self.hidden_size)?;
         check_positive("params.intermediate_size", self.intermediate_size)?;
-        check_positive("params.num_hidden_layers", self.num_hidden_layers)?;
+        check_layers("params.num_hidden_layers", self.num_hidden_layers)?;
         check_positive("params.num_attention_heads", self.num_attention_heads)?;
         check_positive("params.num_key_value_heads", self.num_key_value_heads)?;
         check_positive(

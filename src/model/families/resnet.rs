@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
 use crate::model::ir::Pointwise;
-use crate::model::{ModelError, check_positive};
+use crate::model::{ModelError, check_layers, check_positive};
 
 /// Builder parameters of a ResNet classifier.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
@@ -41,7 +41,7 @@ impl ResnetParams {
         check_positive("params.groups", self.groups)?;
         check_positive("params.width_per_group", self.width_per_group)?;
         for (i, &l) in self.layers.iter().enumerate() {
-            check_positive(&format!("params.layers[{i}]"), l)?;
+            check_layers(&format!("params.layers[{i}]"), l)?;
         }
         Ok(())
     }

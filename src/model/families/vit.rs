@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::transformer::{AttnImpl, AttnShape, attention, layer_norm};
 use crate::model::builder::{ConvSpec, GraphBuilder};
 use crate::model::ir::{Graph, Op, Pointwise};
-use crate::model::{ModelError, check_positive, check_prob};
+use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// Builder parameters of a ViT classifier (the image size comes from the input).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -24,7 +24,7 @@ pub struct VitParams {
 impl VitParams {
     pub fn validate(&self) -> Result<(), ModelError> {
         check_positive("params.patch_size", self.patch_size)?;
-        check_positive("params.num_layers", self.num_layers)?;
+        check_layers("params.num_layers", self.num_layers)?;
         check_positive("params.num_heads", self.num_heads)?;
         check_positive("params.hidden_dim", self.hidden_dim)?;
         check_positive("params.mlp_dim", self.mlp_dim)?;
