@@ -12,7 +12,7 @@ use crate::model::preset::{builtin_presets, find_builtin};
 use crate::plan::config::{AllocatorConfig, MAX_BATCH};
 use crate::plan::gpus::{self, Gpu};
 use crate::plan::remedies::remedies;
-use crate::plan::search::{Budget, accumulation_for, max_batch, sweep};
+use crate::plan::search::{Budget, accumulation_for, max_batch};
 use crate::plan::{Plan, Planner, TrainConfig};
 use crate::units::Bytes;
 
@@ -431,8 +431,7 @@ fn cmd_presets(json: bool, out: &mut dyn Write) -> Result<()> {
 fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Result<()> {
     let preset = load_model(model)?;
     let cfg = TrainConfig::default();
-    let (gpu, budget) = (gpus::find("h200")?, None::<()>);
-    let _ = budget;
+    let gpu = gpus::find("h200")?;
     let budget = Budget {
         capacity: gpu.memory(),
         margin: 0.05,
@@ -447,20 +446,26 @@ fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Res
     let plan_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
     let planner = Planner::new(&preset, &cfg)?;
     let t = Instant::now();
-    let reps2 = 3;
+    let reps2 = 5;
     let mut points = 0;
+    let mut max = None;
     for _ in 0..reps2 {
-        let s = sweep(&planner, 1..=sweep_to);
+        let s = crate::plan::search::sweep_allocated(&planner, 1..=sweep_to);
         points = s.len();
-        std::hint::black_box(max_batch(&planner, budget, MAX_BATCH)?);
+        max = std::hint::black_box(max_batch(&planner, budget, MAX_BATCH)?);
     }
     let sweep_ms = t.elapsed().as_secs_f64() * 1e3 / reps2 as f64;
+    // The full evaluation (allocator model included) at one batch, for reference.
+    let t = Instant::now();
+    std::hint::black_box(planner.peaks(cfg.batch)?);
+    let eval_ms = t.elapsed().as_secs_f64() * 1e3;
     if json {
         writeln!(
             out,
             "{}",
             serde_json::json!({"model": preset.id, "plan_ms": plan_ms, "sweep_points": points,
-                "sweep_and_max_batch_ms": sweep_ms, "events": planner.events.events.len()})
+                "sweep_and_max_batch_ms": sweep_ms, "max_batch": max, "evaluate_ms": eval_ms,
+                "events": planner.events.events.len()})
         )?;
     } else {
         writeln!(
@@ -475,7 +480,12 @@ fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Res
         )?;
         writeln!(
             out,
-            "  sweep 1..={sweep_to} ({points} points) + max-batch: {sweep_ms:.2} ms"
+            "  sweep of peak allocated 1..={sweep_to} ({points} points) + max-batch on the H200 ({}): {sweep_ms:.2} ms",
+            max.map_or("none".to_string(), |m| m.to_string())
+        )?;
+        writeln!(
+            out,
+            "  one evaluation with the allocator model (reserved): {eval_ms:.3} ms"
         )?;
     }
     Ok(())

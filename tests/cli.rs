@@ -18,15 +18,28 @@ fn vramlab(args: &[&str]) -> (bool, String, String) {
 fn fails_with(args: &[&str], needle: &str) {
     let (ok, _out, err) = vramlab(args);
     assert!(!ok, "{args:?} should fail");
-    assert!(err.contains(needle), "{args:?}: stderr {err:?} lacks {needle:?}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr {err:?} lacks {needle:?}"
+    );
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
 }
 
 #[test]
 fn plan_json_has_the_documented_fields() {
     let (ok, out, err) = vramlab(&[
-        "plan", "--model", "resnet50", "--batch", "64", "--precision", "amp-bf16", "--optimizer", "adamw",
-        "--gpu", "h200", "--json",
+        "plan",
+        "--model",
+        "resnet50",
+        "--batch",
+        "64",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw",
+        "--gpu",
+        "h200",
+        "--json",
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
@@ -44,7 +57,15 @@ fn plan_json_has_the_documented_fields() {
     }
     assert_eq!(v["params"], 25_557_032);
     let b = v["breakdown"].as_object().expect("breakdown object");
-    for key in ["parameters", "gradients", "optimizer_state", "activations", "transient", "allocator_overhead", "cuda_context"] {
+    for key in [
+        "parameters",
+        "gradients",
+        "optimizer_state",
+        "activations",
+        "transient",
+        "allocator_overhead",
+        "cuda_context",
+    ] {
         assert!(b.contains_key(key), "breakdown lacks {key}");
     }
     assert!(v["peak_reserved_bytes"].as_u64() >= v["peak_allocated_bytes"].as_u64());
@@ -53,8 +74,18 @@ fn plan_json_has_the_documented_fields() {
 #[test]
 fn max_batch_json_and_accumulation() {
     let (ok, out, err) = vramlab(&[
-        "max-batch", "--model", "gpt2", "--seq", "1024", "--precision", "amp-bf16", "--gpu", "rtx-4090",
-        "--target-batch", "64", "--json",
+        "max-batch",
+        "--model",
+        "gpt2",
+        "--seq",
+        "1024",
+        "--precision",
+        "amp-bf16",
+        "--gpu",
+        "rtx-4090",
+        "--target-batch",
+        "64",
+        "--json",
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
@@ -77,40 +108,117 @@ fn presets_lists_models_and_gpus() {
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
     assert!(v["models"].as_array().expect("models").len() >= 36);
-    assert!(v["gpus"].as_array().expect("gpus").iter().any(|g| g["id"] == "h200"));
+    assert!(
+        v["gpus"]
+            .as_array()
+            .expect("gpus")
+            .iter()
+            .any(|g| g["id"] == "h200")
+    );
 }
 
 #[test]
 fn unknown_model() {
-    fails_with(&["plan", "--model", "resnet9000", "--batch", "1"], "unknown model `resnet9000`");
+    fails_with(
+        &["plan", "--model", "resnet9000", "--batch", "1"],
+        "unknown model `resnet9000`",
+    );
 }
 
 #[test]
 fn batch_zero() {
-    fails_with(&["plan", "--model", "resnet50", "--batch", "0"], "batch: must be at least 1");
+    fails_with(
+        &["plan", "--model", "resnet50", "--batch", "0"],
+        "batch: must be at least 1",
+    );
 }
 
 #[test]
 fn absurd_sizes() {
-    fails_with(&["plan", "--model", "resnet50", "--batch", "99999999999"], "batch");
-    fails_with(&["plan", "--model", "gpt2", "--batch", "1", "--seq", "100000"], "seq_len");
-    fails_with(&["plan", "--model", "resnet50", "--batch", "1", "--image", "0"], "size");
-    fails_with(&["plan", "--model", "resnet50", "--batch", "1", "--accum", "0"], "accum");
+    fails_with(
+        &["plan", "--model", "resnet50", "--batch", "99999999999"],
+        "batch",
+    );
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "1", "--seq", "100000"],
+        "seq_len",
+    );
+    fails_with(
+        &[
+            "plan", "--model", "resnet50", "--batch", "1", "--image", "0",
+        ],
+        "size",
+    );
+    fails_with(
+        &[
+            "plan", "--model", "resnet50", "--batch", "1", "--accum", "0",
+        ],
+        "accum",
+    );
 }
 
 #[test]
 fn wrong_kind_of_size() {
-    fails_with(&["plan", "--model", "resnet50", "--batch", "1", "--seq", "128"], "--seq");
-    fails_with(&["plan", "--model", "gpt2", "--batch", "1", "--image", "224"], "--image");
+    fails_with(
+        &[
+            "plan", "--model", "resnet50", "--batch", "1", "--seq", "128",
+        ],
+        "--seq",
+    );
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "1", "--image", "224"],
+        "--image",
+    );
 }
 
 #[test]
 fn unknown_names() {
-    fails_with(&["plan", "--model", "gpt2", "--batch", "1", "--precision", "fp8"], "unknown precision `fp8`");
-    fails_with(&["plan", "--model", "gpt2", "--batch", "1", "--optimizer", "lion"], "unknown optimizer `lion`");
-    fails_with(&["plan", "--model", "gpt2", "--batch", "1", "--gpu", "voodoo5"], "unknown gpu `voodoo5`");
-    fails_with(&["plan", "--model", "gpt2", "--batch", "1", "--attention", "fast"], "unknown attention");
-    fails_with(&["plan", "--model", "gpt2", "--batch", "1", "--margin", "1.5"], "--margin");
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--precision",
+            "fp8",
+        ],
+        "unknown precision `fp8`",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--optimizer",
+            "lion",
+        ],
+        "unknown optimizer `lion`",
+    );
+    fails_with(
+        &[
+            "plan", "--model", "gpt2", "--batch", "1", "--gpu", "voodoo5",
+        ],
+        "unknown gpu `voodoo5`",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--attention",
+            "fast",
+        ],
+        "unknown attention",
+    );
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "1", "--margin", "1.5"],
+        "--margin",
+    );
 }
 
 #[test]
@@ -152,7 +260,13 @@ fn malformed_preset_files() {
         fails_with(&["plan", "--model", &p, "--batch", "1"], needle);
     }
     fails_with(
-        &["plan", "--model", &dir.join("missing.json").to_string_lossy(), "--batch", "1"],
+        &[
+            "plan",
+            "--model",
+            &dir.join("missing.json").to_string_lossy(),
+            "--batch",
+            "1",
+        ],
         "reading preset file",
     );
 }
@@ -167,9 +281,19 @@ fn custom_preset_file_plans() {
         r#"{"id":"tiny-gpt","family":"gpt2","input":{"kind":"tokens","seq_len":128},"params":{"vocab_size":1000,"n_positions":128,"n_embd":64,"n_layer":2,"n_head":4,"n_inner":null,"activation_function":"gelu_new","resid_pdrop":0.1,"embd_pdrop":0.1,"attn_pdrop":0.1,"tie_word_embeddings":true}}"#,
     )
     .expect("write");
-    let (ok, out, err) = vramlab(&["plan", "--model", &path.to_string_lossy(), "--batch", "2", "--json"]);
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        &path.to_string_lossy(),
+        "--batch",
+        "2",
+        "--json",
+    ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
     // 1000·64 + 128·64 + 2·(12·64² + 13·64) + 2·64
-    assert_eq!(v["params"], 1000 * 64 + 128 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64);
+    assert_eq!(
+        v["params"],
+        1000 * 64 + 128 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64
+    );
 }

@@ -12,22 +12,38 @@ fn predicted_max_batch_matches_measured_under_a_cap() {
     let mut checked = 0;
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("json");
-        let Some(measured) = v["max_batch"].as_u64() else { continue };
+        let Some(measured) = v["max_batch"].as_u64() else {
+            continue;
+        };
         let c = &v["config"];
         let preset = find_builtin(c["model"].as_str().expect("model")).expect("preset");
         let cfg = TrainConfig {
             batch: 1,
             size: c["image"].as_u64().or(c["seq"].as_u64()),
-            precision: c["precision"].as_str().expect("precision").parse().expect("p"),
-            optimizer: c["optimizer"].as_str().expect("optimizer").parse().expect("o"),
+            precision: c["precision"]
+                .as_str()
+                .expect("precision")
+                .parse()
+                .expect("p"),
+            optimizer: c["optimizer"]
+                .as_str()
+                .expect("optimizer")
+                .parse()
+                .expect("o"),
             accum: c["accum"].as_u64().unwrap_or(1),
             checkpointing: c["checkpointing"].as_bool().unwrap_or(false),
-            attention: c["attention"].as_str().unwrap_or("sdpa").parse().expect("a"),
+            attention: c["attention"]
+                .as_str()
+                .unwrap_or("sdpa")
+                .parse()
+                .expect("a"),
             ..TrainConfig::default()
         };
         let cap = Bytes((v["cap_gib"].as_f64().expect("cap") * (1u64 << 30) as f64) as u64);
         let planner = Planner::new(&preset, &cfg).expect("planner");
-        let predicted = max_batch_capped(&planner, cap, 8192).expect("search").unwrap_or(0);
+        let predicted = max_batch_capped(&planner, cap, 8192)
+            .expect("search")
+            .unwrap_or(0);
         println!("{}: measured {measured}, predicted {predicted}", preset.id);
         // Within 10 % (and at most one sample off for tiny batches).
         let tol = (measured as f64 * 0.10).max(1.0);

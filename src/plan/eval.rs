@@ -156,3 +156,108 @@ pub fn peaks(
 pub fn category_of(i: usize) -> Category {
     Category::ALL[i.min(Category::ALL.len() - 1)]
 }
+
+/// The peak allocated bytes as a function of the batch, precomputed once: at every event of
+/// the measured step the live bytes are `slope × batch + intercept`, so the peak is the upper
+/// envelope of those lines (convex-hull trick). A query is a binary search; 512-byte block
+/// rounding is left out, so values are exact to within 512 B per live buffer.
+#[derive(Debug, Clone)]
+pub struct PeakEnvelope {
+    /// Hull lines (slope, intercept), slopes increasing.
+    lines: Vec<(u64, u64)>,
+    /// `breaks[i]`: from this batch on, line i+1 is at least line i.
+    breaks: Vec<f64>,
+}
+
+impl PeakEnvelope {
+    pub fn new(ev: &Events) -> PeakEnvelope {
+        let mut a: u64 = 0;
+        let mut b: u64 = 0;
+        let mut candidates: Vec<(u64, u64)> = Vec::new();
+        for (i, e) in ev.events.iter().enumerate() {
+            let buf = &ev.buffers[e.buffer as usize];
+            if e.alloc {
+                a = a.saturating_add(buf.per_sample);
+                b = b.saturating_add(buf.fixed);
+            } else {
+                a = a.saturating_sub(buf.per_sample);
+                b = b.saturating_sub(buf.fixed);
+            }
+            if i + 1 >= ev.measured_start {
+                candidates.push((a, b));
+            }
+        }
+        // Keep the best intercept per slope, then the upper hull for batch ≥ 1.
+        candidates.sort_unstable();
+        let mut dedup: Vec<(u64, u64)> = Vec::new();
+        for (s, c) in candidates {
+            match dedup.last_mut() {
+                Some(last) if last.0 == s => last.1 = last.1.max(c),
+                _ => dedup.push((s, c)),
+            }
+        }
+        let cross = |l1: (u64, u64), l2: (u64, u64)| -> f64 {
+            // batch where l2 (larger slope) overtakes l1
+            (l1.1 as f64 - l2.1 as f64) / (l2.0 as f64 - l1.0 as f64)
+        };
+        let mut lines: Vec<(u64, u64)> = Vec::new();
+        for l in dedup {
+            // A line with a larger slope but a smaller intercept may still win later.
+            while let Some(&top) = lines.last() {
+                if top.1 <= l.1 {
+                    lines.pop();
+                    continue;
+                }
+                if lines.len() >= 2 {
+                    let prev = lines[lines.len() - 2];
+                    if cross(prev, l) <= cross(prev, top) {
+                        lines.pop();
+                        continue;
+                    }
+                }
+                break;
+            }
+            lines.push(l);
+        }
+        let breaks = lines.windows(2).map(|w| cross(w[0], w[1])).collect();
+        PeakEnvelope { lines, breaks }
+    }
+
+    /// Peak allocated bytes at `batch` (saturating).
+    pub fn at(&self, batch: u64) -> Bytes {
+        let x = batch as f64;
+        let i = self.breaks.partition_point(|&br| br <= x);
+        let (s, c) = self.lines.get(i).copied().unwrap_or((0, 0));
+        Bytes(s.saturating_mul(batch).saturating_add(c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::preset::find_builtin;
+    use crate::plan::{Planner, TrainConfig};
+
+    #[test]
+    fn envelope_matches_full_evaluation() {
+        for (id, size) in [("resnet18", 64), ("gpt2", 128), ("TinyLlama-1.1B", 128)] {
+            let p = find_builtin(id).expect("preset");
+            let cfg = TrainConfig {
+                size: Some(size),
+                ..TrainConfig::default()
+            };
+            let planner = Planner::new(&p, &cfg).expect("planner");
+            let env = PeakEnvelope::new(&planner.events);
+            for b in [1, 2, 3, 7, 16, 33, 100] {
+                let exact = planner.peaks(b).expect("peaks").allocated.0;
+                let fast = env.at(b).0;
+                let live = planner.events.buffers.len() as u64;
+                assert!(
+                    fast <= exact && exact - fast <= 512 * live,
+                    "{id} b={b}: {fast} vs {exact}"
+                );
+                assert!((exact - fast) as f64 / (exact as f64) < 0.01, "{id} b={b}");
+            }
+        }
+    }
+}

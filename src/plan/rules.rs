@@ -364,7 +364,13 @@ mod tests {
     use crate::model::ir::{Elem, Op, Pointwise};
 
     /// Builds `input → op` and returns the op's rule for `inputs` dtypes.
-    fn rule_of(op: Op, n_inputs: usize, with_param: bool, dtypes: &[DType], prec: Precision) -> Rule {
+    fn rule_of(
+        op: Op,
+        n_inputs: usize,
+        with_param: bool,
+        dtypes: &[DType],
+        prec: Precision,
+    ) -> Rule {
         let mut b = GraphBuilder::new();
         let ins: Vec<_> = (0..n_inputs).map(|_| b.input(100, Elem::Float)).collect();
         let params = if with_param {
@@ -396,7 +402,13 @@ mod tests {
             (Pointwise::Scale, false, &[], false, false),
         ];
         for &(f, inplace, ins, out, clone) in table {
-            let r = rule_of(Op::Pointwise { f, inplace }, 1, false, &[F32], Precision::Fp32);
+            let r = rule_of(
+                Op::Pointwise { f, inplace },
+                1,
+                false,
+                &[F32],
+                Precision::Fp32,
+            );
             assert_eq!(r.saves_inputs, ins, "{f:?} inplace={inplace}");
             assert_eq!(r.saves_output, out, "{f:?}");
             assert_eq!(r.alias, inplace, "{f:?}");
@@ -440,23 +452,53 @@ mod tests {
 
     #[test]
     fn layer_norm_and_softmax_run_in_fp32_under_autocast() {
-        let ln = rule_of(Op::LayerNorm { rows: 1 }, 1, true, &[BF16], Precision::AmpBf16);
+        let ln = rule_of(
+            Op::LayerNorm { rows: 1 },
+            1,
+            true,
+            &[BF16],
+            Precision::AmpBf16,
+        );
         assert_eq!(ln.out_dtype, F32);
         assert_eq!(ln.casts, vec![(0, F32)]);
         assert_eq!(ln.saves_inputs, vec![0]);
-        let sm = rule_of(Op::Softmax { fp32: false }, 1, false, &[BF16], Precision::AmpBf16);
+        let sm = rule_of(
+            Op::Softmax { fp32: false },
+            1,
+            false,
+            &[BF16],
+            Precision::AmpBf16,
+        );
         assert_eq!(sm.out_dtype, F32);
         assert!(sm.saves_output);
         // Pure bf16: softmax stays bf16 unless called with dtype=float32.
-        let sm = rule_of(Op::Softmax { fp32: false }, 1, false, &[BF16], Precision::Bf16);
+        let sm = rule_of(
+            Op::Softmax { fp32: false },
+            1,
+            false,
+            &[BF16],
+            Precision::Bf16,
+        );
         assert_eq!(sm.out_dtype, BF16);
-        let sm = rule_of(Op::Softmax { fp32: true }, 1, false, &[BF16], Precision::Bf16);
+        let sm = rule_of(
+            Op::Softmax { fp32: true },
+            1,
+            false,
+            &[BF16],
+            Precision::Bf16,
+        );
         assert_eq!(sm.out_dtype, F32);
     }
 
     #[test]
     fn batchnorm_dropout_pool_rules() {
-        let bn = rule_of(Op::BatchNorm { channels: 4 }, 1, true, &[BF16], Precision::AmpBf16);
+        let bn = rule_of(
+            Op::BatchNorm { channels: 4 },
+            1,
+            true,
+            &[BF16],
+            Precision::AmpBf16,
+        );
         assert_eq!(bn.out_dtype, BF16, "batch_norm is on no autocast list");
         assert_eq!(bn.saves_inputs, vec![0]);
         let d = rule_of(
@@ -472,7 +514,11 @@ mod tests {
         assert_eq!(d.extras[0].dtype, DType::Bool, "dropout keeps a bool mask");
         let mp = rule_of(Op::MaxPool, 1, false, &[F32], Precision::Fp32);
         assert_eq!(mp.saves_inputs, vec![0]);
-        assert_eq!(mp.extras[0].dtype, DType::I64, "max_pool keeps int64 indices");
+        assert_eq!(
+            mp.extras[0].dtype,
+            DType::I64,
+            "max_pool keeps int64 indices"
+        );
         let v = rule_of(Op::View, 1, false, &[F32], Precision::Fp32);
         assert!(v.alias && v.saves_inputs.is_empty());
     }
@@ -488,7 +534,10 @@ mod tests {
         };
         let r = rule_of(fused, 3, false, &[BF16, BF16, BF16], Precision::Bf16);
         assert!(r.saves_output && r.saves_inputs == vec![0, 1, 2]);
-        assert!(r.extras.iter().all(|e| e.per_sample < 16 * 16 * 4), "no s×s tensor");
+        assert!(
+            r.extras.iter().all(|e| e.per_sample < 16 * 16 * 4),
+            "no s×s tensor"
+        );
         let gqa = Op::Sdpa {
             heads: 4,
             kv_heads: 2,
@@ -497,7 +546,10 @@ mod tests {
             dropout: 0.0,
         };
         let r = rule_of(gqa, 3, false, &[F32, F32, F32], Precision::Fp32);
-        assert!(r.extras.iter().any(|e| e.per_sample == 4 * 16 * 16), "probabilities kept");
+        assert!(
+            r.extras.iter().any(|e| e.per_sample == 4 * 16 * 16),
+            "probabilities kept"
+        );
     }
 
     #[test]

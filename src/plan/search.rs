@@ -50,30 +50,60 @@ pub fn max_batch(planner: &Planner, budget: Budget, limit: u64) -> Result<Option
 
 /// The largest batch that runs when the caching allocator may reserve at most `cap` bytes
 /// (what `torch.cuda.set_per_process_memory_fraction` limits; the context is outside it).
-pub fn max_batch_capped(planner: &Planner, cap: Bytes, limit: u64) -> Result<Option<u64>, PlanError> {
+pub fn max_batch_capped(
+    planner: &Planner,
+    cap: Bytes,
+    limit: u64,
+) -> Result<Option<u64>, PlanError> {
     let fits = |b: u64| -> Result<bool, PlanError> {
         match planner.runs_within(b, cap) {
             Err(PlanError::Overflow(_)) => Ok(false),
             other => other,
         }
     };
-    if !fits(1)? {
-        return Ok(None);
-    }
-    let mut lo = 1u64;
-    let mut hi = 2u64;
-    while hi <= limit && fits(hi)? {
-        lo = hi;
+    // Allocated bytes never exceed reserved, so the envelope of peak allocated gives a cheap
+    // upper bound: the first batch whose live bytes alone pass the cap cannot run.
+    let env = super::eval::PeakEnvelope::new(&planner.events);
+    let over = |b: u64| env.at(b) > cap;
+    let mut hi = 1u64;
+    while hi <= limit && !over(hi) {
         hi = hi.saturating_mul(2);
     }
-    let mut hi = hi.min(limit.saturating_add(1));
-    // Invariant: lo fits, hi does not (or is past the limit).
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
+    let mut lo = hi / 2; // 0 or a batch under the bound
+    let mut bound = hi.min(limit.saturating_add(1));
+    while bound - lo > 1 {
+        let mid = lo + (bound - lo) / 2;
+        if over(mid) {
+            bound = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    // `bound` cannot run. Gallop down from just below it with the allocator simulation
+    // (the answer is usually a few per cent below the bound), then bisect.
+    let mut bad = bound;
+    let mut step = 1u64;
+    let good = loop {
+        let candidate = bad.saturating_sub(step);
+        if candidate == 0 {
+            if bad > 1 && fits(1)? {
+                break 1;
+            }
+            return Ok(None);
+        }
+        if fits(candidate)? {
+            break candidate;
+        }
+        bad = candidate;
+        step = step.saturating_mul(2);
+    };
+    let mut lo = good;
+    while bad - lo > 1 {
+        let mid = lo + (bad - lo) / 2;
         if fits(mid)? {
             lo = mid;
         } else {
-            hi = mid;
+            bad = mid;
         }
     }
     Ok(Some(lo))
@@ -94,6 +124,16 @@ pub struct SweepPoint {
     pub allocated: Bytes,
     pub reserved: Bytes,
     pub nvidia_smi: Bytes,
+}
+
+/// Peak allocated bytes for every batch in `batches` through the precomputed envelope:
+/// microseconds per point, for curves over thousands of batch sizes.
+pub fn sweep_allocated(
+    planner: &Planner,
+    batches: impl IntoIterator<Item = u64>,
+) -> Vec<(u64, Bytes)> {
+    let env = super::eval::PeakEnvelope::new(&planner.events);
+    batches.into_iter().map(|b| (b, env.at(b))).collect()
 }
 
 /// Peaks for every batch in `batches` (stops at the first overflow).
@@ -123,6 +163,35 @@ mod tests {
         assert_eq!(accumulation_for(100, 64), 2);
         assert_eq!(accumulation_for(1, 64), 1);
         assert_eq!(accumulation_for(5, 0), 1);
+    }
+
+    #[test]
+    fn max_batch_agrees_with_a_linear_scan() {
+        let preset = crate::model::preset::find_builtin("resnet18").expect("preset");
+        let cfg = crate::plan::TrainConfig {
+            size: Some(64),
+            ..Default::default()
+        };
+        let planner = Planner::new(&preset, &cfg).expect("planner");
+        for cap_mib in [200u64, 400, 1000] {
+            let cap = Bytes::mib(cap_mib);
+            let got = max_batch_capped(&planner, cap, 4096).expect("search");
+            let scan = (1..=4096u64)
+                .take_while(|&b| planner.runs_within(b, cap).expect("sim"))
+                .last();
+            // Fragmentation can make the simulated allocator non-monotone in the batch; the
+            // search returns a batch that runs while the next one does not, never less than
+            // the first run of batches that all fit.
+            assert!(got >= scan, "cap {cap_mib} MiB: {got:?} < {scan:?}");
+            if let Some(m) = got {
+                assert!(planner.runs_within(m, cap).expect("sim"));
+                assert!(!planner.runs_within(m + 1, cap).expect("sim"));
+            }
+        }
+        assert_eq!(
+            max_batch_capped(&planner, Bytes::mib(10), 4096).expect("search"),
+            None
+        );
     }
 
     #[test]
