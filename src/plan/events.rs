@@ -136,10 +136,10 @@ struct Sim<'g> {
     node: u32,
     /// Tensor → buffer currently holding it.
     tbuf: Vec<Option<u32>>,
-    dtypes: Vec<DType>,
-    rules: Vec<Rule>,
-    consumers: Vec<u32>,
-    requires_grad: Vec<bool>,
+    dtypes: &'g [DType],
+    rules: &'g [Rule],
+    consumers: &'g [u32],
+    requires_grad: &'g [bool],
     /// Buffers each node keeps for its backward.
     saved: Vec<Vec<u32>>,
     /// Tensor → gradient buffer.
@@ -228,7 +228,8 @@ impl<'g> Sim<'g> {
         self.node = n as u32;
         let g = self.g;
         let node = &g.nodes[n];
-        let r = self.rules[n].clone();
+        let rules = self.rules;
+        let r = &rules[n];
         let out = node.output;
         // Autocast casts of inputs.
         let mut input_bufs: Vec<Option<u32>> = node.inputs.iter().map(|&t| self.tbuf[t]).collect();
@@ -361,7 +362,8 @@ impl<'g> Sim<'g> {
         self.node = n as u32;
         let g = self.g;
         let node = &g.nodes[n];
-        let r = self.rules[n].clone();
+        let rules = self.rules;
+        let r = &rules[n];
         let gout = self.gbuf[node.output].take();
         let has_grad_path = gout.is_some() || node.op == Op::Input;
         let is_loss = matches!(node.op, Op::CrossEntropy { .. });
@@ -377,8 +379,8 @@ impl<'g> Sim<'g> {
                     }
                 }
             } else {
-                self.emit_input_grads(n, &r, is_loss);
-                self.emit_param_grads(n, &r, first_micro);
+                self.emit_input_grads(n, r, is_loss);
+                self.emit_param_grads(n, r, first_micro);
                 if r.bwd_transient > 0 {
                     let b = self.alloc(
                         r.bwd_transient * r.out_dtype.size(),
@@ -498,7 +500,7 @@ impl<'g> Sim<'g> {
         let g = self.g;
         self.micro = micro;
         self.phase = Phase::Forward;
-        let consumers = self.consumers.clone();
+        let consumers = self.consumers;
         let count = g.nodes.len();
         let mut block_start: Option<u32> = None;
         for n in 0..count {
@@ -515,7 +517,7 @@ impl<'g> Sim<'g> {
                 }
             }
             let keep = !self.in_ckpt_block(n);
-            self.forward_node(n, keep, &consumers);
+            self.forward_node(n, keep, consumers);
         }
         // Autocast exits: its weight cache is dropped.
         self.node = NO_NODE;
@@ -773,10 +775,10 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, k: &Constants) -> Events {
         micro: 0,
         node: NO_NODE,
         tbuf: vec![None; g.tensors.len()],
-        dtypes,
-        rules,
-        consumers,
-        requires_grad,
+        dtypes: &dtypes,
+        rules: &rules,
+        consumers: &consumers,
+        requires_grad: &requires_grad,
         saved: vec![Vec::new(); g.nodes.len()],
         gbuf: vec![None; g.tensors.len()],
         param_grad: vec![None; g.params.len()],
