@@ -199,7 +199,12 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     let (gpu, budget) = a.train.budget()?;
     let planner = Planner::new(&preset, &cfg)?;
     let plan = planner.plan(cfg.batch)?;
-    let fits = crate::plan::search::fits(&planner, budget, cfg.batch)?;
+    let fits = crate::plan::search::fits_with_reserved(
+        &planner,
+        budget,
+        cfg.batch,
+        plan.peak_reserved_bytes,
+    )?;
     let max = max_batch(&planner, budget, MAX_BATCH)?;
     let fixes = remedies(&preset, &cfg, budget)?;
     if a.train.json {
@@ -444,6 +449,19 @@ fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Res
         std::hint::black_box(p.plan(cfg.batch)?);
     }
     let plan_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    let t = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(preset.build(
+            preset.default_size(),
+            crate::model::families::transformer::AttnImpl::Sdpa,
+        )?);
+    }
+    let build_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    let t = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(Planner::new(&preset, &cfg)?);
+    }
+    let prepare_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
     let planner = Planner::new(&preset, &cfg)?;
     let t = Instant::now();
     let reps2 = 5;
@@ -464,7 +482,7 @@ fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Res
             out,
             "{}",
             serde_json::json!({"model": preset.id, "plan_ms": plan_ms, "sweep_points": points,
-                "sweep_and_max_batch_ms": sweep_ms, "max_batch": max, "evaluate_ms": eval_ms,
+                "sweep_and_max_batch_ms": sweep_ms, "graph_ms": build_ms, "graph_and_events_ms": prepare_ms, "max_batch": max, "evaluate_ms": eval_ms,
                 "events": planner.events.events.len()})
         )?;
     } else {
@@ -476,7 +494,7 @@ fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Res
         )?;
         writeln!(
             out,
-            "  plan (build graph + simulate + evaluate): {plan_ms:.3} ms"
+            "  plan (build graph + simulate + evaluate): {plan_ms:.3} ms  [graph {build_ms:.3} ms, graph + events {prepare_ms:.3} ms]"
         )?;
         writeln!(
             out,

@@ -4,7 +4,7 @@
 //! cached blocks, splitting and coalescing, `max_split_size_mb` and
 //! `expandable_segments`. It turns allocation events into reserved bytes.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use super::config::AllocatorConfig;
 
@@ -50,8 +50,10 @@ struct Block {
 pub struct CachingAllocator {
     cfg: AllocatorConfig,
     blocks: Vec<Block>,
-    free_small: BTreeSet<(u64, u32, u64, u32)>,
-    free_large: BTreeSet<(u64, u32, u64, u32)>,
+    /// Free blocks ordered by (size, segment, offset) packed into one integer, as
+    /// PyTorch's `BlockComparatorSize` orders them; value = block id.
+    free_small: BTreeMap<u128, u32>,
+    free_large: BTreeMap<u128, u32>,
     segments: u32,
     /// Bytes of all segments (what `memory_reserved()` reports).
     pub reserved: u64,
@@ -121,17 +123,18 @@ impl CachingAllocator {
             .map_or(u64::MAX, |mb| mb.saturating_mul(1 << 20))
     }
 
-    fn key(&self, id: u32) -> (u64, u32, u64, u32) {
+    fn key(&self, id: u32) -> u128 {
         let b = &self.blocks[id as usize];
-        (b.size, b.segment, b.offset, id)
+        // Offsets are multiples of 512: 40 bits of them cover 512 TiB per segment.
+        (u128::from(b.size) << 64) | (u128::from(b.segment) << 40) | u128::from(b.offset >> 9)
     }
 
     fn insert_free(&mut self, id: u32) {
         let k = self.key(id);
         if self.blocks[id as usize].small {
-            self.free_small.insert(k);
+            self.free_small.insert(k, id);
         } else {
-            self.free_large.insert(k);
+            self.free_large.insert(k, id);
         }
     }
 
@@ -160,14 +163,15 @@ impl CachingAllocator {
         // Best fit: the smallest cached block that is large enough, unless it is an
         // oversize block reserved for oversize requests.
         let found = pool
-            .range((size, 0, 0, 0)..)
+            .range(u128::from(size) << 64..)
             .next()
-            .filter(|&&(bsize, ..)| {
+            .filter(|&(&k, _)| {
+                let bsize = (k >> 64) as u64;
                 small
                     || !((size < max_split && bsize >= max_split)
                         || (size >= max_split && bsize >= size + LARGE_BUFFER))
             })
-            .map(|&(.., id)| id);
+            .map(|(_, &id)| id);
         let id = match found {
             Some(id) => {
                 self.remove_free(id);

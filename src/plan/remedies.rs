@@ -25,7 +25,8 @@ pub struct Remedy {
     pub fits: bool,
 }
 
-fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, String, TrainConfig)> {
+/// The remedies that apply to `cfg`: (name, one-sentence description, changed config).
+pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, String, TrainConfig)> {
     let mut out = Vec::new();
     if cfg.precision == Precision::Fp32 {
         let mut c = *cfg;
@@ -114,6 +115,30 @@ fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, String, 
     out
 }
 
+/// Evaluates one remedy with a planner built for its config (`planner.config` may differ
+/// from `config` in the batch only).
+pub fn evaluate(
+    name: &'static str,
+    description: String,
+    config: TrainConfig,
+    planner: &Planner,
+    base_nvidia_smi: Bytes,
+    budget: Budget,
+) -> Result<Remedy, PlanError> {
+    let p = planner.peaks(config.batch)?;
+    // Reserved within the cap means the capped simulation cannot fail: skip it.
+    let fits = super::search::fits_with_reserved(planner, budget, config.batch, p.reserved)?;
+    Ok(Remedy {
+        name,
+        description,
+        config,
+        peak_allocated: p.allocated,
+        nvidia_smi: p.nvidia_smi,
+        saving: base_nvidia_smi.0 as i64 - p.nvidia_smi.0 as i64,
+        fits,
+    })
+}
+
 /// Plans every applicable remedy for `cfg` against `budget`.
 pub fn remedies(
     preset: &Preset,
@@ -121,19 +146,11 @@ pub fn remedies(
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
     let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
-    let mut out = Vec::new();
-    for (name, description, c) in candidates(cfg, preset.input.is_tokens()) {
-        let planner = Planner::new(preset, &c)?;
-        let p = planner.peaks(c.batch)?;
-        out.push(Remedy {
-            name,
-            description,
-            config: c,
-            peak_allocated: p.allocated,
-            nvidia_smi: p.nvidia_smi,
-            saving: base.nvidia_smi.0 as i64 - p.nvidia_smi.0 as i64,
-            fits: super::search::fits(&planner, budget, c.batch)?,
-        });
-    }
-    Ok(out)
+    candidates(cfg, preset.input.is_tokens())
+        .into_iter()
+        .map(|(name, description, c)| {
+            let planner = Planner::new(preset, &c)?;
+            evaluate(name, description, c, &planner, base.nvidia_smi, budget)
+        })
+        .collect()
 }

@@ -33,6 +33,20 @@ impl Budget {
     }
 }
 
+/// [`fits`] when the uncapped peak reserved bytes are already known: within the cap the
+/// capped simulation cannot fail, so it only runs when reserved exceeds the cap.
+pub fn fits_with_reserved(
+    planner: &Planner,
+    budget: Budget,
+    batch: u64,
+    reserved: Bytes,
+) -> Result<bool, PlanError> {
+    if reserved <= budget.allocator_cap(planner.context) {
+        return Ok(true);
+    }
+    fits(planner, budget, batch)
+}
+
 /// Whether `batch` runs on the budget's GPU without a CUDA OOM: the caching allocator is
 /// simulated under the cap, releasing cached segments before failing as PyTorch does.
 pub fn fits(planner: &Planner, budget: Budget, batch: u64) -> Result<bool, PlanError> {

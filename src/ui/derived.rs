@@ -6,7 +6,7 @@
 use crate::gpu::DetectedGpu;
 use crate::model::Preset;
 use crate::model::preset::builtin_presets;
-use crate::plan::remedies::{Remedy, remedies};
+use crate::plan::remedies::{self, Remedy};
 use crate::plan::search::{Budget, SweepPoint, max_batch, sweep};
 use crate::plan::{Phase, Plan, Planner, TimelinePoint, gpus};
 use crate::units::Bytes;
@@ -68,6 +68,8 @@ pub struct Answer {
 /// Largest batch that fits (`Ok(None)`: not even batch 1), or why the search failed.
 pub type MaxBatch = Result<Option<u64>, String>;
 type AnswerResult = Result<Answer, String>;
+/// A remedy's name and the planner of its config.
+type RemedyPlanner = (&'static str, Result<Planner, String>);
 
 #[derive(Debug, Clone, PartialEq)]
 struct ModelKey {
@@ -89,6 +91,9 @@ pub struct Derived {
     max_batch: Option<((u64, Budget), MaxBatch)>,
     sweep: Option<((u64, u64), Vec<SweepPoint>)>,
     answer: Option<((u64, u64, Budget), AnswerResult)>,
+    /// Planners of the remedy configs, per planner generation: a batch change then only
+    /// re-evaluates them.
+    remedy_planners: Option<(u64, Vec<RemedyPlanner>)>,
     target: GpuTarget,
 }
 
@@ -251,6 +256,7 @@ impl Derived {
             max_batch: None,
             sweep: None,
             answer: None,
+            remedy_planners: None,
             target,
         }
     }
@@ -304,15 +310,57 @@ impl Derived {
         }
 
         let batch = state.config.batch;
+        let is_tokens = preset.input.is_tokens();
+        if self.remedy_planners.as_ref().map(|(g, _)| *g) != Some(gen_) {
+            // batch ≥ 2 so that the batch-dependent remedy (half micro-batch) is included.
+            let mut c = state.config;
+            c.batch = c.batch.max(2);
+            let list = remedies::candidates(&c, is_tokens)
+                .into_iter()
+                .map(|(name, _, rc)| {
+                    (
+                        name,
+                        Planner::new(preset, &rc).map_err(|e| format!("{e:#}")),
+                    )
+                })
+                .collect();
+            self.remedy_planners = Some((gen_, list));
+        }
         if self.answer.as_ref().map(|(k, _)| *k) != Some((gen_, batch, budget)) {
+            let planners = self
+                .remedy_planners
+                .as_ref()
+                .map(|(_, l)| l.as_slice())
+                .unwrap_or(&[]);
             let answer = planner
                 .plan(batch)
                 .map_err(|e| format!("{e:#}"))
-                .map(|plan| Answer {
-                    fits: plan.nvidia_smi_bytes <= budget.usable(),
-                    timeline: timeline_segments(&plan.timeline),
-                    remedies: remedies(preset, &state.config, budget).map_err(|e| format!("{e:#}")),
-                    plan,
+                .and_then(|plan| {
+                    let fits = crate::plan::search::fits_with_reserved(
+                        planner,
+                        budget,
+                        batch,
+                        plan.peak_reserved_bytes,
+                    )
+                    .map_err(|e| format!("{e:#}"))?;
+                    let remedies = remedies::candidates(&state.config, is_tokens)
+                        .into_iter()
+                        .map(|(name, desc, rc)| {
+                            let p = planners
+                                .iter()
+                                .find(|(n, _)| *n == name)
+                                .ok_or_else(|| format!("no planner for remedy {name}"))?;
+                            let p = p.1.as_ref().map_err(Clone::clone)?;
+                            remedies::evaluate(name, desc, rc, p, plan.nvidia_smi_bytes, budget)
+                                .map_err(|e| format!("{e:#}"))
+                        })
+                        .collect();
+                    Ok(Answer {
+                        fits,
+                        timeline: timeline_segments(&plan.timeline),
+                        remedies,
+                        plan,
+                    })
                 });
             self.answer = Some(((gen_, batch, budget), answer));
         }
