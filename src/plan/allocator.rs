@@ -90,6 +90,11 @@ impl CachingAllocator {
         }
     }
 
+    /// Pre-sizes the block table for about `n` blocks.
+    pub fn reserve_blocks(&mut self, n: usize) {
+        self.blocks.reserve(n);
+    }
+
     /// Frees every cached segment without live blocks (`release_cached_blocks`).
     fn release_cached(&mut self) {
         for s in 0..self.segs.len() {

@@ -55,6 +55,7 @@ pub fn runs_within(
 ) -> Result<bool, PlanError> {
     let size = sizes(ev, batch)?;
     let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
+    allocator.reserve_blocks(ev.buffers.len() * 2);
     let mut handles = vec![u32::MAX; ev.buffers.len()];
     for e in &ev.events {
         let b = e.buffer as usize;
@@ -84,8 +85,13 @@ pub fn evaluate(
     let mut peak_breakdown = [0u64; 6];
     let mut peak_phase = Phase::ZeroGrad;
     let mut peak_node = None;
-    let mut points = Vec::new();
+    let mut points = Vec::with_capacity(if timeline {
+        ev.events.len() - ev.measured_start
+    } else {
+        0
+    });
     let mut allocator = CachingAllocator::new(alloc_cfg);
+    allocator.reserve_blocks(ev.buffers.len() * 2);
     let mut handles = vec![u32::MAX; ev.buffers.len()];
     for (i, e) in ev.events.iter().enumerate() {
         let b = e.buffer as usize;
