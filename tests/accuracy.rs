@@ -52,3 +52,9 @@ fn holdout_set_within_targets() {
 fn second_holdout_set_within_targets() {
     check(&["tests/data/holdout2.jsonl"]);
 }
+
+/// Measured at the end of the session, after every rule change, and never tuned on.
+#[test]
+fn third_holdout_set_within_targets() {
+    check(&["tests/data/holdout3.jsonl"]);
+}
