@@ -176,6 +176,19 @@ impl Graph {
         self.params.iter().map(|p| p.elems).sum()
     }
 
+    /// Sum of per-sample output elements of all convolutions, and their count (tests
+    /// compare these with PyTorch forward hooks).
+    #[cfg(test)]
+    pub fn conv_outputs(&self) -> (u64, usize) {
+        let convs: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Conv2d { .. }))
+            .map(|n| self.tensors[n.output].per_sample)
+            .collect();
+        (convs.iter().sum(), convs.len())
+    }
+
     /// Number of checkpointable blocks.
     pub fn block_count(&self) -> u32 {
         self.nodes

@@ -192,16 +192,6 @@ mod tests {
         }
     }
 
-    fn conv_output_elems(g: &Graph) -> (u64, usize) {
-        let convs: Vec<u64> = g
-            .nodes
-            .iter()
-            .filter(|n| matches!(n.op, Op::Conv2d { .. }))
-            .map(|n| g.tensors[n.output].per_sample)
-            .collect();
-        (convs.iter().sum(), convs.len())
-    }
-
     #[test]
     fn param_counts_match_torchvision() {
         // sum(p.numel() for p in torchvision.models.mobilenet_v3_*().parameters()), torchvision 0.29.
@@ -220,10 +210,10 @@ mod tests {
     fn conv_outputs_match_forward_hooks() {
         // Per-sample elements of all Conv2d outputs, from forward hooks at 224×224.
         let large = build(&preset(MobilenetArch::Large), 224, 3);
-        assert_eq!(conv_output_elems(&large), (4_404_888, 62));
+        assert_eq!(large.conv_outputs(), (4_404_888, 62));
         assert_eq!(large.block_count(), 15);
         let small = build(&preset(MobilenetArch::Small), 224, 3);
-        assert_eq!(conv_output_elems(&small), (1_415_656, 52));
+        assert_eq!(small.conv_outputs(), (1_415_656, 52));
         assert_eq!(small.block_count(), 11);
     }
 

@@ -174,16 +174,6 @@ mod tests {
         }
     }
 
-    fn conv_outputs(g: &Graph) -> (u64, usize) {
-        let v: Vec<u64> = g
-            .nodes
-            .iter()
-            .filter(|n| matches!(n.op, Op::Conv2d { .. }))
-            .map(|n| g.tensors[n.output].per_sample)
-            .collect();
-        (v.iter().sum(), v.len())
-    }
-
     #[test]
     fn param_counts_match_torchvision() {
         // sum(p.numel() for p in torchvision.models.segmentation.X(weights=None,
@@ -203,10 +193,10 @@ mod tests {
     fn conv_outputs_match_forward_hooks() {
         // Per-sample elements of all Conv2d outputs, from forward hooks at 512×512.
         let g = build_deeplabv3(&params(R50), 512, 3);
-        assert_eq!(conv_outputs(&g), (137_974_016, 61));
+        assert_eq!(g.conv_outputs(), (137_974_016, 61));
         assert_eq!(g.block_count(), 16);
         let g = build_fcn(&params(R50), 512, 3);
-        assert_eq!(conv_outputs(&g), (133_779_456, 55));
+        assert_eq!(g.conv_outputs(), (133_779_456, 55));
     }
 
     #[test]

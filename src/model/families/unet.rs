@@ -129,16 +129,6 @@ mod tests {
         }
     }
 
-    fn conv_outputs(g: &Graph) -> (u64, usize) {
-        let v: Vec<u64> = g
-            .nodes
-            .iter()
-            .filter(|n| matches!(n.op, Op::Conv2d { .. }))
-            .map(|n| g.tensors[n.output].per_sample)
-            .collect();
-        (v.iter().sum(), v.len())
-    }
-
     #[test]
     fn param_counts_match_the_reference() {
         // sum(p.numel() for p in tools/torch_runner.py UNet(...).parameters()).
@@ -163,7 +153,7 @@ mod tests {
     fn conv_outputs_match_forward_hooks() {
         // Per-sample elements of all Conv2d / ConvTranspose2d outputs at 64×64.
         let g = build(&preset(), 64).unwrap();
-        assert_eq!(conv_outputs(&g), (2_498_560, 23));
+        assert_eq!(g.conv_outputs(), (2_498_560, 23));
         assert_eq!(g.block_count(), 9);
         let last = g.nodes.last().unwrap();
         assert_eq!(
