@@ -4,7 +4,7 @@
 //! cached blocks, splitting and coalescing, `max_split_size_mb` and
 //! `expandable_segments`. It turns allocation events into reserved bytes.
 
-use std::collections::BTreeMap;
+use super::free_bins::FreeBins;
 
 use super::config::AllocatorConfig;
 
@@ -52,8 +52,8 @@ pub struct CachingAllocator {
     blocks: Vec<Block>,
     /// Free blocks ordered by (size, segment, offset) packed into one integer, as
     /// PyTorch's `BlockComparatorSize` orders them; value = block id.
-    free_small: BTreeMap<u128, u32>,
-    free_large: BTreeMap<u128, u32>,
+    free_small: FreeBins,
+    free_large: FreeBins,
     segments: u32,
     /// Bytes of all segments (what `memory_reserved()` reports).
     pub reserved: u64,
@@ -146,9 +146,9 @@ impl CachingAllocator {
     fn remove_free(&mut self, id: u32) {
         let k = self.key(id);
         if self.blocks[id as usize].small {
-            self.free_small.remove(&k);
+            self.free_small.remove(k);
         } else {
-            self.free_large.remove(&k);
+            self.free_large.remove(k);
         }
     }
 
@@ -168,15 +168,14 @@ impl CachingAllocator {
         // Best fit: the smallest cached block that is large enough, unless it is an
         // oversize block reserved for oversize requests.
         let found = pool
-            .range(u128::from(size) << 64..)
-            .next()
-            .filter(|&(&k, _)| {
+            .best_fit(size)
+            .filter(|&(k, _)| {
                 let bsize = (k >> 64) as u64;
                 small
                     || !((size < max_split && bsize >= max_split)
                         || (size >= max_split && bsize >= size + LARGE_BUFFER))
             })
-            .map(|(_, &id)| id);
+            .map(|(_, id)| id);
         let id = match found {
             Some(id) => {
                 self.remove_free(id);

@@ -5,6 +5,7 @@ pub mod allocator;
 pub mod config;
 pub mod eval;
 pub mod events;
+pub mod free_bins;
 pub mod gpus;
 pub mod remedies;
 pub mod rules;

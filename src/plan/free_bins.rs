@@ -1,0 +1,138 @@
+//! Best-fit index of free allocator blocks: segregated bins (16 per power of two, as in
+//! TLSF) with an occupancy bitmap. Finds the smallest block ≥ a size, ties broken by the
+//! lowest (segment, offset) — the order of PyTorch's `BlockComparatorSize` — in O(1) bins
+//! instead of a tree walk.
+
+const SUB: u32 = 4; // 2^4 bins per power of two
+const BINS: usize = 64 << SUB;
+
+fn bin(size: u64) -> usize {
+    let fl = 63 - size.max(1).leading_zeros();
+    if fl < SUB {
+        return size as usize;
+    }
+    let sl = (size >> (fl - SUB)) & ((1 << SUB) - 1);
+    ((fl as usize) << SUB) | sl as usize
+}
+
+/// Free blocks keyed by `(size << 64) | position`; values are block ids. Each bin is
+/// kept sorted by key, so a query is a binary search in one bin.
+#[derive(Debug, Clone)]
+pub struct FreeBins {
+    bins: Vec<Vec<(u128, u32)>>,
+    mask: [u64; BINS / 64],
+    len: usize,
+}
+
+impl Default for FreeBins {
+    fn default() -> Self {
+        FreeBins {
+            bins: vec![Vec::new(); BINS],
+            mask: [0; BINS / 64],
+            len: 0,
+        }
+    }
+}
+
+impl FreeBins {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn insert(&mut self, key: u128, id: u32) {
+        let b = bin((key >> 64) as u64);
+        let slot = &mut self.bins[b];
+        let at = slot.partition_point(|&(k, _)| k < key);
+        slot.insert(at, (key, id));
+        self.mask[b / 64] |= 1 << (b % 64);
+        self.len += 1;
+    }
+
+    /// Removes the entry with `key` (no-op when absent).
+    pub fn remove(&mut self, key: u128) {
+        let b = bin((key >> 64) as u64);
+        let slot = &mut self.bins[b];
+        if let Ok(at) = slot.binary_search_by(|&(k, _)| k.cmp(&key)) {
+            slot.remove(at);
+            self.len -= 1;
+            if slot.is_empty() {
+                self.mask[b / 64] &= !(1 << (b % 64));
+            }
+        }
+    }
+
+    /// The smallest entry whose size is ≥ `size` (lowest key among equals).
+    pub fn best_fit(&self, size: u64) -> Option<(u128, u32)> {
+        let b = bin(size);
+        let floor = u128::from(size) << 64;
+        let slot = &self.bins[b];
+        let at = slot.partition_point(|&(k, _)| k < floor);
+        if let Some(&hit) = slot.get(at) {
+            return Some(hit);
+        }
+        let next = self.next_bin(b + 1)?;
+        self.bins[next].first().copied()
+    }
+
+    fn next_bin(&self, from: usize) -> Option<usize> {
+        let mut w = from / 64;
+        if w >= self.mask.len() {
+            return None;
+        }
+        let mut bits = self.mask[w] & (u64::MAX << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            if w >= self.mask.len() {
+                return None;
+            }
+            bits = self.mask[w];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn agrees_with_an_ordered_map() {
+        let mut bins = FreeBins::default();
+        let mut map = BTreeMap::new();
+        // A deterministic pseudo-random mix of inserts, removals and queries.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for id in 0..5000u32 {
+            let size = 512 * (1 + next() % 100_000);
+            let key = (u128::from(size) << 64) | u128::from(id);
+            bins.insert(key, id);
+            map.insert(key, id);
+            if next() % 3 == 0 {
+                let victim = (next() % u64::from(id + 1)) as u32;
+                if let Some(k) = map.iter().find(|(_, v)| **v == victim).map(|(k, _)| *k) {
+                    map.remove(&k);
+                    bins.remove(k);
+                }
+            }
+            let q = 512 * (1 + next() % 120_000);
+            let expect = map
+                .range(u128::from(q) << 64..)
+                .next()
+                .map(|(k, v)| (*k, *v));
+            assert_eq!(bins.best_fit(q), expect, "query {q}");
+            assert_eq!(bins.len(), map.len());
+        }
+    }
+}
