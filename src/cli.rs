@@ -28,6 +28,8 @@ pub struct Cli {
 pub enum Command {
     /// Predict the peak memory of one training step.
     Plan(PlanArgs),
+    /// Write the plan as a vramlab config or a framework config.
+    Export(ExportArgs),
     /// Find the largest micro-batch that fits a GPU.
     MaxBatch(MaxBatchArgs),
     /// List model presets and GPUs.
@@ -58,8 +60,11 @@ pub enum Command {
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
     /// Preset id (see `vramlab presets`) or path to a preset JSON file.
-    #[arg(long)]
-    pub model: String,
+    #[arg(long, required_unless_present = "config")]
+    pub model: Option<String>,
+    /// A saved `.vramlab.json` config (model, training settings, GPU, margin).
+    #[arg(long, conflicts_with = "model")]
+    pub config: Option<std::path::PathBuf>,
     /// Precision: fp32, amp-fp16, amp-bf16, bf16.
     #[arg(long, default_value = "amp-bf16")]
     pub precision: String,
@@ -102,12 +107,27 @@ pub struct TrainArgs {
 pub struct PlanArgs {
     #[command(flatten)]
     pub train: TrainArgs,
-    /// Micro-batch size.
-    #[arg(long)]
-    pub batch: u64,
+    /// Micro-batch size (required unless --config gives it).
+    #[arg(long, required_unless_present = "config")]
+    pub batch: Option<u64>,
     /// Include the allocated-bytes timeline of the step in the JSON output.
     #[arg(long)]
     pub timeline: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Micro-batch size (required unless --config gives it).
+    #[arg(long, required_unless_present = "config")]
+    pub batch: Option<u64>,
+    /// vramlab, deepspeed, hf, lightning, pytorch or env.
+    #[arg(long)]
+    pub format: String,
+    /// Write to this file (atomically) instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +148,39 @@ pub fn load_model(name: &str) -> Result<Preset> {
         return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
     }
     Ok(find_builtin(name)?)
+}
+
+/// Model, training config and budget from the flags, or from `--config FILE`
+/// (`--batch` still overrides the file's batch).
+fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<(Preset, TrainConfig, Gpu, Budget, bool)> {
+    if let Some(path) = &t.config {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading config {}", path.display()))?;
+        let doc = crate::export::VramlabConfig::from_bytes(&bytes)
+            .with_context(|| format!("config {}", path.display()))?;
+        let preset = doc.preset()?;
+        let mut cfg = doc.training;
+        if let Some(b) = batch {
+            cfg.batch = b;
+        }
+        cfg.validate()?;
+        let gpu = gpus::find(&doc.gpu)?;
+        let budget = Budget {
+            capacity: gpu.memory(),
+            margin: doc.margin,
+        };
+        let custom = matches!(doc.model, crate::export::vramlab_file::ModelRef::Custom(_));
+        return Ok((preset, cfg, gpu, budget, custom));
+    }
+    let name = t
+        .model
+        .as_deref()
+        .context("--model or --config is required")?;
+    let preset = load_model(name)?;
+    let custom = find_builtin(name).is_err();
+    let cfg = t.config(&preset, batch.context("--batch is required")?)?;
+    let (gpu, budget) = t.budget()?;
+    Ok((preset, cfg, gpu, budget, custom))
 }
 
 impl TrainArgs {
@@ -174,6 +227,7 @@ impl TrainArgs {
 pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     match cmd {
         Command::Plan(a) => cmd_plan(a, out),
+        Command::Export(a) => cmd_export(a, out),
         Command::MaxBatch(a) => cmd_max_batch(a, out),
         Command::Presets { json } => cmd_presets(json, out),
         Command::Validate { files, markdown } => cmd_validate(&files, markdown, out),
@@ -194,9 +248,7 @@ fn pct(part: Bytes, whole: Bytes) -> f64 {
 }
 
 fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
-    let preset = load_model(&a.train.model)?;
-    let cfg = a.train.config(&preset, a.batch)?;
-    let (gpu, budget) = a.train.budget()?;
+    let (preset, cfg, gpu, budget, _) = resolve(&a.train, a.batch)?;
     let planner = Planner::new(&preset, &cfg)?;
     let plan = planner.plan(cfg.batch)?;
     let fits = crate::plan::search::fits_with_reserved(
@@ -332,9 +384,7 @@ fn write_plan(
 }
 
 fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
-    let preset = load_model(&a.train.model)?;
-    let cfg = a.train.config(&preset, 1)?;
-    let (gpu, budget) = a.train.budget()?;
+    let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
     let planner = Planner::new(&preset, &cfg)?;
     let max = max_batch(&planner, budget, MAX_BATCH)?;
     let accum = match (a.target_batch, max) {
@@ -538,6 +588,36 @@ fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Writ
             )?;
         }
         writeln!(out, "{}", crate::validate::summary(&rows))?;
+    }
+    Ok(())
+}
+
+fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
+    let format = crate::export::Format::parse(&a.format).with_context(|| {
+        format!(
+            "--format: unknown format `{}` (known: vramlab, deepspeed, hf, lightning, pytorch, env)",
+            a.format
+        )
+    })?;
+    let (preset, cfg, gpu, budget, custom) = resolve(&a.train, a.batch)?;
+    let plan = Planner::new(&preset, &cfg)?.plan(cfg.batch)?;
+    let doc = crate::export::VramlabConfig::new(
+        &preset,
+        custom,
+        cfg,
+        &gpu.id,
+        budget.margin,
+        Some(&plan),
+    )
+    .to_json();
+    let text = crate::export::render(format, &cfg, &plan, &doc);
+    match &a.output {
+        Some(path) => {
+            crate::export::write_atomic(path, text.as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+            writeln!(out, "wrote {} ({})", path.display(), format.as_str())?;
+        }
+        None => write!(out, "{text}")?,
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod export;
 pub mod gpu;
 pub mod model;
 pub mod plan;

@@ -297,3 +297,35 @@ fn custom_preset_file_plans() {
         1000 * 64 + 128 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64
     );
 }
+
+#[test]
+fn export_and_plan_from_config_round_trip() {
+    let dir = std::env::temp_dir().join(format!("vramlab-cli-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let path = dir.join("gpt2.vramlab.json");
+    let p = path.to_string_lossy().into_owned();
+    let (ok, _, err) = vramlab(&[
+        "export", "--format", "vramlab", "--model", "gpt2", "--batch", "6", "--accum", "4", "--precision", "amp-fp16",
+        "--gpu", "a100-80gb", "-o", &p,
+    ]);
+    assert!(ok, "{err}");
+    let (ok, direct, _) = vramlab(&[
+        "plan", "--model", "gpt2", "--batch", "6", "--accum", "4", "--precision", "amp-fp16", "--gpu", "a100-80gb", "--json",
+    ]);
+    assert!(ok);
+    let (ok, from_file, err) = vramlab(&["plan", "--config", &p, "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(direct, from_file, "a saved config plans identically");
+    let (ok, ds, _) = vramlab(&["export", "--format", "deepspeed", "--config", &p]);
+    assert!(ok);
+    let ds: serde_json::Value = serde_json::from_str(&ds).expect("deepspeed json");
+    assert_eq!(ds["train_micro_batch_size_per_gpu"], 6);
+    assert_eq!(ds["gradient_accumulation_steps"], 4);
+    assert_eq!(ds["fp16"]["enabled"], true);
+    fails_with(&["export", "--format", "xml", "--model", "gpt2", "--batch", "1"], "unknown format `xml`");
+    std::fs::write(dir.join("bad.vramlab.json"), b"{\"schema_version\": 99}").expect("write");
+    fails_with(
+        &["plan", "--config", &dir.join("bad.vramlab.json").to_string_lossy()],
+        "newer than this vramlab",
+    );
+}

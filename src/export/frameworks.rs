@@ -1,0 +1,290 @@
+//! Framework configs generated from a plan: DeepSpeed JSON, Hugging Face
+//! `TrainingArguments`, PyTorch Lightning `Trainer` arguments, a plain PyTorch training
+//! loop, and the allocator environment line.
+
+use serde_json::{Value, json};
+
+use crate::plan::config::{Attention, Optimizer, Precision};
+use crate::plan::{Plan, TrainConfig};
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Vramlab,
+    DeepSpeed,
+    HuggingFace,
+    Lightning,
+    PyTorch,
+    Env,
+}
+
+impl Format {
+    pub const ALL: [Format; 6] = [
+        Format::Vramlab,
+        Format::DeepSpeed,
+        Format::HuggingFace,
+        Format::Lightning,
+        Format::PyTorch,
+        Format::Env,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Vramlab => "vramlab",
+            Format::DeepSpeed => "deepspeed",
+            Format::HuggingFace => "hf",
+            Format::Lightning => "lightning",
+            Format::PyTorch => "pytorch",
+            Format::Env => "env",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Format> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+/// The `PYTORCH_CUDA_ALLOC_CONF` the plan recommends: the configured allocator options,
+/// else `expandable_segments:True` when the allocator model shows more than 10 % of the
+/// reserved bytes cached but unused (fragmentation risk).
+pub fn alloc_conf(cfg: &TrainConfig, plan: &Plan) -> Option<String> {
+    let mut parts = Vec::new();
+    if cfg.allocator.expandable_segments {
+        parts.push("expandable_segments:True".to_string());
+    }
+    if let Some(mb) = cfg.allocator.max_split_size_mb {
+        parts.push(format!("max_split_size_mb:{mb}"));
+    }
+    let reserved = plan.peak_reserved_bytes.0 as f64;
+    let waste = reserved - plan.peak_allocated_bytes.0 as f64;
+    if parts.is_empty() && reserved > 0.0 && waste / reserved > 0.10 {
+        parts.push("expandable_segments:True".to_string());
+    }
+    (!parts.is_empty()).then(|| parts.join(","))
+}
+
+fn deepspeed(cfg: &TrainConfig) -> Value {
+    let mut o = serde_json::Map::new();
+    o.insert("train_micro_batch_size_per_gpu".into(), json!(cfg.batch));
+    o.insert("gradient_accumulation_steps".into(), json!(cfg.accum));
+    o.insert("train_batch_size".into(), json!(cfg.effective_batch()));
+    o.insert("gradient_clipping".into(), json!(1.0));
+    match cfg.precision {
+        Precision::AmpFp16 => {
+            o.insert(
+                "fp16".into(),
+                json!({"enabled": true, "loss_scale": 0, "initial_scale_power": 16}),
+            );
+        }
+        Precision::AmpBf16 | Precision::Bf16 => {
+            o.insert("bf16".into(), json!({"enabled": true}));
+        }
+        Precision::Fp32 => {}
+    }
+    // Optimizers DeepSpeed builds itself; others are passed to deepspeed.initialize().
+    match cfg.optimizer {
+        Optimizer::Adam => {
+            o.insert(
+                "optimizer".into(),
+                json!({"type": "Adam", "params": {"lr": 1e-4, "weight_decay": 0.0}}),
+            );
+        }
+        Optimizer::AdamW => {
+            o.insert(
+                "optimizer".into(),
+                json!({"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}),
+            );
+        }
+        Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Adafactor | Optimizer::Adam8bit => {}
+    }
+    if cfg.checkpointing {
+        o.insert(
+            "activation_checkpointing".into(),
+            json!({"partition_activations": false, "contiguous_memory_optimization": false}),
+        );
+    }
+    o.insert("zero_optimization".into(), json!({"stage": 0}));
+    Value::Object(o)
+}
+
+fn hf_optim(o: Optimizer) -> &'static str {
+    match o {
+        Optimizer::Sgd | Optimizer::SgdMomentum => "sgd",
+        Optimizer::Adam | Optimizer::AdamW => "adamw_torch",
+        Optimizer::Adafactor => "adafactor",
+        Optimizer::Adam8bit => "adamw_bnb_8bit",
+    }
+}
+
+fn huggingface(cfg: &TrainConfig) -> Value {
+    json!({
+        "output_dir": "out",
+        "per_device_train_batch_size": cfg.batch,
+        "gradient_accumulation_steps": cfg.accum,
+        "bf16": matches!(cfg.precision, Precision::AmpBf16 | Precision::Bf16),
+        "fp16": cfg.precision == Precision::AmpFp16,
+        "gradient_checkpointing": cfg.checkpointing,
+        "optim": hf_optim(cfg.optimizer),
+    })
+}
+
+fn lightning(cfg: &TrainConfig) -> Value {
+    let precision = match cfg.precision {
+        Precision::Fp32 => "32-true",
+        Precision::AmpFp16 => "16-mixed",
+        Precision::AmpBf16 => "bf16-mixed",
+        Precision::Bf16 => "bf16-true",
+    };
+    json!({
+        "precision": precision,
+        "accumulate_grad_batches": cfg.accum,
+        "accelerator": "gpu",
+        "devices": 1,
+    })
+}
+
+fn pytorch(cfg: &TrainConfig) -> String {
+    let opt = match cfg.optimizer {
+        Optimizer::Sgd => "torch.optim.SGD(model.parameters(), lr=1e-3)",
+        Optimizer::SgdMomentum => "torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)",
+        Optimizer::Adam => "torch.optim.Adam(model.parameters(), lr=1e-4)",
+        Optimizer::AdamW => "torch.optim.AdamW(model.parameters(), lr=1e-4)",
+        Optimizer::Adafactor => "torch.optim.Adafactor(model.parameters(), lr=1e-3)",
+        Optimizer::Adam8bit => {
+            "bnb.optim.Adam8bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
+        }
+    };
+    let (autocast, scaler) = match cfg.precision {
+        Precision::AmpFp16 => ("torch.autocast(\"cuda\", dtype=torch.float16)", true),
+        Precision::AmpBf16 => ("torch.autocast(\"cuda\", dtype=torch.bfloat16)", false),
+        _ => ("contextlib.nullcontext()", false),
+    };
+    let mut s = String::from("import contextlib\nimport torch\n\n");
+    s.push_str(&format!(
+        "# vramlab plan: micro-batch {} x {} accumulation steps = effective batch {}\n",
+        cfg.batch,
+        cfg.accum,
+        cfg.effective_batch()
+    ));
+    s.push_str(&format!(
+        "batch_size = {}  # DataLoader(..., batch_size=batch_size)\n",
+        cfg.batch
+    ));
+    s.push_str(&format!("accumulation_steps = {}\n", cfg.accum));
+    if cfg.precision == Precision::Bf16 {
+        s.push_str(
+            "model = model.to(torch.bfloat16)  # pure bf16: weights, grads and optimizer state\n",
+        );
+    }
+    if cfg.checkpointing {
+        s.push_str("model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})  # HF; else torch.utils.checkpoint per block\n");
+    }
+    if cfg.attention == Attention::Sdpa {
+        s.push_str("# Hugging Face models: from_pretrained(..., attn_implementation=\"sdpa\")\n");
+    }
+    s.push_str(&format!("optimizer = {opt}\n"));
+    if scaler {
+        s.push_str("scaler = torch.amp.GradScaler(\"cuda\")\n");
+    }
+    s.push_str("\noptimizer.zero_grad(set_to_none=True)\nfor i, (data, target) in enumerate(dataloader):\n");
+    s.push_str(&format!("    with {autocast}:\n"));
+    s.push_str("        output = model(data.to(\"cuda\"))\n");
+    s.push_str("        loss = criterion(output, target.to(\"cuda\")) / accumulation_steps\n");
+    if scaler {
+        s.push_str("    scaler.scale(loss).backward()\n");
+    } else {
+        s.push_str("    loss.backward()\n");
+    }
+    s.push_str("    if (i + 1) % accumulation_steps == 0:\n");
+    if scaler {
+        s.push_str("        scaler.step(optimizer)\n        scaler.update()\n");
+    } else {
+        s.push_str("        optimizer.step()\n");
+    }
+    s.push_str("        optimizer.zero_grad(set_to_none=True)\n");
+    s
+}
+
+/// Renders `format` for `cfg` (`vramlab_doc` is the `.vramlab.json` text for that format).
+pub fn render(format: Format, cfg: &TrainConfig, plan: &Plan, vramlab_doc: &str) -> String {
+    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default() + "\n";
+    match format {
+        Format::Vramlab => vramlab_doc.to_string(),
+        Format::DeepSpeed => pretty(&deepspeed(cfg)),
+        Format::HuggingFace => pretty(&huggingface(cfg)),
+        Format::Lightning => pretty(&lightning(cfg)),
+        Format::PyTorch => {
+            let mut s = pytorch(cfg);
+            if let Some(conf) = alloc_conf(cfg, plan) {
+                s.insert_str(0, &format!("# run with: PYTORCH_CUDA_ALLOC_CONF={conf}\n"));
+            }
+            s
+        }
+        Format::Env => match alloc_conf(cfg, plan) {
+            Some(conf) => format!("export PYTORCH_CUDA_ALLOC_CONF={conf}\n"),
+            None => "# the allocator model shows little fragmentation: no PYTORCH_CUDA_ALLOC_CONF needed\n".to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::preset::find_builtin;
+    use crate::plan::Planner;
+
+    fn plan(cfg: &TrainConfig) -> Plan {
+        let p = find_builtin("gpt2").expect("gpt2");
+        Planner::new(&p, cfg)
+            .expect("planner")
+            .plan(cfg.batch)
+            .expect("plan")
+    }
+
+    #[test]
+    fn exports_carry_the_plan_settings() {
+        let cfg = TrainConfig {
+            batch: 6,
+            accum: 4,
+            precision: Precision::AmpFp16,
+            checkpointing: true,
+            ..TrainConfig::default()
+        };
+        let p = plan(&cfg);
+        let ds: Value =
+            serde_json::from_str(&render(Format::DeepSpeed, &cfg, &p, "")).expect("json");
+        assert_eq!(ds["train_micro_batch_size_per_gpu"], 6);
+        assert_eq!(ds["gradient_accumulation_steps"], 4);
+        assert_eq!(ds["train_batch_size"], 24);
+        assert_eq!(ds["fp16"]["enabled"], true);
+        assert_eq!(ds["optimizer"]["type"], "AdamW");
+        let hf: Value =
+            serde_json::from_str(&render(Format::HuggingFace, &cfg, &p, "")).expect("json");
+        assert_eq!(hf["per_device_train_batch_size"], 6);
+        assert_eq!(hf["fp16"], true);
+        assert_eq!(hf["bf16"], false);
+        assert_eq!(hf["gradient_checkpointing"], true);
+        let pl: Value =
+            serde_json::from_str(&render(Format::Lightning, &cfg, &p, "")).expect("json");
+        assert_eq!(pl["precision"], "16-mixed");
+        assert_eq!(pl["accumulate_grad_batches"], 4);
+        let py = render(Format::PyTorch, &cfg, &p, "");
+        assert!(
+            py.contains("GradScaler")
+                && py.contains("accumulation_steps = 4")
+                && py.contains("/ accumulation_steps")
+        );
+    }
+
+    #[test]
+    fn env_line_follows_allocator_settings() {
+        let mut cfg = TrainConfig::default();
+        cfg.allocator.max_split_size_mb = Some(128);
+        let p = plan(&cfg);
+        assert!(render(Format::Env, &cfg, &p, "").contains("max_split_size_mb:128"));
+        assert!(Format::parse("HF") == Some(Format::HuggingFace));
+        assert!(Format::parse("xml").is_none());
+    }
+}
