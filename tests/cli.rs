@@ -305,12 +305,36 @@ fn export_and_plan_from_config_round_trip() {
     let path = dir.join("gpt2.vramlab.json");
     let p = path.to_string_lossy().into_owned();
     let (ok, _, err) = vramlab(&[
-        "export", "--format", "vramlab", "--model", "gpt2", "--batch", "6", "--accum", "4", "--precision", "amp-fp16",
-        "--gpu", "a100-80gb", "-o", &p,
+        "export",
+        "--format",
+        "vramlab",
+        "--model",
+        "gpt2",
+        "--batch",
+        "6",
+        "--accum",
+        "4",
+        "--precision",
+        "amp-fp16",
+        "--gpu",
+        "a100-80gb",
+        "-o",
+        &p,
     ]);
     assert!(ok, "{err}");
     let (ok, direct, _) = vramlab(&[
-        "plan", "--model", "gpt2", "--batch", "6", "--accum", "4", "--precision", "amp-fp16", "--gpu", "a100-80gb", "--json",
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "6",
+        "--accum",
+        "4",
+        "--precision",
+        "amp-fp16",
+        "--gpu",
+        "a100-80gb",
+        "--json",
     ]);
     assert!(ok);
     let (ok, from_file, err) = vramlab(&["plan", "--config", &p, "--json"]);
@@ -322,10 +346,19 @@ fn export_and_plan_from_config_round_trip() {
     assert_eq!(ds["train_micro_batch_size_per_gpu"], 6);
     assert_eq!(ds["gradient_accumulation_steps"], 4);
     assert_eq!(ds["fp16"]["enabled"], true);
-    fails_with(&["export", "--format", "xml", "--model", "gpt2", "--batch", "1"], "unknown format `xml`");
+    fails_with(
+        &[
+            "export", "--format", "xml", "--model", "gpt2", "--batch", "1",
+        ],
+        "unknown format `xml`",
+    );
     std::fs::write(dir.join("bad.vramlab.json"), b"{\"schema_version\": 99}").expect("write");
     fails_with(
-        &["plan", "--config", &dir.join("bad.vramlab.json").to_string_lossy()],
+        &[
+            "plan",
+            "--config",
+            &dir.join("bad.vramlab.json").to_string_lossy(),
+        ],
         "newer than this vramlab",
     );
 }
