@@ -299,8 +299,7 @@ impl CachingAllocator {
         self.insert_free(id);
     }
 
-    /// Bytes of free blocks that cannot serve a request of `size` bytes without a new
-    /// segment (fragmentation): cached but unusable.
+    /// Bytes reserved but not allocated: cached free blocks.
     pub fn cached_free(&self) -> u64 {
         self.reserved - self.allocated
     }

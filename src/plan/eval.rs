@@ -3,7 +3,7 @@
 
 use super::allocator::{CachingAllocator, round_size};
 use super::config::AllocatorConfig;
-use super::events::{Category, Events, Phase};
+use super::events::{Events, Phase};
 use super::{PlanError, TimelinePoint};
 use crate::units::Bytes;
 
@@ -156,11 +156,6 @@ pub fn peaks(
         reserved: e.peak_reserved,
         nvidia_smi: smi,
     })
-}
-
-/// Category of breakdown index `i`.
-pub fn category_of(i: usize) -> Category {
-    Category::ALL[i.min(Category::ALL.len() - 1)]
 }
 
 /// The peak allocated bytes as a function of the batch, precomputed once: at every event of

@@ -148,8 +148,6 @@ struct Sim<'g> {
     param_grad: Vec<Option<u32>>,
     /// Parameter → autocast copy in this forward.
     param_cast: Vec<Option<u32>>,
-    param_bufs: Vec<u32>,
-    opt_state: Vec<u32>,
     /// References held until autocast exits (its weight cache).
     cache_refs: Vec<u32>,
     /// References held by Python until the micro-step ends (`del out, loss, x, y`).
@@ -630,13 +628,11 @@ impl<'g> Sim<'g> {
                 match opt {
                     Optimizer::Sgd => {}
                     Optimizer::SgdMomentum => {
-                        let b = self.alloc(0, bytes, Category::OptimizerState, 1);
-                        self.opt_state.push(b);
+                        self.alloc(0, bytes, Category::OptimizerState, 1);
                     }
                     Optimizer::Adam | Optimizer::AdamW => {
                         for _ in 0..2 {
-                            let b = self.alloc(0, bytes, Category::OptimizerState, 1);
-                            self.opt_state.push(b);
+                            self.alloc(0, bytes, Category::OptimizerState, 1);
                         }
                     }
                     Optimizer::Adafactor => {
@@ -645,8 +641,7 @@ impl<'g> Sim<'g> {
                             None => vec![p.elems],
                         };
                         for e in parts {
-                            let b = self.alloc(0, e * pd.size(), Category::OptimizerState, 1);
-                            self.opt_state.push(b);
+                            self.alloc(0, e * pd.size(), Category::OptimizerState, 1);
                         }
                     }
                     Optimizer::Adam8bit => {
@@ -657,8 +652,7 @@ impl<'g> Sim<'g> {
                         } else {
                             2 * p.elems + 2 * 4 * p.elems.div_ceil(2048)
                         };
-                        let b = self.alloc(0, per, Category::OptimizerState, 1);
-                        self.opt_state.push(b);
+                        self.alloc(0, per, Category::OptimizerState, 1);
                     }
                 }
             }
@@ -783,8 +777,6 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, k: &Constants) -> Events {
         gbuf: vec![None; g.tensors.len()],
         param_grad: vec![None; g.params.len()],
         param_cast: vec![None; g.params.len()],
-        param_bufs: Vec::new(),
-        opt_state: Vec::new(),
         cache_refs: Vec::new(),
         pinned: Vec::new(),
         ckpt: cfg.checkpointing,
@@ -794,8 +786,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, k: &Constants) -> Events {
     };
     let pd = cfg.precision.param_dtype();
     for p in &g.params {
-        let b = sim.alloc(0, p.elems * pd.size(), Category::Parameters, 1);
-        sim.param_bufs.push(b);
+        sim.alloc(0, p.elems * pd.size(), Category::Parameters, 1);
     }
     sim.step(true);
     // cuBLAS workspace: created with the first matmul, kept for the process.
