@@ -5,17 +5,29 @@
 //! panels draw and return [`Command`]s; the app applies them and replans in the same
 //! frame (the left panel's change is applied before the answer is drawn).
 
-use std::path::PathBuf;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
 
-use egui::{RichText, Ui};
+use egui::{Key, KeyboardShortcut, Modifiers, RichText, Ui};
 
+use crate::export::vramlab_file::{MAX_BYTES, ModelRef};
+use crate::export::{Format, VramlabConfig, write_atomic};
 use crate::gpu::{self, DetectedGpu};
 use crate::model::Preset;
 use crate::ui::derived::TargetKind;
 use crate::ui::inputs::{Message, inputs_ui};
 use crate::ui::{
-    Command, Derived, GpuChoice, PlannerState, answer, breakdown, plots, remedies, style, tips,
+    Command, Derived, GpuChoice, PlannerState, answer, breakdown, export_panel, plots, remedies,
+    style, tips,
 };
+
+/// Ctrl+S (⌘S on macOS): save the current plan as a `.vramlab.json`.
+pub const SAVE_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
+/// Ctrl+O (⌘O on macOS): open a `.vramlab.json`.
+pub const OPEN_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
+
+const NO_DIALOG: &str =
+    "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity).";
 
 /// Save dialog: suggested file name → chosen path (`None`: cancelled or no dialog).
 pub type SaveDialog = Box<dyn FnMut(&str) -> Option<PathBuf>>;
@@ -25,18 +37,28 @@ pub type OpenDialog = Box<dyn FnMut() -> Option<PathBuf>>;
 pub type Detector = Box<dyn FnMut() -> Option<DetectedGpu>>;
 
 fn rfd_save(name: &str) -> Option<PathBuf> {
-    rfd::FileDialog::new()
-        .set_title("Save preset")
-        .set_file_name(name)
-        .add_filter("preset JSON", &["json"])
-        .save_file()
+    let mut dialog = rfd::FileDialog::new().set_title("Save").set_file_name(name);
+    if let Some(ext) = Path::new(name).extension().and_then(|e| e.to_str()) {
+        dialog = dialog.add_filter(ext, &[ext]);
+    }
+    dialog.save_file()
 }
 
 fn rfd_open() -> Option<PathBuf> {
     rfd::FileDialog::new()
-        .set_title("Open preset")
-        .add_filter("preset JSON", &["json"])
+        .set_title("Open")
+        .add_filter("JSON (presets, .vramlab.json plans)", &["json"])
         .pick_file()
+}
+
+/// Reads at most [`MAX_BYTES`] + 1 bytes (enough for `VramlabConfig::from_bytes` to
+/// reject an oversized file without reading all of it).
+fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The planner application.
@@ -49,6 +71,8 @@ pub struct VramApp {
     open_dialog: OpenDialog,
     detector: Detector,
     style_applied: bool,
+    /// The format the Export section shows (not persisted).
+    export_format: Format,
 }
 
 impl VramApp {
@@ -89,6 +113,7 @@ impl VramApp {
             open_dialog: Box::new(rfd_open),
             detector: Box::new(gpu::detect),
             style_applied: false,
+            export_format: Format::Vramlab,
         }
     }
 
@@ -106,6 +131,11 @@ impl VramApp {
     /// The status message under the preset buttons, if any.
     pub fn message(&self) -> Option<&Message> {
         self.message.as_ref()
+    }
+
+    /// The format the Export section shows.
+    pub fn export_format(&self) -> Format {
+        self.export_format
     }
 
     /// Applies one command to the state. Planning happens in the next `refresh`.
@@ -137,6 +167,162 @@ impl VramApp {
             Command::SavePreset => self.save_preset(ctx),
             Command::OpenPreset => self.open_preset(),
             Command::DismissMessage => self.message = None,
+            Command::SetExportFormat(f) => self.export_format = f,
+            Command::SaveExport => self.save_export(ctx),
+            Command::SavePlan => self.save_plan(ctx),
+            Command::OpenPlan => self.open_plan(),
+        }
+    }
+
+    fn error(&mut self, text: String) {
+        self.message = Some(Message {
+            text,
+            is_error: true,
+        });
+    }
+
+    /// Writes `text` where the save dialog says (suggesting `name`); without a file,
+    /// copies it to the clipboard.
+    fn save_text(&mut self, ctx: &egui::Context, name: &str, text: String, what: &str) {
+        self.message = Some(match (self.save_dialog)(name) {
+            Some(path) => match write_atomic(&path, text.as_bytes()) {
+                Ok(()) => Message {
+                    text: format!("Saved {}", path.display()),
+                    is_error: false,
+                },
+                Err(e) => Message {
+                    text: format!("Could not write {}: {e}", path.display()),
+                    is_error: true,
+                },
+            },
+            None => {
+                ctx.copy_text(text);
+                Message {
+                    text: format!("{NO_DIALOG} The {what} was copied to the clipboard instead."),
+                    is_error: false,
+                }
+            }
+        });
+    }
+
+    /// Ctrl+S: the current plan as a `.vramlab.json`.
+    fn save_plan(&mut self, ctx: &egui::Context) {
+        let plan = self.derived.answer().map(|a| &a.plan);
+        let doc = export_panel::vramlab_config(&self.state, &self.derived, plan);
+        let (Some(doc), Ok(preset)) = (doc, self.derived.preset()) else {
+            let e = self.derived.error().unwrap_or("no model").to_string();
+            self.error(format!("Cannot save: the model is invalid ({e})"));
+            return;
+        };
+        let name = export_panel::suggested_file_name(Format::Vramlab, &preset.id);
+        self.save_text(ctx, &name, doc.to_json(), "plan (.vramlab.json)");
+    }
+
+    /// The Export section's Save…: the previewed text.
+    fn save_export(&mut self, ctx: &egui::Context) {
+        let format = self.export_format;
+        let text = self
+            .derived
+            .answer()
+            .and_then(|a| export_panel::export_text(&self.state, &self.derived, &a.plan, format));
+        let (Some(text), Ok(preset)) = (text, self.derived.preset()) else {
+            let e = self.derived.error().unwrap_or("no plan").to_string();
+            self.error(format!("Nothing to export: {e}"));
+            return;
+        };
+        let name = export_panel::suggested_file_name(format, &preset.id);
+        let what = format!("{} export", export_panel::format_label(format));
+        self.save_text(ctx, &name, text, &what);
+    }
+
+    /// Ctrl+O: a `.vramlab.json` chosen in the open dialog.
+    fn open_plan(&mut self) {
+        let Some(path) = (self.open_dialog)() else {
+            self.message = Some(Message {
+                text: format!(
+                    "{NO_DIALOG} `vramlab plan --config FILE` reads .vramlab.json files too."
+                ),
+                is_error: false,
+            });
+            return;
+        };
+        match read_limited(&path) {
+            Ok(bytes) => self.load_plan(&path.display().to_string(), &bytes),
+            Err(e) => self.error(format!("Could not open {}: {e}", path.display())),
+        }
+    }
+
+    /// Applies a `.vramlab.json` document (from `source`); on any error the state is
+    /// untouched and the error is shown.
+    pub fn load_plan(&mut self, source: &str, bytes: &[u8]) {
+        match self.state_from_plan(bytes) {
+            Ok(state) => {
+                self.state = state;
+                self.message = Some(Message {
+                    text: format!("Opened {source}"),
+                    is_error: false,
+                });
+            }
+            Err(e) => self.error(format!("Could not open {source}: {e}")),
+        }
+    }
+
+    /// The state a `.vramlab.json` document describes (model, training, GPU, margin);
+    /// everything else (search, filters, free-memory switch) is kept.
+    fn state_from_plan(&self, bytes: &[u8]) -> Result<PlannerState, String> {
+        let cfg = VramlabConfig::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let mut s = self.state.clone();
+        match &cfg.model {
+            ModelRef::Preset(id) => {
+                if !self.derived.presets.iter().any(|p| &p.id == id) {
+                    return Err(format!("model: unknown preset `{id}`"));
+                }
+                s.preset_id = id.clone();
+                s.custom = None;
+            }
+            ModelRef::Custom(_) => {
+                let preset = cfg.preset().map_err(|e| e.to_string())?;
+                let doc = serde_json::to_value(&preset).map_err(|e| format!("model: {e}"))?;
+                s.custom = Some(doc);
+            }
+        }
+        s.config = cfg.training;
+        s.gpu = match cfg.gpu.as_str() {
+            "detected" => GpuChoice::Detected,
+            id if self.derived.catalog.iter().any(|g| g.id == id) => {
+                GpuChoice::Catalog(id.to_string())
+            }
+            other => return Err(format!("gpu: unknown GPU `{other}` (not in the catalog)")),
+        };
+        s.margin_pct = (cfg.margin * 100.0).clamp(0.0, 50.0);
+        Ok(s)
+    }
+
+    /// Ctrl+S / Ctrl+O and files dropped on the window.
+    fn handle_input(&mut self, ctx: &egui::Context) {
+        let (save, open) = ctx.input_mut(|i| {
+            (
+                i.consume_shortcut(&SAVE_PLAN_SHORTCUT),
+                i.consume_shortcut(&OPEN_PLAN_SHORTCUT),
+            )
+        });
+        if save {
+            self.apply(Command::SavePlan, ctx);
+        }
+        if open {
+            self.apply(Command::OpenPlan, ctx);
+        }
+        let dropped = ctx.input(|i| i.raw.dropped_files.first().cloned());
+        if let Some(file) = &dropped {
+            let source = file.path().display().to_string();
+            match file.bytes() {
+                Ok(bytes) => self.load_plan(&source, &bytes),
+                Err(e) => self.error(format!("Could not open {source}: {e}")),
+            }
+        }
+        if save || open || dropped.is_some() {
+            self.derived.refresh(&self.state);
+            ctx.request_repaint();
         }
     }
 
@@ -209,6 +395,7 @@ impl VramApp {
         }
         let ctx = ui.ctx().clone();
         self.derived.refresh(&self.state);
+        self.handle_input(&ctx);
 
         egui::Panel::top("top_bar").show(ui, |ui| self.top_bar_ui(ui));
 
@@ -288,6 +475,22 @@ impl VramApp {
                         "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
                     );
                     if let Some(c) = remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, l) {
+                        cmd = Some(c);
+                    }
+                    l.add_space(6.0);
+                    let export = egui::CollapsingHeader::new(RichText::new("Export").heading())
+                        .id_salt("export_section")
+                        .default_open(false)
+                        .show(l, |ui| {
+                            export_panel::export_ui(
+                                &self.state,
+                                &self.derived,
+                                &a.plan,
+                                self.export_format,
+                                ui,
+                            )
+                        });
+                    if let Some(Some(c)) = export.body_returned {
                         cmd = Some(c);
                     }
 

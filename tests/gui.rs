@@ -11,6 +11,7 @@ use egui::accesskit::{Role, Toggled};
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT as _, Queryable};
 use vramlab::app::VramApp;
+use vramlab::export::VramlabConfig;
 use vramlab::gpu::DetectedGpu;
 use vramlab::model::Preset;
 use vramlab::model::preset::find_builtin;
@@ -341,6 +342,206 @@ fn open_preset_loads_a_file_as_the_custom_model() {
         &h,
         &usage_text(plan.nvidia_smi_bytes, rtx4090_budget().usable()),
     );
+    std::fs::remove_file(&path).ok();
+}
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("vramlab-gui-{}-{name}", std::process::id()))
+}
+
+/// A file dropped on the window (what eframe hands egui on native platforms).
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+fn open_export(h: &mut Harness<'_, VramApp>) {
+    h.get_by_label("Export").click();
+    h.run();
+}
+
+#[test]
+fn export_preview_shows_the_deepspeed_config_of_the_current_batch() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    set_value(&mut h, "Batch size", 12.0);
+    open_export(&mut h);
+    // The default format is the .vramlab.json document.
+    assert_shows(&h, "\"schema_version\": 1");
+    h.get_by_label("DeepSpeed").click();
+    h.run();
+    let batch = h.state().state.config.batch;
+    assert_eq!(batch, 12);
+    assert_shows(&h, &format!("\"train_micro_batch_size_per_gpu\": {batch}"));
+    set_value(&mut h, "Batch size", 5.0);
+    assert_shows(&h, "\"train_micro_batch_size_per_gpu\": 5");
+
+    // Save… writes the previewed text through the save dialog.
+    let path = temp_path("ds_config.json");
+    let p2 = path.clone();
+    let suggested = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+    let s2 = suggested.clone();
+    h.state_mut().set_dialogs(
+        Box::new(move |name| {
+            *s2.borrow_mut() = name.to_string();
+            Some(p2.clone())
+        }),
+        Box::new(|| None),
+    );
+    h.get_by_label("Save…").click_accesskit();
+    h.run();
+    assert_eq!(suggested.borrow().as_str(), "ds_config.json");
+    let text = std::fs::read_to_string(&path).expect("saved export");
+    let ds: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(ds["train_micro_batch_size_per_gpu"], 5);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn ctrl_s_then_ctrl_o_restores_the_saved_plan() {
+    let path = temp_path("plan.vramlab.json");
+    let (p_save, p_open) = (path.clone(), path.clone());
+    let suggested = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+    let s2 = suggested.clone();
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(
+        Box::new(move |name| {
+            *s2.borrow_mut() = name.to_string();
+            Some(p_save.clone())
+        }),
+        Box::new(move || Some(p_open.clone())),
+    );
+    let mut h = harness(app);
+    h.run();
+    select_preset(&mut h, "resnet", "ResNet-50");
+    set_value(&mut h, "Batch size", 48.0);
+    pick_combo(&mut h, "Precision", "FP32");
+    let saved = h.state().state.clone();
+    let (_, _, plan) = core_plan("resnet50", &saved.config);
+    let peak = format!("allocated {}", plan.peak_allocated_bytes);
+    assert_shows(&h, &peak);
+
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::S);
+    h.run();
+    assert_eq!(suggested.borrow().as_str(), "resnet50.vramlab.json");
+    assert_shows(&h, "Saved ");
+    let doc = VramlabConfig::from_bytes(&std::fs::read(&path).expect("saved")).expect("valid");
+    assert_eq!(doc.training, saved.config);
+    assert_eq!(
+        doc.prediction.as_ref().map(|p| p.peak_allocated_bytes),
+        Some(plan.peak_allocated_bytes.0)
+    );
+
+    // Change the model, batch and precision, then open the file again.
+    let ctx = h.ctx.clone();
+    h.state_mut()
+        .apply(vramlab::ui::Command::SelectPreset("gpt2".into()), &ctx);
+    h.run();
+    set_value(&mut h, "Batch size", 3.0);
+    pick_combo(&mut h, "Precision", "AMP FP16");
+    assert_ne!(h.state().state.config, saved.config);
+    assert!(h.query_by_label(&peak).is_none());
+
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    h.run();
+    assert_shows(&h, "Opened ");
+    let s = &h.state().state;
+    assert_eq!(s.preset_id, "resnet50");
+    assert!(s.custom.is_none());
+    assert_eq!(s.config, saved.config);
+    assert_eq!(s.config.batch, 48);
+    assert_eq!(s.config.precision, Precision::Fp32);
+    assert_eq!(s.gpu, saved.gpu);
+    assert_eq!(s.margin_pct, saved.margin_pct);
+    assert_shows(&h, &peak);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_custom_model_plan_round_trips_and_drops_open_too() {
+    let path = temp_path("custom.vramlab.json");
+    let p_save = path.clone();
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(Box::new(move |_| Some(p_save.clone())), Box::new(|| None));
+    let mut h = harness(app);
+    h.run();
+    set_value(&mut h, "n_layer", 6.0);
+    set_value(&mut h, "Batch size", 7.0);
+    let saved = h.state().state.clone();
+    assert!(saved.custom.is_some());
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::S);
+    h.run();
+    assert_shows(&h, "Saved ");
+
+    h.get_by_label("Reset").click();
+    h.run();
+    set_value(&mut h, "Batch size", 2.0);
+    assert!(h.state().state.custom.is_none());
+
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(path.clone())));
+    h.run();
+    assert_shows(&h, "Opened ");
+    let s = &h.state().state;
+    assert_eq!(s.config, saved.config);
+    let custom = s.custom.as_ref().expect("custom model");
+    assert_eq!(custom["params"]["n_layer"], 6);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn opening_a_malformed_plan_shows_the_field_and_changes_nothing() {
+    let good = VramlabConfig::new(
+        &find_builtin("resnet50").expect("resnet50"),
+        false,
+        TrainConfig {
+            batch: 33,
+            ..TrainConfig::default()
+        },
+        "h200",
+        0.1,
+        None,
+    )
+    .to_json();
+    let bad = good.replace("\"batch\": 33", "\"batch\": \"many\"");
+    assert_ne!(bad, good);
+    let path = temp_path("bad.vramlab.json");
+    std::fs::write(&path, &bad).expect("write");
+    let p_open = path.clone();
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(Box::new(|_| None), Box::new(move || Some(p_open.clone())));
+    let mut h = harness(app);
+    h.run();
+    set_value(&mut h, "Batch size", 9.0);
+    let before = h.state().state.clone();
+
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    h.run();
+    assert_shows(&h, "Could not open");
+    assert_shows(&h, "training.batch");
+    assert_eq!(h.state().state, before);
+    let msg = h.state().message().expect("a message");
+    assert!(
+        msg.is_error && msg.text.contains("training.batch"),
+        "{msg:?}"
+    );
+
+    // A GPU that is not in the catalog is refused as well, naming the field.
+    std::fs::write(&path, good.replace("\"h200\"", "\"gtx-9999\"")).expect("write");
+    h.get_by_label("dismiss").click();
+    h.run();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    h.run();
+    assert_shows(&h, "gpu: unknown GPU `gtx-9999`");
+    assert_eq!(h.state().state, before);
     std::fs::remove_file(&path).ok();
 }
 

@@ -6,6 +6,7 @@ pub mod answer;
 pub mod breakdown;
 pub mod custom;
 pub mod derived;
+pub mod export_panel;
 pub mod gpu_target;
 pub mod inputs;
 pub mod model_picker;
@@ -15,6 +16,7 @@ pub mod state;
 pub mod style;
 pub mod tips;
 
+use crate::export::Format;
 use crate::plan::TrainConfig;
 
 pub use derived::Derived;
@@ -43,6 +45,14 @@ pub enum Command {
     RefreshGpu,
     SavePreset,
     OpenPreset,
+    /// Choose the export format shown in the Export section.
+    SetExportFormat(Format),
+    /// Save the Export section's preview to a file (save dialog).
+    SaveExport,
+    /// Save the current plan as a `.vramlab.json` (Ctrl+S).
+    SavePlan,
+    /// Open a `.vramlab.json` and apply it (Ctrl+O).
+    OpenPlan,
     DismissMessage,
 }
 
