@@ -338,25 +338,7 @@ impl VramApp {
             }
         };
         let json = preset.to_json();
-        self.message = Some(match (self.save_dialog)(&format!("{}.json", preset.id)) {
-            Some(path) => match std::fs::write(&path, &json) {
-                Ok(()) => Message {
-                    text: format!("Saved {}", path.display()),
-                    is_error: false,
-                },
-                Err(e) => Message {
-                    text: format!("Could not write {}: {e}", path.display()),
-                    is_error: true,
-                },
-            },
-            None => {
-                ctx.copy_text(json);
-                Message {
-                    text: "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity). The preset JSON was copied to the clipboard instead.".into(),
-                    is_error: false,
-                }
-            }
-        });
+        self.save_text(ctx, &format!("{}.json", preset.id), json, "preset JSON");
     }
 
     fn open_preset(&mut self) {
