@@ -304,10 +304,7 @@ fn export_and_plan_from_config_round_trip() {
     std::fs::create_dir_all(&dir).expect("tmp");
     let path = dir.join("gpt2.vramlab.json");
     let p = path.to_string_lossy().into_owned();
-    let (ok, _, err) = vramlab(&[
-        "export",
-        "--format",
-        "vramlab",
+    let settings = [
         "--model",
         "gpt2",
         "--batch",
@@ -318,24 +315,19 @@ fn export_and_plan_from_config_round_trip() {
         "amp-fp16",
         "--gpu",
         "a100-80gb",
-        "-o",
-        &p,
-    ]);
+    ];
+    let with = |head: &[&str], tail: &[&str]| -> Vec<String> {
+        head.iter()
+            .chain(&settings)
+            .chain(tail)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let export = with(&["export", "--format", "vramlab"], &["-o", &p]);
+    let (ok, _, err) = vramlab(&export.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(ok, "{err}");
-    let (ok, direct, _) = vramlab(&[
-        "plan",
-        "--model",
-        "gpt2",
-        "--batch",
-        "6",
-        "--accum",
-        "4",
-        "--precision",
-        "amp-fp16",
-        "--gpu",
-        "a100-80gb",
-        "--json",
-    ]);
+    let plan = with(&["plan"], &["--json"]);
+    let (ok, direct, _) = vramlab(&plan.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(ok);
     let (ok, from_file, err) = vramlab(&["plan", "--config", &p, "--json"]);
     assert!(ok, "{err}");

@@ -63,6 +63,19 @@ fn assert_shows(h: &Harness<'_, VramApp>, text: &str) {
     );
 }
 
+/// Asserts the answer panel shows the core's nvidia-smi figure for `preset` under the
+/// app's current config, against the RTX 4090 budget.
+fn assert_shows_usage_of(h: &Harness<'_, VramApp>, preset: &Preset) {
+    let cfg = h.state().state.config;
+    let plan = Planner::new(preset, &cfg)
+        .and_then(|p| p.plan(cfg.batch))
+        .expect("plan");
+    assert_shows(
+        h,
+        &usage_text(plan.nvidia_smi_bytes, rtx4090_budget().usable()),
+    );
+}
+
 fn select_preset(h: &mut Harness<'_, VramApp>, search: &str, display_name: &str) {
     h.get_by_label("Search").click();
     h.run();
@@ -222,14 +235,7 @@ fn custom_model_replans_and_shows_model_errors() {
     assert_eq!(doc["id"], "custom");
     assert_eq!(doc["params"]["n_layer"], 24);
     let preset = Preset::from_value(&doc).expect("valid custom preset");
-    let cfg = h.state().state.config;
-    let plan = Planner::new(&preset, &cfg)
-        .and_then(|p| p.plan(cfg.batch))
-        .expect("plan");
-    assert_shows(
-        &h,
-        &usage_text(plan.nvidia_smi_bytes, rtx4090_budget().usable()),
-    );
+    assert_shows_usage_of(&h, &preset);
 
     // 768 is not divisible by 7: the model's own error text is shown, nothing panics.
     set_value(&mut h, "n_head", 7.0);
@@ -334,14 +340,7 @@ fn open_preset_loads_a_file_as_the_custom_model() {
     h.run();
     assert_shows(&h, "Opened ");
     assert_shows(&h, "My ResNet");
-    let cfg = h.state().state.config;
-    let plan = Planner::new(&preset, &cfg)
-        .and_then(|p| p.plan(cfg.batch))
-        .expect("plan");
-    assert_shows(
-        &h,
-        &usage_text(plan.nvidia_smi_bytes, rtx4090_budget().usable()),
-    );
+    assert_shows_usage_of(&h, &preset);
     std::fs::remove_file(&path).ok();
 }
 
