@@ -299,6 +299,24 @@ impl CachingAllocator {
         self.insert_free(id);
     }
 
+    /// Where block `id` lives: `(segment, byte offset, rounded bytes)`; `None` for blocks
+    /// of expandable segments, which have no fixed segment.
+    pub fn block_location(&self, id: u32) -> Option<(u32, u64, u64)> {
+        let b = self.blocks.get(id as usize)?;
+        (b.segment != u32::MAX).then_some((b.segment, b.offset, b.size))
+    }
+
+    /// Number of segments created so far (released ones included); segment `i` has
+    /// `segment_size(i)` bytes.
+    pub fn segment_count(&self) -> u32 {
+        self.segs.len() as u32
+    }
+
+    /// Bytes of segment `i` (0 when there is no such segment).
+    pub fn segment_size(&self, i: u32) -> u64 {
+        self.segs.get(i as usize).map_or(0, |s| s.0)
+    }
+
     /// Bytes reserved but not allocated: cached free blocks.
     pub fn cached_free(&self) -> u64 {
         self.reserved - self.allocated
