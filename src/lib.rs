@@ -3,6 +3,7 @@
 //! The core — [`model`], [`plan`] — is pure: no egui, no CUDA, no NVML.
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod export;
 pub mod gpu;

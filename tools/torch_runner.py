@@ -15,6 +15,9 @@ Modes
   torch_runner.py measure [CONFIGS.jsonl] [--config JSON | --model ID --batch N ...]
                           [--cap-gib X] [--device cuda|cpu]
   torch_runner.py max-batch [CONFIG.jsonl|--config JSON | --model ...] --cap-gib X
+  torch_runner.py serve [--device cuda|cpu]               one config per stdin line, one result
+                                                          line each; the model is kept between
+                                                          lines (vramlab's PyTorch bench engine)
 
 Measurement config (one JSON object per line):
   {"model": id or path to a preset .json, "batch": N,
@@ -1036,6 +1039,26 @@ def cmd_max_batch(args, emit):
     return 0
 
 
+def cmd_serve(args, emit):
+    """Reads configs from stdin until EOF; answers each with one line. A line
+    {"ready": true, "versions": ...} is sent first."""
+    dev = setup_device(args)
+    emit({"ready": True, "pid": os.getpid(), "versions": versions()})
+    holder = ModelHolder(dev)
+    for i, line in enumerate(sys.stdin):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            cfg = json.loads(line)
+        except json.JSONDecodeError as e:
+            emit({"index": i, "error": f"line {i + 1}: {e}"})
+            continue
+        measure_one(cfg, i, holder, dev, emit)
+    holder.drop()
+    return 0
+
+
 # --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
@@ -1078,6 +1101,11 @@ def main(argv=None):
     px.add_argument("--limit", type=int, default=8192, help="largest batch tried")
     px.add_argument("--start", type=int, default=1, help="first batch tried")
 
+    ps = sub.add_parser("serve", help="answer configs read from stdin (bench engine)")
+    ps.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ps.add_argument("--cap-gib", type=float, default=None)
+    ps.add_argument("--warmup", type=int, default=None)
+
     args = ap.parse_args(argv)
     if args.env:
         v = dict(versions())
@@ -1099,6 +1127,8 @@ def main(argv=None):
         return cmd_measure(args, emit)
     if args.mode == "max-batch":
         return cmd_max_batch(args, emit)
+    if args.mode == "serve":
+        return cmd_serve(args, emit)
     return 2
 
 

@@ -83,9 +83,11 @@ pub enum Op {
         transposed: bool,
         kernel: u64,
         groups: u64,
+        out_channels: u64,
     },
-    /// Batched matmul of two activations: lower-precision; saves both inputs.
-    Matmul,
+    /// Batched matmul of two activations: lower-precision; saves both inputs. Per sample:
+    /// `batch` products of `(m × k) · (k × n)` (attention: one per head).
+    Matmul { batch: u64, m: u64, k: u64, n: u64 },
     /// `nn.Embedding`: saves the indices; output in the weight's dtype.
     Embedding,
     /// `nn.BatchNorm2d` (train mode): saves input and per-channel statistics; output in input dtype.

@@ -4,6 +4,7 @@ pub mod builder;
 pub mod families;
 pub mod ir;
 pub mod preset;
+pub mod work;
 
 pub use ir::Graph;
 pub use preset::{InputSpec, ModelSpec, Preset};

@@ -122,7 +122,7 @@ pub fn rule(
             Rule::new(d)
         }
         Op::Constant => Rule::new(pd),
-        Op::Linear { .. } | Op::Conv2d { .. } | Op::Matmul => {
+        Op::Linear { .. } | Op::Conv2d { .. } | Op::Matmul { .. } => {
             let mut r = Rule::new(if amp { lp } else { in0 });
             if amp {
                 cast_all(&mut r, lp);

@@ -77,7 +77,18 @@ pub fn attention(
                 (k, v)
             };
             let scores = a.heads * a.seq * a.seq;
-            let s = b.op(Op::Matmul, &[q, k], scores, &[], &format!("{name}.qk"));
+            let s = b.op(
+                Op::Matmul {
+                    batch: a.heads,
+                    m: a.seq,
+                    k: a.head_dim,
+                    n: a.seq,
+                },
+                &[q, k],
+                scores,
+                &[],
+                &format!("{name}.qk"),
+            );
             let s = b.pointwise(s, Pointwise::Scale, false, &format!("{name}.scale"));
             let s = if a.causal {
                 let mask = b.constant(a.seq * a.seq, &format!("{name}.mask"));
@@ -102,7 +113,18 @@ pub fn attention(
                 &format!("{name}.cast"),
             );
             let p = b.dropout(p, a.dropout, false, &format!("{name}.dropout"));
-            let o = b.op(Op::Matmul, &[p, v], out_elems, &[], &format!("{name}.av"));
+            let o = b.op(
+                Op::Matmul {
+                    batch: a.heads,
+                    m: a.seq,
+                    k: a.seq,
+                    n: a.head_dim,
+                },
+                &[p, v],
+                out_elems,
+                &[],
+                &format!("{name}.av"),
+            );
             // (b, h, s, d) → transpose(1, 2) → reshape/contiguous: a copy.
             b.copy(o, &format!("{name}.contiguous"))
         }

@@ -1,0 +1,397 @@
+//! The native engine: runs a [`Schedule`] on the GPU through cudarc — real segments
+//! from `cuMemAlloc`, the plan's blocks inside them, cuBLAS GEMMs of the model's shapes
+//! and copies/fills for the memory-bound ops — and measures device memory at op
+//! boundaries (`cuMemGetInfo`, NVML), step time (CUDA events) and TFLOP/s.
+//!
+//! Every CUDA call goes through [`super::cuda::require`] first: without a driver or
+//! cuBLAS the engine refuses to open with a clear message instead of cudarc's panic.
+
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use cudarc::cublas::CudaBlas;
+use cudarc::cublas::sys as blas;
+use cudarc::driver::sys::{CUdeviceptr, CUevent_flags, CUresult};
+use cudarc::driver::{CudaContext, CudaStream, DriverError, result as drv};
+
+use super::cuda::{self, Needs};
+use super::record::{DeviceInfo, MemSample, Outcome, Trial};
+use super::runner::{Control, Engine, TrialJob, cancelled_trial};
+use super::schedule::{self, Kernel, Operand, Schedule, Span, Step};
+use crate::plan::DType;
+use crate::units::Bytes;
+
+/// Probes (memory readings) placed in a trial's measured step.
+pub const MAX_PROBES: usize = 400;
+
+/// One `cuMemAlloc` segment, freed on drop.
+struct Segment {
+    ptr: CUdeviceptr,
+    bytes: u64,
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once; the
+        // stream was synchronised before segments are dropped.
+        let _ = unsafe { drv::free_sync(self.ptr) };
+    }
+}
+
+/// A CUDA context, stream and cuBLAS handle on one device.
+pub struct NativeEngine {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    info: DeviceInfo,
+    nvml: Option<nvml_wrapper::Nvml>,
+}
+
+fn is_oom(e: &DriverError) -> bool {
+    e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+impl NativeEngine {
+    /// Opens device `ordinal` (a clear error without a driver, cuBLAS or device).
+    pub fn open(ordinal: usize) -> Result<NativeEngine> {
+        cuda::require(Needs { cublas: true })?;
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| anyhow!("{e}"))
+            .with_context(|| format!("creating a CUDA context on device {ordinal}"))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| anyhow!("{e}"))
+            .context("creating a CUDA stream")?;
+        let blas = CudaBlas::new(stream.clone())
+            .map_err(|e| anyhow!("{e:?}"))
+            .context("creating a cuBLAS handle")?;
+        let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+        let total = ctx.total_mem().map_or(0, |t| t as u64);
+        let nvml = nvml_wrapper::Nvml::init().ok();
+        let driver = nvml.as_ref().and_then(|n| n.sys_driver_version().ok());
+        let mut versions = std::collections::BTreeMap::new();
+        versions.insert("cuda_build".into(), cuda::CUDA_BUILD.into());
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: writes one int through a valid pointer.
+        if unsafe { cudarc::driver::sys::cuDriverGetVersion(&raw mut v) } == CUresult::CUDA_SUCCESS
+        {
+            versions.insert(
+                "cuda_driver_api".into(),
+                format!("{}.{}", v / 1000, (v % 1000) / 10),
+            );
+        }
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: a live handle and a valid out pointer.
+        if unsafe { blas::cublasGetVersion_v2(*blas.handle(), &raw mut v) }
+            == blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+        {
+            versions.insert("cublas".into(), v.to_string());
+        }
+        Ok(NativeEngine {
+            ctx,
+            stream,
+            blas,
+            info: DeviceInfo {
+                name,
+                total_bytes: Bytes(total),
+                driver,
+                versions,
+            },
+            nvml,
+        })
+    }
+
+    /// Device used bytes (`total − free` from `cuMemGetInfo`).
+    pub fn used(&self) -> Result<u64> {
+        self.ctx.bind_to_thread().map_err(|e| anyhow!("{e}"))?;
+        let (free, total) = drv::mem_get_info().map_err(|e| anyhow!("{e}"))?;
+        Ok((total - free) as u64)
+    }
+
+    /// NVML memory of this process on the device, where NVML can tell.
+    fn process_bytes(&self) -> Option<u64> {
+        let nvml = self.nvml.as_ref()?;
+        let dev = nvml.device_by_index(self.ctx.ordinal() as u32).ok()?;
+        let pid = std::process::id();
+        dev.running_compute_processes()
+            .ok()?
+            .into_iter()
+            .find(|p| p.pid == pid)
+            .and_then(|p| match p.used_gpu_memory {
+                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+            })
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| anyhow!("{e}"))
+    }
+
+    fn launch(&self, k: &Kernel, segs: &[Segment]) -> Result<()> {
+        let ptr = |s: Span| segs[s.segment as usize].ptr + s.offset;
+        let cu = self.stream.cu_stream();
+        match *k {
+            Kernel::Gemm {
+                dtype,
+                count,
+                m,
+                k,
+                n,
+                a,
+                b,
+                c,
+            } => self.gemm(
+                dtype,
+                count,
+                m,
+                k,
+                n,
+                (ptr(a.span), a),
+                (ptr(b.span), b),
+                (ptr(c.span), c),
+            ),
+            Kernel::Copy { src, dst } => {
+                let bytes = src.len.min(dst.len) as usize;
+                let overlap = src.segment == dst.segment
+                    && src.offset < dst.offset + dst.len
+                    && dst.offset < src.offset + src.len;
+                // SAFETY: both ranges lie inside live segments (checked by the schedule).
+                unsafe {
+                    if overlap {
+                        drv::memset_d8_async(ptr(dst), 0, bytes, cu)
+                    } else {
+                        drv::memcpy_dtod_async(ptr(dst), ptr(src), bytes, cu)
+                    }
+                }
+                .map_err(|e| anyhow!("{e}"))
+            }
+            Kernel::Fill { dst } => {
+                // SAFETY: the range lies inside a live segment.
+                unsafe { drv::memset_d8_async(ptr(dst), 0, dst.len as usize, cu) }
+                    .map_err(|e| anyhow!("{e}"))
+            }
+        }
+    }
+
+    /// Row-major `C = A · B` as column-major `Cᵀ = Bᵀ · Aᵀ`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        dtype: DType,
+        count: u32,
+        m: u32,
+        k: u32,
+        n: u32,
+        (pa, a): (CUdeviceptr, Operand),
+        (pb, b): (CUdeviceptr, Operand),
+        (pc, c): (CUdeviceptr, Operand),
+    ) -> Result<()> {
+        let ty = match dtype {
+            DType::F32 => blas::cudaDataType::CUDA_R_32F,
+            DType::F16 => blas::cudaDataType::CUDA_R_16F,
+            DType::BF16 => blas::cudaDataType::CUDA_R_16BF,
+            other => return Err(anyhow!("no GEMM for {other:?}")),
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the schedule guarantees `(count − 1) · stride + rows · cols` elements of
+        // every operand lie inside its segment, and the dimensions fit in i32.
+        unsafe {
+            cudarc::cublas::result::gemm_strided_batched_ex(
+                *self.blas.handle(),
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                n as i32,
+                m as i32,
+                k as i32,
+                (&raw const alpha).cast::<c_void>(),
+                pb as *const c_void,
+                ty,
+                n as i32,
+                b.stride as i64,
+                pa as *const c_void,
+                ty,
+                k as i32,
+                a.stride as i64,
+                (&raw const beta).cast::<c_void>(),
+                pc as *mut c_void,
+                ty,
+                n as i32,
+                c.stride as i64,
+                count as i32,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| anyhow!("cuBLAS GEMM {m}×{k}×{n} (×{count}): {e:?}"))
+    }
+
+    /// Runs `s`; returns the measured trial (OOM as an outcome).
+    fn run_schedule(
+        &self,
+        s: &Schedule,
+        index: u32,
+        steps: u32,
+        ctl: &mut Control<'_>,
+    ) -> Result<Trial> {
+        let batch = s.batch;
+        let mut trial = Trial::failed(index, batch, Outcome::Ran);
+        self.sync()?;
+        let baseline = self.used()?;
+        trial.baseline_before = Some(Bytes(baseline));
+        let started = Instant::now();
+        let mut segs: Vec<Segment> = Vec::with_capacity(s.segments.len());
+        let mut peak_used = 0u64;
+        let total_steps = s.steps.len().max(1);
+        ctl.progress(index, batch, "allocating and warm-up step", 0.0);
+        let mut outcome = Outcome::Ran;
+        for (i, step) in s.steps.iter().enumerate() {
+            if i % 64 == 0 && ctl.cancelled() {
+                outcome = Outcome::Cancelled;
+                break;
+            }
+            match *step {
+                Step::Segment { bytes } => {
+                    self.ctx.bind_to_thread().map_err(|e| anyhow!("{e}"))?;
+                    // SAFETY: a plain device allocation; freed by `Segment::drop`.
+                    match unsafe { drv::malloc_sync(bytes as usize) } {
+                        Ok(ptr) => segs.push(Segment { ptr, bytes }),
+                        Err(e) if is_oom(&e) => {
+                            let held: u64 = segs.iter().map(|s| s.bytes).sum();
+                            outcome = Outcome::Oom {
+                                message: format!(
+                                    "CUDA out of memory: cuMemAlloc of {} failed with {} in {} segments held",
+                                    Bytes(bytes),
+                                    Bytes(held),
+                                    segs.len()
+                                ),
+                            };
+                            break;
+                        }
+                        Err(e) => return Err(anyhow!("cuMemAlloc of {}: {e}", Bytes(bytes))),
+                    }
+                }
+                Step::Kernel(k) => self.launch(&s.kernels[k as usize], &segs)?,
+                Step::Probe(p) => {
+                    self.sync()?;
+                    let used = self.used()?;
+                    peak_used = peak_used.max(used);
+                    let probe = &s.probes[p as usize];
+                    let sample = MemSample {
+                        t_ms: started.elapsed().as_secs_f64() * 1e3,
+                        event: Some(probe.event),
+                        measured: Bytes(used.saturating_sub(baseline)),
+                        predicted_allocated: Some(Bytes(probe.allocated)),
+                        predicted_reserved: Some(Bytes(probe.reserved)),
+                        label: probe.label.clone(),
+                    };
+                    trial.timeline.push(sample.clone());
+                    ctl.sample(index, sample);
+                    if p % 16 == 0 {
+                        ctl.progress(
+                            index,
+                            batch,
+                            "measured step (probed)",
+                            0.5 * i as f32 / total_steps as f32,
+                        );
+                    }
+                }
+            }
+        }
+        if outcome.ran() {
+            self.sync()?;
+            peak_used = peak_used.max(self.used()?);
+            trial.process_bytes = self.process_bytes().map(Bytes);
+            // Timed steady-state steps: the measured step's kernels, no allocation (a
+            // warm caching allocator serves every block from its segments).
+            let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+            let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+            let (start, end) = (
+                start.map_err(|e| anyhow!("{e}"))?,
+                end.map_err(|e| anyhow!("{e}"))?,
+            );
+            let mut times = Vec::with_capacity(steps as usize);
+            for step in 0..steps {
+                if ctl.cancelled() {
+                    outcome = Outcome::Cancelled;
+                    break;
+                }
+                ctl.progress(
+                    index,
+                    batch,
+                    &format!("timed step {}/{steps}", step + 1),
+                    0.5 + 0.5 * step as f32 / steps as f32,
+                );
+                start.record(&self.stream).map_err(|e| anyhow!("{e}"))?;
+                for k in &s.kernels[s.step_kernels.clone()] {
+                    self.launch(k, &segs)?;
+                }
+                end.record(&self.stream).map_err(|e| anyhow!("{e}"))?;
+                let ms = start.elapsed_ms(&end).map_err(|e| anyhow!("{e}"))?;
+                times.push(f64::from(ms));
+            }
+            if !times.is_empty() {
+                times.sort_by(f64::total_cmp);
+                let median = times[times.len() / 2];
+                trial.step_ms = Some(median);
+                trial.flops_per_step = Some(s.flops_executed);
+                trial.tflops = Some(s.flops_executed / (median / 1e3) / 1e12);
+            }
+        }
+        self.sync()?;
+        let held: u64 = segs.iter().map(|s| s.bytes).sum();
+        drop(segs);
+        self.sync()?;
+        trial.baseline_after = Some(Bytes(self.used()?));
+        trial.peak_allocated = Some(Bytes(s.peak_allocated));
+        trial.peak_reserved = Some(Bytes(held));
+        trial.device_used_peak = Some(Bytes(peak_used.saturating_sub(baseline)));
+        trial.outcome = outcome;
+        Ok(trial)
+    }
+}
+
+impl Engine for NativeEngine {
+    fn device(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn trial(&mut self, job: &TrialJob<'_>, ctl: &mut Control<'_>) -> Trial {
+        let (planner, index, batch, steps) = (job.planner, job.index, job.batch, job.steps);
+        if ctl.cancelled() {
+            return cancelled_trial(index, batch);
+        }
+        ctl.progress(index, batch, "building the step", 0.0);
+        let s = match schedule::build(planner, batch, MAX_PROBES) {
+            Ok(s) => s,
+            Err(e) => {
+                return Trial::failed(
+                    index,
+                    batch,
+                    Outcome::Error {
+                        message: format!("{e:#}"),
+                    },
+                );
+            }
+        };
+        match self.run_schedule(&s, index, steps, ctl) {
+            Ok(t) => t,
+            Err(e) => {
+                // A failed launch leaves nothing allocated (segments are dropped on the
+                // way out); report it.
+                let mut t = Trial::failed(
+                    index,
+                    batch,
+                    Outcome::Error {
+                        message: format!("{e:#}"),
+                    },
+                );
+                t.baseline_after = self.used().ok().map(Bytes);
+                t
+            }
+        }
+    }
+}

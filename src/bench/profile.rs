@@ -1,0 +1,1 @@
+//! Device profile (measured on the GPU): filled in below.
