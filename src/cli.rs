@@ -45,6 +45,21 @@ pub enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Run the configuration on the GPU and compare with the prediction.
+    Bench(crate::bench_cli::BenchArgs),
+    /// List the GPUs NVML sees.
+    Gpus {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the GPU: GEMM TFLOP/s per dtype, bandwidth, usable memory.
+    Profile {
+        /// CUDA device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Time the planner itself (planning speed benchmark).
     BenchPlan {
         #[arg(long, default_value = "Llama-2-7b-hf")]
@@ -183,6 +198,13 @@ fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<(Preset, TrainConfig, Gp
     Ok((preset, cfg, gpu, budget, custom))
 }
 
+/// Model and training config from the flags or `--config` (the batch comes elsewhere).
+pub fn resolve_model(t: &TrainArgs) -> Result<(Preset, TrainConfig)> {
+    let batch = if t.config.is_some() { None } else { Some(1) };
+    let (preset, cfg, ..) = resolve(t, batch)?;
+    Ok((preset, cfg))
+}
+
 impl TrainArgs {
     fn config(&self, preset: &Preset, batch: u64) -> Result<TrainConfig> {
         let size = match (self.seq, self.image, preset.input.is_tokens()) {
@@ -227,6 +249,9 @@ impl TrainArgs {
 pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     match cmd {
         Command::Plan(a) => cmd_plan(a, out),
+        Command::Bench(a) => crate::bench_cli::cmd_bench(a, out),
+        Command::Gpus { json } => crate::bench_cli::cmd_gpus(json, out),
+        Command::Profile { device, json } => crate::bench_cli::cmd_profile(device, json, out),
         Command::Export(a) => cmd_export(a, out),
         Command::MaxBatch(a) => cmd_max_batch(a, out),
         Command::Presets { json } => cmd_presets(json, out),

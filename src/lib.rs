@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod bench;
+pub mod bench_cli;
 pub mod cli;
 pub mod export;
 pub mod gpu;

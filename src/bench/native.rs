@@ -326,8 +326,15 @@ impl NativeEngine {
                     0.5 + 0.5 * step as f32 / steps as f32,
                 );
                 start.record(&self.stream).map_err(|e| anyhow!("{e}"))?;
-                for k in &s.kernels[s.step_kernels.clone()] {
+                for (i, k) in s.kernels[s.step_kernels.clone()].iter().enumerate() {
+                    if i % 64 == 63 && ctl.cancelled() {
+                        break;
+                    }
                     self.launch(k, &segs)?;
+                }
+                if ctl.cancelled() {
+                    outcome = Outcome::Cancelled;
+                    break;
                 }
                 end.record(&self.stream).map_err(|e| anyhow!("{e}"))?;
                 let ms = start.elapsed_ms(&end).map_err(|e| anyhow!("{e}"))?;

@@ -10,6 +10,7 @@ pub mod gpus;
 pub mod remedies;
 pub mod rules;
 pub mod search;
+pub mod timing;
 
 use serde::Serialize;
 

@@ -1,0 +1,181 @@
+//! GPU tests: run on the device (`cargo test --test gpu -- --ignored`); CI has no GPU and
+//! runs only the no-GPU checks here.
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use vramlab::bench::record::{BenchEvent, EngineKind, Outcome};
+use vramlab::bench::runner::{BenchRequest, run_blocking, spawn};
+use vramlab::bench::sweep::BatchPlan;
+use vramlab::model::preset::find_builtin;
+use vramlab::plan::{Precision, TrainConfig};
+use vramlab::units::Bytes;
+
+/// Device memory may differ from its baseline by this much after a trial (driver
+/// bookkeeping, cuBLAS workspace created on first use).
+const TOLERANCE: Bytes = Bytes(64 << 20);
+
+fn request(model: &str, precision: Precision, engine: EngineKind, batches: BatchPlan) -> BenchRequest {
+    BenchRequest {
+        preset: find_builtin(model).expect("preset"),
+        config: TrainConfig {
+            precision,
+            ..TrainConfig::default()
+        },
+        engine,
+        batches,
+        steps: 2,
+        python: None,
+        device_index: 0,
+        predicted_max_batch: None,
+    }
+}
+
+#[test]
+fn without_a_gpu_the_engines_refuse_clearly() {
+    if vramlab::gpu::detect().is_some() {
+        return; // this check is for machines without a GPU
+    }
+    let req = request("gpt2", Precision::AmpBf16, EngineKind::Native, BatchPlan::List(vec![1]));
+    let cancel = AtomicBool::new(false);
+    let mut events = Vec::new();
+    let err = run_blocking(&req, &cancel, &mut |e| events.push(e)).expect_err("no GPU");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("CUDA") || msg.contains("GPU"), "{msg}");
+    assert!(matches!(events.last(), Some(BenchEvent::Failed { .. })));
+}
+
+#[test]
+#[ignore = "needs GPU"]
+fn native_engine_runs_measures_and_frees() {
+    let req = request("gpt2", Precision::AmpBf16, EngineKind::Native, BatchPlan::List(vec![1, 4, 8]));
+    let cancel = AtomicBool::new(false);
+    let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
+    for t in &run.trials {
+        println!(
+            "native gpt2 b={} {:?} reserved={:?} predicted={:?} used_peak={:?} process={:?} step={:?} ms tflops={:?} base {:?}->{:?}",
+            t.batch,
+            t.outcome,
+            t.peak_reserved,
+            t.predicted.map(|p| p.reserved),
+            t.device_used_peak,
+            t.process_bytes,
+            t.step_ms,
+            t.tflops,
+            t.baseline_before,
+            t.baseline_after
+        );
+        assert!(t.outcome.ran(), "{:?}", t.outcome);
+        assert_eq!(t.memory_returned(TOLERANCE), Some(true));
+        assert!(t.tflops.unwrap_or(0.0) > 1.0);
+        assert!(t.timeline.len() > 10);
+    }
+}
+
+#[test]
+#[ignore = "needs GPU"]
+fn repeated_oom_is_caught_and_memory_returns() {
+    // 24 trials far past capacity: every one must be an OOM with the memory released.
+    let batches: Vec<u64> = (0..24).map(|i| 20_000 + i * 1000).collect();
+    let req = request("resnet50", Precision::Fp32, EngineKind::Native, BatchPlan::List(batches));
+    let cancel = AtomicBool::new(false);
+    let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
+    let mut ooms = 0;
+    for t in &run.trials {
+        println!(
+            "oom trial b={} {} base {:?}->{:?}",
+            t.batch,
+            t.outcome.label(),
+            t.baseline_before,
+            t.baseline_after
+        );
+        assert!(matches!(t.outcome, Outcome::Oom { .. }), "{:?}", t.outcome);
+        assert_eq!(t.memory_returned(TOLERANCE), Some(true), "batch {}", t.batch);
+        ooms += 1;
+    }
+    assert!(ooms >= 20);
+    // The process is alive and the GPU usable: a small trial still runs.
+    let req = request("resnet50", Precision::Fp32, EngineKind::Native, BatchPlan::List(vec![8]));
+    let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
+    assert!(run.trials[0].outcome.ran());
+    println!("after {ooms} OOMs batch 8 ran: {:?}", run.trials[0].step_ms);
+}
+
+#[test]
+#[ignore = "needs GPU"]
+fn cancel_mid_trial_stops_within_a_second_and_frees() {
+    let mut req = request(
+        "Llama-2-7b-hf",
+        Precision::Bf16,
+        EngineKind::Native,
+        BatchPlan::List(vec![4, 4, 4]),
+    );
+    req.config.size = Some(1024);
+    req.steps = 50;
+    let h = spawn(req, Box::new(|| {}));
+    // Wait until the first trial is running, then cancel.
+    let start = Instant::now();
+    let mut saw_progress = false;
+    while start.elapsed() < Duration::from_secs(60) && !saw_progress {
+        saw_progress = h
+            .poll()
+            .iter()
+            .any(|e| matches!(e, BenchEvent::Progress { .. } | BenchEvent::Sample { .. }));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(saw_progress, "the run never started");
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    h.cancel();
+    let mut finished = None;
+    while asked.elapsed() < Duration::from_secs(10) && finished.is_none() {
+        for e in h.poll() {
+            if let BenchEvent::Finished { run } = e {
+                finished = Some(run);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = asked.elapsed();
+    let run = finished.expect("the run finished after cancel");
+    println!(
+        "cancel took {took:?}; trials {:?}",
+        run.trials
+            .iter()
+            .map(|t| (t.outcome.label(), t.baseline_before, t.baseline_after))
+            .collect::<Vec<_>>()
+    );
+    assert!(took < Duration::from_secs(1), "cancel took {took:?}");
+    assert_eq!(run.stopped.as_deref(), Some("cancelled"));
+    let last = run.trials.last().expect("a trial");
+    assert_eq!(last.memory_returned(TOLERANCE), Some(true));
+}
+
+#[test]
+#[ignore = "needs GPU and PyTorch"]
+fn torch_engine_runs_and_reports_oom() {
+    let req = request(
+        "resnet18",
+        Precision::AmpBf16,
+        EngineKind::Torch,
+        BatchPlan::List(vec![8, 100_000]),
+    );
+    let cancel = AtomicBool::new(false);
+    let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
+    for t in &run.trials {
+        println!(
+            "torch resnet18 b={} {} alloc={:?} reserved={:?} predicted={:?} process={:?} step={:?} base {:?}->{:?}",
+            t.batch,
+            t.outcome.label(),
+            t.peak_allocated,
+            t.peak_reserved,
+            t.predicted,
+            t.process_bytes,
+            t.step_ms,
+            t.baseline_before,
+            t.baseline_after
+        );
+    }
+    assert!(run.trials[0].outcome.ran());
+    assert!(matches!(run.trials[1].outcome, Outcome::Oom { .. }));
+}
