@@ -1,7 +1,8 @@
 //! Configs in and out: the `.vramlab.json` document and framework configs generated from
-//! a plan. Pure functions plus one atomic file write; no UI, no GPU.
+//! a plan, bench results as JSON / CSV. Pure functions plus one atomic file write; no UI, no GPU.
 
 pub mod frameworks;
+pub mod results;
 pub mod vramlab_file;
 
 pub use frameworks::{Format, render};
