@@ -54,7 +54,9 @@ pub struct BenchArgs {
 }
 
 fn gib(b: Option<Bytes>) -> String {
-    b.map_or("—".into(), |b| format!("{:.2}", b.0 as f64 / (1u64 << 30) as f64))
+    b.map_or("—".into(), |b| {
+        format!("{:.2}", b.0 as f64 / (1u64 << 30) as f64)
+    })
 }
 
 fn pct(p: Option<f64>) -> String {
@@ -75,8 +77,12 @@ fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
 }
 
 pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
-    let engine = EngineKind::parse(&a.engine)
-        .with_context(|| format!("--engine: unknown engine `{}` (known: native, torch)", a.engine))?;
+    let engine = EngineKind::parse(&a.engine).with_context(|| {
+        format!(
+            "--engine: unknown engine `{}` (known: native, torch)",
+            a.engine
+        )
+    })?;
     if a.steps == 0 || a.steps > 1000 {
         bail!("--steps: must be between 1 and 1000, got {}", a.steps);
     }
@@ -86,7 +92,8 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
     let batches = match (&a.batch, a.sweep) {
         (Some(list), false) => BatchPlan::parse_list(list).map_err(anyhow::Error::msg)?,
         (None, true) => BatchPlan::UntilOom {
-            seed: predicted.unwrap_or(1),
+            // 0: the runner seeds from the device the engine opens.
+            seed: 0,
             limit: a.limit.clamp(1, MAX_BATCH),
         },
         _ => bail!("give --batch 4,8,16 or --sweep"),
@@ -110,7 +117,12 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
         }
         match e {
             BenchEvent::Started { device, .. } => {
-                eprintln!("[bench] {} on {} ({})", engine.label(), device.name, device.total_bytes)
+                eprintln!(
+                    "[bench] {} on {} ({})",
+                    engine.label(),
+                    device.name,
+                    device.total_bytes
+                )
             }
             BenchEvent::Progress {
                 trial,
@@ -149,7 +161,11 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         write_run(&run, out)?;
     }
-    if run.trials.iter().all(|t| matches!(t.outcome, Outcome::Error { .. })) && !run.trials.is_empty()
+    if run
+        .trials
+        .iter()
+        .all(|t| matches!(t.outcome, Outcome::Error { .. }))
+        && !run.trials.is_empty()
     {
         bail!("every trial failed (see the table above)");
     }
@@ -200,7 +216,9 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         run.config.precision.as_str(),
         run.engine.label(),
         run.predicted_max_batch
-            .map_or("(no prediction)".into(), |m| format!("(predicted max batch {m})"))
+            .map_or("(no prediction)".into(), |m| format!(
+                "(predicted max batch {m})"
+            ))
     )?;
     writeln!(
         out,
@@ -226,7 +244,11 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         "TFLOP/s",
         "freed"
     )?;
-    writeln!(out, "{:>6} {:>9} {:>29} {:>29}", "", "", "measured (GiB)", "predicted (GiB)")?;
+    writeln!(
+        out,
+        "{:>6} {:>9} {:>29} {:>29}",
+        "", "", "measured (GiB)", "predicted (GiB)"
+    )?;
     for t in &run.trials {
         let e = t.errors_pct();
         let p = t.predicted;

@@ -15,7 +15,12 @@ use vramlab::units::Bytes;
 /// bookkeeping, cuBLAS workspace created on first use).
 const TOLERANCE: Bytes = Bytes(64 << 20);
 
-fn request(model: &str, precision: Precision, engine: EngineKind, batches: BatchPlan) -> BenchRequest {
+fn request(
+    model: &str,
+    precision: Precision,
+    engine: EngineKind,
+    batches: BatchPlan,
+) -> BenchRequest {
     BenchRequest {
         preset: find_builtin(model).expect("preset"),
         config: TrainConfig {
@@ -36,7 +41,12 @@ fn without_a_gpu_the_engines_refuse_clearly() {
     if vramlab::gpu::detect().is_some() {
         return; // this check is for machines without a GPU
     }
-    let req = request("gpt2", Precision::AmpBf16, EngineKind::Native, BatchPlan::List(vec![1]));
+    let req = request(
+        "gpt2",
+        Precision::AmpBf16,
+        EngineKind::Native,
+        BatchPlan::List(vec![1]),
+    );
     let cancel = AtomicBool::new(false);
     let mut events = Vec::new();
     let err = run_blocking(&req, &cancel, &mut |e| events.push(e)).expect_err("no GPU");
@@ -48,7 +58,12 @@ fn without_a_gpu_the_engines_refuse_clearly() {
 #[test]
 #[ignore = "needs GPU"]
 fn native_engine_runs_measures_and_frees() {
-    let req = request("gpt2", Precision::AmpBf16, EngineKind::Native, BatchPlan::List(vec![1, 4, 8]));
+    let req = request(
+        "gpt2",
+        Precision::AmpBf16,
+        EngineKind::Native,
+        BatchPlan::List(vec![1, 4, 8]),
+    );
     let cancel = AtomicBool::new(false);
     let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
     for t in &run.trials {
@@ -77,7 +92,12 @@ fn native_engine_runs_measures_and_frees() {
 fn repeated_oom_is_caught_and_memory_returns() {
     // 24 trials far past capacity: every one must be an OOM with the memory released.
     let batches: Vec<u64> = (0..24).map(|i| 20_000 + i * 1000).collect();
-    let req = request("resnet50", Precision::Fp32, EngineKind::Native, BatchPlan::List(batches));
+    let req = request(
+        "resnet50",
+        Precision::Fp32,
+        EngineKind::Native,
+        BatchPlan::List(batches),
+    );
     let cancel = AtomicBool::new(false);
     let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
     let mut ooms = 0;
@@ -90,12 +110,22 @@ fn repeated_oom_is_caught_and_memory_returns() {
             t.baseline_after
         );
         assert!(matches!(t.outcome, Outcome::Oom { .. }), "{:?}", t.outcome);
-        assert_eq!(t.memory_returned(TOLERANCE), Some(true), "batch {}", t.batch);
+        assert_eq!(
+            t.memory_returned(TOLERANCE),
+            Some(true),
+            "batch {}",
+            t.batch
+        );
         ooms += 1;
     }
     assert!(ooms >= 20);
     // The process is alive and the GPU usable: a small trial still runs.
-    let req = request("resnet50", Precision::Fp32, EngineKind::Native, BatchPlan::List(vec![8]));
+    let req = request(
+        "resnet50",
+        Precision::Fp32,
+        EngineKind::Native,
+        BatchPlan::List(vec![8]),
+    );
     let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
     assert!(run.trials[0].outcome.ran());
     println!("after {ooms} OOMs batch 8 ran: {:?}", run.trials[0].step_ms);

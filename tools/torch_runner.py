@@ -1043,6 +1043,13 @@ def cmd_serve(args, emit):
     """Reads configs from stdin until EOF; answers each with one line. A line
     {"ready": true, "versions": ...} is sent first."""
     dev = setup_device(args)
+    if dev.cuda:
+        # Create the CUDA context and the cuBLAS handle (+ workspace) now, so that the
+        # caller's baseline includes them and every trial returns to it.
+        x = torch.ones(64, 64, device="cuda")
+        (x @ x).sum().item()
+        del x
+        dev.empty_cache()
     emit({"ready": True, "pid": os.getpid(), "versions": versions()})
     holder = ModelHolder(dev)
     for i, line in enumerate(sys.stdin):
@@ -1054,8 +1061,13 @@ def cmd_serve(args, emit):
         except json.JSONDecodeError as e:
             emit({"index": i, "error": f"line {i + 1}: {e}"})
             continue
-        measure_one(cfg, i, holder, dev, emit)
-    holder.drop()
+        replies = []
+        measure_one(cfg, i, holder, dev, replies.append)
+        # Each trial leaves the device as it found it (the model is rebuilt next time);
+        # the reply goes out after, so the caller's reading of the baseline is final.
+        holder.drop()
+        for r in replies:
+            emit(r)
     return 0
 
 

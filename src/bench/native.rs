@@ -131,8 +131,19 @@ impl NativeEngine {
         self.stream.synchronize().map_err(|e| anyhow!("{e}"))
     }
 
-    fn launch(&self, k: &Kernel, segs: &[Segment]) -> Result<()> {
-        let ptr = |s: Span| segs[s.segment as usize].ptr + s.offset;
+    /// Launches `k`; a kernel whose segment was already released is skipped (the
+    /// schedule never places one, this is the second line of defence).
+    fn launch(&self, k: &Kernel, segs: &[Option<Segment>]) -> Result<()> {
+        let live = |s: Span| segs.get(s.segment as usize).is_some_and(Option::is_some);
+        let all_live = match *k {
+            Kernel::Gemm { a, b, c, .. } => live(a.span) && live(b.span) && live(c.span),
+            Kernel::Copy { src, dst } => live(src) && live(dst),
+            Kernel::Fill { dst } => live(dst),
+        };
+        if !all_live {
+            return Ok(());
+        }
+        let ptr = |s: Span| segs[s.segment as usize].as_ref().map_or(0, |g| g.ptr) + s.offset;
         let cu = self.stream.cu_stream();
         match *k {
             Kernel::Gemm {
@@ -243,7 +254,9 @@ impl NativeEngine {
         let baseline = self.used()?;
         trial.baseline_before = Some(Bytes(baseline));
         let started = Instant::now();
-        let mut segs: Vec<Segment> = Vec::with_capacity(s.segments.len());
+        let mut segs: Vec<Option<Segment>> = Vec::with_capacity(s.segments.len());
+        let mut held = 0u64;
+        let mut peak_held = 0u64;
         let mut peak_used = 0u64;
         let total_steps = s.steps.len().max(1);
         ctl.progress(index, batch, "allocating and warm-up step", 0.0);
@@ -258,20 +271,29 @@ impl NativeEngine {
                     self.ctx.bind_to_thread().map_err(|e| anyhow!("{e}"))?;
                     // SAFETY: a plain device allocation; freed by `Segment::drop`.
                     match unsafe { drv::malloc_sync(bytes as usize) } {
-                        Ok(ptr) => segs.push(Segment { ptr, bytes }),
+                        Ok(ptr) => {
+                            segs.push(Some(Segment { ptr, bytes }));
+                            held += bytes;
+                            peak_held = peak_held.max(held);
+                        }
                         Err(e) if is_oom(&e) => {
-                            let held: u64 = segs.iter().map(|s| s.bytes).sum();
                             outcome = Outcome::Oom {
                                 message: format!(
                                     "CUDA out of memory: cuMemAlloc of {} failed with {} in {} segments held",
                                     Bytes(bytes),
                                     Bytes(held),
-                                    segs.len()
+                                    segs.iter().flatten().count()
                                 ),
                             };
                             break;
                         }
                         Err(e) => return Err(anyhow!("cuMemAlloc of {}: {e}", Bytes(bytes))),
+                    }
+                }
+                Step::Release(i) => {
+                    self.sync()?;
+                    if let Some(seg) = segs.get_mut(i as usize).and_then(Option::take) {
+                        held -= seg.bytes;
                     }
                 }
                 Step::Kernel(k) => self.launch(&s.kernels[k as usize], &segs)?,
@@ -349,12 +371,11 @@ impl NativeEngine {
             }
         }
         self.sync()?;
-        let held: u64 = segs.iter().map(|s| s.bytes).sum();
         drop(segs);
         self.sync()?;
         trial.baseline_after = Some(Bytes(self.used()?));
         trial.peak_allocated = Some(Bytes(s.peak_allocated));
-        trial.peak_reserved = Some(Bytes(held));
+        trial.peak_reserved = Some(Bytes(peak_held));
         trial.device_used_peak = Some(Bytes(peak_used.saturating_sub(baseline)));
         trial.outcome = outcome;
         Ok(trial)
@@ -372,7 +393,13 @@ impl Engine for NativeEngine {
             return cancelled_trial(index, batch);
         }
         ctl.progress(index, batch, "building the step", 0.0);
-        let s = match schedule::build(planner, batch, MAX_PROBES) {
+        // PyTorch's allocator gives cached segments back when cudaMalloc fails; the
+        // replay does the same against the memory free on the device now.
+        let cap = self
+            .used()
+            .ok()
+            .map(|used| self.info.total_bytes.0.saturating_sub(used));
+        let s = match schedule::build(planner, batch, MAX_PROBES, cap) {
             Ok(s) => s,
             Err(e) => {
                 return Trial::failed(

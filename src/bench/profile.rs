@@ -40,9 +40,19 @@ pub fn profile_path(device: &str) -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
     let name: String = device
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
-    Some(base.join("vramlab").join("profiles").join(format!("{name}.json")))
+    Some(
+        base.join("vramlab")
+            .join("profiles")
+            .join(format!("{name}.json")),
+    )
 }
 
 /// Loads the saved profile of `device`, if any.
@@ -202,8 +212,7 @@ pub fn measure(ordinal: usize, progress: &mut dyn FnMut(&str)) -> Result<DeviceP
     start.record(&stream).map_err(|e| anyhow!("{e}"))?;
     for _ in 0..10 {
         // SAFETY: as above.
-        unsafe { drv::memcpy_dtod_async(dst.0, src.0, bytes, cu) }
-            .map_err(|e| anyhow!("{e}"))?;
+        unsafe { drv::memcpy_dtod_async(dst.0, src.0, bytes, cu) }.map_err(|e| anyhow!("{e}"))?;
     }
     end.record(&stream).map_err(|e| anyhow!("{e}"))?;
     let ms = f64::from(start.elapsed_ms(&end).map_err(|e| anyhow!("{e}"))?);

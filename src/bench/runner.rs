@@ -18,6 +18,7 @@ use super::record::{
 };
 use super::sweep::{BatchPlan, Sweep};
 use crate::model::Preset;
+use crate::plan::search::{Budget, max_batch};
 use crate::plan::{Planner, TrainConfig};
 
 /// Everything a run needs.
@@ -137,7 +138,18 @@ pub fn run_with(
         stopped: None,
     };
     let sweeping = matches!(req.batches, BatchPlan::UntilOom { .. });
-    let mut sweep = Sweep::new(req.batches.clone());
+    let mut batches = req.batches.clone();
+    if let BatchPlan::UntilOom { seed: 0, limit } = batches {
+        // Seed from the device the engine really has (its CUDA-visible total).
+        let budget = Budget {
+            capacity: run.device.total_bytes,
+            margin: 0.0,
+        };
+        let seed = max_batch(&planner, budget, limit)?.unwrap_or(1);
+        run.predicted_max_batch = Some(seed);
+        batches = BatchPlan::UntilOom { seed, limit };
+    }
+    let mut sweep = Sweep::new(batches);
     while let Some(batch) = sweep.next_batch() {
         if cancel.load(Ordering::Relaxed) {
             run.stopped = Some("cancelled".into());

@@ -105,6 +105,9 @@ impl Kernel {
 pub enum Step {
     /// `cudaMalloc` the next segment (index = segments allocated so far).
     Segment { bytes: u64 },
+    /// `cudaFree` segment `i`: PyTorch releases cached segments that hold no live block
+    /// when `cudaMalloc` fails, then retries (replayed when the schedule has a cap).
+    Release(u32),
     /// Launch `kernels[i]`.
     Kernel(u32),
     /// Read device memory here (`probes[i]` says what the plan expects).
@@ -160,6 +163,8 @@ fn gemm_dtype(planner: &Planner) -> DType {
 }
 
 struct Builder {
+    /// Segments already returned to the device: kernels never touch them.
+    released: Vec<bool>,
     dtype: DType,
     kernels: Vec<Kernel>,
     steps: Vec<Step>,
@@ -168,6 +173,20 @@ struct Builder {
 
 impl Builder {
     fn push(&mut self, k: Kernel) {
+        let gone = |s: Span| {
+            self.released
+                .get(s.segment as usize)
+                .copied()
+                .unwrap_or(false)
+        };
+        let stale = match k {
+            Kernel::Gemm { a, b, c, .. } => gone(a.span) || gone(b.span) || gone(c.span),
+            Kernel::Copy { src, dst } => gone(src) || gone(dst),
+            Kernel::Fill { dst } => gone(dst),
+        };
+        if stale {
+            return;
+        }
         self.steps.push(Step::Kernel(self.kernels.len() as u32));
         self.kernels.push(k);
     }
@@ -266,8 +285,15 @@ fn fit(dtype: DType, g: Gemm, a: Span, b: Span, c: Span) -> Option<Kernel> {
 }
 
 /// Builds the program for `batch` (micro-batch) of `planner`'s configuration. At most
-/// `max_probes` memory probes are placed in the measured step (evenly, plus the peak).
-pub fn build(planner: &Planner, batch: u64, max_probes: usize) -> Result<Schedule, ScheduleError> {
+/// `max_probes` memory probes are placed in the measured step (evenly, plus the last
+/// event). With `cap` (the device's free bytes) the allocator model releases cached
+/// segments before it would exceed the cap, as PyTorch does when `cudaMalloc` fails.
+pub fn build(
+    planner: &Planner,
+    batch: u64,
+    max_probes: usize,
+    cap: Option<u64>,
+) -> Result<Schedule, ScheduleError> {
     let cfg = planner.config.allocator;
     if cfg.expandable_segments {
         return Err(ScheduleError::Expandable);
@@ -292,12 +318,16 @@ pub fn build(planner: &Planner, batch: u64, max_probes: usize) -> Result<Schedul
     for (i, n) in g.nodes.iter().enumerate() {
         producer[n.output] = i;
     }
-    let mut alloc = CachingAllocator::new(cfg);
+    let mut alloc = match cap {
+        Some(c) => CachingAllocator::with_cap(cfg, c),
+        None => CachingAllocator::new(cfg),
+    };
     let mut handle = vec![u32::MAX; ev.buffers.len()];
     let mut span: Vec<Option<Span>> = vec![None; ev.buffers.len()];
     let mut node_out: Vec<Option<Span>> = vec![None; g.nodes.len()];
     let mut segments = Vec::new();
     let mut b = Builder {
+        released: Vec::new(),
         dtype,
         kernels: Vec::new(),
         steps: Vec::new(),
@@ -340,10 +370,24 @@ pub fn build(planner: &Planner, batch: u64, max_probes: usize) -> Result<Schedul
         let bi = event.buffer as usize;
         if event.alloc {
             let before = alloc.segment_count();
+            let reserved_before = alloc.reserved;
             let h = alloc.malloc(sizes[bi]);
+            let new_bytes: u64 = (before..alloc.segment_count())
+                .map(|s| alloc.segment_size(s))
+                .sum();
+            if alloc.reserved < reserved_before + new_bytes {
+                // Cached segments were released to make room: free them first.
+                for s in 0..before {
+                    if alloc.segment_released(s) && !b.released[s as usize] {
+                        b.released[s as usize] = true;
+                        b.steps.push(Step::Release(s));
+                    }
+                }
+            }
             for s in before..alloc.segment_count() {
                 let bytes = alloc.segment_size(s);
                 segments.push(bytes);
+                b.released.push(false);
                 b.steps.push(Step::Segment { bytes });
             }
             handle[bi] = h;
@@ -598,7 +642,7 @@ mod tests {
         ] {
             let p = planner(id, prec);
             for batch in [1, 3, 8] {
-                let s = build(&p, batch, 200).expect("schedule");
+                let s = build(&p, batch, 200, None).expect("schedule");
                 check(&s);
                 assert!(!s.kernels.is_empty());
                 assert!(s.probes.len() <= 201);
@@ -609,7 +653,7 @@ mod tests {
     #[test]
     fn segments_are_the_planned_reserved_bytes() {
         let p = planner("gpt2", Precision::AmpBf16);
-        let s = build(&p, 4, 50).expect("schedule");
+        let s = build(&p, 4, 50, None).expect("schedule");
         let peaks = p.peaks(4).expect("peaks");
         let total: u64 = s.segments.iter().sum();
         assert_eq!(total, s.peak_reserved);
@@ -625,7 +669,7 @@ mod tests {
             ("vit_b_16", Precision::AmpBf16, 8),
         ] {
             let p = planner(id, prec);
-            let s = build(&p, batch, 10).expect("schedule");
+            let s = build(&p, batch, 10, None).expect("schedule");
             let expect = work::step_flops(&p.graph, batch);
             let ratio = s.flops_executed / expect;
             assert!(
@@ -637,12 +681,47 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_releases_cached_segments_and_kernels_avoid_them() {
+        let p = planner("resnet50", Precision::AmpBf16);
+        let free = build(&p, 64, 50, None).expect("schedule");
+        // Just above the allocated peak: the model must give back cached segments.
+        let cap = free.peak_allocated + (free.peak_reserved - free.peak_allocated) / 4;
+        let s = build(&p, 64, 50, Some(cap)).expect("schedule");
+        let released: Vec<u32> = s
+            .steps
+            .iter()
+            .filter_map(|st| match st {
+                Step::Release(i) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        assert!(!released.is_empty(), "no segment released under the cap");
+        // No kernel after a release touches the released segment.
+        let mut gone = vec![false; s.segments.len()];
+        for st in &s.steps {
+            match *st {
+                Step::Release(i) => gone[i as usize] = true,
+                Step::Kernel(k) => {
+                    let spans: Vec<Span> = match s.kernels[k as usize] {
+                        Kernel::Gemm { a, b, c, .. } => vec![a.span, b.span, c.span],
+                        Kernel::Copy { src, dst } => vec![src, dst],
+                        Kernel::Fill { dst } => vec![dst],
+                    };
+                    assert!(spans.iter().all(|sp| !gone[sp.segment as usize]));
+                }
+                _ => {}
+            }
+        }
+        check(&s);
+    }
+
+    #[test]
     fn expandable_segments_are_refused_with_a_reason() {
         let p = find_builtin("gpt2").expect("preset");
         let mut cfg = TrainConfig::default();
         cfg.allocator.expandable_segments = true;
         let planner = Planner::new(&p, &cfg).expect("planner");
-        let err = build(&planner, 1, 10).expect_err("refused");
+        let err = build(&planner, 1, 10, None).expect_err("refused");
         assert!(err.to_string().contains("expandable_segments"));
     }
 }

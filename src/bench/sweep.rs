@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 pub enum BatchPlan {
     /// Exactly these, in order (an OOM does not stop the list).
     List(Vec<u64>),
-    /// Find the largest batch that runs: start at `seed` (the predicted max batch), never
-    /// above `limit`.
+    /// Find the largest batch that runs: start at `seed` (the predicted max batch; 0 =
+    /// let the runner predict it for the engine's device), never above `limit`.
     UntilOom { seed: u64, limit: u64 },
 }
 

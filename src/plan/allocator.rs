@@ -317,6 +317,11 @@ impl CachingAllocator {
         self.segs.get(i as usize).map_or(0, |s| s.0)
     }
 
+    /// Whether segment `i` was returned to the device (capped mode, before an OOM retry).
+    pub fn segment_released(&self, i: u32) -> bool {
+        self.segs.get(i as usize).is_some_and(|s| s.2)
+    }
+
     /// Bytes reserved but not allocated: cached free blocks.
     pub fn cached_free(&self) -> u64 {
         self.reserved - self.allocated
