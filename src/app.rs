@@ -3,7 +3,12 @@
 //! [`VramApp`] holds the persisted [`PlannerState`] and, beside it, the runtime caches
 //! ([`Derived`]), the GPU detected at start-up and the file dialogs. Each frame the
 //! panels draw and return [`Command`]s; the app applies them and replans in the same
-//! frame (the left panel's change is applied before the answer is drawn).
+//! frame (the left panel's change is applied before the answer is drawn). The Run and
+//! Monitor tabs, plot PNGs and recent files are in [`run_tab`].
+
+mod run_tab;
+
+pub use run_tab::{MonitorOpener, Spawner, Tab};
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -16,6 +21,8 @@ use crate::gpu::{self, DetectedGpu};
 use crate::model::Preset;
 use crate::ui::derived::TargetKind;
 use crate::ui::inputs::{Message, inputs_ui};
+use crate::ui::png::{self, PlotId};
+use crate::ui::run::RunSession;
 use crate::ui::{
     Command, Derived, GpuChoice, PlannerState, answer, breakdown, export_panel, plots, remedies,
     style, tips,
@@ -73,6 +80,12 @@ pub struct VramApp {
     style_applied: bool,
     /// The format the Export section shows (not persisted).
     export_format: Format,
+    tab: Tab,
+    runs: RunSession,
+    spawner: Spawner,
+    monitor: Option<gpu::monitor::Monitor>,
+    monitor_opener: MonitorOpener,
+    pending_shot: Option<run_tab::PendingShot>,
 }
 
 impl VramApp {
@@ -114,6 +127,12 @@ impl VramApp {
             detector: Box::new(gpu::detect),
             style_applied: false,
             export_format: Format::Vramlab,
+            tab: Tab::default(),
+            runs: RunSession::default(),
+            spawner: run_tab::default_spawner(),
+            monitor: None,
+            monitor_opener: run_tab::default_monitor(),
+            pending_shot: None,
         }
     }
 
@@ -171,6 +190,8 @@ impl VramApp {
             Command::SaveExport => self.save_export(ctx),
             Command::SavePlan => self.save_plan(ctx),
             Command::OpenPlan => self.open_plan(),
+            Command::OpenRecent(path) => self.open_recent(&path),
+            Command::SavePlot(id) => self.save_plot(id, ctx),
         }
     }
 
@@ -182,14 +203,25 @@ impl VramApp {
     }
 
     /// Writes `text` where the save dialog says (suggesting `name`); without a file,
-    /// copies it to the clipboard.
-    fn save_text(&mut self, ctx: &egui::Context, name: &str, text: String, what: &str) {
+    /// copies it to the clipboard. Returns the path written.
+    fn save_text(
+        &mut self,
+        ctx: &egui::Context,
+        name: &str,
+        text: String,
+        what: &str,
+    ) -> Option<PathBuf> {
+        let mut written = None;
         self.message = Some(match (self.save_dialog)(name) {
             Some(path) => match write_atomic(&path, text.as_bytes()) {
-                Ok(()) => Message {
-                    text: format!("Saved {}", path.display()),
-                    is_error: false,
-                },
+                Ok(()) => {
+                    let m = Message {
+                        text: format!("Saved {}", path.display()),
+                        is_error: false,
+                    };
+                    written = Some(path);
+                    m
+                }
                 Err(e) => Message {
                     text: format!("Could not write {}: {e}", path.display()),
                     is_error: true,
@@ -203,6 +235,7 @@ impl VramApp {
                 }
             }
         });
+        written
     }
 
     /// Ctrl+S: the current plan as a `.vramlab.json`.
@@ -215,7 +248,9 @@ impl VramApp {
             return;
         };
         let name = export_panel::suggested_file_name(Format::Vramlab, &preset.id);
-        self.save_text(ctx, &name, doc.to_json(), "plan (.vramlab.json)");
+        if let Some(path) = self.save_text(ctx, &name, doc.to_json(), "plan (.vramlab.json)") {
+            self.state.remember_file(&path.display().to_string());
+        }
     }
 
     /// The Export section's Save…: the previewed text.
@@ -246,15 +281,20 @@ impl VramApp {
             });
             return;
         };
+        let source = path.display().to_string();
         match read_limited(&path) {
-            Ok(bytes) => self.load_plan(&path.display().to_string(), &bytes),
-            Err(e) => self.error(format!("Could not open {}: {e}", path.display())),
+            Ok(bytes) => {
+                if self.load_plan(&source, &bytes) {
+                    self.state.remember_file(&source);
+                }
+            }
+            Err(e) => self.error(format!("Could not open {source}: {e}")),
         }
     }
 
     /// Applies a `.vramlab.json` document (from `source`); on any error the state is
-    /// untouched and the error is shown.
-    pub fn load_plan(&mut self, source: &str, bytes: &[u8]) {
+    /// untouched and the error is shown. True when it was applied.
+    pub fn load_plan(&mut self, source: &str, bytes: &[u8]) -> bool {
         match self.state_from_plan(bytes) {
             Ok(state) => {
                 self.state = state;
@@ -262,8 +302,12 @@ impl VramApp {
                     text: format!("Opened {source}"),
                     is_error: false,
                 });
+                true
             }
-            Err(e) => self.error(format!("Could not open {source}: {e}")),
+            Err(e) => {
+                self.error(format!("Could not open {source}: {e}"));
+                false
+            }
         }
     }
 
@@ -316,7 +360,11 @@ impl VramApp {
         if let Some(file) = &dropped {
             let source = file.path().display().to_string();
             match file.bytes() {
-                Ok(bytes) => self.load_plan(&source, &bytes),
+                Ok(bytes) => {
+                    if self.load_plan(&source, &bytes) {
+                        self.state.remember_file(&source);
+                    }
+                }
                 Err(e) => self.error(format!("Could not open {source}: {e}")),
             }
         }
@@ -378,9 +426,24 @@ impl VramApp {
         let ctx = ui.ctx().clone();
         self.derived.refresh(&self.state);
         self.handle_input(&ctx);
+        self.poll_background(&ctx);
 
-        egui::Panel::top("top_bar").show(ui, |ui| self.top_bar_ui(ui));
+        let top = egui::Panel::top("top_bar")
+            .show(ui, |ui| self.top_bar_ui(ui))
+            .inner;
+        if let Some(cmd) = top {
+            self.apply(cmd, &ctx);
+            self.derived.refresh(&self.state);
+            ctx.request_repaint();
+        }
+        match self.tab {
+            Tab::Planner => self.planner_tab_ui(ui, &ctx),
+            Tab::Run => self.run_tab_ui(ui),
+            Tab::Monitor => self.monitor_tab_ui(ui),
+        }
+    }
 
+    fn planner_tab_ui(&mut self, ui: &mut Ui, ctx: &egui::Context) {
         let left = egui::Panel::left("inputs")
             .resizable(true)
             .default_size(350.0)
@@ -395,7 +458,7 @@ impl VramApp {
             })
             .inner;
         if let Some(cmd) = left {
-            self.apply(cmd, &ctx);
+            self.apply(cmd, ctx);
             self.derived.refresh(&self.state);
             // The top bar was drawn before the change.
             ctx.request_repaint();
@@ -405,16 +468,39 @@ impl VramApp {
             .show(ui, |ui| self.central_ui(ui))
             .inner;
         if let Some(cmd) = central {
-            self.apply(cmd, &ctx);
+            self.apply(cmd, ctx);
             self.derived.refresh(&self.state);
             ctx.request_repaint();
         }
     }
 
-    fn top_bar_ui(&self, ui: &mut Ui) {
+    /// Title, tabs, the Recent menu and the GPU line.
+    fn top_bar_ui(&mut self, ui: &mut Ui) -> Option<Command> {
+        let mut cmd = None;
         ui.horizontal(|ui| {
             ui.label(RichText::new("vramlab").size(20.0).strong());
-            ui.label("Will this training step fit on the GPU, and with which batch size?");
+            ui.add_space(8.0);
+            for tab in Tab::ALL {
+                ui.selectable_value(&mut self.tab, tab, RichText::new(tab.label()).size(16.0));
+            }
+            ui.add_space(4.0);
+            ui.menu_button("Recent", |ui| {
+                if self.state.recent.is_empty() {
+                    ui.label("No recent .vramlab.json files (Ctrl+S / Ctrl+O add them).");
+                }
+                for path in &self.state.recent {
+                    if ui.button(path).clicked() {
+                        cmd = Some(Command::OpenRecent(path.clone()));
+                        self.tab = Tab::Planner;
+                    }
+                }
+            })
+            .response
+            .on_hover_text("Recently opened or saved .vramlab.json plans");
+            ui.add_space(8.0);
+            if self.tab == Tab::Planner {
+                ui.label("Will this training step fit on the GPU, and with which batch size?");
+            }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 let t = self.derived.target();
                 let text = match (t.kind, &self.derived.detected) {
@@ -429,6 +515,7 @@ impl VramApp {
                 ui.label(text);
             });
         });
+        cmd
     }
 
     fn central_ui(&self, ui: &mut Ui) -> Option<Command> {
@@ -477,16 +564,18 @@ impl VramApp {
                     }
 
                     let r = &mut right[0];
-                    section(
+                    if section_with_png(
                         r,
                         "Memory vs micro-batch size",
                         "Predicted peaks for every batch size; the verdict uses the nvidia-smi curve.",
-                    );
+                    ) {
+                        cmd = Some(Command::SavePlot(PlotId::PlannerBatch));
+                    }
                     let max = self
                         .derived
                         .max_batch()
                         .and_then(|m| m.as_ref().ok().copied().flatten());
-                    plots::batch_plot_ui(
+                    let rect = plots::batch_plot_ui(
                         self.derived.sweep(),
                         self.derived.target(),
                         max,
@@ -495,12 +584,16 @@ impl VramApp {
                         r,
                         plot_h,
                     );
-                    section(
+                    png::remember_rect(r.ctx(), PlotId::PlannerBatch, rect);
+                    if section_with_png(
                         r,
                         "One training step: allocated bytes over time",
                         "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
-                    );
-                    plots::timeline_plot_ui(a, r, plot_h);
+                    ) {
+                        cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
+                    }
+                    let rect = plots::timeline_plot_ui(a, r, plot_h);
+                    png::remember_rect(r.ctx(), PlotId::PlannerTimeline, rect);
                 });
             });
         cmd
@@ -509,6 +602,15 @@ impl VramApp {
 
 fn section(ui: &mut Ui, title: &str, tip: &str) {
     ui.label(RichText::new(title).heading()).on_hover_text(tip);
+}
+
+/// A section heading with a "Save PNG…" button; true when the button was clicked.
+fn section_with_png(ui: &mut Ui, title: &str, tip: &str) -> bool {
+    ui.horizontal(|ui| {
+        section(ui, title, tip);
+        png::save_button(ui)
+    })
+    .inner
 }
 
 impl eframe::App for VramApp {

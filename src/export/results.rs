@@ -185,13 +185,13 @@ mod tests {
     fn trial(index: u32, batch: u64, outcome: Outcome) -> Trial {
         let mut t = Trial::failed(index, batch, outcome);
         t.predicted = Some(Predicted {
-            allocated: Bytes(batch * 100 << 20),
-            reserved: Bytes(batch * 110 << 20),
+            allocated: Bytes((batch * 100) << 20),
+            reserved: Bytes((batch * 110) << 20),
             nvidia_smi: Bytes((batch * 110 + 500) << 20),
         });
         if t.outcome.ran() {
-            t.peak_allocated = Some(Bytes(batch * 105 << 20));
-            t.peak_reserved = Some(Bytes(batch * 110 << 20));
+            t.peak_allocated = Some(Bytes((batch * 105) << 20));
+            t.peak_reserved = Some(Bytes((batch * 110) << 20));
             t.process_bytes = Some(Bytes((batch * 110 + 700) << 20));
             t.baseline_before = Some(Bytes(1 << 30));
             t.baseline_after = Some(Bytes(1 << 30));

@@ -10,8 +10,11 @@ pub mod export_panel;
 pub mod gpu_target;
 pub mod inputs;
 pub mod model_picker;
+pub mod monitor;
 pub mod plots;
+pub mod png;
 pub mod remedies;
+pub mod run;
 pub mod state;
 pub mod style;
 pub mod tips;
@@ -53,6 +56,10 @@ pub enum Command {
     SavePlan,
     /// Open a `.vramlab.json` and apply it (Ctrl+O).
     OpenPlan,
+    /// Open a file of the Recent menu.
+    OpenRecent(String),
+    /// Save a plot as PNG (screenshot of the next frame, cropped to the plot).
+    SavePlot(png::PlotId),
     DismissMessage,
 }
 

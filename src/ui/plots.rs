@@ -22,7 +22,7 @@ pub fn batch_plot_ui(
     current_smi: Bytes,
     ui: &mut Ui,
     height: f32,
-) {
+) -> egui::Rect {
     let pts = |f: fn(&SweepPoint) -> Bytes| -> Vec<[f64; 2]> {
         sweep
             .iter()
@@ -33,7 +33,7 @@ pub fn batch_plot_ui(
     let reserved = pts(|p| p.reserved);
     let allocated = pts(|p| p.allocated);
     let usable = target.budget.usable();
-    Plot::new("batch_plot")
+    let resp = Plot::new("batch_plot")
         .height(height)
         .legend(
             Legend::default()
@@ -109,10 +109,11 @@ pub fn batch_plot_ui(
                 .color(egui::Color32::from_rgb(240, 200, 30)),
             );
         });
+    resp.response.rect
 }
 
 /// Allocated bytes through one step (x = event index), coloured by phase.
-pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) {
+pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) -> egui::Rect {
     let peak = answer.plan.peak_allocated_bytes;
     // The legend is a row above the plot: inside, it would hide the curve's top.
     ui.horizontal_wrapped(|ui| {
@@ -128,7 +129,7 @@ pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) {
             }
         }
     });
-    Plot::new("timeline_plot")
+    let resp = Plot::new("timeline_plot")
         .height(height - 24.0)
         .x_axis_label("allocation event in one training step")
         .y_axis_label("allocated")
@@ -171,6 +172,7 @@ pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) {
                     .width(1.5),
             );
         });
+    resp.response.rect
 }
 
 const PHASES: [Phase; 4] = [

@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::TrainConfig;
 
+use super::run::RunSettings;
+
 /// Bumped when the meaning of a persisted field changes; older state is discarded.
 pub const STATE_VERSION: u32 = 1;
 
@@ -12,6 +14,9 @@ pub const STATE_VERSION: u32 = 1;
 pub const DEFAULT_PRESET: &str = "gpt2";
 /// Catalog card planned against when no GPU is detected.
 pub const DEFAULT_GPU: &str = "rtx-4090";
+
+/// Most files in the Recent menu.
+pub const RECENT_FILES: usize = 8;
 
 /// Which GPU the plan is checked against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -41,6 +46,10 @@ pub struct PlannerState {
     pub margin_pct: f64,
     /// Plan against the detected GPU's free memory instead of its total.
     pub use_free_memory: bool,
+    /// The Run tab's form.
+    pub run: RunSettings,
+    /// `.vramlab.json` files opened or saved, newest first (at most [`RECENT_FILES`]).
+    pub recent: Vec<String>,
 }
 
 impl Default for PlannerState {
@@ -55,6 +64,8 @@ impl Default for PlannerState {
             gpu: GpuChoice::default(),
             margin_pct: 5.0,
             use_free_memory: false,
+            run: RunSettings::default(),
+            recent: Vec::new(),
         }
     }
 }
@@ -67,8 +78,33 @@ impl PlannerState {
             .unwrap_or_default()
     }
 
+    /// Puts `path` first in the recent files (once), keeping at most [`RECENT_FILES`].
+    pub fn remember_file(&mut self, path: &str) {
+        self.recent.retain(|p| p != path);
+        self.recent.insert(0, path.to_string());
+        self.recent.truncate(RECENT_FILES);
+    }
+
     /// The safety margin as a fraction for [`crate::plan::search::Budget`].
     pub fn margin(&self) -> f64 {
         (self.margin_pct / 100.0).clamp(0.0, 0.95)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_files_are_unique_newest_first_and_bounded() {
+        let mut s = PlannerState::default();
+        for i in 0..12 {
+            s.remember_file(&format!("/tmp/{i}.vramlab.json"));
+        }
+        s.remember_file("/tmp/5.vramlab.json");
+        assert_eq!(s.recent.len(), RECENT_FILES);
+        assert_eq!(s.recent[0], "/tmp/5.vramlab.json");
+        assert_eq!(s.recent[1], "/tmp/11.vramlab.json");
+        assert_eq!(s.recent.iter().filter(|p| p.contains("/5.")).count(), 1);
     }
 }
