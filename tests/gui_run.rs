@@ -505,7 +505,7 @@ impl SampleSource for FakeGpu {
         Ok(Reading {
             used,
             total: Bytes::gib(140),
-            util_pct: Some(((self.step * 13) % 100) as u32),
+            util_pct: Some(90 + (self.step % 9) as u32),
             processes: vec![
                 ProcessUsage {
                     pid: 4242,
@@ -525,8 +525,10 @@ impl SampleSource for FakeGpu {
 /// A fake GPU; with `history`, five minutes of a training run already in the window.
 fn fake_monitor(history: bool) -> vramlab::app::MonitorOpener {
     Box::new(move |notify| {
+        // With history the first live sample continues its plateau (~80 GiB).
+        let step = if history { 11 } else { 0 };
         let open: SourceFactory =
-            Box::new(|| Ok(Box::new(FakeGpu { step: 0 }) as Box<dyn SampleSource>));
+            Box::new(move || Ok(Box::new(FakeGpu { step }) as Box<dyn SampleSource>));
         let period = if history { 60_000 } else { 2 };
         let mut m = Monitor::start(open, Duration::from_millis(period), notify);
         if history {
@@ -657,7 +659,14 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 #[test]
 fn snapshot_run_panel() {
     let mut h = app_with_run(&synthetic_run());
+    no_pointer(&mut h);
     h.snapshot("run-panel");
+}
+
+/// Moves the pointer off the window (no hover highlight in screenshots).
+fn no_pointer(h: &mut Harness<'_, VramApp>) {
+    h.input_mut().events.push(egui::Event::PointerGone);
+    h.run_steps(2);
 }
 
 /// The run to draw in screenshots: `VRAMLAB_RUN_JSON` (a saved run) or the synthetic one.
@@ -686,6 +695,7 @@ fn write_run_screenshots() {
     let source = std::env::var("VRAMLAB_RUN_JSON").unwrap_or_else(|_| "synthetic.run.json".into());
     h.state_mut().show_run(run, &source);
     open_tab(&mut h, Tab::Run);
+    no_pointer(&mut h);
     let img = h.render().expect("render");
     img.save(dir.join("run.png")).expect("save png");
     println!("wrote {}", dir.join("run.png").display());
@@ -696,6 +706,7 @@ fn write_run_screenshots() {
     h.run();
     open_tab(&mut h, Tab::Monitor);
     wait_for(&mut h, "the first live sample", |h| shows(h, "python3"));
+    no_pointer(&mut h);
     let img = h.render().expect("render");
     img.save(dir.join("monitor.png")).expect("save png");
     println!("wrote {}", dir.join("monitor.png").display());

@@ -67,9 +67,10 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
         }
     });
     let total = r.total.as_gib_f64();
-    let h = ((ui.available_height() - 220.0) * 0.7).clamp(200.0, 460.0);
+    let h = (ui.available_height() - 360.0).clamp(200.0, 460.0);
     let resp = Plot::new("monitor_plot")
         .height(h)
+        .link_axis(egui::Id::unique("monitor_x"), [true, false])
         .legend(Legend::default().position(Corner::LeftTop))
         .x_axis_label(format!(
             "seconds before now (last {:.0} min kept)",
@@ -102,19 +103,37 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
                     .fill(0.0)
                     .fill_alpha(0.15),
             );
-            // Utilisation on the memory axis: 100 % = total memory.
-            let util: Vec<[f64; 2]> = model
-                .util_points()
-                .into_iter()
-                .map(|[x, u]| [x, u / 100.0 * total])
-                .collect();
+        });
+    let util = Plot::new("monitor_util_plot")
+        .height(130.0)
+        .link_axis(egui::Id::unique("monitor_x"), [true, false])
+        .x_axis_label("seconds before now")
+        .y_axis_label("GPU utilisation")
+        .y_axis_formatter(|m, _| format!("{:.0} %", m.value))
+        .y_axis_min_width(56.0)
+        .include_y(0.0)
+        .include_y(100.0)
+        .include_x(0.0)
+        .allow_scroll(false)
+        .label_formatter(|h| {
+            let p = match h {
+                egui_plot::HoverPosition::NearDataPoint { position, .. }
+                | egui_plot::HoverPosition::Elsewhere { position } => *position,
+            };
+            Some(format!("{:.0} s\n{:.0} %", p.x, p.y))
+        })
+        .show(ui, |plot_ui| {
             plot_ui.line(
-                Line::new("GPU utilisation (100 % = top line)", util)
-                    .color(style::RESERVED_COLOR.gamma_multiply(0.8))
-                    .width(1.2),
+                Line::new("GPU utilisation", model.util_points())
+                    .color(style::RESERVED_COLOR)
+                    .width(1.5),
             );
         });
-    png::remember_rect(ui.ctx(), PlotId::Monitor, resp.response.rect);
+    png::remember_rect(
+        ui.ctx(),
+        PlotId::Monitor,
+        resp.response.rect.union(util.response.rect),
+    );
     ui.add_space(6.0);
     ui.label(RichText::new("Processes on the GPU").heading());
     if r.processes.is_empty() {

@@ -202,11 +202,15 @@ fn runs_ui(session: &RunSession, cx: &RunContext<'_>, ui: &mut Ui, cmd: &mut Opt
             if resp.changed() {
                 *cmd = Some(RunCommand::SetOverlay(r.id, overlay));
             }
-            let mut label = r.label();
+            let mut label = r.short_label();
             if Some(r.id) == live {
                 label.push_str(" · running");
             }
-            if ui.selectable_label(Some(r.id) == shown, label).clicked() {
+            if ui
+                .selectable_label(Some(r.id) == shown, label)
+                .on_hover_text(r.label())
+                .clicked()
+            {
                 *cmd = Some(RunCommand::Select(r.id));
             }
         });

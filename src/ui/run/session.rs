@@ -115,6 +115,23 @@ impl KeptRun {
             .or_else(|| trials.last())
     }
 
+    /// "#2 gpt2 · native · b8–88" for the runs list (the full label on hover).
+    pub fn short_label(&self) -> String {
+        let r = &self.run;
+        let mut s = format!("#{} {} · {}", self.id, r.model, r.engine.as_str());
+        let lo = r.trials.iter().map(|t| t.batch).min();
+        let hi = r.trials.iter().map(|t| t.batch).max();
+        match (lo, hi) {
+            (Some(lo), Some(hi)) if lo != hi => s.push_str(&format!(" · b{lo}–{hi}")),
+            (Some(b), _) => s.push_str(&format!(" · b{b}")),
+            _ => {}
+        }
+        if let RunSource::File(_) = self.source {
+            s.push_str(" · file");
+        }
+        s
+    }
+
     /// "gpt2 · amp-bf16 · native · H200 (file.json)".
     pub fn label(&self) -> String {
         match &self.source {
