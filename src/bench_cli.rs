@@ -145,12 +145,12 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
     };
     let run = run_blocking(&req, &cancel, &mut emit)?;
     if let Some(path) = &a.out {
-        let text = serde_json::to_string_pretty(&run).context("serialising the run")?;
+        let text = crate::export::results::run_to_json(&run);
         crate::export::vramlab_file::write_atomic(path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &a.csv {
-        crate::export::vramlab_file::write_atomic(path, run_csv(&run).as_bytes())
+        crate::export::vramlab_file::write_atomic(path, crate::export::results::run_to_csv(&run).as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if a.train.json {
@@ -170,42 +170,6 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
         bail!("every trial failed (see the table above)");
     }
     Ok(())
-}
-
-/// One CSV row per trial (measured and predicted bytes, errors, time).
-pub fn run_csv(run: &Run) -> String {
-    let mut s = String::from(
-        "batch,outcome,peak_allocated_bytes,peak_reserved_bytes,process_bytes,device_used_peak_bytes,\
-         predicted_allocated_bytes,predicted_reserved_bytes,predicted_nvidia_smi_bytes,\
-         error_allocated_pct,error_reserved_pct,error_nvidia_smi_pct,step_ms,tflops,\
-         baseline_before_bytes,baseline_after_bytes\n",
-    );
-    let b = |x: Option<Bytes>| x.map_or(String::new(), |b| b.0.to_string());
-    let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
-    for t in &run.trials {
-        let e = t.errors_pct();
-        let p = t.predicted;
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            t.batch,
-            t.outcome.label(),
-            b(t.peak_allocated),
-            b(t.peak_reserved),
-            b(t.process_bytes),
-            b(t.device_used_peak),
-            b(p.map(|p| p.allocated)),
-            b(p.map(|p| p.reserved)),
-            b(p.map(|p| p.nvidia_smi)),
-            f(e.allocated),
-            f(e.reserved),
-            f(e.nvidia_smi),
-            f(t.step_ms),
-            f(t.tflops),
-            b(t.baseline_before),
-            b(t.baseline_after),
-        ));
-    }
-    s
 }
 
 fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {

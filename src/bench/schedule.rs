@@ -536,7 +536,7 @@ pub fn build(
         }
         if i >= ev.measured_start {
             let k = i - ev.measured_start;
-            if k % probe_every == 0 || next.is_none() {
+            if k.is_multiple_of(probe_every) || next.is_none() {
                 let label = if node < g.nodes.len() {
                     format!("{} {}", g.nodes[node].name, event.phase.label())
                 } else {

@@ -230,18 +230,18 @@ mod tests {
         );
         assert!(
             BatchPlan::parse_list("0")
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("start at 1")
         );
-        assert!(BatchPlan::parse_list("4,x").unwrap_err().contains("`x`"));
+        assert!(BatchPlan::parse_list("4,x").expect_err("an error").contains("`x`"));
         assert!(
             BatchPlan::parse_list("")
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("at least one")
         );
         assert!(
             BatchPlan::parse_list("99999999999")
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("largest")
         );
     }

@@ -65,6 +65,8 @@ pub struct TorchEngine {
     python: String,
     device_index: usize,
     nvml: Option<nvml_wrapper::Nvml>,
+    /// Whether a first, unreported batch-1 step has run in this process (see `prime`).
+    primed: bool,
     _dir: TempDir,
 }
 
@@ -162,6 +164,7 @@ impl TorchEngine {
             python,
             device_index,
             nvml: nvml_wrapper::Nvml::init().ok(),
+            primed: false,
             _dir: dir,
         };
         let ready = engine
@@ -239,6 +242,16 @@ impl TorchEngine {
                 }
             }
         }
+    }
+
+    fn send(&mut self, line: &str) -> Result<()> {
+        let s = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| anyhow!("the runner's stdin is closed"))?;
+        writeln!(s, "{line}")
+            .and_then(|()| s.flush())
+            .context("sending the config to the runner")
     }
 
     fn kill(&mut self) {
@@ -319,6 +332,18 @@ impl Engine for TorchEngine {
             Ok(l) => l,
             Err(e) => return fail(format!("{e:#}")),
         };
+        if !self.primed {
+            // The first step in a process loads CUDA kernels and library state (cuDNN,
+            // cuBLASLt) that stay for the process's life; run it once at batch 1 so the
+            // trials' baselines include it.
+            ctl.progress(index, batch, "PyTorch: first step (loading kernels)", 0.05);
+            if let Ok(prime) = config_line(job.preset, &job.planner.config, job.planner.size, 1)
+                && self.send(&prime).is_ok()
+            {
+                let _ = self.next_line(TRIAL_TIMEOUT, None);
+            }
+            self.primed = true;
+        }
         let baseline = self.device_used();
         ctl.progress(
             index,
@@ -326,16 +351,7 @@ impl Engine for TorchEngine {
             "PyTorch: building the model and running steps",
             0.1,
         );
-        let sent = self
-            .stdin
-            .as_mut()
-            .ok_or_else(|| anyhow!("the runner's stdin is closed"))
-            .and_then(|s| {
-                writeln!(s, "{line}")
-                    .and_then(|()| s.flush())
-                    .context("sending the config to the runner")
-            });
-        if let Err(e) = sent {
+        if let Err(e) = self.send(&line) {
             self.kill();
             return fail(format!("{e:#}"));
         }
