@@ -47,8 +47,14 @@ for precision in ("fp32", "amp-fp16", "amp-bf16", "bf16"):
         ds = get("deepspeed")
         try:
             from deepspeed.runtime.config import DeepSpeedConfig
+            import deepspeed
             c = DeepSpeedConfig(ds)
-            results.append({"check": "deepspeed", "precision": precision, "ok": c.train_micro_batch_size_per_gpu == 4})
+            ok = (c.train_micro_batch_size_per_gpu == 4 and c.gradient_accumulation_steps == 8
+                  and bool(c.float16_config.enabled) == (precision == "amp-fp16")
+                  and bool(c.bfloat16_config.enabled) == (precision in ("amp-bf16", "bf16")))
+            results.append({"check": "deepspeed", "precision": precision, "optim": optim, "ok": ok,
+                            "optimizer_name": c.optimizer_name, "fp16": bool(c.float16_config.enabled),
+                            "bf16": bool(c.bfloat16_config.enabled), "deepspeed": deepspeed.__version__})
         except ImportError:
             results.append({"check": "deepspeed", "skipped": "deepspeed not installed"})
         except Exception as e:
