@@ -697,8 +697,9 @@ fn write_run_screenshots() {
     open_tab(&mut h, Tab::Run);
     no_pointer(&mut h);
     let img = h.render().expect("render");
-    img.save(dir.join("run.png")).expect("save png");
-    println!("wrote {}", dir.join("run.png").display());
+    let name = std::env::var("VRAMLAB_RUN_PNG").unwrap_or_else(|_| "run.png".into());
+    img.save(dir.join(&name)).expect("save png");
+    println!("wrote {}", dir.join(&name).display());
 
     let mut app = VramApp::new_for_test(None);
     app.set_monitor(fake_monitor(true));
