@@ -107,6 +107,7 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
         python: a.python.clone(),
         device_index: a.device,
         predicted_max_batch: predicted,
+        runner_env: Vec::new(),
     };
     let cancel = AtomicBool::new(false);
     let quiet = a.quiet || a.train.json;
@@ -150,8 +151,11 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &a.csv {
-        crate::export::vramlab_file::write_atomic(path, crate::export::results::run_to_csv(&run).as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::export::vramlab_file::write_atomic(
+            path,
+            crate::export::results::run_to_csv(&run).as_bytes(),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
     }
     if a.train.json {
         let mut v = serde_json::to_value(&run).context("serialising the run")?;

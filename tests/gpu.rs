@@ -33,6 +33,7 @@ fn request(
         python: None,
         device_index: 0,
         predicted_max_batch: None,
+        runner_env: Vec::new(),
     }
 }
 
@@ -208,4 +209,78 @@ fn torch_engine_runs_and_reports_oom() {
     }
     assert!(run.trials[0].outcome.ran());
     assert!(matches!(run.trials[1].outcome, Outcome::Oom { .. }));
+}
+
+#[test]
+#[ignore = "needs GPU and PyTorch"]
+fn torch_runner_crash_is_an_error_and_the_next_trial_runs() {
+    // Config lines: 1 = the priming step, 2 = batch 4, 3 = batch 8 (dies), then a new
+    // process (primed again) runs batch 4.
+    let mut req = request(
+        "resnet18",
+        Precision::AmpBf16,
+        EngineKind::Torch,
+        BatchPlan::List(vec![4, 8, 4]),
+    );
+    req.runner_env = vec![("VRAMLAB_RUNNER_FAULT".into(), "exit:3".into())];
+    let cancel = AtomicBool::new(false);
+    let run = run_blocking(&req, &cancel, &mut |_| {}).expect("run");
+    for t in &run.trials {
+        println!(
+            "crash test b={} {:?} base {:?}->{:?}",
+            t.batch, t.outcome, t.baseline_before, t.baseline_after
+        );
+    }
+    assert!(run.trials[0].outcome.ran());
+    match &run.trials[1].outcome {
+        Outcome::Error { message } => assert!(message.contains("exited"), "{message}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert!(run.trials[2].outcome.ran(), "{:?}", run.trials[2].outcome);
+}
+
+#[test]
+#[ignore = "needs GPU and PyTorch"]
+fn torch_runner_killed_mid_trial_is_an_error_and_memory_is_released() {
+    let req = request(
+        "resnet50",
+        Precision::AmpBf16,
+        EngineKind::Torch,
+        BatchPlan::List(vec![8, 1024, 8]),
+    );
+    let h = spawn(req, Box::new(|| {}));
+    let start = Instant::now();
+    let mut killed = false;
+    let mut finished = None;
+    while start.elapsed() < Duration::from_secs(240) && finished.is_none() {
+        for e in h.poll() {
+            match e {
+                BenchEvent::Progress { trial: 1, .. } if !killed => {
+                    std::thread::sleep(Duration::from_millis(1500));
+                    let st = std::process::Command::new("pkill")
+                        .args(["-9", "-f", "torch_runner.py serve"])
+                        .status();
+                    println!("pkill: {st:?}");
+                    killed = true;
+                }
+                BenchEvent::Finished { run } => finished = Some(run),
+                _ => {}
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let run = finished.expect("the run finished");
+    for t in &run.trials {
+        println!(
+            "kill test b={} {:?} base {:?}->{:?}",
+            t.batch, t.outcome, t.baseline_before, t.baseline_after
+        );
+    }
+    assert!(killed);
+    assert!(matches!(run.trials[1].outcome, Outcome::Error { .. }));
+    assert!(run.trials[2].outcome.ran(), "{:?}", run.trials[2].outcome);
+    // The killed process's memory is gone: the next trial starts from the first baseline.
+    let b0 = run.trials[0].baseline_before.expect("baseline").0;
+    let b2 = run.trials[2].baseline_before.expect("baseline").0;
+    assert!(b2 <= b0 + TOLERANCE.0, "{b0} -> {b2}");
 }

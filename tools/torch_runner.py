@@ -1052,10 +1052,17 @@ def cmd_serve(args, emit):
         dev.empty_cache()
     emit({"ready": True, "pid": os.getpid(), "versions": versions()})
     holder = ModelHolder(dev)
+    # Fault injection for vramlab's reliability tests: VRAMLAB_RUNNER_FAULT=exit:N makes the
+    # process die (exit code 3, no reply) when it receives its N-th config line.
+    fault = os.environ.get("VRAMLAB_RUNNER_FAULT", "")
+    exit_at = int(fault.split(":")[1]) if fault.startswith("exit:") else None
     for i, line in enumerate(sys.stdin):
         line = line.strip()
         if not line:
             continue
+        if exit_at is not None and i + 1 == exit_at:
+            log(f"fault injection: exiting on config {i + 1}")
+            os._exit(3)
         try:
             cfg = json.loads(line)
         except json.JSONDecodeError as e:

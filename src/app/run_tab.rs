@@ -338,6 +338,7 @@ impl VramApp {
                 .then(|| python.into()),
             device_index: 0,
             predicted_max_batch: predicted_max,
+            runner_env: Vec::new(),
         };
         let skel = skeleton(
             settings.engine,

@@ -37,6 +37,8 @@ pub struct BenchRequest {
     pub device_index: usize,
     /// The planner's max batch for this device, recorded with the run.
     pub predicted_max_batch: Option<u64>,
+    /// Extra environment for the PyTorch runner process (tests inject faults with it).
+    pub runner_env: Vec<(String, String)>,
 }
 
 /// What an engine may do while a trial runs: check for Cancel, report progress and
@@ -96,10 +98,25 @@ pub fn open_engine(req: &BenchRequest) -> Result<Box<dyn Engine>> {
         EngineKind::Native => Ok(Box::new(super::native::NativeEngine::open(
             req.device_index,
         )?)),
-        EngineKind::Torch => Ok(Box::new(super::torch::TorchEngine::open(
-            req.python.clone(),
-            req.device_index,
-        )?)),
+        EngineKind::Torch => {
+            let mut env = req.runner_env.clone();
+            // The allocator settings of the plan apply to the real run too.
+            let mut conf = Vec::new();
+            if req.config.allocator.expandable_segments {
+                conf.push("expandable_segments:True".to_string());
+            }
+            if let Some(mb) = req.config.allocator.max_split_size_mb {
+                conf.push(format!("max_split_size_mb:{mb}"));
+            }
+            if !conf.is_empty() {
+                env.push(("PYTORCH_CUDA_ALLOC_CONF".into(), conf.join(",")));
+            }
+            Ok(Box::new(super::torch::TorchEngine::open(
+                req.python.clone(),
+                req.device_index,
+                &env,
+            )?))
+        }
     }
 }
 
@@ -400,6 +417,7 @@ mod tests {
             python: None,
             device_index: 0,
             predicted_max_batch: None,
+            runner_env: Vec::new(),
         }
     }
 

@@ -233,7 +233,11 @@ mod tests {
                 .expect_err("an error")
                 .contains("start at 1")
         );
-        assert!(BatchPlan::parse_list("4,x").expect_err("an error").contains("`x`"));
+        assert!(
+            BatchPlan::parse_list("4,x")
+                .expect_err("an error")
+                .contains("`x`")
+        );
         assert!(
             BatchPlan::parse_list("")
                 .expect_err("an error")

@@ -67,6 +67,8 @@ pub struct TorchEngine {
     nvml: Option<nvml_wrapper::Nvml>,
     /// Whether a first, unreported batch-1 step has run in this process (see `prime`).
     primed: bool,
+    /// Extra environment of the runner process (kept for restarts).
+    env: Vec<(String, String)>,
     _dir: TempDir,
 }
 
@@ -108,7 +110,11 @@ fn versions_map(v: &Value) -> std::collections::BTreeMap<String, String> {
 
 impl TorchEngine {
     /// Starts the runner with `python` (default `python3`) on CUDA device `device_index`.
-    pub fn open(python: Option<PathBuf>, device_index: usize) -> Result<TorchEngine> {
+    pub fn open(
+        python: Option<PathBuf>,
+        device_index: usize,
+        env: &[(String, String)],
+    ) -> Result<TorchEngine> {
         let python = python
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "python3".into());
@@ -122,6 +128,7 @@ impl TorchEngine {
             .args(["serve", "--device", "cuda"])
             .env("CUDA_VISIBLE_DEVICES", device_index.to_string())
             .env("PYTHONUNBUFFERED", "1")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -165,6 +172,7 @@ impl TorchEngine {
             device_index,
             nvml: nvml_wrapper::Nvml::init().ok(),
             primed: false,
+            env: env.to_vec(),
             _dir: dir,
         };
         let ready = engine
@@ -276,7 +284,8 @@ impl TorchEngine {
     /// Restarts a runner that died (crash, kill) so the next trial can run.
     fn restart(&mut self) -> Result<()> {
         let python = PathBuf::from(&self.python);
-        *self = TorchEngine::open(Some(python), self.device_index)?;
+        let env = std::mem::take(&mut self.env);
+        *self = TorchEngine::open(Some(python), self.device_index, &env)?;
         Ok(())
     }
 }
