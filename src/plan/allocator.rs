@@ -167,19 +167,20 @@ impl CachingAllocator {
         };
         // Best fit: the smallest cached block that is large enough, unless it is an
         // oversize block reserved for oversize requests.
-        let found = pool
-            .best_fit(size)
-            .filter(|&(k, _)| {
-                let bsize = (k >> 64) as u64;
-                small
-                    || !((size < max_split && bsize >= max_split)
-                        || (size >= max_split && bsize >= size + LARGE_BUFFER))
-            })
-            .map(|(_, id)| id);
+        let found = pool.best_fit(size).filter(|fit| {
+            let bsize = fit.size();
+            small
+                || !((size < max_split && bsize >= max_split)
+                    || (size >= max_split && bsize >= size + LARGE_BUFFER))
+        });
         let id = match found {
-            Some(id) => {
-                self.remove_free(id);
-                id
+            Some(fit) => {
+                if small {
+                    self.free_small.take(fit);
+                } else {
+                    self.free_large.take(fit);
+                }
+                fit.id
             }
             None => {
                 let seg = segment_size(size);

@@ -15,8 +15,25 @@ fn bin(size: u64) -> usize {
     ((fl as usize) << SUB) | sl as usize
 }
 
+/// An entry found by [`FreeBins::best_fit`], with where it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fit {
+    pub key: u128,
+    pub id: u32,
+    bin: usize,
+    index: usize,
+}
+
+impl Fit {
+    /// Bytes of the block.
+    pub fn size(&self) -> u64 {
+        (self.key >> 64) as u64
+    }
+}
+
 /// Free blocks keyed by `(size << 64) | position`; values are block ids. Each bin is
-/// kept sorted by key, so a query is a binary search in one bin.
+/// kept sorted by key in descending order: the smallest block of a bin, which best-fit
+/// takes most often, sits at the end, so taking it moves nothing.
 #[derive(Debug, Clone)]
 pub struct FreeBins {
     bins: Vec<Vec<(u128, u32)>>,
@@ -46,7 +63,7 @@ impl FreeBins {
     pub fn insert(&mut self, key: u128, id: u32) {
         let b = bin((key >> 64) as u64);
         let slot = &mut self.bins[b];
-        let at = slot.partition_point(|&(k, _)| k < key);
+        let at = slot.partition_point(|&(k, _)| k > key);
         slot.insert(at, (key, id));
         self.mask[b / 64] |= 1 << (b % 64);
         self.len += 1;
@@ -56,7 +73,7 @@ impl FreeBins {
     pub fn remove(&mut self, key: u128) {
         let b = bin((key >> 64) as u64);
         let slot = &mut self.bins[b];
-        if let Ok(at) = slot.binary_search_by(|&(k, _)| k.cmp(&key)) {
+        if let Ok(at) = slot.binary_search_by(|&(k, _)| key.cmp(&k)) {
             slot.remove(at);
             self.len -= 1;
             if slot.is_empty() {
@@ -66,16 +83,34 @@ impl FreeBins {
     }
 
     /// The smallest entry whose size is ≥ `size` (lowest key among equals).
-    pub fn best_fit(&self, size: u64) -> Option<(u128, u32)> {
+    pub fn best_fit(&self, size: u64) -> Option<Fit> {
         let b = bin(size);
         let floor = u128::from(size) << 64;
         let slot = &self.bins[b];
-        let at = slot.partition_point(|&(k, _)| k < floor);
-        if let Some(&hit) = slot.get(at) {
-            return Some(hit);
+        let at = slot.partition_point(|&(k, _)| k >= floor);
+        let (bin, index) = if at > 0 {
+            (b, at - 1)
+        } else {
+            let next = self.next_bin(b + 1)?;
+            (next, self.bins[next].len().checked_sub(1)?)
+        };
+        let (key, id) = self.bins[bin][index];
+        Some(Fit {
+            key,
+            id,
+            bin,
+            index,
+        })
+    }
+
+    /// Removes the entry `best_fit` returned (the bins must not have changed since).
+    pub fn take(&mut self, fit: Fit) {
+        let slot = &mut self.bins[fit.bin];
+        slot.remove(fit.index);
+        self.len -= 1;
+        if slot.is_empty() {
+            self.mask[fit.bin / 64] &= !(1 << (fit.bin % 64));
         }
-        let next = self.next_bin(b + 1)?;
-        self.bins[next].first().copied()
     }
 
     fn next_bin(&self, from: usize) -> Option<usize> {
@@ -131,7 +166,13 @@ mod tests {
                 .range(u128::from(q) << 64..)
                 .next()
                 .map(|(k, v)| (*k, *v));
-            assert_eq!(bins.best_fit(q), expect, "query {q}");
+            assert_eq!(bins.best_fit(q).map(|f| (f.key, f.id)), expect, "query {q}");
+            if let Some(fit) = bins.best_fit(q)
+                && next() % 4 == 0
+            {
+                bins.take(fit);
+                map.remove(&fit.key);
+            }
             assert_eq!(bins.len(), map.len());
         }
     }
