@@ -3,6 +3,8 @@
 //! lowest (segment, offset) — the order of PyTorch's `BlockComparatorSize` — in O(1) bins
 //! instead of a tree walk.
 
+use std::collections::VecDeque;
+
 const SUB: u32 = 4; // 2^4 bins per power of two
 const BINS: usize = 64 << SUB;
 
@@ -31,12 +33,13 @@ impl Fit {
     }
 }
 
-/// Free blocks keyed by `(size << 64) | position`; values are block ids. Each bin is
-/// kept sorted by key in descending order: the smallest block of a bin, which best-fit
-/// takes most often, sits at the end, so taking it moves nothing.
+/// Free blocks keyed by `(size << 64) | position`; values are block ids. Each bin is a
+/// deque sorted by key: blocks of one size pile up in a bin (the layers of a model free
+/// alike tensors), and they are mostly taken at the low end and returned at either end,
+/// which a deque does without moving the others and without a search.
 #[derive(Debug, Clone)]
 pub struct FreeBins {
-    bins: Vec<Vec<(u128, u32)>>,
+    bins: Vec<VecDeque<(u128, u32)>>,
     mask: [u64; BINS / 64],
     len: usize,
 }
@@ -44,7 +47,7 @@ pub struct FreeBins {
 impl Default for FreeBins {
     fn default() -> Self {
         FreeBins {
-            bins: vec![Vec::new(); BINS],
+            bins: (0..BINS).map(|_| VecDeque::new()).collect(),
             mask: [0; BINS / 64],
             len: 0,
         }
@@ -63,8 +66,15 @@ impl FreeBins {
     pub fn insert(&mut self, key: u128, id: u32) {
         let b = bin((key >> 64) as u64);
         let slot = &mut self.bins[b];
-        let at = slot.partition_point(|&(k, _)| k > key);
-        slot.insert(at, (key, id));
+        match (slot.front(), slot.back()) {
+            (_, None) => slot.push_back((key, id)),
+            (_, Some(&(last, _))) if key > last => slot.push_back((key, id)),
+            (Some(&(first, _)), _) if key < first => slot.push_front((key, id)),
+            _ => {
+                let at = slot.partition_point(|&(k, _)| k < key);
+                slot.insert(at, (key, id));
+            }
+        }
         self.mask[b / 64] |= 1 << (b % 64);
         self.len += 1;
     }
@@ -72,13 +82,29 @@ impl FreeBins {
     /// Removes the entry with `key` (no-op when absent).
     pub fn remove(&mut self, key: u128) {
         let b = bin((key >> 64) as u64);
+        let slot = &self.bins[b];
+        let at = if slot.front().is_some_and(|e| e.0 == key) {
+            Some(0)
+        } else if slot.back().is_some_and(|e| e.0 == key) {
+            Some(slot.len() - 1)
+        } else {
+            slot.binary_search_by(|&(k, _)| k.cmp(&key)).ok()
+        };
+        if let Some(index) = at {
+            self.remove_at(b, index);
+        }
+    }
+
+    fn remove_at(&mut self, b: usize, index: usize) {
         let slot = &mut self.bins[b];
-        if let Ok(at) = slot.binary_search_by(|&(k, _)| key.cmp(&k)) {
-            slot.remove(at);
-            self.len -= 1;
-            if slot.is_empty() {
-                self.mask[b / 64] &= !(1 << (b % 64));
-            }
+        if index == 0 {
+            slot.pop_front();
+        } else {
+            slot.remove(index);
+        }
+        self.len -= 1;
+        if slot.is_empty() {
+            self.mask[b / 64] &= !(1 << (b % 64));
         }
     }
 
@@ -87,14 +113,14 @@ impl FreeBins {
         let b = bin(size);
         let floor = u128::from(size) << 64;
         let slot = &self.bins[b];
-        let at = slot.partition_point(|&(k, _)| k >= floor);
-        let (bin, index) = if at > 0 {
-            (b, at - 1)
-        } else {
-            let next = self.next_bin(b + 1)?;
-            (next, self.bins[next].len().checked_sub(1)?)
+        let (bin, index) = match slot.front() {
+            Some(&(first, _)) if first >= floor => (b, 0),
+            _ => match slot.partition_point(|&(k, _)| k < floor) {
+                at if at < slot.len() => (b, at),
+                _ => (self.next_bin(b + 1)?, 0),
+            },
         };
-        let (key, id) = self.bins[bin][index];
+        let (key, id) = *self.bins[bin].get(index)?;
         Some(Fit {
             key,
             id,
@@ -105,12 +131,7 @@ impl FreeBins {
 
     /// Removes the entry `best_fit` returned (the bins must not have changed since).
     pub fn take(&mut self, fit: Fit) {
-        let slot = &mut self.bins[fit.bin];
-        slot.remove(fit.index);
-        self.len -= 1;
-        if slot.is_empty() {
-            self.mask[fit.bin / 64] &= !(1 << (fit.bin % 64));
-        }
+        self.remove_at(fit.bin, fit.index);
     }
 
     fn next_bin(&self, from: usize) -> Option<usize> {
