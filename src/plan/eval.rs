@@ -40,7 +40,7 @@ fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
                 .and_then(|x| x.checked_add(511))
                 .map(|x| round_size(x - 511))
                 .filter(|&x| x <= LIMIT)
-                .ok_or(PlanError::Overflow("activation bytes"))
+                .ok_or_else(|| PlanError::Overflow("activation bytes"))
         })
         .collect()
 }
@@ -100,7 +100,7 @@ pub fn evaluate(
             current = current
                 .checked_add(size[b])
                 .filter(|&c| c <= LIMIT)
-                .ok_or(PlanError::Overflow("allocated bytes"))?;
+                .ok_or_else(|| PlanError::Overflow("allocated bytes"))?;
             live[cat] += size[b];
             handles[b] = allocator.malloc(size[b]);
         } else {
