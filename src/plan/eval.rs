@@ -55,7 +55,6 @@ pub fn runs_within(
 ) -> Result<bool, PlanError> {
     let size = sizes(ev, batch)?;
     let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
-    allocator.reserve_blocks(ev.buffers.len() * 2);
     let mut handles = vec![u32::MAX; ev.buffers.len()];
     for e in &ev.events {
         let b = e.buffer as usize;
@@ -91,7 +90,6 @@ pub fn evaluate(
         0
     });
     let mut allocator = CachingAllocator::new(alloc_cfg);
-    allocator.reserve_blocks(ev.buffers.len() * 2);
     let mut handles = vec![u32::MAX; ev.buffers.len()];
     for (i, e) in ev.events.iter().enumerate() {
         let b = e.buffer as usize;
