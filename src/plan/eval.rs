@@ -30,19 +30,20 @@ pub struct Peaks {
 /// Totals beyond 1 EiB are treated as overflow: no device is within a million times that.
 const LIMIT: u64 = 1 << 60;
 
+/// Rounded bytes of every buffer at `batch`. (`LIMIT` is a multiple of 512: rounding never
+/// takes a size across it.)
 fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
-    ev.buffers
-        .iter()
-        .map(|b| {
-            b.per_sample
-                .checked_mul(batch)
-                .and_then(|x| x.checked_add(b.fixed))
-                .and_then(|x| x.checked_add(511))
-                .map(|x| round_size(x - 511))
-                .filter(|&x| x <= LIMIT)
-                .ok_or_else(|| PlanError::Overflow("activation bytes"))
-        })
-        .collect()
+    let mut out = Vec::with_capacity(ev.buffers.len());
+    for b in &ev.buffers {
+        let bytes = b
+            .per_sample
+            .checked_mul(batch)
+            .and_then(|x| x.checked_add(b.fixed))
+            .filter(|&x| x <= LIMIT)
+            .ok_or_else(|| PlanError::Overflow("activation bytes"))?;
+        out.push(round_size(bytes));
+    }
+    Ok(out)
 }
 
 /// Whether the whole event list (model creation, warm-up, measured step) runs without a

@@ -747,8 +747,10 @@ impl Events {
 fn annotate(g: &Graph, prec: Precision, checkpointing: bool) -> (Vec<DType>, Vec<Rule>) {
     let mut dtypes = vec![prec.param_dtype(); g.tensors.len()];
     let mut rules = Vec::with_capacity(g.nodes.len());
+    let mut ins = Vec::new();
     for node in &g.nodes {
-        let ins: Vec<DType> = node.inputs.iter().map(|&t| dtypes[t]).collect();
+        ins.clear();
+        ins.extend(node.inputs.iter().map(|&t| dtypes[t]));
         let r = rule(g, node, &ins, prec, checkpointing);
         dtypes[node.output] = if g.tensors[node.output].elem == Elem::Int64 {
             DType::I64
