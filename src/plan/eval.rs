@@ -38,10 +38,11 @@ fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
         let bytes = b
             .per_sample
             .checked_mul(batch)
-            .and_then(|x| x.checked_add(b.fixed))
-            .filter(|&x| x <= LIMIT)
-            .ok_or_else(|| PlanError::Overflow("activation bytes"))?;
-        out.push(round_size(bytes));
+            .and_then(|x| x.checked_add(b.fixed));
+        match bytes {
+            Some(x) if x <= LIMIT => out.push(round_size(x)),
+            _ => return Err(PlanError::Overflow("activation bytes")),
+        }
     }
     Ok(out)
 }
@@ -96,10 +97,11 @@ pub fn evaluate(
         let b = e.buffer as usize;
         let cat = ev.buffers[b].category.index();
         if e.alloc {
-            current = current
-                .checked_add(size[b])
-                .filter(|&c| c <= LIMIT)
-                .ok_or_else(|| PlanError::Overflow("allocated bytes"))?;
+            current = match current.checked_add(size[b]) {
+                Some(c) if c <= LIMIT => c,
+                // (not `ok_or`: that builds, and drops, an error per event)
+                _ => return Err(PlanError::Overflow("allocated bytes")),
+            };
             live[cat] += size[b];
             handles[b] = allocator.malloc(size[b]);
         } else {
