@@ -84,6 +84,14 @@ impl GraphBuilder {
         Self::default()
     }
 
+    /// A builder with room for about `nodes` ops (one output tensor each).
+    pub fn with_capacity(nodes: usize) -> Self {
+        let mut b = Self::default();
+        b.graph.nodes.reserve(nodes);
+        b.graph.tensors.reserve(nodes);
+        b
+    }
+
     /// Finishes the graph.
     pub fn finish(self) -> Graph {
         self.graph
@@ -150,7 +158,11 @@ impl GraphBuilder {
         let name = if self.prefix.is_empty() {
             name.to_string()
         } else {
-            format!("{}.{}", self.prefix, name)
+            let mut full = String::with_capacity(self.prefix.len() + 1 + name.len());
+            full.push_str(&self.prefix);
+            full.push('.');
+            full.push_str(name);
+            full
         };
         self.graph.nodes.push(Node {
             op,
@@ -307,10 +319,13 @@ impl GraphBuilder {
             in_features * out_features,
             Some((out_features, in_features)),
         );
-        let mut ps = vec![w];
-        if bias {
-            ps.push(self.param(out_features, None));
-        }
+        let mut ps = [w, 0];
+        let count = if bias {
+            ps[1] = self.param(out_features, None);
+            2
+        } else {
+            1
+        };
         self.op(
             Op::Linear {
                 in_features,
@@ -318,7 +333,7 @@ impl GraphBuilder {
             },
             &[x],
             rows * out_features,
-            &ps,
+            &ps[..count],
             name,
         )
     }

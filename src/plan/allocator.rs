@@ -34,14 +34,20 @@ fn segment_size(size: u64) -> u64 {
     }
 }
 
+/// "No block" in [`Block::prev`] and [`Block::next`].
+const NONE: u32 = u32::MAX;
+/// The segment of blocks of expandable segments.
+const EXPANDABLE: u32 = u32::MAX;
+
 #[derive(Debug, Clone, Copy)]
 struct Block {
     size: u64,
     offset: u64,
     segment: u32,
+    /// Neighbours within the segment, or [`NONE`].
+    prev: u32,
+    next: u32,
     free: bool,
-    prev: Option<u32>,
-    next: Option<u32>,
     small: bool,
 }
 
@@ -71,6 +77,9 @@ pub struct CachingAllocator {
     pub oom: bool,
     /// Per segment: (size, first block, released).
     segs: Vec<(u64, u32, bool)>,
+    /// Ids of blocks merged into a neighbour (or freed expandable blocks), reused for new
+    /// blocks so that the table stays as small as the live blocks.
+    dead: Vec<u32>,
 }
 
 impl CachingAllocator {
@@ -93,6 +102,20 @@ impl CachingAllocator {
     /// Pre-sizes the block table for about `n` blocks.
     pub fn reserve_blocks(&mut self, n: usize) {
         self.blocks.reserve(n);
+    }
+
+    /// Stores a new block in a dead block's slot or at the end; returns its id.
+    fn add_block(&mut self, block: Block) -> u32 {
+        match self.dead.pop() {
+            Some(id) => {
+                self.blocks[id as usize] = block;
+                id
+            }
+            None => {
+                self.blocks.push(block);
+                (self.blocks.len() - 1) as u32
+            }
+        }
     }
 
     /// Frees every cached segment without live blocks (`release_cached_blocks`).
@@ -167,36 +190,37 @@ impl CachingAllocator {
         };
         // Best fit: the smallest cached block that is large enough, unless it is an
         // oversize block reserved for oversize requests.
-        let found = pool
-            .best_fit(size)
-            .filter(|&(k, _)| {
-                let bsize = (k >> 64) as u64;
-                small
-                    || !((size < max_split && bsize >= max_split)
-                        || (size >= max_split && bsize >= size + LARGE_BUFFER))
-            })
-            .map(|(_, id)| id);
+        let found = pool.best_fit(size).filter(|fit| {
+            let bsize = fit.size();
+            small
+                || !((size < max_split && bsize >= max_split)
+                    || (size >= max_split && bsize >= size + LARGE_BUFFER))
+        });
         let id = match found {
-            Some(id) => {
-                self.remove_free(id);
-                id
+            Some(fit) => {
+                if small {
+                    self.free_small.take(fit);
+                } else {
+                    self.free_large.take(fit);
+                }
+                fit.id
             }
             None => {
                 let seg = segment_size(size);
                 self.reserve(seg);
                 let segment = self.segments;
                 self.segments += 1;
-                self.segs.push((seg, self.blocks.len() as u32, false));
-                self.blocks.push(Block {
+                let head = self.add_block(Block {
                     size: seg,
                     offset: 0,
                     segment,
+                    prev: NONE,
+                    next: NONE,
                     free: true,
-                    prev: None,
-                    next: None,
                     small,
                 });
-                (self.blocks.len() - 1) as u32
+                self.segs.push((seg, head, false));
+                head
             }
         };
         let remaining = self.blocks[id as usize].size - size;
@@ -207,23 +231,21 @@ impl CachingAllocator {
         };
         if split {
             let b = self.blocks[id as usize];
-            let rest = Block {
+            let rid = self.add_block(Block {
                 size: remaining,
                 offset: b.offset + size,
                 segment: b.segment,
-                free: true,
-                prev: Some(id),
+                prev: id,
                 next: b.next,
+                free: true,
                 small,
-            };
-            self.blocks.push(rest);
-            let rid = (self.blocks.len() - 1) as u32;
-            if let Some(n) = b.next {
-                self.blocks[n as usize].prev = Some(rid);
+            });
+            if b.next != NONE {
+                self.blocks[b.next as usize].prev = rid;
             }
             let blk = &mut self.blocks[id as usize];
             blk.size = size;
-            blk.next = Some(rid);
+            blk.next = rid;
             self.insert_free(rid);
         }
         let blk = &mut self.blocks[id as usize];
@@ -243,18 +265,18 @@ impl CachingAllocator {
             self.mapped_large = need;
             self.reserve(grow);
         }
-        self.blocks.push(Block {
+        let id = self.add_block(Block {
             size,
             offset: 0,
-            segment: u32::MAX,
+            segment: EXPANDABLE,
+            prev: NONE,
+            next: NONE,
             free: false,
-            prev: None,
-            next: None,
             small: false,
         });
         self.allocated = self.allocated.saturating_add(size);
         self.peak_allocated = self.peak_allocated.max(self.allocated);
-        (self.blocks.len() - 1) as u32
+        id
     }
 
     /// Returns a block to the cache, merging it with free neighbours.
@@ -264,46 +286,46 @@ impl CachingAllocator {
             return;
         }
         self.allocated = self.allocated.saturating_sub(b.size);
-        if b.segment == u32::MAX {
+        self.blocks[id as usize].free = true;
+        if b.segment == EXPANDABLE {
             self.live_large = self.live_large.saturating_sub(b.size);
-            self.blocks[id as usize].free = true;
+            self.dead.push(id);
             return;
         }
-        self.blocks[id as usize].free = true;
         let mut id = id;
-        if let Some(p) = b.prev
-            && self.blocks[p as usize].free
-        {
+        if b.prev != NONE && self.blocks[b.prev as usize].free {
+            let p = b.prev;
             self.remove_free(p);
-            let cur = self.blocks[id as usize];
             let pb = &mut self.blocks[p as usize];
-            pb.size += cur.size;
-            pb.next = cur.next;
-            if let Some(n) = cur.next {
-                self.blocks[n as usize].prev = Some(p);
+            pb.size += b.size;
+            pb.next = b.next;
+            if b.next != NONE {
+                self.blocks[b.next as usize].prev = p;
             }
+            self.dead.push(id);
             id = p;
         }
-        if let Some(n) = self.blocks[id as usize].next
-            && self.blocks[n as usize].free
-        {
+        let n = self.blocks[id as usize].next;
+        if n != NONE && self.blocks[n as usize].free {
             self.remove_free(n);
             let nb = self.blocks[n as usize];
             let cur = &mut self.blocks[id as usize];
             cur.size += nb.size;
             cur.next = nb.next;
-            if let Some(nn) = nb.next {
-                self.blocks[nn as usize].prev = Some(id);
+            if nb.next != NONE {
+                self.blocks[nb.next as usize].prev = id;
             }
+            self.dead.push(n);
         }
         self.insert_free(id);
     }
 
-    /// Where block `id` lives: `(segment, byte offset, rounded bytes)`; `None` for blocks
-    /// of expandable segments, which have no fixed segment.
+    /// Where the allocated block `id` lives: `(segment, byte offset, rounded bytes)`;
+    /// `None` for blocks of expandable segments, which have no fixed segment. (Ids of freed
+    /// blocks are reused for later blocks.)
     pub fn block_location(&self, id: u32) -> Option<(u32, u64, u64)> {
         let b = self.blocks.get(id as usize)?;
-        (b.segment != u32::MAX).then_some((b.segment, b.offset, b.size))
+        (b.segment != EXPANDABLE).then_some((b.segment, b.offset, b.size))
     }
 
     /// Number of segments created so far (released ones included); segment `i` has

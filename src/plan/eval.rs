@@ -30,19 +30,21 @@ pub struct Peaks {
 /// Totals beyond 1 EiB are treated as overflow: no device is within a million times that.
 const LIMIT: u64 = 1 << 60;
 
+/// Rounded bytes of every buffer at `batch`. (`LIMIT` is a multiple of 512: rounding never
+/// takes a size across it.)
 fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
-    ev.buffers
-        .iter()
-        .map(|b| {
-            b.per_sample
-                .checked_mul(batch)
-                .and_then(|x| x.checked_add(b.fixed))
-                .and_then(|x| x.checked_add(511))
-                .map(|x| round_size(x - 511))
-                .filter(|&x| x <= LIMIT)
-                .ok_or(PlanError::Overflow("activation bytes"))
-        })
-        .collect()
+    let mut out = Vec::with_capacity(ev.buffers.len());
+    for b in &ev.buffers {
+        let bytes = b
+            .per_sample
+            .checked_mul(batch)
+            .and_then(|x| x.checked_add(b.fixed));
+        match bytes {
+            Some(x) if x <= LIMIT => out.push(round_size(x)),
+            _ => return Err(PlanError::Overflow("activation bytes")),
+        }
+    }
+    Ok(out)
 }
 
 /// Whether the whole event list (model creation, warm-up, measured step) runs without a
@@ -55,7 +57,6 @@ pub fn runs_within(
 ) -> Result<bool, PlanError> {
     let size = sizes(ev, batch)?;
     let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
-    allocator.reserve_blocks(ev.buffers.len() * 2);
     let mut handles = vec![u32::MAX; ev.buffers.len()];
     for e in &ev.events {
         let b = e.buffer as usize;
@@ -91,16 +92,16 @@ pub fn evaluate(
         0
     });
     let mut allocator = CachingAllocator::new(alloc_cfg);
-    allocator.reserve_blocks(ev.buffers.len() * 2);
     let mut handles = vec![u32::MAX; ev.buffers.len()];
     for (i, e) in ev.events.iter().enumerate() {
         let b = e.buffer as usize;
         let cat = ev.buffers[b].category.index();
         if e.alloc {
-            current = current
-                .checked_add(size[b])
-                .filter(|&c| c <= LIMIT)
-                .ok_or(PlanError::Overflow("allocated bytes"))?;
+            current = match current.checked_add(size[b]) {
+                Some(c) if c <= LIMIT => c,
+                // (not `ok_or`: that builds, and drops, an error per event)
+                _ => return Err(PlanError::Overflow("allocated bytes")),
+            };
             live[cat] += size[b];
             handles[b] = allocator.malloc(size[b]);
         } else {

@@ -3,6 +3,8 @@
 //! lowest (segment, offset) — the order of PyTorch's `BlockComparatorSize` — in O(1) bins
 //! instead of a tree walk.
 
+use std::collections::VecDeque;
+
 const SUB: u32 = 4; // 2^4 bins per power of two
 const BINS: usize = 64 << SUB;
 
@@ -15,11 +17,29 @@ fn bin(size: u64) -> usize {
     ((fl as usize) << SUB) | sl as usize
 }
 
-/// Free blocks keyed by `(size << 64) | position`; values are block ids. Each bin is
-/// kept sorted by key, so a query is a binary search in one bin.
+/// An entry found by [`FreeBins::best_fit`], with where it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fit {
+    pub key: u128,
+    pub id: u32,
+    bin: usize,
+    index: usize,
+}
+
+impl Fit {
+    /// Bytes of the block.
+    pub fn size(&self) -> u64 {
+        (self.key >> 64) as u64
+    }
+}
+
+/// Free blocks keyed by `(size << 64) | position`; values are block ids. Each bin is a
+/// deque sorted by key: blocks of one size pile up in a bin (the layers of a model free
+/// alike tensors), and they are mostly taken at the low end and returned at either end,
+/// which a deque does without moving the others and without a search.
 #[derive(Debug, Clone)]
 pub struct FreeBins {
-    bins: Vec<Vec<(u128, u32)>>,
+    bins: Vec<VecDeque<(u128, u32)>>,
     mask: [u64; BINS / 64],
     len: usize,
 }
@@ -27,7 +47,7 @@ pub struct FreeBins {
 impl Default for FreeBins {
     fn default() -> Self {
         FreeBins {
-            bins: vec![Vec::new(); BINS],
+            bins: (0..BINS).map(|_| VecDeque::new()).collect(),
             mask: [0; BINS / 64],
             len: 0,
         }
@@ -46,8 +66,15 @@ impl FreeBins {
     pub fn insert(&mut self, key: u128, id: u32) {
         let b = bin((key >> 64) as u64);
         let slot = &mut self.bins[b];
-        let at = slot.partition_point(|&(k, _)| k < key);
-        slot.insert(at, (key, id));
+        match (slot.front(), slot.back()) {
+            (_, None) => slot.push_back((key, id)),
+            (_, Some(&(last, _))) if key > last => slot.push_back((key, id)),
+            (Some(&(first, _)), _) if key < first => slot.push_front((key, id)),
+            _ => {
+                let at = slot.partition_point(|&(k, _)| k < key);
+                slot.insert(at, (key, id));
+            }
+        }
         self.mask[b / 64] |= 1 << (b % 64);
         self.len += 1;
     }
@@ -55,27 +82,56 @@ impl FreeBins {
     /// Removes the entry with `key` (no-op when absent).
     pub fn remove(&mut self, key: u128) {
         let b = bin((key >> 64) as u64);
+        let slot = &self.bins[b];
+        let at = if slot.front().is_some_and(|e| e.0 == key) {
+            Some(0)
+        } else if slot.back().is_some_and(|e| e.0 == key) {
+            Some(slot.len() - 1)
+        } else {
+            slot.binary_search_by(|&(k, _)| k.cmp(&key)).ok()
+        };
+        if let Some(index) = at {
+            self.remove_at(b, index);
+        }
+    }
+
+    fn remove_at(&mut self, b: usize, index: usize) {
         let slot = &mut self.bins[b];
-        if let Ok(at) = slot.binary_search_by(|&(k, _)| k.cmp(&key)) {
-            slot.remove(at);
-            self.len -= 1;
-            if slot.is_empty() {
-                self.mask[b / 64] &= !(1 << (b % 64));
-            }
+        if index == 0 {
+            slot.pop_front();
+        } else {
+            slot.remove(index);
+        }
+        self.len -= 1;
+        if slot.is_empty() {
+            self.mask[b / 64] &= !(1 << (b % 64));
         }
     }
 
     /// The smallest entry whose size is ≥ `size` (lowest key among equals).
-    pub fn best_fit(&self, size: u64) -> Option<(u128, u32)> {
+    pub fn best_fit(&self, size: u64) -> Option<Fit> {
         let b = bin(size);
         let floor = u128::from(size) << 64;
         let slot = &self.bins[b];
-        let at = slot.partition_point(|&(k, _)| k < floor);
-        if let Some(&hit) = slot.get(at) {
-            return Some(hit);
-        }
-        let next = self.next_bin(b + 1)?;
-        self.bins[next].first().copied()
+        let (bin, index) = match slot.front() {
+            Some(&(first, _)) if first >= floor => (b, 0),
+            _ => match slot.partition_point(|&(k, _)| k < floor) {
+                at if at < slot.len() => (b, at),
+                _ => (self.next_bin(b + 1)?, 0),
+            },
+        };
+        let (key, id) = *self.bins[bin].get(index)?;
+        Some(Fit {
+            key,
+            id,
+            bin,
+            index,
+        })
+    }
+
+    /// Removes the entry `best_fit` returned (the bins must not have changed since).
+    pub fn take(&mut self, fit: Fit) {
+        self.remove_at(fit.bin, fit.index);
     }
 
     fn next_bin(&self, from: usize) -> Option<usize> {
@@ -131,7 +187,13 @@ mod tests {
                 .range(u128::from(q) << 64..)
                 .next()
                 .map(|(k, v)| (*k, *v));
-            assert_eq!(bins.best_fit(q), expect, "query {q}");
+            assert_eq!(bins.best_fit(q).map(|f| (f.key, f.id)), expect, "query {q}");
+            if let Some(fit) = bins.best_fit(q)
+                && next() % 4 == 0
+            {
+                bins.take(fit);
+                map.remove(&fit.key);
+            }
             assert_eq!(bins.len(), map.len());
         }
     }

@@ -176,7 +176,8 @@ impl Planner {
         });
         let peak_layer = e
             .peak_node
-            .and_then(|n| self.events.node_names.get(n as usize).cloned())
+            .and_then(|n| self.graph.nodes.get(n as usize))
+            .map(|n| n.name.clone())
             .unwrap_or_default();
         Ok(Plan {
             model: self.model.clone(),

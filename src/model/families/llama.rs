@@ -79,7 +79,10 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
     let hd = c / p.num_attention_heads;
     let kv = p.num_key_value_heads * hd;
     let inter = p.intermediate_size;
-    let mut b = GraphBuilder::new();
+    // 18 ops per layer with SDPA, at most 28 with eager attention; then input, embedding,
+    // final norm, head and loss.
+    let per_layer = if imp == AttnImpl::Eager { 28 } else { 18 };
+    let mut b = GraphBuilder::with_capacity(per_layer * p.num_hidden_layers as usize + 8);
     let ids = b.input(seq, Elem::Int64);
     let embed = b.param(p.vocab_size * c, Some((p.vocab_size, c)));
     b.scope("model");
