@@ -230,7 +230,7 @@ impl FromStr for Attention {
 
 /// PyTorch caching-allocator settings (`PYTORCH_CUDA_ALLOC_CONF`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AllocatorConfig {
     /// `expandable_segments:True`.
     pub expandable_segments: bool,
@@ -239,8 +239,9 @@ pub struct AllocatorConfig {
 }
 
 /// Everything that determines one training step besides the model.
+/// Unknown fields are refused: a misspelt `"bacth"` would otherwise plan the default batch.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     /// Micro-batch size (samples per forward/backward).
     pub batch: u64,
