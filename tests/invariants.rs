@@ -4,7 +4,7 @@
 //!
 //! The models are the built-in presets. Most cases use a shallow variant of a preset (the
 //! same family and widths, at most two layers per stage) so that ten thousand cases stay
-//! fast in a debug build; one case in four uses the preset exactly as shipped.
+//! fast in a debug build; one case in five uses the preset exactly as shipped.
 //! `PROPTEST_CASES` scales every property (it replaces the per-property counts below).
 
 use std::sync::LazyLock;
@@ -185,7 +185,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
 fn case() -> impl Strategy<Value = Case> {
     (
         any::<usize>(),
-        prop::bool::weighted(0.25),
+        prop::bool::weighted(0.2),
         any::<u64>(),
         train_config(),
     )
@@ -257,12 +257,14 @@ fn cases(n: u32) -> Config {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(n),
+        // Failures print their minimal case; no regression files in the source tree.
+        failure_persistence: None,
         ..Config::default()
     }
 }
 
 proptest! {
-    #![proptest_config(cases(3000))]
+    #![proptest_config(cases(2500))]
 
     /// Peak allocated never decreases with the batch; reserved ≥ allocated; nvidia-smi is
     /// reserved plus the CUDA context.
@@ -282,7 +284,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(cases(1500))]
+    #![proptest_config(cases(1200))]
 
     /// Peak allocated never decreases with the sequence length or image side.
     #[test]
@@ -319,6 +321,11 @@ proptest! {
         );
     }
 
+}
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
     /// Gradient accumulation, as PyTorch runs it. The issue asked for "accumulation never
     /// raises the peak above the same micro-batch without accumulation", but that is not what
     /// PyTorch does: with `accum ≥ 2` the gradients of the first micro-step stay allocated
@@ -341,6 +348,11 @@ proptest! {
         prop_assert!(p2 <= p1 + grads, "{id} batch {b}: accum 2 {p2} > {p1} + grads {grads}");
         prop_assert_eq!(p2, pk, "{} batch {}: accum {} differs from accum 2", id, b, k);
     }
+
+}
+
+proptest! {
+    #![proptest_config(cases(2000))]
 
     /// Parameters, gradients and optimizer state follow the fp32 master-weight rules: AMP
     /// keeps them exactly as in fp32; pure bf16 never has more.
@@ -423,17 +435,19 @@ proptest! {
     }
 }
 
-/// Any u64, biased to the edges where overflow hides.
+/// Any u64, biased to the edges where overflow hides, and half the time a valid value
+/// (so that the other fields' absurdity is reached past validation).
 fn wild_u64() -> impl Strategy<Value = u64> {
     prop_oneof![
-        Just(0u64),
-        Just(1u64),
-        Just(1u64 << 20),
-        Just((1u64 << 20) + 1),
-        Just(u64::MAX),
-        Just(u64::MAX / 2),
-        1u64..=64,
-        any::<u64>(),
+        8 => 1u64..=64,
+        1 => Just(0u64),
+        1 => Just(1u64 << 16),
+        1 => Just(1u64 << 20),
+        1 => Just((1u64 << 20) + 1),
+        1 => Just(u64::MAX),
+        1 => Just(u64::MAX / 2),
+        1 => (1u64 << 20)..=(1u64 << 40),
+        1 => any::<u64>(),
     ]
 }
 
@@ -451,7 +465,7 @@ fn wild_f64() -> impl Strategy<Value = f64> {
 }
 
 proptest! {
-    #![proptest_config(cases(1500))]
+    #![proptest_config(cases(3000))]
 
     /// Absurd inputs give errors, never panics or wrapped numbers.
     #[test]
