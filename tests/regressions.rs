@@ -95,3 +95,48 @@ fn custom_model_errors_name_the_field() {
         .is_ok()
     );
 }
+
+/// Bad-input CLI cases that were accepted with a meaningless answer.
+#[test]
+fn meaningless_cli_inputs_are_refused() {
+    for (args, needle) in [
+        // PyTorch refuses max_split_size_mb ≤ 20; 0 planned an allocator that caches nothing.
+        (
+            &[
+                "plan",
+                "--model",
+                "gpt2",
+                "--batch",
+                "1",
+                "--max-split-size-mb",
+                "0",
+            ][..],
+            "max_split_size_mb",
+        ),
+        // An empty id matched the first catalog GPU by substring.
+        (
+            &["plan", "--model", "gpt2", "--batch", "1", "--gpu", ""][..],
+            "gpu",
+        ),
+        // Effective batch 0 printed "micro-batch 12 × 1 accumulation steps".
+        (
+            &["max-batch", "--model", "gpt2", "--target-batch", "0"][..],
+            "--target-batch",
+        ),
+        // 1.5e18 accumulation steps were printed as an answer.
+        (
+            &[
+                "max-batch",
+                "--model",
+                "gpt2",
+                "--target-batch",
+                "18446744073709551615",
+            ][..],
+            "limit",
+        ),
+    ] {
+        let (ok, err) = vramlab(args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

@@ -276,6 +276,9 @@ impl Default for TrainConfig {
 pub const MAX_BATCH: u64 = 1 << 20;
 /// Largest accumulation count accepted.
 pub const MAX_ACCUM: u64 = 1 << 16;
+/// `max_split_size_mb` must exceed this: PyTorch's caching allocator refuses smaller values
+/// ("max_split_size_mb too small, must be > 20"; its large-buffer size is 20 MiB).
+pub const MIN_MAX_SPLIT_MB: u64 = 20;
 
 impl TrainConfig {
     /// Checks the numbers; errors name the field.
@@ -302,6 +305,16 @@ impl TrainConfig {
             return Err(PlanError::Field {
                 field: "accum",
                 reason: format!("{} is larger than the limit {MAX_ACCUM}", self.accum),
+            });
+        }
+        if let Some(mb) = self.allocator.max_split_size_mb
+            && mb <= MIN_MAX_SPLIT_MB
+        {
+            return Err(PlanError::Field {
+                field: "max_split_size_mb",
+                reason: format!(
+                    "{mb} is too small: PyTorch requires more than {MIN_MAX_SPLIT_MB} (MB)"
+                ),
             });
         }
         if self.size == Some(0) {
