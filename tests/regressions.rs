@@ -140,3 +140,49 @@ fn meaningless_cli_inputs_are_refused() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// Hostile but parseable custom models: a grouped ResNet of 2^43 channels overflowed the
+/// shape arithmetic (`attempt to multiply with overflow` in the graph builder; wrapped
+/// silently in release); a ViT with 2^61-element attention matrices went past what byte
+/// counts can hold. Both are now errors that name what is too large.
+#[test]
+fn absurd_custom_models_are_errors() {
+    let big = 1u64 << 20;
+    let mut resnet: serde_json::Value =
+        serde_json::from_str(include_str!("../presets/models/resnet50.json")).expect("json");
+    resnet["params"]["width_per_group"] = big.into();
+    resnet["params"]["groups"] = big.into();
+    resnet["input"]["image_size"] = big.into();
+    let err = Preset::from_value(&resnet)
+        .expect_err("too wide")
+        .to_string();
+    assert!(err.contains("params.width_per_group"), "{err}");
+
+    let mut vit: serde_json::Value =
+        serde_json::from_str(include_str!("../presets/models/vit_b_16.json")).expect("json");
+    for (k, v) in [
+        ("patch_size", 1),
+        ("hidden_dim", big),
+        ("num_heads", big),
+        ("mlp_dim", big),
+    ] {
+        vit["params"][k] = v.into();
+    }
+    vit["input"]["image_size"] = big.into();
+    let preset = Preset::from_value(&vit).expect("parses");
+    let err = Planner::new(&preset, &TrainConfig::default())
+        .expect_err("too large")
+        .to_string();
+    assert!(err.contains("too large"), "{err}");
+    for file in [
+        "regression-resnet-wide-groups.json",
+        "regression-vit-huge.json",
+    ] {
+        let path = format!("fuzz/corpus/preset_json/{file}");
+        let (ok, err) = vramlab(&["plan", "--model", &path, "--batch", "1"]);
+        assert!(
+            !ok && err.contains("too large") || err.contains("exceeds"),
+            "{err}"
+        );
+    }
+}

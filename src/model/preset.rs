@@ -303,7 +303,7 @@ impl Preset {
             InputSpec::Image { channels, .. } => channels,
             InputSpec::Tokens { .. } => 0,
         };
-        match &self.spec {
+        let graph = match &self.spec {
             ModelSpec::Resnet(p) => Ok(resnet::build(p, size, channels)),
             ModelSpec::Efficientnet(p) => Ok(efficientnet::build(p, size, channels)),
             ModelSpec::MobilenetV3(p) => Ok(mobilenet::build(p, size, channels)),
@@ -315,7 +315,9 @@ impl Preset {
             ModelSpec::Gpt2(p) => gpt2::build(p, size, attention),
             ModelSpec::Bert(p) => bert::build(p, size, attention),
             ModelSpec::Llama(p) => llama::build(p, size, attention),
-        }
+        }?;
+        super::check_graph_size(&graph)?;
+        Ok(graph)
     }
 
     /// The default input size (image side or sequence length).
