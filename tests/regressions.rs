@@ -178,10 +178,10 @@ fn absurd_custom_models_are_errors() {
         "regression-resnet-wide-groups.json",
         "regression-vit-huge.json",
     ] {
-        let path = format!("fuzz/corpus/preset_json/{file}");
+        let path = format!("tests/data/regressions/{file}");
         let (ok, err) = vramlab(&["plan", "--model", &path, "--batch", "1"]);
         assert!(
-            !ok && err.contains("too large") || err.contains("exceeds"),
+            !ok && (err.contains("too large") || err.contains("exceeds")),
             "{err}"
         );
     }
