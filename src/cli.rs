@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::model::Preset;
 use crate::model::preset::{builtin_presets, find_builtin};
-use crate::plan::config::{AllocatorConfig, MAX_BATCH};
+use crate::plan::config::{AllocatorConfig, MAX_ACCUM, MAX_BATCH};
 use crate::plan::gpus::{self, Gpu};
 use crate::plan::remedies::remedies;
 use crate::plan::search::{Budget, accumulation_for, max_batch};
@@ -165,6 +165,14 @@ pub fn load_model(name: &str) -> Result<Preset> {
     Ok(find_builtin(name)?)
 }
 
+/// A catalog GPU by id; an empty id is refused (a partial-id match would pick any GPU).
+fn find_gpu(id: &str) -> Result<Gpu> {
+    if id.trim().is_empty() {
+        bail!("gpu: empty id (see `vramlab presets` for the catalog)");
+    }
+    Ok(gpus::find(id.trim())?)
+}
+
 /// Model, training config and budget from the flags, or from `--config FILE`
 /// (`--batch` still overrides the file's batch).
 fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<(Preset, TrainConfig, Gpu, Budget, bool)> {
@@ -179,7 +187,7 @@ fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<(Preset, TrainConfig, Gp
             cfg.batch = b;
         }
         cfg.validate()?;
-        let gpu = gpus::find(&doc.gpu)?;
+        let gpu = find_gpu(&doc.gpu)?;
         let budget = Budget {
             capacity: gpu.memory(),
             margin: doc.margin,
@@ -236,7 +244,7 @@ impl TrainArgs {
     }
 
     fn budget(&self) -> Result<(Gpu, Budget)> {
-        let gpu = gpus::find(&self.gpu)?;
+        let gpu = find_gpu(&self.gpu).context("--gpu")?;
         let budget = Budget {
             capacity: gpu.memory(),
             margin: self.margin,
@@ -412,8 +420,19 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
     let planner = Planner::new(&preset, &cfg)?;
     let max = max_batch(&planner, budget, MAX_BATCH)?;
+    if a.target_batch == Some(0) {
+        bail!("--target-batch: must be at least 1");
+    }
     let accum = match (a.target_batch, max) {
-        (Some(t), Some(m)) => Some(accumulation_for(t, m)),
+        (Some(t), Some(m)) => {
+            let steps = accumulation_for(t, m);
+            if steps > MAX_ACCUM {
+                bail!(
+                    "--target-batch: {t} needs {steps} accumulation steps of micro-batch {m}, more than the limit {MAX_ACCUM}"
+                );
+            }
+            Some(steps)
+        }
         _ => None,
     };
     let at_max = match max {

@@ -65,6 +65,9 @@ pub enum ConfigError {
     TooLarge,
     #[error("model: {0}")]
     Model(#[from] crate::model::ModelError),
+    /// A custom model document that is not a valid preset (the path names its field).
+    #[error("model.custom: {0}")]
+    Custom(crate::model::ModelError),
     #[error("training: {0}")]
     Training(#[from] crate::plan::PlanError),
 }
@@ -145,7 +148,7 @@ impl VramlabConfig {
     pub fn preset(&self) -> Result<Preset, ConfigError> {
         Ok(match &self.model {
             ModelRef::Preset(id) => find_builtin(id)?,
-            ModelRef::Custom(v) => Preset::from_value(v)?,
+            ModelRef::Custom(v) => Preset::from_value(v).map_err(ConfigError::Custom)?,
         })
     }
 

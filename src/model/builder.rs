@@ -13,7 +13,7 @@ pub struct Feat {
 
 impl Feat {
     pub fn elems(&self) -> u64 {
-        self.c * self.h * self.w
+        prod(&[self.c, self.h, self.w])
     }
 }
 
@@ -58,6 +58,12 @@ impl ConvSpec {
         self.bias = b;
         self
     }
+}
+
+/// The product of shape dimensions, saturating: an absurd model gives an element count that
+/// [`crate::model::check_graph_size`] refuses, never a wrapped or panicking multiplication.
+pub fn prod(dims: &[u64]) -> u64 {
+    dims.iter().fold(1u64, |a, &d| a.saturating_mul(d))
 }
 
 /// Output length of a convolution or pooling window along one axis.
@@ -184,7 +190,7 @@ impl GraphBuilder {
 
     /// An image input of `c`×`h`×`w` floats.
     pub fn image(&mut self, c: u64, h: u64, w: u64) -> Feat {
-        let id = self.input(c * h * w, Elem::Float);
+        let id = self.input(prod(&[c, h, w]), Elem::Float);
         Feat { id, c, h, w }
     }
 
@@ -194,7 +200,7 @@ impl GraphBuilder {
         let w = conv_out(x.w, s.kernel, s.stride, s.padding, s.dilation);
         let cin_g = x.c / s.groups.max(1);
         let weight = self.param(
-            s.out * cin_g * s.kernel * s.kernel,
+            prod(&[s.out, cin_g, s.kernel, s.kernel]),
             Some((s.kernel, s.kernel)),
         );
         let mut ps = vec![weight];
@@ -209,7 +215,7 @@ impl GraphBuilder {
                 out_channels: s.out,
             },
             &[x.id],
-            s.out * h * w,
+            prod(&[s.out, h, w]),
             &ps,
             name,
         );
@@ -218,9 +224,9 @@ impl GraphBuilder {
 
     /// `nn.ConvTranspose2d` with kernel = stride = `k`, with bias.
     pub fn conv_transpose(&mut self, x: Feat, out: u64, k: u64, name: &str) -> Feat {
-        let weight = self.param(x.c * out * k * k, Some((k, k)));
+        let weight = self.param(prod(&[x.c, out, k, k]), Some((k, k)));
         let bias = self.param(out, None);
-        let (h, w) = (x.h * k, x.w * k);
+        let (h, w) = (x.h.saturating_mul(k), x.w.saturating_mul(k));
         let id = self.op(
             Op::Conv2d {
                 transposed: true,
@@ -229,7 +235,7 @@ impl GraphBuilder {
                 out_channels: out,
             },
             &[x.id],
-            out * h * w,
+            prod(&[out, h, w]),
             &[weight, bias],
             name,
         );
@@ -295,13 +301,13 @@ impl GraphBuilder {
     pub fn maxpool(&mut self, x: Feat, kernel: u64, stride: u64, padding: u64, name: &str) -> Feat {
         let h = conv_out(x.h, kernel, stride, padding, 1);
         let w = conv_out(x.w, kernel, stride, padding, 1);
-        let id = self.op(Op::MaxPool, &[x.id], x.c * h * w, &[], name);
+        let id = self.op(Op::MaxPool, &[x.id], prod(&[x.c, h, w]), &[], name);
         Feat { id, c: x.c, h, w }
     }
 
     /// Adaptive average pooling to `h`×`w`.
     pub fn adaptive_avgpool(&mut self, x: Feat, h: u64, w: u64, name: &str) -> Feat {
-        let id = self.op(Op::AvgPool, &[x.id], x.c * h * w, &[], name);
+        let id = self.op(Op::AvgPool, &[x.id], prod(&[x.c, h, w]), &[], name);
         Feat { id, c: x.c, h, w }
     }
 
@@ -316,7 +322,7 @@ impl GraphBuilder {
         name: &str,
     ) -> TensorId {
         let w = self.param(
-            in_features * out_features,
+            prod(&[in_features, out_features]),
             Some((out_features, in_features)),
         );
         let mut ps = [w, 0];
@@ -332,7 +338,7 @@ impl GraphBuilder {
                 out_features,
             },
             &[x],
-            rows * out_features,
+            prod(&[rows, out_features]),
             &ps[..count],
             name,
         )
@@ -354,7 +360,7 @@ impl GraphBuilder {
                 out_features,
             },
             &[x],
-            rows * out_features,
+            prod(&[rows, out_features]),
             &[weight],
             name,
         )

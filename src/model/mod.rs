@@ -51,6 +51,25 @@ pub(crate) fn check_positive(field: &str, value: u64) -> Result<(), ModelError> 
     Ok(())
 }
 
+/// Most elements any one tensor or parameter of a graph may have (2^56: 256 PiB in fp32,
+/// far beyond any device; byte counts of up to 8-byte elements then still fit 64 bits).
+pub const MAX_ELEMS: u64 = 1 << 56;
+
+/// Refuses a graph with a tensor or parameter beyond [`MAX_ELEMS`] (the planner multiplies
+/// element counts by dtype sizes and batch; beyond this they would overflow).
+pub(crate) fn check_graph_size(g: &Graph) -> Result<(), ModelError> {
+    let tensors = g.tensors.iter().map(|t| t.per_sample.max(t.fixed));
+    let params = g.params.iter().map(|p| p.elems);
+    match tensors.chain(params).max() {
+        Some(n) if n > MAX_ELEMS => Err(ModelError::TooLarge {
+            field: "model size (elements of one tensor)".into(),
+            value: n,
+            limit: MAX_ELEMS,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Most layers (blocks) a model may have; more would be a typo and a huge graph.
 pub const MAX_LAYERS: u64 = 1000;
 

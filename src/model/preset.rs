@@ -81,8 +81,78 @@ fn string_field(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Stri
         .ok_or_else(|| ModelError::Malformed(format!("field `{name}` must be a string")))
 }
 
+/// Deserialises the document's `section`; errors name the field inside it
+/// (`params.layers[2]: invalid type ...`).
+fn section<T: serde::de::DeserializeOwned>(section: &str, v: &Value) -> Result<T, ModelError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            section.to_string()
+        } else {
+            format!("{section}.{path}")
+        };
+        ModelError::Malformed(format!("{at}: {}", e.inner()))
+    })
+}
+
 fn params<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, ModelError> {
-    T::deserialize(v).map_err(|e| ModelError::Malformed(format!("params: {e}")))
+    section("params", v)
+}
+
+/// The `input` section. Not through serde's internally tagged enum, which loses the path
+/// of the field inside (`input.channels: invalid type` would read `input: invalid type`).
+fn input_spec(v: &Value) -> Result<InputSpec, ModelError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Image {
+        image_size: u64,
+        channels: u64,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Tokens {
+        seq_len: u64,
+    }
+    let mut rest = v
+        .as_object()
+        .cloned()
+        .ok_or_else(|| ModelError::Malformed("input: must be a JSON object".into()))?;
+    let kind = rest.remove("kind");
+    let rest = Value::Object(rest);
+    match kind.as_ref().map(|k| k.as_str()) {
+        Some(Some("image")) => {
+            let i: Image = section("input", &rest)?;
+            Ok(InputSpec::Image {
+                image_size: i.image_size,
+                channels: i.channels,
+            })
+        }
+        Some(Some("tokens")) => {
+            let t: Tokens = section("input", &rest)?;
+            Ok(InputSpec::Tokens { seq_len: t.seq_len })
+        }
+        Some(Some(other)) => Err(ModelError::Malformed(format!(
+            "input.kind: unknown kind `{other}` (known: image, tokens)"
+        ))),
+        Some(None) => Err(ModelError::Malformed(
+            "input.kind: must be a string (image or tokens)".into(),
+        )),
+        None => Err(ModelError::Malformed("input: missing field `kind`".into())),
+    }
+}
+
+/// An optional string field: absent or `null` is `None`, another type is an error.
+fn optional_string(
+    obj: &serde_json::Map<String, Value>,
+    name: &str,
+) -> Result<Option<String>, ModelError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ModelError::Malformed(format!(
+            "field `{name}` must be a string"
+        ))),
+    }
 }
 
 impl ModelSpec {
@@ -166,18 +236,9 @@ impl Preset {
         }
         let id = string_field(obj, "id")?;
         let family = string_field(obj, "family")?;
-        let display_name = obj
-            .get("display_name")
-            .and_then(Value::as_str)
-            .unwrap_or(&id)
-            .to_string();
-        let reference = obj
-            .get("reference")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let input = InputSpec::deserialize(field(obj, "input")?)
-            .map_err(|e| ModelError::Malformed(format!("input: {e}")))?;
+        let display_name = optional_string(obj, "display_name")?.unwrap_or_else(|| id.clone());
+        let reference = optional_string(obj, "reference")?.unwrap_or_default();
+        let input = input_spec(field(obj, "input")?)?;
         let spec = ModelSpec::from_family(&family, field(obj, "params")?)?;
         let preset = Preset {
             id,
@@ -242,7 +303,7 @@ impl Preset {
             InputSpec::Image { channels, .. } => channels,
             InputSpec::Tokens { .. } => 0,
         };
-        match &self.spec {
+        let graph = match &self.spec {
             ModelSpec::Resnet(p) => Ok(resnet::build(p, size, channels)),
             ModelSpec::Efficientnet(p) => Ok(efficientnet::build(p, size, channels)),
             ModelSpec::MobilenetV3(p) => Ok(mobilenet::build(p, size, channels)),
@@ -254,7 +315,9 @@ impl Preset {
             ModelSpec::Gpt2(p) => gpt2::build(p, size, attention),
             ModelSpec::Bert(p) => bert::build(p, size, attention),
             ModelSpec::Llama(p) => llama::build(p, size, attention),
-        }
+        }?;
+        super::check_graph_size(&graph)?;
+        Ok(graph)
     }
 
     /// The default input size (image side or sequence length).

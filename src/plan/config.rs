@@ -230,7 +230,7 @@ impl FromStr for Attention {
 
 /// PyTorch caching-allocator settings (`PYTORCH_CUDA_ALLOC_CONF`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AllocatorConfig {
     /// `expandable_segments:True`.
     pub expandable_segments: bool,
@@ -239,8 +239,9 @@ pub struct AllocatorConfig {
 }
 
 /// Everything that determines one training step besides the model.
+/// Unknown fields are refused: a misspelt `"bacth"` would otherwise plan the default batch.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     /// Micro-batch size (samples per forward/backward).
     pub batch: u64,
@@ -275,6 +276,9 @@ impl Default for TrainConfig {
 pub const MAX_BATCH: u64 = 1 << 20;
 /// Largest accumulation count accepted.
 pub const MAX_ACCUM: u64 = 1 << 16;
+/// `max_split_size_mb` must exceed this: PyTorch's caching allocator refuses smaller values
+/// ("max_split_size_mb too small, must be > 20"; its large-buffer size is 20 MiB).
+pub const MIN_MAX_SPLIT_MB: u64 = 20;
 
 impl TrainConfig {
     /// Checks the numbers; errors name the field.
@@ -301,6 +305,16 @@ impl TrainConfig {
             return Err(PlanError::Field {
                 field: "accum",
                 reason: format!("{} is larger than the limit {MAX_ACCUM}", self.accum),
+            });
+        }
+        if let Some(mb) = self.allocator.max_split_size_mb
+            && mb <= MIN_MAX_SPLIT_MB
+        {
+            return Err(PlanError::Field {
+                field: "max_split_size_mb",
+                reason: format!(
+                    "{mb} is too small: PyTorch requires more than {MIN_MAX_SPLIT_MB} (MB)"
+                ),
             });
         }
         if self.size == Some(0) {

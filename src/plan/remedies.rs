@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::config::{AllocatorConfig, Attention, Optimizer, Precision, TrainConfig};
+use super::config::{AllocatorConfig, Attention, MAX_ACCUM, Optimizer, Precision, TrainConfig};
 use super::search::Budget;
 use super::{PlanError, Planner};
 use crate::model::Preset;
@@ -48,7 +48,9 @@ pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, Stri
             c,
         ));
     }
-    if cfg.batch > 1 {
+    // Doubling the accumulation must stay a valid config (`--accum 65536 --batch 2` failed
+    // the whole plan when this remedy asked for 131072 steps).
+    if cfg.batch > 1 && cfg.accum.saturating_mul(2) <= MAX_ACCUM {
         let mut c = *cfg;
         c.batch = cfg.batch.div_ceil(2);
         c.accum = cfg.accum.saturating_mul(2);

@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
 use crate::model::ir::Pointwise;
-use crate::model::{ModelError, check_layers, check_positive};
+use crate::model::{MAX_DIM, ModelError, check_layers, check_positive};
 
 /// Builder parameters of a ResNet classifier.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
@@ -42,6 +42,17 @@ impl ResnetParams {
         check_positive("params.width_per_group", self.width_per_group)?;
         for (i, &l) in self.layers.iter().enumerate() {
             check_layers(&format!("params.layers[{i}]"), l)?;
+        }
+        // The widest grouped convolution: layer4's `512 · width_per_group / 64 · groups`
+        // channels (torchvision's `width`). Beyond MAX_DIM the shapes overflow.
+        let widest = (512 * self.width_per_group / 64).saturating_mul(self.groups);
+        if widest > MAX_DIM {
+            return Err(ModelError::Invalid {
+                field: "params.width_per_group".into(),
+                reason: format!(
+                    "512 · width_per_group / 64 · groups = {widest} channels exceeds the limit {MAX_DIM}"
+                ),
+            });
         }
         Ok(())
     }
