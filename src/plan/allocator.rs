@@ -192,9 +192,12 @@ impl CachingAllocator {
         // oversize block reserved for oversize requests.
         let found = pool.best_fit(size).filter(|fit| {
             let bsize = fit.size();
-            small
-                || !((size < max_split && bsize >= max_split)
-                    || (size >= max_split && bsize >= size + LARGE_BUFFER))
+            // A fit is never smaller than the request (defensive: keys saturate for
+            // absurd sizes).
+            bsize >= size
+                && (small
+                    || !((size < max_split && bsize >= max_split)
+                        || (size >= max_split && bsize >= size + LARGE_BUFFER)))
         });
         let id = match found {
             Some(fit) => {
