@@ -114,17 +114,7 @@ impl NativeEngine {
 
     /// NVML memory of this process on the device, where NVML can tell.
     fn process_bytes(&self) -> Option<u64> {
-        let nvml = self.nvml.as_ref()?;
-        let dev = nvml.device_by_index(self.ctx.ordinal() as u32).ok()?;
-        let pid = std::process::id();
-        dev.running_compute_processes()
-            .ok()?
-            .into_iter()
-            .find(|p| p.pid == pid)
-            .and_then(|p| match p.used_gpu_memory {
-                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
-                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
-            })
+        super::torch::process_bytes(self.nvml.as_ref(), self.ctx.ordinal(), std::process::id())
     }
 
     fn sync(&self) -> Result<()> {

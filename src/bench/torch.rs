@@ -405,7 +405,12 @@ impl Engine for TorchEngine {
     }
 }
 
-fn process_bytes(nvml: Option<&nvml_wrapper::Nvml>, index: usize, pid: u32) -> Option<u64> {
+/// NVML memory of process `pid` on device `index`, where NVML can tell.
+pub(super) fn process_bytes(
+    nvml: Option<&nvml_wrapper::Nvml>,
+    index: usize,
+    pid: u32,
+) -> Option<u64> {
     let dev = nvml?.device_by_index(index as u32).ok()?;
     dev.running_compute_processes()
         .ok()?
