@@ -153,47 +153,20 @@ pub fn measure(ordinal: usize, progress: &mut dyn FnMut(&str)) -> Result<DeviceP
     let device = ctx.name().unwrap_or_else(|_| "CUDA device".into());
     let total = ctx.total_mem().map_or(0, |t| t as u64);
     let n = 8192;
-    progress("GEMM fp32");
-    let fp32 = gemm_tflops(
-        &blas_h,
-        &stream,
-        &ctx,
-        blas::cudaDataType::CUDA_R_32F,
-        blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        4,
-        n,
-    )?;
-    progress("GEMM tf32");
-    let tf32 = gemm_tflops(
-        &blas_h,
-        &stream,
-        &ctx,
-        blas::cudaDataType::CUDA_R_32F,
-        blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-        4,
-        n,
-    )?;
-    progress("GEMM fp16");
-    let fp16 = gemm_tflops(
-        &blas_h,
-        &stream,
-        &ctx,
-        blas::cudaDataType::CUDA_R_16F,
-        blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        2,
-        n,
-    )?;
-    progress("GEMM bf16");
-    let bf16 = gemm_tflops(
-        &blas_h,
-        &stream,
-        &ctx,
-        blas::cudaDataType::CUDA_R_16BF,
-        blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        2,
-        n,
-    )?;
-
+    use blas::cublasComputeType_t::{CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
+    use blas::cudaDataType::{CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F};
+    let kinds = [
+        ("fp32", CUDA_R_32F, CUBLAS_COMPUTE_32F, 4),
+        ("tf32", CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 4),
+        ("fp16", CUDA_R_16F, CUBLAS_COMPUTE_32F, 2),
+        ("bf16", CUDA_R_16BF, CUBLAS_COMPUTE_32F, 2),
+    ];
+    let mut rates = [0.0f64; 4];
+    for (rate, (name, ty, compute, elem)) in rates.iter_mut().zip(kinds) {
+        progress(&format!("GEMM {name}"));
+        *rate = gemm_tflops(&blas_h, &stream, &ctx, ty, compute, elem, n)?;
+    }
+    let [fp32, tf32, fp16, bf16] = rates;
     progress("device-to-device bandwidth");
     let bytes = 1usize << 30;
     let (src, dst) = (
