@@ -418,6 +418,12 @@ impl GraphBuilder {
         self.op(Op::Copy, &[x], n, &[], name)
     }
 
+    /// The `.contiguous()` after `nn.MultiheadAttention`'s SDPA ([`Op::SdpaOutContiguous`]).
+    pub fn sdpa_out_contiguous(&mut self, x: TensorId, name: &str) -> TensorId {
+        let n = self.elems(x);
+        self.op(Op::SdpaOutContiguous, &[x], n, &[], name)
+    }
+
     /// Integer labels created with the data at the start of each micro-step.
     pub fn labels(&mut self, per_sample: u64) -> TensorId {
         self.input(per_sample, Elem::Int64)

@@ -117,6 +117,11 @@ pub enum Op {
     View,
     /// A copy (`.contiguous()`, `.expand().reshape()`, `clone`): saves nothing.
     Copy,
+    /// `attn_output.permute(2, 0, 1, 3).contiguous()` in `nn.MultiheadAttention` after SDPA:
+    /// with 16-bit inputs the flash kernel writes its output in the query's layout, so the
+    /// permuted tensor is already contiguous and nothing is copied; the fp32 kernel's output
+    /// is copied (seen in allocator traces of ViT-B/16, H200, PyTorch 2.11).
+    SdpaOutContiguous,
     /// `x.type(value.dtype)` / `.to(query.dtype)` after an fp32 softmax: a copy into the
     /// mode's compute dtype when the input is in another dtype, else the same tensor.
     ToComputeDtype,

@@ -377,7 +377,7 @@ impl<'g> Sim<'g> {
         let is_loss = matches!(node.op, Op::CrossEntropy { .. });
         if (has_grad_path || is_loss) && node.op != Op::Input {
             if matches!(node.op, Op::View | Op::CacheAppend)
-                || (r.alias && node.op == Op::ToComputeDtype)
+                || (r.alias && matches!(node.op, Op::ToComputeDtype | Op::SdpaOutContiguous))
             {
                 if let (Some(go), Some(&t)) = (gout, node.inputs.first()) {
                     if self.requires_grad[t] {
@@ -465,6 +465,9 @@ impl<'g> Sim<'g> {
             let cast = r.casts.iter().find(|c| c.0 == i).map(|c| c.1);
             let (ps, fx) = self.tensor_bytes(t, cast.unwrap_or(d));
             let mut gi = self.alloc(ps, fx, Category::Transient, 1);
+            if i == 0 {
+                self.workspace(r.conv_ws.data);
+            }
             if fused_parts {
                 // dq, dk, dv are separate; the split's backward concatenates them.
                 let whole = self.alloc(ps, fx, Category::Transient, 1);
@@ -481,11 +484,19 @@ impl<'g> Sim<'g> {
         }
     }
 
+    /// A kernel workspace (bytes per sample, fixed bytes): taken and given back at once.
+    fn workspace(&mut self, (per_sample, fixed): (u64, u64)) {
+        if per_sample > 0 || fixed > 0 {
+            let b = self.alloc(per_sample, fixed, Category::Transient, 1);
+            self.release(b);
+        }
+    }
+
     fn emit_param_grads(&mut self, n: usize, r: &Rule, first_micro: bool) {
         let g = self.g;
         let node = &g.nodes[n];
         let pd = self.prec.param_dtype();
-        for &p in &node.params {
+        for (k, &p) in node.params.iter().enumerate() {
             let bytes = g.params[p].elems * pd.size();
             let low = if r.casts_params {
                 let lb = g.params[p].elems * self.prec.compute_dtype().size();
@@ -493,12 +504,19 @@ impl<'g> Sim<'g> {
             } else {
                 None
             };
+            // The weight-gradient kernel's workspace follows the tensor it writes.
+            if k == 0 && low.is_some() {
+                self.workspace(r.conv_ws.filter);
+            }
             if first_micro && self.param_grad[p].is_none() {
                 let b = self.alloc(0, bytes, Category::Gradients, 1);
                 self.param_grad[p] = Some(b);
             } else {
                 let b = self.alloc(0, bytes, Category::Transient, 1);
                 self.release(b);
+            }
+            if k == 0 && low.is_none() {
+                self.workspace(r.conv_ws.filter);
             }
             if let Some(l) = low {
                 self.release(l);

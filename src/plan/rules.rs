@@ -36,6 +36,17 @@ pub struct Rule {
     pub casts_params: bool,
     /// Transient bytes (elements of the output's dtype, per sample) during backward.
     pub bwd_transient: u64,
+    /// cuDNN workspaces of a convolution's backward (see [`conv_workspace`]).
+    pub conv_ws: ConvWorkspace,
+}
+
+/// Bytes of the workspaces cuDNN takes for one convolution's backward: `per_sample` scales
+/// with the batch, `fixed` does not. Allocated after the tensor the kernel writes (the input
+/// gradient, the weight gradient) and freed when the kernel returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConvWorkspace {
+    pub data: (u64, u64),
+    pub filter: (u64, u64),
 }
 
 impl Rule {
@@ -49,6 +60,7 @@ impl Rule {
             extras: Vec::new(),
             casts_params: false,
             bwd_transient: 0,
+            conv_ws: ConvWorkspace::default(),
         }
     }
 }
@@ -79,6 +91,84 @@ fn temp(per_sample: u64, dtype: DType) -> Extra {
         dtype,
         transient: true,
     }
+}
+
+/// A convolution as cuDNN sees it (per-sample elements).
+struct ConvShape {
+    transposed: bool,
+    kernel: u64,
+    groups: u64,
+    out_channels: u64,
+    in_elems: u64,
+    out_elems: u64,
+    weight: u64,
+}
+
+/// cuDNN 9 workspaces of one convolution with PyTorch's default NCHW tensors (measured per
+/// convolution with `tools/conv_workspace.py` on every convolution of the measured CNN and
+/// segmentation configs: `tests/data/conv_workspace.jsonl.gz`, H100/H200, cuDNN 9.19).
+/// Returns the forward workspace in elements of `dt` (per sample, fixed) and the
+/// backward ones in bytes.
+///
+/// - Depthwise convolutions run PyTorch's own kernels: no workspace.
+/// - A 1×1 stride-1 convolution is a GEMM on NCHW data: no forward or input-gradient
+///   workspace; the weight gradient is reduced over the batch through fp32 partials
+///   (one weight's worth per sample).
+/// - Every other dense convolution (3×3, 7×7, strided 1×1, dilated, transposed 2×2) runs
+///   an NHWC kernel behind layout transforms: each of the three kernels takes a workspace
+///   the size of its input, output and weight together (median ratio 1.00 over 500
+///   convolutions), the weight-gradient one a few weights more.
+/// - A patchify convolution (kernel = stride ≥ 4, ConvNeXt's stem) takes none in forward.
+fn conv_workspace(c: &ConvShape, dt: DType) -> ((u64, u64), ConvWorkspace) {
+    let none = ((0, 0), ConvWorkspace::default());
+    let k2 = c.kernel * c.kernel;
+    if c.out_channels == 0 || k2 == 0 || c.groups == 0 {
+        return none;
+    }
+    // Weights are (out, in / groups, k, k), transposed (in, out / groups, k, k).
+    let in_channels = if c.transposed {
+        c.weight / (k2 * (c.out_channels / c.groups).max(1))
+    } else {
+        c.weight * c.groups / (c.out_channels * k2)
+    };
+    if in_channels == 0 {
+        return none;
+    }
+    if c.groups > 1 && c.groups == in_channels {
+        return none;
+    }
+    let spatial_in = c.in_elems / in_channels;
+    let spatial_out = c.out_elems / c.out_channels;
+    let strided = !c.transposed && spatial_out < spatial_in;
+    let b = dt.size();
+    if c.kernel == 1 && !strided && !c.transposed {
+        if spatial_in <= 1 {
+            return none;
+        }
+        // Split over the batch while that stays within ~3× the layout-transform path's
+        // input + output; past it cuDNN takes the transform path (measured both ways).
+        let split = c.weight * DType::F32.size();
+        let transform = (c.in_elems + c.out_elems) * dt.size();
+        let filter = if split > 3 * transform {
+            transform
+        } else {
+            split
+        };
+        let ws = ConvWorkspace {
+            data: (0, 0),
+            filter: (filter, 0),
+        };
+        return ((0, 0), ws);
+    }
+    if c.kernel >= 4 && strided && spatial_in == spatial_out * k2 {
+        return none;
+    }
+    let per_sample = c.in_elems + c.out_elems;
+    let ws = ConvWorkspace {
+        data: (per_sample * b, c.weight * b),
+        filter: (per_sample * b, 4 * c.weight * b),
+    };
+    ((per_sample, c.weight), ws)
 }
 
 /// Computes the rule for `node` given its inputs' dtypes.
@@ -129,6 +219,35 @@ pub fn rule(
                 r.casts_params = !node.params.is_empty();
             }
             r.saves_inputs = (0..inputs.len()).collect();
+            if let Op::Conv2d {
+                transposed,
+                kernel,
+                groups,
+                out_channels,
+            } = node.op
+            {
+                let weight = node.params.first().map_or(0, |&p| g.params[p].elems);
+                let shape = ConvShape {
+                    transposed,
+                    kernel,
+                    groups,
+                    out_channels,
+                    in_elems: in_elems(0),
+                    out_elems,
+                    weight,
+                };
+                let dt = r.out_dtype;
+                let (fwd, ws) = conv_workspace(&shape, dt);
+                if fwd.0 > 0 || fwd.1 > 0 {
+                    r.extras.push(Extra {
+                        per_sample: fwd.0,
+                        fixed: fwd.1,
+                        dtype: dt,
+                        transient: true,
+                    });
+                }
+                r.conv_ws = ws;
+            }
             r
         }
         Op::Embedding => {
@@ -243,6 +362,11 @@ pub fn rule(
             r
         }
         Op::Copy => Rule::new(in0),
+        Op::SdpaOutContiguous => {
+            let mut r = Rule::new(in0);
+            r.alias = in0.is_low();
+            r
+        }
         Op::CacheAppend => {
             let d = if checkpointing {
                 in0

@@ -103,7 +103,7 @@ pub fn build(p: &VitParams, image: u64, channels: u64) -> Result<Graph, ModelErr
         let qkv = b.copy(proj, "self_attention.in_proj_contiguous");
         let a = attention(&mut b, &[qkv], shape, AttnImpl::Sdpa, "self_attention");
         // permute(2, 0, 1, 3).contiguous()
-        let a = b.copy(a, "self_attention.out_contiguous");
+        let a = b.sdpa_out_contiguous(a, "self_attention.out_contiguous");
         let a = b.linear(a, seq, d, d, true, "self_attention.out_proj");
         let a = b.dropout(a, p.dropout, false, "dropout");
         let y = b.binary(a, h, Pointwise::Add, false, "residual_1");
