@@ -2,7 +2,6 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -66,6 +65,9 @@ pub enum Command {
         model: String,
         #[arg(long, default_value_t = 1024)]
         sweep_to: u64,
+        /// Timed repetitions of each measurement (the sweep runs a tenth as often).
+        #[arg(long, default_value_t = 200)]
+        reps: usize,
         #[arg(long)]
         json: bool,
     },
@@ -267,8 +269,9 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
         Command::BenchPlan {
             model,
             sweep_to,
+            reps,
             json,
-        } => cmd_bench(&model, sweep_to, json, out),
+        } => crate::plan_bench::run(&load_model(&model)?, sweep_to, reps, json, out),
     }
 }
 
@@ -522,82 +525,6 @@ fn cmd_presets(json: bool, out: &mut dyn Write) -> Result<()> {
             g.id,
             g.name,
             g.memory().to_string()
-        )?;
-    }
-    Ok(())
-}
-
-fn cmd_bench(model: &str, sweep_to: u64, json: bool, out: &mut dyn Write) -> Result<()> {
-    let preset = load_model(model)?;
-    let cfg = TrainConfig::default();
-    let gpu = gpus::find("h200")?;
-    let budget = Budget {
-        capacity: gpu.memory(),
-        margin: 0.05,
-    };
-    // Cold plan: graph + events + evaluation.
-    let reps = 20;
-    let t = Instant::now();
-    for _ in 0..reps {
-        let p = Planner::new(&preset, &cfg)?;
-        std::hint::black_box(p.plan(cfg.batch)?);
-    }
-    let plan_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
-    let t = Instant::now();
-    for _ in 0..reps {
-        std::hint::black_box(preset.build(
-            preset.default_size(),
-            crate::model::families::transformer::AttnImpl::Sdpa,
-        )?);
-    }
-    let build_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
-    let t = Instant::now();
-    for _ in 0..reps {
-        std::hint::black_box(Planner::new(&preset, &cfg)?);
-    }
-    let prepare_ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
-    let planner = Planner::new(&preset, &cfg)?;
-    let t = Instant::now();
-    let reps2 = 5;
-    let mut points = 0;
-    let mut max = None;
-    for _ in 0..reps2 {
-        let s = crate::plan::search::sweep_allocated(&planner, 1..=sweep_to);
-        points = s.len();
-        max = std::hint::black_box(max_batch(&planner, budget, MAX_BATCH)?);
-    }
-    let sweep_ms = t.elapsed().as_secs_f64() * 1e3 / reps2 as f64;
-    // The full evaluation (allocator model included) at one batch, for reference.
-    let t = Instant::now();
-    std::hint::black_box(planner.peaks(cfg.batch)?);
-    let eval_ms = t.elapsed().as_secs_f64() * 1e3;
-    if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({"model": preset.id, "plan_ms": plan_ms, "sweep_points": points,
-                "sweep_and_max_batch_ms": sweep_ms, "graph_ms": build_ms, "graph_and_events_ms": prepare_ms, "max_batch": max, "evaluate_ms": eval_ms,
-                "events": planner.events.events.len()})
-        )?;
-    } else {
-        writeln!(
-            out,
-            "{}: {} events per plan",
-            preset.id,
-            planner.events.events.len()
-        )?;
-        writeln!(
-            out,
-            "  plan (build graph + simulate + evaluate): {plan_ms:.3} ms  [graph {build_ms:.3} ms, graph + events {prepare_ms:.3} ms]"
-        )?;
-        writeln!(
-            out,
-            "  sweep of peak allocated 1..={sweep_to} ({points} points) + max-batch on the H200 ({}): {sweep_ms:.2} ms",
-            max.map_or("none".to_string(), |m| m.to_string())
-        )?;
-        writeln!(
-            out,
-            "  one evaluation with the allocator model (reserved): {eval_ms:.3} ms"
         )?;
     }
     Ok(())

@@ -10,6 +10,7 @@ pub mod export;
 pub mod gpu;
 pub mod model;
 pub mod plan;
+pub mod plan_bench;
 pub mod ui;
 pub mod units;
 pub mod validate;

@@ -795,16 +795,18 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, k: &Constants) -> Events {
         requires_grad[node.output] = rg && g.tensors[node.output].elem == Elem::Float;
     }
     // Capacity for the events of most graphs and configs (measured on the presets: at most
-    // ~12 events per node and micro-step, half as many buffers), so that the lists rarely grow.
+    // ~12 events per node and micro-step, about half as many buffers), so that the lists rarely
+    // grow. Every buffer has an allocation event: the event bound also bounds the buffers
+    // (untouched capacity costs no page faults, a regrowth copies the whole list).
     let micro_steps = cfg.accum.clamp(1, 2) as usize * if cfg.checkpointing { 2 } else { 1 };
     let expected_events = 16 * (micro_steps * g.nodes.len() + g.params.len());
     let mut sim = Sim {
         g,
         prec: cfg.precision,
         cfg: *cfg,
-        buffers: Vec::with_capacity(expected_events / 2),
+        buffers: Vec::with_capacity(expected_events),
         events: Vec::with_capacity(expected_events),
-        refs: Vec::with_capacity(expected_events / 2),
+        refs: Vec::with_capacity(expected_events),
         phase: Phase::Setup,
         micro: 0,
         node: NO_NODE,

@@ -33,13 +33,24 @@ impl Fit {
     }
 }
 
+/// A key as (high, low) halves: 24-byte entries instead of the 32 of a 16-aligned `u128`.
+type Key = (u64, u64);
+
+fn split(key: u128) -> Key {
+    ((key >> 64) as u64, key as u64)
+}
+
+fn join(k: Key) -> u128 {
+    (u128::from(k.0) << 64) | u128::from(k.1)
+}
+
 /// Free blocks keyed by `(size << 64) | position`; values are block ids. Each bin is a
 /// deque sorted by key: blocks of one size pile up in a bin (the layers of a model free
 /// alike tensors), and they are mostly taken at the low end and returned at either end,
 /// which a deque does without moving the others and without a search.
 #[derive(Debug, Clone)]
 pub struct FreeBins {
-    bins: Vec<VecDeque<(u128, u32)>>,
+    bins: Vec<VecDeque<(Key, u32)>>,
     mask: [u64; BINS / 64],
     len: usize,
 }
@@ -64,7 +75,8 @@ impl FreeBins {
     }
 
     pub fn insert(&mut self, key: u128, id: u32) {
-        let b = bin((key >> 64) as u64);
+        let key = split(key);
+        let b = bin(key.0);
         let slot = &mut self.bins[b];
         match (slot.front(), slot.back()) {
             (_, None) => slot.push_back((key, id)),
@@ -81,7 +93,8 @@ impl FreeBins {
 
     /// Removes the entry with `key` (no-op when absent).
     pub fn remove(&mut self, key: u128) {
-        let b = bin((key >> 64) as u64);
+        let key = split(key);
+        let b = bin(key.0);
         let slot = &self.bins[b];
         let at = if slot.front().is_some_and(|e| e.0 == key) {
             Some(0)
@@ -111,7 +124,7 @@ impl FreeBins {
     /// The smallest entry whose size is ≥ `size` (lowest key among equals).
     pub fn best_fit(&self, size: u64) -> Option<Fit> {
         let b = bin(size);
-        let floor = u128::from(size) << 64;
+        let floor = (size, 0);
         let slot = &self.bins[b];
         let (bin, index) = match slot.front() {
             Some(&(first, _)) if first >= floor => (b, 0),
@@ -122,7 +135,7 @@ impl FreeBins {
         };
         let (key, id) = *self.bins[bin].get(index)?;
         Some(Fit {
-            key,
+            key: join(key),
             id,
             bin,
             index,
