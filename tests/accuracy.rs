@@ -58,3 +58,60 @@ fn second_holdout_set_within_targets() {
 fn third_holdout_set_within_targets() {
     check(&["tests/data/holdout3.jsonl"]);
 }
+
+/// Measured after the convolution-workspace rule was written from per-convolution
+/// measurements (tools/conv_workspace.py), on an H100 (PyTorch 2.11, cuDNN 9.19); its
+/// whole-model rows were never tuned on.
+#[test]
+fn fourth_holdout_set_within_targets() {
+    check(&["tests/data/holdout4.jsonl"]);
+}
+
+const ALL: [&str; 5] = [
+    "tests/data/calibration.jsonl",
+    "tests/data/holdout.jsonl",
+    "tests/data/holdout2.jsonl",
+    "tests/data/holdout3.jsonl",
+    "tests/data/holdout4.jsonl",
+];
+
+/// The targets hold per model family over every measured row, not only on average.
+#[test]
+fn every_family_within_targets() {
+    let rows = rows(&ALL);
+    let families: [(&str, &[&str]); 4] = [
+        (
+            "CNN",
+            &["resnet", "efficientnet", "mobilenet_v3", "convnext"],
+        ),
+        ("ViT", &["vit"]),
+        ("segmentation", &["deeplabv3", "fcn", "unet"]),
+        ("language models", &["gpt2", "bert", "llama"]),
+    ];
+    for (name, members) in families {
+        let fam: Vec<_> = rows
+            .iter()
+            .filter(|r| members.contains(&r.family.as_str()))
+            .collect();
+        assert!(fam.len() >= 20, "{name}: only {} rows", fam.len());
+        let alloc_median = median_abs(fam.iter().map(|r| r.allocated_error()));
+        let alloc_worst = max_abs(fam.iter().map(|r| r.allocated_error()));
+        let reserved_median = median_abs(fam.iter().map(|r| r.reserved_error()));
+        println!(
+            "{name}: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
+            fam.len()
+        );
+        assert!(
+            alloc_median <= 3.0,
+            "{name}: allocated median {alloc_median:.2} %"
+        );
+        assert!(
+            alloc_worst <= 10.0,
+            "{name}: allocated worst {alloc_worst:.2} %"
+        );
+        assert!(
+            reserved_median <= 5.0,
+            "{name}: reserved median {reserved_median:.2} %"
+        );
+    }
+}

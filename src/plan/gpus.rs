@@ -19,12 +19,20 @@ pub struct Gpu {
     pub bandwidth_gbps: f64,
     /// Whether `memory_mib` was read off a real device (else the datasheet).
     pub measured: bool,
+    /// Memory the driver keeps from CUDA even on an idle device: NVML's total minus
+    /// `cuMemGetInfo`'s (measured: H200 616 MiB, H100 80GB HBM3 480 MiB); 0 where unknown.
+    #[serde(default)]
+    pub driver_reserved_mib: u64,
 }
 
 impl Gpu {
-    /// Total memory.
+    /// Memory a process can allocate: the driver's total less its idle reservation.
     pub fn memory(&self) -> Bytes {
-        Bytes(self.memory_mib.saturating_mul(1 << 20))
+        Bytes(
+            self.memory_mib
+                .saturating_sub(self.driver_reserved_mib)
+                .saturating_mul(1 << 20),
+        )
     }
 
     /// A GPU detected at run time (NVML name and total bytes).
@@ -38,6 +46,7 @@ impl Gpu {
             bf16_tflops: 0.0,
             bandwidth_gbps: 0.0,
             measured: true,
+            driver_reserved_mib: 0,
         }
     }
 }

@@ -511,6 +511,56 @@ mod tests {
     const F32: DType = DType::F32;
     const BF16: DType = DType::BF16;
 
+    fn conv(kernel: u64, groups: u64, cin: u64, cout: u64, hw_in: u64, hw_out: u64) -> ConvShape {
+        ConvShape {
+            transposed: false,
+            kernel,
+            groups,
+            out_channels: cout,
+            in_elems: cin * hw_in * hw_in,
+            out_elems: cout * hw_out * hw_out,
+            weight: cout * cin / groups * kernel * kernel,
+        }
+    }
+
+    /// Bytes at batch `n` of a (per sample, fixed) pair in elements of `dt`.
+    fn at(n: u64, (ps, fx): (u64, u64), dt: DType) -> u64 {
+        (n * ps + fx) * dt.size()
+    }
+
+    fn near(pred: u64, measured: u64) -> bool {
+        (pred as f64 - measured as f64).abs() <= 0.02 * measured as f64
+    }
+
+    /// Against single-convolution measurements in tests/data/conv_workspace.jsonl.gz
+    /// (H100, PyTorch 2.11, cuDNN 9.19, fp32 with TF32).
+    #[test]
+    fn conv_workspace_matches_measured_convolutions() {
+        // ResNet-50 layer1 3×3, batch 64: forward 102 908 051 B, weight gradient 104 972 967 B.
+        let (fwd, ws) = conv_workspace(&conv(3, 1, 64, 64, 56, 56), F32);
+        assert!(near(at(64, fwd, F32), 102_908_051));
+        assert!(near(64 * ws.data.0 + ws.data.1, 102_908_051));
+        assert!(near(64 * ws.filter.0 + ws.filter.1, 104_972_967));
+        // 1×1 stride 1, 256 → 64, batch 64: only the weight gradient, 4 194 704 B.
+        let (fwd, ws) = conv_workspace(&conv(1, 1, 256, 64, 56, 56), F32);
+        assert_eq!(fwd, (0, 0));
+        assert_eq!(ws.data, (0, 0));
+        assert!(near(64 * ws.filter.0 + ws.filter.1, 4_194_704));
+        // The 7×7 stem at batch 128: forward 488 149 776 B.
+        let (fwd, _) = conv_workspace(&conv(7, 1, 3, 64, 224, 112), F32);
+        assert!(near(at(128, fwd, F32), 488_149_776));
+        // Depthwise 3×3 (EfficientNet): PyTorch's own kernel, nothing.
+        let (fwd, ws) = conv_workspace(&conv(3, 32, 32, 32, 112, 112), F32);
+        assert_eq!((fwd, ws), ((0, 0), ConvWorkspace::default()));
+        // A 1×1 convolution on a 1×1 map (squeeze-excitation): nothing.
+        let (_, ws) = conv_workspace(&conv(1, 1, 240, 10, 1, 1), BF16);
+        assert_eq!(ws, ConvWorkspace::default());
+        // A large 1×1 weight gradient takes the transform path: 512 → 2048 on a 6×6 map,
+        // bf16, batch 96, measured 17 694 736 B (batch × weight × 4 would be 384 MiB).
+        let (_, ws) = conv_workspace(&conv(1, 1, 512, 2048, 6, 6), BF16);
+        assert!(near(96 * ws.filter.0 + ws.filter.1, 17_694_736));
+    }
+
     #[test]
     fn pointwise_saved_tensor_table() {
         // (op, inplace, saves inputs, saves output, extra clone)
