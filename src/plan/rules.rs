@@ -121,15 +121,15 @@ struct ConvShape {
 /// - A patchify convolution (kernel = stride ≥ 4, ConvNeXt's stem) takes none in forward.
 fn conv_workspace(c: &ConvShape, dt: DType) -> ((u64, u64), ConvWorkspace) {
     let none = ((0, 0), ConvWorkspace::default());
-    let k2 = c.kernel * c.kernel;
+    let k2 = c.kernel.saturating_mul(c.kernel);
     if c.out_channels == 0 || k2 == 0 || c.groups == 0 {
         return none;
     }
     // Weights are (out, in / groups, k, k), transposed (in, out / groups, k, k).
     let in_channels = if c.transposed {
-        c.weight / (k2 * (c.out_channels / c.groups).max(1))
+        c.weight / k2.saturating_mul((c.out_channels / c.groups).max(1))
     } else {
-        c.weight * c.groups / (c.out_channels * k2)
+        c.weight.saturating_mul(c.groups) / c.out_channels.saturating_mul(k2)
     };
     if in_channels == 0 {
         return none;
@@ -147,9 +147,9 @@ fn conv_workspace(c: &ConvShape, dt: DType) -> ((u64, u64), ConvWorkspace) {
         }
         // Split over the batch while that stays within ~3× the layout-transform path's
         // input + output; past it cuDNN takes the transform path (measured both ways).
-        let split = c.weight * DType::F32.size();
-        let transform = (c.in_elems + c.out_elems) * dt.size();
-        let filter = if split > 3 * transform {
+        let split = c.weight.saturating_mul(DType::F32.size());
+        let transform = (c.in_elems.saturating_add(c.out_elems)).saturating_mul(b);
+        let filter = if split > transform.saturating_mul(3) {
             transform
         } else {
             split
@@ -163,10 +163,13 @@ fn conv_workspace(c: &ConvShape, dt: DType) -> ((u64, u64), ConvWorkspace) {
     if c.kernel >= 4 && strided && spatial_in == spatial_out * k2 {
         return none;
     }
-    let per_sample = c.in_elems + c.out_elems;
+    // Sizes are bounded by the graph's checked arithmetic; saturate rather than wrap anyway.
+    let per_sample = c.in_elems.saturating_add(c.out_elems);
+    let bytes = per_sample.saturating_mul(b);
+    let weight = c.weight.saturating_mul(b);
     let ws = ConvWorkspace {
-        data: (per_sample * b, c.weight * b),
-        filter: (per_sample * b, 4 * c.weight * b),
+        data: (bytes, weight),
+        filter: (bytes, weight.saturating_mul(4)),
     };
     ((per_sample, c.weight), ws)
 }
