@@ -20,7 +20,7 @@ pub fn round_size(size: u64) -> u64 {
     if size < MIN_BLOCK {
         MIN_BLOCK
     } else {
-        size.div_ceil(MIN_BLOCK) * MIN_BLOCK
+        size.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
     }
 }
 
@@ -30,7 +30,7 @@ fn segment_size(size: u64) -> u64 {
     } else if size < MIN_LARGE_ALLOC {
         LARGE_BUFFER
     } else {
-        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+        size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
     }
 }
 
@@ -226,7 +226,8 @@ impl CachingAllocator {
                 head
             }
         };
-        let remaining = self.blocks[id as usize].size - size;
+        // Saturating: an absurd request (the plan reports its overflow) must not panic here.
+        let remaining = self.blocks[id as usize].size.saturating_sub(size);
         let split = if small {
             remaining >= MIN_BLOCK
         } else {
@@ -362,6 +363,17 @@ mod tests {
         assert_eq!(round_size(1), 512);
         assert_eq!(round_size(512), 512);
         assert_eq!(round_size(513), 1024);
+    }
+
+    /// Absurd sizes saturate instead of overflowing (the plan reports them as errors);
+    /// found by tests/invariants.rs in a debug build.
+    #[test]
+    fn absurd_requests_do_not_overflow() {
+        assert_eq!(round_size(u64::MAX - 10), u64::MAX);
+        assert!(segment_size(u64::MAX - (1 << 20)) >= u64::MAX - (1 << 20));
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        a.malloc(u64::MAX - (1 << 20));
+        a.malloc(u64::MAX / 2);
     }
 
     #[test]
