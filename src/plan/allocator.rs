@@ -154,7 +154,9 @@ impl CachingAllocator {
     fn key(&self, id: u32) -> u128 {
         let b = &self.blocks[id as usize];
         // Offsets are multiples of 512: 40 bits of them cover 512 TiB per segment.
-        (u128::from(b.size) << 64) | (u128::from(b.segment) << 40) | u128::from(b.offset >> 9)
+        (u128::from(b.size) << 64)
+            | (u128::from(0xFF_FFFF - (b.segment & 0xFF_FFFF)) << 40)
+            | u128::from(b.offset >> 9)
     }
 
     fn insert_free(&mut self, id: u32) {
