@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::config::{DType, Optimizer, Precision, TrainConfig};
 use super::rules::{Rule, rule};
-use crate::model::ir::{Elem, Graph, Op};
+use crate::model::ir::{Elem, Graph, Op, Pointwise};
 
 /// What a buffer holds (the breakdown categories).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
@@ -362,8 +362,33 @@ impl<'g> Sim<'g> {
         match self.gbuf[t] {
             None => self.gbuf[t] = Some(b),
             // Accumulated in place into the first gradient: the new one is freed.
+            // `InputBuffer::accumulate` adds into the old gradient when nothing else holds
+            // it, else into the new one (the old one may be a pass-through shared with
+            // another input).
+            Some(old) if self.refs[old as usize] > 1 && self.refs[b as usize] == 1 => {
+                self.gbuf[t] = Some(b);
+                self.release(old);
+            }
             Some(_) => self.release(b),
         }
+    }
+
+    /// Whether node `n` hands its output gradient to its inputs unchanged, as
+    /// `AddBackward0` does for same-shape, same-dtype operands (no new tensor).
+    fn passes_grad_through(&self, n: usize) -> bool {
+        let node = &self.g.nodes[n];
+        matches!(
+            node.op,
+            Op::Pointwise {
+                f: Pointwise::Add,
+                ..
+            }
+        ) && node.inputs.iter().all(|&t| {
+            let (a, b) = (&self.g.tensors[t], &self.g.tensors[node.output]);
+            a.per_sample == b.per_sample
+                && a.fixed == b.fixed
+                && self.dtypes[t] == self.dtypes[node.output]
+        })
     }
 
     fn backward_node(&mut self, n: usize, first_micro: bool) {
@@ -385,6 +410,23 @@ impl<'g> Sim<'g> {
                     } else {
                         self.release(go);
                     }
+                }
+            } else if self.passes_grad_through(n) {
+                let mut given = false;
+                for (i, &t) in node.inputs.iter().enumerate() {
+                    if !self.requires_grad[t] || node.inputs[..i].contains(&t) {
+                        continue;
+                    }
+                    if let Some(go) = gout {
+                        if given {
+                            self.retain(go);
+                        }
+                        given = true;
+                        self.grad_for(t, go);
+                    }
+                }
+                if let (Some(go), false) = (gout, given) {
+                    self.release(go);
                 }
             } else {
                 self.emit_input_grads(n, r, is_loss);
