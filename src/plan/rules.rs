@@ -621,6 +621,52 @@ mod tests {
         assert!(near(96 * ws.filter.0 + ws.filter.1, 17_694_736));
     }
 
+    /// Weight-gradient split-K partials beyond input + output, measured per convolution
+    /// (tests/data/conv_workspace.jsonl.gz): within 0.5 % of the measured workspace.
+    #[test]
+    fn weight_gradient_partials_match_measured_convolutions() {
+        let close = |pred: u64, measured: u64| {
+            (pred as f64 - measured as f64).abs() <= 0.005 * measured as f64
+        };
+        let cases: &[(ConvShape, DType, u64, u64)] = &[
+            // ResNet-18 layer1 3×3 64→64 at 56², fp32, batch 256: 394.11 MiB.
+            (conv(3, 1, 64, 64, 56, 56), F32, 256, 413_254_311),
+            // ResNet-18 layer2 3×3 128→128 at 28², fp32, batch 256: 204.44 MiB.
+            (conv(3, 1, 128, 128, 28, 28), F32, 256, 214_368_935),
+            // ResNet-18 layer3 3×3 256→256 at 14², fp32, batch 256: 107.0 MiB.
+            (conv(3, 1, 256, 256, 14, 14), F32, 256, 112_198_239),
+            // 3×3 64→64, bf16, batch 200 at 56²: 27 weights of partials.
+            (conv(3, 1, 64, 64, 56, 56), BF16, 200, 162_554_535),
+        ];
+        for (i, (c, dt, n, measured)) in cases.iter().enumerate() {
+            let (_, ws) = conv_workspace(c, *dt);
+            let pred = n * ws.filter.0 + ws.filter.1;
+            assert!(close(pred, *measured), "case {i}: {pred} vs {measured}");
+        }
+    }
+
+    /// Stems pad 3 channels for NHWC kernels (ResNet 7×7, EfficientNet 3×3).
+    #[test]
+    fn stem_workspaces_match_measured_convolutions() {
+        let mib = |x: f64| (x * 1_048_576.0) as u64;
+        // 7×7 s2 3→64, fp32, batch 256: forward input + output + weight (931.04 MiB),
+        // weight gradient 985.79 MiB.
+        let (fwd, ws) = conv_workspace(&conv(7, 1, 3, 64, 224, 112), F32);
+        assert!(near(at(256, fwd, F32), mib(931.04)));
+        assert!(near(256 * ws.filter.0 + ws.filter.1, mib(985.79)));
+        assert_eq!(ws.data, (0, 0));
+        // The same in bf16: forward + the input padded to 8 channels (588.05 MiB).
+        let (fwd, ws) = conv_workspace(&conv(7, 1, 3, 64, 224, 112), BF16);
+        assert!(near(at(256, fwd, BF16), mib(465.5 + 122.55)));
+        assert!(near(256 * ws.filter.0 + ws.filter.1, mib(593.89)));
+        // 3×3 s2 3→32 (EfficientNet): nothing in fp32; the bf16 weight gradient 393.12 MiB.
+        let (fwd, ws) = conv_workspace(&conv(3, 1, 3, 32, 224, 112), F32);
+        assert_eq!((fwd, ws), ((0, 0), ConvWorkspace::default()));
+        let (fwd, ws) = conv_workspace(&conv(3, 1, 3, 32, 224, 112), BF16);
+        assert_eq!(fwd, (0, 0));
+        assert!(near(256 * ws.filter.0 + ws.filter.1, mib(393.12)));
+    }
+
     #[test]
     fn pointwise_saved_tensor_table() {
         // (op, inplace, saves inputs, saves output, extra clone)
