@@ -374,7 +374,8 @@ impl<'g> Sim<'g> {
     }
 
     /// Whether node `n` hands its output gradient to its inputs unchanged, as
-    /// `AddBackward0` does for same-shape, same-dtype operands (no new tensor).
+    /// `AddBackward0` does for same-shape, same-dtype operands (no new tensor). A parameter
+    /// operand (a broadcast position embedding) needs its gradient summed over the batch.
     fn passes_grad_through(&self, n: usize) -> bool {
         let node = &self.g.nodes[n];
         matches!(
@@ -383,12 +384,13 @@ impl<'g> Sim<'g> {
                 f: Pointwise::Add,
                 ..
             }
-        ) && node.inputs.iter().all(|&t| {
-            let (a, b) = (&self.g.tensors[t], &self.g.tensors[node.output]);
-            a.per_sample == b.per_sample
-                && a.fixed == b.fixed
-                && self.dtypes[t] == self.dtypes[node.output]
-        })
+        ) && node.params.is_empty()
+            && node.inputs.iter().all(|&t| {
+                let (a, b) = (&self.g.tensors[t], &self.g.tensors[node.output]);
+                a.per_sample == b.per_sample
+                    && a.fixed == b.fixed
+                    && self.dtypes[t] == self.dtypes[node.output]
+            })
     }
 
     fn backward_node(&mut self, n: usize, first_micro: bool) {
