@@ -172,9 +172,9 @@ impl GraphBuilder {
         };
         self.graph.nodes.push(Node {
             op,
-            inputs: inputs.to_vec(),
+            inputs: inputs.into(),
             output,
-            params: params.to_vec(),
+            params: params.into(),
             block: self.block,
             name,
         });

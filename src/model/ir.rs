@@ -155,14 +155,74 @@ pub enum Op {
     },
 }
 
+/// Tensor or parameter ids of one op: up to [`Ids::INLINE`] stored in place (no heap
+/// allocation per op), more on the heap. Reads as a slice.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Ids {
+    Inline { len: u8, ids: [usize; Ids::INLINE] },
+    Heap(Vec<usize>),
+}
+
+impl Ids {
+    pub const INLINE: usize = 4;
+}
+
+impl From<&[usize]> for Ids {
+    fn from(ids: &[usize]) -> Ids {
+        match ids.len() {
+            len @ 0..=Ids::INLINE => {
+                let mut inline = [0; Ids::INLINE];
+                inline[..len].copy_from_slice(ids);
+                Ids::Inline {
+                    len: len as u8,
+                    ids: inline,
+                }
+            }
+            _ => Ids::Heap(ids.to_vec()),
+        }
+    }
+}
+
+impl std::ops::Deref for Ids {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        match self {
+            Ids::Inline { len, ids } => &ids[..usize::from(*len)],
+            Ids::Heap(ids) => ids,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Ids {
+    type Item = &'a usize;
+    type IntoIter = std::slice::Iter<'a, usize>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl std::fmt::Debug for Ids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for Ids {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
 /// One op applied to tensors.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Node {
     pub op: Op,
-    pub inputs: Vec<TensorId>,
+    pub inputs: Ids,
     pub output: TensorId,
     /// Parameters this op uses (weights first, then bias).
-    pub params: Vec<ParamId>,
+    pub params: Ids,
     /// Checkpointable block this op belongs to (activation checkpointing unit).
     pub block: Option<u32>,
     /// Layer name for timelines ("layer3.2.conv1").
