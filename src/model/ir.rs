@@ -225,8 +225,9 @@ pub struct Node {
     pub params: Ids,
     /// Checkpointable block this op belongs to (activation checkpointing unit).
     pub block: Option<u32>,
-    /// Layer name for timelines ("layer3.2.conv1").
-    pub name: String,
+    /// Layer name for timelines ("layer3.2.conv1"): bytes of [`Graph::names`], read with
+    /// [`Graph::name`] (one string for all names, no allocation per op).
+    pub name: std::ops::Range<u32>,
 }
 
 /// A model: tensors, parameters and ops in forward order. The last op is the loss.
@@ -235,9 +236,18 @@ pub struct Graph {
     pub tensors: Vec<Tensor>,
     pub params: Vec<Param>,
     pub nodes: Vec<Node>,
+    /// The layer names of all nodes, one after the other.
+    pub names: String,
 }
 
 impl Graph {
+    /// The layer name of `node` ("layer3.2.conv1").
+    pub fn name(&self, node: &Node) -> &str {
+        self.names
+            .get(node.name.start as usize..node.name.end as usize)
+            .unwrap_or_default()
+    }
+
     /// Total trainable parameters (elements).
     pub fn param_count(&self) -> u64 {
         self.params.iter().map(|p| p.elems).sum()

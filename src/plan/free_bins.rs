@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 
 const SUB: u32 = 4; // 2^4 bins per power of two
 const BINS: usize = 64 << SUB;
+/// Entries reserved when a bin is first used.
+const FIRST_CAPACITY: usize = 16;
 
 fn bin(size: u64) -> usize {
     let fl = 63 - size.max(1).leading_zeros();
@@ -79,7 +81,12 @@ impl FreeBins {
         let b = bin(key.0);
         let slot = &mut self.bins[b];
         match (slot.front(), slot.back()) {
-            (_, None) => slot.push_back((key, id)),
+            (_, None) => {
+                // A bin in use usually collects a few blocks: start with room for them
+                // instead of growing through 4 and 8 entries.
+                slot.reserve(FIRST_CAPACITY);
+                slot.push_back((key, id));
+            }
             (_, Some(&(last, _))) if key > last => slot.push_back((key, id)),
             (Some(&(first, _)), _) if key < first => slot.push_front((key, id)),
             _ => {
@@ -126,12 +133,13 @@ impl FreeBins {
         let b = bin(size);
         let floor = (size, 0);
         let slot = &self.bins[b];
-        let (bin, index) = match slot.front() {
-            Some(&(first, _)) if first >= floor => (b, 0),
-            _ => match slot.partition_point(|&(k, _)| k < floor) {
-                at if at < slot.len() => (b, at),
-                _ => (self.next_bin(b + 1)?, 0),
-            },
+        let (bin, index) = match (slot.front(), slot.back()) {
+            (Some(&(first, _)), _) if first >= floor => (b, 0),
+            // Every entry of the bin is smaller: the next occupied bin has the fit.
+            (_, Some(&(last, _))) if last >= floor => {
+                (b, slot.partition_point(|&(k, _)| k < floor))
+            }
+            _ => (self.next_bin(b + 1)?, 0),
         };
         let (key, id) = *self.bins[bin].get(index)?;
         Some(Fit {
