@@ -47,10 +47,11 @@ fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
     Ok(out)
 }
 
-/// Per buffer: its allocator handle and rounded bytes, filled in at its allocation.
+/// Per buffer: its allocator handle, set at its allocation. (Its rounded bytes are computed
+/// again at the free: cheaper than reading them back from a list twice the size.)
 struct Slots {
     batch: u64,
-    slots: Vec<(u32, u64)>,
+    handles: Vec<u32>,
 }
 
 impl Slots {
@@ -68,7 +69,7 @@ impl Slots {
         }
         Ok(Slots {
             batch,
-            slots: vec![(u32::MAX, 0); ev.buffers.len()],
+            handles: vec![u32::MAX; ev.buffers.len()],
         })
     }
 
@@ -92,13 +93,12 @@ pub fn runs_within(
     for e in &ev.events {
         let b = e.buffer as usize;
         if e.alloc {
-            let size = slots.size_of(&ev.buffers[b]);
-            slots.slots[b] = (allocator.malloc_rounded(size), size);
+            slots.handles[b] = allocator.malloc_rounded(slots.size_of(&ev.buffers[b]));
             if allocator.oom {
                 return Ok(false);
             }
         } else {
-            allocator.free(slots.slots[b].0);
+            allocator.free(slots.handles[b]);
         }
     }
     Ok(true)
@@ -120,20 +120,19 @@ impl Run<'_> {
         let b = e.buffer as usize;
         let buf = &self.ev.buffers[b];
         let cat = buf.category.index();
+        let size = self.slots.size_of(buf);
         if e.alloc {
-            let size = self.slots.size_of(buf);
             self.current = match self.current.checked_add(size) {
                 Some(c) if c <= LIMIT => c,
                 // (not `ok_or`: that builds, and drops, an error per event)
                 _ => return Err(PlanError::Overflow("allocated bytes")),
             };
             self.live[cat] += size;
-            self.slots.slots[b] = (self.allocator.malloc_rounded(size), size);
+            self.slots.handles[b] = self.allocator.malloc_rounded(size);
         } else {
-            let (handle, size) = self.slots.slots[b];
             self.current -= size;
             self.live[cat] -= size;
-            self.allocator.free(handle);
+            self.allocator.free(self.slots.handles[b]);
         }
         Ok(())
     }

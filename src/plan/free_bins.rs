@@ -7,8 +7,10 @@ use std::collections::VecDeque;
 
 const SUB: u32 = 4; // 2^4 bins per power of two
 const BINS: usize = 64 << SUB;
-/// Entries reserved when a bin is first used.
-const FIRST_CAPACITY: usize = 16;
+/// Entries reserved when a bin is first used. (The value also shapes the heap of a whole
+/// plan: with 16, glibc returned the top of the heap to the system after every Llama-2-7b
+/// plan and `bench-plan` took 180 page faults per plan; see the README's "Planner speed".)
+const FIRST_CAPACITY: usize = 8;
 
 fn bin(size: u64) -> usize {
     let fl = 63 - size.max(1).leading_zeros();
@@ -83,7 +85,7 @@ impl FreeBins {
         match (slot.front(), slot.back()) {
             (_, None) => {
                 // A bin in use usually collects a few blocks: start with room for them
-                // instead of growing through 4 and 8 entries.
+                // instead of growing through 4 entries.
                 slot.reserve(FIRST_CAPACITY);
                 slot.push_back((key, id));
             }
