@@ -7,10 +7,6 @@ use std::collections::VecDeque;
 
 const SUB: u32 = 4; // 2^4 bins per power of two
 const BINS: usize = 64 << SUB;
-/// Entries reserved when a bin is first used. (The value also shapes the heap of a whole
-/// plan: with 16, glibc returned the top of the heap to the system after every Llama-2-7b
-/// plan and `bench-plan` took 180 page faults per plan; see the README's "Planner speed".)
-const FIRST_CAPACITY: usize = 8;
 
 fn bin(size: u64) -> usize {
     let fl = 63 - size.max(1).leading_zeros();
@@ -83,12 +79,7 @@ impl FreeBins {
         let b = bin(key.0);
         let slot = &mut self.bins[b];
         match (slot.front(), slot.back()) {
-            (_, None) => {
-                // A bin in use usually collects a few blocks: start with room for them
-                // instead of growing through 4 entries.
-                slot.reserve(FIRST_CAPACITY);
-                slot.push_back((key, id));
-            }
+            (_, None) => slot.push_back((key, id)),
             (_, Some(&(last, _))) if key > last => slot.push_back((key, id)),
             (Some(&(first, _)), _) if key < first => slot.push_front((key, id)),
             _ => {
@@ -137,10 +128,10 @@ impl FreeBins {
         let slot = &self.bins[b];
         let (bin, index) = match (slot.front(), slot.back()) {
             (Some(&(first, _)), _) if first >= floor => (b, 0),
-            // Every entry of the bin is smaller: the next occupied bin has the fit.
             (_, Some(&(last, _))) if last >= floor => {
                 (b, slot.partition_point(|&(k, _)| k < floor))
             }
+            // Every entry of the bin is smaller (no search): the next occupied bin has the fit.
             _ => (self.next_bin(b + 1)?, 0),
         };
         let (key, id) = *self.bins[bin].get(index)?;
