@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
             .graph
             .nodes
             .get(e.node as usize)
-            .map_or("-", |n| n.name.as_str());
+            .map_or("-", |n| p.graph.name(n));
         let before = al.reserved;
         if e.alloc {
             h[e.buffer as usize] = al.malloc(size);

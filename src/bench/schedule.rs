@@ -538,7 +538,7 @@ pub fn build(
             let k = i - ev.measured_start;
             if k.is_multiple_of(probe_every) || next.is_none() {
                 let label = if node < g.nodes.len() {
-                    format!("{} {}", g.nodes[node].name, event.phase.label())
+                    format!("{} {}", g.name(&g.nodes[node]), event.phase.label())
                 } else {
                     event.phase.label().to_string()
                 };

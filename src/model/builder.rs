@@ -76,6 +76,9 @@ pub fn conv_out(len: u64, kernel: u64, stride: u64, padding: u64, dilation: u64)
     (padded - span) / stride + 1
 }
 
+/// Bytes reserved per op for the layer names (most names are shorter).
+const NAME_BYTES: usize = 32;
+
 /// Builds a [`Graph`] op by op.
 #[derive(Debug, Default)]
 pub struct GraphBuilder {
@@ -95,6 +98,7 @@ impl GraphBuilder {
         let mut b = Self::default();
         b.graph.nodes.reserve(nodes);
         b.graph.tensors.reserve(nodes);
+        b.graph.names.reserve(nodes * NAME_BYTES);
         b
     }
 
@@ -161,20 +165,21 @@ impl GraphBuilder {
         name: &str,
     ) -> TensorId {
         let output = self.tensor(per_sample, 0, elem);
-        let name = if self.prefix.is_empty() {
-            name.to_string()
-        } else {
-            let mut full = String::with_capacity(self.prefix.len() + 1 + name.len());
-            full.push_str(&self.prefix);
-            full.push('.');
-            full.push_str(name);
-            full
-        };
+        let names = &mut self.graph.names;
+        let start = names.len();
+        if !self.prefix.is_empty() {
+            names.push_str(&self.prefix);
+            names.push('.');
+        }
+        names.push_str(name);
+        // (Names of more than 4 GiB read as empty.)
+        let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        let name = at(start)..at(names.len());
         self.graph.nodes.push(Node {
             op,
-            inputs: inputs.to_vec(),
+            inputs: inputs.into(),
             output,
-            params: params.to_vec(),
+            params: params.into(),
             block: self.block,
             name,
         });

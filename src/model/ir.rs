@@ -155,18 +155,79 @@ pub enum Op {
     },
 }
 
+/// Tensor or parameter ids of one op: up to [`Ids::INLINE`] stored in place (no heap
+/// allocation per op), more on the heap. Reads as a slice.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Ids {
+    Inline { len: u8, ids: [usize; Ids::INLINE] },
+    Heap(Vec<usize>),
+}
+
+impl Ids {
+    pub const INLINE: usize = 4;
+}
+
+impl From<&[usize]> for Ids {
+    fn from(ids: &[usize]) -> Ids {
+        match ids.len() {
+            len @ 0..=Ids::INLINE => {
+                let mut inline = [0; Ids::INLINE];
+                inline[..len].copy_from_slice(ids);
+                Ids::Inline {
+                    len: len as u8,
+                    ids: inline,
+                }
+            }
+            _ => Ids::Heap(ids.to_vec()),
+        }
+    }
+}
+
+impl std::ops::Deref for Ids {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        match self {
+            Ids::Inline { len, ids } => &ids[..usize::from(*len)],
+            Ids::Heap(ids) => ids,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Ids {
+    type Item = &'a usize;
+    type IntoIter = std::slice::Iter<'a, usize>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl std::fmt::Debug for Ids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for Ids {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
 /// One op applied to tensors.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Node {
     pub op: Op,
-    pub inputs: Vec<TensorId>,
+    pub inputs: Ids,
     pub output: TensorId,
     /// Parameters this op uses (weights first, then bias).
-    pub params: Vec<ParamId>,
+    pub params: Ids,
     /// Checkpointable block this op belongs to (activation checkpointing unit).
     pub block: Option<u32>,
-    /// Layer name for timelines ("layer3.2.conv1").
-    pub name: String,
+    /// Layer name for timelines ("layer3.2.conv1"): bytes of [`Graph::names`], read with
+    /// [`Graph::name`] (one string for all names, no allocation per op).
+    pub name: std::ops::Range<u32>,
 }
 
 /// A model: tensors, parameters and ops in forward order. The last op is the loss.
@@ -175,9 +236,18 @@ pub struct Graph {
     pub tensors: Vec<Tensor>,
     pub params: Vec<Param>,
     pub nodes: Vec<Node>,
+    /// The layer names of all nodes, one after the other.
+    pub names: String,
 }
 
 impl Graph {
+    /// The layer name of `node` ("layer3.2.conv1").
+    pub fn name(&self, node: &Node) -> &str {
+        self.names
+            .get(node.name.start as usize..node.name.end as usize)
+            .unwrap_or_default()
+    }
+
     /// Total trainable parameters (elements).
     pub fn param_count(&self) -> u64 {
         self.params.iter().map(|p| p.elems).sum()

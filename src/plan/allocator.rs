@@ -179,7 +179,12 @@ impl CachingAllocator {
 
     /// Allocates `size` bytes; returns a handle for [`free`](Self::free).
     pub fn malloc(&mut self, size: u64) -> u32 {
-        let size = round_size(size);
+        self.malloc_rounded(round_size(size))
+    }
+
+    /// [`malloc`](Self::malloc) of a size already rounded by [`round_size`].
+    pub fn malloc_rounded(&mut self, size: u64) -> u32 {
+        debug_assert_eq!(size, round_size(size));
         let small = size <= SMALL_SIZE;
         if self.cfg.expandable_segments && !small {
             return self.malloc_expandable(size);

@@ -3,7 +3,7 @@
 
 use super::allocator::{CachingAllocator, round_size};
 use super::config::AllocatorConfig;
-use super::events::{Events, Phase};
+use super::events::{Buffer, Event, Events, Phase};
 use super::{PlanError, TimelinePoint};
 use crate::units::Bytes;
 
@@ -47,6 +47,39 @@ fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
     Ok(out)
 }
 
+/// Per buffer: its allocator handle, set at its allocation. (Its rounded bytes are computed
+/// again at the free: cheaper than reading them back from a list twice the size.)
+struct Slots {
+    batch: u64,
+    handles: Vec<u32>,
+}
+
+impl Slots {
+    /// Fails as [`sizes`] does when a buffer's bytes overflow at `batch`. When the largest
+    /// per-sample and fixed bytes of all buffers together stay within [`LIMIT`], no buffer
+    /// can overflow and the sizes are computed at each allocation instead of in a pass.
+    fn new(ev: &Events, batch: u64) -> Result<Slots, PlanError> {
+        let (ps, fx) = ev
+            .buffers
+            .iter()
+            .fold((0, 0), |(p, f), b| (b.per_sample.max(p), b.fixed.max(f)));
+        let bound = ps.checked_mul(batch).and_then(|x| x.checked_add(fx));
+        if bound.is_none_or(|x| x > LIMIT) {
+            sizes(ev, batch)?;
+        }
+        Ok(Slots {
+            batch,
+            handles: vec![u32::MAX; ev.buffers.len()],
+        })
+    }
+
+    /// Rounded bytes of buffer `b` (no overflow: checked in [`Slots::new`]).
+    #[inline]
+    fn size_of(&self, b: &Buffer) -> u64 {
+        round_size(b.per_sample * self.batch + b.fixed)
+    }
+}
+
 /// Whether the whole event list (model creation, warm-up, measured step) runs without a
 /// CUDA OOM when the allocator may reserve at most `cap` bytes.
 pub fn runs_within(
@@ -55,21 +88,54 @@ pub fn runs_within(
     alloc_cfg: AllocatorConfig,
     cap: Bytes,
 ) -> Result<bool, PlanError> {
-    let size = sizes(ev, batch)?;
+    let mut slots = Slots::new(ev, batch)?;
     let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
-    let mut handles = vec![u32::MAX; ev.buffers.len()];
     for e in &ev.events {
         let b = e.buffer as usize;
         if e.alloc {
-            handles[b] = allocator.malloc(size[b]);
+            slots.handles[b] = allocator.malloc_rounded(slots.size_of(&ev.buffers[b]));
             if allocator.oom {
                 return Ok(false);
             }
         } else {
-            allocator.free(handles[b]);
+            allocator.free(slots.handles[b]);
         }
     }
     Ok(true)
+}
+
+/// The live bytes while the events run: in total, per category, and in the allocator.
+struct Run<'e> {
+    ev: &'e Events,
+    slots: Slots,
+    allocator: CachingAllocator,
+    current: u64,
+    live: [u64; 6],
+}
+
+impl Run<'_> {
+    /// Applies event `e`.
+    #[inline(always)]
+    fn apply(&mut self, e: &Event) -> Result<(), PlanError> {
+        let b = e.buffer as usize;
+        let buf = &self.ev.buffers[b];
+        let cat = buf.category.index();
+        let size = self.slots.size_of(buf);
+        if e.alloc {
+            self.current = match self.current.checked_add(size) {
+                Some(c) if c <= LIMIT => c,
+                // (not `ok_or`: that builds, and drops, an error per event)
+                _ => return Err(PlanError::Overflow("allocated bytes")),
+            };
+            self.live[cat] += size;
+            self.slots.handles[b] = self.allocator.malloc_rounded(size);
+        } else {
+            self.current -= size;
+            self.live[cat] -= size;
+            self.allocator.free(self.slots.handles[b]);
+        }
+        Ok(())
+    }
 }
 
 /// Full evaluation; `timeline` keeps one point per event of the measured step.
@@ -79,60 +145,44 @@ pub fn evaluate(
     alloc_cfg: AllocatorConfig,
     timeline: bool,
 ) -> Result<Evaluation, PlanError> {
-    let size = sizes(ev, batch)?;
-    let mut live = [0u64; 6];
-    let mut current: u64 = 0;
-    let mut peak = 0u64;
-    let mut peak_breakdown = [0u64; 6];
+    let mut run = Run {
+        ev,
+        slots: Slots::new(ev, batch)?,
+        allocator: CachingAllocator::new(alloc_cfg),
+        current: 0,
+        live: [0; 6],
+    };
+    let start = ev.measured_start.min(ev.events.len());
+    let (before, measured) = ev.events.split_at(start);
+    for e in before {
+        run.apply(e)?;
+    }
+    // The measured step's peak starts from the bytes live when it begins.
+    let mut peak = run.current;
+    let mut peak_breakdown = run.live;
     let mut peak_phase = Phase::ZeroGrad;
     let mut peak_node = None;
-    let mut points = Vec::with_capacity(if timeline {
-        ev.events.len() - ev.measured_start
-    } else {
-        0
-    });
-    let mut allocator = CachingAllocator::new(alloc_cfg);
-    let mut handles = vec![u32::MAX; ev.buffers.len()];
-    for (i, e) in ev.events.iter().enumerate() {
-        let b = e.buffer as usize;
-        let cat = ev.buffers[b].category.index();
-        if e.alloc {
-            current = match current.checked_add(size[b]) {
-                Some(c) if c <= LIMIT => c,
-                // (not `ok_or`: that builds, and drops, an error per event)
-                _ => return Err(PlanError::Overflow("allocated bytes")),
-            };
-            live[cat] += size[b];
-            handles[b] = allocator.malloc(size[b]);
-        } else {
-            current -= size[b];
-            live[cat] -= size[b];
-            allocator.free(handles[b]);
+    let mut points = Vec::with_capacity(if timeline { measured.len() } else { 0 });
+    for (i, e) in measured.iter().enumerate() {
+        run.apply(e)?;
+        if run.current > peak {
+            peak = run.current;
+            peak_breakdown = run.live;
+            peak_phase = e.phase;
+            peak_node = (e.node != u32::MAX).then_some(e.node);
         }
-        if i + 1 == ev.measured_start {
-            peak = current;
-            peak_breakdown = live;
-        }
-        if i >= ev.measured_start {
-            if current > peak {
-                peak = current;
-                peak_breakdown = live;
-                peak_phase = e.phase;
-                peak_node = (e.node != u32::MAX).then_some(e.node);
-            }
-            if timeline {
-                points.push(TimelinePoint {
-                    index: (i - ev.measured_start) as u32,
-                    allocated: Bytes(current),
-                    phase: e.phase,
-                    micro: e.micro,
-                });
-            }
+        if timeline {
+            points.push(TimelinePoint {
+                index: i as u32,
+                allocated: Bytes(run.current),
+                phase: e.phase,
+                micro: e.micro,
+            });
         }
     }
     Ok(Evaluation {
         peak_allocated: Bytes(peak),
-        peak_reserved: Bytes(allocator.peak_reserved.max(peak)),
+        peak_reserved: Bytes(run.allocator.peak_reserved.max(peak)),
         peak_phase,
         peak_node,
         breakdown: peak_breakdown,

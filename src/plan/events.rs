@@ -794,9 +794,7 @@ impl Events {
                         "event {i}: buffer {} {} in state {s} (node {})",
                         e.buffer,
                         if e.alloc { "allocated" } else { "freed" },
-                        g.nodes
-                            .get(e.node as usize)
-                            .map_or("-", |n| n.name.as_str())
+                        g.nodes.get(e.node as usize).map_or("-", |n| g.name(n))
                     ));
                 }
             }

@@ -126,12 +126,13 @@ impl FreeBins {
         let b = bin(size);
         let floor = (size, 0);
         let slot = &self.bins[b];
-        let (bin, index) = match slot.front() {
-            Some(&(first, _)) if first >= floor => (b, 0),
-            _ => match slot.partition_point(|&(k, _)| k < floor) {
-                at if at < slot.len() => (b, at),
-                _ => (self.next_bin(b + 1)?, 0),
-            },
+        let (bin, index) = match (slot.front(), slot.back()) {
+            (Some(&(first, _)), _) if first >= floor => (b, 0),
+            (_, Some(&(last, _))) if last >= floor => {
+                (b, slot.partition_point(|&(k, _)| k < floor))
+            }
+            // Every entry of the bin is smaller (no search): the next occupied bin has the fit.
+            _ => (self.next_bin(b + 1)?, 0),
         };
         let (key, id) = *self.bins[bin].get(index)?;
         Some(Fit {

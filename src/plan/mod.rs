@@ -177,7 +177,7 @@ impl Planner {
         let peak_layer = e
             .peak_node
             .and_then(|n| self.graph.nodes.get(n as usize))
-            .map(|n| n.name.clone())
+            .map(|n| self.graph.name(n).to_string())
             .unwrap_or_default();
         Ok(Plan {
             model: self.model.clone(),

@@ -204,7 +204,7 @@ mod tests {
         let sd = g
             .nodes
             .iter()
-            .filter(|n| n.name.ends_with("stochastic_depth"))
+            .filter(|n| g.name(n).ends_with("stochastic_depth"))
             .count();
         assert_eq!(sd, 17);
         let copies = g.nodes.iter().filter(|n| n.op == Op::Copy).count();

@@ -326,7 +326,7 @@ mod tests {
         let sd = g
             .nodes
             .iter()
-            .filter(|n| n.name.ends_with("stochastic_depth"))
+            .filter(|n| g.name(n).ends_with("stochastic_depth"))
             .count();
         assert_eq!(sd, 9);
         assert!(matches!(

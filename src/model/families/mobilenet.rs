@@ -223,7 +223,7 @@ mod tests {
         let se_relu = g
             .nodes
             .iter()
-            .find(|n| n.name.ends_with("block.2.activation"))
+            .find(|n| g.name(n).ends_with("block.2.activation"))
             .unwrap();
         assert_eq!(
             se_relu.op,
