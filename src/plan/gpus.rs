@@ -35,18 +35,25 @@ impl Gpu {
         )
     }
 
-    /// A GPU detected at run time (NVML name and total bytes).
+    /// A GPU detected at run time (NVML name and total bytes). The driver's idle reservation
+    /// (which NVML's total includes) is taken from the catalog entry of the same name or the
+    /// same total, where there is one.
     pub fn detected(name: &str, total: Bytes) -> Gpu {
+        let memory_mib = total.0 >> 20;
+        let known = catalog().into_iter().find(|g| {
+            g.driver_reserved_mib > 0
+                && (g.name.eq_ignore_ascii_case(name) || g.memory_mib == memory_mib)
+        });
         Gpu {
             id: "detected".into(),
             name: name.to_string(),
-            memory_mib: total.0 >> 20,
+            memory_mib,
             fp32_tflops: 0.0,
             fp16_tflops: 0.0,
             bf16_tflops: 0.0,
             bandwidth_gbps: 0.0,
             measured: true,
-            driver_reserved_mib: 0,
+            driver_reserved_mib: known.map_or(0, |g| g.driver_reserved_mib),
         }
     }
 }
@@ -102,5 +109,15 @@ mod tests {
             find("voodoo"),
             Err(PlanError::Unknown { field: "gpu", .. })
         ));
+    }
+
+    #[test]
+    fn a_detected_h200_loses_the_driver_reservation() {
+        let total = Bytes(143_771 << 20);
+        let g = Gpu::detected("NVIDIA H200", total);
+        assert_eq!(g.memory(), Bytes((143_771 - 616) << 20));
+        // Unknown cards keep NVML's total.
+        let other = Gpu::detected("Some GPU", Bytes(10_000 << 20));
+        assert_eq!(other.memory(), Bytes(10_000 << 20));
     }
 }

@@ -113,16 +113,13 @@ fn resolve_target(
 ) -> GpuTarget {
     let (gpu, kind, capacity) = match (&state.gpu, detected) {
         (GpuChoice::Detected, Some(d)) => {
+            let gpu = gpus::Gpu::detected(&d.name, d.total);
             let capacity = if state.use_free_memory {
                 d.free
             } else {
-                d.total
+                gpu.memory()
             };
-            (
-                gpus::Gpu::detected(&d.name, d.total),
-                TargetKind::Detected,
-                capacity,
-            )
+            (gpu, TargetKind::Detected, capacity)
         }
         (GpuChoice::Detected, None) => {
             let g = fallback_gpu(catalog);
