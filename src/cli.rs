@@ -442,6 +442,14 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
         Some(m) => Some(planner.plan(m)?),
         None => None,
     };
+    // What the cache really reaches on this GPU: near its limit PyTorch frees cached
+    // segments instead of reserving more, so the uncapped figure can exceed the card.
+    let cap = budget.allocator_cap(planner.context);
+    let capped = match max {
+        Some(m) => planner.reserved_within(m, cap)?,
+        None => None,
+    };
+    let capped_smi = capped.and_then(|r| r.checked_add(planner.context));
     if a.train.json {
         let v = serde_json::json!({
             "model": preset.id,
@@ -454,21 +462,32 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
             "peak_allocated_bytes": at_max.as_ref().map(|p| p.peak_allocated_bytes.0),
             "peak_reserved_bytes": at_max.as_ref().map(|p| p.peak_reserved_bytes.0),
             "nvidia_smi_bytes": at_max.as_ref().map(|p| p.nvidia_smi_bytes.0),
+            "peak_reserved_on_gpu_bytes": capped.map(|b| b.0),
+            "nvidia_smi_on_gpu_bytes": capped_smi.map(|b| b.0),
         });
         writeln!(out, "{v}")?;
         return Ok(());
     }
     match (max, at_max) {
         (Some(m), Some(p)) => {
+            let on_gpu = capped_smi.unwrap_or(p.nvidia_smi_bytes);
             writeln!(
                 out,
                 "{} on {}: largest micro-batch {} ({} of {} usable)",
                 preset.id,
                 gpu.name,
                 m,
-                p.nvidia_smi_bytes,
+                on_gpu,
                 budget.usable()
             )?;
+            if p.nvidia_smi_bytes > on_gpu {
+                writeln!(
+                    out,
+                    "(peak allocated {}; with unlimited memory the cache would grow to {}, \
+                     on this GPU PyTorch frees cached blocks before it runs out)",
+                    p.peak_allocated_bytes, p.peak_reserved_bytes
+                )?;
+            }
             if let (Some(t), Some(k)) = (a.target_batch, accum) {
                 writeln!(
                     out,

@@ -94,6 +94,31 @@ fn max_batch_json_and_accumulation() {
     assert_eq!(v["accumulation_steps"].as_u64(), Some(64u64.div_ceil(m)));
 }
 
+/// At the largest batch the uncapped cache can exceed the card (ResNet-50 on an H200: the
+/// cache would grow to ~174 GiB); what the GPU shows is the capped figure, within the limit.
+#[test]
+fn max_batch_reports_what_the_gpu_really_holds() {
+    let (ok, out, err) = vramlab(&[
+        "max-batch",
+        "--model",
+        "resnet50",
+        "--precision",
+        "amp-bf16",
+        "--gpu",
+        "h200",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    let usable = v["usable_bytes"].as_u64().expect("usable");
+    let on_gpu = v["nvidia_smi_on_gpu_bytes"].as_u64().expect("on gpu");
+    let uncapped = v["nvidia_smi_bytes"].as_u64().expect("uncapped");
+    assert!(on_gpu <= usable, "{on_gpu} > {usable}");
+    assert!(uncapped > usable, "the case this test is about");
+    let alloc = v["peak_allocated_bytes"].as_u64().expect("allocated");
+    assert!(v["peak_reserved_on_gpu_bytes"].as_u64().expect("reserved") >= alloc);
+}
+
 #[test]
 fn human_output_is_a_table_with_iec_units() {
     let (ok, out, _) = vramlab(&["plan", "--model", "gpt2", "--batch", "4"]);

@@ -88,6 +88,18 @@ pub fn runs_within(
     alloc_cfg: AllocatorConfig,
     cap: Bytes,
 ) -> Result<bool, PlanError> {
+    Ok(reserved_within(ev, batch, alloc_cfg, cap)?.is_some())
+}
+
+/// The peak reserved bytes when the allocator may reserve at most `cap` bytes: near the cap
+/// PyTorch releases cached segments before it fails, so this can be well below the uncapped
+/// peak. `None` on a CUDA OOM.
+pub fn reserved_within(
+    ev: &Events,
+    batch: u64,
+    alloc_cfg: AllocatorConfig,
+    cap: Bytes,
+) -> Result<Option<Bytes>, PlanError> {
     let mut slots = Slots::new(ev, batch)?;
     let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
     for e in &ev.events {
@@ -95,13 +107,13 @@ pub fn runs_within(
         if e.alloc {
             slots.handles[b] = allocator.malloc_rounded(slots.size_of(&ev.buffers[b]));
             if allocator.oom {
-                return Ok(false);
+                return Ok(None);
             }
         } else {
             allocator.free(slots.handles[b]);
         }
     }
-    Ok(true)
+    Ok(Some(Bytes(allocator.peak_reserved)))
 }
 
 /// The live bytes while the events run: in total, per category, and in the allocator.

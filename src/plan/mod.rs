@@ -146,6 +146,12 @@ impl Planner {
         eval::runs_within(&self.events, batch, self.config.allocator, cap)
     }
 
+    /// Peak reserved bytes at `batch` when the allocator may reserve at most `cap` bytes
+    /// (cached segments released before an OOM, as PyTorch does); `None` when it runs out.
+    pub fn reserved_within(&self, batch: u64, cap: Bytes) -> Result<Option<Bytes>, PlanError> {
+        eval::reserved_within(&self.events, batch, self.config.allocator, cap)
+    }
+
     /// The full plan at `batch`.
     pub fn plan(&self, batch: u64) -> Result<Plan, PlanError> {
         let mut cfg = self.config;
