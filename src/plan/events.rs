@@ -7,7 +7,7 @@ use std::ops::Range;
 use serde::Serialize;
 
 use super::config::{DType, Optimizer, Precision, TrainConfig};
-use super::rules::{Rule, rule};
+use super::rules::{Extra, Rule, rule};
 use crate::model::ir::{Elem, Graph, Op, Pointwise};
 
 /// What a buffer holds (the breakdown categories).
@@ -217,6 +217,23 @@ impl<'g> Sim<'g> {
         }
     }
 
+    /// Allocates one extra of a rule: a temporary (returned for the caller to release), or a
+    /// tensor saved for backward (kept in `saved_bufs`). `None` for an empty extra.
+    fn extra_buffer(&mut self, e: &Extra, keep_saves: bool) -> Option<u32> {
+        let ps = e.per_sample * e.dtype.size();
+        let fx = e.fixed * e.dtype.size();
+        if ps == 0 && fx == 0 {
+            return None;
+        }
+        if e.transient || !keep_saves {
+            Some(self.alloc(ps, fx, Category::Transient, 1))
+        } else {
+            let b = self.alloc(ps, fx, Category::Activations, 1);
+            self.saved_bufs.push(b);
+            Some(b)
+        }
+    }
+
     fn tensor_bytes(&self, t: usize, d: DType) -> (u64, u64) {
         let ts = &self.g.tensors[t];
         (ts.per_sample * d.size(), ts.fixed * d.size())
@@ -260,6 +277,24 @@ impl<'g> Sim<'g> {
                 first_weight_cast.get_or_insert(b);
             }
         }
+        let saved_start = self.saved_bufs.len();
+        let mut temps = std::mem::take(&mut self.temps);
+        temps.clear();
+        if r.chain {
+            let mut pending = None;
+            for e in &r.extras {
+                let b = self.extra_buffer(e, keep_saves);
+                if let Some(p) = pending.take() {
+                    self.release(p);
+                }
+                if e.transient || !keep_saves {
+                    pending = b;
+                }
+            }
+            if let Some(p) = pending {
+                self.release(p);
+            }
+        }
         // Output.
         let out_buf = if r.alias {
             let b = input_bufs.first().copied().flatten();
@@ -285,8 +320,9 @@ impl<'g> Sim<'g> {
             self.retain(b);
             self.pinned.push(b);
         }
-        // Saved tensors and extras.
-        let saved_start = self.saved_bufs.len();
+        // Saved tensors and extras (a chain's extras are saved already, with their own
+        // reference).
+        let retain_from = self.saved_bufs.len();
         if keep_saves {
             for &i in &r.saves_inputs {
                 if let Some(b) = input_bufs.get(i).copied().flatten() {
@@ -305,7 +341,7 @@ impl<'g> Sim<'g> {
                 self.saved_bufs.push(w);
             }
         }
-        for i in saved_start..self.saved_bufs.len() {
+        for i in retain_from..self.saved_bufs.len() {
             self.retain(self.saved_bufs[i]);
         }
         // An output nobody reads or saves (a recomputed block's result) dies at once.
@@ -316,19 +352,13 @@ impl<'g> Sim<'g> {
             self.free(b);
             self.tbuf[out] = None;
         }
-        let mut temps = std::mem::take(&mut self.temps);
-        temps.clear();
-        for e in &r.extras {
-            let ps = e.per_sample * e.dtype.size();
-            let fx = e.fixed * e.dtype.size();
-            if ps == 0 && fx == 0 {
-                continue;
-            }
-            if e.transient || !keep_saves {
-                temps.push(self.alloc(ps, fx, Category::Transient, 1));
-            } else {
-                let b = self.alloc(ps, fx, Category::Activations, 1);
-                self.saved_bufs.push(b);
+        if !r.chain {
+            for e in &r.extras {
+                if let Some(b) = self.extra_buffer(e, keep_saves)
+                    && (e.transient || !keep_saves)
+                {
+                    temps.push(b);
+                }
             }
         }
         for &b in &temps {
@@ -959,5 +989,47 @@ mod tests {
             .filter(|e| e.alloc && e.phase == Phase::Backward && adds.contains(&e.node))
             .count();
         assert_eq!(in_backward, 0);
+    }
+
+    /// `NewGELUActivation` runs as Python ops: each temporary dies when the next value exists
+    /// and the output comes last (GPT-2's allocator history under AMP bf16, H200): at most
+    /// two fp32 temporaries are live at once, never beside the output.
+    #[test]
+    fn gelu_new_allocates_in_python_order() {
+        let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+        let cfg = TrainConfig {
+            precision: Precision::AmpBf16,
+            ..TrainConfig::default()
+        };
+        let ev = generate(&g, &cfg, &Constants::default());
+        let act = g
+            .nodes
+            .iter()
+            .position(|n| n.op == Op::GeluNewPython)
+            .expect("a gelu_new") as u32;
+        let seq: Vec<(bool, Category)> = ev.events[ev.measured_start..]
+            .iter()
+            .filter(|e| e.node == act && e.phase == Phase::Forward)
+            .map(|e| (e.alloc, ev.buffers[e.buffer as usize].category))
+            .collect();
+        use Category::{Activations as A, Transient as T};
+        let expect = [
+            (true, A), // 0.5 * x
+            (true, A), // x cast to fp32 for pow, saved
+            (true, T), // pow
+            (true, T), // 0.044715 * ·
+            (false, T),
+            (true, T), // x + ·
+            (false, T),
+            (true, T), // sqrt(2/π) * ·
+            (false, T),
+            (true, A), // tanh, saved
+            (false, T),
+            (true, A),  // 1 + tanh, saved
+            (true, A),  // the output
+            (false, A), // x itself, whose last reader this was
+        ];
+        assert_eq!(seq, expect);
     }
 }

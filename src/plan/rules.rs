@@ -38,6 +38,10 @@ pub struct Rule {
     pub bwd_transient: u64,
     /// cuDNN workspaces of a convolution's backward (see [`conv_workspace`]).
     pub conv_ws: ConvWorkspace,
+    /// A chain of Python-level ops: the extras are produced in order, each temporary dies
+    /// when the next extra exists, and the output comes last (allocator histories of
+    /// `NewGELUActivation`).
+    pub chain: bool,
 }
 
 /// Bytes of the workspaces cuDNN takes for one convolution's backward: `per_sample` scales
@@ -61,6 +65,7 @@ impl Rule {
             casts_params: false,
             bwd_transient: 0,
             conv_ws: ConvWorkspace::default(),
+            chain: false,
         }
     }
 }
@@ -365,19 +370,23 @@ pub fn rule(
         ),
         Op::GeluNewPython => {
             // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
+            // In Python's order (allocator history of GPT-2 under AMP bf16, H200): 0.5 * x,
+            // pow (on autocast's fp32 list: its input is cast and saved), 0.044715 * ·,
+            // x + ·, sqrt(2/π) * ·, tanh (saves its output), 1 + ·, then the product.
             let wide = if amp { DType::F32 } else { in0 };
             let mut r = Rule::new(wide);
+            r.chain = true;
+            r.extras.push(extra(out_elems, in0)); // 0.5 * x
             if amp && in0 != DType::F32 {
-                // pow is on the fp32 list: its input is cast and saved.
                 r.extras.push(extra(out_elems, DType::F32));
             } else {
                 r.saves_inputs = vec![0];
             }
+            for _ in 0..4 {
+                r.extras.push(temp(out_elems, wide)); // pow, 0.044715·, x + ·, sqrt(2/π)·
+            }
             r.extras.push(extra(out_elems, wide)); // tanh output
             r.extras.push(extra(out_elems, wide)); // 1 + tanh
-            r.extras.push(extra(out_elems, in0)); // 0.5 * x
-            r.extras.push(temp(out_elems, wide)); // pow / inner sums
-            r.extras.push(temp(out_elems, wide));
             r
         }
         Op::Softmax { fp32 } => {
