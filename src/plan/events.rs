@@ -391,10 +391,9 @@ impl<'g> Sim<'g> {
     fn grad_for(&mut self, t: usize, b: u32) {
         match self.gbuf[t] {
             None => self.gbuf[t] = Some(b),
-            // Accumulated in place into the first gradient: the new one is freed.
             // `InputBuffer::accumulate` adds into the old gradient when nothing else holds
             // it, else into the new one (the old one may be a pass-through shared with
-            // another input).
+            // another input): the one not added into is released.
             Some(old) if self.refs[old as usize] > 1 && self.refs[b as usize] == 1 => {
                 self.gbuf[t] = Some(b);
                 self.release(old);
