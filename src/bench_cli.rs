@@ -66,7 +66,10 @@ fn pct(p: Option<f64>) -> String {
 /// The predicted max batch on the device the bench will use (NVML), else on `--gpu`.
 fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
     let capacity = match crate::gpu::detect() {
-        Some(g) => crate::plan::gpus::Gpu::detected(&g.name, g.total).memory(),
+        Some(g) => {
+            crate::plan::gpus::Gpu::detected(&g.name, g.total, &crate::plan::gpus::catalog())
+                .memory()
+        }
         None => crate::plan::gpus::find(&train.gpu)?.memory(),
     };
     let budget = Budget {

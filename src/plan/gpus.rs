@@ -36,11 +36,11 @@ impl Gpu {
     }
 
     /// A GPU detected at run time (NVML name and total bytes). The driver's idle reservation
-    /// (which NVML's total includes) is taken from the catalog entry of the same name or the
+    /// (which NVML's total includes) is taken from the `catalog` entry of the same name or the
     /// same total, where there is one.
-    pub fn detected(name: &str, total: Bytes) -> Gpu {
+    pub fn detected(name: &str, total: Bytes, catalog: &[Gpu]) -> Gpu {
         let memory_mib = total.0 >> 20;
-        let known = catalog().into_iter().find(|g| {
+        let known = catalog.iter().find(|g| {
             g.driver_reserved_mib > 0
                 && (g.name.eq_ignore_ascii_case(name) || g.memory_mib == memory_mib)
         });
@@ -114,10 +114,10 @@ mod tests {
     #[test]
     fn a_detected_h200_loses_the_driver_reservation() {
         let total = Bytes(143_771 << 20);
-        let g = Gpu::detected("NVIDIA H200", total);
+        let g = Gpu::detected("NVIDIA H200", total, &catalog());
         assert_eq!(g.memory(), Bytes((143_771 - 616) << 20));
         // Unknown cards keep NVML's total.
-        let other = Gpu::detected("Some GPU", Bytes(10_000 << 20));
+        let other = Gpu::detected("Some GPU", Bytes(10_000 << 20), &catalog());
         assert_eq!(other.memory(), Bytes(10_000 << 20));
     }
 }

@@ -103,7 +103,7 @@ fn fallback_gpu(catalog: &[gpus::Gpu]) -> gpus::Gpu {
         .find(|g| g.id == DEFAULT_GPU)
         .or_else(|| catalog.first())
         .cloned()
-        .unwrap_or_else(|| gpus::Gpu::detected("24 GiB GPU", Bytes::gib(24)))
+        .unwrap_or_else(|| gpus::Gpu::detected("24 GiB GPU", Bytes::gib(24), catalog))
 }
 
 fn resolve_target(
@@ -113,7 +113,7 @@ fn resolve_target(
 ) -> GpuTarget {
     let (gpu, kind, capacity) = match (&state.gpu, detected) {
         (GpuChoice::Detected, Some(d)) => {
-            let gpu = gpus::Gpu::detected(&d.name, d.total);
+            let gpu = gpus::Gpu::detected(&d.name, d.total, catalog);
             let capacity = if state.use_free_memory {
                 d.free
             } else {
