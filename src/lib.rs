@@ -1,16 +1,4 @@
-//! vramlab: predicts the peak GPU memory of a training step and checks it on the device.
-//!
-//! The core — [`model`], [`plan`] — is pure: no egui, no CUDA, no NVML.
+//! The `vramlab` command line over the core (plan, max-batch, export, validate) and, with
+//! the default `app` feature, the GPU commands (bench, gpus, profile) and the GUI.
 
-pub mod app;
-pub mod bench;
-pub mod bench_cli;
 pub mod cli;
-pub mod export;
-pub mod gpu;
-pub mod model;
-pub mod plan;
-pub mod plan_bench;
-pub mod ui;
-pub mod units;
-pub mod validate;

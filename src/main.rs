@@ -7,7 +7,7 @@ fn main() -> std::process::ExitCode {
             let mut out = std::io::stdout().lock();
             vramlab::cli::run(cmd, &mut out)
         }
-        None => vramlab::app::run_gui(),
+        None => vramlab_gui::run_gui(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

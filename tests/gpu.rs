@@ -4,12 +4,12 @@
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use vramlab::bench::record::{BenchEvent, EngineKind, Outcome};
-use vramlab::bench::runner::{BenchRequest, run_blocking, spawn};
-use vramlab::bench::sweep::BatchPlan;
-use vramlab::model::preset::find_builtin;
-use vramlab::plan::{Precision, TrainConfig};
-use vramlab::units::Bytes;
+use vramlab_core::model::preset::find_builtin;
+use vramlab_core::plan::{Precision, TrainConfig};
+use vramlab_core::record::{BenchEvent, EngineKind, Outcome};
+use vramlab_core::sweep::BatchPlan;
+use vramlab_core::units::Bytes;
+use vramlab_device::bench::runner::{BenchRequest, run_blocking, spawn};
 
 /// Device memory may differ from its baseline by this much after a trial (driver
 /// bookkeeping, cuBLAS workspace created on first use).
@@ -39,7 +39,7 @@ fn request(
 
 #[test]
 fn without_a_gpu_the_engines_refuse_clearly() {
-    if vramlab::gpu::detect().is_some() {
+    if vramlab_device::gpu::detect().is_some() {
         return; // this check is for machines without a GPU
     }
     let req = request(

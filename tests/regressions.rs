@@ -3,12 +3,12 @@
 
 use std::process::Command;
 
-use vramlab::export::VramlabConfig;
-use vramlab::model::Preset;
-use vramlab::model::preset::find_builtin;
-use vramlab::plan::search::Budget;
-use vramlab::plan::{Planner, TrainConfig};
-use vramlab::units::Bytes;
+use vramlab_core::export::VramlabConfig;
+use vramlab_core::model::Preset;
+use vramlab_core::model::preset::find_builtin;
+use vramlab_core::plan::search::Budget;
+use vramlab_core::plan::{Planner, TrainConfig};
+use vramlab_core::units::Bytes;
 
 fn vramlab(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
@@ -27,14 +27,14 @@ fn plan_at_the_accumulation_limit() {
     let preset = find_builtin("resnet18").expect("preset");
     let cfg = TrainConfig {
         batch: 2,
-        accum: vramlab::plan::config::MAX_ACCUM,
+        accum: vramlab_core::plan::config::MAX_ACCUM,
         ..TrainConfig::default()
     };
     let budget = Budget {
         capacity: Bytes::gib(24),
         margin: 0.05,
     };
-    let fixes = vramlab::plan::remedies::remedies(&preset, &cfg, budget).expect("remedies");
+    let fixes = vramlab_core::plan::remedies::remedies(&preset, &cfg, budget).expect("remedies");
     assert!(fixes.iter().all(|r| r.config.validate().is_ok()));
     let (ok, err) = vramlab(&[
         "plan", "--model", "resnet18", "--batch", "2", "--accum", "65536",

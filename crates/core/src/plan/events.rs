@@ -1,0 +1,147 @@
+//! The allocation events of training steps, as data: buffers (what each holds, its size
+//! as `per_sample × batch + fixed` bytes, so one event list serves every batch) and the
+//! order they are allocated and freed in. [`super::sim`] generates them; [`super::eval`]
+//! evaluates them at a batch size.
+
+use serde::Serialize;
+
+use crate::model::ir::Graph;
+
+/// What a buffer holds (the breakdown categories).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Parameters,
+    Gradients,
+    OptimizerState,
+    /// fp16/bf16 copies of the weights made by autocast (its weight cache).
+    WeightCasts,
+    /// Activations: forward outputs and tensors saved for backward, the input batch.
+    Activations,
+    /// Activation gradients and temporaries (backward working set, optimizer temporaries, cuBLAS workspace).
+    Transient,
+}
+
+impl Category {
+    pub const ALL: [Category; 6] = [
+        Category::Parameters,
+        Category::Gradients,
+        Category::OptimizerState,
+        Category::WeightCasts,
+        Category::Activations,
+        Category::Transient,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Parameters => "Parameters",
+            Category::Gradients => "Gradients",
+            Category::OptimizerState => "Optimizer state",
+            Category::WeightCasts => "Low-precision weight copies",
+            Category::Activations => "Activations",
+            Category::Transient => "Transient / workspace",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A phase of the training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Model creation and persistent workspaces (before the measured step).
+    Setup,
+    /// `zero_grad(set_to_none=True)` at the step's start.
+    ZeroGrad,
+    Forward,
+    Backward,
+    /// `optimizer.step()`.
+    Optimizer,
+}
+
+impl Phase {
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::ZeroGrad => "zero_grad",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer step",
+        }
+    }
+}
+
+/// A buffer: one allocation of `per_sample × batch + fixed` bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Buffer {
+    pub per_sample: u64,
+    pub fixed: u64,
+    pub category: Category,
+}
+
+/// One allocation or free.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Event {
+    pub buffer: u32,
+    pub alloc: bool,
+    pub phase: Phase,
+    /// Micro-step (0-based) for forward/backward events.
+    pub micro: u16,
+    /// Node index (for labels), or `u32::MAX`.
+    pub node: u32,
+}
+
+/// Calibration constants measured on the device (see `tests/data/`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Constants {
+    /// Persistent buffers PyTorch allocates through its caching allocator on first use:
+    /// one 32 MiB cuBLAS workspace per handle (the forward thread and the autograd thread)
+    /// and ~2 MiB of small state. Measured as `allocated_start − params − grads − optimizer
+    /// state` = 66 MiB on most rows of tests/data (H200, PyTorch 2.11, CUDA 13).
+    pub workspaces: [u64; 3],
+}
+
+impl Default for Constants {
+    fn default() -> Self {
+        Constants {
+            workspaces: [32 << 20, 32 << 20, 2 << 20],
+        }
+    }
+}
+
+/// The events of: model creation, one warm-up step (creates optimizer state) and
+/// the measured steady-state step, which starts at `measured_start`.
+#[derive(Debug, Clone)]
+pub struct Events {
+    pub buffers: Vec<Buffer>,
+    pub events: Vec<Event>,
+    pub measured_start: usize,
+}
+
+impl Events {
+    /// Checks that every buffer is allocated once and freed at most once, after its
+    /// allocation (a simulation bug otherwise); `g` is the graph the events came from
+    /// (for the node names in the message).
+    pub fn check(&self, g: &Graph) -> Result<(), String> {
+        let mut state = vec![0u8; self.buffers.len()];
+        for (i, e) in self.events.iter().enumerate() {
+            let s = &mut state[e.buffer as usize];
+            match (e.alloc, *s) {
+                (true, 0) => *s = 1,
+                (false, 1) => *s = 2,
+                _ => {
+                    return Err(format!(
+                        "event {i}: buffer {} {} in state {s} (node {})",
+                        e.buffer,
+                        if e.alloc { "allocated" } else { "freed" },
+                        g.nodes.get(e.node as usize).map_or("-", |n| g.name(n))
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! The estimator: pure functions from (graph, training config) to a memory plan.
+//! No I/O, no GPU, no UI.
+
+pub mod allocator;
+pub mod config;
+pub mod eval;
+pub mod events;
+pub mod free_bins;
+pub mod gpus;
+pub mod optimizer;
+pub mod policy;
+pub mod remedies;
+pub mod rules;
+pub mod search;
+pub mod sim;
+pub mod timing;
+
+use serde::Serialize;
+
+pub use config::{Attention, DType, Optimizer, Precision, TrainConfig};
+pub use events::{Category, Constants, Phase};
+pub use gpus::Gpu;
+pub use policy::ParamPolicy;
+
+use crate::model::families::transformer::AttnImpl;
+use crate::model::{Graph, ModelError, Preset};
+use crate::units::Bytes;
+
+/// A training configuration that cannot be planned.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("{field}: {reason}")]
+    Field { field: &'static str, reason: String },
+    #[error("unknown {field} `{value}` (known: {known})")]
+    Unknown {
+        field: &'static str,
+        value: String,
+        known: &'static str,
+    },
+    #[error("{0}: the byte count overflows 64 bits; reduce the batch or the model size")]
+    Overflow(&'static str),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// Measured per-process CUDA context + library handles beyond PyTorch's reserved bytes
+/// (H200, driver 580, CUDA 13, PyTorch 2.11; see `tests/data/`).
+pub const DEFAULT_CUDA_CONTEXT: Bytes = Bytes(782 << 20);
+
+/// One point of the predicted allocated-bytes timeline of the measured step.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimelinePoint {
+    /// Event index within the step.
+    pub index: u32,
+    pub allocated: Bytes,
+    pub phase: Phase,
+    pub micro: u16,
+}
+
+/// Bytes of one breakdown category at the peak.
+#[derive(Debug, Clone, Serialize)]
+pub struct Share {
+    pub category: String,
+    pub label: &'static str,
+    pub bytes: Bytes,
+}
+
+/// The prediction for one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub model: String,
+    pub params: u64,
+    pub config: TrainConfig,
+    /// The input size used (sequence length or image side).
+    pub size: u64,
+    /// Peak of `torch.cuda.max_memory_allocated()` over a steady-state step.
+    pub peak_allocated_bytes: Bytes,
+    /// Peak of `torch.cuda.max_memory_reserved()` (caching-allocator segments).
+    pub peak_reserved_bytes: Bytes,
+    /// What `nvidia-smi` shows for the process: reserved + CUDA context.
+    pub nvidia_smi_bytes: Bytes,
+    pub cuda_context_bytes: Bytes,
+    pub peak_phase: Phase,
+    /// The layer whose forward/backward is running at the peak.
+    pub peak_layer: String,
+    /// Bytes per category at the peak, then allocator overhead and CUDA context.
+    pub breakdown: Vec<Share>,
+    pub timeline: Vec<TimelinePoint>,
+}
+
+impl Plan {
+    /// Bytes of one named breakdown category.
+    pub fn category_bytes(&self, c: Category) -> Bytes {
+        let key = category_key(c);
+        self.breakdown
+            .iter()
+            .find(|s| s.category == key)
+            .map_or(Bytes::ZERO, |s| s.bytes)
+    }
+}
+
+fn category_key(c: Category) -> String {
+    serde_json::to_value(c)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// A model + config with the batch-independent work done once: the graph and its
+/// event list. Evaluating a batch is a linear pass.
+#[derive(Debug, Clone)]
+pub struct Planner {
+    pub model: String,
+    pub graph: Graph,
+    pub config: TrainConfig,
+    pub size: u64,
+    pub events: events::Events,
+    pub context: Bytes,
+}
+
+impl Planner {
+    /// Builds the graph and the events. `cfg.batch` is ignored here.
+    pub fn new(preset: &Preset, cfg: &TrainConfig) -> Result<Planner, PlanError> {
+        cfg.validate()?;
+        let size = cfg.size.unwrap_or_else(|| preset.default_size());
+        let attn = match cfg.attention {
+            Attention::Eager => AttnImpl::Eager,
+            Attention::Sdpa => AttnImpl::Sdpa,
+        };
+        let graph = preset.build(size, attn)?;
+        let policy = ParamPolicy::full(&graph, cfg.precision);
+        let events = sim::generate(&graph, cfg, &policy, &Constants::default());
+        Ok(Planner {
+            model: preset.id.clone(),
+            graph,
+            config: *cfg,
+            size,
+            events,
+            context: DEFAULT_CUDA_CONTEXT,
+        })
+    }
+
+    /// Peak allocated, reserved and nvidia-smi bytes at `batch` (no timeline).
+    pub fn peaks(&self, batch: u64) -> Result<eval::Peaks, PlanError> {
+        eval::peaks(&self.events, batch, self.config.allocator, self.context)
+    }
+
+    /// Whether `batch` runs without OOM on a GPU where the allocator may reserve `cap`
+    /// bytes (device memory minus CUDA context minus margin).
+    pub fn runs_within(&self, batch: u64, cap: Bytes) -> Result<bool, PlanError> {
+        eval::runs_within(&self.events, batch, self.config.allocator, cap)
+    }
+
+    /// Peak reserved bytes at `batch` when the allocator may reserve at most `cap` bytes
+    /// (cached segments released before an OOM, as PyTorch does); `None` when it runs out.
+    pub fn reserved_within(&self, batch: u64, cap: Bytes) -> Result<Option<Bytes>, PlanError> {
+        eval::reserved_within(&self.events, batch, self.config.allocator, cap)
+    }
+
+    /// The full plan at `batch`.
+    pub fn plan(&self, batch: u64) -> Result<Plan, PlanError> {
+        let mut cfg = self.config;
+        cfg.batch = batch;
+        cfg.validate()?;
+        let e = eval::evaluate(&self.events, batch, cfg.allocator, true)?;
+        let smi = e
+            .peak_reserved
+            .checked_add(self.context)
+            .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
+        let mut breakdown: Vec<Share> = Category::ALL
+            .iter()
+            .map(|&c| Share {
+                category: category_key(c),
+                label: c.label(),
+                bytes: Bytes(e.breakdown[c.index()]),
+            })
+            .collect();
+        breakdown.push(Share {
+            category: "allocator_overhead".into(),
+            label: "Allocator overhead (reserved − allocated)",
+            bytes: e.peak_reserved.saturating_sub(e.peak_allocated),
+        });
+        breakdown.push(Share {
+            category: "cuda_context".into(),
+            label: "CUDA context",
+            bytes: self.context,
+        });
+        let peak_layer = e
+            .peak_node
+            .and_then(|n| self.graph.nodes.get(n as usize))
+            .map(|n| self.graph.name(n).to_string())
+            .unwrap_or_default();
+        Ok(Plan {
+            model: self.model.clone(),
+            params: self.graph.param_count(),
+            config: cfg,
+            size: self.size,
+            peak_allocated_bytes: e.peak_allocated,
+            peak_reserved_bytes: e.peak_reserved,
+            nvidia_smi_bytes: smi,
+            cuda_context_bytes: self.context,
+            peak_phase: e.peak_phase,
+            peak_layer,
+            breakdown,
+            timeline: e.timeline,
+        })
+    }
+}
+
+/// Plans `preset` under `cfg` (convenience for one-off plans).
+pub fn plan(preset: &Preset, cfg: &TrainConfig) -> Result<Plan, PlanError> {
+    Planner::new(preset, cfg)?.plan(cfg.batch)
+}

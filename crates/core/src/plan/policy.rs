@@ -1,0 +1,141 @@
+//! The parameter-state policy: for every parameter of a graph, whether it trains, the
+//! dtype it is stored in, and the part of it this rank holds. The simulator reads only
+//! this: full training, frozen layers, adapters and sharding across ranks are policies,
+//! not special cases in the event walk.
+
+use crate::model::Graph;
+
+use super::DType;
+use super::config::Precision;
+
+/// The fraction of a tensor one rank holds: `num / den` (1/1 unsharded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub num: u64,
+    pub den: u64,
+}
+
+impl Shard {
+    /// The whole tensor.
+    pub const WHOLE: Shard = Shard { num: 1, den: 1 };
+
+    /// This rank's part of `bytes`, rounded up (PyTorch pads shards to equal sizes).
+    pub fn of(self, bytes: u64) -> u64 {
+        if self == Shard::WHOLE || self.den == 0 {
+            return bytes;
+        }
+        (u128::from(bytes) * u128::from(self.num))
+            .div_ceil(u128::from(self.den))
+            .try_into()
+            .unwrap_or(u64::MAX)
+    }
+}
+
+/// What one parameter costs this rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamState {
+    /// Gets a gradient and optimizer state (`requires_grad=True`).
+    pub trainable: bool,
+    /// The dtype the parameter is stored in (its gradient and state follow it).
+    pub storage: DType,
+    /// The part of the parameter, its gradient and its state this rank holds.
+    pub shard: Shard,
+}
+
+/// The state of every parameter of a graph, by parameter index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamPolicy {
+    states: Vec<ParamState>,
+}
+
+impl ParamPolicy {
+    /// Plain training on one device: every parameter trainable, stored in the precision's
+    /// parameter dtype, unsharded.
+    pub fn full(g: &Graph, precision: Precision) -> ParamPolicy {
+        ParamPolicy {
+            states: vec![
+                ParamState {
+                    trainable: true,
+                    storage: precision.param_dtype(),
+                    shard: Shard::WHOLE,
+                };
+                g.params.len()
+            ],
+        }
+    }
+
+    /// The state of parameter `p`.
+    pub fn state(&self, p: usize) -> ParamState {
+        self.states[p]
+    }
+
+    /// Whether parameter `p` trains.
+    pub fn trainable(&self, p: usize) -> bool {
+        self.states[p].trainable
+    }
+
+    /// Marks parameter `p` frozen (no gradient, no optimizer state).
+    pub fn freeze(&mut self, p: usize) {
+        self.states[p].trainable = false;
+    }
+
+    /// Bytes this rank holds of parameter `p` of `elems` elements, in its storage dtype
+    /// (the size of the parameter, and of its gradient when it trains).
+    pub fn bytes(&self, p: usize, elems: u64) -> u64 {
+        let s = self.states[p];
+        s.shard.of(elems * s.storage.size())
+    }
+
+    /// Number of parameters.
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether the graph has no parameters.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// Elements of the trainable parameters (the count `peft` prints as trainable).
+    pub fn trainable_elems(&self, g: &Graph) -> u64 {
+        g.params
+            .iter()
+            .zip(&self.states)
+            .filter(|(_, s)| s.trainable)
+            .map(|(p, _)| p.elems)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::preset::find_builtin;
+
+    #[test]
+    fn full_policy_trains_everything_unsharded() {
+        let preset = find_builtin("gpt2").expect("gpt2");
+        let g = preset
+            .build(64, crate::model::families::transformer::AttnImpl::Sdpa)
+            .expect("graph");
+        let mut pol = ParamPolicy::full(&g, Precision::AmpBf16);
+        assert_eq!(pol.len(), g.params.len());
+        assert_eq!(pol.trainable_elems(&g), g.param_count());
+        assert_eq!(pol.bytes(0, 10), 40);
+        pol.freeze(0);
+        assert!(!pol.trainable(0));
+        assert_eq!(pol.trainable_elems(&g), g.param_count() - g.params[0].elems);
+        let bf16 = ParamPolicy::full(&g, Precision::Bf16);
+        assert_eq!(bf16.state(0).storage, DType::BF16);
+    }
+
+    #[test]
+    fn shards_round_up() {
+        let half = Shard { num: 1, den: 2 };
+        assert_eq!(half.of(10), 5);
+        assert_eq!(half.of(11), 6);
+        assert_eq!(Shard { num: 1, den: 8 }.of(1), 1);
+        assert_eq!(Shard::WHOLE.of(u64::MAX), u64::MAX);
+        assert_eq!(Shard { num: 3, den: 3 }.of(u64::MAX), u64::MAX);
+    }
+}

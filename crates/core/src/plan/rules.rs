@@ -1,0 +1,920 @@
+//! Per-op rules: output dtype, autocast casts and which tensors autograd saves.
+//!
+//! These mirror PyTorch 2.x: the autocast op lists (`autocast_mode.cpp`), the
+//! `derivatives.yaml` formulas (what each backward needs), and the Python code of
+//! the reference models for composite functions.
+
+use super::config::{DType, Precision};
+use crate::model::ir::{Elem, Graph, Node, Op, Pointwise};
+
+/// An extra buffer an op allocates (saved for backward unless `transient`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Extra {
+    /// Elements per sample.
+    pub per_sample: u64,
+    /// Elements independent of the batch.
+    pub fixed: u64,
+    pub dtype: DType,
+    /// Freed right after the op's forward (workspace, intermediate) instead of saved.
+    pub transient: bool,
+}
+
+/// What one op does to memory in forward.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub out_dtype: DType,
+    /// The output is written into input 0's storage (in-place op or view).
+    pub alias: bool,
+    /// Inputs that autocast casts to another dtype first (index, target dtype).
+    pub casts: Vec<(usize, DType)>,
+    /// Inputs (after their cast) saved for backward.
+    pub saves_inputs: Vec<usize>,
+    pub saves_output: bool,
+    /// Extra buffers: masks, statistics, clones, temporaries.
+    pub extras: Vec<Extra>,
+    /// Parameters are cast to the compute dtype by autocast (weight cache).
+    pub casts_params: bool,
+    /// Transient bytes (elements of the output's dtype, per sample) during backward.
+    pub bwd_transient: u64,
+    /// cuDNN workspaces of a convolution's backward (see [`conv_workspace`]).
+    pub conv_ws: ConvWorkspace,
+    /// A chain of Python-level ops: the extras are produced in order, each temporary dies
+    /// when the next extra exists, and the output comes last (allocator histories of
+    /// `NewGELUActivation`).
+    pub chain: bool,
+    /// How the output gradient reaches the inputs (set by [`backward_rule`]).
+    pub grad: GradFlow,
+    /// SDPA on a fused q/k/v input: dq, dk, dv are separate tensors that the split's
+    /// backward concatenates into one input gradient.
+    pub fused_qkv_grad: bool,
+}
+
+/// How an op's backward turns its output gradient into input gradients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GradFlow {
+    /// Kernels compute new input (and weight) gradients.
+    #[default]
+    Compute,
+    /// The output gradient is input 0's gradient as is (views, in-place appends, casts
+    /// that were no-ops).
+    Alias,
+    /// `AddBackward0` on same-shape, same-dtype operands: every operand gets the output
+    /// gradient itself, no new tensor.
+    PassThrough,
+    /// The loss: `nll_loss` backward, then `log_softmax` backward (and a cast back).
+    Loss,
+}
+
+/// Bytes of the workspaces cuDNN takes for one convolution's backward: `per_sample` scales
+/// with the batch, `fixed` does not. Allocated after the tensor the kernel writes (the input
+/// gradient, the weight gradient) and freed when the kernel returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConvWorkspace {
+    pub data: (u64, u64),
+    pub filter: (u64, u64),
+}
+
+impl Rule {
+    fn new(out_dtype: DType) -> Self {
+        Rule {
+            out_dtype,
+            alias: false,
+            casts: Vec::new(),
+            saves_inputs: Vec::new(),
+            saves_output: false,
+            extras: Vec::new(),
+            casts_params: false,
+            bwd_transient: 0,
+            conv_ws: ConvWorkspace::default(),
+            chain: false,
+            grad: GradFlow::Compute,
+            fused_qkv_grad: false,
+        }
+    }
+}
+
+/// Completes `r` with its backward behaviour, once the dtypes of the node's inputs and
+/// output are known (`dtypes`, by tensor).
+pub fn backward_rule(g: &Graph, node: &Node, r: &mut Rule, dtypes: &[DType]) {
+    r.fused_qkv_grad = matches!(node.op, Op::Sdpa { .. }) && node.inputs.len() == 1;
+    r.grad = if matches!(node.op, Op::CrossEntropy { .. }) {
+        GradFlow::Loss
+    } else if matches!(node.op, Op::View | Op::CacheAppend)
+        || (r.alias && matches!(node.op, Op::ToComputeDtype | Op::SdpaOutContiguous))
+    {
+        GradFlow::Alias
+    } else if passes_grad_through(g, node, dtypes) {
+        GradFlow::PassThrough
+    } else {
+        GradFlow::Compute
+    };
+}
+
+/// Whether `node` hands its output gradient to its inputs unchanged, as `AddBackward0`
+/// does for same-shape, same-dtype operands (no new tensor). A parameter operand (a
+/// broadcast position embedding) needs its gradient summed over the batch.
+fn passes_grad_through(g: &Graph, node: &Node, dtypes: &[DType]) -> bool {
+    matches!(
+        node.op,
+        Op::Pointwise {
+            f: Pointwise::Add,
+            ..
+        }
+    ) && node.params.is_empty()
+        && node.inputs.iter().all(|&t| {
+            let (a, b) = (&g.tensors[t], &g.tensors[node.output]);
+            a.per_sample == b.per_sample && a.fixed == b.fixed && dtypes[t] == dtypes[node.output]
+        })
+}
+
+fn promote(a: DType, b: DType) -> DType {
+    if a == DType::F32 || b == DType::F32 {
+        DType::F32
+    } else if a.is_low() {
+        a
+    } else {
+        b
+    }
+}
+
+fn extra(per_sample: u64, dtype: DType) -> Extra {
+    Extra {
+        per_sample,
+        fixed: 0,
+        dtype,
+        transient: false,
+    }
+}
+
+fn temp(per_sample: u64, dtype: DType) -> Extra {
+    Extra {
+        per_sample,
+        fixed: 0,
+        dtype,
+        transient: true,
+    }
+}
+
+/// A convolution as cuDNN sees it (per-sample elements).
+struct ConvShape {
+    transposed: bool,
+    kernel: u64,
+    groups: u64,
+    out_channels: u64,
+    in_elems: u64,
+    out_elems: u64,
+    weight: u64,
+}
+
+/// cuDNN 9 workspaces of one convolution with PyTorch's default NCHW tensors (measured per
+/// convolution with `tools/conv_workspace.py` on every convolution of the measured CNN and
+/// segmentation configs: `tests/data/conv_workspace.jsonl.gz`, H100/H200, cuDNN 9.19).
+/// Returns the forward workspace in elements of `dt` (per sample, fixed) and the
+/// backward ones in bytes.
+///
+/// - Depthwise convolutions run PyTorch's own kernels: no workspace.
+/// - A 1×1 stride-1 convolution is a GEMM on NCHW data: no forward or input-gradient
+///   workspace; the weight gradient is reduced over the batch through fp32 partials
+///   (one weight's worth per sample).
+/// - Every other dense convolution (3×3, 7×7, strided 1×1, dilated, transposed 2×2) runs
+///   an NHWC kernel behind layout transforms: each of the three kernels takes a workspace
+///   the size of its input, output and weight together (median ratio 1.00 over 500
+///   convolutions), the weight-gradient one a few weights more.
+/// - A patchify convolution (kernel = stride ≥ 4, ConvNeXt's stem) takes none in forward.
+fn conv_workspace(c: &ConvShape, dt: DType) -> ((u64, u64), ConvWorkspace) {
+    let none = ((0, 0), ConvWorkspace::default());
+    let k2 = c.kernel.saturating_mul(c.kernel);
+    if c.out_channels == 0 || k2 == 0 || c.groups == 0 {
+        return none;
+    }
+    // Weights are (out, in / groups, k, k), transposed (in, out / groups, k, k).
+    let in_channels = if c.transposed {
+        c.weight / k2.saturating_mul((c.out_channels / c.groups).max(1))
+    } else {
+        c.weight.saturating_mul(c.groups) / c.out_channels.saturating_mul(k2)
+    };
+    if in_channels == 0 {
+        return none;
+    }
+    if c.groups > 1 && c.groups == in_channels {
+        return none;
+    }
+    let spatial_in = c.in_elems / in_channels;
+    let spatial_out = c.out_elems / c.out_channels;
+    let strided = !c.transposed && spatial_out < spatial_in;
+    let b = dt.size();
+    if c.kernel == 1 && !strided && !c.transposed {
+        if spatial_in <= 1 {
+            return none;
+        }
+        // Split over the batch while that stays within ~3× the layout-transform path's
+        // input + output; past it cuDNN takes the transform path (measured both ways).
+        let split = c.weight.saturating_mul(DType::F32.size());
+        let transform = (c.in_elems.saturating_add(c.out_elems)).saturating_mul(b);
+        let filter = if split > transform.saturating_mul(3) {
+            transform
+        } else {
+            split
+        };
+        let ws = ConvWorkspace {
+            data: (0, 0),
+            filter: (filter, 0),
+        };
+        return ((0, 0), ws);
+    }
+    if c.kernel >= 4 && strided && spatial_in == spatial_out * k2 {
+        return none;
+    }
+    if in_channels < 4 && !c.transposed {
+        return stem_workspace(c, dt, in_channels, spatial_in);
+    }
+    // Sizes are bounded by the graph's checked arithmetic; saturate rather than wrap anyway.
+    let per_sample = c.in_elems.saturating_add(c.out_elems);
+    let bytes = per_sample.saturating_mul(b);
+    let weight = c.weight.saturating_mul(b);
+    // The weight-gradient kernel reduces over batch × pixels in split-K fp32 partials:
+    // 15 weights' worth (27 in 16-bit) for small filters, for large ones about 2.36 M
+    // (2.0 M) elements but never less than one weight (fitted on 1 400 measured 3×3
+    // weight gradients: the excess over input + output is flat in batch and pixels).
+    let (splits, cap) = if b == 4 {
+        (15, 2_359_296)
+    } else {
+        (27, 2_000_000)
+    };
+    let partials = c.weight.saturating_mul(splits).min(c.weight.max(cap));
+    let ws = ConvWorkspace {
+        data: (bytes, weight),
+        filter: (bytes, partials.saturating_mul(b)),
+    };
+    ((per_sample, c.weight), ws)
+}
+
+/// Workspaces of a convolution on a 1–3 channel image (a network's stem), whose NHWC kernels
+/// first pad the channels: to 4 in fp32 and for fp16 7×7 stems, else to 8. Measured (same
+/// data as [`conv_workspace`]): 3×3 stems take no forward workspace and, in fp32, none at all;
+/// 16-bit 3×3 weight gradients take input + output + the padded input; 7×7 stems take input +
+/// output + weight in fp32 forward, + the padded input in 16-bit, and their weight gradient
+/// input + output + padded input + about 6 MiB of partials.
+fn stem_workspace(
+    c: &ConvShape,
+    dt: DType,
+    in_channels: u64,
+    spatial_in: u64,
+) -> ((u64, u64), ConvWorkspace) {
+    let b = dt.size();
+    let large = c.kernel >= 5;
+    let pad_to = if dt == DType::F32 || (large && dt == DType::F16) {
+        4
+    } else {
+        8
+    };
+    let io = c.in_elems.saturating_add(c.out_elems);
+    let pad = spatial_in.saturating_mul(pad_to - in_channels);
+    if !large {
+        if dt == DType::F32 {
+            return ((0, 0), ConvWorkspace::default());
+        }
+        let ws = ConvWorkspace {
+            data: (0, 0),
+            filter: (io.saturating_add(pad).saturating_mul(b), 0),
+        };
+        return ((0, 0), ws);
+    }
+    let fwd = if dt == DType::F32 {
+        io
+    } else {
+        io.saturating_add(pad)
+    };
+    let partials = if dt == DType::F16 { 0 } else { 6 << 20 };
+    let ws = ConvWorkspace {
+        data: (0, 0),
+        filter: (io.saturating_add(pad).saturating_mul(b), partials),
+    };
+    ((fwd, c.weight), ws)
+}
+
+/// Computes the rule for `node` given its inputs' dtypes.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one arm per op: the table reads best in one place"
+)]
+pub fn rule(
+    g: &Graph,
+    node: &Node,
+    inputs: &[DType],
+    prec: Precision,
+    checkpointing: bool,
+) -> Rule {
+    let pd = prec.param_dtype();
+    let lp = prec.compute_dtype();
+    let amp = prec.autocast();
+    let in0 = inputs.first().copied().unwrap_or(pd);
+    let out_elems = g.tensors[node.output].per_sample;
+    let in_elems = |i: usize| node.inputs.get(i).map_or(0, |&t| g.tensors[t].per_sample);
+    // Casts every floating input that is not already in `to`.
+    let cast_all = |r: &mut Rule, to: DType| {
+        for (i, &d) in inputs.iter().enumerate() {
+            let is_float = g.tensors[node.inputs[i]].elem == Elem::Float;
+            if is_float && d != to {
+                r.casts.push((i, to));
+            }
+        }
+    };
+    let params_promote = |d: DType| {
+        if node.params.is_empty() {
+            d
+        } else {
+            promote(d, pd)
+        }
+    };
+    match &node.op {
+        Op::Input => {
+            let t = &g.tensors[node.output];
+            let d = if t.elem == Elem::Int64 {
+                DType::I64
+            } else {
+                pd
+            };
+            Rule::new(d)
+        }
+        Op::Constant => Rule::new(pd),
+        Op::Linear { .. } | Op::Conv2d { .. } | Op::Matmul { .. } => {
+            let mut r = Rule::new(if amp { lp } else { in0 });
+            if amp {
+                cast_all(&mut r, lp);
+                r.casts_params = !node.params.is_empty();
+            }
+            r.saves_inputs = (0..inputs.len()).collect();
+            if let Op::Conv2d {
+                transposed,
+                kernel,
+                groups,
+                out_channels,
+            } = node.op
+            {
+                let weight = node.params.first().map_or(0, |&p| g.params[p].elems);
+                let shape = ConvShape {
+                    transposed,
+                    kernel,
+                    groups,
+                    out_channels,
+                    in_elems: in_elems(0),
+                    out_elems,
+                    weight,
+                };
+                let dt = r.out_dtype;
+                let (fwd, ws) = conv_workspace(&shape, dt);
+                if fwd.0 > 0 || fwd.1 > 0 {
+                    r.extras.push(Extra {
+                        per_sample: fwd.0,
+                        fixed: fwd.1,
+                        dtype: dt,
+                        transient: true,
+                    });
+                }
+                r.conv_ws = ws;
+            }
+            r
+        }
+        Op::Embedding => {
+            let mut r = Rule::new(pd);
+            r.saves_inputs = (0..inputs.len()).collect();
+            r
+        }
+        Op::BatchNorm { channels } => {
+            let mut r = Rule::new(in0);
+            r.saves_inputs = vec![0];
+            r.extras.push(Extra {
+                per_sample: 0,
+                fixed: 2 * channels,
+                dtype: DType::F32,
+                transient: false,
+            });
+            r
+        }
+        Op::LayerNorm { rows } => {
+            let out = if amp { DType::F32 } else { in0 };
+            let mut r = Rule::new(out);
+            if amp {
+                cast_all(&mut r, DType::F32);
+            }
+            r.saves_inputs = vec![0];
+            r.extras.push(extra(2 * rows, DType::F32));
+            r
+        }
+        Op::RmsNorm { .. } => {
+            // to(fp32) → pow(2).mean → x * rsqrt(var) → .to(input_dtype) → weight * x
+            if in0 == DType::F32 {
+                let mut r = Rule::new(params_promote(DType::F32));
+                r.saves_inputs = vec![0];
+                r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
+                r.extras.push(temp(out_elems, DType::F32)); // pow(2)
+                r
+            } else {
+                let mut r = Rule::new(params_promote(in0));
+                r.extras.push(extra(out_elems, DType::F32)); // fp32 copy, saved by pow and mul
+                r.extras.push(extra(out_elems, in0)); // normalised, cast back, saved by weight * x
+                r.extras.push(temp(out_elems, DType::F32)); // pow(2)
+                r.extras.push(temp(out_elems, DType::F32)); // x * rsqrt before the cast
+                r
+            }
+        }
+        Op::Pointwise { f, inplace } => pointwise(
+            *f,
+            *inplace,
+            inputs,
+            in0,
+            prec,
+            params_promote,
+            out_elems,
+            in_elems(0),
+        ),
+        Op::GeluNewPython => {
+            // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
+            // In Python's order (allocator history of GPT-2 under AMP bf16, H200): 0.5 * x,
+            // pow (on autocast's fp32 list: its input is cast and saved), 0.044715 * ·,
+            // x + ·, sqrt(2/π) * ·, tanh (saves its output), 1 + ·, then the product.
+            let wide = if amp { DType::F32 } else { in0 };
+            let mut r = Rule::new(wide);
+            r.chain = true;
+            r.extras.push(extra(out_elems, in0)); // 0.5 * x
+            if amp && in0 != DType::F32 {
+                r.extras.push(extra(out_elems, DType::F32));
+            } else {
+                r.saves_inputs = vec![0];
+            }
+            for _ in 0..4 {
+                r.extras.push(temp(out_elems, wide)); // pow, 0.044715·, x + ·, sqrt(2/π)·
+            }
+            r.extras.push(extra(out_elems, wide)); // tanh output
+            r.extras.push(extra(out_elems, wide)); // 1 + tanh
+            r
+        }
+        Op::Softmax { fp32 } => {
+            let out = if amp || *fp32 { DType::F32 } else { in0 };
+            let mut r = Rule::new(out);
+            if out == DType::F32 && in0 != DType::F32 {
+                r.extras.push(temp(in_elems(0), DType::F32));
+            }
+            r.saves_output = true;
+            r
+        }
+        Op::ToComputeDtype => {
+            let mut r = Rule::new(lp);
+            r.alias = in0 == lp;
+            r
+        }
+        Op::Dropout { inplace, .. } => {
+            let mut r = Rule::new(in0);
+            r.alias = *inplace;
+            r.extras.push(extra(out_elems, DType::Bool));
+            r
+        }
+        Op::MaxPool => {
+            let mut r = Rule::new(in0);
+            r.saves_inputs = vec![0];
+            r.extras.push(extra(out_elems, DType::I64));
+            r
+        }
+        Op::AvgPool => {
+            let mut r = Rule::new(in0);
+            r.saves_inputs = vec![0];
+            r
+        }
+        Op::Upsample => Rule::new(in0),
+        Op::Concat => {
+            let d = inputs.iter().fold(in0, |a, &b| promote(a, b));
+            Rule::new(params_promote(d))
+        }
+        Op::View => {
+            let mut r = Rule::new(in0);
+            r.alias = true;
+            r
+        }
+        Op::Copy => Rule::new(in0),
+        Op::SdpaOutContiguous => {
+            let mut r = Rule::new(in0);
+            r.alias = in0.is_low();
+            r
+        }
+        Op::CacheAppend => {
+            let d = if checkpointing {
+                in0
+            } else {
+                inputs.iter().fold(in0, |a, &b| promote(a, b))
+            };
+            let mut r = Rule::new(d);
+            // Gradient checkpointing turns the cache off: the op is the identity then.
+            r.alias = checkpointing;
+            r
+        }
+        Op::Rope => {
+            // q * cos + rotate_half(q) * sin; cos/sin are in the hidden-state dtype.
+            let out = promote(in0, pd);
+            let mut r = Rule::new(out);
+            r.extras.push(temp(out_elems, out));
+            r.extras.push(temp(out_elems, in0));
+            r
+        }
+        Op::Sdpa {
+            heads,
+            kv_heads,
+            head_dim,
+            seq,
+            ..
+        } if heads != kv_heads && !amp && in0 == DType::F32 => {
+            // Math fallback (`_scaled_dot_product_attention_math`): q·√scale, k repeated
+            // then ·√scale, v repeated, and the softmax probabilities are saved.
+            let qkv = heads * seq * head_dim;
+            let probs = heads * seq * seq;
+            let mut r = Rule::new(DType::F32);
+            r.extras.push(extra(qkv, DType::F32));
+            r.extras.push(extra(qkv, DType::F32));
+            r.extras.push(extra(qkv, DType::F32));
+            r.extras.push(extra(probs, DType::F32));
+            r.extras.push(temp(qkv, DType::F32));
+            r.bwd_transient = 2 * probs;
+            r
+        }
+        Op::Sdpa { heads, seq, .. } => {
+            let mut r = Rule::new(if amp { lp } else { in0 });
+            if amp {
+                cast_all(&mut r, lp);
+            }
+            r.saves_inputs = (0..inputs.len()).collect();
+            r.saves_output = true;
+            // logsumexp (fp32, rows padded to 32 by the memory-efficient kernel)
+            r.extras
+                .push(extra(heads * seq.div_ceil(32) * 32, DType::F32));
+            r
+        }
+        Op::CrossEntropy {
+            rows,
+            classes,
+            upcast,
+        } => {
+            let logits = rows * classes;
+            let ls_dtype = if amp || *upcast { DType::F32 } else { in0 };
+            let mut r = Rule::new(DType::F32);
+            if *upcast && in0 != DType::F32 {
+                // Hugging Face's `logits.float()`: a copy log_softmax does not keep.
+                r.extras.push(temp(logits, DType::F32));
+            } else if amp && in0 != DType::F32 {
+                // Under autocast log_softmax reads the low-precision logits and writes fp32
+                // (`half_to_float`); measured: one more logits-sized low-precision buffer
+                // lives until backward (H200, PyTorch 2.11, tests/data traces).
+                r.extras.push(extra(logits, in0));
+            }
+            r.extras.push(extra(logits, ls_dtype)); // log_softmax output
+            r.saves_inputs = vec![1]; // targets
+            r
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pointwise(
+    f: Pointwise,
+    inplace: bool,
+    inputs: &[DType],
+    in0: DType,
+    prec: Precision,
+    params_promote: impl Fn(DType) -> DType,
+    out_elems: u64,
+    in0_elems: u64,
+) -> Rule {
+    let joined = inputs.iter().fold(in0, |a, &b| promote(a, b));
+    let mut r = Rule::new(if inplace { in0 } else { params_promote(joined) });
+    r.alias = inplace;
+    match f {
+        Pointwise::Relu | Pointwise::Sigmoid | Pointwise::Tanh => r.saves_output = true,
+        Pointwise::Gelu | Pointwise::Silu | Pointwise::Hardswish | Pointwise::Hardsigmoid => {
+            if inplace {
+                // In-place ops whose formula needs the original input save a clone of it.
+                r.extras.push(extra(in0_elems, in0));
+            } else {
+                r.saves_inputs = vec![0];
+            }
+        }
+        Pointwise::Add | Pointwise::Scale => {}
+        Pointwise::Mul => r.saves_inputs = (0..inputs.len()).collect(),
+        Pointwise::MulByConstTensor => r.saves_inputs = vec![1],
+        Pointwise::Pow => {
+            if prec.autocast() && in0 != DType::F32 {
+                r.out_dtype = DType::F32;
+                r.casts.push((0, DType::F32));
+            }
+            r.saves_inputs = vec![0];
+        }
+    }
+    let _ = out_elems;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::builder::GraphBuilder;
+    use crate::model::ir::{Elem, Op, Pointwise};
+
+    /// Builds `input → op` and returns the op's rule for `inputs` dtypes.
+    fn rule_of(
+        op: Op,
+        n_inputs: usize,
+        with_param: bool,
+        dtypes: &[DType],
+        prec: Precision,
+    ) -> Rule {
+        let mut b = GraphBuilder::new();
+        let ins: Vec<_> = (0..n_inputs).map(|_| b.input(100, Elem::Float)).collect();
+        let params = if with_param {
+            vec![b.param(10, Some((2, 5)))]
+        } else {
+            vec![]
+        };
+        b.op(op, &ins, 100, &params, "op");
+        let g = b.finish();
+        let node = g.nodes.last().expect("node");
+        rule(&g, node, dtypes, prec, false)
+    }
+
+    const F32: DType = DType::F32;
+    const BF16: DType = DType::BF16;
+
+    fn conv(kernel: u64, groups: u64, cin: u64, cout: u64, hw_in: u64, hw_out: u64) -> ConvShape {
+        ConvShape {
+            transposed: false,
+            kernel,
+            groups,
+            out_channels: cout,
+            in_elems: cin * hw_in * hw_in,
+            out_elems: cout * hw_out * hw_out,
+            weight: cout * cin / groups * kernel * kernel,
+        }
+    }
+
+    /// Bytes at batch `n` of a (per sample, fixed) pair in elements of `dt`.
+    fn at(n: u64, (ps, fx): (u64, u64), dt: DType) -> u64 {
+        (n * ps + fx) * dt.size()
+    }
+
+    fn near(pred: u64, measured: u64) -> bool {
+        (pred as f64 - measured as f64).abs() <= 0.02 * measured as f64
+    }
+
+    /// Against single-convolution measurements in tests/data/conv_workspace.jsonl.gz
+    /// (H100, PyTorch 2.11, cuDNN 9.19, fp32 with TF32).
+    #[test]
+    fn conv_workspace_matches_measured_convolutions() {
+        // ResNet-50 layer1 3×3, batch 64: forward 102 908 051 B, weight gradient 104 972 967 B.
+        let (fwd, ws) = conv_workspace(&conv(3, 1, 64, 64, 56, 56), F32);
+        assert!(near(at(64, fwd, F32), 102_908_051));
+        assert!(near(64 * ws.data.0 + ws.data.1, 102_908_051));
+        assert!(near(64 * ws.filter.0 + ws.filter.1, 104_972_967));
+        // 1×1 stride 1, 256 → 64, batch 64: only the weight gradient, 4 194 704 B.
+        let (fwd, ws) = conv_workspace(&conv(1, 1, 256, 64, 56, 56), F32);
+        assert_eq!(fwd, (0, 0));
+        assert_eq!(ws.data, (0, 0));
+        assert!(near(64 * ws.filter.0 + ws.filter.1, 4_194_704));
+        // The 7×7 stem at batch 128: forward 488 149 776 B.
+        let (fwd, _) = conv_workspace(&conv(7, 1, 3, 64, 224, 112), F32);
+        assert!(near(at(128, fwd, F32), 488_149_776));
+        // Depthwise 3×3 (EfficientNet): PyTorch's own kernel, nothing.
+        let (fwd, ws) = conv_workspace(&conv(3, 32, 32, 32, 112, 112), F32);
+        assert_eq!((fwd, ws), ((0, 0), ConvWorkspace::default()));
+        // A 1×1 convolution on a 1×1 map (squeeze-excitation): nothing.
+        let (_, ws) = conv_workspace(&conv(1, 1, 240, 10, 1, 1), BF16);
+        assert_eq!(ws, ConvWorkspace::default());
+        // A large 1×1 weight gradient takes the transform path: 512 → 2048 on a 6×6 map,
+        // bf16, batch 96, measured 17 694 736 B (batch × weight × 4 would be 384 MiB).
+        let (_, ws) = conv_workspace(&conv(1, 1, 512, 2048, 6, 6), BF16);
+        assert!(near(96 * ws.filter.0 + ws.filter.1, 17_694_736));
+    }
+
+    /// Weight-gradient split-K partials beyond input + output, measured per convolution
+    /// (tests/data/conv_workspace.jsonl.gz): within 0.5 % of the measured workspace.
+    #[test]
+    fn weight_gradient_partials_match_measured_convolutions() {
+        let close = |pred: u64, measured: u64| {
+            (pred as f64 - measured as f64).abs() <= 0.005 * measured as f64
+        };
+        let cases: &[(ConvShape, DType, u64, u64)] = &[
+            // ResNet-18 layer1 3×3 64→64 at 56², fp32, batch 256: 394.11 MiB.
+            (conv(3, 1, 64, 64, 56, 56), F32, 256, 413_254_311),
+            // ResNet-18 layer2 3×3 128→128 at 28², fp32, batch 256: 204.44 MiB.
+            (conv(3, 1, 128, 128, 28, 28), F32, 256, 214_368_935),
+            // ResNet-18 layer3 3×3 256→256 at 14², fp32, batch 256: 107.0 MiB.
+            (conv(3, 1, 256, 256, 14, 14), F32, 256, 112_198_239),
+            // 3×3 64→64, bf16, batch 200 at 56²: 27 weights of partials.
+            (conv(3, 1, 64, 64, 56, 56), BF16, 200, 162_554_535),
+        ];
+        for (i, (c, dt, n, measured)) in cases.iter().enumerate() {
+            let (_, ws) = conv_workspace(c, *dt);
+            let pred = n * ws.filter.0 + ws.filter.1;
+            assert!(close(pred, *measured), "case {i}: {pred} vs {measured}");
+        }
+    }
+
+    /// Stems pad 3 channels for NHWC kernels (ResNet 7×7, EfficientNet 3×3).
+    #[test]
+    fn stem_workspaces_match_measured_convolutions() {
+        let mib = |x: f64| (x * 1_048_576.0) as u64;
+        // 7×7 s2 3→64, fp32, batch 256: forward input + output + weight (931.04 MiB),
+        // weight gradient 985.79 MiB.
+        let (fwd, ws) = conv_workspace(&conv(7, 1, 3, 64, 224, 112), F32);
+        assert!(near(at(256, fwd, F32), mib(931.04)));
+        assert!(near(256 * ws.filter.0 + ws.filter.1, mib(985.79)));
+        assert_eq!(ws.data, (0, 0));
+        // The same in bf16: forward + the input padded to 8 channels (588.05 MiB).
+        let (fwd, ws) = conv_workspace(&conv(7, 1, 3, 64, 224, 112), BF16);
+        assert!(near(at(256, fwd, BF16), mib(465.5 + 122.55)));
+        assert!(near(256 * ws.filter.0 + ws.filter.1, mib(593.89)));
+        // 3×3 s2 3→32 (EfficientNet): nothing in fp32; the bf16 weight gradient 393.12 MiB.
+        let (fwd, ws) = conv_workspace(&conv(3, 1, 3, 32, 224, 112), F32);
+        assert_eq!((fwd, ws), ((0, 0), ConvWorkspace::default()));
+        let (fwd, ws) = conv_workspace(&conv(3, 1, 3, 32, 224, 112), BF16);
+        assert_eq!(fwd, (0, 0));
+        assert!(near(256 * ws.filter.0 + ws.filter.1, mib(393.12)));
+    }
+
+    #[test]
+    fn pointwise_saved_tensor_table() {
+        // (op, inplace, saves inputs, saves output, extra clone)
+        let table: &[(Pointwise, bool, &[usize], bool, bool)] = &[
+            (Pointwise::Relu, false, &[], true, false),
+            (Pointwise::Relu, true, &[], true, false),
+            (Pointwise::Gelu, false, &[0], false, false),
+            (Pointwise::Silu, true, &[], false, true),
+            (Pointwise::Hardswish, true, &[], false, true),
+            (Pointwise::Sigmoid, false, &[], true, false),
+            (Pointwise::Tanh, false, &[], true, false),
+            (Pointwise::Add, false, &[], false, false),
+            (Pointwise::Scale, false, &[], false, false),
+        ];
+        for &(f, inplace, ins, out, clone) in table {
+            let r = rule_of(
+                Op::Pointwise { f, inplace },
+                1,
+                false,
+                &[F32],
+                Precision::Fp32,
+            );
+            assert_eq!(r.saves_inputs, ins, "{f:?} inplace={inplace}");
+            assert_eq!(r.saves_output, out, "{f:?}");
+            assert_eq!(r.alias, inplace, "{f:?}");
+            assert_eq!(r.extras.len(), usize::from(clone), "{f:?}");
+        }
+        let mul = rule_of(
+            Op::Pointwise {
+                f: Pointwise::Mul,
+                inplace: false,
+            },
+            2,
+            false,
+            &[F32, F32],
+            Precision::Fp32,
+        );
+        assert_eq!(mul.saves_inputs, vec![0, 1]);
+    }
+
+    #[test]
+    fn autocast_casts_matmul_inputs_and_weights() {
+        let op = Op::Linear {
+            in_features: 10,
+            out_features: 10,
+        };
+        let amp = rule_of(op.clone(), 1, true, &[F32], Precision::AmpBf16);
+        assert_eq!(amp.out_dtype, BF16);
+        assert_eq!(amp.casts, vec![(0, BF16)]);
+        assert!(amp.casts_params);
+        assert_eq!(amp.saves_inputs, vec![0]);
+        // An input already in bf16 is not cast again.
+        let amp2 = rule_of(op.clone(), 1, true, &[BF16], Precision::AmpBf16);
+        assert!(amp2.casts.is_empty());
+        // fp32 and pure bf16: no casts, no weight copies.
+        for p in [Precision::Fp32, Precision::Bf16] {
+            let d = p.param_dtype();
+            let r = rule_of(op.clone(), 1, true, &[d], p);
+            assert!(r.casts.is_empty() && !r.casts_params, "{p}");
+            assert_eq!(r.out_dtype, d);
+        }
+    }
+
+    #[test]
+    fn layer_norm_and_softmax_run_in_fp32_under_autocast() {
+        let ln = rule_of(
+            Op::LayerNorm { rows: 1 },
+            1,
+            true,
+            &[BF16],
+            Precision::AmpBf16,
+        );
+        assert_eq!(ln.out_dtype, F32);
+        assert_eq!(ln.casts, vec![(0, F32)]);
+        assert_eq!(ln.saves_inputs, vec![0]);
+        let sm = rule_of(
+            Op::Softmax { fp32: false },
+            1,
+            false,
+            &[BF16],
+            Precision::AmpBf16,
+        );
+        assert_eq!(sm.out_dtype, F32);
+        assert!(sm.saves_output);
+        // Pure bf16: softmax stays bf16 unless called with dtype=float32.
+        let sm = rule_of(
+            Op::Softmax { fp32: false },
+            1,
+            false,
+            &[BF16],
+            Precision::Bf16,
+        );
+        assert_eq!(sm.out_dtype, BF16);
+        let sm = rule_of(
+            Op::Softmax { fp32: true },
+            1,
+            false,
+            &[BF16],
+            Precision::Bf16,
+        );
+        assert_eq!(sm.out_dtype, F32);
+    }
+
+    #[test]
+    fn batchnorm_dropout_pool_rules() {
+        let bn = rule_of(
+            Op::BatchNorm { channels: 4 },
+            1,
+            true,
+            &[BF16],
+            Precision::AmpBf16,
+        );
+        assert_eq!(bn.out_dtype, BF16, "batch_norm is on no autocast list");
+        assert_eq!(bn.saves_inputs, vec![0]);
+        let d = rule_of(
+            Op::Dropout {
+                p: 0.1,
+                inplace: false,
+            },
+            1,
+            false,
+            &[F32],
+            Precision::Fp32,
+        );
+        assert_eq!(d.extras[0].dtype, DType::Bool, "dropout keeps a bool mask");
+        let mp = rule_of(Op::MaxPool, 1, false, &[F32], Precision::Fp32);
+        assert_eq!(mp.saves_inputs, vec![0]);
+        assert_eq!(
+            mp.extras[0].dtype,
+            DType::I64,
+            "max_pool keeps int64 indices"
+        );
+        let v = rule_of(Op::View, 1, false, &[F32], Precision::Fp32);
+        assert!(v.alias && v.saves_inputs.is_empty());
+    }
+
+    #[test]
+    fn sdpa_keeps_no_score_matrix_but_fp32_gqa_falls_back_to_math() {
+        let fused = Op::Sdpa {
+            heads: 4,
+            kv_heads: 4,
+            head_dim: 8,
+            seq: 16,
+            dropout: 0.0,
+        };
+        let r = rule_of(fused, 3, false, &[BF16, BF16, BF16], Precision::Bf16);
+        assert!(r.saves_output && r.saves_inputs == vec![0, 1, 2]);
+        assert!(
+            r.extras.iter().all(|e| e.per_sample < 16 * 16 * 4),
+            "no s×s tensor"
+        );
+        let gqa = Op::Sdpa {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            seq: 16,
+            dropout: 0.0,
+        };
+        let r = rule_of(gqa, 3, false, &[F32, F32, F32], Precision::Fp32);
+        assert!(
+            r.extras.iter().any(|e| e.per_sample == 4 * 16 * 16),
+            "probabilities kept"
+        );
+    }
+
+    #[test]
+    fn cross_entropy_upcast_and_autocast() {
+        let op = |upcast| Op::CrossEntropy {
+            rows: 2,
+            classes: 50,
+            upcast,
+        };
+        // HF `.float()` under pure bf16: an fp32 copy (transient) and fp32 log_softmax.
+        let r = rule_of(op(true), 2, false, &[BF16, F32], Precision::Bf16);
+        assert!(r.extras.iter().any(|e| e.transient && e.dtype == F32));
+        assert!(r.extras.iter().any(|e| !e.transient && e.dtype == F32));
+        // Plain cross_entropy in pure bf16: log_softmax in bf16.
+        let r = rule_of(op(false), 2, false, &[BF16, F32], Precision::Bf16);
+        assert!(r.extras.iter().all(|e| e.dtype == BF16));
+    }
+}

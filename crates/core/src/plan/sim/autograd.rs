@@ -1,0 +1,402 @@
+//! The autograd walk of one micro-step: each node's forward (autocast casts, the weight
+//! cache, its output, what it saves for backward, its temporaries), then the backward in
+//! reverse order (input and parameter gradients, accumulation, workspaces). What an op
+//! does is its [`Rule`]; this file only follows the rules.
+
+use super::{NO_NODE, Sim};
+use crate::model::ir::{Elem, Op};
+use crate::plan::events::{Category, Phase};
+use crate::plan::rules::{GradFlow, Rule};
+
+impl Sim<'_> {
+    /// Forward of node `n`. `recompute`: re-run inside a checkpointed backward.
+    pub(super) fn forward_node(&mut self, n: usize, keep_saves: bool, consumers: &[u32]) {
+        self.node = n as u32;
+        let g = self.g;
+        let node = &g.nodes[n];
+        let rules = self.rules;
+        let r = &rules[n];
+        let out = node.output;
+        // Autocast casts of inputs.
+        let mut input_bufs = std::mem::take(&mut self.input_bufs);
+        input_bufs.clear();
+        input_bufs.extend(node.inputs.iter().map(|&t| self.tbuf[t]));
+        for &(i, to) in &r.casts {
+            let (ps, fx) = self.tensor_bytes(node.inputs[i], to);
+            let b = self.alloc(ps, fx, Category::Activations, 1);
+            input_bufs[i] = Some(b);
+        }
+        // Autocast weight cache.
+        let mut first_weight_cast = None;
+        if r.casts_params {
+            for &p in &node.params {
+                let b = match self.param_cast[p] {
+                    Some(b) => b,
+                    None => {
+                        let bytes = g.params[p].elems * self.prec.compute_dtype().size();
+                        let b = self.alloc(0, bytes, Category::WeightCasts, 1);
+                        self.cache_refs.push(b);
+                        self.param_cast[p] = Some(b);
+                        b
+                    }
+                };
+                first_weight_cast.get_or_insert(b);
+            }
+        }
+        let saved_start = self.saved_bufs.len();
+        let mut temps = std::mem::take(&mut self.temps);
+        temps.clear();
+        if r.chain {
+            let mut pending = None;
+            for e in &r.extras {
+                let b = self.extra_buffer(e, keep_saves);
+                if let Some(p) = pending.take() {
+                    self.release(p);
+                }
+                if e.transient || !keep_saves {
+                    pending = b;
+                }
+            }
+            if let Some(p) = pending {
+                self.release(p);
+            }
+        }
+        // Output.
+        let out_buf = if r.alias {
+            let b = input_bufs.first().copied().flatten();
+            if let Some(b) = b {
+                self.refs[b as usize] += consumers[out];
+            }
+            b
+        } else if g.tensors[out].per_sample == 0 && g.tensors[out].fixed == 0 {
+            None
+        } else {
+            let (ps, fx) = self.tensor_bytes(out, r.out_dtype);
+            let refs = consumers[out];
+            let b = self.new_buffer(ps, fx, Category::Activations);
+            self.refs[b as usize] = refs;
+            Some(b)
+        };
+        self.tbuf[out] = out_buf;
+        // The model output (`out`) stays referenced until `del out` after backward.
+        if Some(out) == self.model_output
+            && !self.recomputing
+            && let Some(b) = out_buf
+        {
+            self.retain(b);
+            self.pinned.push(b);
+        }
+        // Saved tensors and extras (a chain's extras are saved already, with their own
+        // reference).
+        let retain_from = self.saved_bufs.len();
+        if keep_saves {
+            for &i in &r.saves_inputs {
+                if let Some(b) = input_bufs.get(i).copied().flatten() {
+                    self.saved_bufs.push(b);
+                }
+            }
+            if r.saves_output
+                && let Some(b) = out_buf
+            {
+                self.saved_bufs.push(b);
+            }
+            // Weights are needed for the input gradient.
+            if let Some(w) = first_weight_cast
+                && node.inputs.first().is_some_and(|&t| self.requires_grad[t])
+            {
+                self.saved_bufs.push(w);
+            }
+        }
+        for i in retain_from..self.saved_bufs.len() {
+            self.retain(self.saved_bufs[i]);
+        }
+        // An output nobody reads or saves (a recomputed block's result) dies at once.
+        if let Some(b) = out_buf
+            && !r.alias
+            && self.refs[b as usize] == 0
+        {
+            self.free(b);
+            self.tbuf[out] = None;
+        }
+        if !r.chain {
+            for e in &r.extras {
+                if let Some(b) = self.extra_buffer(e, keep_saves)
+                    && (e.transient || !keep_saves)
+                {
+                    temps.push(b);
+                }
+            }
+        }
+        for &b in &temps {
+            self.release(b);
+        }
+        self.temps = temps;
+        if keep_saves {
+            self.saved[n] = saved_start..self.saved_bufs.len();
+        }
+        // Casts not saved die now; inputs lose one consumer.
+        for &(i, _) in &r.casts {
+            if let Some(b) = input_bufs[i] {
+                self.release(b);
+            }
+        }
+        self.input_bufs = input_bufs;
+        for &t in &node.inputs {
+            if let Some(b) = self.tbuf[t] {
+                self.release(b);
+            }
+        }
+        if (node.op == Op::Input || (node.op == Op::CacheAppend && !r.alias))
+            && let Some(b) = out_buf
+        {
+            self.retain(b);
+            self.pinned.push(b);
+        }
+    }
+
+    fn grad_for(&mut self, t: usize, b: u32) {
+        match self.gbuf[t] {
+            None => self.gbuf[t] = Some(b),
+            // `InputBuffer::accumulate` adds into the old gradient when nothing else holds
+            // it, else into the new one (the old one may be a pass-through shared with
+            // another input): the one not added into is released.
+            Some(old) if self.refs[old as usize] > 1 && self.refs[b as usize] == 1 => {
+                self.gbuf[t] = Some(b);
+                self.release(old);
+            }
+            Some(_) => self.release(b),
+        }
+    }
+
+    fn backward_node(&mut self, n: usize, first_micro: bool) {
+        self.node = n as u32;
+        let g = self.g;
+        let node = &g.nodes[n];
+        let rules = self.rules;
+        let r = &rules[n];
+        let gout = self.gbuf[node.output].take();
+        let has_grad_path = gout.is_some() || node.op == Op::Input;
+        let is_loss = r.grad == GradFlow::Loss;
+        if (has_grad_path || is_loss) && node.op != Op::Input {
+            if r.grad == GradFlow::Alias {
+                if let (Some(go), Some(&t)) = (gout, node.inputs.first()) {
+                    if self.requires_grad[t] {
+                        self.grad_for(t, go);
+                    } else {
+                        self.release(go);
+                    }
+                }
+            } else if r.grad == GradFlow::PassThrough {
+                let mut given = false;
+                for (i, &t) in node.inputs.iter().enumerate() {
+                    if !self.requires_grad[t] || node.inputs[..i].contains(&t) {
+                        continue;
+                    }
+                    if let Some(go) = gout {
+                        if given {
+                            self.retain(go);
+                        }
+                        given = true;
+                        self.grad_for(t, go);
+                    }
+                }
+                if let (Some(go), false) = (gout, given) {
+                    self.release(go);
+                }
+            } else {
+                self.emit_input_grads(n, r, is_loss);
+                self.emit_param_grads(n, r, first_micro);
+                if r.bwd_transient > 0 {
+                    let b = self.alloc(
+                        r.bwd_transient * r.out_dtype.size(),
+                        0,
+                        Category::Transient,
+                        1,
+                    );
+                    self.release(b);
+                }
+                if let Some(go) = gout {
+                    self.release(go);
+                }
+            }
+        }
+        self.release_saved(n);
+    }
+
+    /// Drops what node `n` saved for its backward.
+    fn release_saved(&mut self, n: usize) {
+        for i in std::mem::take(&mut self.saved[n]) {
+            self.release(self.saved_bufs[i]);
+        }
+    }
+
+    fn emit_input_grads(&mut self, n: usize, r: &Rule, is_loss: bool) {
+        let g = self.g;
+        let node = &g.nodes[n];
+        if is_loss {
+            // nll_loss backward → log_softmax backward → (cast back to the logits' dtype).
+            let logits = node.inputs[0];
+            if !self.requires_grad[logits] {
+                return;
+            }
+            let ls = r.extras.iter().rev().find(|e| !e.transient).copied();
+            if let Some(ls) = ls {
+                let ps = ls.per_sample * ls.dtype.size();
+                let d = self.dtypes[logits];
+                let upcast = matches!(node.op, Op::CrossEntropy { upcast: true, .. });
+                let g1 = self.alloc(ps, 0, Category::Transient, 1);
+                if d != ls.dtype && !upcast {
+                    // log_softmax backward writes the logits' dtype directly; the saved
+                    // fp32 output is released first (order seen in the allocator trace of
+                    // BERT under autocast, H200, PyTorch 2.11).
+                    self.release_saved(n);
+                    let (p, f) = self.tensor_bytes(logits, d);
+                    let gi = self.alloc(p, f, Category::Transient, 1);
+                    self.release(g1);
+                    self.grad_for(logits, gi);
+                    return;
+                }
+                let g2 = self.alloc(ps, 0, Category::Transient, 1);
+                self.release(g1);
+                let gi = if d != ls.dtype {
+                    let (p, f) = self.tensor_bytes(logits, d);
+                    let gi = self.alloc(p, f, Category::Transient, 1);
+                    self.release(g2);
+                    gi
+                } else {
+                    g2
+                };
+                self.grad_for(logits, gi);
+            }
+            return;
+        }
+        let fused_parts = r.fused_qkv_grad;
+        for (i, &t) in node.inputs.iter().enumerate() {
+            if !self.requires_grad[t] || g.tensors[t].elem != Elem::Float {
+                continue;
+            }
+            if node.inputs[..i].contains(&t) {
+                continue;
+            }
+            let d = self.dtypes[t];
+            let cast = r.casts.iter().find(|c| c.0 == i).map(|c| c.1);
+            let (ps, fx) = self.tensor_bytes(t, cast.unwrap_or(d));
+            let mut gi = self.alloc(ps, fx, Category::Transient, 1);
+            if i == 0 {
+                self.workspace(r.conv_ws.data);
+            }
+            if fused_parts {
+                // dq, dk, dv are separate; the split's backward concatenates them.
+                let whole = self.alloc(ps, fx, Category::Transient, 1);
+                self.release(gi);
+                gi = whole;
+            }
+            if cast.is_some() {
+                let (ps, fx) = self.tensor_bytes(t, d);
+                let back = self.alloc(ps, fx, Category::Transient, 1);
+                self.release(gi);
+                gi = back;
+            }
+            self.grad_for(t, gi);
+        }
+    }
+
+    fn emit_param_grads(&mut self, n: usize, r: &Rule, first_micro: bool) {
+        let g = self.g;
+        let node = &g.nodes[n];
+        // Frozen parameters take no gradient kernel (and no weight-gradient workspace).
+        let trainable = node.params.iter().filter(|&&p| self.policy.trainable(p));
+        for (k, &p) in trainable.enumerate() {
+            let bytes = self.policy.bytes(p, g.params[p].elems);
+            let low = if r.casts_params {
+                let lb = g.params[p].elems * self.prec.compute_dtype().size();
+                Some(self.alloc(0, lb, Category::Transient, 1))
+            } else {
+                None
+            };
+            // The weight-gradient kernel's workspace follows the tensor it writes.
+            if k == 0 && low.is_some() {
+                self.workspace(r.conv_ws.filter);
+            }
+            if first_micro && self.param_grad[p].is_none() {
+                let b = self.alloc(0, bytes, Category::Gradients, 1);
+                self.param_grad[p] = Some(b);
+            } else {
+                let b = self.alloc(0, bytes, Category::Transient, 1);
+                self.release(b);
+            }
+            if k == 0 && low.is_none() {
+                self.workspace(r.conv_ws.filter);
+            }
+            if let Some(l) = low {
+                self.release(l);
+            }
+        }
+    }
+
+    pub(super) fn micro_step(&mut self, micro: u16) {
+        let g = self.g;
+        self.micro = micro;
+        self.phase = Phase::Forward;
+        let consumers = self.consumers;
+        let count = g.nodes.len();
+        let mut block_start: Option<u32> = None;
+        for n in 0..count {
+            let block = g.nodes[n].block;
+            if self.ckpt && block.is_some() && block != block_start {
+                block_start = block;
+                if let Some(b) = block {
+                    // The checkpoint keeps the block's inputs for the recomputation.
+                    let ins = self.block_external_inputs(b);
+                    for &b in &ins {
+                        self.retain(b);
+                    }
+                    self.block_inputs[b as usize] = ins;
+                }
+            }
+            let keep = !self.in_ckpt_block(n);
+            self.forward_node(n, keep, consumers);
+        }
+        // Autocast exits: its weight cache is dropped.
+        self.node = NO_NODE;
+        for b in std::mem::take(&mut self.cache_refs) {
+            self.release(b);
+        }
+        for p in 0..self.param_cast.len() {
+            self.param_cast[p] = None;
+        }
+        self.phase = Phase::Backward;
+        let first = micro == 0;
+        let mut n = count;
+        while n > 0 {
+            n -= 1;
+            if let Some(b) = g.nodes[n].block
+                && self.ckpt
+                && (n + 1 == count || g.nodes[n + 1].block != Some(b))
+            {
+                self.recompute_block(b);
+            }
+            self.backward_node(n, first);
+            if let Some(b) = g.nodes[n].block
+                && self.ckpt
+                && (n == 0 || g.nodes[n - 1].block != Some(b))
+            {
+                for buf in std::mem::take(&mut self.block_inputs[b as usize]) {
+                    self.release(buf);
+                }
+            }
+        }
+        self.node = NO_NODE;
+        for b in std::mem::take(&mut self.pinned) {
+            self.release(b);
+        }
+        for t in 0..self.gbuf.len() {
+            if let Some(b) = self.gbuf[t].take() {
+                self.release(b);
+            }
+        }
+        // Every node's backward has released what it saved.
+        debug_assert!(self.saved.iter().all(|r| r.is_empty()));
+        self.saved_bufs.clear();
+    }
+}

@@ -1,0 +1,43 @@
+//! The optimizer step: state created on the first step (warm-up), the step's
+//! temporaries, for the trainable parameters of the policy. What each optimizer
+//! allocates is [`crate::plan::optimizer`]'s.
+
+use super::{NO_NODE, Sim};
+use crate::plan::events::{Category, Phase};
+use crate::plan::optimizer::{state_bytes, step_waves};
+
+impl Sim<'_> {
+    /// `optimizer.step()`: on the first step, the state of every trainable parameter;
+    /// then each wave of temporaries, freed before the next.
+    pub(super) fn optimizer_step(&mut self, create_state: bool) {
+        self.phase = Phase::Optimizer;
+        self.node = NO_NODE;
+        let g = self.g;
+        let opt = self.cfg.optimizer;
+        let policy = self.policy;
+        let trainable = || {
+            g.params
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| policy.trainable(i))
+        };
+        if create_state {
+            for (i, p) in trainable() {
+                let st = policy.state(i);
+                for &bytes in state_bytes(opt, p, st.storage).parts() {
+                    self.alloc(0, st.shard.of(bytes), Category::OptimizerState, 1);
+                }
+            }
+        }
+        let mut temps = Vec::new();
+        for wave in step_waves(opt) {
+            for (i, p) in trainable().filter(|(_, p)| wave.includes(p)) {
+                let bytes = policy.bytes(i, p.elems);
+                temps.push(self.alloc(0, bytes, Category::Transient, 1));
+            }
+            for b in temps.drain(..) {
+                self.release(b);
+            }
+        }
+    }
+}

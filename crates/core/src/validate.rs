@@ -1,0 +1,263 @@
+//! Compares the planner with measured training steps (JSON lines written by
+//! `tools/torch_runner.py measure`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ModelError;
+use crate::model::Preset;
+use crate::model::preset::find_builtin;
+use crate::plan::config::AllocatorConfig;
+use crate::plan::{PlanError, Planner, TrainConfig};
+
+/// A measured row the planner cannot predict.
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateError {
+    #[error("measured model `{model}`: {source}")]
+    Model { model: String, source: ModelError },
+    #[error("measured row {row}: {source}")]
+    Plan { row: String, source: PlanError },
+}
+
+/// One measured configuration as the runner prints it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Measured {
+    pub model: String,
+    pub batch: u64,
+    #[serde(default)]
+    pub image: Option<u64>,
+    #[serde(default)]
+    pub seq: Option<u64>,
+    pub precision: String,
+    pub optimizer: String,
+    #[serde(default = "one")]
+    pub accum: u64,
+    #[serde(default)]
+    pub checkpointing: bool,
+    #[serde(default = "sdpa")]
+    pub attention: String,
+    #[serde(default)]
+    pub peak_allocated: Option<u64>,
+    #[serde(default)]
+    pub peak_reserved: Option<u64>,
+    #[serde(default)]
+    pub nvml_process_bytes: Option<u64>,
+    #[serde(default)]
+    pub allocated_start: Option<u64>,
+    #[serde(default)]
+    pub oom: Option<bool>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub cap_gib: Option<f64>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn sdpa() -> String {
+    "sdpa".into()
+}
+
+/// Measured next to predicted for one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub model: String,
+    pub family: String,
+    pub config: String,
+    pub measured_allocated: u64,
+    pub predicted_allocated: u64,
+    pub measured_reserved: u64,
+    pub predicted_reserved: u64,
+    pub measured_nvml: Option<u64>,
+    pub predicted_nvml: u64,
+}
+
+impl Row {
+    /// Relative error of peak allocated, in percent (predicted − measured).
+    pub fn allocated_error(&self) -> f64 {
+        rel(self.predicted_allocated, self.measured_allocated)
+    }
+
+    pub fn reserved_error(&self) -> f64 {
+        rel(self.predicted_reserved, self.measured_reserved)
+    }
+
+    pub fn nvml_error(&self) -> Option<f64> {
+        self.measured_nvml.map(|m| rel(self.predicted_nvml, m))
+    }
+}
+
+fn rel(pred: u64, meas: u64) -> f64 {
+    if meas == 0 {
+        return 0.0;
+    }
+    100.0 * (pred as f64 - meas as f64) / meas as f64
+}
+
+impl Measured {
+    /// The training config this row measured.
+    pub fn config(&self) -> Result<TrainConfig, PlanError> {
+        Ok(TrainConfig {
+            batch: self.batch,
+            size: self.image.or(self.seq),
+            precision: self.precision.parse()?,
+            optimizer: self.optimizer.parse()?,
+            accum: self.accum,
+            checkpointing: self.checkpointing,
+            attention: self.attention.parse()?,
+            allocator: AllocatorConfig::default(),
+        })
+    }
+
+    /// Whether this row holds a completed measurement.
+    pub fn usable(&self) -> bool {
+        self.error.is_none() && self.oom != Some(true) && self.peak_allocated.is_some()
+    }
+
+    pub fn describe(&self) -> String {
+        let size = match (self.image, self.seq) {
+            (Some(i), _) => format!("{i}px"),
+            (_, Some(s)) => format!("seq {s}"),
+            _ => String::new(),
+        };
+        let mut s = format!(
+            "b{} {} {} {}",
+            self.batch, size, self.precision, self.optimizer
+        );
+        if self.accum > 1 {
+            s.push_str(&format!(" accum{}", self.accum));
+        }
+        if self.checkpointing {
+            s.push_str(" ckpt");
+        }
+        if self.attention == "eager" {
+            s.push_str(" eager");
+        }
+        s
+    }
+}
+
+/// Parses runner output (JSON lines; lines that are not measurements are skipped).
+pub fn parse_lines(text: &str) -> Vec<Measured> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Measured>(l).ok())
+        .collect()
+}
+
+/// Predicts every usable measured row.
+pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
+    let mut out = Vec::new();
+    let mut cache: Vec<(String, Preset)> = Vec::new();
+    for m in rows.iter().filter(|m| m.usable()) {
+        let preset = match cache.iter().find(|(id, _)| id == &m.model) {
+            Some((_, p)) => p.clone(),
+            None => {
+                let p = find_builtin(&m.model).map_err(|source| ValidateError::Model {
+                    model: m.model.clone(),
+                    source,
+                })?;
+                cache.push((m.model.clone(), p.clone()));
+                p
+            }
+        };
+        let row = |source| ValidateError::Plan {
+            row: format!("{} {}", m.model, m.describe()),
+            source,
+        };
+        let cfg = m.config().map_err(row)?;
+        let planner = Planner::new(&preset, &cfg).map_err(row)?;
+        let p = planner.peaks(cfg.batch).map_err(row)?;
+        out.push(Row {
+            model: m.model.clone(),
+            family: preset.spec.family().to_string(),
+            config: m.describe(),
+            measured_allocated: m.peak_allocated.unwrap_or(0),
+            predicted_allocated: p.allocated.0,
+            measured_reserved: m.peak_reserved.unwrap_or(0),
+            predicted_reserved: p.reserved.0,
+            measured_nvml: m.nvml_process_bytes,
+            predicted_nvml: p.nvidia_smi.0,
+        });
+    }
+    Ok(out)
+}
+
+/// Median of absolute values.
+pub fn median_abs(v: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.into_iter().map(f64::abs).collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Largest absolute value.
+pub fn max_abs(v: impl IntoIterator<Item = f64>) -> f64 {
+    v.into_iter().map(f64::abs).fold(0.0, f64::max)
+}
+
+/// A markdown table of the rows plus a summary line.
+pub fn markdown(rows: &[Row]) -> String {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut s = String::from(
+        "| model | config | measured alloc (GiB) | predicted | error | measured reserved | predicted | error |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {:.3} | {:.3} | {:+.1} % | {:.3} | {:.3} | {:+.1} % |\n",
+            r.model,
+            r.config,
+            gib(r.measured_allocated),
+            gib(r.predicted_allocated),
+            r.allocated_error(),
+            gib(r.measured_reserved),
+            gib(r.predicted_reserved),
+            r.reserved_error()
+        ));
+    }
+    s.push_str(&format!("\n{}\n", summary(rows)));
+    s
+}
+
+/// "N rows: allocated median …, worst …; reserved median …".
+pub fn summary(rows: &[Row]) -> String {
+    format!(
+        "{} rows: peak allocated median |error| {:.2} %, worst {:.2} %; peak reserved median {:.2} %, worst {:.2} %",
+        rows.len(),
+        median_abs(rows.iter().map(Row::allocated_error)),
+        max_abs(rows.iter().map(Row::allocated_error)),
+        median_abs(rows.iter().map(Row::reserved_error)),
+        max_abs(rows.iter().map(Row::reserved_error)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_max() {
+        assert_eq!(median_abs([1.0, -3.0, 2.0]), 2.0);
+        assert_eq!(median_abs([1.0, -3.0, 2.0, 10.0]), 2.5);
+        assert_eq!(max_abs([1.0, -3.0]), 3.0);
+        assert_eq!(median_abs(Vec::new()), 0.0);
+    }
+
+    #[test]
+    fn skips_oom_and_errors() {
+        let text = r#"{"model":"resnet18","batch":2,"image":64,"precision":"fp32","optimizer":"sgd","peak_allocated":100,"peak_reserved":200}
+{"model":"resnet18","batch":2,"image":64,"precision":"fp32","optimizer":"sgd","oom":true}
+{"model":"resnet18","batch":2,"image":64,"precision":"fp32","optimizer":"sgd","error":"x"}
+not json"#;
+        let rows = parse_lines(text);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.iter().filter(|r| r.usable()).count(), 1);
+    }
+}

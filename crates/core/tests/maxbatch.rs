@@ -1,0 +1,58 @@
+//! Predicted largest batch against the largest batch that really ran under a memory cap
+//! (`tools/torch_runner.py max-batch --cap-gib 24` on an H200, tests/data/maxbatch.jsonl).
+
+use vramlab_core::model::preset::find_builtin;
+use vramlab_core::plan::search::max_batch_capped;
+use vramlab_core::plan::{Planner, TrainConfig};
+use vramlab_core::units::Bytes;
+
+#[test]
+fn predicted_max_batch_matches_measured_under_a_cap() {
+    let text = std::fs::read_to_string(crate::data("maxbatch.jsonl")).expect("maxbatch.jsonl");
+    let mut checked = 0;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("json");
+        let Some(measured) = v["max_batch"].as_u64() else {
+            continue;
+        };
+        let c = &v["config"];
+        let preset = find_builtin(c["model"].as_str().expect("model")).expect("preset");
+        let cfg = TrainConfig {
+            batch: 1,
+            size: c["image"].as_u64().or(c["seq"].as_u64()),
+            precision: c["precision"]
+                .as_str()
+                .expect("precision")
+                .parse()
+                .expect("p"),
+            optimizer: c["optimizer"]
+                .as_str()
+                .expect("optimizer")
+                .parse()
+                .expect("o"),
+            accum: c["accum"].as_u64().unwrap_or(1),
+            checkpointing: c["checkpointing"].as_bool().unwrap_or(false),
+            attention: c["attention"]
+                .as_str()
+                .unwrap_or("sdpa")
+                .parse()
+                .expect("a"),
+            ..TrainConfig::default()
+        };
+        let cap = Bytes((v["cap_gib"].as_f64().expect("cap") * (1u64 << 30) as f64) as u64);
+        let planner = Planner::new(&preset, &cfg).expect("planner");
+        let predicted = max_batch_capped(&planner, cap, 8192)
+            .expect("search")
+            .unwrap_or(0);
+        println!("{}: measured {measured}, predicted {predicted}", preset.id);
+        // Within 10 % (and at most one sample off for tiny batches).
+        let tol = (measured as f64 * 0.10).max(1.0);
+        assert!(
+            (predicted as f64 - measured as f64).abs() <= tol,
+            "{}: predicted {predicted}, measured {measured}",
+            preset.id
+        );
+        checked += 1;
+    }
+    assert!(checked >= 3);
+}

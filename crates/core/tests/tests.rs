@@ -1,0 +1,16 @@
+//! The core's tests: accuracy against measured runs, invariants, parsers, presets.
+//! One test binary, linked once, without any GUI or GPU crate.
+
+mod accuracy;
+mod bench_data;
+mod invariants;
+mod maxbatch;
+mod parser_props;
+mod presets;
+
+/// A file under the repository's `tests/data/`.
+pub fn data(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data")
+        .join(rel)
+}

@@ -1,0 +1,647 @@
+//! The eframe application: the planner GUI.
+//!
+//! [`VramApp`] holds the persisted [`PlannerState`] and, beside it, the runtime caches
+//! ([`Derived`]), the GPU detected at start-up and the file dialogs. Each frame the
+//! panels draw and return [`Command`]s; the app applies them and replans in the same
+//! frame (the left panel's change is applied before the answer is drawn). The Run and
+//! Monitor tabs, plot PNGs and recent files are in [`run_tab`].
+
+mod run_tab;
+
+pub use run_tab::{MonitorOpener, Spawner, Tab};
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use egui::{Key, KeyboardShortcut, Modifiers, RichText, Ui};
+
+use crate::ui::derived::TargetKind;
+use crate::ui::inputs::inputs_ui;
+use crate::ui::message::Message;
+use crate::ui::png::{self, PlotId};
+use crate::ui::run::RunSession;
+use crate::ui::{
+    Command, Derived, GpuChoice, PlannerState, answer, breakdown, export_panel, plots, remedies,
+    style, tips,
+};
+use vramlab_core::export::vramlab_file::{MAX_BYTES, ModelRef};
+use vramlab_core::export::{Format, VramlabConfig};
+use vramlab_core::fsutil::write_atomic;
+use vramlab_core::model::Preset;
+use vramlab_device::gpu::{self, DetectedGpu};
+
+/// Ctrl+S (⌘S on macOS): save the current plan as a `.vramlab.json`.
+pub const SAVE_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
+/// Ctrl+O (⌘O on macOS): open a `.vramlab.json`.
+pub const OPEN_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
+
+const NO_DIALOG: &str =
+    "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity).";
+
+/// Save dialog: suggested file name → chosen path (`None`: cancelled or no dialog).
+pub type SaveDialog = Box<dyn FnMut(&str) -> Option<PathBuf>>;
+/// Open dialog → chosen path.
+pub type OpenDialog = Box<dyn FnMut() -> Option<PathBuf>>;
+/// GPU detection (NVML in the real app).
+pub type Detector = Box<dyn FnMut() -> Option<DetectedGpu>>;
+
+fn rfd_save(name: &str) -> Option<PathBuf> {
+    let mut dialog = rfd::FileDialog::new().set_title("Save").set_file_name(name);
+    if let Some(ext) = Path::new(name).extension().and_then(|e| e.to_str()) {
+        dialog = dialog.add_filter(ext, &[ext]);
+    }
+    dialog.save_file()
+}
+
+fn rfd_open() -> Option<PathBuf> {
+    rfd::FileDialog::new()
+        .set_title("Open")
+        .add_filter("JSON (presets, .vramlab.json plans)", &["json"])
+        .pick_file()
+}
+
+/// Reads at most [`MAX_BYTES`] + 1 bytes (enough for `VramlabConfig::from_bytes` to
+/// reject an oversized file without reading all of it).
+fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The planner application.
+pub struct VramApp {
+    /// What the user chose; persisted.
+    pub state: PlannerState,
+    derived: Derived,
+    message: Option<Message>,
+    save_dialog: SaveDialog,
+    open_dialog: OpenDialog,
+    detector: Detector,
+    style_applied: bool,
+    /// The format the Export section shows (not persisted).
+    export_format: Format,
+    tab: Tab,
+    runs: RunSession,
+    spawner: Spawner,
+    monitor: Option<gpu::monitor::Monitor>,
+    monitor_opener: MonitorOpener,
+    pending_shot: Option<run_tab::PendingShot>,
+}
+
+impl VramApp {
+    /// The real app: restores persisted state and asks NVML for a GPU (once).
+    pub fn new(cc: &eframe::CreationContext<'_>) -> VramApp {
+        let loaded = cc
+            .storage
+            .and_then(|s| eframe::get_value::<PlannerState>(s, eframe::APP_KEY));
+        let mut app = VramApp::with_state(PlannerState::from_persisted(loaded), gpu::detect());
+        style::apply(&cc.egui_ctx);
+        app.style_applied = true;
+        app
+    }
+
+    /// An app without eframe, storage, NVML or dialogs (dialogs return `None`, as rfd
+    /// does with no portal or zenity). For tests and screenshots.
+    pub fn new_for_test(detected: Option<DetectedGpu>) -> VramApp {
+        let mut app = VramApp::with_state(PlannerState::default(), detected.clone());
+        app.save_dialog = Box::new(|_| None);
+        app.open_dialog = Box::new(|| None);
+        app.detector = Box::new(move || detected.clone());
+        app
+    }
+
+    fn with_state(mut state: PlannerState, detected: Option<DetectedGpu>) -> VramApp {
+        let derived = Derived::new(detected);
+        if !derived.presets.iter().any(|p| p.id == state.preset_id)
+            && let Some(first) = derived.presets.first()
+        {
+            state.preset_id = first.id.clone();
+            state.custom = None;
+        }
+        VramApp {
+            state,
+            derived,
+            message: None,
+            save_dialog: Box::new(rfd_save),
+            open_dialog: Box::new(rfd_open),
+            detector: Box::new(gpu::detect),
+            style_applied: false,
+            export_format: Format::Vramlab,
+            tab: Tab::default(),
+            runs: RunSession::default(),
+            spawner: run_tab::default_spawner(),
+            monitor: None,
+            monitor_opener: run_tab::default_monitor(),
+            pending_shot: None,
+        }
+    }
+
+    /// Replaces the file dialogs (tests).
+    pub fn set_dialogs(&mut self, save: SaveDialog, open: OpenDialog) {
+        self.save_dialog = save;
+        self.open_dialog = open;
+    }
+
+    /// The derived results as last computed (tests compare them with the core).
+    pub fn derived(&self) -> &Derived {
+        &self.derived
+    }
+
+    /// The status message under the preset buttons, if any.
+    pub fn message(&self) -> Option<&Message> {
+        self.message.as_ref()
+    }
+
+    /// The format the Export section shows.
+    pub fn export_format(&self) -> Format {
+        self.export_format
+    }
+
+    /// Applies one command to the state. Planning happens in the next `refresh`.
+    pub fn apply(&mut self, cmd: Command, ctx: &egui::Context) {
+        let s = &mut self.state;
+        match cmd {
+            Command::SelectPreset(id) => {
+                s.preset_id = id;
+                s.custom = None;
+                s.config.size = None;
+            }
+            Command::SetCustom(doc) => s.custom = Some(doc),
+            Command::ResetCustom => s.custom = None,
+            Command::SetSearch(t) => s.search = t,
+            Command::SetFamilyFilter(f) => s.family_filter = f,
+            Command::SetConfig(c) | Command::ApplyRemedy(c) => s.config = c,
+            Command::SetGpu(g) => s.gpu = g,
+            Command::SetMarginPct(m) => s.margin_pct = m.clamp(0.0, 50.0),
+            Command::SetUseFreeMemory(b) => s.use_free_memory = b,
+            Command::RefreshGpu => {
+                self.derived.detected = (self.detector)();
+                if self.derived.detected.is_none() && s.gpu == GpuChoice::Detected {
+                    self.message = Some(Message {
+                        text: "No NVIDIA GPU detected (NVML unavailable).".into(),
+                        is_error: false,
+                    });
+                }
+            }
+            Command::SavePreset => self.save_preset(ctx),
+            Command::OpenPreset => self.open_preset(),
+            Command::DismissMessage => self.message = None,
+            Command::SetExportFormat(f) => self.export_format = f,
+            Command::SaveExport => self.save_export(ctx),
+            Command::SavePlan => self.save_plan(ctx),
+            Command::OpenPlan => self.open_plan(),
+            Command::OpenRecent(path) => self.open_recent(&path),
+            Command::SavePlot(id) => self.save_plot(id, ctx),
+        }
+    }
+
+    fn error(&mut self, text: String) {
+        self.message = Some(Message {
+            text,
+            is_error: true,
+        });
+    }
+
+    /// Writes `text` where the save dialog says (suggesting `name`); without a file,
+    /// copies it to the clipboard. Returns the path written.
+    fn save_text(
+        &mut self,
+        ctx: &egui::Context,
+        name: &str,
+        text: String,
+        what: &str,
+    ) -> Option<PathBuf> {
+        let mut written = None;
+        self.message = Some(match (self.save_dialog)(name) {
+            Some(path) => match write_atomic(&path, text.as_bytes()) {
+                Ok(()) => {
+                    let m = Message {
+                        text: format!("Saved {}", path.display()),
+                        is_error: false,
+                    };
+                    written = Some(path);
+                    m
+                }
+                Err(e) => Message {
+                    text: format!("Could not write {}: {e}", path.display()),
+                    is_error: true,
+                },
+            },
+            None => {
+                ctx.copy_text(text);
+                Message {
+                    text: format!("{NO_DIALOG} The {what} was copied to the clipboard instead."),
+                    is_error: false,
+                }
+            }
+        });
+        written
+    }
+
+    /// Ctrl+S: the current plan as a `.vramlab.json`.
+    fn save_plan(&mut self, ctx: &egui::Context) {
+        let plan = self.derived.answer().map(|a| &a.plan);
+        let doc = export_panel::vramlab_config(&self.state, &self.derived, plan);
+        let (Some(doc), Ok(preset)) = (doc, self.derived.preset()) else {
+            let e = self.derived.error().unwrap_or("no model").to_string();
+            self.error(format!("Cannot save: the model is invalid ({e})"));
+            return;
+        };
+        let name = export_panel::suggested_file_name(Format::Vramlab, &preset.id);
+        if let Some(path) = self.save_text(ctx, &name, doc.to_json(), "plan (.vramlab.json)") {
+            self.state.remember_file(&path.display().to_string());
+        }
+    }
+
+    /// The Export section's Save…: the previewed text.
+    fn save_export(&mut self, ctx: &egui::Context) {
+        let format = self.export_format;
+        let text = self
+            .derived
+            .answer()
+            .and_then(|a| export_panel::export_text(&self.state, &self.derived, &a.plan, format));
+        let (Some(text), Ok(preset)) = (text, self.derived.preset()) else {
+            let e = self.derived.error().unwrap_or("no plan").to_string();
+            self.error(format!("Nothing to export: {e}"));
+            return;
+        };
+        let name = export_panel::suggested_file_name(format, &preset.id);
+        let what = format!("{} export", export_panel::format_label(format));
+        self.save_text(ctx, &name, text, &what);
+    }
+
+    /// Ctrl+O: a `.vramlab.json` chosen in the open dialog.
+    fn open_plan(&mut self) {
+        let Some(path) = (self.open_dialog)() else {
+            self.message = Some(Message {
+                text: format!(
+                    "{NO_DIALOG} `vramlab plan --config FILE` reads .vramlab.json files too."
+                ),
+                is_error: false,
+            });
+            return;
+        };
+        let source = path.display().to_string();
+        match read_limited(&path) {
+            Ok(bytes) => {
+                if self.load_plan(&source, &bytes) {
+                    self.state.remember_file(&source);
+                }
+            }
+            Err(e) => self.error(format!("Could not open {source}: {e}")),
+        }
+    }
+
+    /// Applies a `.vramlab.json` document (from `source`); on any error the state is
+    /// untouched and the error is shown. True when it was applied.
+    pub fn load_plan(&mut self, source: &str, bytes: &[u8]) -> bool {
+        match self.state_from_plan(bytes) {
+            Ok(state) => {
+                self.state = state;
+                self.message = Some(Message {
+                    text: format!("Opened {source}"),
+                    is_error: false,
+                });
+                true
+            }
+            Err(e) => {
+                self.error(format!("Could not open {source}: {e}"));
+                false
+            }
+        }
+    }
+
+    /// The state a `.vramlab.json` document describes (model, training, GPU, margin);
+    /// everything else (search, filters, free-memory switch) is kept.
+    fn state_from_plan(&self, bytes: &[u8]) -> Result<PlannerState, String> {
+        let cfg = VramlabConfig::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let mut s = self.state.clone();
+        match &cfg.model {
+            ModelRef::Preset(id) => {
+                if !self.derived.presets.iter().any(|p| &p.id == id) {
+                    return Err(format!("model: unknown preset `{id}`"));
+                }
+                s.preset_id = id.clone();
+                s.custom = None;
+            }
+            ModelRef::Custom(_) => {
+                let preset = cfg.preset().map_err(|e| e.to_string())?;
+                let doc = serde_json::to_value(&preset).map_err(|e| format!("model: {e}"))?;
+                s.custom = Some(doc);
+            }
+        }
+        s.config = cfg.training;
+        s.gpu = match cfg.gpu.as_str() {
+            "detected" => GpuChoice::Detected,
+            id if self.derived.catalog.iter().any(|g| g.id == id) => {
+                GpuChoice::Catalog(id.to_string())
+            }
+            other => return Err(format!("gpu: unknown GPU `{other}` (not in the catalog)")),
+        };
+        s.margin_pct = (cfg.margin * 100.0).clamp(0.0, 50.0);
+        Ok(s)
+    }
+
+    /// Ctrl+S / Ctrl+O and files dropped on the window.
+    fn handle_input(&mut self, ctx: &egui::Context) {
+        let (save, open) = ctx.input_mut(|i| {
+            (
+                i.consume_shortcut(&SAVE_PLAN_SHORTCUT),
+                i.consume_shortcut(&OPEN_PLAN_SHORTCUT),
+            )
+        });
+        if save {
+            self.apply(Command::SavePlan, ctx);
+        }
+        if open {
+            self.apply(Command::OpenPlan, ctx);
+        }
+        let dropped = ctx.input(|i| i.raw.dropped_files.first().cloned());
+        if let Some(file) = &dropped {
+            let source = file.path().display().to_string();
+            match file.bytes() {
+                Ok(bytes) => {
+                    if self.load_plan(&source, &bytes) {
+                        self.state.remember_file(&source);
+                    }
+                }
+                Err(e) => self.error(format!("Could not open {source}: {e}")),
+            }
+        }
+        if save || open || dropped.is_some() {
+            self.derived.refresh(&self.state);
+            ctx.request_repaint();
+        }
+    }
+
+    fn save_preset(&mut self, ctx: &egui::Context) {
+        let preset = match self.derived.preset() {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                self.message = Some(Message {
+                    text: format!("Cannot save: the model is invalid ({e})"),
+                    is_error: true,
+                });
+                return;
+            }
+        };
+        let json = preset.to_json();
+        self.save_text(ctx, &format!("{}.json", preset.id), json, "preset JSON");
+    }
+
+    fn open_preset(&mut self) {
+        let Some(path) = (self.open_dialog)() else {
+            self.message = Some(Message {
+                text: "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity). `vramlab plan --model FILE` reads preset files too.".into(),
+                is_error: false,
+            });
+            return;
+        };
+        let loaded = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Preset::from_json(&t).map_err(|e| format!("{e:#}")))
+            .and_then(|p| serde_json::to_value(&p).map_err(|e| e.to_string()));
+        self.message = Some(match loaded {
+            Ok(doc) => {
+                self.state.custom = Some(doc);
+                Message {
+                    text: format!("Opened {}", path.display()),
+                    is_error: false,
+                }
+            }
+            Err(e) => Message {
+                text: format!("Could not open {}: {e}", path.display()),
+                is_error: true,
+            },
+        });
+    }
+
+    /// Draws one frame (what `eframe::App::ui` calls; tests call it directly).
+    pub fn ui(&mut self, ui: &mut Ui) {
+        if !self.style_applied {
+            style::apply(ui.ctx());
+            self.style_applied = true;
+            ui.ctx().request_repaint();
+        }
+        let ctx = ui.ctx().clone();
+        self.derived.refresh(&self.state);
+        self.handle_input(&ctx);
+        self.poll_background(&ctx);
+
+        let top = egui::Panel::top("top_bar")
+            .show(ui, |ui| self.top_bar_ui(ui))
+            .inner;
+        if let Some(cmd) = top {
+            self.apply(cmd, &ctx);
+            self.derived.refresh(&self.state);
+            ctx.request_repaint();
+        }
+        match self.tab {
+            Tab::Planner => self.planner_tab_ui(ui, &ctx),
+            Tab::Run => self.run_tab_ui(ui),
+            Tab::Monitor => self.monitor_tab_ui(ui),
+        }
+    }
+
+    fn planner_tab_ui(&mut self, ui: &mut Ui, ctx: &egui::Context) {
+        let left = egui::Panel::left("inputs")
+            .resizable(true)
+            .default_size(350.0)
+            .min_size(300.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("inputs_scroll")
+                    .show(ui, |ui| {
+                        inputs_ui(&self.state, &self.derived, self.message.as_ref(), ui)
+                    })
+                    .inner
+            })
+            .inner;
+        if let Some(cmd) = left {
+            self.apply(cmd, ctx);
+            self.derived.refresh(&self.state);
+            // The top bar was drawn before the change.
+            ctx.request_repaint();
+        }
+
+        let central = egui::CentralPanel::default()
+            .show(ui, |ui| self.central_ui(ui))
+            .inner;
+        if let Some(cmd) = central {
+            self.apply(cmd, ctx);
+            self.derived.refresh(&self.state);
+            ctx.request_repaint();
+        }
+    }
+
+    /// Title, tabs, the Recent menu and the GPU line.
+    fn top_bar_ui(&mut self, ui: &mut Ui) -> Option<Command> {
+        let mut cmd = None;
+        ui.horizontal(|ui| {
+            ui.label(RichText::new("vramlab").size(20.0).strong());
+            ui.add_space(8.0);
+            for tab in Tab::ALL {
+                ui.selectable_value(&mut self.tab, tab, RichText::new(tab.label()).size(16.0));
+            }
+            ui.add_space(4.0);
+            ui.menu_button("Recent", |ui| {
+                if self.state.recent.is_empty() {
+                    ui.label("No recent .vramlab.json files (Ctrl+S / Ctrl+O add them).");
+                }
+                for path in &self.state.recent {
+                    if ui.button(path).clicked() {
+                        cmd = Some(Command::OpenRecent(path.clone()));
+                        self.tab = Tab::Planner;
+                    }
+                }
+            })
+            .response
+            .on_hover_text("Recently opened or saved .vramlab.json plans");
+            ui.add_space(8.0);
+            if self.tab == Tab::Planner {
+                ui.label("Will this training step fit on the GPU, and with which batch size?");
+            }
+            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                let t = self.derived.target();
+                let text = match (t.kind, &self.derived.detected) {
+                    (TargetKind::Detected, Some(g)) => {
+                        format!("GPU: {} · {} free of {}", g.name, g.free, g.total)
+                    }
+                    (_, Some(g)) => format!("planning for {} · detected {}", t.gpu.name, g.name),
+                    (_, None) => {
+                        format!("No NVIDIA GPU detected — planning against {}", t.gpu.name)
+                    }
+                };
+                ui.label(text);
+            });
+        });
+        cmd
+    }
+
+    fn central_ui(&self, ui: &mut Ui) -> Option<Command> {
+        let mut cmd = None;
+        egui::ScrollArea::vertical()
+            .id_salt("central_scroll")
+            .show(ui, |ui| {
+                if let Some(c) = answer::answer_ui(&self.state, &self.derived, ui) {
+                    cmd = Some(c);
+                }
+                let Some(a) = self.derived.answer() else {
+                    return;
+                };
+                ui.add_space(4.0);
+                let plot_h = ((ui.available_height() - 110.0) / 2.0).clamp(200.0, 420.0);
+                ui.columns(2, |cols| {
+                    let (left, right) = cols.split_at_mut(1);
+                    let l = &mut left[0];
+                    section(l, "Where the memory goes at the peak", tips::NVIDIA_SMI);
+                    breakdown::breakdown_bar_ui(&a.plan, self.derived.target(), l, 96.0);
+                    breakdown::breakdown_table_ui(&a.plan, l);
+                    l.add_space(6.0);
+                    section(
+                        l,
+                        "What if… (remedies, each planned)",
+                        "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
+                    );
+                    if let Some(c) = remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, l) {
+                        cmd = Some(c);
+                    }
+                    l.add_space(6.0);
+                    let export = egui::CollapsingHeader::new(RichText::new("Export").heading())
+                        .id_salt("export_section")
+                        .default_open(false)
+                        .show(l, |ui| {
+                            export_panel::export_ui(
+                                &self.state,
+                                &self.derived,
+                                &a.plan,
+                                self.export_format,
+                                ui,
+                            )
+                        });
+                    if let Some(Some(c)) = export.body_returned {
+                        cmd = Some(c);
+                    }
+
+                    let r = &mut right[0];
+                    if section_with_png(
+                        r,
+                        "Memory vs micro-batch size",
+                        "Predicted peaks for every batch size; the verdict uses the nvidia-smi curve.",
+                    ) {
+                        cmd = Some(Command::SavePlot(PlotId::PlannerBatch));
+                    }
+                    let max = self
+                        .derived
+                        .max_batch()
+                        .and_then(|m| m.as_ref().ok().copied().flatten());
+                    let rect = plots::batch_plot_ui(
+                        self.derived.sweep(),
+                        self.derived.target(),
+                        max,
+                        self.state.config.batch,
+                        a.plan.nvidia_smi_bytes,
+                        r,
+                        plot_h,
+                    );
+                    png::remember_rect(r.ctx(), PlotId::PlannerBatch, rect);
+                    if section_with_png(
+                        r,
+                        "One training step: allocated bytes over time",
+                        "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
+                    ) {
+                        cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
+                    }
+                    let rect = plots::timeline_plot_ui(a, r, plot_h);
+                    png::remember_rect(r.ctx(), PlotId::PlannerTimeline, rect);
+                });
+            });
+        cmd
+    }
+}
+
+fn section(ui: &mut Ui, title: &str, tip: &str) {
+    ui.label(RichText::new(title).heading()).on_hover_text(tip);
+}
+
+/// A section heading with a "Save PNG…" button; true when the button was clicked.
+fn section_with_png(ui: &mut Ui, title: &str, tip: &str) -> bool {
+    ui.horizontal(|ui| {
+        section(ui, title, tip);
+        png::save_button(ui)
+    })
+    .inner
+}
+
+impl eframe::App for VramApp {
+    fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
+        VramApp::ui(self, ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, eframe::APP_KEY, &self.state);
+    }
+}
+
+/// Opens the GUI window (1400×900, at least 1000×650; theme follows the system).
+pub fn run_gui() -> anyhow::Result<()> {
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title("vramlab — GPU memory planner")
+            .with_inner_size([1400.0, 900.0])
+            .with_min_inner_size([1000.0, 650.0]),
+        ..Default::default()
+    };
+    eframe::run_native(
+        "vramlab",
+        options,
+        Box::new(|cc| Ok(Box::new(VramApp::new(cc)))),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "could not open the window: {e} (no display? every feature is also a subcommand: vramlab --help)"
+        )
+    })
+}

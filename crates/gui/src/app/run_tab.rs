@@ -1,0 +1,397 @@
+//! The app's Run and Monitor tabs, plot PNGs and recent files: the commands of those
+//! panels applied to [`VramApp`], and the background work they own (the bench handle,
+//! the monitor sampler, a pending screenshot), polled once per frame.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+
+use egui::{ColorImage, Rect, Ui};
+
+use super::{NO_DIALOG, VramApp, read_limited};
+use crate::ui::derived::BATCH_LIMIT;
+use crate::ui::message::Message;
+use crate::ui::png::{self, PlotId};
+use crate::ui::run::RunCommand;
+use crate::ui::run::controls::{RunContext, controls_ui};
+use crate::ui::run::results::results_ui;
+use crate::ui::run::session::{KeptRun, RunSource, skeleton};
+use vramlab_core::export::results::{
+    MAX_RUN_BYTES, run_from_json, run_to_csv, run_to_json, suggested_run_name,
+};
+use vramlab_core::fsutil::write_atomic;
+use vramlab_device::bench::{BenchHandle, BenchRequest, EngineKind};
+use vramlab_device::gpu::monitor::Monitor;
+
+/// Starts a bench run (the real app: [`vramlab_device::bench::spawn`] on a worker thread).
+pub type Spawner = Box<dyn FnMut(BenchRequest, Box<dyn Fn() + Send>) -> BenchHandle>;
+/// Starts the monitor's sampler (the real app: NVML device 0).
+pub type MonitorOpener = Box<dyn FnMut(Box<dyn Fn() + Send>) -> Monitor>;
+
+/// The app's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tab {
+    #[default]
+    Planner,
+    Run,
+    Monitor,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 3] = [Tab::Planner, Tab::Run, Tab::Monitor];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Tab::Planner => "Planner",
+            Tab::Run => "Run",
+            Tab::Monitor => "Monitor",
+        }
+    }
+}
+
+/// A screenshot asked for, to crop to a plot.
+pub(super) struct PendingShot {
+    id: PlotId,
+    rect: Rect,
+    pixels_per_point: f32,
+    rx: Receiver<Arc<ColorImage>>,
+}
+
+pub(super) fn default_spawner() -> Spawner {
+    Box::new(vramlab_device::bench::spawn)
+}
+
+pub(super) fn default_monitor() -> MonitorOpener {
+    Box::new(|notify| Monitor::start_nvml(0, notify))
+}
+
+fn repaint(ctx: &egui::Context) -> Box<dyn Fn() + Send> {
+    let ctx = ctx.clone();
+    Box::new(move || ctx.request_repaint())
+}
+
+impl VramApp {
+    /// Replaces how runs start (tests: a replay of recorded events).
+    pub fn set_spawner(&mut self, spawner: Spawner) {
+        self.spawner = spawner;
+    }
+
+    /// Replaces the monitor's source (tests: a fake or failing device).
+    pub fn set_monitor(&mut self, opener: MonitorOpener) {
+        self.monitor_opener = opener;
+        self.monitor = None;
+    }
+
+    /// The runs of this session.
+    pub fn runs(&self) -> &crate::ui::run::RunSession {
+        &self.runs
+    }
+
+    pub fn tab(&self) -> Tab {
+        self.tab
+    }
+
+    pub fn set_tab(&mut self, tab: Tab) {
+        self.tab = tab;
+    }
+
+    /// Adds a run as if it had been opened from `source` (screenshots, tests).
+    pub fn show_run(&mut self, run: vramlab_device::bench::Run, source: &str) {
+        self.runs.add(KeptRun::new(
+            0,
+            run,
+            RunSource::File(source.to_string()),
+            None,
+        ));
+    }
+
+    /// Events of the live run, monitor samples, a screenshot that arrived.
+    pub(super) fn poll_background(&mut self, ctx: &egui::Context) {
+        if self.runs.poll() {
+            ctx.request_repaint();
+        }
+        if self.runs.is_running() {
+            // Worker events call request_repaint; this also animates the progress bar.
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
+        if let Some(m) = &mut self.monitor {
+            m.poll();
+        }
+        let got = self
+            .pending_shot
+            .as_ref()
+            .and_then(|p| p.rx.try_recv().ok());
+        if let (Some(image), Some(p)) = (got, self.pending_shot.take()) {
+            match png::crop_to_png(&image, p.rect, p.pixels_per_point) {
+                Ok(bytes) => self.save_bytes(p.id.file_name(), &bytes),
+                Err(e) => self.error(format!("Could not save the plot: {e:#}")),
+            }
+        }
+    }
+
+    /// Asks for a screenshot of the next frame; [`Self::poll_background`] crops it.
+    pub(super) fn save_plot(&mut self, id: PlotId, ctx: &egui::Context) {
+        let Some(rect) = png::plot_rect(ctx, id) else {
+            self.error("The plot is not on screen: nothing to save.".into());
+            return;
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = ctx.clone();
+        ctx.request_screenshot(move |image| {
+            let _ = tx.send(image);
+            c.request_repaint();
+        });
+        self.pending_shot = Some(PendingShot {
+            id,
+            rect,
+            pixels_per_point: ctx.pixels_per_point(),
+            rx,
+        });
+    }
+
+    /// Writes `bytes` where the save dialog says (no clipboard fallback: binary data).
+    fn save_bytes(&mut self, name: &str, bytes: &[u8]) {
+        self.message = Some(match (self.save_dialog)(name) {
+            Some(path) => match write_atomic(&path, bytes) {
+                Ok(()) => Message {
+                    text: format!("Saved {}", path.display()),
+                    is_error: false,
+                },
+                Err(e) => Message {
+                    text: format!("Could not write {}: {e}", path.display()),
+                    is_error: true,
+                },
+            },
+            None => Message {
+                text: NO_DIALOG.to_string(),
+                is_error: false,
+            },
+        });
+    }
+
+    /// Opens a file of the Recent menu; a file that is gone leaves the list.
+    pub(super) fn open_recent(&mut self, path: &str) {
+        let p = Path::new(path);
+        if !p.exists() {
+            self.state.recent.retain(|r| r != path);
+            self.error(format!(
+                "{path} no longer exists; it was removed from the Recent list."
+            ));
+            return;
+        }
+        match read_limited(p) {
+            Ok(bytes) => {
+                if self.load_plan(path, &bytes) {
+                    self.state.remember_file(path);
+                }
+            }
+            Err(e) => self.error(format!("Could not open {path}: {e}")),
+        }
+    }
+
+    /// The Run tab: the form on the left, the shown run in the middle.
+    pub(super) fn run_tab_ui(&mut self, ui: &mut Ui) {
+        let ctx = ui.ctx().clone();
+        let what = self.run_what();
+        let predicted_max = self.predicted_max();
+        let gpu_name = self.derived.target().gpu.name.clone();
+        let cx = RunContext {
+            what,
+            predicted_max,
+            gpu_name: &gpu_name,
+            message: self.message.as_ref(),
+        };
+        let left = egui::Panel::left("run_controls")
+            .resizable(true)
+            .default_size(300.0)
+            .min_size(260.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("run_controls_scroll")
+                    .show(ui, |ui| controls_ui(&self.state.run, &self.runs, &cx, ui))
+                    .inner
+            })
+            .inner;
+        let central = egui::CentralPanel::default()
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("run_results_scroll")
+                    .show(ui, |ui| results_ui(&self.runs, ui))
+                    .inner
+            })
+            .inner;
+        for cmd in [left, central].into_iter().flatten() {
+            self.apply_run(cmd, &ctx);
+            ctx.request_repaint();
+        }
+    }
+
+    /// The Monitor tab; the sampler starts the first time it is shown.
+    pub(super) fn monitor_tab_ui(&mut self, ui: &mut Ui) {
+        let ctx = ui.ctx().clone();
+        if self.monitor.is_none() {
+            self.monitor = Some((self.monitor_opener)(repaint(&ctx)));
+        }
+        let save = egui::CentralPanel::default()
+            .show(ui, |ui| {
+                self.monitor
+                    .as_ref()
+                    .and_then(|m| crate::ui::monitor::monitor_ui(&m.model, ui))
+            })
+            .inner;
+        if let Some(id) = save {
+            self.save_plot(id, &ctx);
+        }
+    }
+
+    /// "GPT-2 (124M) · AMP BF16 · AdamW · seq 1024", or why the model cannot run.
+    fn run_what(&self) -> Result<String, String> {
+        let preset = self.derived.preset().map_err(str::to_string)?;
+        if let Some(e) = self.derived.error() {
+            return Err(e.to_string());
+        }
+        let c = &self.state.config;
+        let size = self.derived.planner().map_or(0, |p| p.size);
+        let size = if preset.input.is_tokens() {
+            format!("seq {size}")
+        } else {
+            format!("{size} px")
+        };
+        let mut parts = vec![
+            preset.display_name.clone(),
+            c.precision.label().to_string(),
+            c.optimizer.label().to_string(),
+            size,
+        ];
+        if c.checkpointing {
+            parts.push("checkpointing".into());
+        }
+        if c.accum > 1 {
+            parts.push(format!("accumulation {}", c.accum));
+        }
+        Ok(parts.join(" · "))
+    }
+
+    fn predicted_max(&self) -> Option<u64> {
+        self.derived
+            .max_batch()
+            .and_then(|m| m.as_ref().ok().copied().flatten())
+    }
+
+    fn apply_run(&mut self, cmd: RunCommand, ctx: &egui::Context) {
+        match cmd {
+            RunCommand::SetSettings(s) => self.state.run = s,
+            RunCommand::Start => self.start_run(ctx),
+            RunCommand::Cancel => self.runs.cancel(),
+            RunCommand::Select(id) => self.runs.selected = Some(id),
+            RunCommand::SetOverlay(id, on) => {
+                if let Some(r) = self.runs.run_mut(id) {
+                    r.overlay = on;
+                }
+            }
+            RunCommand::SelectTrial(i) => {
+                if let Some(r) = self.runs.shown_mut() {
+                    r.selected_trial = Some(i);
+                }
+            }
+            RunCommand::SaveJson => self.save_run(ctx, "json"),
+            RunCommand::SaveCsv => self.save_run(ctx, "csv"),
+            RunCommand::OpenRun => self.open_run(),
+            RunCommand::SavePlot(id) => self.save_plot(id, ctx),
+            RunCommand::DismissError => self.runs.error = None,
+        }
+    }
+
+    fn start_run(&mut self, ctx: &egui::Context) {
+        if self.runs.is_running() {
+            return;
+        }
+        let preset = match self.derived.preset() {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                self.runs.error = Some(format!("Cannot run: the model is invalid ({e})"));
+                return;
+            }
+        };
+        let Some(planner) = self.derived.planner().cloned() else {
+            let e = self.derived.error().unwrap_or("no planner");
+            self.runs.error = Some(format!("Cannot run: {e}"));
+            return;
+        };
+        let settings = self.state.run.clone();
+        let predicted_max = self.predicted_max();
+        let batches = match settings.batch_plan(predicted_max, BATCH_LIMIT) {
+            Ok(b) => b,
+            Err(e) => {
+                self.runs.error = Some(e);
+                return;
+            }
+        };
+        let python = settings.python.trim();
+        let req = BenchRequest {
+            preset: preset.clone(),
+            config: self.state.config,
+            engine: settings.engine,
+            batches,
+            steps: settings.steps.max(1),
+            python: (settings.engine == EngineKind::Torch && !python.is_empty())
+                .then(|| python.into()),
+            device_index: 0,
+            predicted_max_batch: predicted_max,
+            runner_env: Vec::new(),
+        };
+        let skel = skeleton(
+            settings.engine,
+            &preset.id,
+            self.state.config,
+            planner.size,
+            predicted_max,
+        );
+        let handle = (self.spawner)(req, repaint(ctx));
+        self.runs.start(handle, skel, Some(planner));
+    }
+
+    fn save_run(&mut self, ctx: &egui::Context, ext: &str) {
+        let Some(r) = self.runs.shown() else {
+            self.error("No run to save.".into());
+            return;
+        };
+        let name = suggested_run_name(&r.run, ext);
+        let (text, what) = if ext == "csv" {
+            (run_to_csv(&r.run), "run CSV")
+        } else {
+            (run_to_json(&r.run), "run JSON")
+        };
+        self.save_text(ctx, &name, text, what);
+    }
+
+    fn open_run(&mut self) {
+        let Some(path) = (self.open_dialog)() else {
+            self.message = Some(Message {
+                text: NO_DIALOG.to_string(),
+                is_error: false,
+            });
+            return;
+        };
+        let source = path.display().to_string();
+        let read = std::fs::File::open(&path).and_then(|f| {
+            use std::io::Read as _;
+            let mut bytes = Vec::new();
+            f.take(MAX_RUN_BYTES as u64 + 1).read_to_end(&mut bytes)?;
+            Ok(bytes)
+        });
+        match read {
+            Ok(bytes) => match run_from_json(&bytes) {
+                Ok(run) => {
+                    self.show_run(run, &source);
+                    self.message = Some(Message {
+                        text: format!("Opened {source}"),
+                        is_error: false,
+                    });
+                }
+                Err(e) => self.error(format!("Could not open {source}: {e:#}")),
+            },
+            Err(e) => self.error(format!("Could not open {source}: {e}")),
+        }
+    }
+}

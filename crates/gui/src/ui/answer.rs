@@ -1,0 +1,147 @@
+//! The answer at a glance: fits / does not fit, peak vs capacity, where the peak is,
+//! and the largest batch that fits.
+
+use egui::{Color32, RichText, Ui};
+
+use vramlab_core::plan::search::accumulation_for;
+
+use super::derived::BATCH_LIMIT;
+use super::style::{error_color, fit_icon, pct, verdict_color};
+use super::{Command, Derived, PlannerState, emit, tips};
+
+/// The verdict line as shown, e.g. "21.40 GiB of 22.79 GiB usable (94 %)".
+pub fn usage_text(smi: vramlab_core::units::Bytes, usable: vramlab_core::units::Bytes) -> String {
+    format!("{smi} of {usable} usable ({:.0} %)", pct(smi, usable))
+}
+
+pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Command> {
+    let mut cmd = None;
+    let dark = ui.visuals().dark_mode;
+    let Some(a) = d.answer() else {
+        let err = d.error().unwrap_or("nothing to plan yet");
+        egui::Frame::group(ui.style()).show(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.label(
+                RichText::new("Cannot plan this configuration")
+                    .size(24.0)
+                    .strong()
+                    .color(error_color(dark)),
+            );
+            ui.colored_label(error_color(dark), err);
+        });
+        return None;
+    };
+    let plan = &a.plan;
+    let target = d.target();
+    let usable = target.budget.usable();
+    let color = verdict_color(a.fits, dark);
+    let fill = Color32::from_rgba_unmultiplied(color.r(), color.g(), color.b(), 28);
+
+    egui::Frame::group(ui.style())
+        .fill(fill)
+        .stroke(egui::Stroke::new(1.5, color))
+        .inner_margin(12.0)
+        .show(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.horizontal_top(|ui| {
+                ui.vertical(|ui| {
+                    ui.set_width((ui.available_width() * 0.6).max(360.0));
+                    let verdict = if a.fits { "FITS" } else { "DOES NOT FIT" };
+                    ui.horizontal(|ui| {
+                        fit_icon(ui, a.fits, 30.0);
+                        ui.label(RichText::new(verdict).size(32.0).strong().color(color));
+                        ui.label(RichText::new(format!("on {}", target.gpu.name)).size(18.0));
+                    });
+                    ui.label(
+                        RichText::new(usage_text(plan.nvidia_smi_bytes, usable))
+                            .size(21.0)
+                            .strong(),
+                    )
+                    .on_hover_text(tips::NVIDIA_SMI);
+                    ui.label(format!(
+                        "predicted nvidia-smi at the peak · {} total, {:.0} % safety margin",
+                        target.budget.capacity,
+                        target.budget.margin * 100.0
+                    ))
+                    .on_hover_text(tips::MARGIN);
+                    ui.horizontal_wrapped(|ui| {
+                        ui.label(format!("allocated {}", plan.peak_allocated_bytes))
+                            .on_hover_text(tips::ALLOCATED);
+                        ui.label("·");
+                        ui.label(format!("reserved {}", plan.peak_reserved_bytes))
+                            .on_hover_text(tips::RESERVED);
+                        ui.label("·");
+                        ui.label(format!("CUDA context {}", plan.cuda_context_bytes))
+                            .on_hover_text(tips::CUDA_CONTEXT);
+                    });
+                    let layer = if plan.peak_layer.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" · {}", plan.peak_layer)
+                    };
+                    ui.label(format!("Peak during {}{layer}", plan.peak_phase.label()))
+                        .on_hover_text(tips::PEAK_PHASE);
+                });
+                ui.add_space(16.0);
+                ui.vertical(|ui| {
+                    max_batch_ui(state, d, ui, &mut cmd);
+                });
+            });
+        });
+    cmd
+}
+
+fn max_batch_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<Command>) {
+    let dark = ui.visuals().dark_mode;
+    ui.label("Largest micro-batch that fits")
+        .on_hover_text(tips::MAX_BATCH);
+    let cfg = state.config;
+    match d.max_batch() {
+        Some(Ok(Some(m))) => {
+            let text = if *m >= BATCH_LIMIT {
+                format!("≥ {m}")
+            } else {
+                m.to_string()
+            };
+            ui.label(RichText::new(text).size(30.0).strong())
+                .on_hover_text(tips::MAX_BATCH);
+            if *m != cfg.batch && ui.button(format!("Use batch {m}")).clicked() {
+                let mut c = cfg;
+                c.batch = *m;
+                emit(cmd, Command::SetConfig(c));
+            }
+            let eff = cfg.effective_batch();
+            if cfg.batch > *m {
+                let steps = accumulation_for(eff, *m);
+                let label = format!("Keep effective batch {eff}: {m} × {steps} accumulation steps");
+                if ui.button(label).on_hover_text(tips::ACCUMULATION).clicked() {
+                    let mut c = cfg;
+                    c.batch = *m;
+                    c.accum = steps;
+                    emit(cmd, Command::SetConfig(c));
+                }
+            } else {
+                ui.label(format!(
+                    "effective batch {} = {} × {} accumulation",
+                    eff, cfg.batch, cfg.accum
+                ))
+                .on_hover_text(tips::ACCUMULATION);
+            }
+        }
+        Some(Ok(None)) => {
+            ui.label(
+                RichText::new("none")
+                    .size(30.0)
+                    .strong()
+                    .color(error_color(dark)),
+            );
+            ui.label("Even batch 1 does not fit: try a remedy below.");
+        }
+        Some(Err(e)) => {
+            ui.colored_label(error_color(dark), e.as_str());
+        }
+        None => {
+            ui.weak("—");
+        }
+    }
+}

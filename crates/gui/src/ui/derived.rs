@@ -1,0 +1,471 @@
+//! Runtime caches derived from [`PlannerState`]: the resolved model, the [`Planner`]
+//! (rebuilt only when the model or a batch-independent setting changes), the max-batch
+//! search and batch sweep (per planner and budget), and the plan at the current batch.
+//! Never persisted.
+
+use vramlab_core::model::Preset;
+use vramlab_core::model::preset::builtin_presets;
+use vramlab_core::plan::remedies::{self, Remedy};
+use vramlab_core::plan::search::{Budget, SweepPoint, max_batch, sweep};
+use vramlab_core::plan::{Phase, Plan, Planner, TimelinePoint, gpus};
+use vramlab_core::units::Bytes;
+use vramlab_device::gpu::DetectedGpu;
+
+use super::state::{DEFAULT_GPU, GpuChoice, PlannerState};
+
+/// Largest batch the GUI offers and searches.
+pub const BATCH_LIMIT: u64 = 65536;
+/// Most points evaluated for the memory-vs-batch curves.
+pub const SWEEP_POINTS: u64 = 128;
+/// Fewest points of a sweep (large models, whose evaluations cost more).
+pub const MIN_SWEEP_POINTS: u64 = 24;
+/// Event evaluations one sweep may cost (~50 ms in a release build).
+const SWEEP_EVENT_BUDGET: u64 = 300_000;
+
+/// Points of a sweep for a planner with `events` events: the cost of a sweep is
+/// points × events, so big models get fewer points and the GUI stays responsive.
+pub fn sweep_points(events: usize) -> u64 {
+    (SWEEP_EVENT_BUDGET / (events as u64).max(1)).clamp(MIN_SWEEP_POINTS, SWEEP_POINTS)
+}
+/// Most points drawn for the step timeline (min/max decimation keeps the spikes).
+pub const TIMELINE_POINTS: usize = 2400;
+
+/// Where the target GPU comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// The GPU NVML detected.
+    Detected,
+    /// A catalog card the user picked.
+    Catalog,
+    /// "Detected" was asked for but there is no GPU: the default catalog card.
+    Fallback,
+}
+
+/// The GPU the plan is checked against and how much of it may be used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuTarget {
+    pub gpu: gpus::Gpu,
+    pub kind: TargetKind,
+    pub budget: Budget,
+}
+
+/// A run of timeline points in one phase, as plot coordinates (event index, GiB).
+#[derive(Debug, Clone)]
+pub struct PhaseSegment {
+    pub phase: Phase,
+    pub points: Vec<[f64; 2]>,
+}
+
+/// The plan at the current batch and what follows from it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub plan: Plan,
+    pub fits: bool,
+    pub timeline: Vec<PhaseSegment>,
+    pub remedies: Result<Vec<Remedy>, String>,
+}
+
+/// Largest batch that fits (`Ok(None)`: not even batch 1), or why the search failed.
+pub type MaxBatch = Result<Option<u64>, String>;
+type AnswerResult = Result<Answer, String>;
+/// A remedy's name and the planner of its config.
+type RemedyPlanner = (&'static str, Result<Planner, String>);
+
+#[derive(Debug, Clone, PartialEq)]
+struct ModelKey {
+    preset_id: String,
+    custom: Option<serde_json::Value>,
+}
+
+/// Everything derived from the state; see the module docs.
+pub struct Derived {
+    pub presets: Vec<Preset>,
+    pub presets_error: Option<String>,
+    pub catalog: Vec<gpus::Gpu>,
+    pub detected: Option<DetectedGpu>,
+    model: Option<(ModelKey, Result<Preset, String>)>,
+    planner: Option<Result<Planner, String>>,
+    planner_key: Option<(Preset, vramlab_core::plan::TrainConfig)>,
+    /// Bumped on every planner rebuild; keys the caches below.
+    generation: u64,
+    max_batch: Option<((u64, Budget), MaxBatch)>,
+    sweep: Option<((u64, u64), Vec<SweepPoint>)>,
+    answer: Option<((u64, u64, Budget), AnswerResult)>,
+    /// Planners of the remedy configs, per planner generation: a batch change then only
+    /// re-evaluates them.
+    remedy_planners: Option<(u64, Vec<RemedyPlanner>)>,
+    target: GpuTarget,
+}
+
+fn fallback_gpu(catalog: &[gpus::Gpu]) -> gpus::Gpu {
+    catalog
+        .iter()
+        .find(|g| g.id == DEFAULT_GPU)
+        .or_else(|| catalog.first())
+        .cloned()
+        .unwrap_or_else(|| gpus::Gpu::detected("24 GiB GPU", Bytes::gib(24), catalog))
+}
+
+fn resolve_target(
+    state: &PlannerState,
+    catalog: &[gpus::Gpu],
+    detected: Option<&DetectedGpu>,
+) -> GpuTarget {
+    let (gpu, kind, capacity) = match (&state.gpu, detected) {
+        (GpuChoice::Detected, Some(d)) => {
+            let gpu = gpus::Gpu::detected(&d.name, d.total, catalog);
+            let capacity = if state.use_free_memory {
+                d.free
+            } else {
+                gpu.memory()
+            };
+            (gpu, TargetKind::Detected, capacity)
+        }
+        (GpuChoice::Detected, None) => {
+            let g = fallback_gpu(catalog);
+            let cap = g.memory();
+            (g, TargetKind::Fallback, cap)
+        }
+        (GpuChoice::Catalog(id), _) => {
+            let g = catalog
+                .iter()
+                .find(|g| &g.id == id)
+                .cloned()
+                .unwrap_or_else(|| fallback_gpu(catalog));
+            let cap = g.memory();
+            (g, TargetKind::Catalog, cap)
+        }
+    };
+    GpuTarget {
+        gpu,
+        kind,
+        budget: Budget {
+            capacity,
+            margin: state.margin(),
+        },
+    }
+}
+
+fn resolve_model(state: &PlannerState, presets: &[Preset]) -> Result<Preset, String> {
+    match &state.custom {
+        Some(doc) => Preset::from_value(doc).map_err(|e| format!("{e:#}")),
+        None => presets
+            .iter()
+            .find(|p| p.id == state.preset_id)
+            .cloned()
+            .ok_or_else(|| format!("unknown preset `{}`", state.preset_id)),
+    }
+}
+
+/// The batches a sweep evaluates: at most `points` (≤ [`SWEEP_POINTS`]) evenly spaced
+/// in 1..=top.
+pub fn sweep_batches(top: u64, points: u64) -> Vec<u64> {
+    let top = top.max(2);
+    let n = points.clamp(2, SWEEP_POINTS).min(top);
+    let mut out: Vec<u64> = (0..n).map(|i| 1 + (top - 1) * i / (n - 1)).collect();
+    out.dedup();
+    out
+}
+
+/// Top of the sweep: twice the max batch (at least 16), extended to show the current batch.
+pub fn sweep_top(max: Option<u64>, batch: u64) -> u64 {
+    let base = max.map_or(16, |m| m.saturating_mul(2)).max(16);
+    let top = if batch > base {
+        batch.next_power_of_two()
+    } else {
+        base
+    };
+    top.min(2 * BATCH_LIMIT)
+}
+
+fn decimate(points: &[[f64; 2]], bucket: usize) -> Vec<[f64; 2]> {
+    if bucket <= 2 {
+        return points.to_vec();
+    }
+    let mut out = Vec::with_capacity(2 * points.len() / bucket + 2);
+    for chunk in points.chunks(bucket) {
+        let (mut lo, mut hi) = (0, 0);
+        for (i, p) in chunk.iter().enumerate() {
+            if p[1] < chunk[lo][1] {
+                lo = i;
+            }
+            if p[1] > chunk[hi][1] {
+                hi = i;
+            }
+        }
+        let (a, b) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+        out.push(chunk[a]);
+        if b != a {
+            out.push(chunk[b]);
+        }
+    }
+    out
+}
+
+/// Splits the timeline into phase runs (each starts at the previous run's last point so
+/// the curve stays connected) and decimates it to about [`TIMELINE_POINTS`].
+pub fn timeline_segments(points: &[TimelinePoint]) -> Vec<PhaseSegment> {
+    let mut segs: Vec<PhaseSegment> = Vec::new();
+    for p in points {
+        let xy = [f64::from(p.index), p.allocated.as_gib_f64()];
+        match segs.last_mut() {
+            Some(s) if s.phase == p.phase => s.points.push(xy),
+            _ => {
+                let mut pts = Vec::new();
+                if let Some(&last) = segs.last().and_then(|s| s.points.last()) {
+                    pts.push(last);
+                }
+                pts.push(xy);
+                segs.push(PhaseSegment {
+                    phase: p.phase,
+                    points: pts,
+                });
+            }
+        }
+    }
+    let bucket = (2 * points.len()).div_ceil(TIMELINE_POINTS);
+    if bucket > 2 {
+        for s in &mut segs {
+            s.points = decimate(&s.points, bucket);
+        }
+    }
+    segs
+}
+
+impl Derived {
+    /// Parses the built-in presets and the GPU catalog; `detected` comes from NVML.
+    pub fn new(detected: Option<DetectedGpu>) -> Derived {
+        let (presets, presets_error) = match builtin_presets() {
+            Ok(p) => (p, None),
+            Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+        };
+        let catalog = gpus::catalog();
+        let target = resolve_target(&PlannerState::default(), &catalog, detected.as_ref());
+        Derived {
+            presets,
+            presets_error,
+            catalog,
+            detected,
+            model: None,
+            planner: None,
+            planner_key: None,
+            generation: 0,
+            max_batch: None,
+            sweep: None,
+            answer: None,
+            remedy_planners: None,
+            target,
+        }
+    }
+
+    /// Brings every cache up to date with `state`; cheap when nothing changed.
+    pub fn refresh(&mut self, state: &PlannerState) {
+        self.target = resolve_target(state, &self.catalog, self.detected.as_ref());
+        let mkey = ModelKey {
+            preset_id: state.preset_id.clone(),
+            custom: state.custom.clone(),
+        };
+        if self.model.as_ref().map(|(k, _)| k) != Some(&mkey) {
+            let resolved = resolve_model(state, &self.presets);
+            self.model = Some((mkey, resolved));
+        }
+        let Some((_, Ok(preset))) = &self.model else {
+            self.planner = None;
+            self.planner_key = None;
+            return;
+        };
+
+        let mut cfg = state.config;
+        cfg.batch = 1;
+        let fresh = self
+            .planner_key
+            .as_ref()
+            .is_some_and(|(p, c)| *c == cfg && p == preset);
+        if !fresh {
+            self.planner = Some(Planner::new(preset, &cfg).map_err(|e| format!("{e:#}")));
+            self.planner_key = Some((preset.clone(), cfg));
+            self.generation += 1;
+        }
+        let Some(Ok(planner)) = &self.planner else {
+            return;
+        };
+
+        let budget = self.target.budget;
+        let gen_ = self.generation;
+        if self.max_batch.as_ref().map(|(k, _)| *k) != Some((gen_, budget)) {
+            let m = max_batch(planner, budget, BATCH_LIMIT).map_err(|e| format!("{e:#}"));
+            self.max_batch = Some(((gen_, budget), m));
+        }
+        let max = self
+            .max_batch
+            .as_ref()
+            .and_then(|(_, m)| m.as_ref().ok().copied().flatten());
+        let top = sweep_top(max, state.config.batch);
+        if self.sweep.as_ref().map(|(k, _)| *k) != Some((gen_, top)) {
+            let points = sweep_points(planner.events.events.len());
+            self.sweep = Some(((gen_, top), sweep(planner, sweep_batches(top, points))));
+        }
+
+        let batch = state.config.batch;
+        let is_tokens = preset.input.is_tokens();
+        if self.remedy_planners.as_ref().map(|(g, _)| *g) != Some(gen_) {
+            // batch ≥ 2 so that the batch-dependent remedy (half micro-batch) is included.
+            let mut c = state.config;
+            c.batch = c.batch.max(2);
+            let list = remedies::candidates(&c, is_tokens)
+                .into_iter()
+                .map(|(name, _, rc)| {
+                    (
+                        name,
+                        Planner::new(preset, &rc).map_err(|e| format!("{e:#}")),
+                    )
+                })
+                .collect();
+            self.remedy_planners = Some((gen_, list));
+        }
+        if self.answer.as_ref().map(|(k, _)| *k) != Some((gen_, batch, budget)) {
+            let planners = self
+                .remedy_planners
+                .as_ref()
+                .map(|(_, l)| l.as_slice())
+                .unwrap_or(&[]);
+            let answer = planner
+                .plan(batch)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|plan| {
+                    let fits = vramlab_core::plan::search::fits_with_reserved(
+                        planner,
+                        budget,
+                        batch,
+                        plan.peak_reserved_bytes,
+                    )
+                    .map_err(|e| format!("{e:#}"))?;
+                    let remedies = remedies::candidates(&state.config, is_tokens)
+                        .into_iter()
+                        .map(|(name, desc, rc)| {
+                            let p = planners
+                                .iter()
+                                .find(|(n, _)| *n == name)
+                                .ok_or_else(|| format!("no planner for remedy {name}"))?;
+                            let p = p.1.as_ref().map_err(Clone::clone)?;
+                            remedies::evaluate(name, desc, rc, p, plan.nvidia_smi_bytes, budget)
+                                .map_err(|e| format!("{e:#}"))
+                        })
+                        .collect();
+                    Ok(Answer {
+                        fits,
+                        timeline: timeline_segments(&plan.timeline),
+                        remedies,
+                        plan,
+                    })
+                });
+            self.answer = Some(((gen_, batch, budget), answer));
+        }
+    }
+
+    /// The model being planned, or why it cannot be built.
+    pub fn preset(&self) -> Result<&Preset, &str> {
+        match &self.model {
+            Some((_, Ok(p))) => Ok(p),
+            Some((_, Err(e))) => Err(e),
+            None => Err("no model selected"),
+        }
+    }
+
+    /// The built-in preset the current model is (or was made from).
+    pub fn base_preset(&self, state: &PlannerState) -> Option<&Preset> {
+        self.presets.iter().find(|p| p.id == state.preset_id)
+    }
+
+    pub fn planner(&self) -> Option<&Planner> {
+        self.planner.as_ref().and_then(|p| p.as_ref().ok())
+    }
+
+    /// The first error on the way to a plan (model, planner, plan), if any.
+    pub fn error(&self) -> Option<&str> {
+        if let Err(e) = self.preset() {
+            return Some(e);
+        }
+        if let Some(Err(e)) = &self.planner {
+            return Some(e);
+        }
+        if let Some((_, Err(e))) = &self.answer {
+            return Some(e);
+        }
+        None
+    }
+
+    /// The plan at the current batch, when everything built.
+    pub fn answer(&self) -> Option<&Answer> {
+        self.planner()?;
+        match &self.answer {
+            Some((_, Ok(a))) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Largest batch that fits (`Ok(None)`: not even batch 1).
+    pub fn max_batch(&self) -> Option<&MaxBatch> {
+        self.planner()?;
+        self.max_batch.as_ref().map(|(_, m)| m)
+    }
+
+    /// The memory-vs-batch curve points.
+    pub fn sweep(&self) -> &[SweepPoint] {
+        match (&self.sweep, self.planner()) {
+            (Some((_, s)), Some(_)) => s,
+            _ => &[],
+        }
+    }
+
+    pub fn target(&self) -> &GpuTarget {
+        &self.target
+    }
+
+    /// How many times the planner was rebuilt (for tests: batch changes must not rebuild).
+    pub fn planner_builds(&self) -> u64 {
+        self.generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_stay_small_and_cover_the_range() {
+        assert_eq!(sweep_points(1), SWEEP_POINTS);
+        assert_eq!(sweep_points(1_000_000), MIN_SWEEP_POINTS);
+        for top in [2, 16, 100, 128, 129, 5000, 2 * BATCH_LIMIT] {
+            let b = sweep_batches(top, SWEEP_POINTS);
+            assert!(b.len() as u64 <= SWEEP_POINTS, "{top}: {}", b.len());
+            assert_eq!(b.first(), Some(&1));
+            assert_eq!(b.last(), Some(&top));
+            assert!(b.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+
+    #[test]
+    fn sweep_top_is_twice_the_max_and_shows_the_batch() {
+        assert_eq!(sweep_top(Some(12), 8), 24);
+        assert_eq!(sweep_top(None, 1), 16);
+        assert_eq!(sweep_top(Some(12), 100), 128);
+        assert_eq!(sweep_top(Some(BATCH_LIMIT), 1), 2 * BATCH_LIMIT);
+    }
+
+    #[test]
+    fn decimation_keeps_the_peak() {
+        let pts: Vec<[f64; 2]> = (0..10_000)
+            .map(|i| {
+                [
+                    f64::from(i),
+                    if i == 4321 { 99.0 } else { f64::from(i % 7) },
+                ]
+            })
+            .collect();
+        let d = decimate(&pts, 10);
+        assert!(d.len() <= 2 * pts.len() / 10 + 2);
+        assert!(d.iter().any(|p| p[1] == 99.0));
+        assert!(d.windows(2).all(|w| w[0][0] < w[1][0]));
+    }
+}

@@ -1,0 +1,127 @@
+//! The "Export" section: the current plan as a `.vramlab.json` document or as a
+//! framework config (DeepSpeed, Hugging Face, Lightning, PyTorch loop, allocator env),
+//! with a read-only preview, Copy and Save….
+
+use egui::{RichText, Ui};
+
+use vramlab_core::export::{Format, VramlabConfig, render};
+use vramlab_core::plan::Plan;
+
+use super::{Command, Derived, GpuChoice, PlannerState, emit};
+
+/// The name shown for a format in the selector.
+pub fn format_label(f: Format) -> &'static str {
+    match f {
+        Format::Vramlab => "vramlab",
+        Format::DeepSpeed => "DeepSpeed",
+        Format::HuggingFace => "HF TrainingArguments",
+        Format::Lightning => "Lightning",
+        Format::PyTorch => "PyTorch loop",
+        Format::Env => "env",
+    }
+}
+
+/// The file name the save dialog suggests for `format` (`model`: the preset id).
+pub fn suggested_file_name(format: Format, model: &str) -> String {
+    match format {
+        Format::Vramlab => format!("{model}.vramlab.json"),
+        Format::DeepSpeed => "ds_config.json".into(),
+        Format::HuggingFace => "training_args.json".into(),
+        Format::Lightning => "trainer_args.json".into(),
+        Format::PyTorch => "train.py".into(),
+        Format::Env => "vramlab.env".into(),
+    }
+}
+
+/// The GPU as written into a `.vramlab.json` (catalog id, or "detected").
+pub fn gpu_id(state: &PlannerState) -> String {
+    match &state.gpu {
+        GpuChoice::Detected => "detected".into(),
+        GpuChoice::Catalog(id) => id.clone(),
+    }
+}
+
+/// The `.vramlab.json` document of the current state (`None`: the model is invalid).
+pub fn vramlab_config(
+    state: &PlannerState,
+    d: &Derived,
+    plan: Option<&Plan>,
+) -> Option<VramlabConfig> {
+    let preset = d.preset().ok()?;
+    Some(VramlabConfig::new(
+        preset,
+        state.custom.is_some(),
+        state.config,
+        &gpu_id(state),
+        state.margin(),
+        plan,
+    ))
+}
+
+/// The text `format` exports for the current state and `plan`.
+pub fn export_text(
+    state: &PlannerState,
+    d: &Derived,
+    plan: &Plan,
+    format: Format,
+) -> Option<String> {
+    let doc = vramlab_config(state, d, Some(plan))?.to_json();
+    Some(render(format, &state.config, plan, &doc))
+}
+
+/// The section's body (inside the collapsing header drawn by the caller).
+pub fn export_ui(
+    state: &PlannerState,
+    d: &Derived,
+    plan: &Plan,
+    format: Format,
+    ui: &mut Ui,
+) -> Option<Command> {
+    let mut cmd = None;
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Format");
+        for f in Format::ALL {
+            if ui
+                .selectable_label(f == format, format_label(f))
+                .on_hover_text(format!("--format {}", f.as_str()))
+                .clicked()
+                && f != format
+            {
+                emit(&mut cmd, Command::SetExportFormat(f));
+            }
+        }
+    });
+    let Some(text) = export_text(state, d, plan, format) else {
+        ui.colored_label(
+            super::style::error_color(ui.visuals().dark_mode),
+            "The model is invalid: nothing to export.",
+        );
+        return cmd;
+    };
+    ui.horizontal(|ui| {
+        if ui
+            .button("Copy")
+            .on_hover_text("Copy the preview to the clipboard")
+            .clicked()
+        {
+            ui.ctx().copy_text(text.clone());
+        }
+        if ui
+            .button("Save…")
+            .on_hover_text("Write the preview to a file (Ctrl+S saves the .vramlab.json)")
+            .clicked()
+        {
+            emit(&mut cmd, Command::SaveExport);
+        }
+        ui.weak("Ctrl+S saves, Ctrl+O opens a .vramlab.json (or drop one on the window)");
+    });
+    egui::Frame::group(ui.style()).show(ui, |ui| {
+        egui::ScrollArea::both()
+            .id_salt("export_preview")
+            .max_height(320.0)
+            .show(ui, |ui| {
+                ui.add(egui::Label::new(RichText::new(text).monospace()).extend());
+            });
+    });
+    cmd
+}

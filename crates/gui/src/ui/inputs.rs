@@ -1,0 +1,165 @@
+//! The left panel: model, training configuration and target GPU.
+
+use egui::{DragValue, Ui};
+
+use vramlab_core::plan::{Attention, Optimizer, Precision, TrainConfig};
+
+use super::derived::BATCH_LIMIT;
+use super::gpu_target::gpu_ui;
+use super::message::Message;
+use super::model_picker::{custom_ui, model_ui};
+use super::{Command, Derived, PlannerState, emit, tips};
+
+/// The whole left panel.
+pub fn inputs_ui(
+    state: &PlannerState,
+    d: &Derived,
+    message: Option<&Message>,
+    ui: &mut Ui,
+) -> Option<Command> {
+    let mut cmd = None;
+    ui.heading("Model");
+    model_ui(state, d, message, ui, &mut cmd);
+    ui.separator();
+    ui.heading("Training");
+    training_ui(state, d, ui, &mut cmd);
+    ui.separator();
+    ui.heading("GPU");
+    gpu_ui(state, d, ui, &mut cmd);
+    ui.separator();
+    custom_ui(state, d, ui, &mut cmd);
+    cmd
+}
+
+fn labelled_drag(ui: &mut Ui, text: &str, tip: &str, value: &mut u64, max: u64) -> bool {
+    let l = ui.label(text).on_hover_text(tip);
+    ui.add(DragValue::new(value).range(1..=max).speed(0.25))
+        .labelled_by(l.id)
+        .on_hover_text(tip)
+        .changed()
+}
+
+fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<Command>) {
+    let mut cfg: TrainConfig = state.config;
+    let mut changed = false;
+    let is_tokens = d.preset().is_ok_and(|p| p.input.is_tokens());
+    let default_size = d.preset().map_or(1, |p| p.default_size());
+
+    egui::Grid::new("training_grid")
+        .num_columns(2)
+        .spacing([10.0, 6.0])
+        .show(ui, |ui| {
+            changed |= labelled_drag(ui, "Batch size", tips::BATCH, &mut cfg.batch, BATCH_LIMIT);
+            ui.end_row();
+            ui.label("");
+            changed |= ui
+                .add(
+                    egui::Slider::new(&mut cfg.batch, 1..=BATCH_LIMIT)
+                        .logarithmic(true)
+                        .show_value(false),
+                )
+                .on_hover_text("Batch size (logarithmic slider)")
+                .changed();
+            ui.end_row();
+
+            let size_label = if is_tokens {
+                "Sequence length"
+            } else {
+                "Image size (px)"
+            };
+            let mut size = cfg.size.unwrap_or(default_size);
+            let l = ui.label(size_label).on_hover_text(tips::SIZE).id;
+            ui.horizontal(|ui| {
+                let r = ui
+                    .add(DragValue::new(&mut size).range(1..=1u64 << 20).speed(1.0))
+                    .labelled_by(l)
+                    .on_hover_text(tips::SIZE);
+                if r.changed() {
+                    cfg.size = Some(size);
+                    changed = true;
+                }
+                if cfg.size.is_some_and(|s| s != default_size)
+                    && ui
+                        .small_button("default")
+                        .on_hover_text(format!("Back to the preset's {default_size}"))
+                        .clicked()
+                {
+                    cfg.size = None;
+                    changed = true;
+                }
+            });
+            ui.end_row();
+
+            let l = ui.label("Precision").on_hover_text(tips::PRECISION);
+            egui::ComboBox::from_id_salt("precision")
+                .selected_text(cfg.precision.label())
+                .show_ui(ui, |ui| {
+                    for p in Precision::ALL {
+                        changed |= ui
+                            .selectable_value(&mut cfg.precision, p, p.label())
+                            .changed();
+                    }
+                })
+                .response
+                .labelled_by(l.id)
+                .on_hover_text(tips::PRECISION);
+            ui.end_row();
+
+            let l = ui.label("Optimizer").on_hover_text(tips::OPTIMIZER);
+            egui::ComboBox::from_id_salt("optimizer")
+                .selected_text(cfg.optimizer.label())
+                .show_ui(ui, |ui| {
+                    for o in Optimizer::ALL {
+                        changed |= ui
+                            .selectable_value(&mut cfg.optimizer, o, o.label())
+                            .changed();
+                    }
+                })
+                .response
+                .labelled_by(l.id)
+                .on_hover_text(tips::OPTIMIZER);
+            ui.end_row();
+
+            changed |= labelled_drag(
+                ui,
+                "Gradient accumulation",
+                tips::ACCUMULATION,
+                &mut cfg.accum,
+                vramlab_core::plan::config::MAX_ACCUM,
+            );
+            ui.end_row();
+            ui.label("");
+            ui.label(format!("effective batch {}", cfg.effective_batch()))
+                .on_hover_text(tips::ACCUMULATION);
+            ui.end_row();
+        });
+
+    changed |= ui
+        .checkbox(&mut cfg.checkpointing, "Activation checkpointing")
+        .on_hover_text(tips::CHECKPOINTING)
+        .changed();
+    if is_tokens {
+        ui.horizontal(|ui| {
+            ui.label("Attention").on_hover_text(tips::ATTENTION);
+            changed |= ui
+                .radio_value(&mut cfg.attention, Attention::Sdpa, "SDPA / flash")
+                .on_hover_text(tips::ATTENTION)
+                .changed();
+            changed |= ui
+                .radio_value(&mut cfg.attention, Attention::Eager, "eager")
+                .on_hover_text(tips::ATTENTION)
+                .changed();
+        });
+    }
+    changed |= ui
+        .checkbox(
+            &mut cfg.allocator.expandable_segments,
+            "expandable_segments",
+        )
+        .on_hover_text(tips::EXPANDABLE)
+        .changed();
+
+    if changed && cfg != state.config {
+        emit(cmd, Command::SetConfig(cfg));
+    }
+}

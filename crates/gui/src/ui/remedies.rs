@@ -1,0 +1,60 @@
+//! What-if remedies: each one planned for real, with an Apply button.
+
+use egui::{RichText, Ui};
+
+use vramlab_core::plan::remedies::Remedy;
+use vramlab_core::units::Bytes;
+
+use super::style::{error_color, fit_icon, saving_text};
+use super::{Command, emit};
+
+/// The remedies table; `current_allocated` is the current plan's peak allocated bytes.
+pub fn remedies_ui(
+    remedies: &Result<Vec<Remedy>, String>,
+    current_allocated: Bytes,
+    ui: &mut Ui,
+) -> Option<Command> {
+    let mut cmd = None;
+    let dark = ui.visuals().dark_mode;
+    let list = match remedies {
+        Ok(l) => l,
+        Err(e) => {
+            ui.colored_label(error_color(dark), e.as_str());
+            return None;
+        }
+    };
+    if list.is_empty() {
+        ui.weak("No remedy applies: this configuration already uses all of them.");
+        return None;
+    }
+    egui::Grid::new("remedies_table")
+        .num_columns(5)
+        .striped(true)
+        .spacing([14.0, 4.0])
+        .show(ui, |ui| {
+            ui.label(RichText::new("Remedy").strong());
+            ui.label(RichText::new("nvidia-smi").strong());
+            ui.label(RichText::new("Saving").strong());
+            ui.label(RichText::new("Fits").strong());
+            ui.label("");
+            ui.end_row();
+            for r in list {
+                ui.label(r.name).on_hover_text(r.description.as_str());
+                ui.label(r.nvidia_smi.to_string()).on_hover_text(format!(
+                    "peak allocated {} (now {current_allocated}); the verdict uses nvidia-smi, which also counts cached segments",
+                    r.peak_allocated
+                ));
+                ui.label(saving_text(r.saving));
+                fit_icon(ui, r.fits, 16.0);
+                if ui
+                    .button("Apply")
+                    .on_hover_text(r.description.as_str())
+                    .clicked()
+                {
+                    emit(&mut cmd, Command::ApplyRemedy(r.config));
+                }
+                ui.end_row();
+            }
+        });
+    cmd
+}

@@ -1,0 +1,649 @@
+//! GUI tests: the real planner app driven through egui_kittest, checked against the core.
+//!
+//! Snapshots (`tests/snapshots/*.png`) render with wgpu on a software adapter; create or
+//! update them with `UPDATE_SNAPSHOTS=1 cargo test --test gui`. The screenshots in
+//! `screenshots/` and the frame-time measurement are `#[ignore]`d generators:
+//! `cargo test --test gui -- --ignored --nocapture`.
+
+use std::time::Instant;
+
+use egui::accesskit::{Role, Toggled};
+use egui_kittest::Harness;
+use egui_kittest::kittest::{NodeT as _, Queryable};
+use vramlab_core::export::VramlabConfig;
+use vramlab_core::model::Preset;
+use vramlab_core::model::preset::find_builtin;
+use vramlab_core::plan::remedies::remedies;
+use vramlab_core::plan::search::{Budget, max_batch};
+use vramlab_core::plan::{Optimizer, Plan, Planner, Precision, TrainConfig, gpus};
+use vramlab_core::units::Bytes;
+use vramlab_device::gpu::DetectedGpu;
+use vramlab_gui::app::VramApp;
+use vramlab_gui::ui::PlannerState;
+use vramlab_gui::ui::answer::usage_text;
+use vramlab_gui::ui::derived::BATCH_LIMIT;
+use vramlab_gui::ui::state::STATE_VERSION;
+
+const W: f32 = 1400.0;
+const H: f32 = 900.0;
+
+fn harness(app: VramApp) -> Harness<'static, VramApp> {
+    harness_themed(app, egui::Theme::Dark)
+}
+
+fn harness_themed(app: VramApp, theme: egui::Theme) -> Harness<'static, VramApp> {
+    Harness::builder()
+        .with_size(egui::vec2(W, H))
+        .with_theme(theme)
+        .with_max_steps(16)
+        .build_ui_state(|ui, app: &mut VramApp| app.ui(ui), app)
+}
+
+fn rtx4090_budget() -> Budget {
+    Budget {
+        capacity: gpus::find("rtx-4090")
+            .expect("catalog has the 4090")
+            .memory(),
+        margin: 0.05,
+    }
+}
+
+/// What the core predicts for `id` under `cfg`.
+fn core_plan(id: &str, cfg: &TrainConfig) -> (Preset, Planner, Plan) {
+    let preset = find_builtin(id).expect("built-in preset");
+    let planner = Planner::new(&preset, cfg).expect("planner");
+    let plan = planner.plan(cfg.batch).expect("plan");
+    (preset, planner, plan)
+}
+
+fn assert_shows(h: &Harness<'_, VramApp>, text: &str) {
+    assert!(
+        h.query_all_by_label_contains(text).next().is_some(),
+        "expected a widget showing {text:?}"
+    );
+}
+
+/// Asserts the answer panel shows the core's nvidia-smi figure for `preset` under the
+/// app's current config, against the RTX 4090 budget.
+fn assert_shows_usage_of(h: &Harness<'_, VramApp>, preset: &Preset) {
+    let cfg = h.state().state.config;
+    let plan = Planner::new(preset, &cfg)
+        .and_then(|p| p.plan(cfg.batch))
+        .expect("plan");
+    assert_shows(
+        h,
+        &usage_text(plan.nvidia_smi_bytes, rtx4090_budget().usable()),
+    );
+}
+
+fn select_preset(h: &mut Harness<'_, VramApp>, search: &str, display_name: &str) {
+    h.get_by_label("Search").click();
+    h.run();
+    h.get_by_label("Search").type_text(search);
+    h.run();
+    h.get_by_label(display_name).click();
+    h.run();
+}
+
+fn set_value(h: &mut Harness<'_, VramApp>, label: &str, v: f64) {
+    h.get_by_label(label).set_value_accesskit(v);
+    h.run();
+}
+
+fn pick_combo(h: &mut Harness<'_, VramApp>, combo_label: &str, option: &str) {
+    h.get_by_label(combo_label).click();
+    h.run();
+    h.get_by_label(option).click();
+    h.run();
+}
+
+#[test]
+fn starts_without_gpu_and_shows_the_core_plan() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    assert_shows(
+        &h,
+        "No NVIDIA GPU detected — planning against NVIDIA GeForce RTX 4090",
+    );
+    let cfg = TrainConfig::default();
+    let (_, planner, plan) = core_plan("gpt2", &cfg);
+    let budget = rtx4090_budget();
+    let fits = plan.nvidia_smi_bytes <= budget.usable();
+    assert!(fits, "the default example should fit");
+    assert_shows(&h, "FITS");
+    assert_shows(&h, &usage_text(plan.nvidia_smi_bytes, budget.usable()));
+    assert_shows(&h, &format!("allocated {}", plan.peak_allocated_bytes));
+    assert_shows(&h, &format!("reserved {}", plan.peak_reserved_bytes));
+    assert_shows(&h, &format!("Peak during {}", plan.peak_phase.label()));
+    assert_shows(&h, "Sequence length");
+    assert!(h.query_by_label("SDPA / flash").is_some());
+    let m = max_batch(&planner, budget, BATCH_LIMIT)
+        .expect("search")
+        .expect("batch 1 fits");
+    assert!(h.query_by_label(&m.to_string()).is_some(), "max batch {m}");
+    // The breakdown table shows every category's bytes.
+    for s in &plan.breakdown {
+        assert_shows(&h, s.label);
+    }
+}
+
+#[test]
+fn preset_batch_precision_accumulation_match_the_core() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "resnet", "ResNet-50");
+    assert_eq!(h.state().state.preset_id, "resnet50");
+    // Image models: an image size, no attention choice.
+    assert_shows(&h, "Image size (px)");
+    assert!(h.query_by_label("SDPA / flash").is_none());
+    set_value(&mut h, "Batch size", 96.0);
+    pick_combo(&mut h, "Precision", "FP32");
+    set_value(&mut h, "Gradient accumulation", 4.0);
+
+    let cfg = TrainConfig {
+        batch: 96,
+        precision: Precision::Fp32,
+        accum: 4,
+        ..TrainConfig::default()
+    };
+    assert_eq!(h.state().state.config, cfg);
+    let (_, _, plan) = core_plan("resnet50", &cfg);
+    let budget = rtx4090_budget();
+    let verdict = if plan.nvidia_smi_bytes <= budget.usable() {
+        "FITS"
+    } else {
+        "DOES NOT FIT"
+    };
+    assert_shows(&h, verdict);
+    assert_shows(&h, &usage_text(plan.nvidia_smi_bytes, budget.usable()));
+    assert_shows(&h, &format!("allocated {}", plan.peak_allocated_bytes));
+    assert_shows(&h, "effective batch 384");
+    for s in &plan.breakdown {
+        assert_shows(&h, &s.bytes.to_string());
+    }
+}
+
+#[test]
+fn llama_7b_fp32_adamw_does_not_fit_a_4090() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "llama-2-7b", "Llama 2 7B");
+    pick_combo(&mut h, "Precision", "FP32");
+    set_value(&mut h, "Batch size", 1.0);
+    let cfg = TrainConfig {
+        batch: 1,
+        precision: Precision::Fp32,
+        optimizer: Optimizer::AdamW,
+        ..TrainConfig::default()
+    };
+    assert_eq!(h.state().state.config, cfg);
+    let (_, _, plan) = core_plan("Llama-2-7b-hf", &cfg);
+    let budget = rtx4090_budget();
+    assert!(plan.nvidia_smi_bytes > budget.usable());
+    assert_shows(&h, "DOES NOT FIT");
+    assert_shows(&h, &usage_text(plan.nvidia_smi_bytes, budget.usable()));
+    assert_shows(&h, "Even batch 1 does not fit");
+    h.remove_cursor();
+    h.run();
+    h.snapshot("planner-does-not-fit");
+}
+
+#[test]
+fn applying_a_remedy_sets_the_config_and_replans() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "gpt2-large", "GPT-2 Large");
+    set_value(&mut h, "Batch size", 4.0);
+    let cfg = h.state().state.config;
+    assert!(!cfg.checkpointing);
+    let preset = find_builtin("gpt2-large").expect("preset");
+    let before = Planner::new(&preset, &cfg)
+        .and_then(|p| p.plan(cfg.batch))
+        .expect("plan");
+    let budget = rtx4090_budget();
+    let list = remedies(&preset, &cfg, budget).expect("remedies");
+    let i = list
+        .iter()
+        .position(|r| r.name == "Activation checkpointing")
+        .expect("checkpointing is offered");
+    for r in &list {
+        assert_shows(&h, r.name);
+    }
+    let checkbox = h.get_by_role_and_label(Role::CheckBox, "Activation checkpointing");
+    assert_eq!(checkbox.accesskit_node().toggled(), Some(Toggled::False));
+
+    let applies = h.get_all_by_label("Apply").collect::<Vec<_>>();
+    assert_eq!(applies.len(), list.len());
+    applies[i].click();
+    h.run();
+
+    assert!(h.state().state.config.checkpointing);
+    assert_eq!(h.state().state.config, list[i].config);
+    let checkbox = h.get_by_role_and_label(Role::CheckBox, "Activation checkpointing");
+    assert_eq!(checkbox.accesskit_node().toggled(), Some(Toggled::True));
+    let after = usage_text(list[i].nvidia_smi, budget.usable());
+    assert_ne!(after, usage_text(before.nvidia_smi_bytes, budget.usable()));
+    assert_shows(&h, &after);
+}
+
+#[test]
+fn custom_model_replans_and_shows_model_errors() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    set_value(&mut h, "n_layer", 24.0);
+    let doc = h.state().state.custom.clone().expect("a custom model");
+    assert_eq!(doc["id"], "custom");
+    assert_eq!(doc["params"]["n_layer"], 24);
+    let preset = Preset::from_value(&doc).expect("valid custom preset");
+    assert_shows_usage_of(&h, &preset);
+
+    // 768 is not divisible by 7: the model's own error text is shown, nothing panics.
+    set_value(&mut h, "n_head", 7.0);
+    let doc = h.state().state.custom.clone().expect("custom");
+    let err = Preset::from_value(&doc).expect_err("invalid").to_string();
+    assert!(
+        h.query_all_by_label(&err).count() >= 1,
+        "error {err:?} shown"
+    );
+    assert_shows(&h, "Cannot plan this configuration");
+
+    // Back to a valid model.
+    h.get_by_label("Reset").click();
+    h.run();
+    assert!(h.state().state.custom.is_none());
+    assert_shows(&h, "FITS");
+}
+
+#[test]
+fn batch_changes_reuse_the_planner() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    let builds = h.state().derived().planner_builds();
+    for b in [2.0, 3.0, 17.0, 200.0] {
+        set_value(&mut h, "Batch size", b);
+    }
+    assert_eq!(h.state().state.config.batch, 200);
+    assert_eq!(h.state().derived().planner_builds(), builds);
+    h.get_by_role_and_label(Role::CheckBox, "Activation checkpointing")
+        .click();
+    h.run();
+    assert_eq!(h.state().derived().planner_builds(), builds + 1);
+}
+
+#[test]
+fn detected_gpu_is_the_default_target() {
+    let gpu = DetectedGpu {
+        index: 0,
+        name: "NVIDIA H200".into(),
+        total: Bytes::mib(143_771),
+        free: Bytes::mib(143_000),
+    };
+    let mut h = harness(VramApp::new_for_test(Some(gpu.clone())));
+    h.run();
+    assert_shows(
+        &h,
+        &format!("NVML: NVIDIA H200 — {} free of {}", gpu.free, gpu.total),
+    );
+    assert_shows(&h, "on NVIDIA H200");
+    let (_, _, plan) = core_plan("gpt2", &TrainConfig::default());
+    // NVML's total less the driver's idle reservation measured on an H200 (616 MiB).
+    let budget = Budget {
+        capacity: Bytes::mib(143_771 - 616),
+        margin: 0.05,
+    };
+    assert_shows(&h, &usage_text(plan.nvidia_smi_bytes, budget.usable()));
+
+    h.get_by_label("Plan against free memory only").click();
+    h.run();
+    let budget = Budget {
+        capacity: gpu.free,
+        margin: 0.05,
+    };
+    assert_shows(&h, &usage_text(plan.nvidia_smi_bytes, budget.usable()));
+}
+
+#[test]
+fn save_preset_without_a_dialog_explains_and_with_one_writes_the_file() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    h.get_by_label("Save preset…").click();
+    h.run();
+    assert_shows(&h, "copied to the clipboard");
+
+    let path = std::env::temp_dir().join(format!("vramlab-gui-test-{}.json", std::process::id()));
+    let p2 = path.clone();
+    h.state_mut()
+        .set_dialogs(Box::new(move |_| Some(p2.clone())), Box::new(|| None));
+    h.get_by_label("dismiss").click();
+    h.run();
+    h.get_by_label("Save preset…").click();
+    h.run();
+    assert_shows(&h, "Saved ");
+    let text = std::fs::read_to_string(&path).expect("saved file");
+    let saved = Preset::from_json(&text).expect("a valid preset");
+    assert_eq!(saved, find_builtin("gpt2").expect("gpt2"));
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn open_preset_loads_a_file_as_the_custom_model() {
+    let mut preset = find_builtin("resnet18").expect("resnet18");
+    preset.id = "my-net".into();
+    preset.display_name = "My ResNet".into();
+    let path = std::env::temp_dir().join(format!("vramlab-gui-open-{}.json", std::process::id()));
+    std::fs::write(&path, preset.to_json()).expect("write preset");
+    let mut app = VramApp::new_for_test(None);
+    let p2 = path.clone();
+    app.set_dialogs(Box::new(|_| None), Box::new(move || Some(p2.clone())));
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Open preset…").click();
+    h.run();
+    assert_shows(&h, "Opened ");
+    assert_shows(&h, "My ResNet");
+    assert_shows_usage_of(&h, &preset);
+    std::fs::remove_file(&path).ok();
+}
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("vramlab-gui-{}-{name}", std::process::id()))
+}
+
+/// A file dropped on the window (what eframe hands egui on native platforms).
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+fn open_export(h: &mut Harness<'_, VramApp>) {
+    h.get_by_label("Export").click();
+    h.run();
+}
+
+#[test]
+fn export_preview_shows_the_deepspeed_config_of_the_current_batch() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    set_value(&mut h, "Batch size", 12.0);
+    open_export(&mut h);
+    // The default format is the .vramlab.json document.
+    assert_shows(&h, "\"schema_version\": 1");
+    h.get_by_label("DeepSpeed").click();
+    h.run();
+    let batch = h.state().state.config.batch;
+    assert_eq!(batch, 12);
+    assert_shows(&h, &format!("\"train_micro_batch_size_per_gpu\": {batch}"));
+    set_value(&mut h, "Batch size", 5.0);
+    assert_shows(&h, "\"train_micro_batch_size_per_gpu\": 5");
+
+    // Save… writes the previewed text through the save dialog.
+    let path = temp_path("ds_config.json");
+    let p2 = path.clone();
+    let suggested = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+    let s2 = suggested.clone();
+    h.state_mut().set_dialogs(
+        Box::new(move |name| {
+            *s2.borrow_mut() = name.to_string();
+            Some(p2.clone())
+        }),
+        Box::new(|| None),
+    );
+    h.get_by_label("Save…").click_accesskit();
+    h.run();
+    assert_eq!(suggested.borrow().as_str(), "ds_config.json");
+    let text = std::fs::read_to_string(&path).expect("saved export");
+    let ds: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(ds["train_micro_batch_size_per_gpu"], 5);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn ctrl_s_then_ctrl_o_restores_the_saved_plan() {
+    let path = temp_path("plan.vramlab.json");
+    let (p_save, p_open) = (path.clone(), path.clone());
+    let suggested = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
+    let s2 = suggested.clone();
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(
+        Box::new(move |name| {
+            *s2.borrow_mut() = name.to_string();
+            Some(p_save.clone())
+        }),
+        Box::new(move || Some(p_open.clone())),
+    );
+    let mut h = harness(app);
+    h.run();
+    select_preset(&mut h, "resnet", "ResNet-50");
+    set_value(&mut h, "Batch size", 48.0);
+    pick_combo(&mut h, "Precision", "FP32");
+    let saved = h.state().state.clone();
+    let (_, _, plan) = core_plan("resnet50", &saved.config);
+    let peak = format!("allocated {}", plan.peak_allocated_bytes);
+    assert_shows(&h, &peak);
+
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::S);
+    h.run();
+    assert_eq!(suggested.borrow().as_str(), "resnet50.vramlab.json");
+    assert_shows(&h, "Saved ");
+    let doc = VramlabConfig::from_bytes(&std::fs::read(&path).expect("saved")).expect("valid");
+    assert_eq!(doc.training, saved.config);
+    assert_eq!(
+        doc.prediction.as_ref().map(|p| p.peak_allocated_bytes),
+        Some(plan.peak_allocated_bytes.0)
+    );
+
+    // Change the model, batch and precision, then open the file again.
+    let ctx = h.ctx.clone();
+    h.state_mut()
+        .apply(vramlab_gui::ui::Command::SelectPreset("gpt2".into()), &ctx);
+    h.run();
+    set_value(&mut h, "Batch size", 3.0);
+    pick_combo(&mut h, "Precision", "AMP FP16");
+    assert_ne!(h.state().state.config, saved.config);
+    assert!(h.query_by_label(&peak).is_none());
+
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    h.run();
+    assert_shows(&h, "Opened ");
+    let s = &h.state().state;
+    assert_eq!(s.preset_id, "resnet50");
+    assert!(s.custom.is_none());
+    assert_eq!(s.config, saved.config);
+    assert_eq!(s.config.batch, 48);
+    assert_eq!(s.config.precision, Precision::Fp32);
+    assert_eq!(s.gpu, saved.gpu);
+    assert_eq!(s.margin_pct, saved.margin_pct);
+    assert_shows(&h, &peak);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_custom_model_plan_round_trips_and_drops_open_too() {
+    let path = temp_path("custom.vramlab.json");
+    let p_save = path.clone();
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(Box::new(move |_| Some(p_save.clone())), Box::new(|| None));
+    let mut h = harness(app);
+    h.run();
+    set_value(&mut h, "n_layer", 6.0);
+    set_value(&mut h, "Batch size", 7.0);
+    let saved = h.state().state.clone();
+    assert!(saved.custom.is_some());
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::S);
+    h.run();
+    assert_shows(&h, "Saved ");
+
+    h.get_by_label("Reset").click();
+    h.run();
+    set_value(&mut h, "Batch size", 2.0);
+    assert!(h.state().state.custom.is_none());
+
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(path.clone())));
+    h.run();
+    assert_shows(&h, "Opened ");
+    let s = &h.state().state;
+    assert_eq!(s.config, saved.config);
+    let custom = s.custom.as_ref().expect("custom model");
+    assert_eq!(custom["params"]["n_layer"], 6);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn opening_a_malformed_plan_shows_the_field_and_changes_nothing() {
+    let good = VramlabConfig::new(
+        &find_builtin("resnet50").expect("resnet50"),
+        false,
+        TrainConfig {
+            batch: 33,
+            ..TrainConfig::default()
+        },
+        "h200",
+        0.1,
+        None,
+    )
+    .to_json();
+    let bad = good.replace("\"batch\": 33", "\"batch\": \"many\"");
+    assert_ne!(bad, good);
+    let path = temp_path("bad.vramlab.json");
+    std::fs::write(&path, &bad).expect("write");
+    let p_open = path.clone();
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(Box::new(|_| None), Box::new(move || Some(p_open.clone())));
+    let mut h = harness(app);
+    h.run();
+    set_value(&mut h, "Batch size", 9.0);
+    let before = h.state().state.clone();
+
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    h.run();
+    assert_shows(&h, "Could not open");
+    assert_shows(&h, "training.batch");
+    assert_eq!(h.state().state, before);
+    let msg = h.state().message().expect("a message");
+    assert!(
+        msg.is_error && msg.text.contains("training.batch"),
+        "{msg:?}"
+    );
+
+    // A GPU that is not in the catalog is refused as well, naming the field.
+    std::fs::write(&path, good.replace("\"h200\"", "\"gtx-9999\"")).expect("write");
+    h.get_by_label("dismiss").click();
+    h.run();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    h.run();
+    assert_shows(&h, "gpu: unknown GPU `gtx-9999`");
+    assert_eq!(h.state().state, before);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn state_round_trips_and_old_versions_are_discarded() {
+    let s = PlannerState {
+        preset_id: "resnet50".into(),
+        config: TrainConfig {
+            batch: 123,
+            ..TrainConfig::default()
+        },
+        ..PlannerState::default()
+    };
+    let json = serde_json::to_string(&s).expect("serialise");
+    let back: PlannerState = serde_json::from_str(&json).expect("deserialise");
+    assert_eq!(PlannerState::from_persisted(Some(back)), s);
+    let mut old = s.clone();
+    old.version = STATE_VERSION + 1;
+    assert_eq!(
+        PlannerState::from_persisted(Some(old)),
+        PlannerState::default()
+    );
+    // Missing keys take their defaults.
+    let partial: PlannerState = serde_json::from_str(r#"{"version": 1}"#).expect("partial");
+    assert_eq!(partial, PlannerState::default());
+}
+
+#[test]
+fn snapshot_planner() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    h.snapshot("planner");
+}
+
+/// The light theme (the app follows the system's) stays readable.
+#[test]
+fn snapshot_planner_light() {
+    let mut h = harness_themed(VramApp::new_for_test(None), egui::Theme::Light);
+    h.run();
+    h.snapshot("planner-light");
+}
+
+fn does_not_fit_app() -> VramApp {
+    let mut app = VramApp::new_for_test(None);
+    app.state.preset_id = "Llama-2-7b-hf".into();
+    app.state.config = TrainConfig {
+        batch: 1,
+        precision: Precision::Fp32,
+        ..TrainConfig::default()
+    };
+    app
+}
+
+/// Writes `screenshots/planner.png` and `screenshots/planner-does-not-fit.png` (1400×900).
+#[test]
+#[ignore = "generator: cargo test --test gui -- --ignored write_screenshots"]
+fn write_screenshots() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshots dir");
+    let apps = [
+        ("planner.png", VramApp::new_for_test(None)),
+        ("planner-does-not-fit.png", does_not_fit_app()),
+    ];
+    for (name, app) in apps {
+        let mut h = harness(app);
+        h.run();
+        let img = h.render().expect("render");
+        img.save(dir.join(name)).expect("save png");
+        println!("wrote {}", dir.join(name).display());
+    }
+}
+
+fn frame_time(app: VramApp, label: &str) {
+    const N: u64 = 200;
+    let mut h = harness(app);
+    h.run();
+    let start = Instant::now();
+    for i in 0..N {
+        // Like dragging the batch slider: a new batch every frame.
+        h.state_mut().state.config.batch = 1 + i;
+        h.step();
+    }
+    let ms = start.elapsed().as_secs_f64() * 1000.0 / N as f64;
+    let start = Instant::now();
+    for _ in 0..N {
+        h.step();
+    }
+    let idle = start.elapsed().as_secs_f64() * 1000.0 / N as f64;
+    println!(
+        "frame time ({label}): {ms:.2} ms/frame with a batch change every frame, \
+         {idle:.2} ms/frame unchanged ({N} frames each)"
+    );
+}
+
+#[test]
+#[ignore = "measurement: cargo test --release --test gui -- --ignored --nocapture frame_time"]
+fn frame_time_with_batch_changes() {
+    frame_time(VramApp::new_for_test(None), "gpt2");
+    let mut app = VramApp::new_for_test(None);
+    app.state.preset_id = "Llama-2-7b-hf".into();
+    frame_time(app, "Llama-2-7b-hf");
+    let mut app = VramApp::new_for_test(None);
+    app.state.preset_id = "resnet50".into();
+    frame_time(app, "resnet50");
+}

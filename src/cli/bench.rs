@@ -1,0 +1,322 @@
+//! The GPU commands of the CLI: `bench`, `gpus`, `profile`. Without a GPU each exits
+//! non-zero with a message saying what is missing.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+use super::args::{TrainArgs, resolve_model};
+use vramlab_core::plan::Planner;
+use vramlab_core::plan::config::MAX_BATCH;
+use vramlab_core::plan::search::{Budget, max_batch};
+use vramlab_core::record::{BenchEvent, EngineKind, Outcome, Run};
+use vramlab_core::sweep::BatchPlan;
+use vramlab_core::units::Bytes;
+use vramlab_device::bench::runner::{BenchRequest, run_blocking};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// native (cudarc + cuBLAS) or torch (the reference model in PyTorch).
+    #[arg(long, default_value = "native")]
+    pub engine: String,
+    /// Batch sizes to run, e.g. 4,8,16.
+    #[arg(long, conflicts_with = "sweep")]
+    pub batch: Option<String>,
+    /// Find the largest batch that runs: start at the predicted max batch, then bisect.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Largest batch a sweep tries.
+    #[arg(long, default_value_t = 8192)]
+    pub limit: u64,
+    /// Timed steps per trial.
+    #[arg(long, default_value_t = 3)]
+    pub steps: u32,
+    /// Python interpreter for the torch engine.
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Also write the run as JSON (every trial, measured and predicted).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also write the trials as CSV.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Print no progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn gib(b: Option<Bytes>) -> String {
+    b.map_or("—".into(), |b| {
+        format!("{:.2}", b.0 as f64 / (1u64 << 30) as f64)
+    })
+}
+
+fn pct(p: Option<f64>) -> String {
+    p.map_or("—".into(), |p| format!("{p:+.1}%"))
+}
+
+/// The predicted max batch on the device the bench will use (NVML), else on `--gpu`.
+fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
+    let capacity = match vramlab_device::gpu::detect() {
+        Some(g) => vramlab_core::plan::gpus::Gpu::detected(
+            &g.name,
+            g.total,
+            &vramlab_core::plan::gpus::catalog(),
+        )
+        .memory(),
+        None => vramlab_core::plan::gpus::find(&train.gpu)?.memory(),
+    };
+    let budget = Budget {
+        capacity,
+        margin: 0.0,
+    };
+    Ok(max_batch(planner, budget, MAX_BATCH)?)
+}
+
+pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
+    let engine = EngineKind::parse(&a.engine).with_context(|| {
+        format!(
+            "--engine: unknown engine `{}` (known: native, torch)",
+            a.engine
+        )
+    })?;
+    if a.steps == 0 || a.steps > 1000 {
+        bail!("--steps: must be between 1 and 1000, got {}", a.steps);
+    }
+    let (preset, cfg) = resolve_model(&a.train)?;
+    let planner = Planner::new(&preset, &cfg)?;
+    let predicted = predicted_max(&planner, &a.train)?;
+    let batches = match (&a.batch, a.sweep) {
+        (Some(list), false) => BatchPlan::parse_list(list).map_err(anyhow::Error::msg)?,
+        (None, true) => BatchPlan::UntilOom {
+            // 0: the runner seeds from the device the engine opens.
+            seed: 0,
+            limit: a.limit.clamp(1, MAX_BATCH),
+        },
+        _ => bail!("give --batch 4,8,16 or --sweep"),
+    };
+    let req = BenchRequest {
+        preset,
+        config: cfg,
+        engine,
+        batches,
+        steps: a.steps,
+        python: a.python.clone(),
+        device_index: a.device,
+        predicted_max_batch: predicted,
+        runner_env: Vec::new(),
+    };
+    let cancel = AtomicBool::new(false);
+    let quiet = a.quiet || a.train.json;
+    let mut last_phase = String::new();
+    let mut emit = |e: BenchEvent| {
+        if quiet {
+            return;
+        }
+        match e {
+            BenchEvent::Started { device, .. } => {
+                eprintln!(
+                    "[bench] {} on {} ({})",
+                    engine.label(),
+                    device.name,
+                    device.total_bytes
+                )
+            }
+            BenchEvent::Progress {
+                trial,
+                batch,
+                phase,
+                ..
+            } => {
+                let line = format!("[bench] trial {} batch {batch}: {phase}", trial + 1);
+                if line != last_phase {
+                    eprintln!("{line}");
+                    last_phase = line;
+                }
+            }
+            BenchEvent::TrialDone { trial } => {
+                eprintln!("[bench] batch {}: {}", trial.batch, trial.outcome.label())
+            }
+            BenchEvent::Failed { message } => eprintln!("[bench] failed: {message}"),
+            BenchEvent::Sample { .. } | BenchEvent::Finished { .. } => {}
+        }
+    };
+    let run = run_blocking(&req, &cancel, &mut emit)?;
+    if let Some(path) = &a.out {
+        let text = vramlab_core::export::results::run_to_json(&run);
+        vramlab_core::fsutil::write_atomic(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.csv {
+        vramlab_core::fsutil::write_atomic(
+            path,
+            vramlab_core::export::results::run_to_csv(&run).as_bytes(),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.train.json {
+        let mut v = serde_json::to_value(&run).context("serialising the run")?;
+        v["max_batch_ran"] = serde_json::json!(run.max_batch_ran());
+        v["first_oom_batch"] = serde_json::json!(run.first_oom());
+        writeln!(out, "{v}")?;
+    } else {
+        write_run(&run, out)?;
+    }
+    if run
+        .trials
+        .iter()
+        .all(|t| matches!(t.outcome, Outcome::Error { .. }))
+        && !run.trials.is_empty()
+    {
+        bail!("every trial failed (see the table above)");
+    }
+    Ok(())
+}
+
+fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "{} · {} · {} · batch plan {}",
+        run.model,
+        run.config.precision.as_str(),
+        run.engine.label(),
+        run.predicted_max_batch
+            .map_or("(no prediction)".into(), |m| format!(
+                "(predicted max batch {m})"
+            ))
+    )?;
+    writeln!(
+        out,
+        "device: {} ({}), driver {}",
+        run.device.name,
+        run.device.total_bytes,
+        run.device.driver.as_deref().unwrap_or("?")
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>5}",
+        "batch",
+        "outcome",
+        "alloc",
+        "reserved",
+        "process",
+        "pred.all",
+        "pred.res",
+        "pred.smi",
+        "err.res",
+        "err.smi",
+        "step ms",
+        "TFLOP/s",
+        "freed"
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>9} {:>29} {:>29}",
+        "", "", "measured (GiB)", "predicted (GiB)"
+    )?;
+    for t in &run.trials {
+        let e = t.errors_pct();
+        let p = t.predicted;
+        let freed = match t.memory_returned(Bytes(8 << 20)) {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "—",
+        };
+        writeln!(
+            out,
+            "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>5}",
+            t.batch,
+            t.outcome.label(),
+            gib(t.peak_allocated),
+            gib(t.peak_reserved),
+            gib(t.process_bytes),
+            gib(p.map(|p| p.allocated)),
+            gib(p.map(|p| p.reserved)),
+            gib(p.map(|p| p.nvidia_smi)),
+            pct(e.reserved),
+            pct(e.nvidia_smi),
+            t.step_ms.map_or("—".into(), |v| format!("{v:.2}")),
+            t.tflops.map_or("—".into(), |v| format!("{v:.1}")),
+            freed
+        )?;
+        if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
+            writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
+        }
+    }
+    match run.max_batch_ran() {
+        Some(m) => writeln!(
+            out,
+            "largest batch that ran: {m}{}",
+            run.first_oom()
+                .map_or(String::new(), |o| format!("; first OOM at {o}"))
+        )?,
+        None => writeln!(out, "no batch ran")?,
+    }
+    if let Some(s) = &run.stopped {
+        writeln!(out, "stopped: {s}")?;
+    }
+    Ok(())
+}
+
+pub fn cmd_gpus(json: bool, out: &mut dyn Write) -> Result<()> {
+    let gpus = vramlab_device::gpu::detect_all().context("listing GPUs")?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&gpus)?)?;
+        return Ok(());
+    }
+    if gpus.is_empty() {
+        bail!("NVML sees no GPU");
+    }
+    for g in &gpus {
+        writeln!(
+            out,
+            "{}: {} — {} total, {} used, {} free",
+            g.index,
+            g.name,
+            g.total,
+            g.used(),
+            g.free
+        )?;
+    }
+    Ok(())
+}
+
+pub fn cmd_profile(device: usize, json: bool, out: &mut dyn Write) -> Result<()> {
+    let p = vramlab_device::bench::profile::measure(device, &mut |what| {
+        if !json {
+            eprintln!("[profile] {what}");
+        }
+    })?;
+    let saved = vramlab_device::bench::profile::save(&p);
+    if json {
+        let mut v = serde_json::to_value(&p)?;
+        v["saved_to"] = serde_json::json!(saved.as_ref().ok().map(|p| p.display().to_string()));
+        writeln!(out, "{v}")?;
+    } else {
+        writeln!(out, "{} ({})", p.device, p.total_bytes)?;
+        writeln!(
+            out,
+            "  GEMM TFLOP/s  fp32 {:.1}  tf32 {:.1}  fp16 {:.1}  bf16 {:.1}",
+            p.fp32_tflops, p.tf32_tflops, p.fp16_tflops, p.bf16_tflops
+        )?;
+        writeln!(
+            out,
+            "  bandwidth     device-to-device {:.0} GB/s, host-to-device {:.1} GB/s",
+            p.d2d_gbps, p.h2d_gbps
+        )?;
+        writeln!(out, "  usable memory {}", p.usable_bytes)?;
+        match &saved {
+            Ok(path) => writeln!(out, "  saved to {}", path.display())?,
+            Err(e) => writeln!(out, "  not saved: {e:#}")?,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,479 @@
+//! The headless command line: the same capabilities as the GUI, with `--json`.
+
+mod args;
+#[cfg(feature = "app")]
+mod bench;
+mod plan_bench;
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+
+use args::resolve;
+pub use args::{TrainArgs, load_model, resolve_model};
+
+use vramlab_core::model::preset::builtin_presets;
+use vramlab_core::plan::config::{MAX_ACCUM, MAX_BATCH};
+use vramlab_core::plan::gpus::{self, Gpu};
+use vramlab_core::plan::remedies::remedies;
+use vramlab_core::plan::search::{Budget, accumulation_for, max_batch};
+use vramlab_core::plan::{Plan, Planner};
+use vramlab_core::units::Bytes;
+
+/// vramlab — will this training run fit on my GPU, and with which batch size?
+#[derive(Debug, Parser)]
+#[command(name = "vramlab", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Predict the peak memory of one training step.
+    Plan(PlanArgs),
+    /// Write the plan as a vramlab config or a framework config.
+    Export(ExportArgs),
+    /// Find the largest micro-batch that fits a GPU.
+    MaxBatch(MaxBatchArgs),
+    /// List model presets and GPUs.
+    Presets {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare the planner with measured runs (JSON lines from tools/torch_runner.py).
+    Validate {
+        /// Measurement files.
+        files: Vec<std::path::PathBuf>,
+        /// Print a markdown table.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Run the configuration on the GPU and compare with the prediction.
+    #[cfg(feature = "app")]
+    Bench(bench::BenchArgs),
+    /// List the GPUs NVML sees.
+    #[cfg(feature = "app")]
+    Gpus {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the GPU: GEMM TFLOP/s per dtype, bandwidth, usable memory.
+    #[cfg(feature = "app")]
+    Profile {
+        /// CUDA device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the planner itself (planning speed benchmark).
+    BenchPlan {
+        #[arg(long, default_value = "Llama-2-7b-hf")]
+        model: String,
+        #[arg(long, default_value_t = 1024)]
+        sweep_to: u64,
+        /// Timed repetitions of each measurement (the sweep runs a tenth as often).
+        #[arg(long, default_value_t = 200)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Micro-batch size (required unless --config gives it).
+    #[arg(long, required_unless_present = "config")]
+    pub batch: Option<u64>,
+    /// Include the allocated-bytes timeline of the step in the JSON output.
+    #[arg(long)]
+    pub timeline: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Micro-batch size (required unless --config gives it).
+    #[arg(long, required_unless_present = "config")]
+    pub batch: Option<u64>,
+    /// vramlab, deepspeed, hf, lightning, pytorch or env.
+    #[arg(long)]
+    pub format: String,
+    /// Write to this file (atomically) instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct MaxBatchArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Effective batch to reach with accumulation (prints the steps needed).
+    #[arg(long)]
+    pub target_batch: Option<u64>,
+}
+
+/// Runs a subcommand; output goes to `out`.
+pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
+    match cmd {
+        Command::Plan(a) => cmd_plan(a, out),
+        #[cfg(feature = "app")]
+        Command::Bench(a) => bench::cmd_bench(a, out),
+        #[cfg(feature = "app")]
+        Command::Gpus { json } => bench::cmd_gpus(json, out),
+        #[cfg(feature = "app")]
+        Command::Profile { device, json } => bench::cmd_profile(device, json, out),
+        Command::Export(a) => cmd_export(a, out),
+        Command::MaxBatch(a) => cmd_max_batch(a, out),
+        Command::Presets { json } => cmd_presets(json, out),
+        Command::Validate { files, markdown } => cmd_validate(&files, markdown, out),
+        Command::BenchPlan {
+            model,
+            sweep_to,
+            reps,
+            json,
+        } => plan_bench::run(&load_model(&model)?, sweep_to, reps, json, out),
+    }
+}
+
+fn pct(part: Bytes, whole: Bytes) -> f64 {
+    if whole.0 == 0 {
+        0.0
+    } else {
+        100.0 * part.0 as f64 / whole.0 as f64
+    }
+}
+
+fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
+    let (preset, cfg, gpu, budget, _) = resolve(&a.train, a.batch)?;
+    let planner = Planner::new(&preset, &cfg)?;
+    let plan = planner.plan(cfg.batch)?;
+    let fits = vramlab_core::plan::search::fits_with_reserved(
+        &planner,
+        budget,
+        cfg.batch,
+        plan.peak_reserved_bytes,
+    )?;
+    let max = max_batch(&planner, budget, MAX_BATCH)?;
+    let fixes = remedies(&preset, &cfg, budget)?;
+    if a.train.json {
+        let mut v = serde_json::to_value(&plan)?;
+        if let Some(o) = v.as_object_mut() {
+            if !a.timeline {
+                o.remove("timeline");
+            }
+            let breakdown: serde_json::Map<String, serde_json::Value> = plan
+                .breakdown
+                .iter()
+                .map(|s| (s.category.clone(), serde_json::json!(s.bytes.0)))
+                .collect();
+            o.insert("breakdown".into(), breakdown.into());
+            o.insert("gpu".into(), serde_json::json!(gpu.id));
+            o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
+            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
+            o.insert("fits".into(), serde_json::json!(fits));
+            o.insert("max_batch".into(), serde_json::json!(max));
+            o.insert(
+                "effective_batch".into(),
+                serde_json::json!(cfg.effective_batch()),
+            );
+            o.insert("remedies".into(), serde_json::to_value(&fixes)?);
+        }
+        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+        return Ok(());
+    }
+    write_plan(out, &plan, &gpu, budget, fits, max)?;
+    writeln!(out, "\nWhat-if remedies (vs {}):", plan.nvidia_smi_bytes)?;
+    for r in &fixes {
+        let sign = if r.saving >= 0 { "−" } else { "+" };
+        writeln!(
+            out,
+            "  {:<36} {:>11}  {sign}{:<11} {}",
+            r.name,
+            r.nvidia_smi.to_string(),
+            Bytes(r.saving.unsigned_abs()).to_string(),
+            if r.fits { "fits" } else { "does not fit" }
+        )?;
+    }
+    Ok(())
+}
+
+fn write_plan(
+    out: &mut dyn Write,
+    plan: &Plan,
+    gpu: &Gpu,
+    budget: Budget,
+    fits: bool,
+    max: Option<u64>,
+) -> Result<()> {
+    let c = &plan.config;
+    writeln!(
+        out,
+        "{} ({:.1} M params) · batch {} × accum {} = {} · size {} · {} · {}{}{}",
+        plan.model,
+        plan.params as f64 / 1e6,
+        c.batch,
+        c.accum,
+        c.effective_batch(),
+        plan.size,
+        c.precision.label(),
+        c.optimizer.label(),
+        if c.checkpointing {
+            " · checkpointing"
+        } else {
+            ""
+        },
+        if c.attention == vramlab_core::plan::Attention::Eager {
+            " · eager attention"
+        } else {
+            ""
+        },
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  peak allocated   {:>12}   (torch.cuda.max_memory_allocated)",
+        plan.peak_allocated_bytes.to_string()
+    )?;
+    writeln!(
+        out,
+        "  peak reserved    {:>12}   (torch.cuda.max_memory_reserved)",
+        plan.peak_reserved_bytes.to_string()
+    )?;
+    writeln!(
+        out,
+        "  nvidia-smi       {:>12}   (reserved + CUDA context)",
+        plan.nvidia_smi_bytes.to_string()
+    )?;
+    writeln!(
+        out,
+        "  peak during      {} {}",
+        plan.peak_phase.label(),
+        plan.peak_layer
+    )?;
+    writeln!(out)?;
+    writeln!(out, "  breakdown at the peak:")?;
+    for s in &plan.breakdown {
+        writeln!(
+            out,
+            "    {:<42} {:>12}  {:>5.1} %",
+            s.label,
+            s.bytes.to_string(),
+            pct(s.bytes, plan.nvidia_smi_bytes)
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  {} on {}: {} of {} usable ({:.0} %, margin {:.0} %)",
+        if fits { "FITS" } else { "DOES NOT FIT" },
+        gpu.name,
+        plan.nvidia_smi_bytes,
+        budget.usable(),
+        pct(plan.nvidia_smi_bytes, budget.usable()),
+        budget.margin * 100.0
+    )?;
+    match max {
+        Some(m) => writeln!(out, "  largest micro-batch that fits: {m}")?,
+        None => writeln!(out, "  even batch 1 does not fit")?,
+    }
+    Ok(())
+}
+
+fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
+    let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
+    let planner = Planner::new(&preset, &cfg)?;
+    let max = max_batch(&planner, budget, MAX_BATCH)?;
+    if a.target_batch == Some(0) {
+        bail!("--target-batch: must be at least 1");
+    }
+    let accum = match (a.target_batch, max) {
+        (Some(t), Some(m)) => {
+            let steps = accumulation_for(t, m);
+            if steps > MAX_ACCUM {
+                bail!(
+                    "--target-batch: {t} needs {steps} accumulation steps of micro-batch {m}, more than the limit {MAX_ACCUM}"
+                );
+            }
+            Some(steps)
+        }
+        _ => None,
+    };
+    let at_max = match max {
+        Some(m) => Some(planner.plan(m)?),
+        None => None,
+    };
+    // What the cache really reaches on this GPU: near its limit PyTorch frees cached
+    // segments instead of reserving more, so the uncapped figure can exceed the card.
+    let cap = budget.allocator_cap(planner.context);
+    let capped = match max {
+        Some(m) => planner.reserved_within(m, cap)?,
+        None => None,
+    };
+    let capped_smi = capped.and_then(|r| r.checked_add(planner.context));
+    if a.train.json {
+        let v = serde_json::json!({
+            "model": preset.id,
+            "gpu": gpu.id,
+            "gpu_memory_bytes": gpu.memory().0,
+            "usable_bytes": budget.usable().0,
+            "max_batch": max,
+            "accumulation_steps": accum,
+            "target_batch": a.target_batch,
+            "peak_allocated_bytes": at_max.as_ref().map(|p| p.peak_allocated_bytes.0),
+            "peak_reserved_bytes": at_max.as_ref().map(|p| p.peak_reserved_bytes.0),
+            "nvidia_smi_bytes": at_max.as_ref().map(|p| p.nvidia_smi_bytes.0),
+            "peak_reserved_on_gpu_bytes": capped.map(|b| b.0),
+            "nvidia_smi_on_gpu_bytes": capped_smi.map(|b| b.0),
+        });
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    match (max, at_max) {
+        (Some(m), Some(p)) => {
+            let on_gpu = capped_smi.unwrap_or(p.nvidia_smi_bytes);
+            writeln!(
+                out,
+                "{} on {}: largest micro-batch {} ({} of {} usable)",
+                preset.id,
+                gpu.name,
+                m,
+                on_gpu,
+                budget.usable()
+            )?;
+            if p.nvidia_smi_bytes > on_gpu {
+                writeln!(
+                    out,
+                    "(peak allocated {}; with unlimited memory the cache would grow to {}, \
+                     on this GPU PyTorch frees cached blocks before it runs out)",
+                    p.peak_allocated_bytes, p.peak_reserved_bytes
+                )?;
+            }
+            if let (Some(t), Some(k)) = (a.target_batch, accum) {
+                writeln!(
+                    out,
+                    "effective batch {t}: micro-batch {m} × {k} accumulation steps"
+                )?;
+            }
+        }
+        _ => writeln!(
+            out,
+            "{} does not fit on {} even at batch 1",
+            preset.id, gpu.name
+        )?,
+    }
+    Ok(())
+}
+
+fn cmd_presets(json: bool, out: &mut dyn Write) -> Result<()> {
+    let presets = builtin_presets()?;
+    let gpus = gpus::catalog();
+    if json {
+        let models: Vec<_> = presets
+            .iter()
+            .map(|p| {
+                let params = p
+                    .build(p.default_size(), vramlab_core::model::families::transformer::AttnImpl::Sdpa)
+                    .map(|g| g.param_count())
+                    .ok();
+                serde_json::json!({"id": p.id, "family": p.spec.family(), "display_name": p.display_name,
+                    "input": p.input, "params": params})
+            })
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"models": models, "gpus": gpus})
+        )?;
+        return Ok(());
+    }
+    writeln!(out, "Models:")?;
+    for p in &presets {
+        writeln!(
+            out,
+            "  {:<22} {:<13} {}",
+            p.id,
+            p.spec.family(),
+            p.display_name
+        )?;
+    }
+    writeln!(out, "\nGPUs:")?;
+    for g in &gpus {
+        writeln!(
+            out,
+            "  {:<12} {:<28} {:>10}",
+            g.id,
+            g.name,
+            g.memory().to_string()
+        )?;
+    }
+    Ok(())
+}
+
+fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Write) -> Result<()> {
+    if files.is_empty() {
+        bail!("validate: give one or more measurement files (JSON lines)");
+    }
+    let mut measured = Vec::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        measured.extend(vramlab_core::validate::parse_lines(&text));
+    }
+    let rows = vramlab_core::validate::compare(&measured)?;
+    if markdown {
+        write!(out, "{}", vramlab_core::validate::markdown(&rows))?;
+    } else {
+        for r in &rows {
+            writeln!(
+                out,
+                "{:<20} {:<40} alloc {:>7.2}/{:>7.2} GiB {:+6.1} %  reserved {:>7.2}/{:>7.2} GiB {:+6.1} %",
+                r.model,
+                r.config,
+                r.measured_allocated as f64 / (1u64 << 30) as f64,
+                r.predicted_allocated as f64 / (1u64 << 30) as f64,
+                r.allocated_error(),
+                r.measured_reserved as f64 / (1u64 << 30) as f64,
+                r.predicted_reserved as f64 / (1u64 << 30) as f64,
+                r.reserved_error()
+            )?;
+        }
+        writeln!(out, "{}", vramlab_core::validate::summary(&rows))?;
+    }
+    Ok(())
+}
+
+fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
+    let format = vramlab_core::export::Format::parse(&a.format).with_context(|| {
+        format!(
+            "--format: unknown format `{}` (known: vramlab, deepspeed, hf, lightning, pytorch, env)",
+            a.format
+        )
+    })?;
+    let (preset, cfg, gpu, budget, custom) = resolve(&a.train, a.batch)?;
+    let plan = Planner::new(&preset, &cfg)?.plan(cfg.batch)?;
+    let doc = vramlab_core::export::VramlabConfig::new(
+        &preset,
+        custom,
+        cfg,
+        &gpu.id,
+        budget.margin,
+        Some(&plan),
+    )
+    .to_json();
+    let text = vramlab_core::export::render(format, &cfg, &plan, &doc);
+    match &a.output {
+        Some(path) => {
+            vramlab_core::fsutil::write_atomic(path, text.as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+            writeln!(out, "wrote {} ({})", path.display(), format.as_str())?;
+        }
+        None => write!(out, "{text}")?,
+    }
+    Ok(())
+}

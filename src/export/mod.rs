@@ -1,9 +1,0 @@
-//! Configs in and out: the `.vramlab.json` document and framework configs generated from
-//! a plan, bench results as JSON / CSV. Pure functions plus one atomic file write; no UI, no GPU.
-
-pub mod frameworks;
-pub mod results;
-pub mod vramlab_file;
-
-pub use frameworks::{Format, render};
-pub use vramlab_file::{SCHEMA_VERSION, VramlabConfig, write_atomic};

@@ -1,0 +1,7 @@
+//! The binary's tests: the command line end to end, golden outputs, and (ignored unless a
+//! GPU is present) the engines on a real device. One test binary, linked once.
+
+mod architecture;
+mod cli;
+mod gpu;
+mod regressions;
