@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::model::Preset;
 use crate::model::preset::{builtin_presets, find_builtin};
-use crate::plan::config::{AllocatorConfig, MAX_ACCUM, MAX_BATCH};
+use crate::plan::config::{AllocatorConfig, LoopShape, MAX_ACCUM, MAX_BATCH};
 use crate::plan::gpus::{self, Gpu};
 use crate::plan::remedies::remedies;
 use crate::plan::search::{Budget, accumulation_for, max_batch};
@@ -103,6 +103,11 @@ pub struct TrainArgs {
     /// Attention implementation: eager or sdpa.
     #[arg(long, default_value = "sdpa")]
     pub attention: String,
+    /// Training-loop shape: plain (`out = model(x); loss = …; loss.backward()`, the output
+    /// lives through backward; the default) or trainer (`loss = model(**batch).loss`, as HF
+    /// Trainer and Lightning do: the output is released before backward).
+    #[arg(long = "loop", value_name = "plain|trainer")]
+    pub loop_shape: Option<String>,
     /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     #[arg(long)]
     pub expandable_segments: bool,
@@ -188,6 +193,9 @@ fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<(Preset, TrainConfig, Gp
         if let Some(b) = batch {
             cfg.batch = b;
         }
+        if let Some(l) = &t.loop_shape {
+            cfg.loop_shape = l.parse()?;
+        }
         cfg.validate()?;
         let gpu = find_gpu(&doc.gpu)?;
         let budget = Budget {
@@ -239,6 +247,10 @@ impl TrainArgs {
             allocator: AllocatorConfig {
                 expandable_segments: self.expandable_segments,
                 max_split_size_mb: self.max_split_size_mb,
+            },
+            loop_shape: match &self.loop_shape {
+                Some(l) => l.parse()?,
+                None => LoopShape::default(),
             },
         };
         cfg.validate()?;
@@ -368,6 +380,7 @@ fn write_plan(
             ""
         },
     )?;
+    writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
     writeln!(out)?;
     writeln!(
         out,
@@ -453,6 +466,7 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     if a.train.json {
         let v = serde_json::json!({
             "model": preset.id,
+            "loop": cfg.loop_shape,
             "gpu": gpu.id,
             "gpu_memory_bytes": gpu.memory().0,
             "usable_bytes": budget.usable().0,
@@ -480,6 +494,7 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
                 on_gpu,
                 budget.usable()
             )?;
+            writeln!(out, "training loop: {}", cfg.loop_shape.describe())?;
             if p.nvidia_smi_bytes > on_gpu {
                 writeln!(
                     out,

@@ -25,6 +25,9 @@ pub struct Measured {
     pub checkpointing: bool,
     #[serde(default = "sdpa")]
     pub attention: String,
+    /// Training-loop shape; rows measured before the runner had it kept the output: plain.
+    #[serde(default, rename = "loop")]
+    pub loop_shape: crate::plan::config::LoopShape,
     #[serde(default)]
     pub peak_allocated: Option<u64>,
     #[serde(default)]
@@ -97,6 +100,7 @@ impl Measured {
             checkpointing: self.checkpointing,
             attention: self.attention.parse()?,
             allocator: AllocatorConfig::default(),
+            loop_shape: self.loop_shape,
         })
     }
 
@@ -123,6 +127,9 @@ impl Measured {
         }
         if self.attention == "eager" {
             s.push_str(" eager");
+        }
+        if self.loop_shape == crate::plan::config::LoopShape::Trainer {
+            s.push_str(" trainer-loop");
         }
         s
     }

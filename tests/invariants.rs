@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use vramlab::model::preset::BUILTIN;
 use vramlab::model::{ModelSpec, Preset};
-use vramlab::plan::config::AllocatorConfig;
+use vramlab::plan::config::{AllocatorConfig, LoopShape};
 use vramlab::plan::gpus;
 use vramlab::plan::remedies::remedies;
 use vramlab::plan::search::{Budget, max_batch, max_batch_capped};
@@ -158,7 +158,10 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
         optimizer(),
         prop_oneof![3 => Just(1u64), 1 => 2u64..=8],
         any::<bool>(),
-        prop_oneof![Just(Attention::Sdpa), Just(Attention::Eager)],
+        (
+            prop_oneof![Just(Attention::Sdpa), Just(Attention::Eager)],
+            prop_oneof![Just(LoopShape::Plain), Just(LoopShape::Trainer)],
+        ),
         prop_oneof![
             4 => Just(AllocatorConfig::default()),
             1 => Just(AllocatorConfig { expandable_segments: true, max_split_size_mb: None }),
@@ -169,7 +172,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
         ],
     )
         .prop_map(
-            |(precision, optimizer, accum, checkpointing, attention, allocator)| TrainConfig {
+            |(precision, optimizer, accum, checkpointing, (attention, loop_shape), allocator)| TrainConfig {
                 batch: 1,
                 size: None,
                 precision,
@@ -178,6 +181,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                 checkpointing,
                 attention,
                 allocator,
+                loop_shape,
             },
         )
 }

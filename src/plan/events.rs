@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use serde::Serialize;
 
-use super::config::{DType, Optimizer, Precision, TrainConfig};
+use super::config::{DType, LoopShape, Optimizer, Precision, TrainConfig};
 use super::rules::{Extra, Rule, rule};
 use crate::model::ir::{Elem, Graph, Op, Pointwise};
 
@@ -157,6 +157,10 @@ struct Sim<'g> {
     cache_refs: Vec<u32>,
     /// References held by Python until the micro-step ends (`del out, loss, x, y`).
     pinned: Vec<u32>,
+    /// References held by the model's output object (the logits, Hugging Face's
+    /// `past_key_values`) in a trainer loop, released once the loss is taken
+    /// (`loss = model(**batch).loss`); a plain loop keeps them in `pinned`.
+    output_refs: Vec<u32>,
     ckpt: bool,
     block_inputs: Vec<Vec<u32>>,
     /// The loss's input (logits), held by the training loop's `out` variable.
@@ -317,8 +321,7 @@ impl<'g> Sim<'g> {
             && !self.recomputing
             && let Some(b) = out_buf
         {
-            self.retain(b);
-            self.pinned.push(b);
+            self.hold_in_output(b);
         }
         // Saved tensors and extras (a chain's extras are saved already, with their own
         // reference).
@@ -380,11 +383,23 @@ impl<'g> Sim<'g> {
                 self.release(b);
             }
         }
-        if (node.op == Op::Input || (node.op == Op::CacheAppend && !r.alias))
-            && let Some(b) = out_buf
-        {
-            self.retain(b);
-            self.pinned.push(b);
+        if let Some(b) = out_buf {
+            if node.op == Op::Input {
+                self.retain(b);
+                self.pinned.push(b);
+            } else if node.op == Op::CacheAppend && !r.alias {
+                self.hold_in_output(b);
+            }
+        }
+    }
+
+    /// A reference held by the model's output object (see [`LoopShape`]). In a plain loop it
+    /// is released with the batch at the end of the micro-step (`del out, loss, x, y`).
+    fn hold_in_output(&mut self, b: u32) {
+        self.retain(b);
+        match self.cfg.loop_shape {
+            LoopShape::Plain => self.pinned.push(b),
+            LoopShape::Trainer => self.output_refs.push(b),
         }
     }
 
@@ -620,8 +635,14 @@ impl<'g> Sim<'g> {
             let keep = !self.in_ckpt_block(n);
             self.forward_node(n, keep, consumers);
         }
-        // Autocast exits: its weight cache is dropped.
         self.node = NO_NODE;
+        // `loss = model(**batch).loss`: the output object dies with the expression.
+        if self.cfg.loop_shape == LoopShape::Trainer {
+            for b in std::mem::take(&mut self.output_refs) {
+                self.release(b);
+            }
+        }
+        // Autocast exits: its weight cache is dropped.
         for b in std::mem::take(&mut self.cache_refs) {
             self.release(b);
         }
@@ -895,6 +916,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, k: &Constants) -> Events {
         param_cast: vec![None; g.params.len()],
         cache_refs: Vec::new(),
         pinned: Vec::new(),
+        output_refs: Vec::new(),
         ckpt: cfg.checkpointing,
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
