@@ -136,6 +136,21 @@ impl Measured {
 }
 
 /// Parses runner output (JSON lines; lines that are not measurements are skipped).
+/// A model given by file in a measurement row: a Hugging Face `config.json` (named by its
+/// file stem) or a preset document.
+fn model_file(path: &str) -> anyhow::Result<Preset> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let stem = std::path::Path::new(path)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or(path);
+    match crate::model::hf::from_text_if_hf(&text, stem) {
+        Some(p) => Ok(p?),
+        None => Ok(Preset::from_json(&text)?),
+    }
+}
+
 pub fn parse_lines(text: &str) -> Vec<Measured> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<Measured>(l).ok())
@@ -150,7 +165,11 @@ pub fn compare(rows: &[Measured]) -> anyhow::Result<Vec<Row>> {
         let preset = match cache.iter().find(|(id, _)| id == &m.model) {
             Some((_, p)) => p.clone(),
             None => {
-                let p = find_builtin(&m.model)?;
+                let p = if m.model.ends_with(".json") {
+                    model_file(&m.model)?
+                } else {
+                    find_builtin(&m.model)?
+                };
                 cache.push((m.model.clone(), p.clone()));
                 p
             }
@@ -160,7 +179,7 @@ pub fn compare(rows: &[Measured]) -> anyhow::Result<Vec<Row>> {
         let p = planner.peaks(cfg.batch)?;
         out.push(Row {
             model: m.model.clone(),
-            family: preset.spec.family().to_string(),
+            family: crate::model::hf::family_label(&preset),
             config: m.describe(),
             measured_allocated: m.peak_allocated.unwrap_or(0),
             predicted_allocated: p.allocated.0,

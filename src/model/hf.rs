@@ -148,6 +148,24 @@ pub fn closest(t: &str) -> &'static str {
         .unwrap_or("llama")
 }
 
+/// `Some` when `text` is a Hugging Face config (a JSON object with `model_type` and no
+/// `family`): the import's result; `None` for anything else (a vramlab preset, bad JSON).
+pub fn from_text_if_hf(text: &str, name: &str) -> Option<Result<Preset, ModelError>> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    is_hf_config(&v).then(|| from_config(&v, name))
+}
+
+/// The family a preset reports in tables: the imported `model_type` when there is one
+/// (`qwen3`), else the builder family (`llama`).
+pub fn family_label(p: &Preset) -> String {
+    let imported = match &p.spec {
+        ModelSpec::Llama(l) => l.model_type.clone(),
+        ModelSpec::Bert(b) => b.model_type.clone(),
+        _ => None,
+    };
+    imported.unwrap_or_else(|| p.spec.family().to_string())
+}
+
 /// Parses a `config.json` text into a preset named `name`.
 pub fn from_config_text(text: &str, name: &str) -> Result<Preset, ModelError> {
     let v: Value = serde_json::from_str(text)
@@ -296,10 +314,9 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
     let gemma = model_type.starts_with("gemma");
     // Gemma configs name the activation `hidden_activation` (transformers reads that first).
     let act = if gemma {
-        match k.get("hidden_activation") {
-            Some(_) => k.str_or("hidden_activation", d.act)?,
-            None => k.str_or("hidden_act", d.act)?,
-        }
+        // Gemma reads `hidden_activation`; a legacy `hidden_act: "gelu"` is replaced by the
+        // tanh form with a warning, so only `hidden_activation` counts.
+        k.str_or("hidden_activation", d.act)?
     } else {
         k.str_or("hidden_act", d.act)?
     };
