@@ -4,4 +4,5 @@
 mod architecture;
 mod cli;
 mod gpu;
+mod hf_import;
 mod regressions;

@@ -96,12 +96,14 @@ AMP_EXTRA_WARMUP = 16  # amp-fp16 only: extra warm-up steps allowed while the Gr
 IMAGE_CLASSIFIERS = {"resnet", "efficientnet", "mobilenet_v3", "convnext", "vit"}
 SEGMENTATION = {"deeplabv3", "fcn", "unet"}
 IMAGE_FAMILIES = IMAGE_CLASSIFIERS | SEGMENTATION
-TOKEN_FAMILIES = {"gpt2", "bert", "llama"}
+TOKEN_FAMILIES = {"gpt2", "bert", "llama", "hf"}
 HF_FAMILIES = TOKEN_FAMILIES
 
 PRECISIONS = ("fp32", "amp-fp16", "amp-bf16", "bf16")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor")
 ATTENTIONS = ("sdpa", "eager")
+LOOPS = ("plain", "trainer")
+MASKED_LM_TYPES = ("bert", "roberta")
 
 
 # --------------------------------------------------------------------------
@@ -243,7 +245,24 @@ def load_preset(ref):
     if path is None:
         path = os.path.join(PRESET_DIR, ref + ".json")
     with open(path) as f:
-        return json.load(f)
+        doc = json.load(f)
+    if "model_type" in doc and "family" not in doc:
+        return hf_preset(doc, path)
+    return doc
+
+
+def hf_preset(cfg, path):
+    """A Hugging Face config.json as a preset dict of family "hf" (built with AutoConfig)."""
+    maxpos = cfg.get("max_position_embeddings") or cfg.get("n_positions") or 2048
+    if cfg["model_type"] == "roberta":
+        maxpos -= cfg.get("pad_token_id", 1) + 1
+    return {
+        "id": path,
+        "family": "hf",
+        "hf_config": cfg,
+        "input": {"kind": "tokens", "seq_len": min(maxpos, 2048)},
+        "params": {"vocab_size": cfg["vocab_size"]},
+    }
 
 
 def all_preset_ids():
@@ -442,7 +461,28 @@ def build_llama(preset, size, attention="sdpa"):
     return _hf_model(LlamaConfig, LlamaForCausalLM, p, attention)
 
 
+def build_hf(preset, size, attention="sdpa"):
+    """AutoConfig.for_model(model_type, **config) → AutoModelForCausalLM (MaskedLM for
+    bert/roberta) .from_config, random init, no download."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    cfg = dict(preset["hf_config"])
+    mt = cfg.pop("model_type")
+    for k in ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
+              "auto_map", "quantization_config"):
+        cfg.pop(k, None)
+    config = AutoConfig.for_model(mt, **cfg)
+    config._attn_implementation = attention
+    cls = AutoModelForMaskedLM if mt in MASKED_LM_TYPES else AutoModelForCausalLM
+    model = cls.from_config(config, attn_implementation=attention, dtype=torch.float32)
+    got = getattr(model.config, "_attn_implementation", None)
+    if got != attention:
+        raise RuntimeError(f"attn_implementation {attention!r} did not take effect (got {got!r})")
+    return model
+
+
 BUILDERS = {
+    "hf": build_hf,
     "resnet": build_resnet,
     "efficientnet": build_efficientnet,
     "mobilenet_v3": build_mobilenet_v3,
@@ -611,6 +651,9 @@ def normalize_config(cfg):
     out["accum"] = int(cfg.pop("accum", 1))
     out["checkpointing"] = bool(cfg.pop("checkpointing", False))
     out["attention"] = cfg.pop("attention", "sdpa")
+    out["loop"] = cfg.pop("loop", "plain")
+    if out["loop"] not in LOOPS:
+        raise ValueError(f"unknown loop {out['loop']!r}")
     if out["precision"] not in PRECISIONS:
         raise ValueError(f"unknown precision {out['precision']!r}")
     if out["optimizer"] not in OPTIMIZERS:
@@ -778,13 +821,21 @@ def make_batch_fn(cfg, preset, dev):
     return make
 
 
-def forward_loss(model, fam, x, y):
+def forward_loss(model, fam, x, y, loop="plain"):
     if fam in HF_FAMILIES:
+        if loop == "trainer":
+            # HF Trainer.compute_loss / a Lightning training_step: the output dies here
+            return None, model(input_ids=x, labels=y).loss
         out = model(input_ids=x, labels=y)
         return out, out.loss
+    if loop == "trainer":
+        return None, F.cross_entropy(_logits(model(x), fam), y)
     out = model(x)
-    logits = out["out"] if fam in ("deeplabv3", "fcn") else out
-    return out, F.cross_entropy(logits, y)
+    return out, F.cross_entropy(_logits(out, fam), y)
+
+
+def _logits(out, fam):
+    return out["out"] if fam in ("deeplabv3", "fcn") else out
 
 
 def run_step(model, fam, cfg, preset, dev, record):
@@ -818,7 +869,7 @@ def run_step(model, fam, cfg, preset, dev, record):
         for micro in range(accum):
             x, y = make_batch()
             with torch.autocast(dev.kind, dtype=amp_dtype, enabled=amp):
-                out, loss = forward_loss(model, fam, x, y)
+                out, loss = forward_loss(model, fam, x, y, cfg.get("loop", "plain"))
                 loss = loss / accum
             if measured and micro == accum - 1:
                 dev.sync()
@@ -933,7 +984,7 @@ def read_configs(args):
         configs.append(json.loads(args.config))
     if getattr(args, "model", None):
         c = {"model": args.model}
-        for k in ("batch", "image", "seq", "precision", "optimizer", "accum", "attention"):
+        for k in ("batch", "image", "seq", "precision", "optimizer", "accum", "attention", "loop"):
             v = getattr(args, k, None)
             if v is not None:
                 c[k] = v
@@ -1094,6 +1145,7 @@ def add_config_args(p):
     p.add_argument("--accum", type=int)
     p.add_argument("--attention", choices=ATTENTIONS)
     p.add_argument("--checkpointing", action="store_true")
+    p.add_argument("--loop", choices=LOOPS)
     p.add_argument("--cap-gib", type=float, default=None, help="emulate a card with this many GiB")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu = debug run, no memory numbers")
     p.add_argument("--out", help="also append the JSON lines to this file")

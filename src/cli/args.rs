@@ -9,7 +9,7 @@ use clap::Args;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::TrainConfig;
-use vramlab_core::plan::config::AllocatorConfig;
+use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
 use vramlab_core::plan::gpus::{self, Gpu};
 use vramlab_core::plan::search::Budget;
 
@@ -43,6 +43,11 @@ pub struct TrainArgs {
     /// Attention implementation: eager or sdpa.
     #[arg(long, default_value = "sdpa")]
     pub attention: String,
+    /// Training-loop shape: plain (`out = model(x); loss = …; loss.backward()`, the output
+    /// lives through backward; the default) or trainer (`loss = model(**batch).loss`, as HF
+    /// Trainer and Lightning do: the output is released before backward).
+    #[arg(long = "loop", value_name = "plain|trainer")]
+    pub loop_shape: Option<String>,
     /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     #[arg(long)]
     pub expandable_segments: bool,
@@ -66,9 +71,27 @@ pub fn load_model(name: &str) -> Result<Preset> {
     if name.ends_with(".json") || path.exists() {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading preset file {}", path.display()))?;
+        if let Some(p) = vramlab_core::model::hf::from_text_if_hf(&text, &hf_name(path)) {
+            return p.with_context(|| format!("Hugging Face config {}", path.display()));
+        }
         return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
     }
     Ok(find_builtin(name)?)
+}
+
+/// The name of an imported `config.json`: its folder (the model repository) when the file
+/// is called `config.json`, else the file stem.
+fn hf_name(path: &Path) -> String {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
+    if stem == "config"
+        && let Some(dir) = path
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|d| d.to_str())
+    {
+        return dir.to_string();
+    }
+    stem.to_string()
 }
 
 /// A catalog GPU by id; an empty id is refused (a partial-id match would pick any GPU).
@@ -94,6 +117,9 @@ pub(crate) fn resolve(
         let mut cfg = doc.training;
         if let Some(b) = batch {
             cfg.batch = b;
+        }
+        if let Some(l) = &t.loop_shape {
+            cfg.loop_shape = l.parse()?;
         }
         cfg.validate()?;
         let gpu = find_gpu(&doc.gpu)?;
@@ -149,6 +175,10 @@ impl TrainArgs {
             allocator: AllocatorConfig {
                 expandable_segments: self.expandable_segments,
                 max_split_size_mb: self.max_split_size_mb,
+            },
+            loop_shape: match &self.loop_shape {
+                Some(l) => l.parse()?,
+                None => LoopShape::default(),
             },
         };
         cfg.validate()?;

@@ -234,6 +234,7 @@ fn write_plan(
             ""
         },
     )?;
+    writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
     writeln!(out)?;
     writeln!(
         out,
@@ -319,6 +320,7 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     if a.train.json {
         let v = serde_json::json!({
             "model": preset.id,
+            "loop": cfg.loop_shape,
             "gpu": gpu.id,
             "gpu_memory_bytes": gpu.memory().0,
             "usable_bytes": budget.usable().0,
@@ -346,6 +348,7 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
                 on_gpu,
                 budget.usable()
             )?;
+            writeln!(out, "training loop: {}", cfg.loop_shape.describe())?;
             if p.nvidia_smi_bytes > on_gpu {
                 writeln!(
                     out,

@@ -14,6 +14,8 @@ use crate::plan::{PlanError, Planner, TrainConfig};
 pub enum ValidateError {
     #[error("measured model `{model}`: {source}")]
     Model { model: String, source: ModelError },
+    #[error("measured model file {path}: {message}")]
+    ModelFile { path: String, message: String },
     #[error("measured row {row}: {source}")]
     Plan { row: String, source: PlanError },
 }
@@ -35,6 +37,9 @@ pub struct Measured {
     pub checkpointing: bool,
     #[serde(default = "sdpa")]
     pub attention: String,
+    /// Training-loop shape; rows measured before the runner had it kept the output: plain.
+    #[serde(default, rename = "loop")]
+    pub loop_shape: crate::plan::config::LoopShape,
     #[serde(default)]
     pub peak_allocated: Option<u64>,
     #[serde(default)]
@@ -107,6 +112,7 @@ impl Measured {
             checkpointing: self.checkpointing,
             attention: self.attention.parse()?,
             allocator: AllocatorConfig::default(),
+            loop_shape: self.loop_shape,
         })
     }
 
@@ -134,7 +140,28 @@ impl Measured {
         if self.attention == "eager" {
             s.push_str(" eager");
         }
+        if self.loop_shape == crate::plan::config::LoopShape::Trainer {
+            s.push_str(" trainer-loop");
+        }
         s
+    }
+}
+
+/// A model given by file in a measurement row: a Hugging Face `config.json` (named by its
+/// file stem) or a preset document.
+fn model_file(path: &str) -> Result<Preset, ValidateError> {
+    let err = |message: String| ValidateError::ModelFile {
+        path: path.to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let stem = std::path::Path::new(path)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or(path);
+    match crate::model::hf::from_text_if_hf(&text, stem) {
+        Some(p) => p.map_err(|e| err(format!("{e:#}"))),
+        None => Preset::from_json(&text).map_err(|e| err(e.to_string())),
     }
 }
 
@@ -153,10 +180,14 @@ pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
         let preset = match cache.iter().find(|(id, _)| id == &m.model) {
             Some((_, p)) => p.clone(),
             None => {
-                let p = find_builtin(&m.model).map_err(|source| ValidateError::Model {
-                    model: m.model.clone(),
-                    source,
-                })?;
+                let p = if m.model.ends_with(".json") {
+                    model_file(&m.model)?
+                } else {
+                    find_builtin(&m.model).map_err(|source| ValidateError::Model {
+                        model: m.model.clone(),
+                        source,
+                    })?
+                };
                 cache.push((m.model.clone(), p.clone()));
                 p
             }
@@ -170,7 +201,7 @@ pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
         let p = planner.peaks(cfg.batch).map_err(row)?;
         out.push(Row {
             model: m.model.clone(),
-            family: preset.spec.family().to_string(),
+            family: crate::model::hf::family_label(&preset),
             config: m.describe(),
             measured_allocated: m.peak_allocated.unwrap_or(0),
             predicted_allocated: p.allocated.0,

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use vramlab_core::model::preset::BUILTIN;
 use vramlab_core::model::{ModelSpec, Preset};
-use vramlab_core::plan::config::AllocatorConfig;
+use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
 use vramlab_core::plan::gpus;
 use vramlab_core::plan::remedies::remedies;
 use vramlab_core::plan::search::{Budget, max_batch, max_batch_capped};
@@ -163,7 +163,10 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
         optimizer(),
         prop_oneof![3 => Just(1u64), 1 => 2u64..=8],
         any::<bool>(),
-        prop_oneof![Just(Attention::Sdpa), Just(Attention::Eager)],
+        (
+            prop_oneof![Just(Attention::Sdpa), Just(Attention::Eager)],
+            prop_oneof![Just(LoopShape::Plain), Just(LoopShape::Trainer)],
+        ),
         prop_oneof![
             4 => Just(AllocatorConfig::default()),
             1 => Just(AllocatorConfig { expandable_segments: true, max_split_size_mb: None }),
@@ -174,15 +177,18 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
         ],
     )
         .prop_map(
-            |(precision, optimizer, accum, checkpointing, attention, allocator)| TrainConfig {
-                batch: 1,
-                size: None,
-                precision,
-                optimizer,
-                accum,
-                checkpointing,
-                attention,
-                allocator,
+            |(precision, optimizer, accum, checkpointing, (attention, loop_shape), allocator)| {
+                TrainConfig {
+                    batch: 1,
+                    size: None,
+                    precision,
+                    optimizer,
+                    accum,
+                    checkpointing,
+                    attention,
+                    allocator,
+                    loop_shape,
+                }
             },
         )
 }

@@ -12,7 +12,7 @@ use vramlab_core::export::{Format, VramlabConfig, render};
 use vramlab_core::model::Preset;
 use vramlab_core::model::families::transformer::AttnImpl;
 use vramlab_core::model::preset::{BUILTIN, find_builtin};
-use vramlab_core::plan::config::{AllocatorConfig, MAX_ACCUM, MAX_BATCH};
+use vramlab_core::plan::config::{AllocatorConfig, LoopShape, MAX_ACCUM, MAX_BATCH};
 use vramlab_core::plan::search::{Budget, max_batch_capped, sweep_allocated};
 use vramlab_core::plan::{Attention, Gpu, Optimizer, Planner, Precision, TrainConfig, gpus};
 use vramlab_core::units::Bytes;
@@ -90,6 +90,8 @@ struct Input {
     checkpointing: bool,
     eager: bool,
     split: Option<u64>,
+    /// Last, so that the corpus kept before it existed decodes as it did.
+    trainer_loop: bool,
 }
 
 /// Paths of the numeric leaves of `v`.
@@ -166,6 +168,11 @@ pub fn hostile_preset(data: &[u8]) {
         allocator: AllocatorConfig {
             expandable_segments: false,
             max_split_size_mb: input.split,
+        },
+        loop_shape: if input.trainer_loop {
+            LoopShape::Trainer
+        } else {
+            LoopShape::Plain
         },
     };
     plan_small(&preset, &cfg);

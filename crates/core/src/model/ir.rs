@@ -96,6 +96,9 @@ pub enum Op {
     LayerNorm { rows: u64 },
     /// Hugging Face `LlamaRMSNorm` (Python: to(fp32), pow, mean, rsqrt, mul, to(dtype), mul weight).
     RmsNorm { rows: u64 },
+    /// Gemma's RMSNorm: `(norm(x.float()) * (1 + weight.float())).type_as(x)`; the product
+    /// is taken in fp32, so the normalised fp32 tensor is what the multiply saves.
+    RmsNormOffset { rows: u64 },
     /// A pointwise op; `inplace` writes into input 0 (a clone of the input is saved where the rule needs it).
     Pointwise { f: Pointwise, inplace: bool },
     /// The Hugging Face `NewGELUActivation` ("gelu_new", Python tanh formula).

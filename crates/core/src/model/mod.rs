@@ -2,6 +2,7 @@
 
 pub mod builder;
 pub mod families;
+pub mod hf;
 pub mod ir;
 pub mod preset;
 pub mod work;

@@ -228,6 +228,66 @@ impl FromStr for Attention {
     }
 }
 
+/// How the training loop holds the model's output while `backward()` runs.
+///
+/// Files and configs written before this setting existed have no `loop` key: they were
+/// planned with the output kept alive, so an absent key means [`LoopShape::Plain`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum LoopShape {
+    /// `out = model(x); loss = criterion(out, y); loss.backward()` (or
+    /// `outputs = model(**batch); loss = outputs.loss; loss.backward()`): the output — the
+    /// logits, and for Hugging Face models the `past_key_values` cache — stays referenced
+    /// through backward. The default: it is what hand-written and accelerate loops do, and
+    /// it is the larger of the two, so a plan that fits never hides one logits tensor.
+    #[default]
+    #[serde(rename = "plain")]
+    Plain,
+    /// `loss = model(**batch).loss; loss.backward()` — what HF `Trainer.compute_loss` and a
+    /// Lightning `training_step` returning the loss do: the output object is dropped before
+    /// backward, so only what autograd saved stays.
+    #[serde(rename = "trainer")]
+    Trainer,
+}
+
+impl LoopShape {
+    pub const ALL: [LoopShape; 2] = [LoopShape::Plain, LoopShape::Trainer];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoopShape::Plain => "plain",
+            LoopShape::Trainer => "trainer",
+        }
+    }
+
+    /// A short description for outputs ("plain (output kept through backward)").
+    pub fn describe(self) -> &'static str {
+        match self {
+            LoopShape::Plain => "plain (model output kept alive through backward)",
+            LoopShape::Trainer => "trainer (model output released before backward)",
+        }
+    }
+}
+
+impl fmt::Display for LoopShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LoopShape {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        LoopShape::ALL
+            .into_iter()
+            .find(|l| l.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| PlanError::Unknown {
+                field: "loop",
+                value: s.to_string(),
+                known: "plain, trainer",
+            })
+    }
+}
+
 /// PyTorch caching-allocator settings (`PYTORCH_CUDA_ALLOC_CONF`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -255,6 +315,9 @@ pub struct TrainConfig {
     pub checkpointing: bool,
     pub attention: Attention,
     pub allocator: AllocatorConfig,
+    /// The training loop's shape; absent in older files, which means `plain`.
+    #[serde(rename = "loop")]
+    pub loop_shape: LoopShape,
 }
 
 impl Default for TrainConfig {
@@ -268,6 +331,7 @@ impl Default for TrainConfig {
             checkpointing: false,
             attention: Attention::Sdpa,
             allocator: AllocatorConfig::default(),
+            loop_shape: LoopShape::Plain,
         }
     }
 }

@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
-use super::config::{AllocatorConfig, Attention, MAX_ACCUM, Optimizer, Precision, TrainConfig};
+use super::config::{
+    AllocatorConfig, Attention, LoopShape, MAX_ACCUM, Optimizer, Precision, TrainConfig,
+};
 use super::search::Budget;
 use super::{PlanError, Planner};
 use crate::model::Preset;
@@ -110,6 +112,17 @@ pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, Stri
         out.push((
             "expandable_segments",
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes most fragmentation (reserved − allocated)."
+                .to_string(),
+            c,
+        ));
+    }
+    if cfg.loop_shape == LoopShape::Plain {
+        let mut c = *cfg;
+        c.loop_shape = LoopShape::Trainer;
+        out.push((
+            "Release the model output before backward",
+            "`loss = model(**batch).loss` (or `del out` before `loss.backward()`): the logits \
+             are freed before backward instead of living through it."
                 .to_string(),
             c,
         ));

@@ -419,6 +419,21 @@ pub fn rule(
                 r
             }
         }
+        Op::RmsNormOffset { .. } => {
+            // x.float() → pow(2).mean → x * rsqrt(var) → · (1 + w.float()) → .type_as(x)
+            let mut r = Rule::new(in0);
+            if in0 == DType::F32 {
+                r.saves_inputs = vec![0];
+                r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by · (1 + w)
+                r.extras.push(temp(out_elems, DType::F32)); // pow(2)
+            } else {
+                r.extras.push(extra(out_elems, DType::F32)); // fp32 copy, saved by pow and mul
+                r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by · (1 + w)
+                r.extras.push(temp(out_elems, DType::F32)); // pow(2)
+                r.extras.push(temp(out_elems, DType::F32)); // the fp32 product before the cast
+            }
+            r
+        }
         Op::Pointwise { f, inplace } => pointwise(
             *f,
             *inplace,

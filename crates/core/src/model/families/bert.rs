@@ -20,6 +20,18 @@ pub struct BertParams {
     pub type_vocab_size: u64,
     pub hidden_dropout_prob: f64,
     pub attention_probs_dropout_prob: f64,
+    /// The transformers `model_type` this was imported from (`roberta`; a label only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_type: Option<String>,
+    /// RoBERTa: positions start at `padding_idx + 1` and are computed per sample from the
+    /// input ids, so the position embedding is a per-sample tensor; 0 for BERT (a `(1, s)`
+    /// buffer, broadcast).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub position_offset: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl BertParams {
@@ -53,7 +65,7 @@ impl BertParams {
 
 /// Builds BERT with the masked-LM head for `seq` tokens (labels on every position).
 pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    if seq > p.max_position_embeddings {
+    if seq.saturating_add(p.position_offset) > p.max_position_embeddings {
         return Err(ModelError::Invalid {
             field: "seq_len".into(),
             reason: format!(
@@ -84,7 +96,14 @@ pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
         "token_type_embeddings",
     );
     let e = b.binary(w, t, Pointwise::Add, false, "add_token_type");
-    let pe = b.op(Op::Embedding, &[], 0, &[position], "position_embeddings");
+    let pos_elems = if p.position_offset > 0 { seq * c } else { 0 };
+    let pe = b.op(
+        Op::Embedding,
+        &[],
+        pos_elems,
+        &[position],
+        "position_embeddings",
+    );
     let e = b.binary(e, pe, Pointwise::Add, false, "add_position");
     let e = layer_norm(&mut b, e, seq, c, "LayerNorm");
     let mut h = b.dropout(e, pd, false, "dropout");

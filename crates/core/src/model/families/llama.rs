@@ -2,9 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::transformer::{AttnImpl, AttnShape, attention, token_loss};
-use crate::model::builder::GraphBuilder;
-use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
+use super::transformer::AttnImpl;
+use crate::model::ir::Graph;
 use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// `LlamaConfig` fields that shape memory.
@@ -20,6 +19,46 @@ pub struct LlamaParams {
     pub max_position_embeddings: u64,
     pub tie_word_embeddings: bool,
     pub attention_dropout: f64,
+    // The options below make this the decoder of the whole Llama lineage (Mistral, Qwen2/3,
+    // Gemma 1/2/3, Phi-3); see `decoder.rs`. Absent means Llama.
+    /// The transformers `model_type` this was imported from (a label only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_type: Option<String>,
+    /// Width of one head when it is not hidden_size / num_attention_heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<u64>,
+    /// Biases on q, k, v and o (`attention_bias`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub attention_bias: bool,
+    /// Biases on q, k and v only (Qwen2).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qkv_bias: bool,
+    /// Biases on the MLP projections (`mlp_bias`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mlp_bias: bool,
+    /// RMSNorm of q and k over head_dim before RoPE (Qwen3, Gemma 3).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qk_norm: bool,
+    /// MLP activation; absent means `silu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden_act: Option<String>,
+    /// Gemma conventions: RMSNorm with `(1 + weight)` in fp32, embeddings × √hidden_size.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub gemma: bool,
+    /// Norms after attention and MLP as well as before (Gemma 2/3).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sandwich_norm: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_logit_softcapping: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_logit_softcapping: Option<f64>,
+    /// Fused `qkv_proj` and `gate_up_proj` (Phi-3).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fused_projections: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl LlamaParams {
@@ -34,15 +73,7 @@ impl LlamaParams {
             "params.max_position_embeddings",
             self.max_position_embeddings,
         )?;
-        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
-            return Err(ModelError::Invalid {
-                field: "params.num_attention_heads".into(),
-                reason: format!(
-                    "hidden_size {} is not divisible by num_attention_heads {}",
-                    self.hidden_size, self.num_attention_heads
-                ),
-            });
-        }
+        super::decoder::validate_options(self)?;
         if !self
             .num_attention_heads
             .is_multiple_of(self.num_key_value_heads)
@@ -59,74 +90,8 @@ impl LlamaParams {
     }
 }
 
-fn rms_norm(b: &mut GraphBuilder, x: TensorId, rows: u64, dim: u64, name: &str) -> TensorId {
-    let w: ParamId = b.param(dim, None);
-    b.op(Op::RmsNorm { rows }, &[x], rows * dim, &[w], name)
-}
-
-/// Builds a Llama-style decoder (GQA, SwiGLU, RMSNorm, RoPE) for `seq` tokens.
+/// Builds a Llama-style decoder (GQA, SwiGLU, RMSNorm, RoPE) for `seq` tokens; the options
+/// of the other families of the lineage are applied by [`super::decoder::build`].
 pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    if seq > p.max_position_embeddings {
-        return Err(ModelError::Invalid {
-            field: "seq_len".into(),
-            reason: format!(
-                "{seq} exceeds the model's max_position_embeddings {}",
-                p.max_position_embeddings
-            ),
-        });
-    }
-    let c = p.hidden_size;
-    let hd = c / p.num_attention_heads;
-    let kv = p.num_key_value_heads * hd;
-    let inter = p.intermediate_size;
-    // 18 ops per layer with SDPA, at most 28 with eager attention; then input, embedding,
-    // final norm, head and loss.
-    let per_layer = if imp == AttnImpl::Eager { 28 } else { 18 };
-    let mut b = GraphBuilder::with_capacity(per_layer * p.num_hidden_layers as usize + 8);
-    let ids = b.input(seq, Elem::Int64);
-    let embed = b.param(p.vocab_size * c, Some((p.vocab_size, c)));
-    b.scope("model");
-    let mut h = b.op(Op::Embedding, &[ids], seq * c, &[embed], "embed_tokens");
-    let shape = AttnShape {
-        seq,
-        heads: p.num_attention_heads,
-        kv_heads: p.num_key_value_heads,
-        head_dim: hd,
-        dropout: p.attention_dropout,
-        softmax_fp32: true,
-        causal: true,
-    };
-    for l in 0..p.num_hidden_layers {
-        b.scope(format!("model.layers.{l}"));
-        b.begin_block();
-        let x = rms_norm(&mut b, h, seq, c, "input_layernorm");
-        let q = b.linear(x, seq, c, c, false, "self_attn.q_proj");
-        let k = b.linear(x, seq, c, kv, false, "self_attn.k_proj");
-        let v = b.linear(x, seq, c, kv, false, "self_attn.v_proj");
-        let q = b.op(Op::Rope, &[q], seq * c, &[], "rope_q");
-        let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
-        let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
-        let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
-        let a = attention(&mut b, &[q, kc, vc], shape, imp, "self_attn");
-        let a = b.linear(a, seq, c, c, false, "self_attn.o_proj");
-        h = b.binary(h, a, Pointwise::Add, false, "residual_1");
-        let x = rms_norm(&mut b, h, seq, c, "post_attention_layernorm");
-        let g = b.linear(x, seq, c, inter, false, "mlp.gate_proj");
-        let g = b.pointwise(g, Pointwise::Silu, false, "mlp.act_fn");
-        let u = b.linear(x, seq, c, inter, false, "mlp.up_proj");
-        let m = b.binary(g, u, Pointwise::Mul, false, "mlp.mul");
-        let m = b.linear(m, seq, inter, c, false, "mlp.down_proj");
-        h = b.binary(h, m, Pointwise::Add, false, "residual_2");
-        b.end_block();
-    }
-    b.scope("model");
-    let h = rms_norm(&mut b, h, seq, c, "norm");
-    b.scope("");
-    let logits = if p.tie_word_embeddings {
-        b.linear_tied(h, seq, embed, c, p.vocab_size, "lm_head")
-    } else {
-        b.linear(h, seq, c, p.vocab_size, false, "lm_head")
-    };
-    token_loss(&mut b, logits, ids, seq, p.vocab_size, true);
-    Ok(b.finish())
+    super::decoder::build(p, seq, imp)
 }

@@ -2,6 +2,7 @@
 
 pub mod bert;
 pub mod convnext;
+pub mod decoder;
 pub mod efficientnet;
 pub mod gpt2;
 pub mod llama;

@@ -5,6 +5,7 @@
 
 use super::{NO_NODE, Sim};
 use crate::model::ir::{Elem, Op};
+use crate::plan::config::LoopShape;
 use crate::plan::events::{Category, Phase};
 use crate::plan::rules::{GradFlow, Rule};
 
@@ -83,8 +84,7 @@ impl Sim<'_> {
             && !self.recomputing
             && let Some(b) = out_buf
         {
-            self.retain(b);
-            self.pinned.push(b);
+            self.hold_in_output(b);
         }
         // Saved tensors and extras (a chain's extras are saved already, with their own
         // reference).
@@ -146,11 +146,13 @@ impl Sim<'_> {
                 self.release(b);
             }
         }
-        if (node.op == Op::Input || (node.op == Op::CacheAppend && !r.alias))
-            && let Some(b) = out_buf
-        {
-            self.retain(b);
-            self.pinned.push(b);
+        if let Some(b) = out_buf {
+            if node.op == Op::Input {
+                self.retain(b);
+                self.pinned.push(b);
+            } else if node.op == Op::CacheAppend && !r.alias {
+                self.hold_in_output(b);
+            }
         }
     }
 
@@ -357,8 +359,14 @@ impl Sim<'_> {
             let keep = !self.in_ckpt_block(n);
             self.forward_node(n, keep, consumers);
         }
-        // Autocast exits: its weight cache is dropped.
         self.node = NO_NODE;
+        // `loss = model(**batch).loss`: the output object dies with the expression.
+        if self.cfg.loop_shape == LoopShape::Trainer {
+            for b in std::mem::take(&mut self.output_refs) {
+                self.release(b);
+            }
+        }
+        // Autocast exits: its weight cache is dropped.
         for b in std::mem::take(&mut self.cache_refs) {
             self.release(b);
         }

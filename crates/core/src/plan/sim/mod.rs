@@ -16,7 +16,7 @@ mod optimizer_step;
 
 use std::ops::Range;
 
-use super::config::{DType, Precision, TrainConfig};
+use super::config::{DType, LoopShape, Precision, TrainConfig};
 use super::events::{Buffer, Category, Constants, Event, Events, Phase};
 use super::policy::ParamPolicy;
 use super::rules::{Extra, Rule, backward_rule, rule};
@@ -58,6 +58,10 @@ struct Sim<'g> {
     cache_refs: Vec<u32>,
     /// References held by Python until the micro-step ends (`del out, loss, x, y`).
     pinned: Vec<u32>,
+    /// References held by the model's output object (the logits, Hugging Face's
+    /// `past_key_values`) in a trainer loop, released once the loss is taken
+    /// (`loss = model(**batch).loss`); a plain loop keeps them in `pinned`.
+    output_refs: Vec<u32>,
     ckpt: bool,
     block_inputs: Vec<Vec<u32>>,
     /// The loss's input (logits), held by the training loop's `out` variable.
@@ -133,6 +137,16 @@ impl<'g> Sim<'g> {
             let b = self.alloc(ps, fx, Category::Activations, 1);
             self.saved_bufs.push(b);
             Some(b)
+        }
+    }
+
+    /// A reference held by the model's output object (see [`LoopShape`]). In a plain loop it
+    /// is released with the batch at the end of the micro-step (`del out, loss, x, y`).
+    fn hold_in_output(&mut self, b: u32) {
+        self.retain(b);
+        match self.cfg.loop_shape {
+            LoopShape::Plain => self.pinned.push(b),
+            LoopShape::Trainer => self.output_refs.push(b),
         }
     }
 
@@ -232,6 +246,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         param_cast: vec![None; g.params.len()],
         cache_refs: Vec::new(),
         pinned: Vec::new(),
+        output_refs: Vec::new(),
         ckpt: cfg.checkpointing,
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),

@@ -1,0 +1,328 @@
+//! The decoder-only transformer of the Llama lineage, as a configuration: Llama, Mistral,
+//! Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 (text) and Phi-3 differ only in the options of
+//! [`LlamaParams`] (transformers 5, `models/*/modeling_*.py`, op by op):
+//!
+//! | option | who | what changes |
+//! | --- | --- | --- |
+//! | `head_dim` | Qwen3, Gemma, Mistral | q/k/v width `heads × head_dim` ≠ hidden |
+//! | `attention_bias` / `qkv_bias` | Llama (opt.), Qwen2 | biases on q,k,v,o / on q,k,v |
+//! | `mlp_bias` | Llama (opt.) | biases on gate/up/down |
+//! | `qk_norm` | Qwen3, Gemma 3 | RMSNorm over `head_dim` of q and k before RoPE |
+//! | `hidden_act` | Gemma (`gelu_pytorch_tanh`) | the MLP activation |
+//! | `gemma` | all Gemmas | RMSNorm `(1 + w)` in fp32; embeddings × √hidden |
+//! | `sandwich_norm` | Gemma 2/3 | norms after attention and MLP too, and before the MLP |
+//! | `attn_logit_softcapping` | Gemma 2 | tanh soft-cap of the scores (eager attention only) |
+//! | `final_logit_softcapping` | Gemma 2 | tanh soft-cap of the logits |
+//! | `fused_projections` | Phi-3 | one `qkv_proj` and one `gate_up_proj`, sliced as views |
+//!
+//! What memory ignores: RoPE scaling and base (cos/sin are batch-independent and tiny), a
+//! sliding window (SDPA gets a mask, the kernel's memory is the same; with eager attention
+//! the full s×s scores exist either way).
+
+use super::llama::LlamaParams;
+use super::transformer::{AttnImpl, AttnShape, attention, token_loss};
+use crate::model::builder::GraphBuilder;
+use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
+use crate::model::{ModelError, check_positive};
+
+/// MLP activations the decoder knows (`hidden_act` / `hidden_activation`).
+pub const ACTIVATIONS: &[&str] = &["silu", "swish", "gelu_pytorch_tanh", "gelu", "gelu_new"];
+
+/// Checks the options beyond the Llama fields; errors name the field.
+pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
+    if let Some(hd) = p.head_dim {
+        check_positive("params.head_dim", hd)?;
+    } else if !p.hidden_size.is_multiple_of(p.num_attention_heads) {
+        return Err(ModelError::Invalid {
+            field: "params.num_attention_heads".into(),
+            reason: format!(
+                "hidden_size {} is not divisible by num_attention_heads {} (give head_dim)",
+                p.hidden_size, p.num_attention_heads
+            ),
+        });
+    }
+    if let Some(act) = &p.hidden_act
+        && !ACTIVATIONS.contains(&act.as_str())
+    {
+        return Err(ModelError::Invalid {
+            field: "params.hidden_act".into(),
+            reason: format!("`{act}` is not supported ({})", ACTIVATIONS.join(", ")),
+        });
+    }
+    for (field, v) in [
+        ("params.attn_logit_softcapping", p.attn_logit_softcapping),
+        ("params.final_logit_softcapping", p.final_logit_softcapping),
+    ] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            return Err(ModelError::Invalid {
+                field: field.into(),
+                reason: format!("must be a positive number, got {v}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Width of one attention head.
+pub fn head_dim(p: &LlamaParams) -> u64 {
+    p.head_dim
+        .unwrap_or(p.hidden_size / p.num_attention_heads.max(1))
+}
+
+fn norm(
+    b: &mut GraphBuilder,
+    p: &LlamaParams,
+    x: TensorId,
+    rows: u64,
+    dim: u64,
+    name: &str,
+) -> TensorId {
+    let w: ParamId = b.param(dim, None);
+    let n = rows.saturating_mul(dim);
+    if p.gemma {
+        b.op(Op::RmsNormOffset { rows }, &[x], n, &[w], name)
+    } else {
+        b.op(Op::RmsNorm { rows }, &[x], n, &[w], name)
+    }
+}
+
+/// A linear layer reading `x` and writing `out` of `elems` elements (a slice of a fused
+/// projection reads the fused tensor).
+fn activation(
+    b: &mut GraphBuilder,
+    p: &LlamaParams,
+    x: TensorId,
+    elems: u64,
+    name: &str,
+) -> TensorId {
+    let op = match p.hidden_act.as_deref() {
+        Some("gelu_new") => Op::GeluNewPython,
+        Some("gelu_pytorch_tanh" | "gelu") => Op::Pointwise {
+            f: Pointwise::Gelu,
+            inplace: false,
+        },
+        _ => Op::Pointwise {
+            f: Pointwise::Silu,
+            inplace: false,
+        },
+    };
+    b.op(op, &[x], elems, &[], name)
+}
+
+/// `x / cap → tanh → · cap` (Gemma 2 soft-capping); tanh saves its output.
+fn softcap(b: &mut GraphBuilder, x: TensorId, name: &str) -> TensorId {
+    let s = b.pointwise(x, Pointwise::Scale, false, &format!("{name}.div"));
+    let t = b.pointwise(s, Pointwise::Tanh, false, &format!("{name}.tanh"));
+    b.pointwise(t, Pointwise::Scale, false, &format!("{name}.mul"))
+}
+
+/// Gemma 2's `eager_attention_forward` with `softcap`: repeat_kv, q·kᵀ·scaling, soft-cap,
+/// + mask, softmax(fp32).to(dtype), dropout, ·v, transpose().contiguous().
+fn softcapped_attention(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    a: AttnShape,
+    name: &str,
+) -> TensorId {
+    let n = a.seq * a.heads * a.head_dim;
+    let (k, v) = if a.kv_heads != a.heads {
+        let k = b.op(Op::Copy, &[k], n, &[], &format!("{name}.repeat_k"));
+        let v = b.op(Op::Copy, &[v], n, &[], &format!("{name}.repeat_v"));
+        (k, v)
+    } else {
+        (k, v)
+    };
+    let scores = a.heads * a.seq * a.seq;
+    let s = b.op(
+        Op::Matmul {
+            batch: a.heads,
+            m: a.seq,
+            k: a.head_dim,
+            n: a.seq,
+        },
+        &[q, k],
+        scores,
+        &[],
+        &format!("{name}.qk"),
+    );
+    let s = b.pointwise(s, Pointwise::Scale, false, &format!("{name}.scale"));
+    let s = softcap(b, s, &format!("{name}.softcap"));
+    let mask = b.constant(a.seq * a.seq, &format!("{name}.mask"));
+    let s = b.binary(s, mask, Pointwise::Add, false, &format!("{name}.add_mask"));
+    let pr = b.op(
+        Op::Softmax { fp32: true },
+        &[s],
+        scores,
+        &[],
+        &format!("{name}.softmax"),
+    );
+    let pr = b.op(
+        Op::ToComputeDtype,
+        &[pr],
+        scores,
+        &[],
+        &format!("{name}.cast"),
+    );
+    let pr = b.dropout(pr, a.dropout, false, &format!("{name}.dropout"));
+    let o = b.op(
+        Op::Matmul {
+            batch: a.heads,
+            m: a.seq,
+            k: a.seq,
+            n: a.head_dim,
+        },
+        &[pr, v],
+        n,
+        &[],
+        &format!("{name}.av"),
+    );
+    b.copy(o, &format!("{name}.contiguous"))
+}
+
+/// Builds the decoder for `seq` tokens. Attention soft-capping forces eager attention, as
+/// transformers' SDPA path refuses `softcap`.
+pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
+    if seq > p.max_position_embeddings {
+        return Err(ModelError::Invalid {
+            field: "seq_len".into(),
+            reason: format!(
+                "{seq} exceeds the model's max_position_embeddings {}",
+                p.max_position_embeddings
+            ),
+        });
+    }
+    let imp = if p.attn_logit_softcapping.is_some() {
+        AttnImpl::Eager
+    } else {
+        imp
+    };
+    let c = p.hidden_size;
+    let hd = head_dim(p);
+    let qw = p.num_attention_heads * hd;
+    let kv = p.num_key_value_heads * hd;
+    let inter = p.intermediate_size;
+    let attn_bias = p.attention_bias || p.qkv_bias;
+    let per_layer = if imp == AttnImpl::Eager { 34 } else { 24 };
+    let mut b = GraphBuilder::with_capacity(per_layer * p.num_hidden_layers as usize + 12);
+    let ids = b.input(seq, Elem::Int64);
+    let embed = b.param(p.vocab_size * c, Some((p.vocab_size, c)));
+    b.scope("model");
+    let mut h = b.op(Op::Embedding, &[ids], seq * c, &[embed], "embed_tokens");
+    if p.gemma {
+        // `hidden_states * normalizer` (a 0-d tensor without gradient).
+        h = b.pointwise(h, Pointwise::Scale, false, "embed_scale");
+    }
+    let shape = AttnShape {
+        seq,
+        heads: p.num_attention_heads,
+        kv_heads: p.num_key_value_heads,
+        head_dim: hd,
+        dropout: p.attention_dropout,
+        softmax_fp32: true,
+        causal: true,
+    };
+    for l in 0..p.num_hidden_layers {
+        b.scope(format!("model.layers.{l}"));
+        b.begin_block();
+        let x = norm(&mut b, p, h, seq, c, "input_layernorm");
+        let (q, k, v) = if p.fused_projections {
+            // qkv_proj, then q/k/v are slices of its output (views).
+            let qkv = b.linear(x, seq, c, qw + 2 * kv, attn_bias, "self_attn.qkv_proj");
+            (qkv, qkv, qkv)
+        } else {
+            let q = b.linear(x, seq, c, qw, attn_bias, "self_attn.q_proj");
+            let k = b.linear(x, seq, c, kv, attn_bias, "self_attn.k_proj");
+            let v = b.linear(x, seq, c, kv, attn_bias, "self_attn.v_proj");
+            (q, k, v)
+        };
+        let (q, k) = if p.qk_norm {
+            let q = norm(
+                &mut b,
+                p,
+                q,
+                seq * p.num_attention_heads,
+                hd,
+                "self_attn.q_norm",
+            );
+            let k = norm(
+                &mut b,
+                p,
+                k,
+                seq * p.num_key_value_heads,
+                hd,
+                "self_attn.k_norm",
+            );
+            (q, k)
+        } else {
+            (q, k)
+        };
+        let q = b.op(Op::Rope, &[q], seq * qw, &[], "rope_q");
+        let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
+        let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
+        let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
+        let a = if p.attn_logit_softcapping.is_some() {
+            softcapped_attention(&mut b, q, kc, vc, shape, "self_attn")
+        } else {
+            attention(&mut b, &[q, kc, vc], shape, imp, "self_attn")
+        };
+        let a = b.linear(a, seq, qw, c, p.attention_bias, "self_attn.o_proj");
+        let a = if p.sandwich_norm {
+            norm(&mut b, p, a, seq, c, "post_attention_layernorm")
+        } else {
+            a
+        };
+        h = b.binary(h, a, Pointwise::Add, false, "residual_1");
+        let x = if p.sandwich_norm {
+            norm(&mut b, p, h, seq, c, "pre_feedforward_layernorm")
+        } else {
+            norm(&mut b, p, h, seq, c, "post_attention_layernorm")
+        };
+        let m = if p.fused_projections {
+            // gate_up_proj → chunk(2): `up * act(gate)` reads two views of one tensor.
+            let gu = b.linear(x, seq, c, 2 * inter, p.mlp_bias, "mlp.gate_up_proj");
+            let g = activation(&mut b, p, gu, seq * inter, "mlp.activation_fn");
+            b.op(
+                Op::Pointwise {
+                    f: Pointwise::Mul,
+                    inplace: false,
+                },
+                &[gu, g],
+                seq * inter,
+                &[],
+                "mlp.mul",
+            )
+        } else {
+            let g = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.gate_proj");
+            let g = activation(&mut b, p, g, seq * inter, "mlp.act_fn");
+            let u = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.up_proj");
+            b.binary(g, u, Pointwise::Mul, false, "mlp.mul")
+        };
+        let m = b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj");
+        let m = if p.sandwich_norm {
+            norm(&mut b, p, m, seq, c, "post_feedforward_layernorm")
+        } else {
+            m
+        };
+        h = b.binary(h, m, Pointwise::Add, false, "residual_2");
+        b.end_block();
+    }
+    b.scope("model");
+    let h = norm(&mut b, p, h, seq, c, "norm");
+    b.scope("");
+    let logits = if p.tie_word_embeddings {
+        b.linear_tied(h, seq, embed, c, p.vocab_size, "lm_head")
+    } else {
+        b.linear(h, seq, c, p.vocab_size, false, "lm_head")
+    };
+    let logits = if p.final_logit_softcapping.is_some() {
+        softcap(&mut b, logits, "final_logit_softcapping")
+    } else {
+        logits
+    };
+    token_loss(&mut b, logits, ids, seq, p.vocab_size, true);
+    Ok(b.finish())
+}

@@ -1,0 +1,479 @@
+//! Hugging Face `config.json` import: a model repository's config becomes a preset of the
+//! family builder that mirrors its transformers 5 implementation.
+//!
+//! Missing keys take the transformers config class's default (as
+//! `AutoConfig.for_model(model_type, **config)` does); a key of the wrong type is an error
+//! naming it. The architecture-defining sizes have no sensible default and are required.
+
+use serde_json::{Map, Value};
+
+use super::families::{bert::BertParams, gpt2::Gpt2Params, llama::LlamaParams};
+use super::preset::{InputSpec, ModelSpec, Preset};
+use super::{ModelError, check_positive};
+
+/// `model_type`s this import understands.
+pub const SUPPORTED: &[&str] = &[
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "gpt2",
+    "bert",
+    "roberta",
+];
+
+/// Default sequence length of an imported model (its `max_position_embeddings` when smaller).
+pub const DEFAULT_SEQ: u64 = 2048;
+
+/// Whether a JSON document is a Hugging Face model config rather than a vramlab preset.
+pub fn is_hf_config(v: &Value) -> bool {
+    v.get("model_type").is_some() && v.get("family").is_none()
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> ModelError {
+    ModelError::Invalid {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Typed reads of config keys; errors name the key.
+struct Keys<'a> {
+    obj: &'a Map<String, Value>,
+}
+
+impl Keys<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.obj.get(key).filter(|v| !v.is_null())
+    }
+
+    fn u64_or(&self, key: &str, default: Option<u64>) -> Result<u64, ModelError> {
+        match self.get(key) {
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| invalid(key, format!("must be a non-negative integer, got {v}"))),
+            None => default.ok_or_else(|| invalid(key, "missing (required)")),
+        }
+    }
+
+    fn req(&self, key: &str) -> Result<u64, ModelError> {
+        let v = self.u64_or(key, None)?;
+        check_positive(key, v)?;
+        Ok(v)
+    }
+
+    fn opt_u64(&self, key: &str) -> Result<Option<u64>, ModelError> {
+        match self.get(key) {
+            Some(_) => self.u64_or(key, None).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool, ModelError> {
+        match self.get(key) {
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| invalid(key, format!("must be true or false, got {v}"))),
+            None => Ok(default),
+        }
+    }
+
+    fn f64_or(&self, key: &str, default: f64) -> Result<f64, ModelError> {
+        match self.get(key) {
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| invalid(key, format!("must be a number, got {v}"))),
+            None => Ok(default),
+        }
+    }
+
+    /// A number that may be explicitly `null` (then `None`); absent gives `default`.
+    fn nullable_f64(&self, key: &str, default: Option<f64>) -> Result<Option<f64>, ModelError> {
+        match self.obj.get(key) {
+            None => Ok(default),
+            Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| invalid(key, format!("must be a number or null, got {v}"))),
+        }
+    }
+
+    fn str_or(&self, key: &str, default: &str) -> Result<String, ModelError> {
+        match self.get(key) {
+            Some(v) => v
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| invalid(key, format!("must be a string, got {v}"))),
+            None => Ok(default.to_string()),
+        }
+    }
+}
+
+/// Levenshtein distance, for the "closest supported model_type" hint.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The supported `model_type` nearest to `t`.
+pub fn closest(t: &str) -> &'static str {
+    let t = t.to_ascii_lowercase();
+    SUPPORTED
+        .iter()
+        .min_by_key(|s| {
+            // A shared prefix ("qwen2_moe" → qwen2) counts as close.
+            let prefix = if t.starts_with(*s) || s.starts_with(t.as_str()) {
+                0
+            } else {
+                1
+            };
+            (prefix, distance(&t, s))
+        })
+        .copied()
+        .unwrap_or("llama")
+}
+
+/// `Some` when `text` is a Hugging Face config (a JSON object with `model_type` and no
+/// `family`): the import's result; `None` for anything else (a vramlab preset, bad JSON).
+pub fn from_text_if_hf(text: &str, name: &str) -> Option<Result<Preset, ModelError>> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    is_hf_config(&v).then(|| from_config(&v, name))
+}
+
+/// The family a preset reports in tables: the imported `model_type` when there is one
+/// (`qwen3`), else the builder family (`llama`).
+pub fn family_label(p: &Preset) -> String {
+    let imported = match &p.spec {
+        ModelSpec::Llama(l) => l.model_type.clone(),
+        ModelSpec::Bert(b) => b.model_type.clone(),
+        _ => None,
+    };
+    imported.unwrap_or_else(|| p.spec.family().to_string())
+}
+
+/// Parses a `config.json` text into a preset named `name`.
+pub fn from_config_text(text: &str, name: &str) -> Result<Preset, ModelError> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| ModelError::Malformed(format!("config.json: not valid JSON: {e}")))?;
+    from_config(&v, name)
+}
+
+/// Converts a parsed `config.json` into a preset named `name`.
+pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ModelError::Malformed("config.json: must be a JSON object".into()))?;
+    let k = Keys { obj };
+    let model_type = match k.get("model_type") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(invalid(
+                "model_type",
+                format!("must be a string, got {other}"),
+            ));
+        }
+        None => return Err(invalid("model_type", "missing (required)")),
+    };
+    let spec = match model_type.as_str() {
+        "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3_text" | "phi3" => {
+            ModelSpec::Llama(decoder_params(&k, &model_type)?)
+        }
+        "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
+        "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
+        "gemma3" => {
+            return Err(invalid(
+                "model_type",
+                "gemma3 is the multimodal model: use its text model's config (model_type \
+                 gemma3_text, the `text_config` section)",
+            ));
+        }
+        other => {
+            return Err(invalid(
+                "model_type",
+                format!(
+                    "`{other}` is not supported (supported: {}); the closest is {}",
+                    SUPPORTED.join(", "),
+                    closest(other)
+                ),
+            ));
+        }
+    };
+    let max_pos = match &spec {
+        ModelSpec::Llama(p) => p.max_position_embeddings,
+        ModelSpec::Gpt2(p) => p.n_positions,
+        ModelSpec::Bert(p) => p.max_position_embeddings - p.position_offset,
+        _ => DEFAULT_SEQ,
+    };
+    let display = match k.get("_name_or_path").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => name.to_string(),
+    };
+    let preset = Preset {
+        id: name.to_string(),
+        display_name: display,
+        reference: format!("transformers {model_type} (config.json)"),
+        input: InputSpec::Tokens {
+            seq_len: max_pos.clamp(1, DEFAULT_SEQ),
+        },
+        spec,
+    };
+    let v = serde_json::to_value(&preset)
+        .map_err(|e| ModelError::Malformed(format!("config.json: {e}")))?;
+    // Round trip through the preset parser: the same validation as any preset.
+    Preset::from_value(&v)
+}
+
+/// transformers 5 config-class defaults of the decoder families for the keys that matter.
+struct DecoderDefaults {
+    tie: bool,
+    kv_heads_from_heads: bool,
+    max_pos: u64,
+    head_dim: Option<u64>,
+    act: &'static str,
+}
+
+fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError> {
+    let d = match model_type {
+        "llama" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: true,
+            max_pos: 2048,
+            head_dim: None,
+            act: "silu",
+        },
+        "mistral" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: false,
+            max_pos: 4096 * 32,
+            head_dim: None,
+            act: "silu",
+        },
+        "qwen2" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: true,
+            max_pos: 32768,
+            head_dim: None,
+            act: "silu",
+        },
+        "qwen3" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: true,
+            max_pos: 32768,
+            head_dim: Some(128),
+            act: "silu",
+        },
+        "gemma" => DecoderDefaults {
+            tie: true,
+            kv_heads_from_heads: true,
+            max_pos: 8192,
+            head_dim: Some(256),
+            act: "gelu_pytorch_tanh",
+        },
+        "gemma2" => DecoderDefaults {
+            tie: true,
+            kv_heads_from_heads: false,
+            max_pos: 8192,
+            head_dim: Some(256),
+            act: "gelu_pytorch_tanh",
+        },
+        "gemma3_text" => DecoderDefaults {
+            tie: true,
+            kv_heads_from_heads: false,
+            max_pos: 131072,
+            head_dim: Some(256),
+            act: "gelu_pytorch_tanh",
+        },
+        _ => DecoderDefaults {
+            // phi3
+            tie: false,
+            kv_heads_from_heads: true,
+            max_pos: 4096,
+            head_dim: None,
+            act: "silu",
+        },
+    };
+    let heads = k.req("num_attention_heads")?;
+    let kv_default = if d.kv_heads_from_heads {
+        heads
+    } else {
+        match model_type {
+            "mistral" => 8,
+            _ => 4,
+        }
+    };
+    let gemma = model_type.starts_with("gemma");
+    // Gemma configs name the activation `hidden_activation` (transformers reads that first).
+    let act = if gemma {
+        // Gemma reads `hidden_activation`; a legacy `hidden_act: "gelu"` is replaced by the
+        // tanh form with a warning, so only `hidden_activation` counts.
+        k.str_or("hidden_activation", d.act)?
+    } else {
+        k.str_or("hidden_act", d.act)?
+    };
+    let head_dim = match model_type {
+        // Llama and Phi-3 derive it; Mistral's `head_dim: null` means derived as well.
+        "phi3" => None,
+        _ => k.opt_u64("head_dim")?.or(d.head_dim),
+    };
+    let (attention_bias, qkv_bias) = match model_type {
+        "qwen2" => (false, true),
+        "mistral" | "phi3" => (false, false),
+        _ => (k.bool_or("attention_bias", false)?, false),
+    };
+    let gemma2 = model_type == "gemma2";
+    Ok(LlamaParams {
+        vocab_size: k.req("vocab_size")?,
+        hidden_size: k.req("hidden_size")?,
+        intermediate_size: k.req("intermediate_size")?,
+        num_hidden_layers: k.req("num_hidden_layers")?,
+        num_attention_heads: heads,
+        num_key_value_heads: k.u64_or("num_key_value_heads", Some(kv_default))?,
+        max_position_embeddings: k.u64_or("max_position_embeddings", Some(d.max_pos))?,
+        tie_word_embeddings: k.bool_or("tie_word_embeddings", d.tie)?,
+        attention_dropout: k.f64_or("attention_dropout", 0.0)?,
+        model_type: Some(model_type.to_string()),
+        head_dim,
+        attention_bias,
+        qkv_bias,
+        mlp_bias: model_type == "llama" && k.bool_or("mlp_bias", false)?,
+        qk_norm: matches!(model_type, "qwen3" | "gemma3_text"),
+        hidden_act: Some(act),
+        gemma,
+        sandwich_norm: matches!(model_type, "gemma2" | "gemma3_text"),
+        // Only the Gemmas read the soft-capping keys.
+        attn_logit_softcapping: match gemma {
+            true => k.nullable_f64("attn_logit_softcapping", gemma2.then_some(50.0))?,
+            false => None,
+        },
+        final_logit_softcapping: match gemma {
+            true => k.nullable_f64("final_logit_softcapping", gemma2.then_some(30.0))?,
+            false => None,
+        },
+        fused_projections: model_type == "phi3",
+    })
+}
+
+fn gpt2_params(k: &Keys) -> Result<Gpt2Params, ModelError> {
+    Ok(Gpt2Params {
+        vocab_size: k.req("vocab_size")?,
+        n_positions: k.u64_or("n_positions", Some(1024))?,
+        n_embd: k.req("n_embd")?,
+        n_layer: k.req("n_layer")?,
+        n_head: k.req("n_head")?,
+        n_inner: k.opt_u64("n_inner")?,
+        activation_function: k.str_or("activation_function", "gelu_new")?,
+        resid_pdrop: k.f64_or("resid_pdrop", 0.1)?,
+        embd_pdrop: k.f64_or("embd_pdrop", 0.1)?,
+        attn_pdrop: k.f64_or("attn_pdrop", 0.1)?,
+        tie_word_embeddings: k.bool_or("tie_word_embeddings", true)?,
+    })
+}
+
+fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
+    let act = k.str_or("hidden_act", "gelu")?;
+    if act != "gelu" {
+        return Err(invalid(
+            "hidden_act",
+            format!("`{act}` is not supported (gelu)"),
+        ));
+    }
+    let roberta = model_type == "roberta";
+    // RoBERTa numbers positions from padding_idx + 1 (`create_position_ids_from_input_ids`).
+    let offset = if roberta {
+        k.u64_or("pad_token_id", Some(1))? + 1
+    } else {
+        0
+    };
+    let max_pos = k.u64_or("max_position_embeddings", Some(512))?;
+    if max_pos <= offset {
+        return Err(invalid(
+            "max_position_embeddings",
+            format!("{max_pos} leaves no position after the padding offset {offset}"),
+        ));
+    }
+    Ok(BertParams {
+        vocab_size: k.req("vocab_size")?,
+        hidden_size: k.req("hidden_size")?,
+        num_hidden_layers: k.req("num_hidden_layers")?,
+        num_attention_heads: k.req("num_attention_heads")?,
+        intermediate_size: k.req("intermediate_size")?,
+        max_position_embeddings: max_pos,
+        type_vocab_size: k.u64_or("type_vocab_size", Some(2))?,
+        hidden_dropout_prob: k.f64_or("hidden_dropout_prob", 0.1)?,
+        attention_probs_dropout_prob: k.f64_or("attention_probs_dropout_prob", 0.1)?,
+        model_type: roberta.then(|| "roberta".to_string()),
+        position_offset: offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_model_type_names_the_supported_and_the_closest() {
+        let err = from_config_text(r#"{"model_type": "qwen2_moe"}"#, "x")
+            .expect_err("unsupported")
+            .to_string();
+        assert!(err.contains("model_type"), "{err}");
+        assert!(err.contains("llama, mistral"), "{err}");
+        assert!(err.contains("closest is qwen2"), "{err}");
+        let err = from_config_text(r#"{"model_type": "lama"}"#, "x")
+            .expect_err("unsupported")
+            .to_string();
+        assert!(err.contains("closest is llama"), "{err}");
+    }
+
+    #[test]
+    fn missing_and_wrong_typed_keys_are_named() {
+        let base = r#"{"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}"#;
+        assert!(from_config_text(base, "x").is_ok());
+        let err = from_config_text(&base.replace(r#""hidden_size": 64,"#, ""), "x")
+            .expect_err("missing")
+            .to_string();
+        assert!(
+            err.contains("hidden_size") && err.contains("missing"),
+            "{err}"
+        );
+        let err = from_config_text(&base.replace("1000", "\"big\""), "x")
+            .expect_err("wrong type")
+            .to_string();
+        assert!(err.contains("vocab_size"), "{err}");
+        let bad = base.replace("}", r#", "tie_word_embeddings": "yes"}"#);
+        let err = from_config_text(&bad, "x")
+            .expect_err("wrong type")
+            .to_string();
+        assert!(err.contains("tie_word_embeddings"), "{err}");
+        let bad = base.replace("}", r#", "hidden_act": "mish"}"#);
+        let err = from_config_text(&bad, "x")
+            .expect_err("unknown act")
+            .to_string();
+        assert!(err.contains("hidden_act"), "{err}");
+    }
+
+    #[test]
+    fn imported_presets_round_trip_through_the_preset_format() {
+        let text = r#"{"model_type": "gemma2", "vocab_size": 1000, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32}"#;
+        let p = from_config_text(text, "tiny-gemma2").expect("import");
+        let back = Preset::from_json(&p.to_json()).expect("round trip");
+        assert_eq!(back, p);
+    }
+}

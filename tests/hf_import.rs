@@ -1,0 +1,141 @@
+//! Hugging Face `config.json` import: parameter counts equal transformers' exactly
+//! (`tests/data/hf_param_counts.jsonl`, from `tools/hf_param_counts.py`), and the CLI takes
+//! a config file wherever it takes a model.
+
+use std::process::Command;
+
+use vramlab_core::model::families::transformer::AttnImpl;
+use vramlab_core::model::hf;
+use vramlab_core::plan::config::LoopShape;
+use vramlab_core::plan::{Planner, TrainConfig};
+
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/hf_configs");
+
+fn counts() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf_param_counts.jsonl"
+    ))
+    .expect("counts");
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+#[test]
+fn parameter_counts_equal_transformers_for_every_config() {
+    let rows = counts();
+    let files = std::fs::read_dir(DIR).expect("dir").count();
+    assert_eq!(rows.len(), files, "one count per config file");
+    let mut types = std::collections::BTreeMap::<String, usize>::new();
+    for r in &rows {
+        let name = r["config"].as_str().expect("config");
+        let text = std::fs::read_to_string(format!("{DIR}/{name}")).expect("config file");
+        let preset = hf::from_config_text(&text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let g = preset
+            .build(128, AttnImpl::Sdpa)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            g.param_count(),
+            r["params"].as_u64().expect("params"),
+            "{name} ({})",
+            r["class"]
+        );
+        *types.entry(hf::family_label(&preset)).or_default() += 1;
+    }
+    for t in hf::SUPPORTED {
+        assert!(types.get(*t).copied().unwrap_or(0) >= 2, "{t}: {types:?}");
+    }
+}
+
+/// A trainer loop frees the logits before backward: the peak drops by at least one
+/// logits tensor when the peak is in backward, and never rises.
+#[test]
+fn trainer_loop_releases_the_logits() {
+    let text = std::fs::read_to_string(format!("{DIR}/Qwen2.5-0.5B.json")).expect("config");
+    let preset = hf::from_config_text(&text, "Qwen2.5-0.5B").expect("import");
+    let plain = TrainConfig {
+        batch: 4,
+        size: Some(1024),
+        ..TrainConfig::default()
+    };
+    let trainer = TrainConfig {
+        loop_shape: LoopShape::Trainer,
+        ..plain
+    };
+    let a = Planner::new(&preset, &plain)
+        .expect("plan")
+        .peaks(4)
+        .expect("peaks");
+    let b = Planner::new(&preset, &trainer)
+        .expect("plan")
+        .peaks(4)
+        .expect("peaks");
+    // bf16 logits under AMP: 4 × 1024 × 151936 × 2 bytes.
+    let logits = 4 * 1024 * 151_936 * 2;
+    assert!(a.allocated.0 >= b.allocated.0 + logits, "{a:?} vs {b:?}");
+}
+
+fn vramlab(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+        .args(args)
+        .output()
+        .expect("run vramlab");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        err,
+    )
+}
+
+#[test]
+fn cli_plans_a_config_json_with_either_loop() {
+    let path = format!("{DIR}/Qwen3-0.6B.json");
+    let (ok, out, err) = vramlab(&[
+        "plan", "--model", &path, "--batch", "2", "--seq", "512", "--loop", "trainer",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Qwen3-0.6B"), "{out}");
+    assert!(out.contains("training loop: trainer"), "{out}");
+    let (ok, out, err) = vramlab(&["plan", "--model", &path, "--batch", "2", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["config"]["loop"], "plain");
+    assert_eq!(v["params"], 596_049_920u64);
+    let (ok, out, err) = vramlab(&["max-batch", "--model", &path, "--gpu", "h200", "--json"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"loop\":\"plain\""), "{out}");
+    let (ok, _, err) = vramlab(&["plan", "--model", &path, "--batch", "2", "--loop", "keep"]);
+    assert!(
+        !ok && err.contains("loop") && err.contains("plain, trainer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cli_errors_name_the_key_or_the_model_type() {
+    let dir = std::env::temp_dir().join(format!("vramlab-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (body, needle) in [
+        (r#"{"model_type": "mixtral2"}"#, "closest is"),
+        (
+            r#"{"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+            "intermediate_size",
+        ),
+        (
+            r#"{"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": "x", "num_hidden_layers": 2, "num_attention_heads": 4}"#,
+            "intermediate_size",
+        ),
+        (r#"{"model_type": 5}"#, "model_type"),
+    ] {
+        let path = dir.join("config.json");
+        std::fs::write(&path, body).expect("write");
+        let p = path.to_str().expect("utf-8 path");
+        let (ok, _, err) = vramlab(&["plan", "--model", p, "--batch", "1"]);
+        assert!(!ok, "{body}");
+        assert!(err.contains(needle), "{body}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Exact parameter counts of the Hugging Face configs in tests/data/hf_configs/.
+
+For every config.json: sum(p.numel()) of AutoModelForCausalLM.from_config(cfg)
+(AutoModelForMaskedLM for bert/roberta) built on the meta device, written as JSON lines
+with the versions to tests/data/hf_param_counts.jsonl (tests/hf_import.rs asserts the
+Rust builders give the same numbers).
+
+    python3 tools/hf_param_counts.py [--write]
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(ROOT, "tests", "data", "hf_configs")
+OUT = os.path.join(ROOT, "tests", "data", "hf_param_counts.jsonl")
+MASKED_LM = ("bert", "roberta")
+DROP = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "auto_map")
+
+
+def count(path):
+    with open(path) as f:
+        cfg = json.load(f)
+    mt = cfg.pop("model_type")
+    for k in DROP:
+        cfg.pop(k, None)
+    config = AutoConfig.for_model(mt, **cfg)
+    cls = AutoModelForMaskedLM if mt in MASKED_LM else AutoModelForCausalLM
+    with torch.device("meta"):
+        model = cls.from_config(config)
+    return mt, type(model).__name__, int(sum(p.numel() for p in model.parameters()))
+
+
+def main():
+    rows = []
+    for name in sorted(os.listdir(CONFIGS)):
+        if not name.endswith(".json"):
+            continue
+        mt, cls, n = count(os.path.join(CONFIGS, name))
+        rows.append({"config": name, "model_type": mt, "class": cls, "params": n,
+                     "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
+        print(f"{name:40s} {mt:12s} {cls:28s} {n:>15,d}", file=sys.stderr)
+    if "--write" in sys.argv:
+        with open(OUT, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    else:
+        for r in rows:
+            print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
