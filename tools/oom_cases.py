@@ -71,12 +71,13 @@ def case_capacity(torch):
 def case_fragmentation(torch):
     big = torch.empty(8 * GiB, dtype=torch.uint8, device="cuda")
     del big  # one cached 8 GiB segment
-    blocks = [torch.empty(100 * MiB, dtype=torch.uint8, device="cuda") for _ in range(64)]
+    # 64 x 128 MiB fill the whole cached segment: no free tail is left behind them
+    blocks = [torch.empty(128 * MiB, dtype=torch.uint8, device="cuda") for _ in range(64)]
     for i in range(0, len(blocks), 2):
-        blocks[i] = None  # 32 holes of 100 MiB inside the segment
+        blocks[i] = None  # 32 holes of 128 MiB, each between two live blocks
     free, _ = torch.cuda.mem_get_info()
     filler = torch.empty(free - 64 * MiB, dtype=torch.uint8, device="cuda")  # noqa: F841
-    torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
+    torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")  # larger than any hole
 
 
 def case_fragmentation_expandable(torch):
