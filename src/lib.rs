@@ -6,6 +6,8 @@ pub mod app;
 pub mod bench;
 pub mod bench_cli;
 pub mod cli;
+pub mod doctor;
+pub mod doctor_cli;
 pub mod export;
 pub mod gpu;
 pub mod model;
