@@ -86,6 +86,8 @@ pub struct VramApp {
     monitor: Option<gpu::monitor::Monitor>,
     monitor_opener: MonitorOpener,
     pending_shot: Option<run_tab::PendingShot>,
+    /// The Doctor tab (OOM messages and memory snapshots).
+    pub doctor: crate::ui::doctor::DoctorPanel,
 }
 
 impl VramApp {
@@ -133,6 +135,7 @@ impl VramApp {
             monitor: None,
             monitor_opener: run_tab::default_monitor(),
             pending_shot: None,
+            doctor: crate::ui::doctor::DoctorPanel::default(),
         }
     }
 
@@ -440,6 +443,7 @@ impl VramApp {
             Tab::Planner => self.planner_tab_ui(ui, &ctx),
             Tab::Run => self.run_tab_ui(ui),
             Tab::Monitor => self.monitor_tab_ui(ui),
+            Tab::Doctor => self.doctor.show(ui),
         }
     }
 

@@ -46,6 +46,8 @@ pub enum Command {
     },
     /// Run the configuration on the GPU and compare with the prediction.
     Bench(crate::bench_cli::BenchArgs),
+    /// Explain a "CUDA out of memory" error or a memory snapshot, and what to change.
+    Doctor(crate::doctor_cli::DoctorArgs),
     /// List the GPUs NVML sees.
     Gpus {
         #[arg(long)]
@@ -260,6 +262,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     match cmd {
         Command::Plan(a) => cmd_plan(a, out),
         Command::Bench(a) => crate::bench_cli::cmd_bench(a, out),
+        Command::Doctor(a) => crate::doctor_cli::cmd_doctor(a, out),
         Command::Gpus { json } => crate::bench_cli::cmd_gpus(json, out),
         Command::Profile { device, json } => crate::bench_cli::cmd_profile(device, json, out),
         Command::Export(a) => cmd_export(a, out),
