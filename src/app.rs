@@ -359,7 +359,10 @@ impl VramApp {
         if open {
             self.apply(Command::OpenPlan, ctx);
         }
-        let dropped = ctx.input(|i| i.raw.dropped_files.first().cloned());
+        // The Doctor tab takes its own drops (messages, snapshots).
+        let dropped = (self.tab != Tab::Doctor)
+            .then(|| ctx.input(|i| i.raw.dropped_files.first().cloned()))
+            .flatten();
         if let Some(file) = &dropped {
             let source = file.path().display().to_string();
             match file.bytes() {

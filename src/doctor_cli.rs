@@ -25,6 +25,9 @@ pub struct DoctorArgs {
     /// A `torch.cuda.memory._dump_snapshot` pickle.
     #[arg(long)]
     pub snapshot: Option<PathBuf>,
+    /// A saved vramlab bench run (`.run.json`): its first OOM trial, with the run's model.
+    #[arg(long, conflicts_with_all = ["message", "message_file", "model"])]
+    pub run: Option<PathBuf>,
     /// The device whose trace to replay (default: the one with an OOM, else the longest).
     #[arg(long)]
     pub device: Option<usize>,
@@ -106,10 +109,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         margin: a.margin,
         json: false,
     };
-    let (preset, mut cfg) = crate::cli::resolve_model(&t)?;
-    if !(0.0..1.0).contains(&a.margin) {
-        bail!("--margin: must be a fraction in [0, 1), got {}", a.margin);
-    }
+    let (preset, cfg) = crate::cli::resolve_model(&t)?;
     let capacity = match (&a.gpu, capacity) {
         (Some(g), _) => crate::plan::gpus::find(g.trim()).context("--gpu")?.memory(),
         (None, Some(c)) => c,
@@ -117,29 +117,41 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
             "--model: give --gpu (no GPU capacity is known from the message or snapshot)"
         ),
     };
-    let budget = Budget {
-        capacity,
-        margin: a.margin,
-    };
-    if let Some(b) = a.batch {
+    advise(&preset, cfg, capacity, a.margin, a.batch).map(Some)
+}
+
+/// The planner's answer for `preset` under `cfg` on `capacity` bytes (`batch`: the one
+/// that failed, if known).
+pub fn advise(
+    preset: &crate::model::Preset,
+    mut cfg: crate::plan::TrainConfig,
+    capacity: Bytes,
+    margin: f64,
+    batch: Option<u64>,
+) -> Result<PlanAdvice> {
+    if !(0.0..1.0).contains(&margin) {
+        bail!("--margin: must be a fraction in [0, 1), got {margin}");
+    }
+    let budget = Budget { capacity, margin };
+    if let Some(b) = batch {
         cfg.batch = b;
         cfg.validate()?;
     }
-    let planner = Planner::new(&preset, &cfg)?;
-    let predicted = match a.batch {
+    let planner = Planner::new(preset, &cfg)?;
+    let predicted = match batch {
         Some(b) => Some(planner.plan(b)?),
         None => None,
     };
     let max = max_batch(&planner, budget, MAX_BATCH)?;
-    let fixes = crate::plan::remedies::remedies(&preset, &cfg, budget)?;
-    let accumulation_for_batch = match (a.batch, max) {
+    let fixes = crate::plan::remedies::remedies(preset, &cfg, budget)?;
+    let accumulation_for_batch = match (batch, max) {
         (Some(b), Some(m)) if m < b => Some(crate::plan::search::accumulation_for(b, m)),
         _ => None,
     };
-    Ok(Some(PlanAdvice {
+    Ok(PlanAdvice {
         model: preset.id.clone(),
         capacity_bytes: capacity,
-        batch: a.batch,
+        batch,
         predicted_nvidia_smi_bytes: predicted.as_ref().map(|p| p.nvidia_smi_bytes),
         predicted_peak_allocated_bytes: predicted.as_ref().map(|p| p.peak_allocated_bytes),
         max_batch: max,
@@ -154,7 +166,32 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
                 fits: r.fits,
             })
             .collect(),
-    }))
+    })
+}
+
+/// The first OOM of a saved bench run, and the planner's answer for its model.
+fn from_run(path: &Path, margin: f64) -> Result<(Option<String>, Option<PlanAdvice>)> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading run {}", path.display()))?;
+    let run = crate::export::results::run_from_json(&bytes)
+        .with_context(|| format!("run file {}", path.display()))?;
+    let oom = run
+        .trials
+        .iter()
+        .filter_map(|t| match &t.outcome {
+            crate::bench::record::Outcome::Oom { message } => Some((t.batch, message.clone())),
+            _ => None,
+        })
+        .min_by_key(|(b, _)| *b);
+    let preset = crate::cli::load_model(&run.model)
+        .with_context(|| format!("run file {}: model", path.display()))?;
+    let advice = advise(
+        &preset,
+        run.config,
+        run.device.total_bytes,
+        margin,
+        oom.as_ref().map(|(b, _)| *b),
+    )?;
+    Ok((oom.map(|(_, m)| m), Some(advice)))
 }
 
 /// Reads and analyses a snapshot file, reporting progress on standard error for big files.
@@ -200,8 +237,16 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         ),
         (None, None) => None,
     };
+    let (run_text, run_plan) = match &a.run {
+        Some(p) => from_run(p, a.margin)?,
+        None => (None, None),
+    };
+    if a.run.is_some() && run_text.is_none() && a.snapshot.is_none() {
+        bail!("--run: no trial of this run ran out of memory");
+    }
+    let text = text.or(run_text);
     if text.is_none() && a.snapshot.is_none() {
-        bail!("doctor: give --message TEXT, --message-file FILE or --snapshot FILE");
+        bail!("doctor: give --message TEXT, --message-file FILE, --snapshot FILE or --run FILE");
     }
     let message = match &text {
         Some(t) => Some(doctor::parse_message(t).ok_or(doctor::DoctorError::NoMessage)?),
@@ -223,7 +268,10 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
     };
     let details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
     let capacity = message.as_ref().and_then(|m| m.total_capacity_bytes);
-    let plan = plan_advice(a, capacity)?;
+    let plan = match run_plan {
+        Some(p) => Some(p),
+        None => plan_advice(a, capacity)?,
+    };
     Ok(DoctorReport {
         diagnosis: details.as_ref().map(|d| d.cause.as_str()),
         peak_allocated_bytes: snapshot.as_ref().map(|s| s.peak_allocated_bytes),

@@ -7,6 +7,8 @@
 
 #[path = "../../src/cli.rs"]
 pub mod cli;
+#[path = "../../src/doctor/mod.rs"]
+pub mod doctor;
 #[path = "../../src/export/mod.rs"]
 pub mod export;
 #[path = "../../src/model/mod.rs"]

@@ -66,7 +66,7 @@ pub struct OomMessage {
     pub reserved_bytes: Option<Bytes>,
     /// Function names of the traceback lines (`File "…", line N, in NAME`), outermost first.
     pub traceback_functions: Vec<String>,
-    /// The text mentions `no_grad` or `inference_mode`.
+    /// A `with …no_grad()` / `@torch.no_grad()` / `inference_mode` line is in the traceback.
     pub mentions_no_grad: bool,
 }
 
@@ -85,7 +85,7 @@ fn parse_size(num: &str, unit: &str) -> Option<Bytes> {
     (b.is_finite() && b >= 0.0 && b < u64::MAX as f64).then(|| Bytes(b.round() as u64))
 }
 
-/// The size that starts right after `prefix` (first occurrence at or after `from`).
+/// The size that starts right after the first `prefix`.
 fn size_after(text: &str, prefix: &str) -> Option<Bytes> {
     let at = text.find(prefix)? + prefix.len();
     let mut words = text[at..].split(' ');
@@ -108,8 +108,11 @@ fn collapse_ws(text: &str) -> String {
 /// Returns `None` when the text holds no out-of-memory message.
 pub fn parse_message(text: &str) -> Option<OomMessage> {
     let traceback_functions = traceback_functions(text);
-    let lower = text.to_ascii_lowercase();
-    let mentions_no_grad = lower.contains("no_grad") || lower.contains("inference_mode");
+    let mentions_no_grad = text.lines().any(|l| {
+        let code = l.split('#').next().unwrap_or("").trim();
+        (code.starts_with("with ") || code.starts_with('@'))
+            && (code.contains("no_grad") || code.contains("inference_mode"))
+    });
     let flat = collapse_ws(text);
     let start = flat.rfind("out of memory")?;
     // The backend word ("CUDA", "XPU") sits just before "out of memory".

@@ -282,9 +282,10 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
     }
     if validation {
         evidence.push(
-            "The failure is inside evaluation code (validate/evaluate/predict) and nothing shows \
-             `torch.no_grad()` or `torch.inference_mode()`: autograd keeps every activation of \
-             every evaluation batch alive."
+            "The failure is inside evaluation code (validate/evaluate/predict) and the \
+             traceback shows no `torch.no_grad()` / `torch.inference_mode()`: unless the loop \
+             runs under one, autograd keeps every activation of every evaluation batch alive \
+             as long as its outputs live."
                 .to_string(),
         );
     }

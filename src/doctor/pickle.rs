@@ -799,8 +799,12 @@ mod tests {
     #[test]
     fn truncated_and_huge_lengths_are_errors() {
         assert!(matches!(
-            read(b"\x80\x04X\xff\xff\xff\x7fabc"),
+            read(b"\x80\x04X\xe8\x03\x00\x00abc"),
             Err(PickleError::Truncated { .. })
+        ));
+        assert!(matches!(
+            read(b"\x80\x04X\xff\xff\xff\x7fabc"),
+            Err(PickleError::Limit(_))
         ));
         assert!(matches!(
             read(b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\xffab"),

@@ -217,14 +217,14 @@ impl DoctorPanel {
     fn handle_drops(&mut self, ctx: &egui::Context) {
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
         for f in dropped {
-            let Some(path) = f.path else { continue };
+            let path = f.path().to_path_buf();
             let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
             if matches!(ext, "pickle" | "pkl") {
                 self.apply(DoctorCommand::OpenSnapshot(path), ctx);
             } else {
-                match std::fs::read_to_string(&path) {
-                    Ok(t) => {
-                        self.text = t;
+                match f.bytes() {
+                    Ok(b) => {
+                        self.text = String::from_utf8_lossy(&b).into_owned();
                         self.rediagnose();
                     }
                     Err(e) => self.error = Some(format!("{}: {e}", path.display())),
