@@ -105,7 +105,14 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         attention: a.attention.clone(),
         expandable_segments: false,
         max_split_size_mb: None,
-        gpu: a.gpu.clone().unwrap_or_default(),
+        // Only the model and config are taken from here; the capacity comes below.
+        gpu: match &a.gpu {
+            Some(g) => g.clone(),
+            None => crate::plan::gpus::catalog()
+                .first()
+                .map(|g| g.id.clone())
+                .unwrap_or_default(),
+        },
         margin: a.margin,
         json: false,
     };

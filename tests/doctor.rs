@@ -166,8 +166,10 @@ fn snapshots_alone_diagnose_fragmentation_and_capacity() {
     assert!(doctor::diagnose(None, Some(&report("normal"))).is_none());
     let exp = report("fragmentation_expandable");
     assert!(exp.expandable_segments && exp.ooms.is_empty());
+    // Backward runs on autograd's C++ threads: those blocks have no Python frame.
     let top = &report("normal").top_sites;
-    assert!(top[0].site.contains("oom_cases.py"), "{:?}", top[0]);
+    assert!(top.iter().any(|s| s.site.contains("oom_cases.py")), "{top:?}");
+    assert!(top.iter().any(|s| s.site.starts_with("(no Python frame")), "{top:?}");
 }
 
 #[test]
@@ -400,6 +402,7 @@ fn big_snapshot_opens_in_seconds() {
 mod gui {
     use std::time::{Duration, Instant};
 
+    use egui::accesskit::Role;
     use egui_kittest::Harness;
     use egui_kittest::kittest::Queryable;
     use vramlab::app::{Tab, VramApp};
@@ -425,6 +428,13 @@ mod gui {
         assert_eq!(h.state().tab(), Tab::Doctor);
     }
 
+    fn type_into(h: &mut Harness<'_, VramApp>, role: Role, label: &str, text: &str) {
+        h.get_by_role_and_label(role, label).focus();
+        h.run();
+        h.get_by_role_and_label(role, label).type_text(text);
+        h.run();
+    }
+
     fn wait_loaded(h: &mut Harness<'_, VramApp>) {
         let t0 = Instant::now();
         while h.state().doctor.is_loading() {
@@ -440,10 +450,12 @@ mod gui {
         let mut h = harness();
         open_doctor(&mut h);
         let text = std::fs::read_to_string(data("process_cap.message.txt")).expect("message");
-        h.get_by_label("OOM message").type_text(&text);
+        type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
         h.run();
+        assert_eq!(h.state().doctor.text, text, "typed into the message box");
         h.get_by_label("Diagnose").click();
         h.run();
+        assert!(h.state().doctor.diagnosis().is_some(), "diagnosed");
         assert!(shows(&h, "Diagnosis: process_cap"));
         assert!(shows(&h, "set_per_process_memory_fraction("));
         let d = h.state().doctor.diagnosis().expect("diagnosis");
@@ -455,11 +467,12 @@ mod gui {
         let mut h = harness();
         open_doctor(&mut h);
         let path = data("fragmentation.snapshot.pickle");
-        h.get_by_label("Snapshot file").type_text(path.to_str().expect("path"));
+        type_into(&mut h, Role::TextInput, "Snapshot file", path.to_str().expect("path"));
         h.run();
         h.get_by_label("Open snapshot").click();
         h.step();
         wait_loaded(&mut h);
+        assert!(h.state().doctor.snapshot().is_some(), "loaded: {:?}", h.state().doctor.path);
         assert!(shows(&h, "Diagnosis: fragmentation"), "no diagnosis shown");
         assert!(shows(&h, "Segment map at the oom"));
         assert!(shows(&h, "largest free block 128.00 MiB"));
@@ -475,12 +488,12 @@ mod gui {
         let mut h = harness();
         open_doctor(&mut h);
         let path = data("capacity.message.txt");
-        h.get_by_label("Snapshot file").type_text(path.to_str().expect("path"));
+        type_into(&mut h, Role::TextInput, "Snapshot file", path.to_str().expect("path"));
         h.run();
         h.get_by_label("Open snapshot").click();
         h.step();
         wait_loaded(&mut h);
-        assert!(shows(&h, "snapshot"), "an error names the snapshot");
+        assert!(shows(&h, "capacity.message.txt: snapshot:"), "the error names the file");
         assert!(h.state().doctor.snapshot().is_none());
     }
 
@@ -489,10 +502,9 @@ mod gui {
         let mut h = harness();
         open_doctor(&mut h);
         let text = std::fs::read_to_string(data("fragmentation.message.txt")).expect("message");
-        h.get_by_label("OOM message").type_text(&text);
+        type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
         // Relative (tests run in the package root): the picture must not depend on the checkout.
-        h.get_by_label("Snapshot file")
-            .type_text("tests/data/doctor/fragmentation.snapshot.pickle");
+        type_into(&mut h, Role::TextInput, "Snapshot file", "tests/data/doctor/fragmentation.snapshot.pickle");
         h.run();
         h.get_by_label("Open snapshot").click();
         h.step();

@@ -811,7 +811,7 @@ fn site_of(s: &Snapshot, stack: u32) -> String {
         .or(frames.first());
     match f {
         Some(f) => format!("{}:{} in {}", short_path(&f.filename), f.line, f.name),
-        None => "(no stack recorded)".to_string(),
+        None => "(no Python frame: autograd backward or C++)".to_string(),
     }
 }
 

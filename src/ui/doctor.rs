@@ -241,15 +241,20 @@ impl DoctorPanel {
              pickle (or drop either on the window): the doctor says why it happened and what to change.",
         );
         let l = ui.label("OOM message");
-        ui.add(
-            egui::TextEdit::multiline(&mut self.text)
-                .id_salt("doctor_message")
-                .hint_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …")
-                .desired_rows(5)
-                .desired_width(f32::INFINITY)
-                .font(egui::TextStyle::Monospace),
-        )
-        .labelled_by(l.id);
+        egui::ScrollArea::vertical()
+            .id_salt("doctor_message_scroll")
+            .max_height(120.0)
+            .show(ui, |ui| {
+                ui.add(
+                    egui::TextEdit::multiline(&mut self.text)
+                        .id_salt("doctor_message")
+                        .hint_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …")
+                        .desired_rows(5)
+                        .desired_width(f32::INFINITY)
+                        .font(egui::TextStyle::Monospace),
+                )
+                .labelled_by(l.id);
+            });
         ui.horizontal(|ui| {
             if ui.button("Diagnose").clicked() {
                 cmd = Some(DoctorCommand::Diagnose);
@@ -294,14 +299,21 @@ impl DoctorPanel {
             ui.colored_label(ui.visuals().error_fg_color, e);
         }
         ui.add_space(6.0);
-        if let Some(d) = &self.diagnosis {
-            diagnosis_ui(d, ui);
-        } else if self.snapshot.is_some() {
-            ui.label("The snapshot records no out-of-memory error.");
-        }
-        if let Some((path, s)) = &self.snapshot {
-            ui.add_space(8.0);
-            snapshot_ui(path, s, self.message.as_ref(), ui);
+        let diagnosis = |ui: &mut Ui| match &self.diagnosis {
+            Some(d) => diagnosis_ui(d, ui),
+            None if self.snapshot.is_some() => {
+                ui.label("The snapshot records no out-of-memory error.");
+            }
+            None => {}
+        };
+        match &self.snapshot {
+            Some((path, s)) => {
+                ui.columns(2, |cols| {
+                    diagnosis(&mut cols[0]);
+                    snapshot_ui(path, s, self.message.as_ref(), &mut cols[1]);
+                });
+            }
+            None => diagnosis(ui),
         }
         cmd
     }
@@ -384,7 +396,7 @@ fn snapshot_ui(path: &std::path::Path, s: &SnapshotReport, m: Option<&OomMessage
         .map(|p| [p.event as f64, gib(p.reserved_bytes)])
         .collect();
     Plot::new("doctor_timeline")
-        .height(240.0)
+        .height(220.0)
         .legend(Legend::default())
         .x_axis_label("trace entry")
         .y_axis_label("GiB")
@@ -421,8 +433,8 @@ fn segment_map_ui(map: &SegmentMap, ui: &mut Ui) {
         map.largest_free_block_bytes,
         map.fragmentation * 100.0
     ));
-    let width = ui.available_width().min(900.0);
-    for seg in map.segments.iter().take(24) {
+    let width = ui.available_width().clamp(200.0, 900.0);
+    for seg in map.segments.iter().take(16) {
         ui.horizontal(|ui| {
             ui.add_sized(vec2(90.0, 14.0), egui::Label::new(Bytes(seg.size).to_string()));
             let (rect, _) = ui.allocate_exact_size(vec2(width - 100.0, 12.0), Sense::hover());
