@@ -120,9 +120,9 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
     let capacity = match (&a.gpu, capacity) {
         (Some(g), _) => crate::plan::gpus::find(g.trim()).context("--gpu")?.memory(),
         (None, Some(c)) => c,
-        (None, None) => bail!(
-            "--model: give --gpu (no GPU capacity is known from the message or snapshot)"
-        ),
+        (None, None) => {
+            bail!("--model: give --gpu (no GPU capacity is known from the message or snapshot)")
+        }
     };
     advise(&preset, cfg, capacity, a.margin, a.batch).map(Some)
 }
@@ -261,7 +261,9 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
     };
     let snapshot = match &a.snapshot {
         Some(p) => {
-            let big = std::fs::metadata(p).map(|m| m.len() > 64 << 20).unwrap_or(false);
+            let big = std::fs::metadata(p)
+                .map(|m| m.len() > 64 << 20)
+                .unwrap_or(false);
             let mut last = 0u64;
             Some(load_snapshot(p, a.device, &mut |n, total| {
                 if big && !a.json && n >= last + (32 << 20) {
@@ -341,10 +343,17 @@ fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
             }
         }
     } else {
-        writeln!(out, "Diagnosis: none — the snapshot records no out-of-memory error.")?;
+        writeln!(
+            out,
+            "Diagnosis: none — the snapshot records no out-of-memory error."
+        )?;
     }
     if let Some(s) = &r.snapshot {
-        writeln!(out, "\nSnapshot ({} trace entries, device {}):", s.trace_entries, s.device)?;
+        writeln!(
+            out,
+            "\nSnapshot ({} trace entries, device {}):",
+            s.trace_entries, s.device
+        )?;
         writeln!(
             out,
             "  peak allocated {:>12}   (torch.cuda.max_memory_allocated)",
@@ -396,7 +405,10 @@ fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
             None => writeln!(out, "  even batch 1 does not fit")?,
         }
         if let (Some(b), Some(k)) = (p.batch, p.accumulation_for_batch) {
-            writeln!(out, "  keep an effective batch of {b}: {k} accumulation steps")?;
+            writeln!(
+                out,
+                "  keep an effective batch of {b}: {k} accumulation steps"
+            )?;
         }
         for m in &p.remedies {
             writeln!(

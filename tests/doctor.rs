@@ -107,7 +107,11 @@ fn fragmentation_remedies_are_derived_from_the_request() {
     let m = doctor::parse_message(&text).expect("parsed");
     assert_eq!(m.requested_bytes, Some(vramlab::units::Bytes::mib(256)));
     let d = doctor::diagnose(Some(&m), None).expect("diagnosis");
-    let settings: Vec<_> = d.remedies.iter().filter_map(|r| r.setting.clone()).collect();
+    let settings: Vec<_> = d
+        .remedies
+        .iter()
+        .filter_map(|r| r.setting.clone())
+        .collect();
     assert_eq!(
         settings[..2],
         [
@@ -168,8 +172,14 @@ fn snapshots_alone_diagnose_fragmentation_and_capacity() {
     assert!(exp.expandable_segments && exp.ooms.is_empty());
     // Backward runs on autograd's C++ threads: those blocks have no Python frame.
     let top = &report("normal").top_sites;
-    assert!(top.iter().any(|s| s.site.contains("oom_cases.py")), "{top:?}");
-    assert!(top.iter().any(|s| s.site.starts_with("(no Python frame")), "{top:?}");
+    assert!(
+        top.iter().any(|s| s.site.contains("oom_cases.py")),
+        "{top:?}"
+    );
+    assert!(
+        top.iter().any(|s| s.site.starts_with("(no Python frame")),
+        "{top:?}"
+    );
 }
 
 #[test]
@@ -180,7 +190,9 @@ fn cli_json_for_message_and_snapshot() {
         "--message-file",
         data("fragmentation.message.txt").to_str().expect("path"),
         "--snapshot",
-        data("fragmentation.snapshot.pickle").to_str().expect("path"),
+        data("fragmentation.snapshot.pickle")
+            .to_str()
+            .expect("path"),
         "--json",
     ])
     .expect("args");
@@ -194,7 +206,11 @@ fn cli_json_for_message_and_snapshot() {
         .expect("case");
     assert_eq!(v["peak_allocated_bytes"], want.max_allocated);
     assert_eq!(v["peak_reserved_bytes"], want.max_reserved);
-    assert!(v["details"]["remedies"].as_array().is_some_and(|r| r.len() >= 2));
+    assert!(
+        v["details"]["remedies"]
+            .as_array()
+            .is_some_and(|r| r.len() >= 2)
+    );
     assert!(v["message"]["requested_bytes"].as_u64().is_some());
 }
 
@@ -221,7 +237,12 @@ fn cli_adds_the_planner_for_a_capacity_oom() {
     let max = v["plan"]["max_batch"].as_u64().expect("max batch");
     assert!(max > 0 && max < 512, "{max}");
     assert!(v["plan"]["accumulation_for_batch"].as_u64().is_some());
-    assert!(!v["plan"]["remedies"].as_array().expect("remedies").is_empty());
+    assert!(
+        !v["plan"]["remedies"]
+            .as_array()
+            .expect("remedies")
+            .is_empty()
+    );
 }
 
 #[test]
@@ -241,15 +262,21 @@ fn cli_errors_are_clear() {
     assert!(e.contains("out of memory"), "{e}");
     let e = run(&["--snapshot", "/nonexistent.pickle"]).expect_err("missing");
     assert!(e.contains("/nonexistent.pickle"), "{e}");
-    let e = run(&["--snapshot", data("capacity.message.txt").to_str().expect("p")])
-        .expect_err("text is no pickle");
+    let e = run(&[
+        "--snapshot",
+        data("capacity.message.txt").to_str().expect("p"),
+    ])
+    .expect_err("text is no pickle");
     assert!(e.contains("snapshot"), "{e}");
 }
 
 #[test]
 fn hostile_pickles_are_refused() {
     for (bytes, what) in [
-        (&b"\x80\x04\x8c\x02os\x8c\x06system\x93\x8c\x02id\x85R."[..], "STACK_GLOBAL"),
+        (
+            &b"\x80\x04\x8c\x02os\x8c\x06system\x93\x8c\x02id\x85R."[..],
+            "STACK_GLOBAL",
+        ),
         (b"\x80\x02cbuiltins\neval\nq\x00.", "GLOBAL"),
         (b"\x80\x02}b.", "BUILD"),
         (b"\x80\x02N\x81.", "NEWOBJ"),
@@ -414,7 +441,10 @@ mod gui {
             .with_size(egui::vec2(1400.0, 900.0))
             .with_theme(egui::Theme::Dark)
             .with_max_steps(16)
-            .build_ui_state(|ui, app: &mut VramApp| app.ui(ui), VramApp::new_for_test(None))
+            .build_ui_state(
+                |ui, app: &mut VramApp| app.ui(ui),
+                VramApp::new_for_test(None),
+            )
     }
 
     fn shows(h: &Harness<'_, VramApp>, text: &str) -> bool {
@@ -438,7 +468,10 @@ mod gui {
     fn wait_loaded(h: &mut Harness<'_, VramApp>) {
         let t0 = Instant::now();
         while h.state().doctor.is_loading() {
-            assert!(t0.elapsed() < Duration::from_secs(20), "snapshot never loaded");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "snapshot never loaded"
+            );
             std::thread::sleep(Duration::from_millis(20));
             h.step();
         }
@@ -467,12 +500,21 @@ mod gui {
         let mut h = harness();
         open_doctor(&mut h);
         let path = data("fragmentation.snapshot.pickle");
-        type_into(&mut h, Role::TextInput, "Snapshot file", path.to_str().expect("path"));
+        type_into(
+            &mut h,
+            Role::TextInput,
+            "Snapshot file",
+            path.to_str().expect("path"),
+        );
         h.run();
         h.get_by_label("Open snapshot").click();
         h.step();
         wait_loaded(&mut h);
-        assert!(h.state().doctor.snapshot().is_some(), "loaded: {:?}", h.state().doctor.path);
+        assert!(
+            h.state().doctor.snapshot().is_some(),
+            "loaded: {:?}",
+            h.state().doctor.path
+        );
         assert!(shows(&h, "Diagnosis: fragmentation"), "no diagnosis shown");
         assert!(shows(&h, "Segment map at the oom"));
         assert!(shows(&h, "largest free block 128.00 MiB"));
@@ -488,12 +530,20 @@ mod gui {
         let mut h = harness();
         open_doctor(&mut h);
         let path = data("capacity.message.txt");
-        type_into(&mut h, Role::TextInput, "Snapshot file", path.to_str().expect("path"));
+        type_into(
+            &mut h,
+            Role::TextInput,
+            "Snapshot file",
+            path.to_str().expect("path"),
+        );
         h.run();
         h.get_by_label("Open snapshot").click();
         h.step();
         wait_loaded(&mut h);
-        assert!(shows(&h, "capacity.message.txt: snapshot:"), "the error names the file");
+        assert!(
+            shows(&h, "capacity.message.txt: snapshot:"),
+            "the error names the file"
+        );
         assert!(h.state().doctor.snapshot().is_none());
     }
 
@@ -504,7 +554,12 @@ mod gui {
         let text = std::fs::read_to_string(data("fragmentation.message.txt")).expect("message");
         type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
         // Relative (tests run in the package root): the picture must not depend on the checkout.
-        type_into(&mut h, Role::TextInput, "Snapshot file", "tests/data/doctor/fragmentation.snapshot.pickle");
+        type_into(
+            &mut h,
+            Role::TextInput,
+            "Snapshot file",
+            "tests/data/doctor/fragmentation.snapshot.pickle",
+        );
         h.run();
         h.get_by_label("Open snapshot").click();
         h.step();

@@ -146,8 +146,8 @@ pub fn parse_message(text: &str) -> Option<OomMessage> {
             .find("GPU ")
             .and_then(|i| msg[i + 4..].split(' ').next())
             .and_then(|w| w.parse().ok());
-        m.total_capacity_bytes = size_after(msg, "total capacity of ")
-            .or_else(|| size_after(msg, "total capacty of "));
+        m.total_capacity_bytes =
+            size_after(msg, "total capacity of ").or_else(|| size_after(msg, "total capacty of "));
         m.device_free_bytes = size_before(msg, " is free.");
         m.this_process_bytes = size_after(msg, "this process has ");
         m.allocated_bytes = size_before(msg, " is allocated by PyTorch");
@@ -215,7 +215,7 @@ mod tests {
         let t = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 42.00 MiB. GPU 0 has \
                  a total capacity of 47.27 GiB of which 9.38 MiB is free. Process 644963 has 5.59 \
                  MiB memory in use. Process 3053273 has 29.04 GiB memory in use. Including \
-                 non-PyTorch memory, this process has 3.14 GiB memory in use. 10.00 GiB allowed; \
+                 non-PyTorch memory, this process has 3.25 GiB memory in use. 10.00 GiB allowed; \
                  Of the allocated memory 2.92 GiB is allocated by PyTorch, with 1.00 GiB allocated \
                  in private pools (e.g., CUDA Graphs), and 34.62 MiB is reserved by PyTorch but \
                  unallocated. If reserved but unallocated memory is large try setting \
@@ -225,11 +225,20 @@ mod tests {
         assert_eq!(m.backend, "CUDA");
         assert_eq!(m.gpu, Some(0));
         assert_eq!(m.requested_bytes, Some(Bytes(42 * MIB)));
-        assert_eq!(m.total_capacity_bytes, Some(Bytes((47.27 * GIB as f64).round() as u64)));
-        assert_eq!(m.device_free_bytes, Some(Bytes((9.38 * MIB as f64).round() as u64)));
+        assert_eq!(
+            m.total_capacity_bytes,
+            Some(Bytes((47.27 * GIB as f64).round() as u64))
+        );
+        assert_eq!(
+            m.device_free_bytes,
+            Some(Bytes((9.38 * MIB as f64).round() as u64))
+        );
         assert_eq!(m.other_processes.len(), 2);
         assert_eq!(m.other_processes[1].pid, 3053273);
-        assert_eq!(m.this_process_bytes, Some(Bytes((3.14 * GIB as f64).round() as u64)));
+        assert_eq!(
+            m.this_process_bytes,
+            Some(Bytes((3.25 * GIB as f64).round() as u64))
+        );
         assert_eq!(m.allowed_bytes, Some(Bytes(10 * GIB)));
         assert_eq!(m.private_pools_bytes, Some(Bytes(GIB)));
         assert_eq!(
@@ -246,8 +255,14 @@ mod tests {
                  max_split_size_mb to avoid fragmentation.";
         let m = parse_message(t).expect("legacy");
         assert_eq!(m.format, MessageFormat::Legacy);
-        assert_eq!(m.allocated_bytes, Some(Bytes((14.21 * GIB as f64).round() as u64)));
-        assert!(m.reserved_unallocated_bytes.is_some_and(|u| u.0 > 200 * MIB));
+        assert_eq!(
+            m.allocated_bytes,
+            Some(Bytes((14.21 * GIB as f64).round() as u64))
+        );
+        assert!(
+            m.reserved_unallocated_bytes
+                .is_some_and(|u| u.0 > 200 * MIB)
+        );
         let t = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacty of \
                  79.15 GiB of which 1.05 GiB is free. Of the allocated memory 70.00 GiB is \
                  allocated by PyTorch, and 512 bytes is reserved by PyTorch but unallocated.";

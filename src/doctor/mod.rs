@@ -156,7 +156,8 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
         f.reserved_unallocated_bytes = m.reserved_unallocated_bytes;
         f.this_process_bytes = m.this_process_bytes;
         if !m.other_processes.is_empty() {
-            f.other_processes_bytes = Some(Bytes(m.other_processes.iter().map(|p| p.bytes.0).sum()));
+            f.other_processes_bytes =
+                Some(Bytes(m.other_processes.iter().map(|p| p.bytes.0).sum()));
         }
     }
     if let Some(o) = oom {
@@ -183,7 +184,8 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
     let free = f.device_free_bytes;
     let unalloc = f.reserved_unallocated_bytes.unwrap_or(Bytes::ZERO);
     let mut evidence = Vec::new();
-    let cause = if let (Some(allowed), Some(r), Some(fr)) = (f.allowed_bytes, f.reserved_bytes, free)
+    let cause = if let (Some(allowed), Some(r), Some(fr)) =
+        (f.allowed_bytes, f.reserved_bytes, free)
         && sum(Some(r), Some(req)).is_some_and(|n| n > allowed)
         && fr >= req
     {
@@ -192,11 +194,14 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
              and asked for {req} more, while the GPU still had {fr} free."
         ));
         Cause::ProcessCap
-    } else if unalloc.0 > 0 && (unalloc >= req || sum(Some(unalloc), free).is_some_and(|t| t >= req)) {
+    } else if unalloc.0 > 0
+        && (unalloc >= req || sum(Some(unalloc), free).is_some_and(|t| t >= req))
+    {
         evidence.push(format!(
             "{unalloc} is reserved by PyTorch but unallocated{}, yet no free piece holds the \
              {req} request.",
-            free.map(|fr| format!(" and the GPU has {fr} free")).unwrap_or_default()
+            free.map(|fr| format!(" and the GPU has {fr} free"))
+                .unwrap_or_default()
         ));
         if let Some(l) = f.largest_free_block_bytes {
             evidence.push(format!(
@@ -312,7 +317,9 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
 }
 
 fn summary(cause: Cause, f: &Figures) -> String {
-    let req = f.requested_bytes.map_or("the request".into(), |b| b.to_string());
+    let req = f
+        .requested_bytes
+        .map_or("the request".into(), |b| b.to_string());
     match cause {
         Cause::Capacity => format!(
             "The step needs more than the GPU has: {req} more could not fit next to PyTorch's {} of tensors.",
@@ -320,15 +327,18 @@ fn summary(cause: Cause, f: &Figures) -> String {
         ),
         Cause::Fragmentation => format!(
             "{} is cached but split into pieces smaller than {req}.",
-            f.reserved_unallocated_bytes.map_or("Memory".into(), |b| b.to_string())
+            f.reserved_unallocated_bytes
+                .map_or("Memory".into(), |b| b.to_string())
         ),
         Cause::OutsideAllocator => format!(
             "{} of this process's memory is outside PyTorch's allocator.",
-            f.outside_allocator_bytes.map_or("Much".into(), |b| b.to_string())
+            f.outside_allocator_bytes
+                .map_or("Much".into(), |b| b.to_string())
         ),
         Cause::OtherProcesses => format!(
             "Other processes hold {} of the GPU.",
-            f.other_processes_bytes.map_or("most".into(), |b| b.to_string())
+            f.other_processes_bytes
+                .map_or("most".into(), |b| b.to_string())
         ),
         Cause::ProcessCap => format!(
             "The per-process cap of {} stopped a {req} request while the GPU had memory free.",
@@ -391,8 +401,14 @@ fn remedies_for(cause: Cause, f: &Figures) -> Vec<Remedy> {
         }
         Cause::Capacity => {
             let need = sum(f.allocated_bytes, Some(req));
-            let have = match (f.allocated_bytes, f.device_free_bytes, f.reserved_unallocated_bytes) {
-                (Some(a), Some(fr), u) => sum(Some(a), Some(fr)).and_then(|x| sum(Some(x), u.or(Some(Bytes::ZERO)))),
+            let have = match (
+                f.allocated_bytes,
+                f.device_free_bytes,
+                f.reserved_unallocated_bytes,
+            ) {
+                (Some(a), Some(fr), u) => {
+                    sum(Some(a), Some(fr)).and_then(|x| sum(Some(x), u.or(Some(Bytes::ZERO))))
+                }
                 _ => None,
             };
             let detail = match (need, have) {
@@ -408,7 +424,11 @@ fn remedies_for(cause: Cause, f: &Figures) -> Vec<Remedy> {
                       --model …` gives the exact largest batch."
                     .to_string(),
             };
-            v.push(Remedy::new("Smaller micro-batch + gradient accumulation", detail, None));
+            v.push(Remedy::new(
+                "Smaller micro-batch + gradient accumulation",
+                detail,
+                None,
+            ));
             v.push(Remedy::new(
                 "Mixed precision",
                 "Autocast to bf16 (or fp16 with a GradScaler) halves most saved activations.",
@@ -417,7 +437,9 @@ fn remedies_for(cause: Cause, f: &Figures) -> Vec<Remedy> {
             v.push(Remedy::new(
                 "Activation checkpointing",
                 "Recompute each block's activations in backward instead of keeping them.",
-                Some("torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)".to_string()),
+                Some(
+                    "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)".to_string(),
+                ),
             ));
             v.push(Remedy::new(
                 "Lighter optimizer state",
@@ -438,7 +460,8 @@ fn remedies_for(cause: Cause, f: &Figures) -> Vec<Remedy> {
                      calling cudaMalloc, NCCL buffers (NCCL_BUFFSIZE), cuBLAS/cuDNN workspaces \
                      (CUBLAS_WORKSPACE_CONFIG, cudnn.benchmark), the cudaMallocAsync backend's own \
                      pool, and the CUDA context itself (0.3–1 GiB).",
-                    f.outside_allocator_bytes.map_or("Memory".into(), |b| b.to_string())
+                    f.outside_allocator_bytes
+                        .map_or("Memory".into(), |b| b.to_string())
                 ),
                 None,
             ));
@@ -530,7 +553,10 @@ mod tests {
              GiB memory in use. Of the allocated memory 77.00 GiB is allocated by PyTorch, and \
              10.00 MiB is reserved by PyTorch but unallocated.",
         );
-        assert_eq!(diagnose(Some(&cap), None).map(|d| d.cause), Some(Cause::Capacity));
+        assert_eq!(
+            diagnose(Some(&cap), None).map(|d| d.cause),
+            Some(Cause::Capacity)
+        );
         let frag = msg(
             "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.00 \
              GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.00 \
@@ -539,8 +565,14 @@ mod tests {
         );
         let d = diagnose(Some(&frag), None).expect("diagnosis");
         assert_eq!(d.cause, Cause::Fragmentation);
-        assert!(d.remedies[0].setting.as_deref() == Some("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
-        assert!(d.remedies[1].setting.as_deref() == Some("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:2048"));
+        assert!(
+            d.remedies[0].setting.as_deref()
+                == Some("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        );
+        assert!(
+            d.remedies[1].setting.as_deref()
+                == Some("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:2048")
+        );
         let no_nvml = msg(
             "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.00 \
              GiB of which 1.00 GiB is free. Of the allocated memory 10.00 GiB is allocated by \

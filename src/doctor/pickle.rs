@@ -482,7 +482,7 @@ impl<R: Read> Unpickler<'_, R> {
     }
 
     fn set_items(&mut self, dict: NodeId, flat: Vec<NodeId>) -> Result<(), PickleError> {
-        if flat.len() % 2 != 0 {
+        if !flat.len().is_multiple_of(2) {
             return Err(self.malformed("SETITEMS with an odd number of items"));
         }
         match self.node_mut(dict) {
@@ -677,7 +677,7 @@ impl<R: Read> Unpickler<'_, R> {
                 }
                 b'd' => {
                     let flat = self.pop_mark()?;
-                    if flat.len() % 2 != 0 {
+                    if !flat.len().is_multiple_of(2) {
                         return Err(self.malformed("DICT with an odd number of items"));
                     }
                     let pairs = flat.chunks_exact(2).map(|c| (c[0], c[1])).collect();

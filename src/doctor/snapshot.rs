@@ -649,9 +649,17 @@ fn is_library_frame(f: &Frame) -> bool {
 /// Function names that mark evaluation code.
 fn is_eval_name(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    ["valid", "evaluat", "eval_", "_eval", "predict", "inference", "test_step"]
-        .iter()
-        .any(|k| n.contains(k))
+    [
+        "valid",
+        "evaluat",
+        "eval_",
+        "_eval",
+        "predict",
+        "inference",
+        "test_step",
+    ]
+    .iter()
+    .any(|k| n.contains(k))
         || n == "eval"
         || n == "evaluate"
         || n == "validate"
@@ -855,12 +863,20 @@ fn sites(
             stack: stack_frames(s, stack, 4),
         })
         .collect();
-    v.sort_by(|a, b| b.bytes_at_peak.cmp(&a.bytes_at_peak).then(a.site.cmp(&b.site)));
+    v.sort_by(|a, b| {
+        b.bytes_at_peak
+            .cmp(&a.bytes_at_peak)
+            .then(a.site.cmp(&b.site))
+    });
     v.truncate(TOP_SITES);
     (v, eval)
 }
 
-fn downsample(points: &[(usize, i64, i128, i128)], base_a: i128, base_r: i128) -> Vec<TimelinePoint> {
+fn downsample(
+    points: &[(usize, i64, i128, i128)],
+    base_a: i128,
+    base_r: i128,
+) -> Vec<TimelinePoint> {
     let to_point = |p: &(usize, i64, i128, i128)| TimelinePoint {
         event: p.0,
         time_us: p.1,
@@ -932,7 +948,10 @@ mod tests {
         let r = analyze(&s, None).expect("report");
         assert_eq!(r.peak_allocated_bytes, Bytes(seg));
         assert_eq!(r.peak_reserved_bytes, Bytes(seg));
-        assert_eq!(r.timeline.last().map(|p| p.allocated_bytes), Some(3 * MIB + 512));
+        assert_eq!(
+            r.timeline.last().map(|p| p.allocated_bytes),
+            Some(3 * MIB + 512)
+        );
         // The map is taken at the peak: the whole segment is one allocated block then.
         let m = r.segment_map.expect("map");
         assert_eq!((m.at.as_str(), m.event), ("peak", 1));
@@ -969,7 +988,18 @@ mod tests {
     #[test]
     fn downsampling_keeps_the_peak() {
         let pts: Vec<_> = (0..100_000usize)
-            .map(|i| (i, i as i64, if i == 77_777 { 1_000_000 } else { (i % 7) as i128 }, 0))
+            .map(|i| {
+                (
+                    i,
+                    i as i64,
+                    if i == 77_777 {
+                        1_000_000
+                    } else {
+                        (i % 7) as i128
+                    },
+                    0,
+                )
+            })
             .collect();
         let d = downsample(&pts, 0, 0);
         assert!(d.len() <= MAX_TIMELINE_POINTS + 2);

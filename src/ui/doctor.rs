@@ -31,7 +31,7 @@ pub enum DoctorCommand {
 
 enum Loaded {
     Progress(u64, u64),
-    Done(Result<SnapshotReport, String>),
+    Done(Box<Result<SnapshotReport, String>>),
 }
 
 struct Loading {
@@ -174,7 +174,7 @@ impl DoctorPanel {
                 progress_tx.send(Loaded::Progress(n, total)).is_ok()
             })
             .map_err(|e| format!("{e:#}"));
-            let _ = tx.send(Loaded::Done(result)); // the panel may be gone: nothing to tell
+            let _ = tx.send(Loaded::Done(Box::new(result))); // the panel may be gone: nothing to tell
             ctx.request_repaint();
         });
     }
@@ -191,6 +191,7 @@ impl DoctorPanel {
                     l.total = t;
                 }
                 Ok(Loaded::Done(r)) => {
+                    let r = *r;
                     let path = l.path.clone();
                     self.loading = None;
                     match r {
@@ -248,7 +249,9 @@ impl DoctorPanel {
                 ui.add(
                     egui::TextEdit::multiline(&mut self.text)
                         .id_salt("doctor_message")
-                        .hint_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …")
+                        .hint_text(
+                            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …",
+                        )
                         .desired_rows(5)
                         .desired_width(f32::INFINITY)
                         .font(egui::TextStyle::Monospace),
@@ -288,7 +291,11 @@ impl DoctorPanel {
                 ui.add(
                     egui::ProgressBar::new(frac)
                         .desired_width(300.0)
-                        .text(format!("reading snapshot: {} of {}", Bytes(l.read), Bytes(l.total))),
+                        .text(format!(
+                            "reading snapshot: {} of {}",
+                            Bytes(l.read),
+                            Bytes(l.total)
+                        )),
                 );
                 if ui.button("Cancel").clicked() {
                     cmd = Some(DoctorCommand::Cancel);
@@ -321,9 +328,13 @@ impl DoctorPanel {
 
 fn diagnosis_ui(d: &Diagnosis, ui: &mut Ui) {
     ui.label(
-        RichText::new(format!("Diagnosis: {} — {}", d.cause.as_str(), d.cause.label()))
-            .heading()
-            .strong(),
+        RichText::new(format!(
+            "Diagnosis: {} — {}",
+            d.cause.as_str(),
+            d.cause.label()
+        ))
+        .heading()
+        .strong(),
     );
     ui.label(&d.summary);
     ui.add_space(4.0);
@@ -350,32 +361,35 @@ fn diagnosis_ui(d: &Diagnosis, ui: &mut Ui) {
         .id_salt("doctor_figures")
         .default_open(true)
         .show(ui, |ui| {
-            egui::Grid::new("doctor_figures_grid").striped(true).show(ui, |ui| {
-                for (label, v) in [
-                    ("requested", f.requested_bytes),
-                    ("GPU total capacity", f.total_capacity_bytes),
-                    ("GPU free", f.device_free_bytes),
-                    ("allowed (fraction cap)", f.allowed_bytes),
-                    ("allocated by PyTorch", f.allocated_bytes),
-                    ("reserved by PyTorch", f.reserved_bytes),
-                    ("reserved but unallocated", f.reserved_unallocated_bytes),
-                    ("largest free cached block", f.largest_free_block_bytes),
-                    ("this process (NVML)", f.this_process_bytes),
-                    ("outside the allocator", f.outside_allocator_bytes),
-                    ("other processes", f.other_processes_bytes),
-                ] {
-                    if let Some(b) = v {
-                        ui.label(label);
-                        ui.label(b.to_string());
-                        ui.end_row();
+            egui::Grid::new("doctor_figures_grid")
+                .striped(true)
+                .show(ui, |ui| {
+                    for (label, v) in [
+                        ("requested", f.requested_bytes),
+                        ("GPU total capacity", f.total_capacity_bytes),
+                        ("GPU free", f.device_free_bytes),
+                        ("allowed (fraction cap)", f.allowed_bytes),
+                        ("allocated by PyTorch", f.allocated_bytes),
+                        ("reserved by PyTorch", f.reserved_bytes),
+                        ("reserved but unallocated", f.reserved_unallocated_bytes),
+                        ("largest free cached block", f.largest_free_block_bytes),
+                        ("this process (NVML)", f.this_process_bytes),
+                        ("outside the allocator", f.outside_allocator_bytes),
+                        ("other processes", f.other_processes_bytes),
+                    ] {
+                        if let Some(b) = v {
+                            ui.label(label);
+                            ui.label(b.to_string());
+                            ui.end_row();
+                        }
                     }
-                }
-            });
+                });
         });
 }
 
 fn snapshot_ui(path: &std::path::Path, s: &SnapshotReport, m: Option<&OomMessage>, ui: &mut Ui) {
-    ui.label(RichText::new("Snapshot").heading()).on_hover_text(path.display().to_string());
+    ui.label(RichText::new("Snapshot").heading())
+        .on_hover_text(path.display().to_string());
     ui.label(format!(
         "peak allocated {} · peak reserved {} · {} trace entries · expandable_segments {} · max_split_size {}",
         s.peak_allocated_bytes,
@@ -412,14 +426,16 @@ fn snapshot_ui(path: &std::path::Path, s: &SnapshotReport, m: Option<&OomMessage
     }
     if !s.top_sites.is_empty() {
         ui.label(RichText::new("Live at the peak, by allocation site").strong());
-        egui::Grid::new("doctor_sites").striped(true).show(ui, |ui| {
-            for site in &s.top_sites {
-                ui.label(site.bytes_at_peak.to_string());
-                ui.label(format!("{} blocks", site.blocks_at_peak));
-                ui.label(&site.site);
-                ui.end_row();
-            }
-        });
+        egui::Grid::new("doctor_sites")
+            .striped(true)
+            .show(ui, |ui| {
+                for site in &s.top_sites {
+                    ui.label(site.bytes_at_peak.to_string());
+                    ui.label(format!("{} blocks", site.blocks_at_peak));
+                    ui.label(&site.site);
+                    ui.end_row();
+                }
+            });
     }
 }
 
@@ -436,7 +452,10 @@ fn segment_map_ui(map: &SegmentMap, ui: &mut Ui) {
     let width = ui.available_width().clamp(200.0, 900.0);
     for seg in map.segments.iter().take(16) {
         ui.horizontal(|ui| {
-            ui.add_sized(vec2(90.0, 14.0), egui::Label::new(Bytes(seg.size).to_string()));
+            ui.add_sized(
+                vec2(90.0, 14.0),
+                egui::Label::new(Bytes(seg.size).to_string()),
+            );
             let (rect, _) = ui.allocate_exact_size(vec2(width - 100.0, 12.0), Sense::hover());
             let painter = ui.painter_at(rect);
             painter.rect_filled(rect, 0.0, Color32::from_gray(60));
