@@ -412,16 +412,16 @@ fn remedies_for(cause: Cause, f: &Figures) -> Vec<Remedy> {
                 _ => None,
             };
             let detail = match (need, have) {
-                (Some(n), Some(h)) if n.0 > 0 => format!(
-                    "At the failure the step needed at least {n} and had {h}: cut activation \
-                     memory by at least {:.0} % (batch × {:.2} or less), then keep the effective \
-                     batch with gradient accumulation. `vramlab max-batch --model …` gives the \
-                     exact largest batch.",
-                    100.0 * (1.0 - h.0 as f64 / n.0 as f64),
-                    h.0 as f64 / n.0 as f64
+                (Some(n), Some(h)) if n > h => format!(
+                    "At the failure the step already needed {} more than the GPU could give \
+                     ({n} against {h}); the OOM hit partway through the step, so the whole step \
+                     needs more still. Lower the micro-batch and keep the effective batch with \
+                     gradient accumulation; with `--model …` the planner gives the largest \
+                     batch that fits.",
+                    n.saturating_sub(h)
                 ),
-                _ => "Halve the micro-batch and double gradient accumulation; `vramlab max-batch \
-                      --model …` gives the exact largest batch."
+                _ => "Halve the micro-batch and double gradient accumulation; with `--model …` \
+                      the planner gives the largest batch that fits."
                     .to_string(),
             };
             v.push(Remedy::new(
