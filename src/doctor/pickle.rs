@@ -226,8 +226,12 @@ struct Unpickler<'a, R: Read> {
     nodes: Vec<Node>,
     stack: Vec<Slot>,
     memo: std::collections::HashMap<u32, NodeId>,
+    strings: std::collections::HashSet<Arc<str>>,
     limits: Limits,
 }
+
+/// Strings up to this many bytes are shared.
+const SHORT_STRING: usize = 96;
 
 /// Reads a pickle from `reader`, calling `progress(bytes_read)` about every MiB; when
 /// `progress` returns false the read stops with [`PickleError::Cancelled`].
@@ -250,6 +254,7 @@ pub fn read_pickle<R: Read>(
         nodes: Vec::new(),
         stack: Vec::new(),
         memo: std::collections::HashMap::new(),
+        strings: std::collections::HashSet::new(),
         limits,
     };
     let result = u.run();
@@ -359,6 +364,21 @@ impl<R: Read> Unpickler<'_, R> {
     }
 
     fn string(&mut self, len: u64) -> Result<Arc<str>, PickleError> {
+        // Short strings (dict keys, file and function names) repeat: read them without a
+        // heap buffer and share one copy.
+        if len <= SHORT_STRING as u64 {
+            let mut buf = [0u8; SHORT_STRING];
+            let b = &mut buf[..len as usize];
+            self.read_exact(b, "string")?;
+            let text = std::str::from_utf8(b)
+                .map_err(|_| self.malformed("a string is not valid UTF-8"))?;
+            if let Some(shared) = self.strings.get(text) {
+                return Ok(shared.clone());
+            }
+            let shared: Arc<str> = Arc::from(text);
+            self.strings.insert(shared.clone());
+            return Ok(shared);
+        }
         let b = self.bytes(len, "string")?;
         String::from_utf8(b)
             .map(Arc::from)
