@@ -169,11 +169,10 @@ impl DoctorPanel {
         std::thread::spawn(move || {
             let progress_tx = tx.clone();
             let repaint = ctx.clone();
-            let result = crate::doctor_cli::load_snapshot(&path, None, &mut |n, total| {
+            let result = read_and_analyze(&path, &mut |n, total| {
                 repaint.request_repaint();
                 progress_tx.send(Loaded::Progress(n, total)).is_ok()
-            })
-            .map_err(|e| format!("{e:#}"));
+            });
             let _ = tx.send(Loaded::Done(Box::new(result))); // the panel may be gone: nothing to tell
             ctx.request_repaint();
         });
@@ -324,6 +323,19 @@ impl DoctorPanel {
         }
         cmd
     }
+}
+
+/// Reads and analyses a snapshot file (on the worker thread; the panels crate does its own
+/// file IO here rather than depending on the CLI).
+fn read_and_analyze(
+    path: &std::path::Path,
+    progress: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<SnapshotReport, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let snap = doctor::read_snapshot(file, &mut |n| progress(n, total))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    doctor::analyze(&snap, None).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn diagnosis_ui(d: &Diagnosis, ui: &mut Ui) {
