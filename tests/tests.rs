@@ -3,6 +3,7 @@
 
 mod architecture;
 mod cli;
+mod doctor;
 mod gpu;
 mod hf_import;
 mod regressions;

@@ -3,6 +3,7 @@
 mod args;
 #[cfg(feature = "app")]
 mod bench;
+pub mod doctor;
 mod plan_bench;
 
 use std::io::Write;
@@ -53,6 +54,8 @@ pub enum Command {
     /// Run the configuration on the GPU and compare with the prediction.
     #[cfg(feature = "app")]
     Bench(bench::BenchArgs),
+    /// Explain a "CUDA out of memory" error or a memory snapshot, and what to change.
+    Doctor(doctor::DoctorArgs),
     /// List the GPUs NVML sees.
     #[cfg(feature = "app")]
     Gpus {
@@ -122,6 +125,7 @@ pub struct MaxBatchArgs {
 pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     match cmd {
         Command::Plan(a) => cmd_plan(a, out),
+        Command::Doctor(a) => doctor::cmd_doctor(a, out),
         #[cfg(feature = "app")]
         Command::Bench(a) => bench::cmd_bench(a, out),
         #[cfg(feature = "app")]

@@ -8,6 +8,8 @@ use arbitrary::{Arbitrary, Unstructured};
 use clap::Parser as _;
 use serde_json::Value;
 use vramlab::cli::{Cli, Command, run};
+use vramlab_core::doctor::pickle::{Limits, read_pickle_bytes};
+use vramlab_core::doctor::{Snapshot, analyze, diagnose, parse_message};
 use vramlab_core::export::{Format, VramlabConfig, render};
 use vramlab_core::model::Preset;
 use vramlab_core::model::families::transformer::AttnImpl;
@@ -21,10 +23,11 @@ use vramlab_core::units::Bytes;
 pub type Target = fn(&[u8]);
 
 /// The fuzz targets, by the names `fuzz/Cargo.toml` gives them.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("cli_args", cli_args),
     ("hostile_preset", hostile_preset),
     ("preset_json", preset_json),
+    ("snapshot_pickle", snapshot_pickle),
     ("units", units),
     ("vramlab_config", vramlab_config),
 ];
@@ -250,5 +253,30 @@ pub fn vramlab_config(data: &[u8]) {
     let _ = gpus::find(&doc.gpu);
     if let Ok(preset) = doc.preset() {
         plan_small(&preset, &doc.training);
+    }
+}
+
+/// The OOM doctor's readers on hostile input: the safe pickle reader, the snapshot typing
+/// and replay, and the OOM message parser must reject or read anything without panicking,
+/// executing nothing and staying within their limits.
+pub fn snapshot_pickle(data: &[u8]) {
+    let limits = Limits {
+        max_nodes: 1 << 20,
+        max_string_bytes: 1 << 20,
+        max_stack: 1 << 16,
+        max_memo: 1 << 20,
+    };
+    if let Ok(p) = read_pickle_bytes(data, limits) {
+        let _ = p.to_json(p.root, 8);
+        if let Ok(s) = Snapshot::from_pickle(&p)
+            && let Ok(r) = analyze(&s, None)
+        {
+            let _ = diagnose(None, Some(&r));
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Some(m) = parse_message(text)
+    {
+        let _ = diagnose(Some(&m), None);
     }
 }

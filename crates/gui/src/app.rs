@@ -88,6 +88,8 @@ pub struct VramApp {
     monitor: Option<gpu::monitor::Monitor>,
     monitor_opener: MonitorOpener,
     pending_shot: Option<run_tab::PendingShot>,
+    /// The Doctor tab (OOM messages and memory snapshots).
+    pub doctor: crate::ui::doctor::DoctorPanel,
 }
 
 impl VramApp {
@@ -135,6 +137,7 @@ impl VramApp {
             monitor: None,
             monitor_opener: run_tab::default_monitor(),
             pending_shot: None,
+            doctor: crate::ui::doctor::DoctorPanel::default(),
         }
     }
 
@@ -358,7 +361,10 @@ impl VramApp {
         if open {
             self.apply(Command::OpenPlan, ctx);
         }
-        let dropped = ctx.input(|i| i.raw.dropped_files.first().cloned());
+        // The Doctor tab takes its own drops (messages, snapshots).
+        let dropped = (self.tab != Tab::Doctor)
+            .then(|| ctx.input(|i| i.raw.dropped_files.first().cloned()))
+            .flatten();
         if let Some(file) = &dropped {
             let source = file.path().display().to_string();
             match file.bytes() {
@@ -442,6 +448,7 @@ impl VramApp {
             Tab::Planner => self.planner_tab_ui(ui, &ctx),
             Tab::Run => self.run_tab_ui(ui),
             Tab::Monitor => self.monitor_tab_ui(ui),
+            Tab::Doctor => self.doctor.show(ui),
         }
     }
 

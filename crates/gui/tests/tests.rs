@@ -1,5 +1,6 @@
 //! The GUI's tests through egui_kittest: the planner and run panels, snapshots and the
 //! screenshots in the repository's `screenshots/`. One test binary, linked once.
 
+mod doctor;
 mod gui;
 mod gui_run;

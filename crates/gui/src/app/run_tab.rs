@@ -35,16 +35,18 @@ pub enum Tab {
     Planner,
     Run,
     Monitor,
+    Doctor,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 3] = [Tab::Planner, Tab::Run, Tab::Monitor];
+    pub const ALL: [Tab; 4] = [Tab::Planner, Tab::Run, Tab::Monitor, Tab::Doctor];
 
     pub fn label(self) -> &'static str {
         match self {
             Tab::Planner => "Planner",
             Tab::Run => "Run",
             Tab::Monitor => "Monitor",
+            Tab::Doctor => "Doctor",
         }
     }
 }

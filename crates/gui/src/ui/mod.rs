@@ -6,6 +6,7 @@ pub mod answer;
 pub mod breakdown;
 pub mod custom;
 pub mod derived;
+pub mod doctor;
 pub mod export_panel;
 pub mod gpu_target;
 pub mod inputs;

@@ -1,0 +1,1008 @@
+//! Reads a `torch.cuda.memory._dump_snapshot` pickle and replays its allocator history.
+//!
+//! The structure is `torch.cuda.memory._snapshot`'s: `{"segments": [Segment],
+//! "device_traces": [[TraceEntry] per device], "allocator_settings": {…}}`, a segment being
+//! `{device, address, total_size, segment_type, is_expandable, blocks: [{address, size,
+//! requested_size, state, frames}]}` and a trace entry `{action, addr, size, stream,
+//! frames, time_us, device_free (oom only)}`. The trace's `alloc` size is the *requested*
+//! size; the replay rounds it the way `DeviceCachingAllocator` does (512 B, and a block
+//! keeps its whole free block when the remainder is too small to split), so the peaks
+//! equal `torch.cuda.max_memory_allocated` / `max_memory_reserved` when the history covers
+//! the whole run.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::pickle::{NodeId, Pickle};
+use super::{DoctorError, Frame};
+use crate::units::{Bytes, MIB};
+
+/// Small allocations are rounded to this (`kMinBlockSize`).
+const MIN_BLOCK: u64 = 512;
+/// Requests up to this size use the small pool (`kSmallSize`).
+const SMALL_SIZE: u64 = MIB;
+/// Small-pool segments are this large (`kSmallBuffer`).
+const SMALL_BUFFER: u64 = 2 * MIB;
+/// Most timeline points kept (the peak of each bucket is kept).
+pub const MAX_TIMELINE_POINTS: usize = 4000;
+/// Allocation sites listed.
+const TOP_SITES: usize = 12;
+
+/// What the allocator did (`TraceEntry::Action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Oom,
+    Snapshot,
+    Other,
+}
+
+impl Action {
+    fn parse(s: &str) -> Action {
+        match s {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "oom" => Action::Oom,
+            "snapshot" => Action::Snapshot,
+            _ => Action::Other,
+        }
+    }
+}
+
+/// One trace entry.
+#[derive(Debug, Clone)]
+pub struct TraceEntry {
+    pub action: Action,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: i64,
+    pub time_us: i64,
+    /// `cudaMemGetInfo` free bytes (oom entries only).
+    pub device_free: Option<u64>,
+    /// Index into [`Snapshot::frames`]'s stacks.
+    pub stack: u32,
+}
+
+/// A block of a segment in the final state.
+#[derive(Debug, Clone)]
+pub struct BlockState {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub allocated: bool,
+    pub stack: u32,
+}
+
+/// A segment in the final state.
+#[derive(Debug, Clone)]
+pub struct SegmentState {
+    pub device: i64,
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub is_small: bool,
+    pub is_expandable: bool,
+    pub blocks: Vec<BlockState>,
+}
+
+/// The typed content of a snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub segments: Vec<SegmentState>,
+    /// One trace per device.
+    pub traces: Vec<Vec<TraceEntry>>,
+    /// Distinct stack traces (innermost frame first); index 0 is the empty stack.
+    pub stacks: Vec<Vec<u32>>,
+    pub frames: Vec<Frame>,
+    /// `allocator_settings` as JSON.
+    pub allocator_settings: serde_json::Value,
+}
+
+struct Interner {
+    frames: Vec<Frame>,
+    frame_ids: HashMap<(Arc<str>, i64, Arc<str>), u32>,
+    stacks: Vec<Vec<u32>>,
+    stack_ids: HashMap<Vec<u32>, u32>,
+    by_node: HashMap<NodeId, u32>,
+}
+
+impl Interner {
+    fn stack(&mut self, p: &Pickle, frames: Option<NodeId>) -> u32 {
+        let Some(list) = frames else { return 0 };
+        if let Some(id) = self.by_node.get(&list) {
+            return *id;
+        }
+        let mut ids = Vec::new();
+        for f in p.items(list) {
+            let s = |k| {
+                p.field(*f, k)
+                    .and_then(|v| p.as_str(v))
+                    .map(Arc::<str>::from)
+                    .unwrap_or_else(|| Arc::from(""))
+            };
+            let filename = s("filename");
+            let name = s("name");
+            let line = p
+                .field(*f, "line")
+                .and_then(|v| p.as_int(v))
+                .and_then(|v| i64::try_from(v).ok())
+                .unwrap_or(0);
+            let key = (filename.clone(), line, name.clone());
+            let next = self.frames.len() as u32;
+            let id = *self.frame_ids.entry(key).or_insert_with(|| next);
+            if id == next {
+                self.frames.push(Frame {
+                    filename: filename.to_string(),
+                    line,
+                    name: name.to_string(),
+                });
+            }
+            ids.push(id);
+        }
+        let next = self.stacks.len() as u32;
+        let id = *self.stack_ids.entry(ids.clone()).or_insert_with(|| next);
+        if id == next {
+            self.stacks.push(ids);
+        }
+        self.by_node.insert(list, id);
+        id
+    }
+}
+
+fn int(p: &Pickle, d: NodeId, k: &str) -> Option<i128> {
+    p.field(d, k).and_then(|v| p.as_int(v))
+}
+
+fn uint(p: &Pickle, d: NodeId, k: &str) -> u64 {
+    int(p, d, k)
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(0)
+}
+
+impl Snapshot {
+    /// Types a decoded pickle; fails when it is not a memory snapshot.
+    pub fn from_pickle(p: &Pickle) -> Result<Snapshot, DoctorError> {
+        let root = p.root;
+        let not_snapshot = |what: &str| DoctorError::NotSnapshot(what.to_string());
+        if !matches!(p.get(root), super::pickle::Node::Dict(_)) {
+            return Err(not_snapshot("the top-level value is not a dict"));
+        }
+        let segs = p.field(root, "segments");
+        let traces = p.field(root, "device_traces");
+        if segs.is_none() && traces.is_none() {
+            return Err(not_snapshot(
+                "it has neither `segments` nor `device_traces` (is it a torch.cuda.memory._dump_snapshot file?)",
+            ));
+        }
+        let mut it = Interner {
+            frames: Vec::new(),
+            frame_ids: HashMap::new(),
+            stacks: vec![Vec::new()],
+            stack_ids: HashMap::from([(Vec::new(), 0)]),
+            by_node: HashMap::new(),
+        };
+        let mut segments = Vec::new();
+        for s in segs.map(|s| p.items(s)).unwrap_or(&[]) {
+            let mut blocks = Vec::new();
+            for b in p.field(*s, "blocks").map(|b| p.items(b)).unwrap_or(&[]) {
+                let state = p.field(*b, "state").and_then(|v| p.as_str(v)).unwrap_or("");
+                blocks.push(BlockState {
+                    address: uint(p, *b, "address"),
+                    size: uint(p, *b, "size"),
+                    requested_size: uint(p, *b, "requested_size"),
+                    allocated: state.starts_with("active"),
+                    stack: it.stack(p, p.field(*b, "frames")),
+                });
+            }
+            let total_size = uint(p, *s, "total_size");
+            segments.push(SegmentState {
+                device: int(p, *s, "device")
+                    .and_then(|v| i64::try_from(v).ok())
+                    .unwrap_or(0),
+                address: uint(p, *s, "address"),
+                total_size,
+                allocated_size: uint(p, *s, "allocated_size"),
+                is_small: p
+                    .field(*s, "segment_type")
+                    .and_then(|v| p.as_str(v))
+                    .map_or(total_size == SMALL_BUFFER, |t| t == "small"),
+                is_expandable: p
+                    .field(*s, "is_expandable")
+                    .and_then(|v| p.as_bool(v))
+                    .unwrap_or(false),
+                blocks,
+            });
+        }
+        let mut all = Vec::new();
+        for dev in traces.map(|t| p.items(t)).unwrap_or(&[]) {
+            let mut out = Vec::with_capacity(p.items(*dev).len());
+            for e in p.items(*dev) {
+                let action = p
+                    .field(*e, "action")
+                    .and_then(|v| p.as_str(v))
+                    .map_or(Action::Other, Action::parse);
+                out.push(TraceEntry {
+                    action,
+                    addr: uint(p, *e, "addr"),
+                    size: uint(p, *e, "size"),
+                    stream: int(p, *e, "stream")
+                        .and_then(|v| i64::try_from(v).ok())
+                        .unwrap_or(0),
+                    time_us: int(p, *e, "time_us")
+                        .and_then(|v| i64::try_from(v).ok())
+                        .unwrap_or(0),
+                    device_free: int(p, *e, "device_free").and_then(|v| u64::try_from(v).ok()),
+                    stack: it.stack(p, p.field(*e, "frames")),
+                });
+            }
+            all.push(out);
+        }
+        let allocator_settings = p
+            .field(root, "allocator_settings")
+            .map_or(serde_json::Value::Null, |s| p.to_json(s, 4));
+        Ok(Snapshot {
+            segments,
+            traces: all,
+            stacks: it.stacks,
+            frames: it.frames,
+            allocator_settings,
+        })
+    }
+
+    /// `max_split_size` of the allocator settings (`None` = unlimited).
+    pub fn max_split_size(&self) -> Option<u64> {
+        self.allocator_settings
+            .get("max_split_size")
+            .and_then(|v| v.as_i64())
+            .and_then(|v| u64::try_from(v).ok())
+            .filter(|v| *v > 0 && *v < u64::MAX / 2)
+    }
+
+    pub fn expandable_segments(&self) -> bool {
+        self.allocator_settings
+            .get("expandable_segments")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    }
+}
+
+/// A block in the segment map.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MapBlock {
+    /// Offset from the segment's start.
+    pub offset: u64,
+    pub size: u64,
+    pub allocated: bool,
+}
+
+/// A segment in the segment map.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MapSegment {
+    pub address: u64,
+    pub size: u64,
+    pub is_small: bool,
+    pub blocks: Vec<MapBlock>,
+}
+
+/// The allocator's state at one moment of the trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SegmentMap {
+    /// "peak" or "oom".
+    pub at: String,
+    /// Index of the trace entry.
+    pub event: usize,
+    pub allocated_bytes: Bytes,
+    pub reserved_bytes: Bytes,
+    /// Reserved but unallocated bytes inside segments.
+    pub free_in_segments_bytes: Bytes,
+    pub largest_free_block_bytes: Bytes,
+    /// 1 − largest free block / free bytes in segments (0 = one contiguous hole).
+    pub fragmentation: f64,
+    /// Segments, largest first (at most 200 listed).
+    pub segments: Vec<MapSegment>,
+    pub segment_count: usize,
+}
+
+/// One point of the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TimelinePoint {
+    pub event: usize,
+    pub time_us: i64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+/// Bytes live at the peak by allocation site.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Site {
+    /// "file:line in function" of the innermost frame outside torch (or the innermost).
+    pub site: String,
+    pub bytes_at_peak: Bytes,
+    pub blocks_at_peak: u64,
+    /// Every allocation made there over the trace.
+    pub allocations: u64,
+    /// The innermost few frames, innermost first.
+    pub stack: Vec<Frame>,
+}
+
+/// The failed request of an `oom` trace entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OomEvent {
+    pub event: usize,
+    pub requested_bytes: Bytes,
+    pub device_free_bytes: Option<Bytes>,
+    pub allocated_bytes: Bytes,
+    pub reserved_bytes: Bytes,
+    pub stack: Vec<Frame>,
+}
+
+/// What a snapshot says.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotReport {
+    pub device: usize,
+    pub trace_entries: usize,
+    /// The peaks over the trace (plus the state before it, taken from the final segments).
+    pub peak_allocated_bytes: Bytes,
+    pub peak_reserved_bytes: Bytes,
+    pub peak_event: usize,
+    /// The final state (`segments`).
+    pub final_allocated_bytes: Bytes,
+    pub final_reserved_bytes: Bytes,
+    pub timeline: Vec<TimelinePoint>,
+    pub ooms: Vec<OomEvent>,
+    /// At the last OOM, else at the peak.
+    pub segment_map: Option<SegmentMap>,
+    pub top_sites: Vec<Site>,
+    pub allocator_settings: serde_json::Value,
+    pub expandable_segments: bool,
+    pub max_split_size_bytes: Option<Bytes>,
+    /// Frames whose function names suggest evaluation (validate, evaluate, …) at the peak.
+    pub eval_sites_at_peak: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Blk {
+    size: u64,
+    allocated: bool,
+    /// Allocated bytes were already subtracted (free_requested seen).
+    freed: bool,
+    stack: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Seg {
+    size: u64,
+    is_small: bool,
+    expandable: bool,
+    /// Block start → block; covers the segment without gaps (non-expandable segments).
+    blocks: BTreeMap<u64, Blk>,
+}
+
+/// The allocator replay.
+struct Replay {
+    segs: BTreeMap<u64, Seg>,
+    /// Live allocations outside known segments: addr → (size, stack).
+    loose: HashMap<u64, (u64, u32, bool)>,
+    allocated: i128,
+    reserved: i128,
+    max_split: Option<u64>,
+}
+
+fn round_size(size: u64) -> u64 {
+    if size < MIN_BLOCK {
+        MIN_BLOCK
+    } else {
+        size.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
+    }
+}
+
+impl Replay {
+    fn seg_of(&mut self, addr: u64) -> Option<(&u64, &mut Seg)> {
+        self.segs
+            .range_mut(..=addr)
+            .next_back()
+            .filter(|(start, s)| addr < start.saturating_add(s.size))
+    }
+
+    fn step(&mut self, e: &TraceEntry) {
+        let max_split = self.max_split;
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                self.reserved += i128::from(e.size);
+                let expandable = e.action == Action::SegmentMap;
+                if expandable {
+                    return; // pages of an expandable segment: blocks are tracked loosely
+                }
+                let mut blocks = BTreeMap::new();
+                blocks.insert(
+                    e.addr,
+                    Blk {
+                        size: e.size,
+                        allocated: false,
+                        freed: false,
+                        stack: 0,
+                    },
+                );
+                self.segs.insert(
+                    e.addr,
+                    Seg {
+                        size: e.size,
+                        is_small: e.size == SMALL_BUFFER,
+                        expandable,
+                        blocks,
+                    },
+                );
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                self.reserved -= i128::from(e.size);
+                self.segs.remove(&e.addr);
+            }
+            Action::Alloc => {
+                let rounded = round_size(e.size);
+                let size = match self.seg_of(e.addr) {
+                    Some((_, seg)) if !seg.expandable => {
+                        let is_small = seg.is_small;
+                        match seg.blocks.get_mut(&e.addr) {
+                            Some(b) if !b.allocated && b.size >= rounded => {
+                                let remaining = b.size - rounded;
+                                let split = if is_small {
+                                    remaining >= MIN_BLOCK
+                                } else {
+                                    max_split.is_none_or(|m| rounded < m) && remaining > SMALL_SIZE
+                                };
+                                let size = if split { rounded } else { b.size };
+                                b.size = size;
+                                b.allocated = true;
+                                b.freed = false;
+                                b.stack = e.stack;
+                                if split {
+                                    seg.blocks.insert(
+                                        e.addr + rounded,
+                                        Blk {
+                                            size: remaining,
+                                            allocated: false,
+                                            freed: false,
+                                            stack: 0,
+                                        },
+                                    );
+                                }
+                                Some(size)
+                            }
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                let size = size.unwrap_or_else(|| {
+                    self.loose.insert(e.addr, (rounded, e.stack, false));
+                    rounded
+                });
+                self.allocated += i128::from(size);
+            }
+            Action::FreeRequested => {
+                if let Some(b) = self.live_block(e.addr) {
+                    if !b.0 {
+                        let size = b.1;
+                        self.mark_freed(e.addr);
+                        self.allocated -= i128::from(size);
+                    }
+                } else {
+                    // Allocated before the trace began: its size is the rounded request.
+                    self.allocated -= i128::from(round_size(e.size));
+                }
+            }
+            Action::FreeCompleted => {
+                let known = self.live_block(e.addr);
+                match known {
+                    Some((freed, size)) => {
+                        if !freed {
+                            self.allocated -= i128::from(size);
+                        }
+                        self.release(e.addr);
+                    }
+                    None => {
+                        // A free_requested already accounted for it, or it predates the trace.
+                    }
+                }
+            }
+            Action::Oom | Action::Snapshot | Action::Other => {}
+        }
+    }
+
+    /// (already freed?, size) of the live block at `addr`.
+    fn live_block(&mut self, addr: u64) -> Option<(bool, u64)> {
+        if let Some((_, seg)) = self.seg_of(addr)
+            && let Some(b) = seg.blocks.get(&addr)
+            && b.allocated
+        {
+            return Some((b.freed, b.size));
+        }
+        self.loose.get(&addr).map(|(s, _, f)| (*f, *s))
+    }
+
+    fn mark_freed(&mut self, addr: u64) {
+        if let Some((_, seg)) = self.seg_of(addr)
+            && let Some(b) = seg.blocks.get_mut(&addr)
+        {
+            b.freed = true;
+            return;
+        }
+        if let Some(l) = self.loose.get_mut(&addr) {
+            l.2 = true;
+        }
+    }
+
+    /// The block becomes free and merges with free neighbours.
+    fn release(&mut self, addr: u64) {
+        if self.loose.remove(&addr).is_some() {
+            return;
+        }
+        let Some((_, seg)) = self.seg_of(addr) else {
+            return;
+        };
+        let Some(b) = seg.blocks.get_mut(&addr) else {
+            return;
+        };
+        b.allocated = false;
+        b.freed = false;
+        let mut start = addr;
+        let mut size = b.size;
+        if let Some((&next, nb)) = seg.blocks.range(addr + 1..).next()
+            && !nb.allocated
+            && next == addr + size
+        {
+            size += nb.size;
+            seg.blocks.remove(&next);
+        }
+        if let Some((&prev, pb)) = seg.blocks.range(..addr).next_back()
+            && !pb.allocated
+            && prev + pb.size == addr
+        {
+            start = prev;
+            size += pb.size;
+            seg.blocks.remove(&addr);
+        }
+        if let Some(b) = seg.blocks.get_mut(&start) {
+            b.size = size;
+        }
+    }
+
+    fn map(&self, at: &str, event: usize) -> SegmentMap {
+        let mut free_total = 0u64;
+        let mut largest = 0u64;
+        let mut segments: Vec<MapSegment> = self
+            .segs
+            .iter()
+            .map(|(addr, s)| {
+                let blocks = s
+                    .blocks
+                    .iter()
+                    .map(|(b, blk)| {
+                        if !blk.allocated {
+                            free_total += blk.size;
+                            largest = largest.max(blk.size);
+                        }
+                        MapBlock {
+                            offset: b - addr,
+                            size: blk.size,
+                            allocated: blk.allocated,
+                        }
+                    })
+                    .collect();
+                MapSegment {
+                    address: *addr,
+                    size: s.size,
+                    is_small: s.is_small,
+                    blocks,
+                }
+            })
+            .collect();
+        let segment_count = segments.len();
+        segments.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+        segments.truncate(200);
+        SegmentMap {
+            at: at.to_string(),
+            event,
+            allocated_bytes: Bytes(clamp(self.allocated)),
+            reserved_bytes: Bytes(clamp(self.reserved)),
+            free_in_segments_bytes: Bytes(free_total),
+            largest_free_block_bytes: Bytes(largest),
+            fragmentation: if free_total == 0 {
+                0.0
+            } else {
+                1.0 - largest as f64 / free_total as f64
+            },
+            segments,
+            segment_count,
+        }
+    }
+}
+
+fn clamp(v: i128) -> u64 {
+    u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+}
+
+fn is_library_frame(f: &Frame) -> bool {
+    let p = f.filename.replace('\\', "/");
+    p.contains("/torch/")
+        || p.contains("/site-packages/")
+        || p.contains("/dist-packages/")
+        || p.starts_with('<')
+        || p.is_empty()
+        || p.starts_with("??")
+}
+
+/// Function names that mark evaluation code.
+fn is_eval_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "valid",
+        "evaluat",
+        "eval_",
+        "_eval",
+        "predict",
+        "inference",
+        "test_step",
+    ]
+    .iter()
+    .any(|k| n.contains(k))
+        || n == "eval"
+        || n == "evaluate"
+        || n == "validate"
+        || n == "test"
+}
+
+/// Replays the trace of `device` (or of the device with the longest trace).
+pub fn analyze(s: &Snapshot, device: Option<usize>) -> Result<SnapshotReport, DoctorError> {
+    let device = match device {
+        Some(d) if d < s.traces.len().max(1) => d,
+        Some(d) => {
+            return Err(DoctorError::NotSnapshot(format!(
+                "device {d}: the snapshot has traces for {} device(s)",
+                s.traces.len()
+            )));
+        }
+        None => (0..s.traces.len())
+            .max_by_key(|d| {
+                let t = &s.traces[*d];
+                (t.iter().any(|e| e.action == Action::Oom), t.len())
+            })
+            .unwrap_or(0),
+    };
+    let empty = Vec::new();
+    let trace = s.traces.get(device).unwrap_or(&empty);
+    let dev_segments: Vec<&SegmentState> = s
+        .segments
+        .iter()
+        .filter(|g| usize::try_from(g.device).ok() == Some(device) || s.traces.len() <= 1)
+        .collect();
+    let final_allocated: u64 = dev_segments.iter().map(|g| g.allocated_size).sum();
+    let final_reserved: u64 = dev_segments.iter().map(|g| g.total_size).sum();
+    let new_replay = || Replay {
+        segs: BTreeMap::new(),
+        loose: HashMap::new(),
+        allocated: 0,
+        reserved: 0,
+        max_split: s.max_split_size(),
+    };
+    // Pass 1: the net change over the trace gives the state before it began.
+    let mut r = new_replay();
+    let mut peak_a = 0i128;
+    let mut peak_r = 0i128;
+    let mut peak_event = 0usize;
+    let mut points = Vec::with_capacity(trace.len() + 1);
+    for (i, e) in trace.iter().enumerate() {
+        r.step(e);
+        points.push((i, e.time_us, r.allocated, r.reserved));
+    }
+    let base_a = i128::from(final_allocated) - r.allocated;
+    let base_r = i128::from(final_reserved) - r.reserved;
+    // A history that covers the run starts empty; a ring buffer that dropped entries
+    // starts at whatever the final state implies.
+    let base_a = base_a.max(0);
+    let base_r = base_r.max(0);
+    peak_a = peak_a.max(base_a);
+    peak_r = peak_r.max(base_r);
+    for (i, _, a, rv) in &points {
+        if a + base_a > peak_a {
+            peak_a = a + base_a;
+            peak_event = *i;
+        }
+        peak_r = peak_r.max(rv + base_r);
+    }
+    let timeline = downsample(&points, base_a, base_r);
+    let last_oom = trace.iter().rposition(|e| e.action == Action::Oom);
+    // Pass 2: states at the peak and at the OOMs, sites.
+    let mut r = new_replay();
+    let mut ooms = Vec::new();
+    let mut map = None;
+    let mut at_peak: Option<Vec<(u64, u32)>> = None;
+    let mut site_allocs: HashMap<u32, u64> = HashMap::new();
+    for (i, e) in trace.iter().enumerate() {
+        if e.action == Action::Oom {
+            ooms.push(OomEvent {
+                event: i,
+                requested_bytes: Bytes(e.size),
+                device_free_bytes: e.device_free.map(Bytes),
+                allocated_bytes: Bytes(clamp(r.allocated + base_a)),
+                reserved_bytes: Bytes(clamp(r.reserved + base_r)),
+                stack: stack_frames(s, e.stack, 6),
+            });
+            if Some(i) == last_oom {
+                let mut m = r.map("oom", i);
+                m.allocated_bytes = Bytes(clamp(r.allocated + base_a));
+                m.reserved_bytes = Bytes(clamp(r.reserved + base_r));
+                map = Some(m);
+            }
+        }
+        r.step(e);
+        if e.action == Action::Alloc {
+            *site_allocs.entry(e.stack).or_default() += 1;
+        }
+        if i == peak_event && !trace.is_empty() {
+            if last_oom.is_none() {
+                let mut m = r.map("peak", i);
+                m.allocated_bytes = Bytes(clamp(r.allocated + base_a));
+                m.reserved_bytes = Bytes(clamp(r.reserved + base_r));
+                map = Some(m);
+            }
+            let mut live: Vec<(u64, u32)> = r
+                .segs
+                .values()
+                .flat_map(|g| g.blocks.values())
+                .filter(|b| b.allocated && !b.freed)
+                .map(|b| (b.size, b.stack))
+                .collect();
+            live.extend(r.loose.values().filter(|l| !l.2).map(|l| (l.0, l.1)));
+            at_peak = Some(live);
+        }
+    }
+    let live = at_peak.unwrap_or_else(|| {
+        dev_segments
+            .iter()
+            .flat_map(|g| g.blocks.iter())
+            .filter(|b| b.allocated)
+            .map(|b| (b.size, b.stack))
+            .collect()
+    });
+    let (top_sites, eval_sites_at_peak) = sites(s, &live, &site_allocs);
+    Ok(SnapshotReport {
+        device,
+        trace_entries: trace.len(),
+        peak_allocated_bytes: Bytes(clamp(peak_a)),
+        peak_reserved_bytes: Bytes(clamp(peak_r)),
+        peak_event,
+        final_allocated_bytes: Bytes(final_allocated),
+        final_reserved_bytes: Bytes(final_reserved),
+        timeline,
+        ooms,
+        segment_map: map,
+        top_sites,
+        allocator_settings: s.allocator_settings.clone(),
+        expandable_segments: s.expandable_segments(),
+        max_split_size_bytes: s.max_split_size().map(Bytes),
+        eval_sites_at_peak,
+    })
+}
+
+fn stack_frames(s: &Snapshot, stack: u32, n: usize) -> Vec<Frame> {
+    s.stacks
+        .get(stack as usize)
+        .map(|ids| {
+            ids.iter()
+                .take(n)
+                .filter_map(|f| s.frames.get(*f as usize).cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn site_of(s: &Snapshot, stack: u32) -> String {
+    let frames = stack_frames(s, stack, usize::MAX);
+    let f = frames
+        .iter()
+        .find(|f| !is_library_frame(f))
+        .or(frames.first());
+    match f {
+        Some(f) => format!("{}:{} in {}", short_path(&f.filename), f.line, f.name),
+        None => "(no Python frame: autograd backward or C++)".to_string(),
+    }
+}
+
+fn short_path(p: &str) -> &str {
+    let parts: Vec<usize> = p.match_indices('/').map(|(i, _)| i).collect();
+    match parts.len() {
+        0 | 1 => p,
+        n => &p[parts[n - 2] + 1..],
+    }
+}
+
+fn sites(
+    s: &Snapshot,
+    live: &[(u64, u32)],
+    allocs: &HashMap<u32, u64>,
+) -> (Vec<Site>, Vec<String>) {
+    let mut by: HashMap<String, (u64, u64, u64, u32)> = HashMap::new();
+    let mut eval = Vec::new();
+    for (size, stack) in live {
+        let e = by.entry(site_of(s, *stack)).or_insert((0, 0, 0, *stack));
+        e.0 += size;
+        e.1 += 1;
+        for f in stack_frames(s, *stack, usize::MAX) {
+            if is_eval_name(&f.name) && !eval.contains(&f.name) {
+                eval.push(f.name.clone());
+            }
+        }
+    }
+    for (stack, n) in allocs {
+        if let Some(e) = by.get_mut(&site_of(s, *stack)) {
+            e.2 += n;
+        }
+    }
+    let mut v: Vec<Site> = by
+        .into_iter()
+        .map(|(site, (b, n, a, stack))| Site {
+            site,
+            bytes_at_peak: Bytes(b),
+            blocks_at_peak: n,
+            allocations: a,
+            stack: stack_frames(s, stack, 4),
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        b.bytes_at_peak
+            .cmp(&a.bytes_at_peak)
+            .then(a.site.cmp(&b.site))
+    });
+    v.truncate(TOP_SITES);
+    (v, eval)
+}
+
+fn downsample(
+    points: &[(usize, i64, i128, i128)],
+    base_a: i128,
+    base_r: i128,
+) -> Vec<TimelinePoint> {
+    let to_point = |p: &(usize, i64, i128, i128)| TimelinePoint {
+        event: p.0,
+        time_us: p.1,
+        allocated_bytes: clamp(p.2 + base_a),
+        reserved_bytes: clamp(p.3 + base_r),
+    };
+    if points.len() <= MAX_TIMELINE_POINTS {
+        return points.iter().map(to_point).collect();
+    }
+    // Each bucket keeps its lowest and highest allocated point, in order.
+    let per = points.len().div_ceil(MAX_TIMELINE_POINTS / 2);
+    let mut out = Vec::with_capacity(MAX_TIMELINE_POINTS + 2);
+    for chunk in points.chunks(per) {
+        let (mut lo, mut hi) = (&chunk[0], &chunk[0]);
+        for p in chunk {
+            if p.2 < lo.2 {
+                lo = p;
+            }
+            if p.2 > hi.2 || (p.2 == hi.2 && p.3 > hi.3) {
+                hi = p;
+            }
+        }
+        let (a, b) = if lo.0 <= hi.0 { (lo, hi) } else { (hi, lo) };
+        out.push(to_point(a));
+        if a.0 != b.0 {
+            out.push(to_point(b));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(action: Action, addr: u64, size: u64) -> TraceEntry {
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream: 0,
+            time_us: 0,
+            device_free: None,
+            stack: 0,
+        }
+    }
+
+    fn snap(trace: Vec<TraceEntry>) -> Snapshot {
+        Snapshot {
+            traces: vec![trace],
+            stacks: vec![Vec::new()],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn replay_rounds_and_keeps_unsplittable_remainders() {
+        let base = 1 << 40;
+        let seg = 20 * MIB;
+        let s = snap(vec![
+            e(Action::SegmentAlloc, base, seg),
+            // 19.5 MiB + 1: the 0.5 MiB remainder is too small to split (large pool).
+            e(Action::Alloc, base, 19 * MIB + MIB / 2 + 1),
+            e(Action::FreeRequested, base, 19 * MIB + MIB / 2 + 1),
+            e(Action::FreeCompleted, base, 19 * MIB + MIB / 2 + 1),
+            // 3 MiB + 100: split; rounded to 512 B.
+            e(Action::Alloc, base, 3 * MIB + 100),
+        ]);
+        let r = analyze(&s, None).expect("report");
+        assert_eq!(r.peak_allocated_bytes, Bytes(seg));
+        assert_eq!(r.peak_reserved_bytes, Bytes(seg));
+        assert_eq!(
+            r.timeline.last().map(|p| p.allocated_bytes),
+            Some(3 * MIB + 512)
+        );
+        // The map is taken at the peak: the whole segment is one allocated block then.
+        let m = r.segment_map.expect("map");
+        assert_eq!((m.at.as_str(), m.event), ("peak", 1));
+        assert_eq!(m.largest_free_block_bytes, Bytes(0));
+        assert_eq!(m.segments[0].blocks.len(), 1);
+        assert_eq!(m.fragmentation, 0.0);
+    }
+
+    #[test]
+    fn holes_make_fragmentation_and_oom_state() {
+        let base = 1 << 40;
+        let mut t = vec![e(Action::SegmentAlloc, base, 64 * MIB)];
+        for i in 0..8 {
+            t.push(e(Action::Alloc, base + i * 8 * MIB, 8 * MIB));
+        }
+        for i in (0..8).step_by(2) {
+            t.push(e(Action::FreeRequested, base + i * 8 * MIB, 8 * MIB));
+            t.push(e(Action::FreeCompleted, base + i * 8 * MIB, 8 * MIB));
+        }
+        let mut oom = e(Action::Oom, 0, 16 * MIB);
+        oom.device_free = Some(MIB);
+        t.push(oom);
+        let r = analyze(&snap(t), None).expect("report");
+        assert_eq!(r.peak_allocated_bytes, Bytes(64 * MIB));
+        assert_eq!(r.ooms.len(), 1);
+        let m = r.segment_map.expect("map at the oom");
+        assert_eq!(m.at, "oom");
+        assert_eq!(m.free_in_segments_bytes, Bytes(32 * MIB));
+        assert_eq!(m.largest_free_block_bytes, Bytes(8 * MIB));
+        assert!((m.fragmentation - 0.75).abs() < 1e-9);
+        assert_eq!(r.ooms[0].allocated_bytes, Bytes(32 * MIB));
+    }
+
+    #[test]
+    fn downsampling_keeps_the_peak() {
+        let pts: Vec<_> = (0..100_000usize)
+            .map(|i| {
+                (
+                    i,
+                    i as i64,
+                    if i == 77_777 {
+                        1_000_000
+                    } else {
+                        (i % 7) as i128
+                    },
+                    0,
+                )
+            })
+            .collect();
+        let d = downsample(&pts, 0, 0);
+        assert!(d.len() <= MAX_TIMELINE_POINTS + 2);
+        assert_eq!(d.iter().map(|p| p.allocated_bytes).max(), Some(1_000_000));
+    }
+}

@@ -1,0 +1,150 @@
+//! The Doctor tab through egui_kittest: a pasted message, a dropped snapshot (recorded on
+//! an H200, tests/data/doctor/), errors shown, and its snapshot.
+
+use std::path::PathBuf;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/doctor")
+        .join(name)
+}
+
+use std::time::{Duration, Instant};
+
+use egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use vramlab_gui::app::{Tab, VramApp};
+
+fn harness() -> Harness<'static, VramApp> {
+    Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .with_theme(egui::Theme::Dark)
+        .with_max_steps(16)
+        .build_ui_state(
+            |ui, app: &mut VramApp| app.ui(ui),
+            VramApp::new_for_test(None),
+        )
+}
+
+fn shows(h: &Harness<'_, VramApp>, text: &str) -> bool {
+    h.query_all_by_label_contains(text).next().is_some()
+}
+
+fn open_doctor(h: &mut Harness<'_, VramApp>) {
+    h.run();
+    h.get_by_label(Tab::Doctor.label()).click();
+    h.run();
+    assert_eq!(h.state().tab(), Tab::Doctor);
+}
+
+fn type_into(h: &mut Harness<'_, VramApp>, role: Role, label: &str, text: &str) {
+    h.get_by_role_and_label(role, label).focus();
+    h.run();
+    h.get_by_role_and_label(role, label).type_text(text);
+    h.run();
+}
+
+fn wait_loaded(h: &mut Harness<'_, VramApp>) {
+    let t0 = Instant::now();
+    while h.state().doctor.is_loading() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "snapshot never loaded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        h.step();
+    }
+    h.run();
+}
+
+#[test]
+fn pasted_message_is_diagnosed() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    let text = std::fs::read_to_string(data("process_cap.message.txt")).expect("message");
+    type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
+    h.run();
+    assert_eq!(h.state().doctor.text, text, "typed into the message box");
+    h.get_by_label("Diagnose").click();
+    h.run();
+    assert!(h.state().doctor.diagnosis().is_some(), "diagnosed");
+    assert!(shows(&h, "Diagnosis: process_cap"));
+    assert!(shows(&h, "set_per_process_memory_fraction("));
+    let d = h.state().doctor.diagnosis().expect("diagnosis");
+    assert_eq!(d.cause, vramlab_core::doctor::Cause::ProcessCap);
+}
+
+#[test]
+fn snapshot_opens_in_the_background_and_shows_the_map() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    let path = data("fragmentation.snapshot.pickle");
+    type_into(
+        &mut h,
+        Role::TextInput,
+        "Snapshot file",
+        path.to_str().expect("path"),
+    );
+    h.run();
+    h.get_by_label("Open snapshot").click();
+    h.step();
+    wait_loaded(&mut h);
+    assert!(
+        h.state().doctor.snapshot().is_some(),
+        "loaded: {:?}",
+        h.state().doctor.path
+    );
+    assert!(shows(&h, "Diagnosis: fragmentation"), "no diagnosis shown");
+    assert!(shows(&h, "Segment map at the oom"));
+    assert!(shows(&h, "largest free block 128.00 MiB"));
+    let s = h.state().doctor.snapshot().expect("snapshot");
+    assert!(!s.timeline.is_empty());
+    h.get_by_label("Clear").click();
+    h.run();
+    assert!(h.state().doctor.snapshot().is_none());
+}
+
+#[test]
+fn a_bad_snapshot_shows_the_error() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    let path = data("capacity.message.txt");
+    type_into(
+        &mut h,
+        Role::TextInput,
+        "Snapshot file",
+        path.to_str().expect("path"),
+    );
+    h.run();
+    h.get_by_label("Open snapshot").click();
+    h.step();
+    wait_loaded(&mut h);
+    assert!(
+        shows(&h, "capacity.message.txt: snapshot:"),
+        "the error names the file"
+    );
+    assert!(h.state().doctor.snapshot().is_none());
+}
+
+#[test]
+fn snapshot_doctor_tab() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    let text = std::fs::read_to_string(data("fragmentation.message.txt")).expect("message");
+    type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
+    // Relative (tests run in the package root): the picture must not depend on the checkout.
+    type_into(
+        &mut h,
+        Role::TextInput,
+        "Snapshot file",
+        "tests/data/doctor/fragmentation.snapshot.pickle",
+    );
+    h.run();
+    h.get_by_label("Open snapshot").click();
+    h.step();
+    wait_loaded(&mut h);
+    h.input_mut().events.push(egui::Event::PointerGone);
+    h.run_steps(2);
+    h.snapshot("doctor-tab");
+}

@@ -1,0 +1,428 @@
+//! `vramlab doctor`: reads an OOM message and/or a memory snapshot, prints the diagnosis,
+//! and with `--model …` adds what the planner says (the batch that fits, planned remedies).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Serialize;
+
+use super::args::{TrainArgs, load_model, resolve_model};
+use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
+use vramlab_core::plan::Planner;
+use vramlab_core::plan::config::MAX_BATCH;
+use vramlab_core::plan::search::{Budget, max_batch};
+use vramlab_core::units::Bytes;
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct DoctorArgs {
+    /// The OOM error text (the whole traceback is fine).
+    #[arg(long, conflicts_with = "message_file")]
+    pub message: Option<String>,
+    /// A file holding the OOM error text ("-" reads standard input).
+    #[arg(long)]
+    pub message_file: Option<PathBuf>,
+    /// A `torch.cuda.memory._dump_snapshot` pickle.
+    #[arg(long)]
+    pub snapshot: Option<PathBuf>,
+    /// A saved vramlab bench run (`.run.json`): its first OOM trial, with the run's model.
+    #[arg(long, conflicts_with_all = ["message", "message_file", "model"])]
+    pub run: Option<PathBuf>,
+    /// The device whose trace to replay (default: the one with an OOM, else the longest).
+    #[arg(long)]
+    pub device: Option<usize>,
+    /// Include the allocated/reserved timeline in the JSON output.
+    #[arg(long)]
+    pub timeline: bool,
+    /// Model preset or preset file, to add the planner's answer (largest batch, remedies).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The micro-batch that ran out of memory.
+    #[arg(long)]
+    pub batch: Option<u64>,
+    #[arg(long, default_value = "amp-bf16")]
+    pub precision: String,
+    #[arg(long, default_value = "adamw")]
+    pub optimizer: String,
+    #[arg(long)]
+    pub seq: Option<u64>,
+    #[arg(long)]
+    pub image: Option<u64>,
+    #[arg(long, default_value_t = 1)]
+    pub accum: u64,
+    #[arg(long)]
+    pub checkpointing: bool,
+    #[arg(long, default_value = "sdpa")]
+    pub attention: String,
+    /// Catalog GPU (default: the message's total capacity).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    #[arg(long, default_value_t = 0.05)]
+    pub margin: f64,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A planned remedy, as the doctor reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedRemedy {
+    pub name: String,
+    pub description: String,
+    pub nvidia_smi_bytes: Bytes,
+    pub saving_bytes: i64,
+    pub fits: bool,
+}
+
+/// What the planner says about the model that ran out of memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanAdvice {
+    pub model: String,
+    pub capacity_bytes: Bytes,
+    pub batch: Option<u64>,
+    pub predicted_nvidia_smi_bytes: Option<Bytes>,
+    pub predicted_peak_allocated_bytes: Option<Bytes>,
+    pub max_batch: Option<u64>,
+    /// Accumulation steps that keep the failing batch as the effective batch.
+    pub accumulation_for_batch: Option<u64>,
+    pub remedies: Vec<PlannedRemedy>,
+}
+
+/// The planner's answer for a model on a GPU of `capacity` bytes.
+pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<PlanAdvice>> {
+    let Some(model) = &a.model else {
+        return Ok(None);
+    };
+    let t = TrainArgs {
+        model: Some(model.clone()),
+        config: None,
+        precision: a.precision.clone(),
+        optimizer: a.optimizer.clone(),
+        seq: a.seq,
+        image: a.image,
+        accum: a.accum,
+        checkpointing: a.checkpointing,
+        attention: a.attention.clone(),
+        loop_shape: None,
+        expandable_segments: false,
+        max_split_size_mb: None,
+        // Only the model and config are taken from here; the capacity comes below.
+        gpu: match &a.gpu {
+            Some(g) => g.clone(),
+            None => vramlab_core::plan::gpus::catalog()
+                .first()
+                .map(|g| g.id.clone())
+                .unwrap_or_default(),
+        },
+        margin: a.margin,
+        json: false,
+    };
+    let (preset, cfg) = resolve_model(&t)?;
+    let capacity = match (&a.gpu, capacity) {
+        (Some(g), _) => vramlab_core::plan::gpus::find(g.trim())
+            .context("--gpu")?
+            .memory(),
+        (None, Some(c)) => c,
+        (None, None) => {
+            bail!("--model: give --gpu (no GPU capacity is known from the message or snapshot)")
+        }
+    };
+    advise(&preset, cfg, capacity, a.margin, a.batch).map(Some)
+}
+
+/// The planner's answer for `preset` under `cfg` on `capacity` bytes (`batch`: the one
+/// that failed, if known).
+pub fn advise(
+    preset: &vramlab_core::model::Preset,
+    mut cfg: vramlab_core::plan::TrainConfig,
+    capacity: Bytes,
+    margin: f64,
+    batch: Option<u64>,
+) -> Result<PlanAdvice> {
+    if !(0.0..1.0).contains(&margin) {
+        bail!("--margin: must be a fraction in [0, 1), got {margin}");
+    }
+    let budget = Budget { capacity, margin };
+    if let Some(b) = batch {
+        cfg.batch = b;
+        cfg.validate()?;
+    }
+    let planner = Planner::new(preset, &cfg)?;
+    let predicted = match batch {
+        Some(b) => Some(planner.plan(b)?),
+        None => None,
+    };
+    let max = max_batch(&planner, budget, MAX_BATCH)?;
+    let fixes = vramlab_core::plan::remedies::remedies(preset, &cfg, budget)?;
+    let accumulation_for_batch = match (batch, max) {
+        (Some(b), Some(m)) if m < b => Some(vramlab_core::plan::search::accumulation_for(b, m)),
+        _ => None,
+    };
+    Ok(PlanAdvice {
+        model: preset.id.clone(),
+        capacity_bytes: capacity,
+        batch,
+        predicted_nvidia_smi_bytes: predicted.as_ref().map(|p| p.nvidia_smi_bytes),
+        predicted_peak_allocated_bytes: predicted.as_ref().map(|p| p.peak_allocated_bytes),
+        max_batch: max,
+        accumulation_for_batch,
+        remedies: fixes
+            .into_iter()
+            .map(|r| PlannedRemedy {
+                name: r.name.to_string(),
+                description: r.description,
+                nvidia_smi_bytes: r.nvidia_smi,
+                saving_bytes: r.saving,
+                fits: r.fits,
+            })
+            .collect(),
+    })
+}
+
+/// The first OOM of a saved bench run, and the planner's answer for its model.
+fn from_run(path: &Path, margin: f64) -> Result<(Option<String>, Option<PlanAdvice>)> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading run {}", path.display()))?;
+    let run = vramlab_core::export::results::run_from_json(&bytes)
+        .with_context(|| format!("run file {}", path.display()))?;
+    let oom = run
+        .trials
+        .iter()
+        .filter_map(|t| match &t.outcome {
+            vramlab_core::record::Outcome::Oom { message } => Some((t.batch, message.clone())),
+            _ => None,
+        })
+        .min_by_key(|(b, _)| *b);
+    let preset =
+        load_model(&run.model).with_context(|| format!("run file {}: model", path.display()))?;
+    let advice = advise(
+        &preset,
+        run.config,
+        run.device.total_bytes,
+        margin,
+        oom.as_ref().map(|(b, _)| *b),
+    )?;
+    Ok((oom.map(|(_, m)| m), Some(advice)))
+}
+
+/// Reads and analyses a snapshot file, reporting progress on standard error for big files.
+pub fn load_snapshot(
+    path: &Path,
+    device: Option<usize>,
+    progress: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<SnapshotReport> {
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("opening snapshot {}", path.display()))?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let snap = doctor::read_snapshot(file, &mut |n| progress(n, total))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(doctor::analyze(&snap, device)?)
+}
+
+/// Everything `doctor` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorReport {
+    /// The cause, or null when nothing failed (a snapshot without an OOM).
+    pub diagnosis: Option<&'static str>,
+    pub details: Option<Diagnosis>,
+    pub message: Option<OomMessage>,
+    pub peak_allocated_bytes: Option<Bytes>,
+    pub peak_reserved_bytes: Option<Bytes>,
+    pub snapshot: Option<SnapshotReport>,
+    pub plan: Option<PlanAdvice>,
+}
+
+/// Builds the report from the arguments (no printing).
+pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
+    let text = match (&a.message, &a.message_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(p)) if p.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .context("reading the message from standard input")?;
+            Some(s)
+        }
+        (None, Some(p)) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading message file {}", p.display()))?,
+        ),
+        (None, None) => None,
+    };
+    let (run_text, run_plan) = match &a.run {
+        Some(p) => from_run(p, a.margin)?,
+        None => (None, None),
+    };
+    if a.run.is_some() && run_text.is_none() && a.snapshot.is_none() {
+        bail!("--run: no trial of this run ran out of memory");
+    }
+    let text = text.or(run_text);
+    if text.is_none() && a.snapshot.is_none() {
+        bail!("doctor: give --message TEXT, --message-file FILE, --snapshot FILE or --run FILE");
+    }
+    let message = match &text {
+        Some(t) => Some(doctor::parse_message(t).ok_or(doctor::DoctorError::NoMessage)?),
+        None => None,
+    };
+    let snapshot = match &a.snapshot {
+        Some(p) => {
+            let big = std::fs::metadata(p)
+                .map(|m| m.len() > 64 << 20)
+                .unwrap_or(false);
+            let mut last = 0u64;
+            Some(load_snapshot(p, a.device, &mut |n, total| {
+                if big && !a.json && n >= last + (32 << 20) {
+                    last = n;
+                    eprintln!("reading snapshot: {} of {}", Bytes(n), Bytes(total));
+                }
+                true
+            })?)
+        }
+        None => None,
+    };
+    let details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
+    let capacity = message.as_ref().and_then(|m| m.total_capacity_bytes);
+    let plan = match run_plan {
+        Some(p) => Some(p),
+        None => plan_advice(a, capacity)?,
+    };
+    Ok(DoctorReport {
+        diagnosis: details.as_ref().map(|d| d.cause.as_str()),
+        peak_allocated_bytes: snapshot.as_ref().map(|s| s.peak_allocated_bytes),
+        peak_reserved_bytes: snapshot.as_ref().map(|s| s.peak_reserved_bytes),
+        details,
+        message,
+        snapshot,
+        plan,
+    })
+}
+
+/// `vramlab doctor`.
+pub fn cmd_doctor(a: DoctorArgs, out: &mut dyn Write) -> Result<()> {
+    let mut r = report(&a)?;
+    if a.json {
+        if !a.timeline
+            && let Some(s) = r.snapshot.as_mut()
+        {
+            s.timeline.clear();
+        }
+        writeln!(out, "{}", serde_json::to_string(&r)?)?;
+        return Ok(());
+    }
+    write_text(&r, out)
+}
+
+fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
+    if let Some(d) = &r.details {
+        writeln!(out, "Diagnosis: {} — {}", d.cause.as_str(), d.cause.label())?;
+        writeln!(out, "  {}", d.summary)?;
+        writeln!(out, "\nEvidence:")?;
+        for e in &d.evidence {
+            writeln!(out, "  - {e}")?;
+        }
+        writeln!(out, "\nFigures:")?;
+        let f = &d.figures;
+        for (label, v) in [
+            ("requested", f.requested_bytes),
+            ("GPU total capacity", f.total_capacity_bytes),
+            ("GPU free", f.device_free_bytes),
+            ("allowed (fraction cap)", f.allowed_bytes),
+            ("allocated by PyTorch", f.allocated_bytes),
+            ("reserved by PyTorch", f.reserved_bytes),
+            ("reserved but unallocated", f.reserved_unallocated_bytes),
+            ("largest free cached block", f.largest_free_block_bytes),
+            ("this process (NVML)", f.this_process_bytes),
+            ("outside the allocator", f.outside_allocator_bytes),
+            ("other processes", f.other_processes_bytes),
+        ] {
+            if let Some(b) = v {
+                writeln!(out, "  {label:<28} {:>12}", b.to_string())?;
+            }
+        }
+        writeln!(out, "\nWhat to change (most useful first):")?;
+        for (i, m) in d.remedies.iter().enumerate() {
+            writeln!(out, "  {}. {}", i + 1, m.title)?;
+            writeln!(out, "     {}", m.detail)?;
+            if let Some(s) = &m.setting {
+                writeln!(out, "     {s}")?;
+            }
+        }
+    } else {
+        writeln!(
+            out,
+            "Diagnosis: none — the snapshot records no out-of-memory error."
+        )?;
+    }
+    if let Some(s) = &r.snapshot {
+        writeln!(
+            out,
+            "\nSnapshot ({} trace entries, device {}):",
+            s.trace_entries, s.device
+        )?;
+        writeln!(
+            out,
+            "  peak allocated {:>12}   (torch.cuda.max_memory_allocated)",
+            s.peak_allocated_bytes.to_string()
+        )?;
+        writeln!(
+            out,
+            "  peak reserved  {:>12}   (torch.cuda.max_memory_reserved)",
+            s.peak_reserved_bytes.to_string()
+        )?;
+        if let Some(m) = &s.segment_map {
+            writeln!(
+                out,
+                "  at the {}: {} segments, {} free inside them, largest free block {}, fragmentation {:.0} %",
+                m.at,
+                m.segment_count,
+                m.free_in_segments_bytes,
+                m.largest_free_block_bytes,
+                m.fragmentation * 100.0
+            )?;
+        }
+        writeln!(
+            out,
+            "  allocator: expandable_segments {}, max_split_size {}",
+            s.expandable_segments,
+            s.max_split_size_bytes
+                .map_or("unlimited".to_string(), |b| b.to_string())
+        )?;
+        if !s.top_sites.is_empty() {
+            writeln!(out, "  live at the peak, by allocation site:")?;
+            for site in s.top_sites.iter().take(8) {
+                writeln!(
+                    out,
+                    "    {:>12}  {:>5} blocks  {}",
+                    site.bytes_at_peak.to_string(),
+                    site.blocks_at_peak,
+                    site.site
+                )?;
+            }
+        }
+    }
+    if let Some(p) = &r.plan {
+        writeln!(out, "\nPlanner ({} on {}):", p.model, p.capacity_bytes)?;
+        if let (Some(b), Some(n)) = (p.batch, p.predicted_nvidia_smi_bytes) {
+            writeln!(out, "  batch {b} needs {n} (nvidia-smi)")?;
+        }
+        match p.max_batch {
+            Some(m) => writeln!(out, "  largest micro-batch that fits: {m}")?,
+            None => writeln!(out, "  even batch 1 does not fit")?,
+        }
+        if let (Some(b), Some(k)) = (p.batch, p.accumulation_for_batch) {
+            writeln!(
+                out,
+                "  keep an effective batch of {b}: {k} accumulation steps"
+            )?;
+        }
+        for m in &p.remedies {
+            writeln!(
+                out,
+                "  {:<36} {:>11}  {}",
+                m.name,
+                m.nvidia_smi_bytes.to_string(),
+                if m.fits { "fits" } else { "does not fit" }
+            )?;
+        }
+    }
+    Ok(())
+}
