@@ -220,6 +220,10 @@ pub fn load_snapshot(
 pub struct DoctorReport {
     /// The cause, or null when nothing failed (a snapshot without an OOM).
     pub diagnosis: Option<&'static str>,
+    /// The remedies of the diagnosis, most useful first (also under `details`).
+    pub remedies: Vec<doctor::Remedy>,
+    /// The figures the diagnosis used (also under `details`).
+    pub figures: Option<doctor::Figures>,
     pub details: Option<Diagnosis>,
     pub message: Option<OomMessage>,
     pub peak_allocated_bytes: Option<Bytes>,
@@ -283,6 +287,11 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
     };
     Ok(DoctorReport {
         diagnosis: details.as_ref().map(|d| d.cause.as_str()),
+        remedies: details
+            .as_ref()
+            .map(|d| d.remedies.clone())
+            .unwrap_or_default(),
+        figures: details.as_ref().map(|d| d.figures.clone()),
         peak_allocated_bytes: snapshot.as_ref().map(|s| s.peak_allocated_bytes),
         peak_reserved_bytes: snapshot.as_ref().map(|s| s.peak_reserved_bytes),
         details,

@@ -206,12 +206,10 @@ fn cli_json_for_message_and_snapshot() {
         .expect("case");
     assert_eq!(v["peak_allocated_bytes"], want.max_allocated);
     assert_eq!(v["peak_reserved_bytes"], want.max_reserved);
-    assert!(
-        v["details"]["remedies"]
-            .as_array()
-            .is_some_and(|r| r.len() >= 2)
-    );
+    assert!(v["remedies"].as_array().is_some_and(|r| r.len() >= 2));
     assert!(v["message"]["requested_bytes"].as_u64().is_some());
+    assert_eq!(v["figures"]["largest_free_block_bytes"], 128u64 << 20);
+    assert_eq!(v["figures"]["requested_bytes"], 256u64 << 20);
 }
 
 #[test]
