@@ -279,12 +279,15 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         }
         None => None,
     };
-    let details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
+    let mut details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
     let capacity = message.as_ref().and_then(|m| m.total_capacity_bytes);
     let plan = match run_plan {
         Some(p) => Some(p),
         None => plan_advice(a, capacity)?,
     };
+    if let (Some(d), Some(p)) = (details.as_mut(), plan.as_ref()) {
+        add_plan_verdict(d, p);
+    }
     Ok(DoctorReport {
         diagnosis: details.as_ref().map(|d| d.cause.as_str()),
         remedies: details
@@ -299,6 +302,44 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         snapshot,
         plan,
     })
+}
+
+/// When the planner says the failing batch does not fit this GPU at all, fixing the
+/// allocator alone cannot help: say so, and put the batch that fits first.
+fn add_plan_verdict(d: &mut Diagnosis, p: &PlanAdvice) {
+    let (Some(batch), Some(need)) = (p.batch, p.predicted_nvidia_smi_bytes) else {
+        return;
+    };
+    let too_big = p.max_batch.is_none_or(|m| m < batch);
+    if !too_big {
+        d.evidence.push(format!(
+            "The planner predicts {need} for batch {batch} of {}: it fits {} with the margin, \
+             so the failure is not the model's size.",
+            p.model, p.capacity_bytes
+        ));
+        return;
+    }
+    d.evidence.push(format!(
+        "The planner predicts {need} for batch {batch} of {} on a {} GPU: this batch does not fit \
+         even without fragmentation or other holders.",
+        p.model, p.capacity_bytes
+    ));
+    let detail = match (p.max_batch, p.accumulation_for_batch) {
+        (Some(m), Some(k)) => format!(
+            "The largest micro-batch that fits is {m}; {k} accumulation steps keep the effective \
+             batch of {batch}."
+        ),
+        (Some(m), None) => format!("The largest micro-batch that fits is {m}."),
+        _ => "Even batch 1 does not fit: see the planned remedies.".to_string(),
+    };
+    d.remedies.insert(
+        0,
+        doctor::Remedy {
+            title: "Use a batch that fits (planner)".to_string(),
+            detail,
+            setting: p.max_batch.map(|m| format!("batch_size={m}")),
+        },
+    );
 }
 
 /// `vramlab doctor`.

@@ -244,6 +244,38 @@ fn cli_adds_the_planner_for_a_capacity_oom() {
 }
 
 #[test]
+fn cli_reads_a_saved_bench_run() {
+    // A real torch-engine sweep on the H200 (tests/data/bench): its first OOM, its model.
+    let bench = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/bench")
+            .join(name)
+    };
+    let run = |file: &str| {
+        let cli = vramlab::cli::Cli::try_parse_from([
+            "vramlab",
+            "doctor",
+            "--run",
+            bench(file).to_str().expect("path"),
+            "--json",
+        ])
+        .expect("args");
+        let mut out = Vec::new();
+        vramlab::cli::run(cli.command.expect("command"), &mut out).expect("doctor runs");
+        serde_json::from_slice::<serde_json::Value>(&out).expect("json")
+    };
+    let v = run("gpt2-torch.json");
+    assert!(v["diagnosis"].is_string());
+    let max = v["plan"]["max_batch"].as_u64().expect("max batch");
+    let batch = v["plan"]["batch"].as_u64().expect("failing batch");
+    assert!(max < batch, "{max} < {batch}");
+    assert_eq!(v["remedies"][0]["title"], "Use a batch that fits (planner)");
+    let v = run("gpt2-native.json");
+    assert_eq!(v["message"]["format"], "vramlab_native");
+    assert_eq!(v["diagnosis"], "capacity");
+}
+
+#[test]
 fn cli_errors_are_clear() {
     let run = |args: &[&str]| {
         let mut all = vec!["vramlab", "doctor"];
