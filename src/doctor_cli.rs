@@ -326,8 +326,9 @@ fn add_plan_verdict(d: &mut Diagnosis, p: &PlanAdvice) {
     ));
     let detail = match (p.max_batch, p.accumulation_for_batch) {
         (Some(m), Some(k)) => format!(
-            "The largest micro-batch that fits is {m}; {k} accumulation steps keep the effective \
-             batch of {batch}."
+            "The largest micro-batch that fits is {m}; {k} gradient-accumulation steps of {} \
+             keep the effective batch of {batch}.",
+            batch.div_ceil(k)
         ),
         (Some(m), None) => format!("The largest micro-batch that fits is {m}."),
         _ => "Even batch 1 does not fit: see the planned remedies.".to_string(),
@@ -457,7 +458,8 @@ fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
         if let (Some(b), Some(k)) = (p.batch, p.accumulation_for_batch) {
             writeln!(
                 out,
-                "  keep an effective batch of {b}: {k} accumulation steps"
+                "  keep an effective batch of {b}: {k} accumulation steps of {}",
+                b.div_ceil(k)
             )?;
         }
         for m in &p.remedies {
