@@ -212,12 +212,10 @@ fn cli_json_for_message_and_snapshot() {
         .expect("case");
     assert_eq!(v["peak_allocated_bytes"], want.max_allocated);
     assert_eq!(v["peak_reserved_bytes"], want.max_reserved);
-    assert!(
-        v["details"]["remedies"]
-            .as_array()
-            .is_some_and(|r| r.len() >= 2)
-    );
+    assert!(v["remedies"].as_array().is_some_and(|r| r.len() >= 2));
     assert!(v["message"]["requested_bytes"].as_u64().is_some());
+    assert_eq!(v["figures"]["largest_free_block_bytes"], 128u64 << 20);
+    assert_eq!(v["figures"]["requested_bytes"], 256u64 << 20);
 }
 
 #[test]
@@ -249,6 +247,38 @@ fn cli_adds_the_planner_for_a_capacity_oom() {
             .expect("remedies")
             .is_empty()
     );
+}
+
+#[test]
+fn cli_reads_a_saved_bench_run() {
+    // A real torch-engine sweep on the H200 (tests/data/bench): its first OOM, its model.
+    let bench = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/bench")
+            .join(name)
+    };
+    let run = |file: &str| {
+        let cli = vramlab::cli::Cli::try_parse_from([
+            "vramlab",
+            "doctor",
+            "--run",
+            bench(file).to_str().expect("path"),
+            "--json",
+        ])
+        .expect("args");
+        let mut out = Vec::new();
+        vramlab::cli::run(cli.command.expect("command"), &mut out).expect("doctor runs");
+        serde_json::from_slice::<serde_json::Value>(&out).expect("json")
+    };
+    let v = run("gpt2-torch.json");
+    assert!(v["diagnosis"].is_string());
+    let max = v["plan"]["max_batch"].as_u64().expect("max batch");
+    let batch = v["plan"]["batch"].as_u64().expect("failing batch");
+    assert!(max < batch, "{max} < {batch}");
+    assert_eq!(v["remedies"][0]["title"], "Use a batch that fits (planner)");
+    let v = run("gpt2-native.json");
+    assert_eq!(v["message"]["format"], "vramlab_native");
+    assert_eq!(v["diagnosis"], "capacity");
 }
 
 #[test]

@@ -224,6 +224,10 @@ pub fn load_snapshot(
 pub struct DoctorReport {
     /// The cause, or null when nothing failed (a snapshot without an OOM).
     pub diagnosis: Option<&'static str>,
+    /// The remedies of the diagnosis, most useful first (also under `details`).
+    pub remedies: Vec<doctor::Remedy>,
+    /// The figures the diagnosis used (also under `details`).
+    pub figures: Option<doctor::Figures>,
     pub details: Option<Diagnosis>,
     pub message: Option<OomMessage>,
     pub peak_allocated_bytes: Option<Bytes>,
@@ -279,14 +283,22 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         }
         None => None,
     };
-    let details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
+    let mut details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
     let capacity = message.as_ref().and_then(|m| m.total_capacity_bytes);
     let plan = match run_plan {
         Some(p) => Some(p),
         None => plan_advice(a, capacity)?,
     };
+    if let (Some(d), Some(p)) = (details.as_mut(), plan.as_ref()) {
+        add_plan_verdict(d, p);
+    }
     Ok(DoctorReport {
         diagnosis: details.as_ref().map(|d| d.cause.as_str()),
+        remedies: details
+            .as_ref()
+            .map(|d| d.remedies.clone())
+            .unwrap_or_default(),
+        figures: details.as_ref().map(|d| d.figures.clone()),
         peak_allocated_bytes: snapshot.as_ref().map(|s| s.peak_allocated_bytes),
         peak_reserved_bytes: snapshot.as_ref().map(|s| s.peak_reserved_bytes),
         details,
@@ -294,6 +306,45 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         snapshot,
         plan,
     })
+}
+
+/// When the planner says the failing batch does not fit this GPU at all, fixing the
+/// allocator alone cannot help: say so, and put the batch that fits first.
+fn add_plan_verdict(d: &mut Diagnosis, p: &PlanAdvice) {
+    let (Some(batch), Some(need)) = (p.batch, p.predicted_nvidia_smi_bytes) else {
+        return;
+    };
+    let too_big = p.max_batch.is_none_or(|m| m < batch);
+    if !too_big {
+        d.evidence.push(format!(
+            "The planner predicts {need} for batch {batch} of {}: it fits {} with the margin, \
+             so the failure is not the model's size.",
+            p.model, p.capacity_bytes
+        ));
+        return;
+    }
+    d.evidence.push(format!(
+        "The planner predicts {need} for batch {batch} of {} on a {} GPU: this batch does not fit \
+         even without fragmentation or other holders.",
+        p.model, p.capacity_bytes
+    ));
+    let detail = match (p.max_batch, p.accumulation_for_batch) {
+        (Some(m), Some(k)) => format!(
+            "The largest micro-batch that fits is {m}; {k} gradient-accumulation steps of {} \
+             keep the effective batch of {batch}.",
+            batch.div_ceil(k)
+        ),
+        (Some(m), None) => format!("The largest micro-batch that fits is {m}."),
+        _ => "Even batch 1 does not fit: see the planned remedies.".to_string(),
+    };
+    d.remedies.insert(
+        0,
+        doctor::Remedy {
+            title: "Use a batch that fits (planner)".to_string(),
+            detail,
+            setting: p.max_batch.map(|m| format!("batch_size={m}")),
+        },
+    );
 }
 
 /// `vramlab doctor`.
@@ -411,7 +462,8 @@ fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
         if let (Some(b), Some(k)) = (p.batch, p.accumulation_for_batch) {
             writeln!(
                 out,
-                "  keep an effective batch of {b}: {k} accumulation steps"
+                "  keep an effective batch of {b}: {k} accumulation steps of {}",
+                b.div_ceil(k)
             )?;
         }
         for m in &p.remedies {

@@ -448,7 +448,10 @@ impl VramApp {
             Tab::Planner => self.planner_tab_ui(ui, &ctx),
             Tab::Run => self.run_tab_ui(ui),
             Tab::Monitor => self.monitor_tab_ui(ui),
-            Tab::Doctor => self.doctor.show(ui),
+            Tab::Doctor => {
+                let hint = crate::ui::doctor::PlannerHint::from_derived(&self.derived);
+                self.doctor.show(ui, hint.as_ref());
+            }
         }
     }
 

@@ -148,3 +148,21 @@ fn snapshot_doctor_tab() {
     h.run_steps(2);
     h.snapshot("doctor-tab");
 }
+
+#[test]
+fn capacity_shows_the_planner_tab_model() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    let text = std::fs::read_to_string(data("capacity.message.txt")).expect("message");
+    type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
+    h.get_by_label("Diagnose").click();
+    h.run();
+    assert!(shows(&h, "Diagnosis: capacity"));
+    let max = h
+        .state()
+        .derived()
+        .max_batch()
+        .and_then(|m| m.clone().ok().flatten())
+        .expect("the default model fits the default GPU");
+    assert!(shows(&h, &format!("Largest micro-batch that fits: {max}")));
+}

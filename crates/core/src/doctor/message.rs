@@ -31,6 +31,9 @@ pub enum MessageFormat {
     Legacy,
     /// "CUDA error: out of memory": a CUDA call outside the caching allocator failed.
     CudaError,
+    /// vramlab's native bench engine: "CUDA out of memory: cuMemAlloc of {n} failed with
+    /// {reserved} in {k} segments held".
+    VramlabNative,
 }
 
 /// Memory another process holds on the same GPU.
@@ -184,6 +187,10 @@ pub fn parse_message(text: &str) -> Option<OomMessage> {
             (Some(r), Some(a)) => Some(r.saturating_sub(a)),
             _ => None,
         };
+    } else if msg.contains("cuMemAlloc of ") && msg.contains(" segments held") {
+        m.format = MessageFormat::VramlabNative;
+        m.requested_bytes = size_after(msg, "cuMemAlloc of ");
+        m.reserved_bytes = size_after(msg, "failed with ");
     } else if msg.starts_with("out of memory") && flat[..start].ends_with("error: ") {
         m.format = MessageFormat::CudaError;
     } else if m.requested_bytes.is_none() {
@@ -277,6 +284,15 @@ mod tests {
         let m = parse_message("RuntimeError: CUDA error: out of memory\nCUDA kernel errors")
             .expect("cuda error");
         assert_eq!(m.format, MessageFormat::CudaError);
+        let m = parse_message(
+            "CUDA out of memory: cuMemAlloc of 17.64 GiB failed with 136.13 GiB in 120 segments held",
+        )
+        .expect("native engine");
+        assert_eq!(m.format, MessageFormat::VramlabNative);
+        assert_eq!(
+            m.reserved_bytes,
+            Some(Bytes((136.13 * GIB as f64).round() as u64))
+        );
         assert!(parse_message("RuntimeError: shape mismatch").is_none());
         assert!(parse_message("").is_none());
     }

@@ -13,6 +13,47 @@ use vramlab_core::doctor::snapshot::SegmentMap;
 use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
 use vramlab_core::units::Bytes;
 
+/// What the Planner tab says about its current model, shown beside a capacity diagnosis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannerHint {
+    pub model: String,
+    pub batch: u64,
+    pub nvidia_smi: Bytes,
+    pub gpu: String,
+    pub usable: Bytes,
+    /// `None`: not even batch 1 fits (or the search failed).
+    pub max_batch: Option<u64>,
+    /// Planned remedies: name, nvidia-smi bytes, fits.
+    pub remedies: Vec<(String, Bytes, bool)>,
+}
+
+impl PlannerHint {
+    /// From the planner's derived results (`None` while it has no answer).
+    pub fn from_derived(d: &crate::ui::Derived) -> Option<PlannerHint> {
+        let a = d.answer()?;
+        let t = d.target();
+        Some(PlannerHint {
+            model: a.plan.model.clone(),
+            batch: a.plan.config.batch,
+            nvidia_smi: a.plan.nvidia_smi_bytes,
+            gpu: t.gpu.name.clone(),
+            usable: t.budget.usable(),
+            max_batch: d
+                .max_batch()
+                .and_then(|m| m.as_ref().ok().copied().flatten()),
+            remedies: a
+                .remedies
+                .as_ref()
+                .map(|r| {
+                    r.iter()
+                        .map(|r| (r.name.to_string(), r.nvidia_smi, r.fits))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+}
+
 /// What the Doctor panel asks for.
 #[must_use]
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +138,8 @@ impl DoctorPanel {
     }
 
     /// Polls the worker, draws, applies the panel's command: what the app calls each frame.
-    pub fn show(&mut self, ui: &mut Ui) {
+    /// `hint`: the Planner tab's model, shown with a capacity diagnosis.
+    pub fn show(&mut self, ui: &mut Ui, hint: Option<&PlannerHint>) {
         let ctx = ui.ctx().clone();
         self.poll(&ctx);
         self.handle_drops(&ctx);
@@ -105,7 +147,7 @@ impl DoctorPanel {
             .show(ui, |ui| {
                 egui::ScrollArea::vertical()
                     .id_salt("doctor_scroll")
-                    .show(ui, |ui| self.ui(ui))
+                    .show(ui, |ui| self.ui(ui, hint))
                     .inner
             })
             .inner;
@@ -234,7 +276,7 @@ impl DoctorPanel {
     }
 
     /// Draws the panel; returns what the user asked for.
-    pub fn ui(&mut self, ui: &mut Ui) -> Option<DoctorCommand> {
+    pub fn ui(&mut self, ui: &mut Ui, hint: Option<&PlannerHint>) -> Option<DoctorCommand> {
         let mut cmd = None;
         ui.label(RichText::new("OOM doctor").heading()).on_hover_text(
             "Paste the \"CUDA out of memory\" error, or open a torch.cuda.memory._dump_snapshot \
@@ -306,7 +348,14 @@ impl DoctorPanel {
         }
         ui.add_space(6.0);
         let diagnosis = |ui: &mut Ui| match &self.diagnosis {
-            Some(d) => diagnosis_ui(d, ui),
+            Some(d) => {
+                diagnosis_ui(d, ui);
+                if let Some(h) = hint.filter(|_| {
+                    matches!(d.cause, doctor::Cause::Capacity | doctor::Cause::ProcessCap)
+                }) {
+                    hint_ui(h, ui);
+                }
+            }
             None if self.snapshot.is_some() => {
                 ui.label("The snapshot records no out-of-memory error.");
             }
@@ -336,6 +385,31 @@ fn read_and_analyze(
     let snap = doctor::read_snapshot(file, &mut |n| progress(n, total))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     doctor::analyze(&snap, None).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn hint_ui(h: &PlannerHint, ui: &mut Ui) {
+    ui.add_space(4.0);
+    ui.label(RichText::new("The planner, for the Planner tab's model").strong())
+        .on_hover_text(
+            "Set the model, precision and GPU that ran out of memory on the Planner tab.",
+        );
+    ui.label(format!(
+        "{} at batch {} needs {} (nvidia-smi) on {} ({} usable).",
+        h.model, h.batch, h.nvidia_smi, h.gpu, h.usable
+    ));
+    ui.label(match h.max_batch {
+        Some(m) => format!("Largest micro-batch that fits: {m}"),
+        None => "Even batch 1 does not fit this GPU.".to_string(),
+    });
+    let fitting: Vec<String> = h
+        .remedies
+        .iter()
+        .filter(|r| r.2)
+        .map(|r| format!("{} ({})", r.0, r.1))
+        .collect();
+    if !fitting.is_empty() {
+        ui.label(format!("Planned remedies that fit: {}", fitting.join(", ")));
+    }
 }
 
 fn diagnosis_ui(d: &Diagnosis, ui: &mut Ui) {
