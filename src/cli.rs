@@ -180,7 +180,10 @@ pub fn load_model(name: &str) -> Result<Preset> {
 fn hf_name(path: &Path) -> String {
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
     if stem == "config"
-        && let Some(dir) = path.parent().and_then(|d| d.file_name()).and_then(|d| d.to_str())
+        && let Some(dir) = path
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|d| d.to_str())
     {
         return dir.to_string();
     }

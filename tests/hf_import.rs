@@ -63,8 +63,14 @@ fn trainer_loop_releases_the_logits() {
         loop_shape: LoopShape::Trainer,
         ..plain
     };
-    let a = Planner::new(&preset, &plain).expect("plan").peaks(4).expect("peaks");
-    let b = Planner::new(&preset, &trainer).expect("plan").peaks(4).expect("peaks");
+    let a = Planner::new(&preset, &plain)
+        .expect("plan")
+        .peaks(4)
+        .expect("peaks");
+    let b = Planner::new(&preset, &trainer)
+        .expect("plan")
+        .peaks(4)
+        .expect("peaks");
     // bf16 logits under AMP: 4 × 1024 × 151936 × 2 bytes.
     let logits = 4 * 1024 * 151_936 * 2;
     assert!(a.allocated.0 >= b.allocated.0 + logits, "{a:?} vs {b:?}");
@@ -102,7 +108,10 @@ fn cli_plans_a_config_json_with_either_loop() {
     assert!(ok, "{err}");
     assert!(out.contains("\"loop\":\"plain\""), "{out}");
     let (ok, _, err) = vramlab(&["plan", "--model", &path, "--batch", "2", "--loop", "keep"]);
-    assert!(!ok && err.contains("loop") && err.contains("plain, trainer"), "{err}");
+    assert!(
+        !ok && err.contains("loop") && err.contains("plain, trainer"),
+        "{err}"
+    );
 }
 
 #[test]

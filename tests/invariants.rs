@@ -172,16 +172,18 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
         ],
     )
         .prop_map(
-            |(precision, optimizer, accum, checkpointing, (attention, loop_shape), allocator)| TrainConfig {
-                batch: 1,
-                size: None,
-                precision,
-                optimizer,
-                accum,
-                checkpointing,
-                attention,
-                allocator,
-                loop_shape,
+            |(precision, optimizer, accum, checkpointing, (attention, loop_shape), allocator)| {
+                TrainConfig {
+                    batch: 1,
+                    size: None,
+                    precision,
+                    optimizer,
+                    accum,
+                    checkpointing,
+                    attention,
+                    allocator,
+                    loop_shape,
+                }
             },
         )
 }

@@ -181,7 +181,12 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
     let k = Keys { obj };
     let model_type = match k.get("model_type") {
         Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(invalid("model_type", format!("must be a string, got {other}"))),
+        Some(other) => {
+            return Err(invalid(
+                "model_type",
+                format!("must be a string, got {other}"),
+            ));
+        }
         None => return Err(invalid("model_type", "missing (required)")),
     };
     let spec = match model_type.as_str() {
@@ -382,7 +387,10 @@ fn gpt2_params(k: &Keys) -> Result<Gpt2Params, ModelError> {
 fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
     let act = k.str_or("hidden_act", "gelu")?;
     if act != "gelu" {
-        return Err(invalid("hidden_act", format!("`{act}` is not supported (gelu)")));
+        return Err(invalid(
+            "hidden_act",
+            format!("`{act}` is not supported (gelu)"),
+        ));
     }
     let roberta = model_type == "roberta";
     // RoBERTa numbers positions from padding_idx + 1 (`create_position_ids_from_input_ids`).
@@ -439,16 +447,23 @@ mod tests {
         let err = from_config_text(&base.replace(r#""hidden_size": 64,"#, ""), "x")
             .expect_err("missing")
             .to_string();
-        assert!(err.contains("hidden_size") && err.contains("missing"), "{err}");
+        assert!(
+            err.contains("hidden_size") && err.contains("missing"),
+            "{err}"
+        );
         let err = from_config_text(&base.replace("1000", "\"big\""), "x")
             .expect_err("wrong type")
             .to_string();
         assert!(err.contains("vocab_size"), "{err}");
         let bad = base.replace("}", r#", "tie_word_embeddings": "yes"}"#);
-        let err = from_config_text(&bad, "x").expect_err("wrong type").to_string();
+        let err = from_config_text(&bad, "x")
+            .expect_err("wrong type")
+            .to_string();
         assert!(err.contains("tie_word_embeddings"), "{err}");
         let bad = base.replace("}", r#", "hidden_act": "mish"}"#);
-        let err = from_config_text(&bad, "x").expect_err("unknown act").to_string();
+        let err = from_config_text(&bad, "x")
+            .expect_err("unknown act")
+            .to_string();
         assert!(err.contains("hidden_act"), "{err}");
     }
 

@@ -71,7 +71,14 @@ pub fn head_dim(p: &LlamaParams) -> u64 {
         .unwrap_or(p.hidden_size / p.num_attention_heads.max(1))
 }
 
-fn norm(b: &mut GraphBuilder, p: &LlamaParams, x: TensorId, rows: u64, dim: u64, name: &str) -> TensorId {
+fn norm(
+    b: &mut GraphBuilder,
+    p: &LlamaParams,
+    x: TensorId,
+    rows: u64,
+    dim: u64,
+    name: &str,
+) -> TensorId {
     let w: ParamId = b.param(dim, None);
     let n = rows.saturating_mul(dim);
     if p.gemma {
@@ -83,7 +90,13 @@ fn norm(b: &mut GraphBuilder, p: &LlamaParams, x: TensorId, rows: u64, dim: u64,
 
 /// A linear layer reading `x` and writing `out` of `elems` elements (a slice of a fused
 /// projection reads the fused tensor).
-fn activation(b: &mut GraphBuilder, p: &LlamaParams, x: TensorId, elems: u64, name: &str) -> TensorId {
+fn activation(
+    b: &mut GraphBuilder,
+    p: &LlamaParams,
+    x: TensorId,
+    elems: u64,
+    name: &str,
+) -> TensorId {
     let op = match p.hidden_act.as_deref() {
         Some("gelu_new") => Op::GeluNewPython,
         Some("gelu_pytorch_tanh" | "gelu") => Op::Pointwise {
@@ -140,8 +153,20 @@ fn softcapped_attention(
     let s = softcap(b, s, &format!("{name}.softcap"));
     let mask = b.constant(a.seq * a.seq, &format!("{name}.mask"));
     let s = b.binary(s, mask, Pointwise::Add, false, &format!("{name}.add_mask"));
-    let pr = b.op(Op::Softmax { fp32: true }, &[s], scores, &[], &format!("{name}.softmax"));
-    let pr = b.op(Op::ToComputeDtype, &[pr], scores, &[], &format!("{name}.cast"));
+    let pr = b.op(
+        Op::Softmax { fp32: true },
+        &[s],
+        scores,
+        &[],
+        &format!("{name}.softmax"),
+    );
+    let pr = b.op(
+        Op::ToComputeDtype,
+        &[pr],
+        scores,
+        &[],
+        &format!("{name}.cast"),
+    );
     let pr = b.dropout(pr, a.dropout, false, &format!("{name}.dropout"));
     let o = b.op(
         Op::Matmul {
@@ -215,8 +240,22 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
             (q, k, v)
         };
         let (q, k) = if p.qk_norm {
-            let q = norm(&mut b, p, q, seq * p.num_attention_heads, hd, "self_attn.q_norm");
-            let k = norm(&mut b, p, k, seq * p.num_key_value_heads, hd, "self_attn.k_norm");
+            let q = norm(
+                &mut b,
+                p,
+                q,
+                seq * p.num_attention_heads,
+                hd,
+                "self_attn.q_norm",
+            );
+            let k = norm(
+                &mut b,
+                p,
+                k,
+                seq * p.num_key_value_heads,
+                hd,
+                "self_attn.k_norm",
+            );
             (q, k)
         } else {
             (q, k)
