@@ -166,6 +166,21 @@ pub fn family_label(p: &Preset) -> String {
     imported.unwrap_or_else(|| p.spec.family().to_string())
 }
 
+/// The name of an imported config file: its folder (the model repository) when the file is
+/// called `config.json`, else the file stem.
+pub fn name_for_path(path: &std::path::Path) -> String {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
+    if stem == "config"
+        && let Some(dir) = path
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|d| d.to_str())
+    {
+        return dir.to_string();
+    }
+    stem.to_string()
+}
+
 /// Parses a `config.json` text into a preset named `name`.
 pub fn from_config_text(text: &str, name: &str) -> Result<Preset, ModelError> {
     let v: Value = serde_json::from_str(text)
