@@ -333,13 +333,23 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
     };
     let gemma = model_type.starts_with("gemma");
     // Gemma configs name the activation `hidden_activation` (transformers reads that first).
-    let act = if gemma {
-        // Gemma reads `hidden_activation`; a legacy `hidden_act: "gelu"` is replaced by the
-        // tanh form with a warning, so only `hidden_activation` counts.
-        k.str_or("hidden_activation", d.act)?
+    // Gemma reads `hidden_activation`; a legacy `hidden_act: "gelu"` is replaced by the tanh
+    // form with a warning, so only `hidden_activation` counts.
+    let act_key = if gemma {
+        "hidden_activation"
     } else {
-        k.str_or("hidden_act", d.act)?
+        "hidden_act"
     };
+    let act = k.str_or(act_key, d.act)?;
+    if !super::families::decoder::ACTIVATIONS.contains(&act.as_str()) {
+        return Err(invalid(
+            act_key,
+            format!(
+                "`{act}` is not supported ({})",
+                super::families::decoder::ACTIVATIONS.join(", ")
+            ),
+        ));
+    }
     let head_dim = match model_type {
         // Llama and Phi-3 derive it; Mistral's `head_dim: null` means derived as well.
         "phi3" => None,
@@ -418,7 +428,9 @@ fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
     if max_pos <= offset {
         return Err(invalid(
             "max_position_embeddings",
-            format!("{max_pos} leaves no position after the padding offset {offset}"),
+            format!(
+                "{max_pos} leaves no position after the padding offset {offset} (pad_token_id + 1)"
+            ),
         ));
     }
     Ok(BertParams {
