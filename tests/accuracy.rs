@@ -139,14 +139,9 @@ fn hf_import_within_targets_per_model_type() {
     let mut types: Vec<&str> = rows.iter().map(|r| r.family.as_str()).collect();
     types.sort_unstable();
     types.dedup();
-    assert_eq!(
-        types,
-        vramlab::model::hf::SUPPORTED
-            .iter()
-            .copied()
-            .collect::<Vec<_>>()
-            .tap_sorted()
-    );
+    let mut supported = vramlab::model::hf::SUPPORTED.to_vec();
+    supported.sort_unstable();
+    assert_eq!(types, supported);
     for t in types {
         let fam: Vec<_> = rows.iter().filter(|r| r.family == t).collect();
         assert!(fam.len() >= 16, "{t}: only {} rows", fam.len());
@@ -186,16 +181,5 @@ fn trainer_loop_presets_within_targets() {
     for r in &rows {
         assert!(r.config.contains("trainer-loop"), "{}", r.config);
         assert!(r.allocated_error().abs() <= 2.0, "{} {}", r.model, r.config);
-    }
-}
-
-trait TapSorted {
-    fn tap_sorted(self) -> Self;
-}
-
-impl TapSorted for Vec<&str> {
-    fn tap_sorted(mut self) -> Self {
-        self.sort_unstable();
-        self
     }
 }
