@@ -181,3 +181,20 @@ fn framework_exports_release_the_output() {
     assert!(doc.contains("\"model_type\": \"qwen2\""), "{doc}");
     assert!(doc.contains("\"loop\": \"plain\""), "{doc}");
 }
+
+/// `vramlab bench --engine torch` hands the runner the loop shape and the imported model
+/// (its `model_type` travels in the preset; the runner rebuilds the config.json from it).
+#[test]
+fn torch_engine_config_line_carries_the_loop_and_model_type() {
+    let text = std::fs::read_to_string(format!("{DIR}/Qwen3-0.6B.json")).expect("config");
+    let preset = hf::from_config_text(&text, "Qwen3-0.6B").expect("import");
+    let cfg = TrainConfig {
+        loop_shape: LoopShape::Trainer,
+        ..TrainConfig::default()
+    };
+    let line = vramlab::bench::torch::config_line(&preset, &cfg, 256, 2).expect("line");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(v["loop"], "trainer");
+    assert_eq!(v["model"]["params"]["model_type"], "qwen3");
+    assert_eq!(v["seq"], 256);
+}

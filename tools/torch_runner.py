@@ -240,6 +240,9 @@ def versions():
 def load_preset(ref):
     """`ref` is a preset id (presets/models/<id>.json) or a path to a preset json."""
     if isinstance(ref, dict):
+        if ref.get("family") in ("llama", "bert") and "model_type" in ref.get("params", {}):
+            # a config.json imported by vramlab (`vramlab bench --model config.json`)
+            return hf_preset(hf_config_from_params(ref["params"]), ref.get("id", "imported"))
         return ref
     path = ref if (ref.endswith(".json") or os.sep in ref) and os.path.exists(ref) else None
     if path is None:
@@ -249,6 +252,26 @@ def load_preset(ref):
     if "model_type" in doc and "family" not in doc:
         return hf_preset(doc, path)
     return doc
+
+
+# vramlab's option fields of an imported decoder / BERT: implied by model_type, not config keys
+VRAMLAB_ONLY = ("model_type", "qkv_bias", "qk_norm", "gemma", "sandwich_norm", "fused_projections",
+                "position_offset", "hidden_act")
+
+
+def hf_config_from_params(params):
+    """The config.json fields of a preset imported by vramlab's HF import (inverse mapping)."""
+    mt = params["model_type"]
+    cfg = {k: v for k, v in params.items() if k not in VRAMLAB_ONLY}
+    cfg["model_type"] = mt
+    if "hidden_act" in params:
+        cfg["hidden_activation" if mt.startswith("gemma") else "hidden_act"] = params["hidden_act"]
+    if mt == "roberta":
+        cfg["pad_token_id"] = params.get("position_offset", 2) - 1
+    if mt.startswith("gemma"):
+        cfg.setdefault("attn_logit_softcapping", None)
+        cfg.setdefault("final_logit_softcapping", None)
+    return cfg
 
 
 def hf_preset(cfg, path):
