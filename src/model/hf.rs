@@ -7,7 +7,9 @@
 
 use serde_json::{Map, Value};
 
-use super::families::{bert::BertParams, gpt2::Gpt2Params, llama::LlamaParams};
+use super::families::{
+    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams,
+};
 use super::preset::{InputSpec, ModelSpec, Preset};
 use super::{ModelError, check_positive};
 
@@ -22,6 +24,7 @@ pub const SUPPORTED: &[&str] = &[
     "gemma3_text",
     "phi3",
     "gpt2",
+    "gpt_neox",
     "bert",
     "roberta",
 ];
@@ -209,6 +212,7 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
             ModelSpec::Llama(decoder_params(&k, &model_type)?)
         }
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
+        "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
         "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
         "gemma3" => {
             return Err(invalid(
@@ -231,6 +235,7 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
     let max_pos = match &spec {
         ModelSpec::Llama(p) => p.max_position_embeddings,
         ModelSpec::Gpt2(p) => p.n_positions,
+        ModelSpec::GptNeox(p) => p.max_position_embeddings,
         ModelSpec::Bert(p) => p.max_position_embeddings - p.position_offset,
         _ => DEFAULT_SEQ,
     };
@@ -406,6 +411,23 @@ fn gpt2_params(k: &Keys) -> Result<Gpt2Params, ModelError> {
         embd_pdrop: k.f64_or("embd_pdrop", 0.1)?,
         attn_pdrop: k.f64_or("attn_pdrop", 0.1)?,
         tie_word_embeddings: k.bool_or("tie_word_embeddings", true)?,
+    })
+}
+
+fn gpt_neox_params(k: &Keys) -> Result<GptNeoxParams, ModelError> {
+    Ok(GptNeoxParams {
+        vocab_size: k.req("vocab_size")?,
+        hidden_size: k.req("hidden_size")?,
+        num_hidden_layers: k.req("num_hidden_layers")?,
+        num_attention_heads: k.req("num_attention_heads")?,
+        intermediate_size: k.req("intermediate_size")?,
+        max_position_embeddings: k.u64_or("max_position_embeddings", Some(2048))?,
+        use_parallel_residual: k.bool_or("use_parallel_residual", true)?,
+        attention_bias: k.bool_or("attention_bias", true)?,
+        tie_word_embeddings: k.bool_or("tie_word_embeddings", false)?,
+        hidden_dropout: k.f64_or("hidden_dropout", 0.0)?,
+        attention_dropout: k.f64_or("attention_dropout", 0.0)?,
+        hidden_act: k.str_or("hidden_act", "gelu")?,
     })
 }
 
