@@ -135,6 +135,7 @@ fn hf_import_within_targets_per_model_type() {
     let rows = rows(&[
         "tests/data/hf_import.jsonl",
         "tests/data/hf_import_probe.jsonl",
+        "tests/data/hf_import_neox.jsonl",
     ]);
     let mut types: Vec<&str> = rows.iter().map(|r| r.family.as_str()).collect();
     types.sort_unstable();

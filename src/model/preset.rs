@@ -5,8 +5,7 @@ use serde_json::Value;
 
 use super::families::transformer::AttnImpl;
 use super::families::{
-    bert, convnext, efficientnet, gpt_neox, gpt2, llama, mobilenet, resnet, segmentation, unet,
-    vit,
+    bert, convnext, efficientnet, gpt_neox, gpt2, llama, mobilenet, resnet, segmentation, unet, vit,
 };
 use super::{Graph, ModelError, check_positive};
 

@@ -111,7 +111,13 @@ pub fn build(p: &GptNeoxParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelE
         let q = b.op(Op::Rope, &[qkv], seq * c, &[], "rope_q");
         let k = b.op(Op::Rope, &[qkv], seq * c, &[], "rope_k");
         let kc = b.op(Op::CacheAppend, &[k], seq * c, &[], "attention.cache_k");
-        let vc = b.op(Op::CacheAppend, &[qkv, k], seq * c, &[], "attention.cache_v");
+        let vc = b.op(
+            Op::CacheAppend,
+            &[qkv, k],
+            seq * c,
+            &[],
+            "attention.cache_v",
+        );
         let a = attention(&mut b, &[q, kc, vc], shape, imp, "attention");
         let a = b.linear(a, seq, c, c, p.attention_bias, "attention.dense");
         let a = b.dropout(a, pd, false, "post_attention_dropout");
