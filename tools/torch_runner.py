@@ -20,11 +20,16 @@ Modes
                                                           lines (vramlab's PyTorch bench engine)
 
 Measurement config (one JSON object per line):
-  {"model": id or path to a preset .json, "batch": N,
+  {"model": id or path to a preset .json or a Hugging Face config.json, "batch": N,
    "image": px (image models) | "seq": len (token models)   -- default: the preset's input,
    "precision": "fp32" | "amp-fp16" | "amp-bf16" | "bf16",   -- default fp32
    "optimizer": "sgd" | "sgd-momentum" | "adam" | "adamw" | "adafactor",   -- default adamw
-   "accum": 1, "checkpointing": false, "attention": "sdpa" | "eager"}
+   "accum": 1, "checkpointing": false, "attention": "sdpa" | "eager",
+   "loop": "plain" | "trainer"}   -- default plain (see the loop below)
+
+A config.json (a JSON object with "model_type", no "family") is built with
+AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
+(AutoModelForMaskedLM for bert/roberta), random init, nothing downloaded.
 
 The measured training step (the Rust planner models exactly this loop)
 ----------------------------------------------------------------------
@@ -52,6 +57,8 @@ The measured training step (the Rust planner models exactly this loop)
           with torch.autocast("cuda", dtype=fp16|bf16, enabled=amp):
               out = model(x)                    # HF: out = model(input_ids=x, labels=y); loss = out.loss
               loss = F.cross_entropy(logits, y)  # vision; segmentation uses out["out"]
+              # loop "trainer": loss = model(input_ids=x, labels=y).loss (vision:
+              # F.cross_entropy(model(x), y)): no `out` is kept, as HF Trainer / Lightning
               loss = loss / accum
           # measured step, last micro-step: synchronize; allocated_after_forward = memory_allocated()
           scaler.scale(loss).backward() if amp-fp16 else loss.backward()
