@@ -139,3 +139,62 @@ fn cli_errors_name_the_key_or_the_model_type() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `.vramlab.json` files written before the loop setting have no `loop` key: they were
+/// planned with the output kept alive, and still are.
+#[test]
+fn old_vramlab_files_mean_the_plain_loop() {
+    use vramlab_core::export::VramlabConfig;
+    let preset = vramlab_core::model::preset::find_builtin("gpt2").expect("gpt2");
+    let trainer = TrainConfig {
+        loop_shape: LoopShape::Trainer,
+        ..TrainConfig::default()
+    };
+    let doc = VramlabConfig::new(&preset, false, trainer, "h200", 0.05, None).to_json();
+    assert!(doc.contains("\"loop\": \"trainer\""), "{doc}");
+    let back = VramlabConfig::from_bytes(doc.as_bytes()).expect("parse");
+    assert_eq!(back.training.loop_shape, LoopShape::Trainer);
+    let old = doc.replace(",\n    \"loop\": \"trainer\"", "");
+    assert!(!old.contains("loop"), "{old}");
+    let back = VramlabConfig::from_bytes(old.as_bytes()).expect("parse old");
+    assert_eq!(back.training.loop_shape, LoopShape::Plain);
+    let bad = doc.replace("\"loop\": \"trainer\"", "\"loop\": \"lightning\"");
+    let err = VramlabConfig::from_bytes(bad.as_bytes())
+        .expect_err("bad loop")
+        .to_string();
+    assert!(err.contains("lightning"), "{err}");
+}
+
+#[test]
+fn framework_exports_release_the_output() {
+    let path = format!("{DIR}/Qwen2.5-0.5B.json");
+    let (ok, py, err) = vramlab(&[
+        "export", "--format", "pytorch", "--model", &path, "--batch", "2", "--seq", "256",
+    ]);
+    assert!(ok, "{err}");
+    assert!(py.contains("loss = criterion(model("), "{py}");
+    let (ok, doc, err) = vramlab(&[
+        "export", "--format", "vramlab", "--model", &path, "--batch", "2", "--seq", "256",
+    ]);
+    assert!(ok, "{err}");
+    // The imported model travels as a custom preset and plans again from the file.
+    assert!(doc.contains("\"model_type\": \"qwen2\""), "{doc}");
+    assert!(doc.contains("\"loop\": \"plain\""), "{doc}");
+}
+
+/// `vramlab bench --engine torch` hands the runner the loop shape and the imported model
+/// (its `model_type` travels in the preset; the runner rebuilds the config.json from it).
+#[test]
+fn torch_engine_config_line_carries_the_loop_and_model_type() {
+    let text = std::fs::read_to_string(format!("{DIR}/Qwen3-0.6B.json")).expect("config");
+    let preset = hf::from_config_text(&text, "Qwen3-0.6B").expect("import");
+    let cfg = TrainConfig {
+        loop_shape: LoopShape::Trainer,
+        ..TrainConfig::default()
+    };
+    let line = vramlab_device::bench::torch::config_line(&preset, &cfg, 256, 2).expect("line");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(v["loop"], "trainer");
+    assert_eq!(v["model"]["params"]["model_type"], "qwen3");
+    assert_eq!(v["seq"], 256);
+}

@@ -20,11 +20,16 @@ Modes
                                                           lines (vramlab's PyTorch bench engine)
 
 Measurement config (one JSON object per line):
-  {"model": id or path to a preset .json, "batch": N,
+  {"model": id or path to a preset .json or a Hugging Face config.json, "batch": N,
    "image": px (image models) | "seq": len (token models)   -- default: the preset's input,
    "precision": "fp32" | "amp-fp16" | "amp-bf16" | "bf16",   -- default fp32
    "optimizer": "sgd" | "sgd-momentum" | "adam" | "adamw" | "adafactor",   -- default adamw
-   "accum": 1, "checkpointing": false, "attention": "sdpa" | "eager"}
+   "accum": 1, "checkpointing": false, "attention": "sdpa" | "eager",
+   "loop": "plain" | "trainer"}   -- default plain (see the loop below)
+
+A config.json (a JSON object with "model_type", no "family") is built with
+AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
+(AutoModelForMaskedLM for bert/roberta), random init, nothing downloaded.
 
 The measured training step (the Rust planner models exactly this loop)
 ----------------------------------------------------------------------
@@ -52,6 +57,8 @@ The measured training step (the Rust planner models exactly this loop)
           with torch.autocast("cuda", dtype=fp16|bf16, enabled=amp):
               out = model(x)                    # HF: out = model(input_ids=x, labels=y); loss = out.loss
               loss = F.cross_entropy(logits, y)  # vision; segmentation uses out["out"]
+              # loop "trainer": loss = model(input_ids=x, labels=y).loss (vision:
+              # F.cross_entropy(model(x), y)): no `out` is kept, as HF Trainer / Lightning
               loss = loss / accum
           # measured step, last micro-step: synchronize; allocated_after_forward = memory_allocated()
           scaler.scale(loss).backward() if amp-fp16 else loss.backward()
@@ -240,6 +247,9 @@ def versions():
 def load_preset(ref):
     """`ref` is a preset id (presets/models/<id>.json) or a path to a preset json."""
     if isinstance(ref, dict):
+        if ref.get("family") in ("llama", "bert") and "model_type" in ref.get("params", {}):
+            # a config.json imported by vramlab (`vramlab bench --model config.json`)
+            return hf_preset(hf_config_from_params(ref["params"]), ref.get("id", "imported"))
         return ref
     path = ref if (ref.endswith(".json") or os.sep in ref) and os.path.exists(ref) else None
     if path is None:
@@ -249,6 +259,26 @@ def load_preset(ref):
     if "model_type" in doc and "family" not in doc:
         return hf_preset(doc, path)
     return doc
+
+
+# vramlab's option fields of an imported decoder / BERT: implied by model_type, not config keys
+VRAMLAB_ONLY = ("model_type", "qkv_bias", "qk_norm", "gemma", "sandwich_norm", "fused_projections",
+                "position_offset", "hidden_act")
+
+
+def hf_config_from_params(params):
+    """The config.json fields of a preset imported by vramlab's HF import (inverse mapping)."""
+    mt = params["model_type"]
+    cfg = {k: v for k, v in params.items() if k not in VRAMLAB_ONLY}
+    cfg["model_type"] = mt
+    if "hidden_act" in params:
+        cfg["hidden_activation" if mt.startswith("gemma") else "hidden_act"] = params["hidden_act"]
+    if mt == "roberta":
+        cfg["pad_token_id"] = params.get("position_offset", 2) - 1
+    if mt.startswith("gemma"):
+        cfg.setdefault("attn_logit_softcapping", None)
+        cfg.setdefault("final_logit_softcapping", None)
+    return cfg
 
 
 def hf_preset(cfg, path):

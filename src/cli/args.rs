@@ -71,27 +71,15 @@ pub fn load_model(name: &str) -> Result<Preset> {
     if name.ends_with(".json") || path.exists() {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading preset file {}", path.display()))?;
-        if let Some(p) = vramlab_core::model::hf::from_text_if_hf(&text, &hf_name(path)) {
+        if let Some(p) = vramlab_core::model::hf::from_text_if_hf(
+            &text,
+            &vramlab_core::model::hf::name_for_path(path),
+        ) {
             return p.with_context(|| format!("Hugging Face config {}", path.display()));
         }
         return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
     }
     Ok(find_builtin(name)?)
-}
-
-/// The name of an imported `config.json`: its folder (the model repository) when the file
-/// is called `config.json`, else the file stem.
-fn hf_name(path: &Path) -> String {
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
-    if stem == "config"
-        && let Some(dir) = path
-            .parent()
-            .and_then(|d| d.file_name())
-            .and_then(|d| d.to_str())
-    {
-        return dir.to_string();
-    }
-    stem.to_string()
 }
 
 /// A catalog GPU by id; an empty id is refused (a partial-id match would pick any GPU).

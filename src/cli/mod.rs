@@ -462,7 +462,12 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
             a.format
         )
     })?;
-    let (preset, cfg, gpu, budget, custom) = resolve(&a.train, a.batch)?;
+    let (preset, mut cfg, gpu, budget, custom) = resolve(&a.train, a.batch)?;
+    // HF Trainer, Lightning and the exported PyTorch loop release the model output before
+    // backward: what they run is the trainer loop shape, whatever was planned.
+    if let Some(loop_shape) = vramlab_core::export::frameworks::implied_loop(format) {
+        cfg.loop_shape = loop_shape;
+    }
     let plan = Planner::new(&preset, &cfg)?.plan(cfg.batch)?;
     let doc = vramlab_core::export::VramlabConfig::new(
         &preset,

@@ -231,3 +231,78 @@ proptest! {
         }
     }
 }
+
+// ---- Hugging Face config.json import (issue 15) ----------------------------------------
+
+fn hf_configs() -> Vec<(String, Value)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/hf_configs");
+    let mut out: Vec<(String, Value)> = std::fs::read_dir(dir)
+        .expect("hf_configs")
+        .map(|e| {
+            let path = e.expect("entry").path();
+            let text = std::fs::read_to_string(&path).expect("config");
+            let name = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("x")
+                .to_string();
+            (name, serde_json::from_str(&text).expect("json"))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+static HF_CONFIGS: std::sync::LazyLock<Vec<(String, Value)>> = std::sync::LazyLock::new(hf_configs);
+
+proptest! {
+    #![proptest_config(Config { cases: 600, failure_persistence: None, ..Config::default() })]
+
+    /// One key of a real config.json replaced by a value of another type or range, removed,
+    /// or an unknown key added: the import never panics, an error names the key, and what
+    /// imports also plans.
+    #[test]
+    fn mutated_hf_configs_fail_naming_the_key(
+        pick in any::<prop::sample::Index>(),
+        key_pick in any::<prop::sample::Index>(),
+        m in mutation(),
+    ) {
+        let (name, doc) = pick.get(&HF_CONFIGS);
+        let mut doc = doc.clone();
+        let obj = doc.as_object_mut().expect("object");
+        let keys: Vec<String> = obj.keys().cloned().collect();
+        let key = key_pick.get(&keys).clone();
+        match &m {
+            Mutation::Replace(v) => { obj.insert(key.clone(), v.clone()); }
+            Mutation::Remove => { obj.remove(&key); }
+            Mutation::AddUnknown => { obj.insert(UNKNOWN.into(), json!(1)); }
+        }
+        let text = serde_json::to_string(&doc).expect("serialises");
+        match vramlab_core::model::hf::from_config_text(&text, name) {
+            Ok(preset) => {
+                let cfg = TrainConfig { batch: 1, size: Some(8), ..TrainConfig::default() };
+                let _ = vramlab_core::plan::Planner::new(&preset, &cfg).and_then(|p| p.peaks(1));
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(
+                    !matches!(m, Mutation::AddUnknown),
+                    "unknown keys are ignored, as transformers does: {msg}"
+                );
+                prop_assert!(msg.contains(&key), "{name}: error for `{key}` ({m:?}) does not name it: {msg}");
+            }
+        }
+    }
+
+    /// Arbitrary text never panics the import.
+    #[test]
+    fn arbitrary_text_never_panics_the_hf_import(text in ".{0,200}", model_type in "[a-z0-9_]{0,12}") {
+        let _ = vramlab_core::model::hf::from_config_text(&text, "x");
+        let doc = json!({"model_type": model_type, "vocab_size": 10, "hidden_size": 8,
+            "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "n_embd": 8, "n_layer": 1, "n_head": 2});
+        if let Err(e) = vramlab_core::model::hf::from_config(&doc, "x") {
+            prop_assert!(e.to_string().contains("model_type"), "{e}");
+        }
+    }
+}

@@ -23,8 +23,9 @@ use vramlab_core::units::Bytes;
 pub type Target = fn(&[u8]);
 
 /// The fuzz targets, by the names `fuzz/Cargo.toml` gives them.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("cli_args", cli_args),
+    ("hf_config", hf_config),
     ("hostile_preset", hostile_preset),
     ("preset_json", preset_json),
     ("snapshot_pickle", snapshot_pickle),
@@ -278,5 +279,28 @@ pub fn snapshot_pickle(data: &[u8]) {
         && let Some(m) = parse_message(text)
     {
         let _ = diagnose(Some(&m), None);
+    }
+}
+
+/// Hugging Face config.json import: parse, build, plan small; never a panic.
+pub fn hf_config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(preset) = vramlab_core::model::hf::from_config_text(text, "fuzz") else {
+        return;
+    };
+    for (size, precision, checkpointing) in [
+        (Some(8), Precision::AmpBf16, false),
+        (Some(16), Precision::Fp32, true),
+    ] {
+        let cfg = TrainConfig {
+            batch: 2,
+            size,
+            precision,
+            checkpointing,
+            ..TrainConfig::default()
+        };
+        plan_small(&preset, &cfg);
     }
 }

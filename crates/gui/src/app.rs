@@ -361,25 +361,63 @@ impl VramApp {
         if open {
             self.apply(Command::OpenPlan, ctx);
         }
-        // The Doctor tab takes its own drops (messages, snapshots).
+        // The Doctor tab takes its own drops and pastes (messages, snapshots).
         let dropped = (self.tab != Tab::Doctor)
             .then(|| ctx.input(|i| i.raw.dropped_files.first().cloned()))
             .flatten();
+        let pasted = (self.tab != Tab::Doctor).then(|| {
+            ctx.input(|i| {
+                i.events.iter().find_map(|e| match e {
+                    egui::Event::Paste(t) => Some(t.clone()),
+                    _ => None,
+                })
+            })
+        });
+        // Pasted text that is a Hugging Face config.json imports that model.
+        let pasted = pasted
+            .flatten()
+            .is_some_and(|t| self.import_hf_config("pasted config.json", "pasted", &t));
         if let Some(file) = &dropped {
             let source = file.path().display().to_string();
+            let name = vramlab_core::model::hf::name_for_path(file.path());
             match file.bytes() {
                 Ok(bytes) => {
-                    if self.load_plan(&source, &bytes) {
+                    let text = std::str::from_utf8(&bytes).unwrap_or_default();
+                    if self.import_hf_config(&source, &name, text) {
+                        // a config.json: imported (or its error shown)
+                    } else if self.load_plan(&source, &bytes) {
                         self.state.remember_file(&source);
                     }
                 }
                 Err(e) => self.error(format!("Could not open {source}: {e}")),
             }
         }
-        if save || open || dropped.is_some() {
+        if save || open || pasted || dropped.is_some() {
             self.derived.refresh(&self.state);
             ctx.request_repaint();
         }
+    }
+
+    /// Imports `text` as the custom model when it is a Hugging Face `config.json`; false
+    /// when it is not one (then nothing changes). An invalid config shows its error.
+    pub fn import_hf_config(&mut self, source: &str, name: &str, text: &str) -> bool {
+        let Some(imported) = vramlab_core::model::hf::from_text_if_hf(text, name) else {
+            return false;
+        };
+        match imported.and_then(|p| {
+            serde_json::to_value(&p)
+                .map_err(|e| vramlab_core::model::ModelError::Malformed(e.to_string()))
+        }) {
+            Ok(doc) => {
+                self.state.custom = Some(doc);
+                self.message = Some(Message {
+                    text: format!("Imported {source}"),
+                    is_error: false,
+                });
+            }
+            Err(e) => self.error(format!("Could not import {source}: {e:#}")),
+        }
+        true
     }
 
     fn save_preset(&mut self, ctx: &egui::Context) {
@@ -405,9 +443,16 @@ impl VramApp {
             });
             return;
         };
+        let name = vramlab_core::model::hf::name_for_path(&path);
         let loaded = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
-            .and_then(|t| Preset::from_json(&t).map_err(|e| format!("{e:#}")))
+            .and_then(
+                |t| match vramlab_core::model::hf::from_text_if_hf(&t, &name) {
+                    // A Hugging Face config.json becomes the custom model too.
+                    Some(imported) => imported.map_err(|e| format!("{e:#}")),
+                    None => Preset::from_json(&t).map_err(|e| format!("{e:#}")),
+                },
+            )
             .and_then(|p| serde_json::to_value(&p).map_err(|e| e.to_string()));
         self.message = Some(match loaded {
             Ok(doc) => {

@@ -138,7 +138,7 @@ fn snapshot_doctor_tab() {
         &mut h,
         Role::TextInput,
         "Snapshot file",
-        "tests/data/doctor/fragmentation.snapshot.pickle",
+        "../../tests/data/doctor/fragmentation.snapshot.pickle",
     );
     h.run();
     h.get_by_label("Open snapshot").click();

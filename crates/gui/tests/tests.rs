@@ -3,4 +3,5 @@
 
 mod doctor;
 mod gui;
+mod gui_hf;
 mod gui_run;

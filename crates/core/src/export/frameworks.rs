@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::plan::config::{Attention, Optimizer, Precision};
+use crate::plan::config::{Attention, LoopShape, Optimizer, Precision};
 use crate::plan::{Plan, TrainConfig};
 
 /// Export formats.
@@ -190,8 +190,10 @@ fn pytorch(cfg: &TrainConfig) -> String {
     }
     s.push_str("\noptimizer.zero_grad(set_to_none=True)\nfor i, (data, target) in enumerate(dataloader):\n");
     s.push_str(&format!("    with {autocast}:\n"));
-    s.push_str("        output = model(data.to(\"cuda\"))\n");
-    s.push_str("        loss = criterion(output, target.to(\"cuda\")) / accumulation_steps\n");
+    // The output is never bound to a name: it is freed before backward (the planned
+    // `trainer` loop shape), not held through it as `output = model(x)` would.
+    s.push_str("        # output not kept: freed before backward (vramlab --loop trainer)\n");
+    s.push_str("        loss = criterion(model(data.to(\"cuda\")), target.to(\"cuda\")) / accumulation_steps\n");
     if scaler {
         s.push_str("    scaler.scale(loss).backward()\n");
     } else {
@@ -205,6 +207,16 @@ fn pytorch(cfg: &TrainConfig) -> String {
     }
     s.push_str("        optimizer.zero_grad(set_to_none=True)\n");
     s
+}
+
+/// The loop shape a framework's training loop has, where it fixes one: HF `Trainer`
+/// (`compute_loss` returns only the loss), a Lightning `training_step` returning the loss,
+/// and the PyTorch loop this module writes release the model output before backward.
+pub fn implied_loop(format: Format) -> Option<LoopShape> {
+    match format {
+        Format::HuggingFace | Format::Lightning | Format::PyTorch => Some(LoopShape::Trainer),
+        Format::Vramlab | Format::DeepSpeed | Format::Env => None,
+    }
 }
 
 /// Renders `format` for `cfg` (`vramlab_doc` is the `.vramlab.json` text for that format).
@@ -276,6 +288,10 @@ mod tests {
                 && py.contains("accumulation_steps = 4")
                 && py.contains("/ accumulation_steps")
         );
+        // The loop releases the output before backward: no `output = model(...)` binding.
+        assert!(py.contains("loss = criterion(model(") && !py.contains("output = model("));
+        assert_eq!(implied_loop(Format::HuggingFace), Some(LoopShape::Trainer));
+        assert_eq!(implied_loop(Format::DeepSpeed), None);
     }
 
     #[test]

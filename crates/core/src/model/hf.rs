@@ -7,7 +7,9 @@
 
 use serde_json::{Map, Value};
 
-use super::families::{bert::BertParams, gpt2::Gpt2Params, llama::LlamaParams};
+use super::families::{
+    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams,
+};
 use super::preset::{InputSpec, ModelSpec, Preset};
 use super::{ModelError, check_positive};
 
@@ -22,6 +24,7 @@ pub const SUPPORTED: &[&str] = &[
     "gemma3_text",
     "phi3",
     "gpt2",
+    "gpt_neox",
     "bert",
     "roberta",
 ];
@@ -166,6 +169,21 @@ pub fn family_label(p: &Preset) -> String {
     imported.unwrap_or_else(|| p.spec.family().to_string())
 }
 
+/// The name of an imported config file: its folder (the model repository) when the file is
+/// called `config.json`, else the file stem.
+pub fn name_for_path(path: &std::path::Path) -> String {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
+    if stem == "config"
+        && let Some(dir) = path
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|d| d.to_str())
+    {
+        return dir.to_string();
+    }
+    stem.to_string()
+}
+
 /// Parses a `config.json` text into a preset named `name`.
 pub fn from_config_text(text: &str, name: &str) -> Result<Preset, ModelError> {
     let v: Value = serde_json::from_str(text)
@@ -194,6 +212,7 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
             ModelSpec::Llama(decoder_params(&k, &model_type)?)
         }
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
+        "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
         "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
         "gemma3" => {
             return Err(invalid(
@@ -216,6 +235,7 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
     let max_pos = match &spec {
         ModelSpec::Llama(p) => p.max_position_embeddings,
         ModelSpec::Gpt2(p) => p.n_positions,
+        ModelSpec::GptNeox(p) => p.max_position_embeddings,
         ModelSpec::Bert(p) => p.max_position_embeddings - p.position_offset,
         _ => DEFAULT_SEQ,
     };
@@ -318,13 +338,23 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
     };
     let gemma = model_type.starts_with("gemma");
     // Gemma configs name the activation `hidden_activation` (transformers reads that first).
-    let act = if gemma {
-        // Gemma reads `hidden_activation`; a legacy `hidden_act: "gelu"` is replaced by the
-        // tanh form with a warning, so only `hidden_activation` counts.
-        k.str_or("hidden_activation", d.act)?
+    // Gemma reads `hidden_activation`; a legacy `hidden_act: "gelu"` is replaced by the tanh
+    // form with a warning, so only `hidden_activation` counts.
+    let act_key = if gemma {
+        "hidden_activation"
     } else {
-        k.str_or("hidden_act", d.act)?
+        "hidden_act"
     };
+    let act = k.str_or(act_key, d.act)?;
+    if !super::families::decoder::ACTIVATIONS.contains(&act.as_str()) {
+        return Err(invalid(
+            act_key,
+            format!(
+                "`{act}` is not supported ({})",
+                super::families::decoder::ACTIVATIONS.join(", ")
+            ),
+        ));
+    }
     let head_dim = match model_type {
         // Llama and Phi-3 derive it; Mistral's `head_dim: null` means derived as well.
         "phi3" => None,
@@ -384,6 +414,23 @@ fn gpt2_params(k: &Keys) -> Result<Gpt2Params, ModelError> {
     })
 }
 
+fn gpt_neox_params(k: &Keys) -> Result<GptNeoxParams, ModelError> {
+    Ok(GptNeoxParams {
+        vocab_size: k.req("vocab_size")?,
+        hidden_size: k.req("hidden_size")?,
+        num_hidden_layers: k.req("num_hidden_layers")?,
+        num_attention_heads: k.req("num_attention_heads")?,
+        intermediate_size: k.req("intermediate_size")?,
+        max_position_embeddings: k.u64_or("max_position_embeddings", Some(2048))?,
+        use_parallel_residual: k.bool_or("use_parallel_residual", true)?,
+        attention_bias: k.bool_or("attention_bias", true)?,
+        tie_word_embeddings: k.bool_or("tie_word_embeddings", false)?,
+        hidden_dropout: k.f64_or("hidden_dropout", 0.0)?,
+        attention_dropout: k.f64_or("attention_dropout", 0.0)?,
+        hidden_act: k.str_or("hidden_act", "gelu")?,
+    })
+}
+
 fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
     let act = k.str_or("hidden_act", "gelu")?;
     if act != "gelu" {
@@ -395,7 +442,9 @@ fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
     let roberta = model_type == "roberta";
     // RoBERTa numbers positions from padding_idx + 1 (`create_position_ids_from_input_ids`).
     let offset = if roberta {
-        k.u64_or("pad_token_id", Some(1))? + 1
+        let pad = k.u64_or("pad_token_id", Some(1))?;
+        pad.checked_add(1)
+            .ok_or_else(|| invalid("pad_token_id", format!("{pad} is too large")))?
     } else {
         0
     };
@@ -403,7 +452,9 @@ fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
     if max_pos <= offset {
         return Err(invalid(
             "max_position_embeddings",
-            format!("{max_pos} leaves no position after the padding offset {offset}"),
+            format!(
+                "{max_pos} leaves no position after the padding offset {offset} (pad_token_id + 1)"
+            ),
         ));
     }
     Ok(BertParams {

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::families::transformer::AttnImpl;
 use super::families::{
-    bert, convnext, efficientnet, gpt2, llama, mobilenet, resnet, segmentation, unet, vit,
+    bert, convnext, efficientnet, gpt_neox, gpt2, llama, mobilenet, resnet, segmentation, unet, vit,
 };
 use super::{Graph, ModelError, check_positive};
 
@@ -22,6 +22,7 @@ pub const FAMILIES: &[&str] = &[
     "gpt2",
     "bert",
     "llama",
+    "gpt_neox",
 ];
 
 /// Builder parameters of one model family.
@@ -39,6 +40,7 @@ pub enum ModelSpec {
     Gpt2(gpt2::Gpt2Params),
     Bert(bert::BertParams),
     Llama(llama::LlamaParams),
+    GptNeox(gpt_neox::GptNeoxParams),
 }
 
 /// What the model consumes per sample.
@@ -170,6 +172,7 @@ impl ModelSpec {
             "gpt2" => ModelSpec::Gpt2(params(p)?),
             "bert" => ModelSpec::Bert(params(p)?),
             "llama" => ModelSpec::Llama(params(p)?),
+            "gpt_neox" => ModelSpec::GptNeox(params(p)?),
             other => return Err(ModelError::UnknownFamily(other.to_string())),
         })
     }
@@ -188,6 +191,7 @@ impl ModelSpec {
             ModelSpec::Gpt2(_) => "gpt2",
             ModelSpec::Bert(_) => "bert",
             ModelSpec::Llama(_) => "llama",
+            ModelSpec::GptNeox(_) => "gpt_neox",
         }
     }
 
@@ -204,6 +208,7 @@ impl ModelSpec {
             ModelSpec::Gpt2(p) => p.validate(),
             ModelSpec::Bert(p) => p.validate(),
             ModelSpec::Llama(p) => p.validate(),
+            ModelSpec::GptNeox(p) => p.validate(),
         }
     }
 }
@@ -266,7 +271,10 @@ impl Preset {
                 check_positive("input.channels", channels)?;
                 if matches!(
                     self.spec,
-                    ModelSpec::Gpt2(_) | ModelSpec::Bert(_) | ModelSpec::Llama(_)
+                    ModelSpec::Gpt2(_)
+                        | ModelSpec::Bert(_)
+                        | ModelSpec::Llama(_)
+                        | ModelSpec::GptNeox(_)
                 ) {
                     return Err(ModelError::Invalid {
                         field: "input.kind".into(),
@@ -278,7 +286,10 @@ impl Preset {
                 check_positive("input.seq_len", seq_len)?;
                 if !matches!(
                     self.spec,
-                    ModelSpec::Gpt2(_) | ModelSpec::Bert(_) | ModelSpec::Llama(_)
+                    ModelSpec::Gpt2(_)
+                        | ModelSpec::Bert(_)
+                        | ModelSpec::Llama(_)
+                        | ModelSpec::GptNeox(_)
                 ) {
                     return Err(ModelError::Invalid {
                         field: "input.kind".into(),
@@ -315,6 +326,7 @@ impl Preset {
             ModelSpec::Gpt2(p) => gpt2::build(p, size, attention),
             ModelSpec::Bert(p) => bert::build(p, size, attention),
             ModelSpec::Llama(p) => llama::build(p, size, attention),
+            ModelSpec::GptNeox(p) => gpt_neox::build(p, size, attention),
         }?;
         super::check_graph_size(&graph)?;
         Ok(graph)

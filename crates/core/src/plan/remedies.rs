@@ -120,8 +120,9 @@ pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, Stri
         let mut c = *cfg;
         c.loop_shape = LoopShape::Trainer;
         out.push((
-            "Release the model output before backward",
-            "`loss = model(**batch).loss` (or `del out` before `loss.backward()`): the logits \
+            "Release output before backward",
+            "Release the model output before backward: `loss = model(**batch).loss` (or `del out` \
+             before `loss.backward()`); the logits \
              are freed before backward instead of living through it."
                 .to_string(),
             c,

@@ -299,6 +299,7 @@ pub fn config_line(preset: &Preset, cfg: &TrainConfig, size: u64, batch: u64) ->
         "accum": cfg.accum,
         "checkpointing": cfg.checkpointing,
         "attention": cfg.attention.as_str(),
+        "loop": cfg.loop_shape.as_str(),
     });
     let key = if preset.input.is_tokens() {
         "seq"

@@ -2,6 +2,7 @@
 
 use egui::{DragValue, Ui};
 
+use vramlab_core::plan::config::LoopShape;
 use vramlab_core::plan::{Attention, Optimizer, Precision, TrainConfig};
 
 use super::derived::BATCH_LIMIT;
@@ -151,6 +152,15 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
                 .changed();
         });
     }
+    ui.horizontal(|ui| {
+        ui.label("Training loop").on_hover_text(tips::LOOP);
+        for l in LoopShape::ALL {
+            changed |= ui
+                .radio_value(&mut cfg.loop_shape, l, l.as_str())
+                .on_hover_text(tips::LOOP)
+                .changed();
+        }
+    });
     changed |= ui
         .checkbox(
             &mut cfg.allocator.expandable_segments,

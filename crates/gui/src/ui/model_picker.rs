@@ -134,7 +134,7 @@ pub(crate) fn model_ui(
         }
         if ui
             .button("Open preset…")
-            .on_hover_text("Load a preset JSON file as a custom model.")
+            .on_hover_text("Load a preset JSON file, or a Hugging Face config.json, as a custom model (you can also drop a config.json on the window or paste its text).")
             .clicked()
         {
             emit(cmd, Command::OpenPreset);

@@ -5,6 +5,7 @@ pub mod convnext;
 pub mod decoder;
 pub mod efficientnet;
 pub mod gpt2;
+pub mod gpt_neox;
 pub mod llama;
 pub mod mobilenet;
 pub mod resnet;

@@ -320,7 +320,10 @@ impl Sim<'_> {
             if k == 0 && low.is_some() {
                 self.workspace(r.conv_ws.filter);
             }
-            if first_micro && self.param_grad[p].is_none() {
+            let becomes_grad = first_micro && self.param_grad[p].is_none();
+            if self.param_uses[p] > 1 {
+                self.shared_param_grad(p, bytes, becomes_grad, low.is_some());
+            } else if becomes_grad {
                 let b = self.alloc(0, bytes, Category::Gradients, 1);
                 self.param_grad[p] = Some(b);
             } else {
@@ -333,6 +336,53 @@ impl Sim<'_> {
             if let Some(l) = low {
                 self.release(l);
             }
+        }
+    }
+
+    /// One gradient contribution to a parameter used by several ops (tied embeddings: the
+    /// LM head, then the embedding). Autograd sums the contributions in the `AccumulateGrad`
+    /// node's input buffer and hands the sum to `.grad` once the last one has arrived.
+    /// `InputBuffer::accumulate` adds into the first contribution in place only when it is a
+    /// plain tensor it alone holds: the fp32 gradient of autocast's weight copy is one, the
+    /// transposed view a linear layer's weight gradient arrives as is not, and then the sum
+    /// `old + new` is a third tensor of the weight's size (allocator histories of tied Gemma
+    /// and Llama 3.2 heads in fp32 and bf16, and under AMP, H200, PyTorch 2.11).
+    fn shared_param_grad(&mut self, p: usize, bytes: u64, becomes_grad: bool, via_cast: bool) {
+        let category = if becomes_grad {
+            Category::Gradients
+        } else {
+            Category::Transient
+        };
+        let sum = match self.param_pending[p].take() {
+            None => {
+                self.param_pending_inplace[p] = via_cast;
+                self.alloc(0, bytes, category, 1)
+            }
+            Some(old) if self.param_pending_inplace[p] => {
+                let new = self.alloc(0, bytes, Category::Transient, 1);
+                self.release(new);
+                old
+            }
+            Some(old) => {
+                let new = self.alloc(0, bytes, Category::Transient, 1);
+                let sum = self.alloc(0, bytes, category, 1);
+                self.release(old);
+                self.release(new);
+                self.param_pending_inplace[p] = true;
+                sum
+            }
+        };
+        self.param_seen[p] += 1;
+        if self.param_seen[p] < self.param_uses[p] {
+            self.param_pending[p] = Some(sum);
+            return;
+        }
+        self.param_seen[p] = 0;
+        if becomes_grad {
+            self.param_grad[p] = Some(sum);
+        } else {
+            // Later micro-steps: `AccumulateGrad` adds into `.grad` in place.
+            self.release(sum);
         }
     }
 

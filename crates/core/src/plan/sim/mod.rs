@@ -52,6 +52,14 @@ struct Sim<'g> {
     gbuf: Vec<Option<u32>>,
     /// Parameter → gradient buffer.
     param_grad: Vec<Option<u32>>,
+    /// Parameter → the number of ops that use it (2 for tied embeddings).
+    param_uses: Vec<u32>,
+    /// A shared parameter's gradient contributions seen in this backward, and their sum so
+    /// far (autograd's `InputBuffer` of its `AccumulateGrad` node).
+    param_seen: Vec<u32>,
+    param_pending: Vec<Option<u32>>,
+    /// Whether the pending sum may be added into in place (see `shared_param_grad`).
+    param_pending_inplace: Vec<bool>,
     /// Parameter → autocast copy in this forward.
     param_cast: Vec<Option<u32>>,
     /// References held until autocast exits (its weight cache).
@@ -209,6 +217,12 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
             consumers[t] += 1;
         }
     }
+    let mut param_uses = vec![0u32; g.params.len()];
+    for node in &g.nodes {
+        for &p in &node.params {
+            param_uses[p] += 1;
+        }
+    }
     let mut requires_grad = vec![false; g.tensors.len()];
     for node in &g.nodes {
         let rg = node.params.iter().any(|&p| policy.trainable(p))
@@ -244,6 +258,10 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         gbuf: vec![None; g.tensors.len()],
         param_grad: vec![None; g.params.len()],
         param_cast: vec![None; g.params.len()],
+        param_uses,
+        param_seen: vec![0; g.params.len()],
+        param_pending: vec![None; g.params.len()],
+        param_pending_inplace: vec![false; g.params.len()],
         cache_refs: Vec::new(),
         pinned: Vec::new(),
         output_refs: Vec::new(),
@@ -276,6 +294,7 @@ mod tests {
     use crate::model::families::transformer::AttnImpl;
     use crate::model::ir::{Op, Pointwise};
     use crate::model::preset::builtin_presets;
+    use crate::plan::config::LoopShape;
     use crate::plan::config::{Attention, Optimizer, Precision};
 
     #[test]
@@ -350,6 +369,85 @@ mod tests {
             .filter(|e| e.alloc && e.phase == Phase::Backward && adds.contains(&e.node))
             .count();
         assert_eq!(in_backward, 0);
+    }
+
+    /// Tied embeddings (GPT-2's `wte` is also the LM head): at the embedding's backward its
+    /// gradient is summed with the head's out of place (a new tensor and the sum) in fp32,
+    /// in place into the fp32 gradient of autocast's weight copy under AMP.
+    #[test]
+    fn tied_weight_gradients_sum_out_of_place_unless_via_autocast() {
+        let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+        let wte = g
+            .nodes
+            .iter()
+            .position(|n| g.name(n) == "transformer.wte")
+            .expect("wte") as u32;
+        let bytes = g.params[0].elems * 4;
+        for (precision, expect) in [(Precision::Fp32, 2), (Precision::AmpBf16, 1)] {
+            let cfg = TrainConfig {
+                precision,
+                ..TrainConfig::default()
+            };
+            let ev = generate(
+                &g,
+                &cfg,
+                &ParamPolicy::full(&g, cfg.precision),
+                &Constants::default(),
+            );
+            let weight_sized = ev.events[ev.measured_start..]
+                .iter()
+                .filter(|e| e.alloc && e.phase == Phase::Backward && e.node == wte)
+                .filter(|e| ev.buffers[e.buffer as usize].fixed == bytes)
+                .count();
+            assert_eq!(weight_sized, expect, "{precision}");
+        }
+    }
+
+    /// A trainer loop releases the logits when the loss is taken, a plain one at the end of
+    /// the micro-step.
+    #[test]
+    fn trainer_loop_frees_the_logits_before_backward() {
+        let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+        let logits = g.nodes.last().map(|n| n.inputs[0]).expect("loss");
+        let head = g
+            .nodes
+            .iter()
+            .position(|n| n.output == logits)
+            .expect("head") as u32;
+        for (loop_shape, phase) in [
+            (LoopShape::Plain, Phase::Backward),
+            (LoopShape::Trainer, Phase::Forward),
+        ] {
+            let cfg = TrainConfig {
+                loop_shape,
+                precision: Precision::Fp32,
+                ..TrainConfig::default()
+            };
+            let ev = generate(
+                &g,
+                &cfg,
+                &ParamPolicy::full(&g, cfg.precision),
+                &Constants::default(),
+            );
+            let measured = &ev.events[ev.measured_start..];
+            let logits_bytes = g.tensors[logits].per_sample * 4;
+            let buf = measured
+                .iter()
+                .find(|e| {
+                    e.alloc
+                        && e.node == head
+                        && ev.buffers[e.buffer as usize].per_sample == logits_bytes
+                })
+                .map(|e| e.buffer)
+                .expect("logits allocated");
+            let freed = measured
+                .iter()
+                .find(|e| !e.alloc && e.buffer == buf)
+                .expect("logits freed");
+            assert_eq!(freed.phase, phase, "{loop_shape}");
+        }
     }
 
     /// `NewGELUActivation` runs as Python ops: each temporary dies when the next value exists

@@ -1,0 +1,113 @@
+//! GUI import of Hugging Face `config.json` files (open, drop, paste; errors shown) and the
+//! training-loop choice, through egui_kittest.
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use vramlab_core::plan::config::LoopShape;
+use vramlab_gui::app::VramApp;
+
+const CONFIGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/hf_configs");
+
+fn harness(app: VramApp) -> Harness<'static, VramApp> {
+    Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .with_max_steps(16)
+        .build_ui_state(|ui, app: &mut VramApp| app.ui(ui), app)
+}
+
+fn assert_shows(h: &Harness<'_, VramApp>, text: &str) {
+    assert!(
+        h.query_all_by_label_contains(text).next().is_some(),
+        "expected a widget showing {text:?}"
+    );
+}
+
+fn custom_model_type(h: &Harness<'_, VramApp>) -> Option<String> {
+    let custom = h.state().state.custom.as_ref()?;
+    custom["params"]["model_type"].as_str().map(str::to_string)
+}
+
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn open_preset_imports_a_config_json() {
+    let path = std::path::PathBuf::from(format!("{CONFIGS}/Qwen3-0.6B.json"));
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(Box::new(|_| None), Box::new(move || Some(path.clone())));
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Open preset…").click();
+    h.run();
+    assert_shows(&h, "Opened ");
+    assert_eq!(custom_model_type(&h).as_deref(), Some("qwen3"));
+}
+
+#[test]
+fn dropping_a_config_json_imports_it_and_a_bad_one_shows_the_key() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    let good = std::path::PathBuf::from(format!("{CONFIGS}/gemma-2-2b.json"));
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(good)));
+    h.run();
+    assert_shows(&h, "Imported ");
+    assert_eq!(custom_model_type(&h).as_deref(), Some("gemma2"));
+
+    let dir = std::env::temp_dir().join(format!("vramlab-gui-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bad = dir.join("config.json");
+    std::fs::write(&bad, r#"{"model_type": "llama", "hidden_size": 64}"#).expect("write");
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(bad)));
+    h.run();
+    assert_shows(&h, "Could not import");
+    assert_shows(&h, "vocab_size");
+    // The error changes nothing: the imported Gemma 2 stays.
+    assert_eq!(custom_model_type(&h).as_deref(), Some("gemma2"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn pasting_config_json_text_imports_it() {
+    let text =
+        std::fs::read_to_string(format!("{CONFIGS}/Phi-3-mini-4k-instruct.json")).expect("config");
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    h.input_mut().events.push(egui::Event::Paste(text));
+    h.run();
+    assert_shows(&h, "Imported pasted config.json");
+    assert_eq!(custom_model_type(&h).as_deref(), Some("phi3"));
+    h.input_mut()
+        .events
+        .push(egui::Event::Paste(r#"{"model_type": "mamba2"}"#.into()));
+    h.run();
+    assert_shows(&h, "closest is");
+    // Text that is not a config.json is not an import.
+    h.input_mut()
+        .events
+        .push(egui::Event::Paste("hello".into()));
+    h.run();
+    assert_eq!(custom_model_type(&h).as_deref(), Some("phi3"));
+}
+
+#[test]
+fn the_loop_choice_changes_the_plan() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    assert_eq!(h.state().state.config.loop_shape, LoopShape::Plain);
+    h.get_by_label("trainer").click();
+    h.run();
+    assert_eq!(h.state().state.config.loop_shape, LoopShape::Trainer);
+}
