@@ -72,7 +72,9 @@ fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
             &vramlab_core::plan::gpus::catalog(),
         )
         .memory(),
-        None => vramlab_core::plan::gpus::find(&train.gpu)?.memory(),
+        None => super::args::find_gpu(train.gpu.as_deref().unwrap_or(super::args::DEFAULT_GPU))?
+            .0
+            .memory(),
     };
     let budget = Budget {
         capacity,

@@ -19,7 +19,7 @@ pub enum NameError {
         value: String,
         /// The closest known names, best first (may be empty).
         suggestions: Vec<String>,
-        /// Every canonical name, or a hint where the list is long.
+        /// "known: " and every canonical name, or a hint where the list is long.
         known: String,
     },
     /// More than one name matched.
@@ -49,7 +49,7 @@ fn known_list(known: &str) -> String {
     if known.is_empty() {
         String::new()
     } else {
-        format!(" (known: {known})")
+        format!(" ({known})")
     }
 }
 
@@ -144,11 +144,8 @@ pub fn resolve<T: Clone>(
 ) -> Result<Resolved<T>, NameError> {
     let n = normalize(input);
     let known = if known.is_empty() {
-        choices
-            .iter()
-            .map(|c| c.canonical.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        let names: Vec<&str> = choices.iter().map(|c| c.canonical.as_str()).collect();
+        format!("known: {}", names.join(", "))
     } else {
         known.to_string()
     };

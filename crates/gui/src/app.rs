@@ -149,6 +149,11 @@ impl VramApp {
         &self.derived
     }
 
+    /// The derived results, to refresh them without a frame (tests of the exports).
+    pub fn derived_mut(&mut self) -> &mut Derived {
+        &mut self.derived
+    }
+
     /// The status message under the preset buttons, if any.
     pub fn message(&self) -> Option<&Message> {
         self.message.as_ref()
