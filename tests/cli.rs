@@ -753,3 +753,87 @@ fn gpu_detected_uses_nvml_or_says_which_card_it_fell_back_to() {
     assert!(ok, "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A remedy that frees allocated memory the cache keeps reserved says so, and a remedy
+/// that does not fit at the batch says which batch it allows.
+#[test]
+fn remedies_show_allocated_savings_and_the_batch_they_allow() {
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "16",
+        "--seq",
+        "1024",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw",
+        "--gpu",
+        "rtx-4090",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["fits"], false);
+    let remedies = v["remedies"].as_array().expect("remedies");
+    let adam8 = remedies
+        .iter()
+        .find(|r| r["name"] == "8-bit Adam")
+        .expect("8-bit Adam");
+    let alloc = adam8["allocated_saving"]
+        .as_i64()
+        .expect("allocated saving");
+    let smi = adam8["saving"].as_i64().expect("saving");
+    assert!(alloc > 0 && smi < alloc / 2, "{adam8}");
+    assert!(
+        adam8["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("caching allocator"))
+    );
+    for r in remedies {
+        if r["fits"] == false
+            && let Some(b) = r["fits_up_to"].as_u64()
+        {
+            assert!(b < r["config"]["batch"].as_u64().expect("batch"), "{r}");
+            // The batch it allows really fits.
+            let c = &r["config"];
+            let (b, accum) = (b.to_string(), c["accum"].to_string());
+            let mut args = vec![
+                "plan", "--model", "gpt2", "--batch", &b, "--seq", "1024", "--gpu", "rtx-4090",
+                "--json", "--accum", &accum,
+            ];
+            args.extend(["--precision", c["precision"].as_str().expect("precision")]);
+            args.extend(["--optimizer", c["optimizer"].as_str().expect("optimizer")]);
+            if c["checkpointing"] == true {
+                args.push("--checkpointing");
+            }
+            if c["allocator"]["expandable_segments"] == true {
+                args.push("--expandable-segments");
+            }
+            let (ok, out, err) = vramlab(&args);
+            assert!(ok, "{err}");
+            let p: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+            assert_eq!(p["fits"], true, "{} at {b}", r["name"]);
+        }
+    }
+    let (ok, out, _) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "16",
+        "--seq",
+        "1024",
+        "--optimizer",
+        "adamw",
+        "--precision",
+        "amp-bf16",
+        "--gpu",
+        "rtx-4090",
+    ]);
+    assert!(ok);
+    assert!(out.contains("fits at micro-batch ≤ 12"), "{out}");
+    assert!(out.contains("so nvidia-smi moves by"), "{out}");
+}

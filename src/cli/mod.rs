@@ -244,17 +244,37 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     }
     extra.extend(warnings.iter().map(|w| format!("warning: {w}")));
     write_plan(out, &plan, &gpu, budget, fits, max, &extra)?;
-    writeln!(out, "\nWhat-if remedies (vs {}):", plan.nvidia_smi_bytes)?;
+    writeln!(
+        out,
+        "\nWhat-if remedies (vs {} nvidia-smi, {} allocated):",
+        plan.nvidia_smi_bytes, plan.peak_allocated_bytes
+    )?;
+    writeln!(
+        out,
+        "  {:<36} {:>11}  {:<12} {:<12} verdict",
+        "remedy", "nvidia-smi", "saving", "allocated"
+    )?;
+    let signed = |v: i64| {
+        let sign = match v {
+            0 => "±",
+            1.. => "−",
+            _ => "+",
+        };
+        format!("{sign}{}", Bytes(v.unsigned_abs()))
+    };
     for r in &fixes {
-        let sign = if r.saving >= 0 { "−" } else { "+" };
         writeln!(
             out,
-            "  {:<36} {:>11}  {sign}{:<11} {}",
+            "  {:<36} {:>11}  {:<12} {:<12} {}",
             r.name,
             r.nvidia_smi.to_string(),
-            Bytes(r.saving.unsigned_abs()).to_string(),
-            if r.fits { "fits" } else { "does not fit" }
+            signed(r.saving),
+            signed(r.allocated_saving),
+            r.verdict()
         )?;
+        if let Some(n) = &r.note {
+            writeln!(out, "      ({n})")?;
+        }
     }
     Ok(())
 }
