@@ -834,6 +834,6 @@ fn remedies_show_allocated_savings_and_the_batch_they_allow() {
         "rtx-4090",
     ]);
     assert!(ok);
-    assert!(out.contains("fits at micro-batch ≤ 12"), "{out}");
+    assert!(out.contains("fits at micro-batch up to 12"), "{out}");
     assert!(out.contains("so nvidia-smi moves by"), "{out}");
 }

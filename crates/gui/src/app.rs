@@ -169,9 +169,13 @@ impl VramApp {
         let s = &mut self.state;
         match cmd {
             Command::SelectPreset(id) => {
+                let changed = s.preset_id != id || s.custom.is_some();
                 s.preset_id = id;
                 s.custom = None;
                 s.config.size = None;
+                if changed {
+                    self.fit_batch_to_model();
+                }
             }
             Command::SetCustom(doc) => s.custom = Some(doc),
             Command::ResetCustom => s.custom = None,
@@ -200,6 +204,41 @@ impl VramApp {
             Command::OpenRecent(path) => self.open_recent(&path),
             Command::SavePlot(id) => self.save_plot(id, ctx),
         }
+    }
+
+    /// After a model switch: keeps the batch when it fits the new model, else takes the
+    /// largest that fits (batch 1 when none does), and says which and why.
+    fn fit_batch_to_model(&mut self) {
+        self.derived.refresh(&self.state);
+        let batch = self.state.config.batch;
+        let Ok(preset) = self.derived.preset() else {
+            return;
+        };
+        let model = preset.display_name.clone();
+        let gpu = self.derived.target().gpu.name.clone();
+        let text = match self.derived.max_batch() {
+            Some(Ok(Some(m))) if *m < batch => {
+                self.state.config.batch = *m;
+                format!(
+                    "Batch {batch} to {m}: {batch} does not fit {model} on {gpu}; {m} is the largest that does."
+                )
+            }
+            Some(Ok(Some(m))) => {
+                format!("Batch {batch} kept: it fits {model} on {gpu} (up to {m}).")
+            }
+            Some(Ok(None)) => {
+                self.state.config.batch = 1;
+                format!(
+                    "Batch {batch} to 1: {model} does not fit on {gpu} even at batch 1; see the remedies."
+                )
+            }
+            _ => return,
+        };
+        self.message = Some(Message {
+            text,
+            is_error: false,
+        });
+        self.derived.refresh(&self.state);
     }
 
     fn error(&mut self, text: String) {

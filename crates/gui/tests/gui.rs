@@ -647,3 +647,33 @@ fn frame_time_with_batch_changes() {
     app.state.preset_id = "resnet50".into();
     frame_time(app, "resnet50");
 }
+
+/// Switching model keeps a batch that fits, else takes the largest that does, and says so.
+#[test]
+fn switching_model_picks_a_batch_that_fits() {
+    let mut app = VramApp::new_for_test(None);
+    app.state.config.batch = 32;
+    let mut h = harness(app);
+    h.run();
+    select_preset(&mut h, "Llama", "Llama 3 8B");
+    let cfg = h.state().state.config;
+    let (_, planner, _) = core_plan("Meta-Llama-3-8B", &cfg);
+    let m = max_batch(&planner, rtx4090_budget(), BATCH_LIMIT).expect("search");
+    match m {
+        Some(m) => {
+            assert_eq!(cfg.batch, m.min(32));
+            assert_shows(&h, &format!("Batch 32 to {m}"));
+        }
+        None => {
+            assert_eq!(cfg.batch, 1);
+            assert_shows(&h, "Batch 32 to 1");
+            assert_shows(&h, "Even batch 1 does not fit");
+        }
+    }
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    let batch = h.state().state.config.batch;
+    select_preset(&mut h, "resnet", "ResNet-18");
+    assert_eq!(h.state().state.config.batch, batch);
+    assert_shows(&h, &format!("Batch {batch} kept"));
+}

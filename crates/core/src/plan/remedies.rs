@@ -48,7 +48,7 @@ impl Remedy {
     pub fn verdict(&self) -> String {
         match (self.fits, self.fits_up_to) {
             (true, _) => "fits".into(),
-            (false, Some(b)) => format!("fits at micro-batch ≤ {b}"),
+            (false, Some(b)) => format!("fits at micro-batch up to {b}"),
             (false, None) => "does not fit even at batch 1".into(),
         }
     }
