@@ -30,6 +30,9 @@ use vramlab_core::fsutil::write_atomic;
 use vramlab_core::model::Preset;
 use vramlab_device::gpu::{self, DetectedGpu};
 
+/// Central-panel width from which the breakdown and the batch plot sit side by side.
+const WIDE_CENTRAL: f32 = 900.0;
+
 /// Ctrl+S (⌘S on macOS): save the current plan as a `.vramlab.json`.
 pub const SAVE_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
 /// Ctrl+O (⌘O on macOS): open a `.vramlab.json`.
@@ -378,6 +381,8 @@ impl VramApp {
         }
         s.config = cfg.training;
         s.gpu = match cfg.gpu.as_str() {
+            // Saved against the detected card: plan for this machine's GPU again.
+            _ if cfg.gpu_detected.is_some() => GpuChoice::Detected,
             "detected" => GpuChoice::Detected,
             id if self.derived.catalog.iter().any(|g| g.id == id) => {
                 GpuChoice::Catalog(id.to_string())
@@ -544,7 +549,8 @@ impl VramApp {
             .response
             .on_hover_text("Recently opened or saved .vramlab.json plans");
             ui.add_space(8.0);
-            if self.tab == Tab::Planner {
+            // The tagline only where it leaves room for the GPU line (no overlap at 1280 px).
+            if self.tab == Tab::Planner && ui.available_width() > 1100.0 {
                 ui.label("Will this training step fit on the GPU, and with which batch size?");
             }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
@@ -558,7 +564,7 @@ impl VramApp {
                         format!("No NVIDIA GPU detected — planning against {}", t.gpu.name)
                     }
                 };
-                ui.label(text);
+                ui.add(egui::Label::new(text).truncate());
             });
         });
         cmd
@@ -576,46 +582,20 @@ impl VramApp {
                     return;
                 };
                 ui.add_space(4.0);
+                let wide = ui.available_width() >= WIDE_CENTRAL;
                 let plot_h = ((ui.available_height() - 110.0) / 2.0).clamp(200.0, 420.0);
-                ui.columns(2, |cols| {
-                    let (left, right) = cols.split_at_mut(1);
-                    let l = &mut left[0];
+                let breakdown = |l: &mut Ui| {
                     section(l, "Where the memory goes at the peak", tips::NVIDIA_SMI);
                     breakdown::breakdown_bar_ui(&a.plan, self.derived.target(), l, 96.0);
                     breakdown::breakdown_table_ui(&a.plan, l);
-                    l.add_space(6.0);
-                    section(
-                        l,
-                        "What if… (remedies, each planned)",
-                        "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
-                    );
-                    if let Some(c) = remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, l) {
-                        cmd = Some(c);
-                    }
-                    l.add_space(6.0);
-                    let export = egui::CollapsingHeader::new(RichText::new("Export").heading())
-                        .id_salt("export_section")
-                        .default_open(false)
-                        .show(l, |ui| {
-                            export_panel::export_ui(
-                                &self.state,
-                                &self.derived,
-                                &a.plan,
-                                self.export_format,
-                                ui,
-                            )
-                        });
-                    if let Some(Some(c)) = export.body_returned {
-                        cmd = Some(c);
-                    }
-
-                    let r = &mut right[0];
+                };
+                let batch_plot = |r: &mut Ui, cmd: &mut Option<Command>| {
                     if section_with_png(
                         r,
                         "Memory vs micro-batch size",
                         "Predicted peaks for every batch size; the verdict uses the nvidia-smi curve.",
                     ) {
-                        cmd = Some(Command::SavePlot(PlotId::PlannerBatch));
+                        *cmd = Some(Command::SavePlot(PlotId::PlannerBatch));
                     }
                     let max = self
                         .derived
@@ -631,16 +611,61 @@ impl VramApp {
                         plot_h,
                     );
                     png::remember_rect(r.ctx(), PlotId::PlannerBatch, rect);
-                    if section_with_png(
-                        r,
-                        "One training step: allocated bytes over time",
-                        "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
-                    ) {
-                        cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
-                    }
-                    let rect = plots::timeline_plot_ui(a, r, plot_h);
-                    png::remember_rect(r.ctx(), PlotId::PlannerTimeline, rect);
-                });
+                };
+                // Wide: breakdown beside the batch plot; narrow: one column. Everything
+                // else spans the width, so no table runs under a plot.
+                if wide {
+                    ui.columns(2, |cols| {
+                        let (left, right) = cols.split_at_mut(1);
+                        breakdown(&mut left[0]);
+                        batch_plot(&mut right[0], &mut cmd);
+                    });
+                } else {
+                    breakdown(ui);
+                    ui.add_space(6.0);
+                    batch_plot(ui, &mut cmd);
+                }
+                ui.add_space(6.0);
+                if section_with_png(
+                    ui,
+                    "One training step: allocated bytes over time",
+                    "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
+                ) {
+                    cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
+                }
+                let rect = plots::timeline_plot_ui(a, ui, plot_h);
+                png::remember_rect(ui.ctx(), PlotId::PlannerTimeline, rect);
+                ui.add_space(6.0);
+                section(
+                    ui,
+                    "What if… (remedies, each planned)",
+                    "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
+                );
+                egui::ScrollArea::horizontal()
+                    .id_salt("remedies_scroll")
+                    .show(ui, |ui| {
+                        if let Some(c) =
+                            remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, ui)
+                        {
+                            cmd = Some(c);
+                        }
+                    });
+                ui.add_space(6.0);
+                let export = egui::CollapsingHeader::new(RichText::new("Export").heading())
+                    .id_salt("export_section")
+                    .default_open(false)
+                    .show(ui, |ui| {
+                        export_panel::export_ui(
+                            &self.state,
+                            &self.derived,
+                            &a.plan,
+                            self.export_format,
+                            ui,
+                        )
+                    });
+                if let Some(Some(c)) = export.body_returned {
+                    cmd = Some(c);
+                }
             });
         cmd
     }

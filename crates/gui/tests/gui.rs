@@ -458,7 +458,13 @@ fn ctrl_s_then_ctrl_o_restores_the_saved_plan() {
     assert_eq!(s.config, saved.config);
     assert_eq!(s.config.batch, 48);
     assert_eq!(s.config.precision, Precision::Fp32);
-    assert_eq!(s.gpu, saved.gpu);
+    // Saved without a GPU: the file holds the concrete card planned for, not "detected".
+    assert_eq!(
+        s.gpu,
+        vramlab_gui::ui::GpuChoice::Catalog("rtx-4090".into()),
+        "was {:?}",
+        saved.gpu
+    );
     assert_eq!(s.margin_pct, saved.margin_pct);
     assert_shows(&h, &peak);
     std::fs::remove_file(&path).ok();

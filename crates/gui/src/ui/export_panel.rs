@@ -138,9 +138,11 @@ pub fn export_ui(
         ui.weak("Ctrl+S saves, Ctrl+O opens a .vramlab.json (or drop one on the window)");
     });
     egui::Frame::group(ui.style()).show(ui, |ui| {
+        ui.set_min_width(ui.available_width());
         egui::ScrollArea::both()
             .id_salt("export_preview")
-            .max_height(320.0)
+            .max_height(480.0)
+            .min_scrolled_height(240.0)
             .show(ui, |ui| {
                 ui.add(egui::Label::new(RichText::new(text).monospace()).extend());
             });
