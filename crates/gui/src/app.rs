@@ -35,6 +35,8 @@ const WIDE_CENTRAL: f32 = 900.0;
 
 /// Ctrl+S (⌘S on macOS): save the current plan as a `.vramlab.json`.
 pub const SAVE_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
+/// Ctrl+Q (⌘Q on macOS): close the window (state is saved as on any close).
+pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Q);
 /// Ctrl+O (⌘O on macOS): open a `.vramlab.json`.
 pub const OPEN_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
 
@@ -91,6 +93,42 @@ pub struct VramApp {
     monitor: Option<gpu::monitor::Monitor>,
     monitor_opener: MonitorOpener,
     pending_shot: Option<run_tab::PendingShot>,
+    /// "Open … by path", when the file dialog gave nothing.
+    path_prompt: Option<PathPrompt>,
+}
+
+/// What a path typed into the fallback window opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenKind {
+    Plan,
+    Preset,
+    Run,
+}
+
+impl OpenKind {
+    fn what(self) -> &'static str {
+        match self {
+            OpenKind::Plan => "a plan (.vramlab.json)",
+            OpenKind::Preset => "a preset",
+            OpenKind::Run => "a run",
+        }
+    }
+}
+
+/// The fallback when no file dialog is available: a path field.
+#[derive(Debug, Clone)]
+struct PathPrompt {
+    kind: OpenKind,
+    text: String,
+}
+
+impl PathPrompt {
+    fn new(kind: OpenKind) -> PathPrompt {
+        PathPrompt {
+            kind,
+            text: String::new(),
+        }
+    }
 }
 
 impl VramApp {
@@ -138,6 +176,7 @@ impl VramApp {
             monitor: None,
             monitor_opener: run_tab::default_monitor(),
             pending_shot: None,
+            path_prompt: None,
         }
     }
 
@@ -324,14 +363,19 @@ impl VramApp {
         let Some(path) = (self.open_dialog)() else {
             self.message = Some(Message {
                 text: format!(
-                    "{NO_DIALOG} `vramlab plan --config FILE` reads .vramlab.json files too."
+                    "{NO_DIALOG} Type its path instead; `vramlab plan --config FILE` reads .vramlab.json files too."
                 ),
                 is_error: false,
             });
+            self.path_prompt = Some(PathPrompt::new(OpenKind::Plan));
             return;
         };
+        self.open_plan_at(&path);
+    }
+
+    fn open_plan_at(&mut self, path: &Path) {
         let source = path.display().to_string();
-        match read_limited(&path) {
+        match read_limited(path) {
             Ok(bytes) => {
                 if self.load_plan(&source, &bytes) {
                     self.state.remember_file(&source);
@@ -395,12 +439,16 @@ impl VramApp {
 
     /// Ctrl+S / Ctrl+O and files dropped on the window.
     fn handle_input(&mut self, ctx: &egui::Context) {
-        let (save, open) = ctx.input_mut(|i| {
+        let (save, open, quit) = ctx.input_mut(|i| {
             (
                 i.consume_shortcut(&SAVE_PLAN_SHORTCUT),
                 i.consume_shortcut(&OPEN_PLAN_SHORTCUT),
+                i.consume_shortcut(&QUIT_SHORTCUT),
             )
         });
+        if quit {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
         if save {
             self.apply(Command::SavePlan, ctx);
         }
@@ -443,12 +491,19 @@ impl VramApp {
     fn open_preset(&mut self) {
         let Some(path) = (self.open_dialog)() else {
             self.message = Some(Message {
-                text: "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity). `vramlab plan --model FILE` reads preset files too.".into(),
+                text: format!(
+                    "{NO_DIALOG} Type its path instead; `vramlab plan --model FILE` reads preset files too."
+                ),
                 is_error: false,
             });
+            self.path_prompt = Some(PathPrompt::new(OpenKind::Preset));
             return;
         };
-        let loaded = std::fs::read_to_string(&path)
+        self.open_preset_at(&path);
+    }
+
+    fn open_preset_at(&mut self, path: &Path) {
+        let loaded = std::fs::read_to_string(path)
             .map_err(|e| e.to_string())
             .and_then(|t| Preset::from_json(&t).map_err(|e| format!("{e:#}")))
             .and_then(|p| serde_json::to_value(&p).map_err(|e| e.to_string()));
@@ -465,6 +520,50 @@ impl VramApp {
                 is_error: true,
             },
         });
+    }
+
+    /// The "open by path" window shown when no file dialog is available.
+    fn path_prompt_ui(&mut self, ctx: &egui::Context) {
+        let Some(prompt) = &mut self.path_prompt else {
+            return;
+        };
+        let mut open = None;
+        let mut close = false;
+        egui::Window::new(format!("Open {} by path", prompt.kind.what()))
+            .collapsible(false)
+            .resizable(false)
+            .anchor(egui::Align2::CENTER_CENTER, egui::vec2(0.0, 0.0))
+            .show(ctx, |ui| {
+                ui.label("No file dialog here (it needs xdg-desktop-portal or zenity): type the file's path.");
+                let l = ui.label("Path");
+                let edit = ui
+                    .add(
+                        egui::TextEdit::singleline(&mut prompt.text)
+                            .desired_width(420.0)
+                            .hint_text("/path/to/file.json"),
+                    )
+                    .labelled_by(l.id);
+                let enter = edit.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
+                ui.horizontal(|ui| {
+                    if (ui.button("Open").clicked() || enter) && !prompt.text.trim().is_empty() {
+                        open = Some((prompt.kind, PathBuf::from(prompt.text.trim())));
+                    }
+                    if ui.button("Cancel").clicked() {
+                        close = true;
+                    }
+                });
+            });
+        if let Some((kind, path)) = open {
+            self.path_prompt = None;
+            match kind {
+                OpenKind::Plan => self.open_plan_at(&path),
+                OpenKind::Preset => self.open_preset_at(&path),
+                OpenKind::Run => self.open_run_at(&path),
+            }
+            self.derived.refresh(&self.state);
+        } else if close {
+            self.path_prompt = None;
+        }
     }
 
     /// Draws one frame (what `eframe::App::ui` calls; tests call it directly).
@@ -492,6 +591,7 @@ impl VramApp {
             Tab::Run => self.run_tab_ui(ui),
             Tab::Monitor => self.monitor_tab_ui(ui),
         }
+        self.path_prompt_ui(&ctx);
     }
 
     fn planner_tab_ui(&mut self, ui: &mut Ui, ctx: &egui::Context) {
@@ -695,12 +795,22 @@ impl eframe::App for VramApp {
 }
 
 /// Opens the GUI window (1400×900, at least 1000×650; theme follows the system).
+/// The window and taskbar icon (`assets/icon.png`, compiled in).
+pub const ICON_PNG: &[u8] = include_bytes!("../../../assets/icon.png");
+
+/// The icon as eframe wants it (an empty icon, the platform default, if it cannot decode).
+pub fn app_icon() -> egui::IconData {
+    eframe::icon_data::from_png_bytes(ICON_PNG).unwrap_or_default()
+}
+
 pub fn run_gui() -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("vramlab — GPU memory planner")
             .with_inner_size([1400.0, 900.0])
-            .with_min_inner_size([1000.0, 650.0]),
+            .with_min_inner_size([1000.0, 650.0])
+            .with_app_id("vramlab")
+            .with_icon(app_icon()),
         ..Default::default()
     };
     eframe::run_native(

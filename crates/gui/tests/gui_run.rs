@@ -503,7 +503,8 @@ struct FakeGpu {
 
 impl SampleSource for FakeGpu {
     fn device_name(&self) -> String {
-        "NVIDIA H200".into()
+        // Labelled: screenshots/monitor.png is drawn from this synthetic load.
+        "NVIDIA H200 · DEMO DATA (synthetic load, not a measurement)".into()
     }
     fn read(&mut self) -> anyhow::Result<Reading> {
         self.step += 1;
