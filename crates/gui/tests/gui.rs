@@ -709,7 +709,7 @@ fn snapshot_planner_at(w: f32, h_px: f32) {
     h.remove_cursor();
     h.run();
     assert_shows(&h, "FITS");
-    h.snapshot(&format!("planner-{w}x{h_px}"));
+    h.snapshot(format!("planner-{w}x{h_px}"));
 }
 
 /// The declared minimum window.

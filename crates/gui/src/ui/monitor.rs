@@ -21,7 +21,7 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
             return None;
         }
         MonitorState::Running { device } | MonitorState::Lost { device, .. } => device.clone(),
-        MonitorState::Unavailable(_) => String::new(),
+        MonitorState::Unavailable(why) => return unavailable_ui(why, ui),
     };
     ui.horizontal(|ui| {
         let title = if device.is_empty() {
@@ -34,10 +34,6 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
             save = Some(PlotId::Monitor);
         }
     });
-    if let MonitorState::Unavailable(why) = &model.state {
-        unavailable_ui(why, ui);
-        return None;
-    }
     if let Some(m) = model.state.message() {
         ui.colored_label(error_color(dark), RichText::new(m).size(16.0));
     }
@@ -168,7 +164,7 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
 }
 
 /// What the tab would show, and why it is empty: no NVIDIA GPU or NVML on this machine.
-fn unavailable_ui(why: &str, ui: &mut Ui) {
+fn unavailable_ui(why: &str, ui: &mut Ui) -> Option<PlotId> {
     ui.label(
         RichText::new("No GPU to monitor on this machine")
             .size(18.0)
@@ -186,4 +182,5 @@ fn unavailable_ui(why: &str, ui: &mut Ui) {
     );
     ui.add_space(4.0);
     ui.label(RichText::new(format!("Why it is empty: {why}")).weak());
+    None
 }
