@@ -382,3 +382,36 @@ pub fn cmd_profile(device: usize, json: bool, out: &mut dyn Write) -> Result<()>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table_of(file: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let bytes = std::fs::read(&path).expect("saved run");
+        let run = vramlab_core::export::results::run_from_json(&bytes).expect("run");
+        let mut out = Vec::new();
+        write_run(&run, &mut out).expect("table");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    /// The native table shows what the engine checks; the PyTorch one compares.
+    #[test]
+    fn each_engine_table_shows_what_it_measures() {
+        let native = table_of("tests/data/bench/gpt2-native.json");
+        assert!(native.contains("not a measurement of PyTorch"), "{native}");
+        assert!(
+            native.contains("used/pred") && native.contains("planned"),
+            "{native}"
+        );
+        assert!(!native.contains("err.res"), "{native}");
+        assert!(native.lines().any(|l| l.contains(" fits ")), "{native}");
+        let torch = table_of("tests/data/bench/gpt2-torch.json");
+        assert!(
+            torch.contains("err.res") && torch.contains("pred.all"),
+            "{torch}"
+        );
+        assert!(!torch.contains("used/pred"), "{torch}");
+    }
+}
