@@ -661,6 +661,7 @@ fn a_plan_saved_from_the_gui_with_the_detected_gpu_plans_the_same_in_the_cli() {
     use vramlab_core::units::Bytes;
     use vramlab_device::gpu::DetectedGpu;
     use vramlab_gui::app::VramApp;
+    use vramlab_gui::ui::GpuChoice;
     use vramlab_gui::ui::export_panel::vramlab_config;
 
     for (name, mib, catalog_id) in [
@@ -704,6 +705,24 @@ fn a_plan_saved_from_the_gui_with_the_detected_gpu_plans_the_same_in_the_cli() {
         );
         let (ok, _, err) = vramlab(&["export", "--config", p, "--format", "hf"]);
         assert!(ok, "{err}");
+        // The GUI reopens it on the same card: detected where it is, else the catalog card.
+        let bytes = doc.to_json().into_bytes();
+        let mut same = VramApp::new_for_test(Some(DetectedGpu {
+            index: 0,
+            name: name.into(),
+            total: Bytes(mib << 20),
+            free: Bytes(mib << 20),
+        }));
+        assert!(same.load_plan(p, &bytes));
+        assert_eq!(same.state.gpu, GpuChoice::Detected);
+        let mut elsewhere = VramApp::new_for_test(None);
+        assert!(elsewhere.load_plan(p, &bytes));
+        let expected = if catalog_id == "detected" {
+            GpuChoice::Detected
+        } else {
+            GpuChoice::Catalog(catalog_id.into())
+        };
+        assert_eq!(elsewhere.state.gpu, expected);
         std::fs::remove_dir_all(&dir).ok();
     }
     // Without a GPU the GUI plans against its fallback card and saves that card.

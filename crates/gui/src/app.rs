@@ -425,8 +425,17 @@ impl VramApp {
         }
         s.config = cfg.training;
         s.gpu = match cfg.gpu.as_str() {
-            // Saved against the detected card: plan for this machine's GPU again.
-            _ if cfg.gpu_detected.is_some() => GpuChoice::Detected,
+            // Saved against the detected card: this machine's GPU when it is that card,
+            // else the catalog card the file names (as `vramlab plan --config` does).
+            _ if cfg.gpu_detected.as_ref().is_some_and(|c| {
+                self.derived
+                    .detected
+                    .as_ref()
+                    .is_some_and(|d| d.name == c.name)
+            }) =>
+            {
+                GpuChoice::Detected
+            }
             "detected" => GpuChoice::Detected,
             id if self.derived.catalog.iter().any(|g| g.id == id) => {
                 GpuChoice::Catalog(id.to_string())
