@@ -722,7 +722,8 @@ impl VramApp {
                     png::remember_rect(r.ctx(), PlotId::PlannerBatch, rect);
                 };
                 // Wide: breakdown beside the batch plot; narrow: one column. Everything
-                // else spans the width, so no table runs under a plot.
+                // else spans the width, so no table runs under a plot; the remedies come
+                // before the timeline (advice first).
                 if wide {
                     ui.columns(2, |cols| {
                         let (left, right) = cols.split_at_mut(1);
@@ -734,16 +735,6 @@ impl VramApp {
                     ui.add_space(6.0);
                     batch_plot(ui, &mut cmd);
                 }
-                ui.add_space(6.0);
-                if section_with_png(
-                    ui,
-                    "One training step: allocated bytes over time",
-                    "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
-                ) {
-                    cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
-                }
-                let rect = plots::timeline_plot_ui(a, ui, plot_h);
-                png::remember_rect(ui.ctx(), PlotId::PlannerTimeline, rect);
                 ui.add_space(6.0);
                 section(
                     ui,
@@ -759,6 +750,16 @@ impl VramApp {
                             cmd = Some(c);
                         }
                     });
+                ui.add_space(6.0);
+                if section_with_png(
+                    ui,
+                    "One training step: allocated bytes over time",
+                    "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
+                ) {
+                    cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
+                }
+                let rect = plots::timeline_plot_ui(a, ui, plot_h);
+                png::remember_rect(ui.ctx(), PlotId::PlannerTimeline, rect);
                 ui.add_space(6.0);
                 let export = egui::CollapsingHeader::new(RichText::new("Export").heading())
                     .id_salt("export_section")
