@@ -11,9 +11,14 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // A closed stdout (`vramlab presets | head -1`) ends the output, quietly.
+        Err(e) if vramlab::cli::is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            match e.downcast_ref::<vramlab::cli::Exit>() {
+                Some(exit) => std::process::ExitCode::from(exit.code),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

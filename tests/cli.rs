@@ -154,7 +154,7 @@ fn unknown_model() {
 fn batch_zero() {
     fails_with(
         &["plan", "--model", "resnet50", "--batch", "0"],
-        "batch: must be at least 1",
+        "'--batch <BATCH>': must be at least 1",
     );
 }
 
@@ -340,6 +340,9 @@ fn export_and_plan_from_config_round_trip() {
         "amp-fp16",
         "--gpu",
         "a100-80gb",
+        // Given, so that neither plan reports an assumed default.
+        "--optimizer",
+        "adamw",
     ];
     let with = |head: &[&str], tail: &[&str]| -> Vec<String> {
         head.iter()
@@ -378,4 +381,479 @@ fn export_and_plan_from_config_round_trip() {
         ],
         "newer than this vramlab",
     );
+}
+
+/// Runs vramlab and returns the exit code with stdout and stderr.
+fn vramlab_code(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+        .args(args)
+        .output()
+        .expect("run vramlab");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn names_suggest_the_closest_and_accept_aliases() {
+    // Typos get the closest known names.
+    fails_with(
+        &["plan", "--model", "gtp2", "--batch", "1"],
+        "did you mean `gpt2`?",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--optimizer",
+            "adamm",
+        ],
+        "did you mean one of `adam`, `adamw`?",
+    );
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "1", "--gpu", "h2000"],
+        "did you mean `h200`?",
+    );
+    fails_with(
+        &[
+            "export",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--format",
+            "deepspeeed",
+        ],
+        "--format: unknown format `deepspeeed`; did you mean `deepspeed`?",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--attention",
+            "eagre",
+        ],
+        "did you mean `eager`?",
+    );
+    // Ambiguous parts are refused with every candidate, not silently picked.
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "1", "--gpu", "a100"],
+        "gpu `a100` is ambiguous: it could be a100-40gb, a100-80gb",
+    );
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "1", "--gpu", "rtx"],
+        "rtx-3060, rtx-3090, rtx-4080, rtx-4090",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--precision",
+            "amp",
+        ],
+        "precision `amp` is ambiguous: it could be amp-fp16, amp-bf16",
+    );
+    // Aliases plan, and say what they were read as.
+    for (flag, value, canonical, meaning) in [
+        ("--precision", "fp16", "amp-fp16", "AMP FP16"),
+        ("--precision", "bfloat16", "bf16", "Pure BF16"),
+        ("--precision", "bf16-amp", "amp-bf16", "AMP BF16"),
+        ("--optimizer", "sgdm", "sgd-momentum", "SGD + momentum"),
+    ] {
+        let (ok, out, err) = vramlab(&["plan", "--model", "gpt2", "--batch", "1", flag, value]);
+        assert!(ok, "{value}: {err}");
+        assert!(
+            err.contains(&format!("`{value}` read as `{canonical}`")),
+            "{err}"
+        );
+        assert!(
+            out.lines().next().is_some_and(|l| l.contains(meaning)),
+            "{out}"
+        );
+    }
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        "llama-3-8b",
+        "--batch",
+        "1",
+        "--gpu",
+        "NVIDIA H200",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("Meta-Llama-3-8B"), "{out}");
+    assert!(
+        err.contains("model `llama-3-8b` read as `Meta-Llama-3-8B`"),
+        "{err}"
+    );
+    // A unique part of a GPU id still works, and says which card it means.
+    let (ok, out, err) = vramlab(&["plan", "--model", "gpt2", "--batch", "1", "--gpu", "4090"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("NVIDIA GeForce RTX 4090"), "{out}");
+    assert!(err.contains("read as `rtx-4090`"), "{err}");
+}
+
+#[test]
+fn plan_says_what_it_assumed_and_warns_about_bf16() {
+    let (ok, out, err) = vramlab(&["plan", "--model", "gpt2", "--batch", "1"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(
+            "assumed (not given): --gpu rtx-4090, --precision amp-bf16, --optimizer adamw"
+        ),
+        "{out}"
+    );
+    let (ok, out, _) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "1",
+        "--gpu",
+        "a10",
+        "--precision",
+        "fp32",
+        "--optimizer",
+        "sgd",
+    ]);
+    assert!(ok);
+    assert!(!out.contains("assumed"), "{out}");
+    for (gpu, precision) in [("t4", "amp-bf16"), ("v100-32gb", "bf16")] {
+        let (ok, out, err) = vramlab(&[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "1",
+            "--gpu",
+            gpu,
+            "--precision",
+            precision,
+        ]);
+        assert!(ok, "{err}");
+        assert!(
+            out.contains("warning:") && out.contains("no bf16 tensor cores"),
+            "{out}"
+        );
+    }
+    let (_, out, _) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "1",
+        "--gpu",
+        "t4",
+        "--precision",
+        "amp-fp16",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["warnings"], serde_json::json!([]));
+    assert_eq!(v["assumed"]["optimizer"], "adamw");
+    let (_, out, _) = vramlab(&[
+        "plan", "--model", "gpt2", "--batch", "1", "--gpu", "t4", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["warnings"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    for args in [
+        &["presets"][..],
+        &["presets", "--json"],
+        &["plan", "--model", "gpt2", "--batch", "1"],
+    ] {
+        for _ in 0..5 {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            // Read one byte, then close the pipe, as `| head -c1` does.
+            let mut stdout = child.stdout.take().expect("stdout");
+            let mut one = [0u8; 1];
+            stdout.read_exact(&mut one).expect("first byte");
+            drop(stdout);
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .expect("stderr")
+                .read_to_string(&mut err)
+                .expect("stderr");
+            let status = child.wait().expect("wait");
+            assert!(status.success(), "{args:?}: {status:?} {err}");
+            assert!(err.is_empty() || !err.contains("error"), "{args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn batch_below_one_says_what_a_batch_is() {
+    for b in ["-1", "0", "two"] {
+        let (code, _, err) = vramlab_code(&["plan", "--model", "gpt2", "--batch", b]);
+        assert_ne!(code, Some(0), "{b}");
+        assert!(
+            err.contains("number of samples in one forward/backward pass"),
+            "{b}: {err}"
+        );
+        assert!(!err.contains("unexpected argument"), "{b}: {err}");
+    }
+}
+
+#[test]
+fn max_batch_when_nothing_fits_exits_3_with_the_shortfall() {
+    let (code, out, err) = vramlab_code(&[
+        "max-batch",
+        "--model",
+        "Llama-2-13b-hf",
+        "--seq",
+        "2048",
+        "--precision",
+        "fp32",
+        "--gpu",
+        "t4",
+    ]);
+    assert_eq!(code, Some(3), "{out} {err}");
+    assert!(out.contains("even at batch 1: batch 1 needs"), "{out}");
+    assert!(out.contains("short"), "{out}");
+    assert!(err.contains("nothing fits"), "{err}");
+    let (code, out, _) = vramlab_code(&[
+        "max-batch",
+        "--model",
+        "Llama-2-13b-hf",
+        "--seq",
+        "2048",
+        "--precision",
+        "fp32",
+        "--gpu",
+        "t4",
+        "--json",
+    ]);
+    assert_eq!(code, Some(3));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert!(v["max_batch"].is_null());
+    let need = v["batch1_nvidia_smi_bytes"].as_u64().expect("need");
+    let usable = v["usable_bytes"].as_u64().expect("usable");
+    assert_eq!(v["shortfall_bytes"].as_u64(), Some(need - usable));
+}
+
+/// A plan saved by the GUI against a detected GPU plans the same through the CLI: the file
+/// carries the concrete card, and `plan --config` uses it (here, on a machine without it).
+#[test]
+fn a_plan_saved_from_the_gui_with_the_detected_gpu_plans_the_same_in_the_cli() {
+    use vramlab_core::units::Bytes;
+    use vramlab_device::gpu::DetectedGpu;
+    use vramlab_gui::app::VramApp;
+    use vramlab_gui::ui::GpuChoice;
+    use vramlab_gui::ui::export_panel::vramlab_config;
+
+    for (name, mib, catalog_id) in [
+        ("NVIDIA H200", 143_771u64, "h200"),
+        ("NVIDIA RTX PRO 6000", 97_887, "detected"),
+    ] {
+        let detected = DetectedGpu {
+            index: 0,
+            name: name.into(),
+            total: Bytes(mib << 20),
+            free: Bytes((mib - 1000) << 20),
+        };
+        let mut app = VramApp::new_for_test(Some(detected));
+        let state = app.state.clone();
+        app.derived_mut().refresh(&state);
+        let d = app.derived();
+        let doc = vramlab_config(&app.state, d, None).expect("the GUI's document");
+        assert_eq!(doc.gpu, catalog_id);
+        let card = doc
+            .gpu_detected
+            .clone()
+            .expect("the detected card is stored");
+        assert_eq!((card.name.as_str(), card.memory_mib), (name, mib));
+        let dir =
+            std::env::temp_dir().join(format!("vramlab-roundtrip-{}-{mib}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("gui.vramlab.json");
+        std::fs::write(&path, doc.to_json()).expect("write");
+        let p = path.to_str().expect("utf-8 path");
+        let (ok, out, err) = vramlab(&["plan", "--config", p, "--json"]);
+        assert!(ok, "{err}");
+        assert!(
+            err.contains(&format!("saved for the detected {name}")),
+            "{err}"
+        );
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+        assert_eq!(
+            v["usable_bytes"].as_u64(),
+            Some(d.target().budget.usable().0),
+            "{name}"
+        );
+        let (ok, _, err) = vramlab(&["export", "--config", p, "--format", "hf"]);
+        assert!(ok, "{err}");
+        // The GUI reopens it on the same card: detected where it is, else the catalog card.
+        let bytes = doc.to_json().into_bytes();
+        let mut same = VramApp::new_for_test(Some(DetectedGpu {
+            index: 0,
+            name: name.into(),
+            total: Bytes(mib << 20),
+            free: Bytes(mib << 20),
+        }));
+        assert!(same.load_plan(p, &bytes));
+        assert_eq!(same.state.gpu, GpuChoice::Detected);
+        let mut elsewhere = VramApp::new_for_test(None);
+        assert!(elsewhere.load_plan(p, &bytes));
+        let expected = if catalog_id == "detected" {
+            GpuChoice::Detected
+        } else {
+            GpuChoice::Catalog(catalog_id.into())
+        };
+        assert_eq!(elsewhere.state.gpu, expected);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    // Without a GPU the GUI plans against its fallback card and saves that card.
+    let mut app = VramApp::new_for_test(None);
+    let state = app.state.clone();
+    app.derived_mut().refresh(&state);
+    let doc = vramlab_config(&app.state, app.derived(), None).expect("doc");
+    assert_eq!((doc.gpu.as_str(), doc.gpu_detected), ("rtx-4090", None));
+}
+
+#[test]
+fn gpu_detected_uses_nvml_or_says_which_card_it_fell_back_to() {
+    let (ok, out, err) = vramlab(&[
+        "plan", "--model", "gpt2", "--batch", "1", "--gpu", "detected",
+    ]);
+    assert!(ok, "{err}");
+    if err.contains("no GPU found through NVML") {
+        assert!(
+            err.contains("planning for the catalog card rtx-4090"),
+            "{err}"
+        );
+        assert!(out.contains("NVIDIA GeForce RTX 4090"), "{out}");
+    }
+    // An old file that says only "detected" plans too.
+    let dir = std::env::temp_dir().join(format!("vramlab-detected-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("old.vramlab.json");
+    let (ok, _, err) = vramlab(&[
+        "export",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--gpu",
+        "h200",
+        "--format",
+        "vramlab",
+        "-o",
+        path.to_str().expect("path"),
+    ]);
+    assert!(ok, "{err}");
+    let text = std::fs::read_to_string(&path)
+        .expect("read")
+        .replace("\"h200\"", "\"detected\"");
+    std::fs::write(&path, text).expect("write");
+    let (ok, _, err) = vramlab(&["plan", "--config", path.to_str().expect("path")]);
+    assert!(ok, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A remedy that frees allocated memory the cache keeps reserved says so, and a remedy
+/// that does not fit at the batch says which batch it allows.
+#[test]
+fn remedies_show_allocated_savings_and_the_batch_they_allow() {
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "16",
+        "--seq",
+        "1024",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw",
+        "--gpu",
+        "rtx-4090",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["fits"], false);
+    let remedies = v["remedies"].as_array().expect("remedies");
+    let adam8 = remedies
+        .iter()
+        .find(|r| r["name"] == "8-bit Adam")
+        .expect("8-bit Adam");
+    let alloc = adam8["allocated_saving"]
+        .as_i64()
+        .expect("allocated saving");
+    let smi = adam8["saving"].as_i64().expect("saving");
+    assert!(alloc > 0 && smi < alloc / 2, "{adam8}");
+    assert!(
+        adam8["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("caching allocator"))
+    );
+    for r in remedies {
+        if r["fits"] == false
+            && let Some(b) = r["fits_up_to"].as_u64()
+        {
+            assert!(b < r["config"]["batch"].as_u64().expect("batch"), "{r}");
+            // The batch it allows really fits.
+            let c = &r["config"];
+            let (b, accum) = (b.to_string(), c["accum"].to_string());
+            let mut args = vec![
+                "plan", "--model", "gpt2", "--batch", &b, "--seq", "1024", "--gpu", "rtx-4090",
+                "--json", "--accum", &accum,
+            ];
+            args.extend(["--precision", c["precision"].as_str().expect("precision")]);
+            args.extend(["--optimizer", c["optimizer"].as_str().expect("optimizer")]);
+            args.extend(["--loop", c["loop"].as_str().expect("loop")]);
+            if c["checkpointing"] == true {
+                args.push("--checkpointing");
+            }
+            if c["allocator"]["expandable_segments"] == true {
+                args.push("--expandable-segments");
+            }
+            let (ok, out, err) = vramlab(&args);
+            assert!(ok, "{err}");
+            let p: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+            assert_eq!(p["fits"], true, "{} at {b}", r["name"]);
+        }
+    }
+    let (ok, out, _) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "16",
+        "--seq",
+        "1024",
+        "--optimizer",
+        "adamw",
+        "--precision",
+        "amp-bf16",
+        "--gpu",
+        "rtx-4090",
+    ]);
+    assert!(ok);
+    assert!(out.contains("fits at micro-batch up to 12"), "{out}");
+    assert!(out.contains("so nvidia-smi moves by"), "{out}");
 }

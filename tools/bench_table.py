@@ -38,8 +38,13 @@ for r in runs:
         if t["outcome"]["kind"] != "ran":
             continue
         p = t.get("predicted") or {}
-        print(f"| {r['model']} | {r['engine']} | {t['batch']} | {g(t.get('peak_allocated'))} / {g(p.get('allocated'))} | "
-              f"{err(p.get('allocated'), t.get('peak_allocated'))} | {g(t.get('peak_reserved'))} / {g(p.get('reserved'))} | "
-              f"{err(p.get('reserved'), t.get('peak_reserved'))} | {g(t.get('process_bytes'))} / {g(p.get('nvidia_smi'))} | "
+        if r["engine"] == "native":
+            # The native engine replays the plan: its allocated/reserved are not measurements.
+            alloc_res = f"plan replayed | — | plan replayed | — | "
+        else:
+            alloc_res = (f"{g(t.get('peak_allocated'))} / {g(p.get('allocated'))} | "
+                         f"{err(p.get('allocated'), t.get('peak_allocated'))} | {g(t.get('peak_reserved'))} / {g(p.get('reserved'))} | "
+                         f"{err(p.get('reserved'), t.get('peak_reserved'))} | ")
+        print(f"| {r['model']} | {r['engine']} | {t['batch']} | {alloc_res}{g(t.get('process_bytes'))} / {g(p.get('nvidia_smi'))} | "
               f"{err(p.get('nvidia_smi'), t.get('process_bytes'))} | "
               f"{num(t.get('step_ms'), 1)} | {num(t.get('tflops'), 0)} |")

@@ -8,6 +8,7 @@ use clap::Args;
 
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
+use vramlab_core::names;
 use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
 use vramlab_core::plan::gpus::{self, Gpu};
@@ -22,12 +23,13 @@ pub struct TrainArgs {
     /// A saved `.vramlab.json` config (model, training settings, GPU, margin).
     #[arg(long, conflicts_with = "model")]
     pub config: Option<std::path::PathBuf>,
-    /// Precision: fp32, amp-fp16, amp-bf16, bf16.
-    #[arg(long, default_value = "amp-bf16")]
-    pub precision: String,
-    /// Optimizer: sgd, sgd-momentum, adam, adamw, adafactor, adam8bit.
-    #[arg(long, default_value = "adamw")]
-    pub optimizer: String,
+    /// Precision: fp32, amp-fp16, amp-bf16, bf16 [default: amp-bf16]. Aliases: fp16 and
+    /// half mean amp-fp16, bf16-amp amp-bf16, bfloat16 pure bf16.
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// Optimizer: sgd, sgd-momentum, adam, adamw, adafactor, adam8bit [default: adamw].
+    #[arg(long)]
+    pub optimizer: Option<String>,
     /// Sequence length (language models).
     #[arg(long)]
     pub seq: Option<u64>,
@@ -54,9 +56,10 @@ pub struct TrainArgs {
     /// PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N
     #[arg(long)]
     pub max_split_size_mb: Option<u64>,
-    /// Target GPU from the catalog (see `vramlab presets`).
-    #[arg(long, default_value = "rtx-4090")]
-    pub gpu: String,
+    /// Target GPU: a catalog id or name (see `vramlab presets`), or `detected` (NVML)
+    /// [default: rtx-4090].
+    #[arg(long)]
+    pub gpu: Option<String>,
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.05)]
     pub margin: f64,
@@ -65,7 +68,28 @@ pub struct TrainArgs {
     pub json: bool,
 }
 
-/// Loads a preset by id or from a file path.
+/// The GPU planned for when `--gpu` is not given.
+pub const DEFAULT_GPU: &str = "rtx-4090";
+
+/// Prints a note on standard error (an alias read as a canonical name, a fallback).
+pub(crate) fn note(text: &str) {
+    eprintln!("note: {text}");
+}
+
+/// `--batch`: a whole number of samples of at least 1, explained when it is not.
+pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
+    const WHAT: &str = "the batch is the number of samples in one forward/backward pass \
+                        (the micro-batch; --accum multiplies it into the effective batch), \
+                        a whole number of at least 1";
+    match s.trim().parse::<i128>() {
+        Ok(n) if n >= 1 => u64::try_from(n).map_err(|_| format!("{n} is too large; {WHAT}")),
+        Ok(n) => Err(format!("must be at least 1, got {n}: {WHAT}")),
+        Err(_) => Err(format!("`{s}` is not a whole number: {WHAT}")),
+    }
+}
+
+/// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`) or
+/// from a file path.
 pub fn load_model(name: &str) -> Result<Preset> {
     let path = Path::new(name);
     if name.ends_with(".json") || path.exists() {
@@ -79,15 +103,67 @@ pub fn load_model(name: &str) -> Result<Preset> {
         }
         return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
     }
-    Ok(find_builtin(name)?)
+    let id = names::model_id(name)?;
+    if let Some(n) = &id.note {
+        note(n);
+    }
+    Ok(find_builtin(id.value)?)
 }
 
-/// A catalog GPU by id; an empty id is refused (a partial-id match would pick any GPU).
-pub(crate) fn find_gpu(id: &str) -> Result<Gpu> {
+/// Whether `id` asks for the GPU of this machine.
+pub(crate) fn is_detected(id: &str) -> bool {
+    names::normalize(id) == "detected"
+}
+
+/// A catalog GPU by id or name, or `detected`: the GPU NVML reports (else the default
+/// catalog card, said on standard error). The flag says whether the card was detected.
+/// An empty id is refused (a partial-id match would pick any GPU).
+pub(crate) fn find_gpu(id: &str) -> Result<(Gpu, bool)> {
     if id.trim().is_empty() {
         bail!("gpu: empty id (see `vramlab presets` for the catalog)");
     }
-    Ok(gpus::find(id.trim())?)
+    if is_detected(id) {
+        if let Some(g) = detect_gpu() {
+            return Ok((g, true));
+        }
+        let fallback = gpus::find(DEFAULT_GPU)?;
+        note(&format!(
+            "gpu `detected`: no GPU found through NVML here; planning for the catalog card {} ({})",
+            fallback.id, fallback.name
+        ));
+        return Ok((fallback, false));
+    }
+    let g = names::gpu(id.trim(), &gpus::catalog())?;
+    if let Some(n) = &g.note {
+        note(&format!("{n} ({})", g.value.name));
+    }
+    Ok((g.value, false))
+}
+
+/// The first GPU NVML sees, with the driver's idle reservation from the catalog.
+#[cfg(feature = "app")]
+fn detect_gpu() -> Option<Gpu> {
+    vramlab_device::gpu::detect().map(|d| Gpu::detected(&d.name, d.total, &gpus::catalog()))
+}
+
+#[cfg(not(feature = "app"))]
+fn detect_gpu() -> Option<Gpu> {
+    None
+}
+
+/// Warnings about a configuration the planner plans but the card runs badly or not at all.
+pub fn warnings(cfg: &TrainConfig, gpu: &Gpu) -> Vec<String> {
+    let mut w = Vec::new();
+    if cfg.precision.compute_dtype() == vramlab_core::plan::config::DType::BF16 && gpu.lacks_bf16()
+    {
+        w.push(format!(
+            "{} has no bf16 tensor cores (pre-Ampere): {} runs bf16 matmuls emulated and slowly, \
+             or not at all (torch.cuda.is_bf16_supported() is False); amp-fp16 is the usual choice there",
+            gpu.name,
+            cfg.precision.label()
+        ));
+    }
+    w
 }
 
 /// Model, training config and budget from the flags, or from `--config FILE`
@@ -110,7 +186,19 @@ pub(crate) fn resolve(
             cfg.loop_shape = l.parse()?;
         }
         cfg.validate()?;
-        let gpu = find_gpu(&doc.gpu)?;
+        let gpu = match &doc.gpu_detected {
+            // Saved against a detected card: plan for that card, on any machine.
+            Some(card) => {
+                note(&format!(
+                    "gpu: {} was saved for the detected {} ({} MiB); planning for that card",
+                    path.display(),
+                    card.name,
+                    card.memory_mib
+                ));
+                card.gpu(&gpus::catalog())
+            }
+            None => find_gpu(&doc.gpu).context("gpu (in the config)")?.0,
+        };
         let budget = Budget {
             capacity: gpu.memory(),
             margin: doc.margin,
@@ -155,11 +243,19 @@ impl TrainArgs {
         let cfg = TrainConfig {
             batch,
             size,
-            precision: self.precision.parse()?,
-            optimizer: self.optimizer.parse()?,
+            precision: self.name_or_default(
+                self.precision.as_deref(),
+                "amp-bf16",
+                names::precision,
+            )?,
+            optimizer: self.name_or_default(
+                self.optimizer.as_deref(),
+                "adamw",
+                names::optimizer,
+            )?,
             accum: self.accum,
             checkpointing: self.checkpointing,
-            attention: self.attention.parse()?,
+            attention: self.name_or_default(Some(&self.attention), "sdpa", names::attention)?,
             allocator: AllocatorConfig {
                 expandable_segments: self.expandable_segments,
                 max_split_size_mb: self.max_split_size_mb,
@@ -173,8 +269,40 @@ impl TrainArgs {
         Ok(cfg)
     }
 
+    /// The name given (with a note when it was an alias) or the default.
+    fn name_or_default<T>(
+        &self,
+        given: Option<&str>,
+        default: &str,
+        parse: fn(&str) -> Result<names::Resolved<T>, names::NameError>,
+    ) -> Result<T> {
+        let r = parse(given.unwrap_or(default))?;
+        if let Some(n) = &r.note {
+            note(n);
+        }
+        Ok(r.value)
+    }
+
+    /// What the plan assumed because a flag was not given (flag, value).
+    pub fn assumed(&self) -> Vec<(&'static str, &'static str)> {
+        if self.config.is_some() {
+            return Vec::new();
+        }
+        let mut a = Vec::new();
+        if self.gpu.is_none() {
+            a.push(("--gpu", DEFAULT_GPU));
+        }
+        if self.precision.is_none() {
+            a.push(("--precision", "amp-bf16"));
+        }
+        if self.optimizer.is_none() {
+            a.push(("--optimizer", "adamw"));
+        }
+        a
+    }
+
     pub(crate) fn budget(&self) -> Result<(Gpu, Budget)> {
-        let gpu = find_gpu(&self.gpu).context("--gpu")?;
+        let (gpu, _) = find_gpu(self.gpu.as_deref().unwrap_or(DEFAULT_GPU)).context("--gpu")?;
         let budget = Budget {
             capacity: gpu.memory(),
             margin: self.margin,

@@ -72,7 +72,9 @@ fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
             &vramlab_core::plan::gpus::catalog(),
         )
         .memory(),
-        None => vramlab_core::plan::gpus::find(&train.gpu)?.memory(),
+        None => super::args::find_gpu(train.gpu.as_deref().unwrap_or(super::args::DEFAULT_GPU))?
+            .0
+            .memory(),
     };
     let budget = Budget {
         capacity,
@@ -200,6 +202,82 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         run.device.total_bytes,
         run.device.driver.as_deref().unwrap_or("?")
     )?;
+    if run.engine == EngineKind::Native {
+        write_native_trials(run, out)?;
+    } else {
+        write_torch_trials(run, out)?;
+    }
+    match run.max_batch_ran() {
+        Some(m) => writeln!(
+            out,
+            "largest batch that ran: {m}{}",
+            run.first_oom()
+                .map_or(String::new(), |o| format!("; first OOM at {o}"))
+        )?,
+        None => writeln!(out, "no batch ran")?,
+    }
+    if let Some(s) = &run.stopped {
+        writeln!(out, "stopped: {s}")?;
+    }
+    Ok(())
+}
+
+/// The native engine replays the plan with real buffers: its allocated/reserved are the plan
+/// itself, so the table shows what it checks (fits, device used vs predicted nvidia-smi,
+/// step time, TFLOP/s).
+fn write_native_trials(run: &Run, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "native engine: the planned allocations replayed with real buffers (not a measurement \
+         of PyTorch; --engine torch measures PyTorch)"
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}",
+        "batch", "planned", "used", "pred.smi", "used/pred", "step ms", "TFLOP/s", "freed"
+    )?;
+    writeln!(out, "{:>6} {:>10} {:>19}", "", "memory", "device (GiB)")?;
+    for t in &run.trials {
+        let used = t.process_bytes.or(t.device_used_peak);
+        let pred = t.predicted.map(|p| p.nvidia_smi);
+        let vs = match (used, pred) {
+            (Some(u), Some(p)) if p.0 > 0 => Some(100.0 * (u.0 as f64 - p.0 as f64) / p.0 as f64),
+            _ => None,
+        };
+        let planned = match t.outcome {
+            Outcome::Ran => "fits",
+            Outcome::Oom { .. } => "OOM",
+            _ => t.outcome.label(),
+        };
+        writeln!(
+            out,
+            "{:>6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}",
+            t.batch,
+            planned,
+            gib(used),
+            gib(pred),
+            pct(vs),
+            t.step_ms.map_or("—".into(), |v| format!("{v:.2}")),
+            t.tflops.map_or("—".into(), |v| format!("{v:.1}")),
+            freed(t)
+        )?;
+        if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
+            writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
+        }
+    }
+    Ok(())
+}
+
+fn freed(t: &vramlab_core::record::Trial) -> &'static str {
+    match t.memory_returned(Bytes(8 << 20)) {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "—",
+    }
+}
+
+/// The PyTorch engine measures PyTorch: measured next to predicted, with the errors.
+fn write_torch_trials(run: &Run, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
         "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>5}",
@@ -225,11 +303,7 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
     for t in &run.trials {
         let e = t.errors_pct();
         let p = t.predicted;
-        let freed = match t.memory_returned(Bytes(8 << 20)) {
-            Some(true) => "yes",
-            Some(false) => "NO",
-            None => "—",
-        };
+        let freed = freed(t);
         writeln!(
             out,
             "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>5}",
@@ -250,18 +324,6 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
             writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
         }
-    }
-    match run.max_batch_ran() {
-        Some(m) => writeln!(
-            out,
-            "largest batch that ran: {m}{}",
-            run.first_oom()
-                .map_or(String::new(), |o| format!("; first OOM at {o}"))
-        )?,
-        None => writeln!(out, "no batch ran")?,
-    }
-    if let Some(s) = &run.stopped {
-        writeln!(out, "stopped: {s}")?;
     }
     Ok(())
 }
@@ -319,4 +381,37 @@ pub fn cmd_profile(device: usize, json: bool, out: &mut dyn Write) -> Result<()>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table_of(file: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let bytes = std::fs::read(&path).expect("saved run");
+        let run = vramlab_core::export::results::run_from_json(&bytes).expect("run");
+        let mut out = Vec::new();
+        write_run(&run, &mut out).expect("table");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    /// The native table shows what the engine checks; the PyTorch one compares.
+    #[test]
+    fn each_engine_table_shows_what_it_measures() {
+        let native = table_of("tests/data/bench/gpt2-native.json");
+        assert!(native.contains("not a measurement of PyTorch"), "{native}");
+        assert!(
+            native.contains("used/pred") && native.contains("planned"),
+            "{native}"
+        );
+        assert!(!native.contains("err.res"), "{native}");
+        assert!(native.lines().any(|l| l.contains(" fits ")), "{native}");
+        let torch = table_of("tests/data/bench/gpt2-torch.json");
+        assert!(
+            torch.contains("err.res") && torch.contains("pred.all"),
+            "{torch}"
+        );
+        assert!(!torch.contains("used/pred"), "{torch}");
+    }
 }

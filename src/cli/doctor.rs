@@ -97,8 +97,8 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
     let t = TrainArgs {
         model: Some(model.clone()),
         config: None,
-        precision: a.precision.clone(),
-        optimizer: a.optimizer.clone(),
+        precision: Some(a.precision.clone()),
+        optimizer: Some(a.optimizer.clone()),
         seq: a.seq,
         image: a.image,
         accum: a.accum,
@@ -108,13 +108,13 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         expandable_segments: false,
         max_split_size_mb: None,
         // Only the model and config are taken from here; the capacity comes below.
-        gpu: match &a.gpu {
+        gpu: Some(match &a.gpu {
             Some(g) => g.clone(),
             None => vramlab_core::plan::gpus::catalog()
                 .first()
                 .map(|g| g.id.clone())
                 .unwrap_or_default(),
-        },
+        }),
         margin: a.margin,
         json: false,
     };

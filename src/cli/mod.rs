@@ -89,8 +89,10 @@ pub enum Command {
 pub struct PlanArgs {
     #[command(flatten)]
     pub train: TrainArgs,
-    /// Micro-batch size (required unless --config gives it).
-    #[arg(long, required_unless_present = "config")]
+    /// Micro-batch size: samples per forward/backward pass, at least 1 (required unless
+    /// --config gives it).
+    #[arg(long, required_unless_present = "config", allow_negative_numbers = true,
+          value_parser = args::parse_batch)]
     pub batch: Option<u64>,
     /// Include the allocated-bytes timeline of the step in the JSON output.
     #[arg(long)]
@@ -101,8 +103,10 @@ pub struct PlanArgs {
 pub struct ExportArgs {
     #[command(flatten)]
     pub train: TrainArgs,
-    /// Micro-batch size (required unless --config gives it).
-    #[arg(long, required_unless_present = "config")]
+    /// Micro-batch size: samples per forward/backward pass, at least 1 (required unless
+    /// --config gives it).
+    #[arg(long, required_unless_present = "config", allow_negative_numbers = true,
+          value_parser = args::parse_batch)]
     pub batch: Option<u64>,
     /// vramlab, deepspeed, hf, lightning, pytorch or env.
     #[arg(long)]
@@ -153,8 +157,37 @@ fn pct(part: Bytes, whole: Bytes) -> f64 {
     }
 }
 
+/// Exit status of `max-batch` when even batch 1 does not fit (documented in the README).
+pub const EXIT_NOTHING_FITS: u8 = 3;
+
+/// An error that exits with its own status instead of 1.
+#[derive(Debug)]
+pub struct Exit {
+    pub code: u8,
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// Whether the error is a write to a closed pipe (`vramlab presets | head -1`): Unix tools
+/// exit quietly then.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, a.batch)?;
+    let assumed = a.train.assumed();
+    let warnings = args::warnings(&cfg, &gpu);
     let planner = Planner::new(&preset, &cfg)?;
     let plan = planner.plan(cfg.batch)?;
     let fits = vramlab_core::plan::search::fits_with_reserved(
@@ -187,22 +220,65 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
                 serde_json::json!(cfg.effective_batch()),
             );
             o.insert("remedies".into(), serde_json::to_value(&fixes)?);
+            let assumed: serde_json::Map<String, serde_json::Value> = assumed
+                .iter()
+                .map(|(flag, v)| {
+                    (
+                        flag.trim_start_matches('-').to_string(),
+                        serde_json::json!(v),
+                    )
+                })
+                .collect();
+            o.insert("assumed".into(), assumed.into());
+            o.insert("warnings".into(), serde_json::json!(warnings));
         }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
     }
-    write_plan(out, &plan, &gpu, budget, fits, max)?;
-    writeln!(out, "\nWhat-if remedies (vs {}):", plan.nvidia_smi_bytes)?;
+    let mut extra = Vec::new();
+    if !assumed.is_empty() {
+        extra.push(format!(
+            "assumed (not given): {}",
+            assumed
+                .iter()
+                .map(|(flag, v)| format!("{flag} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    extra.extend(warnings.iter().map(|w| format!("warning: {w}")));
+    write_plan(out, &plan, &gpu, budget, fits, max, &extra)?;
+    writeln!(
+        out,
+        "\nWhat-if remedies (vs {} nvidia-smi, {} allocated):",
+        plan.nvidia_smi_bytes, plan.peak_allocated_bytes
+    )?;
+    writeln!(
+        out,
+        "  {:<36} {:>11}  {:<12} {:<12} verdict",
+        "remedy", "nvidia-smi", "saving", "allocated"
+    )?;
+    let signed = |v: i64| {
+        let sign = match v {
+            0 => "±",
+            1.. => "−",
+            _ => "+",
+        };
+        format!("{sign}{}", Bytes(v.unsigned_abs()))
+    };
     for r in &fixes {
-        let sign = if r.saving >= 0 { "−" } else { "+" };
         writeln!(
             out,
-            "  {:<36} {:>11}  {sign}{:<11} {}",
+            "  {:<36} {:>11}  {:<12} {:<12} {}",
             r.name,
             r.nvidia_smi.to_string(),
-            Bytes(r.saving.unsigned_abs()).to_string(),
-            if r.fits { "fits" } else { "does not fit" }
+            signed(r.saving),
+            signed(r.allocated_saving),
+            r.verdict()
         )?;
+        if let Some(n) = &r.note {
+            writeln!(out, "      ({n})")?;
+        }
     }
     Ok(())
 }
@@ -214,6 +290,7 @@ fn write_plan(
     budget: Budget,
     fits: bool,
     max: Option<u64>,
+    extra: &[String],
 ) -> Result<()> {
     let c = &plan.config;
     writeln!(
@@ -239,6 +316,9 @@ fn write_plan(
         },
     )?;
     writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
+    for line in extra {
+        writeln!(out, "  {line}")?;
+    }
     writeln!(out)?;
     writeln!(
         out,
@@ -292,8 +372,14 @@ fn write_plan(
 
 fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
+    for w in args::warnings(&cfg, &gpu) {
+        eprintln!("warning: {w}");
+    }
     let planner = Planner::new(&preset, &cfg)?;
     let max = max_batch(&planner, budget, MAX_BATCH)?;
+    if max.is_none() {
+        return nothing_fits(&a, &planner, &preset.id, &gpu, budget, out);
+    }
     if a.target_batch == Some(0) {
         bail!("--target-batch: must be at least 1");
     }
@@ -377,6 +463,53 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// `max-batch` when even batch 1 does not fit: its requirement and the shortfall, then exit
+/// status [`EXIT_NOTHING_FITS`].
+fn nothing_fits(
+    a: &MaxBatchArgs,
+    planner: &Planner,
+    model: &str,
+    gpu: &Gpu,
+    budget: Budget,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let p1 = planner.plan(1)?;
+    let usable = budget.usable();
+    let short = Bytes(p1.nvidia_smi_bytes.0.saturating_sub(usable.0));
+    if a.train.json {
+        let v = serde_json::json!({
+            "model": model,
+            "gpu": gpu.id,
+            "gpu_memory_bytes": gpu.memory().0,
+            "usable_bytes": usable.0,
+            "max_batch": null,
+            "batch1_peak_allocated_bytes": p1.peak_allocated_bytes.0,
+            "batch1_nvidia_smi_bytes": p1.nvidia_smi_bytes.0,
+            "shortfall_bytes": short.0,
+        });
+        writeln!(out, "{v}")?;
+    } else {
+        writeln!(
+            out,
+            "{model} does not fit on {} even at batch 1: batch 1 needs {} (nvidia-smi; peak \
+             allocated {}) of {} usable, {} short",
+            gpu.name, p1.nvidia_smi_bytes, p1.peak_allocated_bytes, usable, short
+        )?;
+        writeln!(
+            out,
+            "try `vramlab plan ... --batch 1` for the remedies (checkpointing, 8-bit Adam, pure bf16) or a larger --gpu"
+        )?;
+    }
+    Err(Exit {
+        code: EXIT_NOTHING_FITS,
+        message: format!(
+            "nothing fits: {model} at batch 1 is {short} over {}",
+            gpu.name
+        ),
+    }
+    .into())
+}
+
 fn cmd_presets(json: bool, out: &mut dyn Write) -> Result<()> {
     let presets = builtin_presets()?;
     let gpus = gpus::catalog();
@@ -456,12 +589,11 @@ fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Writ
 }
 
 fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
-    let format = vramlab_core::export::Format::parse(&a.format).with_context(|| {
-        format!(
-            "--format: unknown format `{}` (known: vramlab, deepspeed, hf, lightning, pytorch, env)",
-            a.format
-        )
-    })?;
+    let format = vramlab_core::names::format(&a.format).context("--format")?;
+    if let Some(n) = &format.note {
+        args::note(n);
+    }
+    let format = format.value;
     let (preset, mut cfg, gpu, budget, custom) = resolve(&a.train, a.batch)?;
     // HF Trainer, Lightning and the exported PyTorch loop release the model output before
     // backward: what they run is the trainer loop shape, whatever was planned.

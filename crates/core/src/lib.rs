@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod export;
 pub mod fsutil;
 pub mod model;
+pub mod names;
 pub mod plan;
 pub mod record;
 pub mod sweep;

@@ -30,8 +30,13 @@ use vramlab_core::fsutil::write_atomic;
 use vramlab_core::model::Preset;
 use vramlab_device::gpu::{self, DetectedGpu};
 
+/// Central-panel width from which the breakdown and the batch plot sit side by side.
+const WIDE_CENTRAL: f32 = 900.0;
+
 /// Ctrl+S (⌘S on macOS): save the current plan as a `.vramlab.json`.
 pub const SAVE_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::S);
+/// Ctrl+Q (⌘Q on macOS): close the window (state is saved as on any close).
+pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Q);
 /// Ctrl+O (⌘O on macOS): open a `.vramlab.json`.
 pub const OPEN_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
 
@@ -90,6 +95,42 @@ pub struct VramApp {
     pending_shot: Option<run_tab::PendingShot>,
     /// The Doctor tab (OOM messages and memory snapshots).
     pub doctor: crate::ui::doctor::DoctorPanel,
+    /// "Open … by path", when the file dialog gave nothing.
+    path_prompt: Option<PathPrompt>,
+}
+
+/// What a path typed into the fallback window opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenKind {
+    Plan,
+    Preset,
+    Run,
+}
+
+impl OpenKind {
+    fn what(self) -> &'static str {
+        match self {
+            OpenKind::Plan => "a plan (.vramlab.json)",
+            OpenKind::Preset => "a preset",
+            OpenKind::Run => "a run",
+        }
+    }
+}
+
+/// The fallback when no file dialog is available: a path field.
+#[derive(Debug, Clone)]
+struct PathPrompt {
+    kind: OpenKind,
+    text: String,
+}
+
+impl PathPrompt {
+    fn new(kind: OpenKind) -> PathPrompt {
+        PathPrompt {
+            kind,
+            text: String::new(),
+        }
+    }
 }
 
 impl VramApp {
@@ -138,6 +179,7 @@ impl VramApp {
             monitor_opener: run_tab::default_monitor(),
             pending_shot: None,
             doctor: crate::ui::doctor::DoctorPanel::default(),
+            path_prompt: None,
         }
     }
 
@@ -150,6 +192,11 @@ impl VramApp {
     /// The derived results as last computed (tests compare them with the core).
     pub fn derived(&self) -> &Derived {
         &self.derived
+    }
+
+    /// The derived results, to refresh them without a frame (tests of the exports).
+    pub fn derived_mut(&mut self) -> &mut Derived {
+        &mut self.derived
     }
 
     /// The status message under the preset buttons, if any.
@@ -167,9 +214,13 @@ impl VramApp {
         let s = &mut self.state;
         match cmd {
             Command::SelectPreset(id) => {
+                let changed = s.preset_id != id || s.custom.is_some();
                 s.preset_id = id;
                 s.custom = None;
                 s.config.size = None;
+                if changed {
+                    self.fit_batch_to_model();
+                }
             }
             Command::SetCustom(doc) => s.custom = Some(doc),
             Command::ResetCustom => s.custom = None,
@@ -198,6 +249,41 @@ impl VramApp {
             Command::OpenRecent(path) => self.open_recent(&path),
             Command::SavePlot(id) => self.save_plot(id, ctx),
         }
+    }
+
+    /// After a model switch: keeps the batch when it fits the new model, else takes the
+    /// largest that fits (batch 1 when none does), and says which and why.
+    fn fit_batch_to_model(&mut self) {
+        self.derived.refresh(&self.state);
+        let batch = self.state.config.batch;
+        let Ok(preset) = self.derived.preset() else {
+            return;
+        };
+        let model = preset.display_name.clone();
+        let gpu = self.derived.target().gpu.name.clone();
+        let text = match self.derived.max_batch() {
+            Some(Ok(Some(m))) if *m < batch => {
+                self.state.config.batch = *m;
+                format!(
+                    "Batch {batch} to {m}: {batch} does not fit {model} on {gpu}; {m} is the largest that does."
+                )
+            }
+            Some(Ok(Some(m))) => {
+                format!("Batch {batch} kept: it fits {model} on {gpu} (up to {m}).")
+            }
+            Some(Ok(None)) => {
+                self.state.config.batch = 1;
+                format!(
+                    "Batch {batch} to 1: {model} does not fit on {gpu} even at batch 1; see the remedies."
+                )
+            }
+            _ => return,
+        };
+        self.message = Some(Message {
+            text,
+            is_error: false,
+        });
+        self.derived.refresh(&self.state);
     }
 
     fn error(&mut self, text: String) {
@@ -280,14 +366,19 @@ impl VramApp {
         let Some(path) = (self.open_dialog)() else {
             self.message = Some(Message {
                 text: format!(
-                    "{NO_DIALOG} `vramlab plan --config FILE` reads .vramlab.json files too."
+                    "{NO_DIALOG} Type its path instead; `vramlab plan --config FILE` reads .vramlab.json files too."
                 ),
                 is_error: false,
             });
+            self.path_prompt = Some(PathPrompt::new(OpenKind::Plan));
             return;
         };
+        self.open_plan_at(&path);
+    }
+
+    fn open_plan_at(&mut self, path: &Path) {
         let source = path.display().to_string();
-        match read_limited(&path) {
+        match read_limited(path) {
             Ok(bytes) => {
                 if self.load_plan(&source, &bytes) {
                     self.state.remember_file(&source);
@@ -337,6 +428,17 @@ impl VramApp {
         }
         s.config = cfg.training;
         s.gpu = match cfg.gpu.as_str() {
+            // Saved against the detected card: this machine's GPU when it is that card,
+            // else the catalog card the file names (as `vramlab plan --config` does).
+            _ if cfg.gpu_detected.as_ref().is_some_and(|c| {
+                self.derived
+                    .detected
+                    .as_ref()
+                    .is_some_and(|d| d.name == c.name)
+            }) =>
+            {
+                GpuChoice::Detected
+            }
             "detected" => GpuChoice::Detected,
             id if self.derived.catalog.iter().any(|g| g.id == id) => {
                 GpuChoice::Catalog(id.to_string())
@@ -349,12 +451,16 @@ impl VramApp {
 
     /// Ctrl+S / Ctrl+O and files dropped on the window.
     fn handle_input(&mut self, ctx: &egui::Context) {
-        let (save, open) = ctx.input_mut(|i| {
+        let (save, open, quit) = ctx.input_mut(|i| {
             (
                 i.consume_shortcut(&SAVE_PLAN_SHORTCUT),
                 i.consume_shortcut(&OPEN_PLAN_SHORTCUT),
+                i.consume_shortcut(&QUIT_SHORTCUT),
             )
         });
+        if quit {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
         if save {
             self.apply(Command::SavePlan, ctx);
         }
@@ -438,13 +544,20 @@ impl VramApp {
     fn open_preset(&mut self) {
         let Some(path) = (self.open_dialog)() else {
             self.message = Some(Message {
-                text: "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity). `vramlab plan --model FILE` reads preset files too.".into(),
+                text: format!(
+                    "{NO_DIALOG} Type its path instead; `vramlab plan --model FILE` reads preset files too."
+                ),
                 is_error: false,
             });
+            self.path_prompt = Some(PathPrompt::new(OpenKind::Preset));
             return;
         };
-        let name = vramlab_core::model::hf::name_for_path(&path);
-        let loaded = std::fs::read_to_string(&path)
+        self.open_preset_at(&path);
+    }
+
+    fn open_preset_at(&mut self, path: &Path) {
+        let name = vramlab_core::model::hf::name_for_path(path);
+        let loaded = std::fs::read_to_string(path)
             .map_err(|e| e.to_string())
             .and_then(
                 |t| match vramlab_core::model::hf::from_text_if_hf(&t, &name) {
@@ -467,6 +580,50 @@ impl VramApp {
                 is_error: true,
             },
         });
+    }
+
+    /// The "open by path" window shown when no file dialog is available.
+    fn path_prompt_ui(&mut self, ctx: &egui::Context) {
+        let Some(prompt) = &mut self.path_prompt else {
+            return;
+        };
+        let mut open = None;
+        let mut close = false;
+        egui::Window::new(format!("Open {} by path", prompt.kind.what()))
+            .collapsible(false)
+            .resizable(false)
+            .anchor(egui::Align2::CENTER_CENTER, egui::vec2(0.0, 0.0))
+            .show(ctx, |ui| {
+                ui.label("No file dialog here (it needs xdg-desktop-portal or zenity): type the file's path.");
+                let l = ui.label("Path");
+                let edit = ui
+                    .add(
+                        egui::TextEdit::singleline(&mut prompt.text)
+                            .desired_width(420.0)
+                            .hint_text("/path/to/file.json"),
+                    )
+                    .labelled_by(l.id);
+                let enter = edit.lost_focus() && ui.input(|i| i.key_pressed(Key::Enter));
+                ui.horizontal(|ui| {
+                    if (ui.button("Open").clicked() || enter) && !prompt.text.trim().is_empty() {
+                        open = Some((prompt.kind, PathBuf::from(prompt.text.trim())));
+                    }
+                    if ui.button("Cancel").clicked() {
+                        close = true;
+                    }
+                });
+            });
+        if let Some((kind, path)) = open {
+            self.path_prompt = None;
+            match kind {
+                OpenKind::Plan => self.open_plan_at(&path),
+                OpenKind::Preset => self.open_preset_at(&path),
+                OpenKind::Run => self.open_run_at(&path),
+            }
+            self.derived.refresh(&self.state);
+        } else if close {
+            self.path_prompt = None;
+        }
     }
 
     /// Draws one frame (what `eframe::App::ui` calls; tests call it directly).
@@ -498,6 +655,7 @@ impl VramApp {
                 self.doctor.show(ui, hint.as_ref());
             }
         }
+        self.path_prompt_ui(&ctx);
     }
 
     fn planner_tab_ui(&mut self, ui: &mut Ui, ctx: &egui::Context) {
@@ -555,7 +713,8 @@ impl VramApp {
             .response
             .on_hover_text("Recently opened or saved .vramlab.json plans");
             ui.add_space(8.0);
-            if self.tab == Tab::Planner {
+            // The tagline only where it leaves room for the GPU line (no overlap at 1280 px).
+            if self.tab == Tab::Planner && ui.available_width() > 1100.0 {
                 ui.label("Will this training step fit on the GPU, and with which batch size?");
             }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
@@ -569,7 +728,7 @@ impl VramApp {
                         format!("No NVIDIA GPU detected — planning against {}", t.gpu.name)
                     }
                 };
-                ui.label(text);
+                ui.add(egui::Label::new(text).truncate());
             });
         });
         cmd
@@ -587,46 +746,20 @@ impl VramApp {
                     return;
                 };
                 ui.add_space(4.0);
+                let wide = ui.available_width() >= WIDE_CENTRAL;
                 let plot_h = ((ui.available_height() - 110.0) / 2.0).clamp(200.0, 420.0);
-                ui.columns(2, |cols| {
-                    let (left, right) = cols.split_at_mut(1);
-                    let l = &mut left[0];
+                let breakdown = |l: &mut Ui| {
                     section(l, "Where the memory goes at the peak", tips::NVIDIA_SMI);
                     breakdown::breakdown_bar_ui(&a.plan, self.derived.target(), l, 96.0);
                     breakdown::breakdown_table_ui(&a.plan, l);
-                    l.add_space(6.0);
-                    section(
-                        l,
-                        "What if… (remedies, each planned)",
-                        "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
-                    );
-                    if let Some(c) = remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, l) {
-                        cmd = Some(c);
-                    }
-                    l.add_space(6.0);
-                    let export = egui::CollapsingHeader::new(RichText::new("Export").heading())
-                        .id_salt("export_section")
-                        .default_open(false)
-                        .show(l, |ui| {
-                            export_panel::export_ui(
-                                &self.state,
-                                &self.derived,
-                                &a.plan,
-                                self.export_format,
-                                ui,
-                            )
-                        });
-                    if let Some(Some(c)) = export.body_returned {
-                        cmd = Some(c);
-                    }
-
-                    let r = &mut right[0];
+                };
+                let batch_plot = |r: &mut Ui, cmd: &mut Option<Command>| {
                     if section_with_png(
                         r,
                         "Memory vs micro-batch size",
                         "Predicted peaks for every batch size; the verdict uses the nvidia-smi curve.",
                     ) {
-                        cmd = Some(Command::SavePlot(PlotId::PlannerBatch));
+                        *cmd = Some(Command::SavePlot(PlotId::PlannerBatch));
                     }
                     let max = self
                         .derived
@@ -642,16 +775,62 @@ impl VramApp {
                         plot_h,
                     );
                     png::remember_rect(r.ctx(), PlotId::PlannerBatch, rect);
-                    if section_with_png(
-                        r,
-                        "One training step: allocated bytes over time",
-                        "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
-                    ) {
-                        cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
-                    }
-                    let rect = plots::timeline_plot_ui(a, r, plot_h);
-                    png::remember_rect(r.ctx(), PlotId::PlannerTimeline, rect);
-                });
+                };
+                // Wide: breakdown beside the batch plot; narrow: one column. Everything
+                // else spans the width, so no table runs under a plot; the remedies come
+                // before the timeline (advice first).
+                if wide {
+                    ui.columns(2, |cols| {
+                        let (left, right) = cols.split_at_mut(1);
+                        breakdown(&mut left[0]);
+                        batch_plot(&mut right[0], &mut cmd);
+                    });
+                } else {
+                    breakdown(ui);
+                    ui.add_space(6.0);
+                    batch_plot(ui, &mut cmd);
+                }
+                ui.add_space(6.0);
+                section(
+                    ui,
+                    "What if… (remedies, each planned)",
+                    "Each row re-plans the current configuration with one change; Apply makes it the configuration.",
+                );
+                egui::ScrollArea::horizontal()
+                    .id_salt("remedies_scroll")
+                    .show(ui, |ui| {
+                        if let Some(c) =
+                            remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, ui)
+                        {
+                            cmd = Some(c);
+                        }
+                    });
+                ui.add_space(6.0);
+                if section_with_png(
+                    ui,
+                    "One training step: allocated bytes over time",
+                    "Every allocation and free of one steady-state step (all micro-batches when accumulating), coloured by phase.",
+                ) {
+                    cmd = Some(Command::SavePlot(PlotId::PlannerTimeline));
+                }
+                let rect = plots::timeline_plot_ui(a, ui, plot_h);
+                png::remember_rect(ui.ctx(), PlotId::PlannerTimeline, rect);
+                ui.add_space(6.0);
+                let export = egui::CollapsingHeader::new(RichText::new("Export").heading())
+                    .id_salt("export_section")
+                    .default_open(false)
+                    .show(ui, |ui| {
+                        export_panel::export_ui(
+                            &self.state,
+                            &self.derived,
+                            &a.plan,
+                            self.export_format,
+                            ui,
+                        )
+                    });
+                if let Some(Some(c)) = export.body_returned {
+                    cmd = Some(c);
+                }
             });
         cmd
     }
@@ -681,12 +860,22 @@ impl eframe::App for VramApp {
 }
 
 /// Opens the GUI window (1400×900, at least 1000×650; theme follows the system).
+/// The window and taskbar icon (`assets/icon.png`, compiled in).
+pub const ICON_PNG: &[u8] = include_bytes!("../../../assets/icon.png");
+
+/// The icon as eframe wants it (an empty icon, the platform default, if it cannot decode).
+pub fn app_icon() -> egui::IconData {
+    eframe::icon_data::from_png_bytes(ICON_PNG).unwrap_or_default()
+}
+
 pub fn run_gui() -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("vramlab — GPU memory planner")
             .with_inner_size([1400.0, 900.0])
-            .with_min_inner_size([1000.0, 650.0]),
+            .with_min_inner_size([1000.0, 650.0])
+            .with_app_id("vramlab")
+            .with_icon(app_icon()),
         ..Default::default()
     };
     eframe::run_native(

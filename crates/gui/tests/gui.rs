@@ -39,6 +39,16 @@ fn harness_themed(app: VramApp, theme: egui::Theme) -> Harness<'static, VramApp>
         .build_ui_state(|ui, app: &mut VramApp| app.ui(ui), app)
 }
 
+/// A window tall enough that the remedies and the open Export section are on screen
+/// without scrolling (for tests of what they do, not of the layout).
+fn harness_tall(app: VramApp) -> Harness<'static, VramApp> {
+    Harness::builder()
+        .with_size(egui::vec2(W, 2000.0))
+        .with_theme(egui::Theme::Dark)
+        .with_max_steps(16)
+        .build_ui_state(|ui, app: &mut VramApp| app.ui(ui), app)
+}
+
 fn rtx4090_budget() -> Budget {
     Budget {
         capacity: gpus::find("rtx-4090")
@@ -190,7 +200,7 @@ fn llama_7b_fp32_adamw_does_not_fit_a_4090() {
 
 #[test]
 fn applying_a_remedy_sets_the_config_and_replans() {
-    let mut h = harness(VramApp::new_for_test(None));
+    let mut h = harness_tall(VramApp::new_for_test(None));
     h.run();
     select_preset(&mut h, "gpt2-large", "GPT-2 Large");
     set_value(&mut h, "Batch size", 4.0);
@@ -369,7 +379,7 @@ fn open_export(h: &mut Harness<'_, VramApp>) {
 
 #[test]
 fn export_preview_shows_the_deepspeed_config_of_the_current_batch() {
-    let mut h = harness(VramApp::new_for_test(None));
+    let mut h = harness_tall(VramApp::new_for_test(None));
     h.run();
     set_value(&mut h, "Batch size", 12.0);
     open_export(&mut h);
@@ -458,7 +468,13 @@ fn ctrl_s_then_ctrl_o_restores_the_saved_plan() {
     assert_eq!(s.config, saved.config);
     assert_eq!(s.config.batch, 48);
     assert_eq!(s.config.precision, Precision::Fp32);
-    assert_eq!(s.gpu, saved.gpu);
+    // Saved without a GPU: the file holds the concrete card planned for, not "detected".
+    assert_eq!(
+        s.gpu,
+        vramlab_gui::ui::GpuChoice::Catalog("rtx-4090".into()),
+        "was {:?}",
+        saved.gpu
+    );
     assert_eq!(s.margin_pct, saved.margin_pct);
     assert_shows(&h, &peak);
     std::fs::remove_file(&path).ok();
@@ -646,4 +662,102 @@ fn frame_time_with_batch_changes() {
     let mut app = VramApp::new_for_test(None);
     app.state.preset_id = "resnet50".into();
     frame_time(app, "resnet50");
+}
+
+/// Switching model keeps a batch that fits, else takes the largest that does, and says so.
+#[test]
+fn switching_model_picks_a_batch_that_fits() {
+    let mut app = VramApp::new_for_test(None);
+    app.state.config.batch = 32;
+    let mut h = harness(app);
+    h.run();
+    select_preset(&mut h, "Llama", "Llama 3 8B");
+    let cfg = h.state().state.config;
+    let (_, planner, _) = core_plan("Meta-Llama-3-8B", &cfg);
+    let m = max_batch(&planner, rtx4090_budget(), BATCH_LIMIT).expect("search");
+    match m {
+        Some(m) => {
+            assert_eq!(cfg.batch, m.min(32));
+            assert_shows(&h, &format!("Batch 32 to {m}"));
+        }
+        None => {
+            assert_eq!(cfg.batch, 1);
+            assert_shows(&h, "Batch 32 to 1");
+            assert_shows(&h, "Even batch 1 does not fit");
+        }
+    }
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    let batch = h.state().state.config.batch;
+    select_preset(&mut h, "resnet", "ResNet-18");
+    assert_eq!(h.state().state.config.batch, batch);
+    assert_shows(&h, &format!("Batch {batch} kept"));
+}
+
+/// The planner at `w`×`h` (nothing may overlap or be clipped; the snapshots are checked
+/// by eye when they change).
+fn snapshot_planner_at(w: f32, h_px: f32) {
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(w, h_px))
+        .with_theme(egui::Theme::Dark)
+        .with_max_steps(16)
+        .build_ui_state(
+            |ui, app: &mut VramApp| app.ui(ui),
+            VramApp::new_for_test(None),
+        );
+    h.run();
+    h.remove_cursor();
+    h.run();
+    assert_shows(&h, "FITS");
+    h.snapshot(format!("planner-{w}x{h_px}"));
+}
+
+/// The declared minimum window.
+#[test]
+fn snapshot_planner_1000x650() {
+    snapshot_planner_at(1000.0, 650.0);
+}
+
+/// A common laptop.
+#[test]
+fn snapshot_planner_1280x800() {
+    snapshot_planner_at(1280.0, 800.0);
+}
+
+#[test]
+fn snapshot_planner_1920x1080() {
+    snapshot_planner_at(1920.0, 1080.0);
+}
+
+/// Without a file dialog, Ctrl+O offers a path field that opens the plan.
+#[test]
+fn without_a_dialog_a_path_field_opens_the_plan() {
+    let preset = find_builtin("resnet50").expect("resnet50");
+    let cfg = TrainConfig {
+        batch: 40,
+        ..TrainConfig::default()
+    };
+    let doc = VramlabConfig::new(&preset, false, cfg, "a100-80gb", 0.05, None).to_json();
+    let path = std::env::temp_dir().join(format!(
+        "vramlab-path-field-{}.vramlab.json",
+        std::process::id()
+    ));
+    std::fs::write(&path, doc).expect("write");
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::O);
+    h.run();
+    assert_shows(&h, "type the file's path");
+    h.get_by_label("Path").click();
+    h.run();
+    h.get_by_label("Path")
+        .type_text(path.to_str().expect("utf-8"));
+    h.run();
+    h.get_by_label("Open").click();
+    h.run();
+    assert_shows(&h, "Opened ");
+    assert_eq!(h.state().state.preset_id, "resnet50");
+    assert_eq!(h.state().state.config.batch, 40);
+    assert!(h.query_by_label("type the file's path").is_none());
+    std::fs::remove_file(&path).ok();
 }

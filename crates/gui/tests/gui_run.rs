@@ -332,11 +332,17 @@ fn a_replayed_run_shows_rows_errors_max_batch_and_plots() {
             "row of batch {}",
             t.batch
         );
-        let e = t.errors_pct();
-        if let Some(a) = e.allocated {
-            assert_shows(&h, &format!("{a:+.1} %"));
+        // The native engine shows what it checks, not a PyTorch comparison.
+        if let Some(e) = vramlab_gui::ui::run::table::device_vs_predicted_pct(t) {
+            assert_shows(&h, &format!("{e:+.1} %"));
         }
     }
+    assert_shows(
+        &h,
+        "so its allocated and reserved bytes are the plan itself",
+    );
+    assert_shows(&h, "Used vs predicted");
+    assert!(h.query_by_label("error %").is_none());
     assert_shows(&h, "Peak memory vs batch size");
     assert_shows(&h, "Memory through one trial");
     // The timeline shows the largest batch that ran; clicking a row picks another.
@@ -497,7 +503,8 @@ struct FakeGpu {
 
 impl SampleSource for FakeGpu {
     fn device_name(&self) -> String {
-        "NVIDIA H200".into()
+        // Labelled: screenshots/monitor.png is drawn from this synthetic load.
+        "NVIDIA H200 · DEMO DATA (synthetic load, not a measurement)".into()
     }
     fn read(&mut self) -> anyhow::Result<Reading> {
         self.step += 1;
@@ -654,6 +661,23 @@ fn save_png_writes_the_cropped_plot() {
 fn png_size(bytes: &[u8]) -> (u32, u32) {
     let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     (be(&bytes[16..20]), be(&bytes[20..24]))
+}
+
+/// The native engine's table: fits, device used vs predicted nvidia-smi, step, TFLOP/s.
+#[test]
+fn snapshot_native_run_table() {
+    let run = synthetic_run();
+    assert_eq!(run.engine, EngineKind::Native);
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1000.0, 300.0))
+        .with_theme(egui::Theme::Dark)
+        .build_ui(move |ui| {
+            vramlab_gui::ui::style::apply(ui.ctx());
+            let _ =
+                vramlab_gui::ui::run::table::results_table_ui(&run.trials, run.engine, None, ui);
+        });
+    h.run();
+    h.snapshot("run-table-native");
 }
 
 #[test]

@@ -21,13 +21,39 @@ pub struct VramlabConfig {
     /// A built-in preset id, or a full preset document for custom models.
     pub model: ModelRef,
     pub training: TrainConfig,
-    /// GPU catalog id (or "detected").
+    /// GPU catalog id, or "detected": the GPU of the machine that plans it (with
+    /// `gpu_detected`, the card it was saved on).
     pub gpu: String,
+    /// The card NVML reported when the plan was saved against the detected GPU: a file
+    /// with it plans for that card everywhere. `gpu` then names the catalog card of the same
+    /// name or memory, or is "detected" when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_detected: Option<DetectedCard>,
     /// Fraction of GPU memory kept free.
     pub margin: f64,
     /// What vramlab predicted when the file was written (documentation; ignored on load).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<Prediction>,
+}
+
+/// A GPU as NVML reported it when the plan was saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectedCard {
+    pub name: String,
+    /// Total memory in MiB as NVML reports it.
+    pub memory_mib: u64,
+}
+
+impl DetectedCard {
+    /// The card as a planning target, with the driver's idle reservation from the catalog.
+    pub fn gpu(&self, catalog: &[crate::plan::gpus::Gpu]) -> crate::plan::gpus::Gpu {
+        crate::plan::gpus::Gpu::detected(
+            &self.name,
+            crate::units::Bytes(self.memory_mib.saturating_mul(1 << 20)),
+            catalog,
+        )
+    }
 }
 
 /// The model of a config.
@@ -89,6 +115,7 @@ impl VramlabConfig {
             model,
             training,
             gpu: gpu.to_string(),
+            gpu_detected: None,
             margin,
             prediction: plan.map(|p| Prediction {
                 vramlab_version: env!("CARGO_PKG_VERSION").to_string(),

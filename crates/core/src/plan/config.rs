@@ -109,14 +109,7 @@ impl fmt::Display for Precision {
 impl FromStr for Precision {
     type Err = PlanError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Precision::ALL
-            .into_iter()
-            .find(|p| p.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| PlanError::Unknown {
-                field: "precision",
-                value: s.to_string(),
-                known: "fp32, amp-fp16, amp-bf16, bf16",
-            })
+        Ok(crate::names::precision(s)?.value)
     }
 }
 
@@ -181,14 +174,7 @@ impl fmt::Display for Optimizer {
 impl FromStr for Optimizer {
     type Err = PlanError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Optimizer::ALL
-            .into_iter()
-            .find(|p| p.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| PlanError::Unknown {
-                field: "optimizer",
-                value: s.to_string(),
-                known: "sgd, sgd-momentum, adam, adamw, adafactor, adam8bit",
-            })
+        Ok(crate::names::optimizer(s)?.value)
     }
 }
 
@@ -216,15 +202,7 @@ impl Attention {
 impl FromStr for Attention {
     type Err = PlanError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "eager" => Ok(Attention::Eager),
-            "sdpa" | "flash" => Ok(Attention::Sdpa),
-            _ => Err(PlanError::Unknown {
-                field: "attention",
-                value: s.to_string(),
-                known: "eager, sdpa",
-            }),
-        }
+        Ok(crate::names::attention(s)?.value)
     }
 }
 

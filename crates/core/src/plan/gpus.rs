@@ -35,6 +35,13 @@ impl Gpu {
         )
     }
 
+    /// Whether the card is known to lack bf16 tensor cores (T4, V100: pre-Ampere), where
+    /// bf16 matmuls are emulated or refused. Unknown throughput (a detected card) is not
+    /// taken as lacking.
+    pub fn lacks_bf16(&self) -> bool {
+        self.bf16_tflops == 0.0 && self.fp16_tflops > 0.0
+    }
+
     /// A GPU detected at run time (NVML name and total bytes). The driver's idle reservation
     /// (which NVML's total includes) is taken from the `catalog` entry of the same name or the
     /// same total, where there is one.
@@ -74,19 +81,10 @@ pub fn catalog() -> Vec<Gpu> {
         .unwrap_or_default()
 }
 
-/// Finds a catalog GPU by id (case-insensitive; "4090" finds "rtx-4090").
+/// Finds a catalog GPU by id or name (case- and punctuation-insensitive; "4090" finds
+/// "rtx-4090"; a part several cards share, like "a100", is refused with the candidates).
 pub fn find(id: &str) -> Result<Gpu, PlanError> {
-    let all = catalog();
-    let id_l = id.to_ascii_lowercase();
-    all.iter()
-        .find(|g| g.id == id_l)
-        .or_else(|| all.iter().find(|g| g.id.contains(&id_l)))
-        .cloned()
-        .ok_or_else(|| PlanError::Unknown {
-            field: "gpu",
-            value: id.to_string(),
-            known: "t4, v100-16gb, v100-32gb, rtx-3060, rtx-3090, rtx-4080, rtx-4090, a10, l4, l40s, a100-40gb, a100-80gb, h100, h200",
-        })
+    Ok(crate::names::gpu(id, &catalog())?.value)
 }
 
 #[cfg(test)]
@@ -107,8 +105,26 @@ mod tests {
         assert_eq!(find("H200").map(|g| g.memory_mib), Ok(143771));
         assert!(matches!(
             find("voodoo"),
-            Err(PlanError::Unknown { field: "gpu", .. })
+            Err(PlanError::Name(crate::names::NameError::Unknown {
+                field: "gpu",
+                ..
+            }))
         ));
+        // A part several cards share is refused with every candidate.
+        for (part, n) in [("a100", 2), ("rtx", 4), ("v100", 2)] {
+            match find(part) {
+                Err(PlanError::Name(crate::names::NameError::Ambiguous { candidates, .. })) => {
+                    assert_eq!(candidates.len(), n, "{part}: {candidates:?}");
+                }
+                other => panic!("{part}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            find("NVIDIA H100 SXM 80GB").map(|g| g.id),
+            Ok("h100".to_string())
+        );
+        assert!(find("t4").is_ok_and(|g| g.lacks_bf16()));
+        assert!(find("a10").is_ok_and(|g| !g.lacks_bf16()));
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum PlanError {
     Overflow(&'static str),
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// A name that did not resolve (with the closest known names) or was ambiguous.
+    #[error(transparent)]
+    Name(#[from] crate::names::NameError),
 }
 
 /// Measured per-process CUDA context + library handles beyond PyTorch's reserved bytes

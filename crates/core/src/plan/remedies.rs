@@ -23,8 +23,50 @@ pub struct Remedy {
     pub nvidia_smi: Bytes,
     /// Bytes saved against the current nvidia-smi figure (negative = costs more).
     pub saving: i64,
+    /// Bytes saved against the current peak allocated (what the tensors need; the caching
+    /// allocator may keep the freed blocks reserved, so nvidia-smi can move less).
+    pub allocated_saving: i64,
     /// Runs without OOM on the budget's GPU (simulated caching allocator under the cap).
     pub fits: bool,
+    /// When it does not fit at the configured micro-batch: the largest micro-batch it
+    /// allows on the GPU (`None`: it fits as configured, or not even batch 1 fits).
+    pub fits_up_to: Option<u64>,
+    /// Why the nvidia-smi saving differs from the allocated one, where it does markedly.
+    pub note: Option<String>,
+}
+
+impl Remedy {
+    /// The config to apply: the remedy's, at the largest micro-batch it allows when the
+    /// configured one does not fit.
+    pub fn config_to_apply(&self) -> TrainConfig {
+        let mut c = self.config;
+        if let Some(b) = self.fits_up_to {
+            c.batch = b;
+        }
+        c
+    }
+
+    /// "fits", "fits at batch ≤ N" or "does not fit even at batch 1".
+    pub fn verdict(&self) -> String {
+        match (self.fits, self.fits_up_to) {
+            (true, _) => "fits".into(),
+            (false, Some(b)) => format!("fits at micro-batch up to {b}"),
+            (false, None) => "does not fit even at batch 1".into(),
+        }
+    }
+}
+
+/// A saving of allocated bytes that nvidia-smi does not show (in less than half).
+fn cached_note(allocated_saving: i64, smi_saving: i64) -> Option<String> {
+    (allocated_saving > 0 && smi_saving < allocated_saving / 2).then(|| {
+        format!(
+            "frees {} of allocated memory, but PyTorch's caching allocator keeps the freed blocks \
+             reserved, so nvidia-smi moves by {}{}",
+            Bytes(allocated_saving.unsigned_abs()),
+            if smi_saving < 0 { "+" } else { "" },
+            Bytes(smi_saving.unsigned_abs())
+        )
+    })
 }
 
 /// The remedies that apply to `cfg`: (name, one-sentence description, changed config).
@@ -133,25 +175,38 @@ pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, Stri
 
 /// Evaluates one remedy with a planner built for its config (`planner.config` may differ
 /// from `config` in the batch only).
+/// `base_allocated` and `base_nvidia_smi` are the current plan's peaks. A remedy that does
+/// not fit at its micro-batch is also searched for the largest one it allows.
 pub fn evaluate(
     name: &'static str,
     description: String,
     config: TrainConfig,
     planner: &Planner,
+    base_allocated: Bytes,
     base_nvidia_smi: Bytes,
     budget: Budget,
 ) -> Result<Remedy, PlanError> {
     let p = planner.peaks(config.batch)?;
     // Reserved within the cap means the capped simulation cannot fail: skip it.
     let fits = super::search::fits_with_reserved(planner, budget, config.batch, p.reserved)?;
+    let fits_up_to = if fits || config.batch <= 1 {
+        None
+    } else {
+        super::search::max_batch(planner, budget, config.batch - 1)?
+    };
+    let saving = base_nvidia_smi.0 as i64 - p.nvidia_smi.0 as i64;
+    let allocated_saving = base_allocated.0 as i64 - p.allocated.0 as i64;
     Ok(Remedy {
         name,
         description,
         config,
         peak_allocated: p.allocated,
         nvidia_smi: p.nvidia_smi,
-        saving: base_nvidia_smi.0 as i64 - p.nvidia_smi.0 as i64,
+        saving,
+        allocated_saving,
         fits,
+        fits_up_to,
+        note: cached_note(allocated_saving, saving),
     })
 }
 
@@ -166,7 +221,15 @@ pub fn remedies(
         .into_iter()
         .map(|(name, description, c)| {
             let planner = Planner::new(preset, &c)?;
-            evaluate(name, description, c, &planner, base.nvidia_smi, budget)
+            evaluate(
+                name,
+                description,
+                c,
+                &planner,
+                base.allocated,
+                base.nvidia_smi,
+                budget,
+            )
         })
         .collect()
 }

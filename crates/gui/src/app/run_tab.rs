@@ -370,13 +370,18 @@ impl VramApp {
     fn open_run(&mut self) {
         let Some(path) = (self.open_dialog)() else {
             self.message = Some(Message {
-                text: NO_DIALOG.to_string(),
+                text: format!("{NO_DIALOG} Type its path instead."),
                 is_error: false,
             });
+            self.path_prompt = Some(super::PathPrompt::new(super::OpenKind::Run));
             return;
         };
+        self.open_run_at(&path);
+    }
+
+    pub(super) fn open_run_at(&mut self, path: &std::path::Path) {
         let source = path.display().to_string();
-        let read = std::fs::File::open(&path).and_then(|f| {
+        let read = std::fs::File::open(path).and_then(|f| {
             use std::io::Read as _;
             let mut bytes = Vec::new();
             f.take(MAX_RUN_BYTES as u64 + 1).read_to_end(&mut bytes)?;

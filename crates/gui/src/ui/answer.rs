@@ -135,7 +135,7 @@ fn max_batch_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option
                     .strong()
                     .color(error_color(dark)),
             );
-            ui.label("Even batch 1 does not fit: try a remedy below.");
+            ui.label(nothing_fits_text(d));
         }
         Some(Err(e)) => {
             ui.colored_label(error_color(dark), e.as_str());
@@ -143,5 +143,31 @@ fn max_batch_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option
         None => {
             ui.weak("—");
         }
+    }
+}
+
+/// What to say when even batch 1 does not fit: which remedies would fit, and at which
+/// micro-batch (each remedy is planned, and searched for the largest batch it allows).
+pub fn nothing_fits_text(d: &Derived) -> String {
+    let Some(Ok(list)) = d.answer().map(|a| &a.remedies) else {
+        return "Even batch 1 does not fit.".into();
+    };
+    let fitting: Vec<String> = list
+        .iter()
+        .filter_map(|r| match (r.fits, r.fits_up_to) {
+            (true, _) => Some(format!("{} (at micro-batch {})", r.name, r.config.batch)),
+            (false, Some(b)) => Some(format!("{} (at micro-batch up to {b})", r.name)),
+            (false, None) => None,
+        })
+        .collect();
+    if fitting.is_empty() {
+        "Even batch 1 does not fit, and no single remedy below makes it fit: apply one, \
+         then look again (they combine), or choose a larger GPU."
+            .into()
+    } else {
+        format!(
+            "Even batch 1 does not fit. These would: {}. Apply sets that batch.",
+            fitting.join(", ")
+        )
     }
 }

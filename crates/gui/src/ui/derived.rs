@@ -348,8 +348,16 @@ impl Derived {
                                 .find(|(n, _)| *n == name)
                                 .ok_or_else(|| format!("no planner for remedy {name}"))?;
                             let p = p.1.as_ref().map_err(Clone::clone)?;
-                            remedies::evaluate(name, desc, rc, p, plan.nvidia_smi_bytes, budget)
-                                .map_err(|e| format!("{e:#}"))
+                            remedies::evaluate(
+                                name,
+                                desc,
+                                rc,
+                                p,
+                                plan.peak_allocated_bytes,
+                                plan.nvidia_smi_bytes,
+                                budget,
+                            )
+                            .map_err(|e| format!("{e:#}"))
                         })
                         .collect();
                     Ok(Answer {

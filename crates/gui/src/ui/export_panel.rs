@@ -4,9 +4,11 @@
 
 use egui::{RichText, Ui};
 
+use vramlab_core::export::vramlab_file::DetectedCard;
 use vramlab_core::export::{Format, VramlabConfig, render};
 use vramlab_core::plan::Plan;
 
+use super::derived::TargetKind;
 use super::{Command, Derived, GpuChoice, PlannerState, emit};
 
 /// The name shown for a format in the selector.
@@ -33,11 +35,28 @@ pub fn suggested_file_name(format: Format, model: &str) -> String {
     }
 }
 
-/// The GPU as written into a `.vramlab.json` (catalog id, or "detected").
-pub fn gpu_id(state: &PlannerState) -> String {
-    match &state.gpu {
-        GpuChoice::Detected => "detected".into(),
-        GpuChoice::Catalog(id) => id.clone(),
+/// The GPU as written into a `.vramlab.json`: the concrete card planned for. A detected
+/// GPU is stored as the card NVML reported (so the file plans the same on any machine)
+/// and the catalog card of the same name or memory, or "detected" when there is none;
+/// with no GPU detected, the catalog card the plan fell back to.
+pub fn gpu_id(state: &PlannerState, d: &Derived) -> (String, Option<DetectedCard>) {
+    let target = d.target();
+    match (&state.gpu, target.kind, &d.detected) {
+        (GpuChoice::Detected, TargetKind::Detected, Some(det)) => {
+            let card = DetectedCard {
+                name: det.name.clone(),
+                memory_mib: det.total.0 >> 20,
+            };
+            let id = d
+                .catalog
+                .iter()
+                .find(|g| g.name.eq_ignore_ascii_case(&det.name))
+                .or_else(|| d.catalog.iter().find(|g| g.memory_mib == card.memory_mib))
+                .map_or_else(|| "detected".to_string(), |g| g.id.clone());
+            (id, Some(card))
+        }
+        (GpuChoice::Catalog(id), ..) => (id.clone(), None),
+        _ => (target.gpu.id.clone(), None),
     }
 }
 
@@ -48,14 +67,17 @@ pub fn vramlab_config(
     plan: Option<&Plan>,
 ) -> Option<VramlabConfig> {
     let preset = d.preset().ok()?;
-    Some(VramlabConfig::new(
+    let (gpu, detected) = gpu_id(state, d);
+    let mut doc = VramlabConfig::new(
         preset,
         state.custom.is_some(),
         state.config,
-        &gpu_id(state),
+        &gpu,
         state.margin(),
         plan,
-    ))
+    );
+    doc.gpu_detected = detected;
+    Some(doc)
 }
 
 /// The text `format` exports for the current state and `plan`.
@@ -116,9 +138,11 @@ pub fn export_ui(
         ui.weak("Ctrl+S saves, Ctrl+O opens a .vramlab.json (or drop one on the window)");
     });
     egui::Frame::group(ui.style()).show(ui, |ui| {
+        ui.set_min_width(ui.available_width());
         egui::ScrollArea::both()
             .id_salt("export_preview")
-            .max_height(320.0)
+            .max_height(480.0)
+            .min_scrolled_height(240.0)
             .show(ui, |ui| {
                 ui.add(egui::Label::new(RichText::new(text).monospace()).extend());
             });

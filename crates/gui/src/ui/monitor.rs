@@ -21,7 +21,7 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
             return None;
         }
         MonitorState::Running { device } | MonitorState::Lost { device, .. } => device.clone(),
-        MonitorState::Unavailable(_) => String::new(),
+        MonitorState::Unavailable(why) => return unavailable_ui(why, ui),
     };
     ui.horizontal(|ui| {
         let title = if device.is_empty() {
@@ -161,4 +161,26 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
             });
     }
     save
+}
+
+/// What the tab would show, and why it is empty: no NVIDIA GPU or NVML on this machine.
+fn unavailable_ui(why: &str, ui: &mut Ui) -> Option<PlotId> {
+    ui.label(
+        RichText::new("No GPU to monitor on this machine")
+            .size(18.0)
+            .strong(),
+    );
+    ui.add_space(4.0);
+    ui.label(
+        "With an NVIDIA GPU and its driver (NVML, libnvidia-ml.so.1), this tab shows the \
+         device's used memory and utilisation over the last minutes and every process \
+         using it, with its memory — like nvidia-smi or nvitop — so you can watch a \
+         training run against the plan.",
+    );
+    ui.label(
+        "The planner does not need a GPU: it plans against the catalog card chosen under GPU.",
+    );
+    ui.add_space(4.0);
+    ui.label(RichText::new(format!("Why it is empty: {why}")).weak());
+    None
 }

@@ -27,14 +27,23 @@ pub fn remedies_ui(
         ui.weak("No remedy applies: this configuration already uses all of them.");
         return None;
     }
+    if list.iter().any(|r| r.note.is_some()) {
+        ui.weak(
+            "Savings of allocated memory can stay off nvidia-smi: PyTorch's caching allocator \
+             keeps freed blocks reserved (hover a row).",
+        );
+    }
     egui::Grid::new("remedies_table")
-        .num_columns(5)
+        .num_columns(6)
         .striped(true)
         .spacing([14.0, 4.0])
         .show(ui, |ui| {
             ui.label(RichText::new("Remedy").strong());
             ui.label(RichText::new("nvidia-smi").strong());
-            ui.label(RichText::new("Saving").strong());
+            ui.label(RichText::new("Saving").strong())
+                .on_hover_text("nvidia-smi saving");
+            ui.label(RichText::new("Allocated").strong())
+                .on_hover_text("saving of peak allocated memory (the tensors themselves)");
             ui.label(RichText::new("Fits").strong());
             ui.label("");
             ui.end_row();
@@ -44,14 +53,26 @@ pub fn remedies_ui(
                     "peak allocated {} (now {current_allocated}); the verdict uses nvidia-smi, which also counts cached segments",
                     r.peak_allocated
                 ));
-                ui.label(saving_text(r.saving));
-                fit_icon(ui, r.fits, 16.0);
-                if ui
-                    .button("Apply")
-                    .on_hover_text(r.description.as_str())
-                    .clicked()
-                {
-                    emit(&mut cmd, Command::ApplyRemedy(r.config));
+                let saving = ui.label(saving_text(r.saving));
+                if let Some(n) = &r.note {
+                    saving.on_hover_text(n.as_str());
+                }
+                ui.label(saving_text(r.allocated_saving));
+                ui.horizontal(|ui| {
+                    fit_icon(ui, r.fits, 16.0);
+                    if let Some(b) = r.fits_up_to {
+                        ui.label(format!("up to {b}"))
+                            .on_hover_text(format!("fits at micro-batch {b} or less"));
+                    }
+                })
+                .response
+                .on_hover_text(r.verdict());
+                let apply_tip = match r.fits_up_to {
+                    Some(b) => format!("{} Applied at micro-batch {b}, the largest it allows.", r.description),
+                    None => r.description.clone(),
+                };
+                if ui.button("Apply").on_hover_text(apply_tip).clicked() {
+                    emit(&mut cmd, Command::ApplyRemedy(r.config_to_apply()));
                 }
                 ui.end_row();
             }

@@ -154,15 +154,25 @@ pub fn batch_plot_ui(
                         .width(1.5),
                 );
             }
+            // The native engine's allocated/reserved are the plan replayed, not measured.
+            let native = run.engine == vramlab_core::record::EngineKind::Native;
             let series: [(&str, Color32, MarkerShape, Measure); 3] = [
                 (
-                    "measured reserved",
+                    if native {
+                        "replayed reserved (the plan)"
+                    } else {
+                        "measured reserved"
+                    },
                     style::RESERVED_COLOR,
                     MarkerShape::Square,
                     |t| t.peak_reserved,
                 ),
                 (
-                    "measured allocated",
+                    if native {
+                        "replayed allocated (the plan)"
+                    } else {
+                        "measured allocated"
+                    },
                     style::ALLOCATED_COLOR,
                     MarkerShape::Circle,
                     |t| t.peak_allocated,

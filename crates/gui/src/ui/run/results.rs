@@ -156,7 +156,7 @@ pub fn results_ui(session: &RunSession, ui: &mut Ui) -> Option<RunCommand> {
         "Measured peaks next to the prediction; error = (predicted − measured) / measured. Click a batch to show its timeline.",
     );
     let selected = shown.shown_trial().map(|t| t.index);
-    if let Some(c) = table::results_table_ui(&run.trials, selected, ui) {
+    if let Some(c) = table::results_table_ui(&run.trials, run.engine, selected, ui) {
         cmd = Some(c);
     }
     cmd
