@@ -8,11 +8,11 @@ use clap::Args;
 
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
-use vramlab_core::names;
 use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
 use vramlab_core::plan::gpus::{self, Gpu};
 use vramlab_core::plan::search::Budget;
+use vramlab_core::{names, vocabulary};
 
 /// Model and training settings shared by the planning commands.
 #[derive(Debug, Args, Clone)]
@@ -103,7 +103,7 @@ pub fn load_model(name: &str) -> Result<Preset> {
         }
         return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
     }
-    let id = names::model_id(name)?;
+    let id = vocabulary::model_id(name)?;
     if let Some(n) = &id.note {
         note(n);
     }
@@ -133,7 +133,7 @@ pub(crate) fn find_gpu(id: &str) -> Result<(Gpu, bool)> {
         ));
         return Ok((fallback, false));
     }
-    let g = names::gpu(id.trim(), &gpus::catalog())?;
+    let g = gpus::by_name(id.trim(), &gpus::catalog())?;
     if let Some(n) = &g.note {
         note(&format!("{n} ({})", g.value.name));
     }
@@ -246,16 +246,20 @@ impl TrainArgs {
             precision: self.name_or_default(
                 self.precision.as_deref(),
                 "amp-bf16",
-                names::precision,
+                vocabulary::precision,
             )?,
             optimizer: self.name_or_default(
                 self.optimizer.as_deref(),
                 "adamw",
-                names::optimizer,
+                vocabulary::optimizer,
             )?,
             accum: self.accum,
             checkpointing: self.checkpointing,
-            attention: self.name_or_default(Some(&self.attention), "sdpa", names::attention)?,
+            attention: self.name_or_default(
+                Some(&self.attention),
+                "sdpa",
+                vocabulary::attention,
+            )?,
             allocator: AllocatorConfig {
                 expandable_segments: self.expandable_segments,
                 max_split_size_mb: self.max_split_size_mb,

@@ -589,7 +589,7 @@ fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Writ
 }
 
 fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
-    let format = vramlab_core::names::format(&a.format).context("--format")?;
+    let format = vramlab_core::vocabulary::format(&a.format).context("--format")?;
     if let Some(n) = &format.note {
         args::note(n);
     }

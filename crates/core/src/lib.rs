@@ -17,3 +17,4 @@ pub mod record;
 pub mod sweep;
 pub mod units;
 pub mod validate;
+pub mod vocabulary;

@@ -346,12 +346,12 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         "hidden_act"
     };
     let act = k.str_or(act_key, d.act)?;
-    if !super::families::decoder::ACTIVATIONS.contains(&act.as_str()) {
+    if !super::families::llama::ACTIVATIONS.contains(&act.as_str()) {
         return Err(invalid(
             act_key,
             format!(
                 "`{act}` is not supported ({})",
-                super::families::decoder::ACTIVATIONS.join(", ")
+                super::families::llama::ACTIVATIONS.join(", ")
             ),
         ));
     }

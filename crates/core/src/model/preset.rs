@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use super::families::transformer::AttnImpl;
 use super::families::{
-    bert, convnext, efficientnet, gpt_neox, gpt2, llama, mobilenet, resnet, segmentation, unet, vit,
+    bert, convnext, decoder, efficientnet, gpt_neox, gpt2, llama, mobilenet, resnet, segmentation,
+    unet, vit,
 };
 use super::{Graph, ModelError, check_positive};
 
@@ -325,7 +326,7 @@ impl Preset {
             ModelSpec::Unet(p) => unet::build(p, size),
             ModelSpec::Gpt2(p) => gpt2::build(p, size, attention),
             ModelSpec::Bert(p) => bert::build(p, size, attention),
-            ModelSpec::Llama(p) => llama::build(p, size, attention),
+            ModelSpec::Llama(p) => decoder::build(p, size, attention),
             ModelSpec::GptNeox(p) => gpt_neox::build(p, size, attention),
         }?;
         super::check_graph_size(&graph)?;

@@ -106,13 +106,6 @@ impl fmt::Display for Precision {
     }
 }
 
-impl FromStr for Precision {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(crate::names::precision(s)?.value)
-    }
-}
-
 /// Optimizer (PyTorch defaults, `foreach` implementation on CUDA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum Optimizer {
@@ -171,13 +164,6 @@ impl fmt::Display for Optimizer {
     }
 }
 
-impl FromStr for Optimizer {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(crate::names::optimizer(s)?.value)
-    }
-}
-
 /// Attention kernel for the Hugging Face families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum Attention {
@@ -196,13 +182,6 @@ impl Attention {
             Attention::Eager => "eager",
             Attention::Sdpa => "sdpa",
         }
-    }
-}
-
-impl FromStr for Attention {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(crate::names::attention(s)?.value)
     }
 }
 

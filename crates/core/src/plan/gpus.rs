@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::PlanError;
+use crate::names::{Choice, NameError, Partial, Resolved, resolve};
 use crate::units::Bytes;
 
 /// One GPU model.
@@ -81,10 +82,28 @@ pub fn catalog() -> Vec<Gpu> {
         .unwrap_or_default()
 }
 
+/// A catalog GPU by id or name; a part of one (`4090`) is accepted when only one card has
+/// it, and refused with the candidates when several do (`a100`, `rtx`).
+pub fn by_name(input: &str, catalog: &[Gpu]) -> Result<Resolved<Gpu>, NameError> {
+    let choices: Vec<Choice<Gpu>> = catalog
+        .iter()
+        .map(|g| {
+            let short = g.name.trim_start_matches("NVIDIA ");
+            let shorter = short.trim_start_matches("GeForce ");
+            Choice {
+                canonical: g.id.clone(),
+                aliases: vec![g.name.clone(), short.to_string(), shorter.to_string()],
+                value: g.clone(),
+            }
+        })
+        .collect();
+    resolve("gpu", input, &choices, Partial::Unique, "")
+}
+
 /// Finds a catalog GPU by id or name (case- and punctuation-insensitive; "4090" finds
 /// "rtx-4090"; a part several cards share, like "a100", is refused with the candidates).
 pub fn find(id: &str) -> Result<Gpu, PlanError> {
-    Ok(crate::names::gpu(id, &catalog())?.value)
+    Ok(by_name(id, &catalog())?.value)
 }
 
 #[cfg(test)]

@@ -19,57 +19,11 @@
 //! sliding window (SDPA gets a mask, the kernel's memory is the same; with eager attention
 //! the full s×s scores exist either way).
 
-use super::llama::LlamaParams;
+use super::llama::{LlamaParams, head_dim};
 use super::transformer::{AttnImpl, AttnShape, attention, token_loss};
+use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
-use crate::model::{ModelError, check_positive};
-
-/// MLP activations the decoder knows (`hidden_act` / `hidden_activation`).
-pub const ACTIVATIONS: &[&str] = &["silu", "swish", "gelu_pytorch_tanh", "gelu", "gelu_new"];
-
-/// Checks the options beyond the Llama fields; errors name the field.
-pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
-    if let Some(hd) = p.head_dim {
-        check_positive("params.head_dim", hd)?;
-    } else if !p.hidden_size.is_multiple_of(p.num_attention_heads) {
-        return Err(ModelError::Invalid {
-            field: "params.num_attention_heads".into(),
-            reason: format!(
-                "hidden_size {} is not divisible by num_attention_heads {} (give head_dim)",
-                p.hidden_size, p.num_attention_heads
-            ),
-        });
-    }
-    if let Some(act) = &p.hidden_act
-        && !ACTIVATIONS.contains(&act.as_str())
-    {
-        return Err(ModelError::Invalid {
-            field: "params.hidden_act".into(),
-            reason: format!("`{act}` is not supported ({})", ACTIVATIONS.join(", ")),
-        });
-    }
-    for (field, v) in [
-        ("params.attn_logit_softcapping", p.attn_logit_softcapping),
-        ("params.final_logit_softcapping", p.final_logit_softcapping),
-    ] {
-        if let Some(v) = v
-            && !(v.is_finite() && v > 0.0)
-        {
-            return Err(ModelError::Invalid {
-                field: field.into(),
-                reason: format!("must be a positive number, got {v}"),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Width of one attention head.
-pub fn head_dim(p: &LlamaParams) -> u64 {
-    p.head_dim
-        .unwrap_or(p.hidden_size / p.num_attention_heads.max(1))
-}
 
 fn norm(
     b: &mut GraphBuilder,

@@ -2,8 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::transformer::AttnImpl;
-use crate::model::ir::Graph;
 use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// `LlamaConfig` fields that shape memory.
@@ -73,7 +71,7 @@ impl LlamaParams {
             "params.max_position_embeddings",
             self.max_position_embeddings,
         )?;
-        super::decoder::validate_options(self)?;
+        validate_options(self)?;
         if !self
             .num_attention_heads
             .is_multiple_of(self.num_key_value_heads)
@@ -90,8 +88,48 @@ impl LlamaParams {
     }
 }
 
-/// Builds a Llama-style decoder (GQA, SwiGLU, RMSNorm, RoPE) for `seq` tokens; the options
-/// of the other families of the lineage are applied by [`super::decoder::build`].
-pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    super::decoder::build(p, seq, imp)
+/// MLP activations the decoder builder knows (`hidden_act` / `hidden_activation`).
+pub const ACTIVATIONS: &[&str] = &["silu", "swish", "gelu_pytorch_tanh", "gelu", "gelu_new"];
+
+/// Checks the options beyond the Llama fields; errors name the field.
+pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
+    if let Some(hd) = p.head_dim {
+        check_positive("params.head_dim", hd)?;
+    } else if !p.hidden_size.is_multiple_of(p.num_attention_heads) {
+        return Err(ModelError::Invalid {
+            field: "params.num_attention_heads".into(),
+            reason: format!(
+                "hidden_size {} is not divisible by num_attention_heads {} (give head_dim)",
+                p.hidden_size, p.num_attention_heads
+            ),
+        });
+    }
+    if let Some(act) = &p.hidden_act
+        && !ACTIVATIONS.contains(&act.as_str())
+    {
+        return Err(ModelError::Invalid {
+            field: "params.hidden_act".into(),
+            reason: format!("`{act}` is not supported ({})", ACTIVATIONS.join(", ")),
+        });
+    }
+    for (field, v) in [
+        ("params.attn_logit_softcapping", p.attn_logit_softcapping),
+        ("params.final_logit_softcapping", p.final_logit_softcapping),
+    ] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            return Err(ModelError::Invalid {
+                field: field.into(),
+                reason: format!("must be a positive number, got {v}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Width of one attention head.
+pub fn head_dim(p: &LlamaParams) -> u64 {
+    p.head_dim
+        .unwrap_or(p.hidden_size / p.num_attention_heads.max(1))
 }
