@@ -264,6 +264,7 @@ impl TrainArgs {
                 Some(l) => l.parse()?,
                 None => LoopShape::default(),
             },
+            finetune: Default::default(),
         };
         cfg.validate()?;
         Ok(cfg)
