@@ -102,32 +102,7 @@ impl Sim<'_> {
         // reference).
         let retain_from = self.saved_bufs.len();
         if keep_saves {
-            for &i in &r.saves_inputs {
-                let needed = match saved_for(node, i) {
-                    SavedFor::Output => true,
-                    SavedFor::Params => node.params.iter().any(|&p| self.policy.trainable(p)),
-                    SavedFor::Input(j) => {
-                        node.inputs.get(j).is_some_and(|&t| self.requires_grad[t])
-                    }
-                };
-                if !needed {
-                    continue;
-                }
-                if let Some(b) = input_bufs.get(i).copied().flatten() {
-                    self.saved_bufs.push(b);
-                }
-            }
-            if r.saves_output
-                && let Some(b) = out_buf
-            {
-                self.saved_bufs.push(b);
-            }
-            // Weights are needed for the input gradient.
-            if let Some(w) = first_weight_cast
-                && node.inputs.first().is_some_and(|&t| self.requires_grad[t])
-            {
-                self.saved_bufs.push(w);
-            }
+            self.push_saves(n, &input_bufs, out_buf, first_weight_cast);
         }
         for i in retain_from..self.saved_bufs.len() {
             self.retain(self.saved_bufs[i]);
@@ -179,6 +154,45 @@ impl Sim<'_> {
             } else if node.op == Op::CacheAppend && !r.alias {
                 self.hold_in_output(b);
             }
+        }
+    }
+
+    /// Pushes what node `n` saves for backward onto `saved_bufs` (retained by the caller):
+    /// each saved input only when the gradient it serves is computed.
+    fn push_saves(
+        &mut self,
+        n: usize,
+        input_bufs: &[Option<u32>],
+        out_buf: Option<u32>,
+        first_weight_cast: Option<u32>,
+    ) {
+        let g = self.g;
+        let node = &g.nodes[n];
+        let rules = self.rules;
+        let r = &rules[n];
+        for &i in &r.saves_inputs {
+            let needed = match saved_for(node, i) {
+                SavedFor::Output => true,
+                SavedFor::Params => node.params.iter().any(|&p| self.policy.trainable(p)),
+                SavedFor::Input(j) => node.inputs.get(j).is_some_and(|&t| self.requires_grad[t]),
+            };
+            if !needed {
+                continue;
+            }
+            if let Some(b) = input_bufs.get(i).copied().flatten() {
+                self.saved_bufs.push(b);
+            }
+        }
+        if r.saves_output
+            && let Some(b) = out_buf
+        {
+            self.saved_bufs.push(b);
+        }
+        // Weights are needed for the input gradient.
+        if let Some(w) = first_weight_cast
+            && node.inputs.first().is_some_and(|&t| self.requires_grad[t])
+        {
+            self.saved_bufs.push(w);
         }
     }
 
