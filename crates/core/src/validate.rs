@@ -62,6 +62,9 @@ pub struct Measured {
     pub lora_rank: Option<u64>,
     #[serde(default)]
     pub lora_targets: Option<String>,
+    /// LoRA dropout; only 0 (peft's default, `nn.Identity`) is modelled.
+    #[serde(default)]
+    pub lora_dropout: Option<f64>,
     /// peft's `get_nb_trainable_parameters()` on the measured model.
     #[serde(default)]
     pub trainable_params: Option<u64>,
@@ -144,6 +147,14 @@ impl Measured {
                     known: "full, lora",
                 });
             }
+        }
+        if let Some(p) = self.lora_dropout
+            && p != 0.0
+        {
+            return Err(PlanError::Field {
+                field: "lora_dropout",
+                reason: format!("{p}: only 0 (nn.Identity) is modelled"),
+            });
         }
         if let Some(r) = self.lora_rank {
             ft.lora_rank = r;

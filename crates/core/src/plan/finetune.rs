@@ -340,3 +340,207 @@ fn lora(
     }
     Ok((g, policy))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::families::transformer::AttnImpl;
+    use crate::model::preset::find_builtin;
+    use crate::plan::config::TrainConfig;
+    use crate::plan::events::{Constants, Phase};
+    use crate::plan::rules::{SavedFor, saved_for};
+    use crate::plan::sim::generate;
+
+    fn graph(id: &str) -> Graph {
+        find_builtin(id)
+            .expect(id)
+            .build(128, AttnImpl::Sdpa)
+            .expect("graph")
+    }
+
+    /// Per-sample bytes the measured step's forward leaves allocated (saved tensors and
+    /// the kept output).
+    fn forward_bytes(g: &Graph, policy: &ParamPolicy) -> i128 {
+        let cfg = TrainConfig {
+            precision: Precision::Fp32,
+            ..TrainConfig::default()
+        };
+        let ev = generate(g, &cfg, policy, &Constants::default());
+        ev.check(g).expect("events");
+        ev.events[ev.measured_start..]
+            .iter()
+            .filter(|e| e.phase == Phase::Forward)
+            .map(|e| {
+                let s = i128::from(ev.buffers[e.buffer as usize].per_sample);
+                if e.alloc { s } else { -s }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn saved_inputs_serve_the_gradients_of_derivatives_yaml() {
+        let g = graph("gpt2");
+        let linear = g
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Linear { .. }) && !n.params.is_empty())
+            .expect("linear");
+        assert_eq!(saved_for(linear, 0), SavedFor::Params);
+        let layer_norm = g
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::LayerNorm { .. }))
+            .expect("layer norm");
+        assert_eq!(saved_for(layer_norm, 0), SavedFor::Output);
+        let eager = find_builtin("gpt2")
+            .expect("gpt2")
+            .build(128, AttnImpl::Eager)
+            .expect("graph");
+        let mm = eager
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Matmul { .. }) && n.inputs.len() == 2)
+            .expect("matmul");
+        assert_eq!(saved_for(mm, 0), SavedFor::Input(1));
+        assert_eq!(saved_for(mm, 1), SavedFor::Input(0));
+    }
+
+    /// A frozen body saves nothing for backward: only the trainable head keeps its input;
+    /// LoRA keeps the adapters' inputs and the frozen layers' other saves, not the base
+    /// layers' inputs.
+    #[test]
+    fn frozen_layers_save_only_what_remaining_gradients_need() {
+        let g = graph("TinyLlama-1.1B");
+        let full = forward_bytes(&g, &ParamPolicy::full(&g, Precision::Fp32));
+        let mut head_only = ParamPolicy::full(&g, Precision::Fp32);
+        let head = g
+            .nodes
+            .iter()
+            .rev()
+            .find(|n| matches!(n.op, Op::Linear { .. }))
+            .expect("lm_head");
+        for p in 0..g.params.len() {
+            if !head.params.contains(&p) {
+                head_only.freeze(p);
+            }
+        }
+        let frozen = forward_bytes(&g, &head_only);
+        // What stays: the head's input, the logits and log-softmax output (fp32, vocab-wide).
+        let vocab_bytes = 2 * 128 * 32000 * 4;
+        assert!(
+            frozen >= vocab_bytes && frozen < vocab_bytes + full / 50,
+            "{frozen} vs {full}"
+        );
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_rank: 8,
+            lora_targets: LoraTargets::Attn,
+        };
+        let (lg, lp) = apply(g.clone(), &ft, Precision::Fp32).expect("lora");
+        let lora = forward_bytes(&lg, &lp);
+        assert!(frozen < lora && lora < full, "{frozen} < {lora} < {full}");
+        // q_proj and v_proj inputs are the same normed hidden state as k_proj's: what LoRA
+        // keeps of each block is the saves of norms, attention, MLP (all needed for the
+        // input gradient), and the rank-8 adapter activations.
+        assert!(lora * 10 > full * 7, "{lora} vs {full}");
+    }
+
+    #[test]
+    fn lora_adds_fp32_adapters_and_freezes_the_base() {
+        let g = graph("gpt2");
+        let base = g.param_count();
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_rank: 4,
+            lora_targets: "c_attn,c_fc".parse().expect("targets"),
+        };
+        let (lg, lp) = apply(g.clone(), &ft, Precision::Bf16).expect("lora");
+        let layers = g.block_count() as u64;
+        let adapters = layers * 4 * ((768 + 3 * 768) + (768 + 4 * 768));
+        assert_eq!(lg.param_count(), base + adapters);
+        assert_eq!(lp.trainable_elems(&lg), adapters);
+        assert_eq!(lp.state(0).storage, DType::BF16);
+        assert_eq!(lp.state(lg.params.len() - 1).storage, DType::F32);
+        assert!(!lp.trainable(0));
+        // The layer's consumers still read the same tensor: the adapter's last op writes it.
+        let c_attn = g
+            .nodes
+            .iter()
+            .position(|n| g.name(n).ends_with("attn.c_attn"))
+            .expect("c_attn");
+        let out = g.nodes[c_attn].output;
+        let writer = lg.nodes.iter().find(|n| n.output == out).expect("writer");
+        assert!(lg.name(writer).ends_with("c_attn.lora_to"));
+    }
+
+    #[test]
+    fn targets_and_ranks_are_checked_and_round_trip() {
+        for s in [
+            "attn",
+            "all-linear",
+            "c_attn,c_fc",
+            "q_proj,v_proj,down_proj",
+        ] {
+            let t: LoraTargets = s.parse().expect(s);
+            assert_eq!(t.to_string(), s);
+        }
+        let err = "c_attn,nope".parse::<LoraTargets>().expect_err("unknown");
+        assert!(
+            err.to_string()
+                .starts_with("lora_targets: unknown module `nope`")
+        );
+        assert!("".parse::<LoraTargets>().is_err());
+        let bad = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_rank: 0,
+            ..FineTune::default()
+        };
+        assert!(
+            bad.validate()
+                .expect_err("rank 0")
+                .to_string()
+                .starts_with("lora_rank:")
+        );
+        // No layer of a CNN is a LoRA target.
+        let r = apply(
+            graph("resnet18"),
+            &FineTune {
+                mode: FineTuneMode::Lora,
+                ..FineTune::default()
+            },
+            Precision::Fp32,
+        );
+        assert!(matches!(
+            r,
+            Err(PlanError::Field {
+                field: "lora_targets",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn config_files_without_finetune_mean_full_training() {
+        let cfg: TrainConfig = serde_json::from_str(r#"{"batch": 4}"#).expect("old file");
+        assert!(cfg.finetune.is_full());
+        let text = serde_json::to_string(&cfg).expect("json");
+        assert!(!text.contains("finetune"), "{text}");
+        let lora = TrainConfig {
+            finetune: FineTune {
+                mode: FineTuneMode::Lora,
+                lora_rank: 32,
+                lora_targets: LoraTargets::AllLinear,
+            },
+            ..cfg
+        };
+        let text = serde_json::to_string(&lora).expect("json");
+        assert!(
+            text.contains(
+                r#""finetune":{"mode":"lora","lora_rank":32,"lora_targets":"all-linear"}"#
+            ),
+            "{text}"
+        );
+        let back: TrainConfig = serde_json::from_str(&text).expect("round trip");
+        assert_eq!(back, lora);
+    }
+}
