@@ -857,3 +857,82 @@ fn remedies_show_allocated_savings_and_the_batch_they_allow() {
     assert!(out.contains("fits at micro-batch up to 12"), "{out}");
     assert!(out.contains("so nvidia-smi moves by"), "{out}");
 }
+
+/// `--finetune lora`: the plan JSON carries the trainable count (peft's, from the measured
+/// rows in tests/data/lora.jsonl) and the config's `finetune` object; full plans carry
+/// neither; LoRA options without `--finetune lora` and unknown modules are refused.
+#[test]
+fn lora_flags_plan_adapters_and_report_trainable_params() {
+    let rows = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/lora.jsonl"),
+    )
+    .expect("lora.jsonl");
+    let row: serde_json::Value = rows
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["model"] == "presets/models/gpt2.json" && r["lora_targets"] == "all-linear")
+        .expect("a GPT-2 all-linear row");
+    let rank = row["lora_rank"].to_string();
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--seq",
+        "512",
+        "--batch",
+        "8",
+        "--finetune",
+        "lora",
+        "--lora-rank",
+        &rank,
+        "--lora-targets",
+        "all-linear",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let plan: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(plan["trainable_params"], row["trainable_params"]);
+    assert_eq!(plan["params"], row["all_params"]);
+    assert_eq!(plan["config"]["finetune"]["mode"], "lora");
+    let (ok, out, err) = vramlab(&["plan", "--model", "gpt2", "--batch", "8", "--json"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("trainable_params") && !out.contains("finetune"));
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "8",
+            "--lora-rank",
+            "8",
+        ],
+        "--finetune lora",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "8",
+            "--finetune",
+            "lora",
+            "--lora-targets",
+            "qkv",
+        ],
+        "lora_targets: unknown module `qkv`",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "8",
+            "--finetune",
+            "qlora",
+        ],
+        "--finetune",
+    );
+}

@@ -25,7 +25,12 @@ Measurement config (one JSON object per line):
    "precision": "fp32" | "amp-fp16" | "amp-bf16" | "bf16",   -- default fp32
    "optimizer": "sgd" | "sgd-momentum" | "adam" | "adamw" | "adafactor",   -- default adamw
    "accum": 1, "checkpointing": false, "attention": "sdpa" | "eager",
-   "loop": "plain" | "trainer"}   -- default plain (see the loop below)
+   "loop": "plain" | "trainer",   -- default plain (see the loop below)
+   "finetune": "full" | "lora", "lora_rank": 8, "lora_targets": "attn" | "all-linear" | "a,b",
+   "lora_alpha": 16, "lora_dropout": 0.0}   -- default full; lora: peft.get_peft_model with
+   LoraConfig(r, lora_alpha, lora_dropout, target_modules) after the bf16 cast and checkpointing
+   ("attn": peft's default targets, c_attn / q_proj,v_proj; "all-linear": peft's, no lm_head);
+   rows get "trainable_params" / "all_params" (peft's get_nb_trainable_parameters)
 
 A config.json (a JSON object with "model_type", no "family") is built with
 AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
@@ -88,6 +93,7 @@ import platform
 import sys
 import time
 import traceback
+import warnings
 
 import torch
 import torch.nn as nn
@@ -110,6 +116,7 @@ PRECISIONS = ("fp32", "amp-fp16", "amp-bf16", "bf16")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor")
 ATTENTIONS = ("sdpa", "eager")
 LOOPS = ("plain", "trainer")
+FINETUNES = ("full", "lora")
 MASKED_LM_TYPES = ("bert", "roberta")
 
 
@@ -220,6 +227,7 @@ def versions():
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "torchvision": _pkg_version("torchvision"),
         "transformers": _pkg_version("transformers"),
+        "peft": _pkg_version("peft"),
         "driver": None,
         "device_name": None,
         "device_total_bytes": None,
@@ -692,6 +700,19 @@ def normalize_config(cfg):
         raise ValueError(f"unknown attention {out['attention']!r}")
     if out["accum"] < 1:
         raise ValueError("accum must be >= 1")
+    ft = cfg.pop("finetune", "full")
+    if ft not in FINETUNES:
+        raise ValueError(f"unknown finetune {ft!r}")
+    if ft == "lora":  # (full fine-tuning rows keep their old fields, nothing added)
+        out["finetune"] = ft
+        out["lora_rank"] = int(cfg.pop("lora_rank", 8))
+        out["lora_targets"] = str(cfg.pop("lora_targets", "attn"))
+        out["lora_alpha"] = float(cfg.pop("lora_alpha", 16))
+        out["lora_dropout"] = float(cfg.pop("lora_dropout", 0.0))
+        if out["lora_rank"] < 1:
+            raise ValueError("lora_rank must be >= 1")
+        if fam not in HF_FAMILIES:
+            raise ValueError(f"finetune lora: only Hugging Face families, not {fam}")
     out.update(cfg)  # pass through anything else (e.g. a "tag") untouched
     return out, preset
 
@@ -704,7 +725,39 @@ def model_key(cfg, preset):
         cfg["attention"] if fam in HF_FAMILIES else None,
         cfg["image"] if fam == "vit" else None,
         cfg["checkpointing"],
+        tuple(cfg.get(k) for k in ("finetune", "lora_rank", "lora_targets", "lora_alpha", "lora_dropout")),
     )
+
+
+# peft's default targets (LoraConfig without target_modules) by model_type: "attn"
+LORA_ATTN_TARGETS = {"gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"], "qwen2": ["q_proj", "v_proj"],
+                     "qwen3": ["q_proj", "v_proj"], "mistral": ["q_proj", "v_proj"]}
+
+
+def apply_lora(model, cfg):
+    """peft.get_peft_model with LoraConfig(r, lora_alpha, lora_dropout, target_modules); the
+    base weights are frozen, adapters fp32 on a bf16 base (peft's autocast_adapter_dtype).
+    Returns (model, trainable, all) as print_trainable_parameters counts them."""
+    import peft
+
+    t = cfg["lora_targets"]
+    if t == "attn":
+        mt = model.config.model_type
+        if mt not in LORA_ATTN_TARGETS:
+            raise ValueError(f"lora_targets attn: no default for model_type {mt}")
+        targets = LORA_ATTN_TARGETS[mt]
+    elif t == "all-linear":
+        targets = "all-linear"
+    else:
+        targets = [x for x in t.split(",") if x]
+    lc = peft.LoraConfig(r=cfg["lora_rank"], lora_alpha=cfg["lora_alpha"],
+                         lora_dropout=cfg["lora_dropout"], target_modules=targets,
+                         fan_in_fan_out=model.config.model_type == "gpt2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = peft.get_peft_model(model, lc)
+    trainable, total = pm.get_nb_trainable_parameters()
+    return pm, int(trainable), int(total)
 
 
 def make_optimizer(name, params):
@@ -805,8 +858,12 @@ class ModelHolder:
             got = model.config._attn_implementation
             if got != cfg["attention"]:
                 raise RuntimeError(f"attention {cfg['attention']} requested, model uses {got}")
+        lora = {}
+        if cfg.get("finetune") == "lora":
+            model, trainable, total = apply_lora(model, cfg)
+            lora = {"trainable_params": trainable, "all_params": total}
         params = list(model.parameters())
-        self.info = {
+        self.info = {**lora,
             "params": int(sum(p.numel() for p in params)),
             "param_bytes": int(sum(tensor_bytes(p) for p in params)),
             "buffer_bytes": int(sum(tensor_bytes(b) for b in model.buffers())),

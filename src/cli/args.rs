@@ -10,6 +10,7 @@ use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
+use vramlab_core::plan::finetune::{FineTune, FineTuneMode};
 use vramlab_core::plan::gpus::{self, Gpu};
 use vramlab_core::plan::search::Budget;
 use vramlab_core::{names, vocabulary};
@@ -50,6 +51,17 @@ pub struct TrainArgs {
     /// Trainer and Lightning do: the output is released before backward).
     #[arg(long = "loop", value_name = "plain|trainer")]
     pub loop_shape: Option<String>,
+    /// Fine-tuning: full (every parameter trains; the default) or lora (peft 0.21 LoRA
+    /// adapters in fp32, the base model frozen).
+    #[arg(long, value_name = "full|lora")]
+    pub finetune: Option<String>,
+    /// LoRA rank r (with --finetune lora) [default: 8].
+    #[arg(long)]
+    pub lora_rank: Option<u64>,
+    /// LoRA target modules: attn (peft's default: GPT-2 c_attn, Llama q_proj,v_proj),
+    /// all-linear (every linear but the output layer), or names (c_attn,c_fc) [default: attn].
+    #[arg(long, value_name = "attn|all-linear|NAME,NAME")]
+    pub lora_targets: Option<String>,
     /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     #[arg(long)]
     pub expandable_segments: bool,
@@ -268,9 +280,32 @@ impl TrainArgs {
                 Some(l) => l.parse()?,
                 None => LoopShape::default(),
             },
+            finetune: self.finetune()?,
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// `--finetune`, `--lora-rank`, `--lora-targets` (LoRA options need `--finetune lora`).
+    fn finetune(&self) -> Result<FineTune> {
+        let mut ft = FineTune::default();
+        match self.finetune.as_deref() {
+            None | Some("full") => {}
+            Some("lora") => ft.mode = FineTuneMode::Lora,
+            Some(other) => bail!("--finetune: unknown mode `{other}` (full, lora)"),
+        }
+        if ft.mode != FineTuneMode::Lora
+            && (self.lora_rank.is_some() || self.lora_targets.is_some())
+        {
+            bail!("--lora-rank / --lora-targets: need --finetune lora");
+        }
+        if let Some(r) = self.lora_rank {
+            ft.lora_rank = r;
+        }
+        if let Some(t) = &self.lora_targets {
+            ft.lora_targets = t.parse()?;
+        }
+        Ok(ft)
     }
 
     /// The name given (with a note when it was an alias) or the default.

@@ -105,6 +105,9 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         checkpointing: a.checkpointing,
         attention: a.attention.clone(),
         loop_shape: None,
+        finetune: None,
+        lora_rank: None,
+        lora_targets: None,
         expandable_segments: false,
         max_split_size_mb: None,
         // Only the model and config are taken from here; the capacity comes below.

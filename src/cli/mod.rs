@@ -316,6 +316,16 @@ fn write_plan(
         },
     )?;
     writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
+    if let Some(t) = plan.trainable_params {
+        writeln!(
+            out,
+            "  fine-tuning: LoRA r{} on {} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
+            c.finetune.lora_rank,
+            c.finetune.lora_targets,
+            plan.params,
+            100.0 * t as f64 / plan.params.max(1) as f64
+        )?;
+    }
     for line in extra {
         writeln!(out, "  {line}")?;
     }

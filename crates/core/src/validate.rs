@@ -7,6 +7,7 @@ use crate::model::ModelError;
 use crate::model::Preset;
 use crate::model::preset::find_builtin;
 use crate::plan::config::AllocatorConfig;
+use crate::plan::finetune::{FineTune, FineTuneMode};
 use crate::plan::{PlanError, Planner, TrainConfig};
 
 /// A measured row the planner cannot predict.
@@ -54,6 +55,19 @@ pub struct Measured {
     pub error: Option<String>,
     #[serde(default)]
     pub cap_gib: Option<f64>,
+    /// `"lora"` for peft LoRA rows (absent: full training).
+    #[serde(default)]
+    pub finetune: Option<String>,
+    #[serde(default)]
+    pub lora_rank: Option<u64>,
+    #[serde(default)]
+    pub lora_targets: Option<String>,
+    /// LoRA dropout; only 0 (peft's default, `nn.Identity`) is modelled.
+    #[serde(default)]
+    pub lora_dropout: Option<f64>,
+    /// peft's `get_nb_trainable_parameters()` on the measured model.
+    #[serde(default)]
+    pub trainable_params: Option<u64>,
 }
 
 fn one() -> u64 {
@@ -76,6 +90,9 @@ pub struct Row {
     pub predicted_reserved: u64,
     pub measured_nvml: Option<u64>,
     pub predicted_nvml: u64,
+    /// Trainable parameters (rows that record them: fine-tuning).
+    pub measured_trainable: Option<u64>,
+    pub predicted_trainable: u64,
 }
 
 impl Row {
@@ -113,7 +130,39 @@ impl Measured {
             attention: self.attention.parse()?,
             allocator: AllocatorConfig::default(),
             loop_shape: self.loop_shape,
+            finetune: self.finetune()?,
         })
+    }
+
+    /// The fine-tuning mode this row measured.
+    pub fn finetune(&self) -> Result<FineTune, PlanError> {
+        let mut ft = FineTune::default();
+        match self.finetune.as_deref() {
+            None | Some("full") => {}
+            Some("lora") => ft.mode = FineTuneMode::Lora,
+            Some(other) => {
+                return Err(PlanError::Unknown {
+                    field: "finetune",
+                    value: other.to_string(),
+                    known: "full, lora",
+                });
+            }
+        }
+        if let Some(p) = self.lora_dropout
+            && p != 0.0
+        {
+            return Err(PlanError::Field {
+                field: "lora_dropout",
+                reason: format!("{p}: only 0 (nn.Identity) is modelled"),
+            });
+        }
+        if let Some(r) = self.lora_rank {
+            ft.lora_rank = r;
+        }
+        if let Some(t) = &self.lora_targets {
+            ft.lora_targets = t.parse()?;
+        }
+        Ok(ft)
     }
 
     /// Whether this row holds a completed measurement.
@@ -142,6 +191,13 @@ impl Measured {
         }
         if self.loop_shape == crate::plan::config::LoopShape::Trainer {
             s.push_str(" trainer-loop");
+        }
+        if self.finetune.as_deref() == Some("lora") {
+            s.push_str(&format!(
+                " lora r{} {}",
+                self.lora_rank.unwrap_or(8),
+                self.lora_targets.as_deref().unwrap_or("attn")
+            ));
         }
         s
     }
@@ -209,6 +265,8 @@ pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
             predicted_reserved: p.reserved.0,
             measured_nvml: m.nvml_process_bytes,
             predicted_nvml: p.nvidia_smi.0,
+            measured_trainable: m.trainable_params,
+            predicted_trainable: planner.trainable,
         });
     }
     Ok(out)

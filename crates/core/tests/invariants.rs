@@ -188,6 +188,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                     attention,
                     allocator,
                     loop_shape,
+                    finetune: Default::default(),
                 }
             },
         )

@@ -178,6 +178,7 @@ pub fn hostile_preset(data: &[u8]) {
         } else {
             LoopShape::Plain
         },
+        finetune: Default::default(),
     };
     plan_small(&preset, &cfg);
 }

@@ -4,6 +4,7 @@
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use vramlab_core::plan::config::LoopShape;
+use vramlab_core::plan::finetune::{FineTuneMode, LoraTargets};
 use vramlab_gui::app::VramApp;
 
 const CONFIGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/hf_configs");
@@ -110,4 +111,22 @@ fn the_loop_choice_changes_the_plan() {
     h.get_by_label("trainer").click();
     h.run();
     assert_eq!(h.state().state.config.loop_shape, LoopShape::Trainer);
+}
+
+/// The fine-tuning choice: LoRA shows its rank and targets, and the plan follows it.
+#[test]
+fn the_finetune_choice_plans_lora() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    assert_eq!(h.state().state.config.finetune.mode, FineTuneMode::Full);
+    assert!(h.query_by_label("all-linear").is_none());
+    h.get_by_label("lora").click();
+    h.run();
+    assert_eq!(h.state().state.config.finetune.mode, FineTuneMode::Lora);
+    h.get_by_label("all-linear").click();
+    h.run();
+    assert_eq!(
+        h.state().state.config.finetune.lora_targets,
+        LoraTargets::AllLinear
+    );
 }

@@ -128,6 +128,9 @@ pub enum Op {
     /// `x.type(value.dtype)` / `.to(query.dtype)` after an fp32 softmax: a copy into the
     /// mode's compute dtype when the input is in another dtype, else the same tensor.
     ToComputeDtype,
+    /// `x.to(torch.float32)` (peft's `_cast_input_dtype` before fp32 LoRA adapters): a copy
+    /// when the input is in another dtype, else the same tensor; saves nothing.
+    ToF32,
     /// Rotary position embedding `(x * cos) + (rotate_half(x) * sin)`: a new tensor, nothing
     /// per-sample saved (cos/sin do not need gradients), two input-sized temporaries.
     Rope,

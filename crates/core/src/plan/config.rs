@@ -275,6 +275,9 @@ pub struct TrainConfig {
     /// The training loop's shape; absent in older files, which means `plain`.
     #[serde(rename = "loop")]
     pub loop_shape: LoopShape,
+    /// Full training or LoRA; absent in older files, which means full training.
+    #[serde(skip_serializing_if = "super::finetune_mode::FineTune::is_full")]
+    pub finetune: super::finetune_mode::FineTune,
 }
 
 impl Default for TrainConfig {
@@ -289,6 +292,7 @@ impl Default for TrainConfig {
             attention: Attention::Sdpa,
             allocator: AllocatorConfig::default(),
             loop_shape: LoopShape::Plain,
+            finetune: super::finetune_mode::FineTune::default(),
         }
     }
 }
@@ -328,6 +332,7 @@ impl TrainConfig {
                 reason: format!("{} is larger than the limit {MAX_ACCUM}", self.accum),
             });
         }
+        self.finetune.validate()?;
         if let Some(mb) = self.allocator.max_split_size_mb
             && mb <= MIN_MAX_SPLIT_MB
         {

@@ -5,6 +5,8 @@ pub mod allocator;
 pub mod config;
 pub mod eval;
 pub mod events;
+pub mod finetune;
+pub mod finetune_mode;
 pub mod free_bins;
 pub mod gpus;
 pub mod optimizer;
@@ -73,6 +75,10 @@ pub struct Share {
 pub struct Plan {
     pub model: String,
     pub params: u64,
+    /// Parameters that train, when not all do (fine-tuning modes); `params` counts all,
+    /// adapters included, as peft's `print_trainable_parameters` does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trainable_params: Option<u64>,
     pub config: TrainConfig,
     /// The input size used (sequence length or image side).
     pub size: u64,
@@ -119,6 +125,8 @@ pub struct Planner {
     pub size: u64,
     pub events: events::Events,
     pub context: Bytes,
+    /// Elements of the parameters that train (peft's `print_trainable_parameters`).
+    pub trainable: u64,
 }
 
 impl Planner {
@@ -131,8 +139,9 @@ impl Planner {
             Attention::Sdpa => AttnImpl::Sdpa,
         };
         let graph = preset.build(size, attn)?;
-        let policy = ParamPolicy::full(&graph, cfg.precision);
+        let (graph, policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
         let events = sim::generate(&graph, cfg, &policy, &Constants::default());
+        let trainable = policy.trainable_elems(&graph);
         Ok(Planner {
             model: preset.id.clone(),
             graph,
@@ -140,6 +149,7 @@ impl Planner {
             size,
             events,
             context: DEFAULT_CUDA_CONTEXT,
+            trainable,
         })
     }
 
@@ -196,6 +206,7 @@ impl Planner {
         Ok(Plan {
             model: self.model.clone(),
             params: self.graph.param_count(),
+            trainable_params: (!cfg.finetune.is_full()).then_some(self.trainable),
             config: cfg,
             size: self.size,
             peak_allocated_bytes: e.peak_allocated,

@@ -79,6 +79,11 @@ impl ParamPolicy {
         self.states[p].trainable = false;
     }
 
+    /// Stores parameter `p` in `dtype` (peft's fp32 adapters on a 16-bit base).
+    pub fn set_storage(&mut self, p: usize, dtype: DType) {
+        self.states[p].storage = dtype;
+    }
+
     /// Bytes this rank holds of parameter `p` of `elems` elements, in its storage dtype
     /// (the size of the parameter, and of its gradient when it trains).
     pub fn bytes(&self, p: usize, elems: u64) -> u64 {

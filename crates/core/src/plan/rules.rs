@@ -49,6 +49,31 @@ pub struct Rule {
     pub fused_qkv_grad: bool,
 }
 
+/// Which gradient a saved input serves (`derivatives.yaml`): autograd saves it only when
+/// that gradient is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedFor {
+    /// Any gradient of the op: saved when the output requires grad.
+    Output,
+    /// The parameters' gradients (`addmm`/`convolution` save their input for the weight
+    /// gradient only): saved when a parameter of the op trains.
+    Params,
+    /// The gradient of input `j` (`mm`: `self` is saved for `mat2`'s gradient and the
+    /// other way round).
+    Input(usize),
+}
+
+/// What saved input `i` of `node` is needed for.
+pub fn saved_for(node: &Node, i: usize) -> SavedFor {
+    match node.op {
+        Op::Linear { .. } | Op::Conv2d { .. } if i == 0 && !node.params.is_empty() => {
+            SavedFor::Params
+        }
+        Op::Matmul { .. } if node.inputs.len() == 2 && i < 2 => SavedFor::Input(1 - i),
+        _ => SavedFor::Output,
+    }
+}
+
 /// How an op's backward turns its output gradient into input gradients.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GradFlow {
@@ -100,7 +125,11 @@ pub fn backward_rule(g: &Graph, node: &Node, r: &mut Rule, dtypes: &[DType]) {
     r.grad = if matches!(node.op, Op::CrossEntropy { .. }) {
         GradFlow::Loss
     } else if matches!(node.op, Op::View | Op::CacheAppend)
-        || (r.alias && matches!(node.op, Op::ToComputeDtype | Op::SdpaOutContiguous))
+        || (r.alias
+            && matches!(
+                node.op,
+                Op::ToComputeDtype | Op::ToF32 | Op::SdpaOutContiguous
+            ))
     {
         GradFlow::Alias
     } else if passes_grad_through(g, node, dtypes) {
@@ -477,6 +506,11 @@ pub fn rule(
         Op::ToComputeDtype => {
             let mut r = Rule::new(lp);
             r.alias = in0 == lp;
+            r
+        }
+        Op::ToF32 => {
+            let mut r = Rule::new(DType::F32);
+            r.alias = in0 == DType::F32;
             r
         }
         Op::Dropout { inplace, .. } => {

@@ -3,6 +3,7 @@
 use egui::{DragValue, Ui};
 
 use vramlab_core::plan::config::LoopShape;
+use vramlab_core::plan::finetune::{FineTune, FineTuneMode, LoraTargets, MAX_LORA_RANK};
 use vramlab_core::plan::{Attention, Optimizer, Precision, TrainConfig};
 
 use super::derived::BATCH_LIMIT;
@@ -152,6 +153,9 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
                 .changed();
         });
     }
+    if is_tokens {
+        changed |= finetune_ui(&mut cfg.finetune, ui);
+    }
     ui.horizontal(|ui| {
         ui.label("Training loop").on_hover_text(tips::LOOP);
         for l in LoopShape::ALL {
@@ -172,4 +176,35 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
     if changed && cfg != state.config {
         emit(cmd, Command::SetConfig(cfg));
     }
+}
+
+/// Fine-tuning: full or LoRA, with the LoRA rank and targets (token models).
+fn finetune_ui(ft: &mut FineTune, ui: &mut Ui) -> bool {
+    let mut changed = false;
+    ui.horizontal(|ui| {
+        ui.label("Fine-tuning").on_hover_text(tips::FINETUNE);
+        for m in [FineTuneMode::Full, FineTuneMode::Lora] {
+            changed |= ui
+                .radio_value(&mut ft.mode, m, m.as_str())
+                .on_hover_text(tips::FINETUNE)
+                .changed();
+        }
+    });
+    if ft.mode == FineTuneMode::Lora {
+        ui.horizontal(|ui| {
+            ui.label("rank").on_hover_text(tips::LORA_RANK);
+            changed |= ui
+                .add(DragValue::new(&mut ft.lora_rank).range(1..=MAX_LORA_RANK))
+                .on_hover_text(tips::LORA_RANK)
+                .changed();
+            ui.label("targets").on_hover_text(tips::LORA_TARGETS);
+            for t in [LoraTargets::Attn, LoraTargets::AllLinear] {
+                changed |= ui
+                    .radio_value(&mut ft.lora_targets, t, t.to_string())
+                    .on_hover_text(tips::LORA_TARGETS)
+                    .changed();
+            }
+        });
+    }
+    changed
 }

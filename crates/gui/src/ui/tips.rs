@@ -21,3 +21,7 @@ pub const MAX_BATCH: &str =
 pub const PEAK_PHASE: &str = "Where in the training step memory peaks: forward (activations piling up), backward (gradients appearing while activations are still held) or the optimizer step (its state and temporaries).";
 pub const SIZE: &str = "Sequence length (tokens per sample) or image side in pixels; activations grow with it (attention with seq² when eager).";
 pub const CUSTOM: &str = "Edit the builder parameters of the selected preset; any change makes a custom model named \"custom\" that you can save as a preset file.";
+pub const FINETUNE: &str = "full: every parameter trains (gradients and optimizer state for all) · lora: peft LoRA adapters (fp32) train on a frozen base; frozen layers keep no gradient, no optimizer state and save for backward only what the adapters' gradients need.";
+pub const LORA_RANK: &str =
+    "LoRA rank r: each adapted layer gets r × (in + out) trainable parameters.";
+pub const LORA_TARGETS: &str = "attn: peft's default targets (GPT-2 c_attn, Llama q_proj and v_proj) · all-linear: every linear layer but the output layer.";

@@ -7,7 +7,7 @@ use super::{NO_NODE, Sim};
 use crate::model::ir::{Elem, Op};
 use crate::plan::config::LoopShape;
 use crate::plan::events::{Category, Phase};
-use crate::plan::rules::{GradFlow, Rule};
+use crate::plan::rules::{GradFlow, Rule, SavedFor, saved_for};
 
 impl Sim<'_> {
     /// Forward of node `n`. `recompute`: re-run inside a checkpointed backward.
@@ -18,6 +18,8 @@ impl Sim<'_> {
         let rules = self.rules;
         let r = &rules[n];
         let out = node.output;
+        // An op none of whose gradients is computed saves nothing.
+        let keep_saves = keep_saves && self.requires_grad[out];
         // Autocast casts of inputs.
         let mut input_bufs = std::mem::take(&mut self.input_bufs);
         input_bufs.clear();
@@ -29,10 +31,20 @@ impl Sim<'_> {
         }
         // Autocast weight cache.
         let mut first_weight_cast = None;
+        // Frozen weights are not cached by autocast (it caches leaves that require grad):
+        // their casts are fresh tensors, kept only while saved.
+        let mut uncached = std::mem::take(&mut self.uncached);
+        uncached.clear();
         if r.casts_params {
             for &p in &node.params {
                 let b = match self.param_cast[p] {
                     Some(b) => b,
+                    None if !self.policy.trainable(p) => {
+                        let bytes = g.params[p].elems * self.prec.compute_dtype().size();
+                        let b = self.alloc(0, bytes, Category::WeightCasts, 1);
+                        uncached.push(b);
+                        b
+                    }
                     None => {
                         let bytes = g.params[p].elems * self.prec.compute_dtype().size();
                         let b = self.alloc(0, bytes, Category::WeightCasts, 1);
@@ -90,26 +102,15 @@ impl Sim<'_> {
         // reference).
         let retain_from = self.saved_bufs.len();
         if keep_saves {
-            for &i in &r.saves_inputs {
-                if let Some(b) = input_bufs.get(i).copied().flatten() {
-                    self.saved_bufs.push(b);
-                }
-            }
-            if r.saves_output
-                && let Some(b) = out_buf
-            {
-                self.saved_bufs.push(b);
-            }
-            // Weights are needed for the input gradient.
-            if let Some(w) = first_weight_cast
-                && node.inputs.first().is_some_and(|&t| self.requires_grad[t])
-            {
-                self.saved_bufs.push(w);
-            }
+            self.push_saves(n, &input_bufs, out_buf, first_weight_cast);
         }
         for i in retain_from..self.saved_bufs.len() {
             self.retain(self.saved_bufs[i]);
         }
+        for &b in &uncached {
+            self.release(b);
+        }
+        self.uncached = uncached;
         // An output nobody reads or saves (a recomputed block's result) dies at once.
         if let Some(b) = out_buf
             && !r.alias
@@ -153,6 +154,45 @@ impl Sim<'_> {
             } else if node.op == Op::CacheAppend && !r.alias {
                 self.hold_in_output(b);
             }
+        }
+    }
+
+    /// Pushes what node `n` saves for backward onto `saved_bufs` (retained by the caller):
+    /// each saved input only when the gradient it serves is computed.
+    fn push_saves(
+        &mut self,
+        n: usize,
+        input_bufs: &[Option<u32>],
+        out_buf: Option<u32>,
+        first_weight_cast: Option<u32>,
+    ) {
+        let g = self.g;
+        let node = &g.nodes[n];
+        let rules = self.rules;
+        let r = &rules[n];
+        for &i in &r.saves_inputs {
+            let needed = match saved_for(node, i) {
+                SavedFor::Output => true,
+                SavedFor::Params => node.params.iter().any(|&p| self.policy.trainable(p)),
+                SavedFor::Input(j) => node.inputs.get(j).is_some_and(|&t| self.requires_grad[t]),
+            };
+            if !needed {
+                continue;
+            }
+            if let Some(b) = input_bufs.get(i).copied().flatten() {
+                self.saved_bufs.push(b);
+            }
+        }
+        if r.saves_output
+            && let Some(b) = out_buf
+        {
+            self.saved_bufs.push(b);
+        }
+        // Weights are needed for the input gradient.
+        if let Some(w) = first_weight_cast
+            && node.inputs.first().is_some_and(|&t| self.requires_grad[t])
+        {
+            self.saved_bufs.push(w);
         }
     }
 

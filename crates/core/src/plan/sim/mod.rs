@@ -48,6 +48,8 @@ struct Sim<'g> {
     /// Reused per-node scratch: the buffers of a node's inputs, its temporaries.
     input_bufs: Vec<Option<u32>>,
     temps: Vec<u32>,
+    /// Casts of frozen weights made by the current op (not in the autocast cache).
+    uncached: Vec<u32>,
     /// Tensor → gradient buffer.
     gbuf: Vec<Option<u32>>,
     /// Parameter → gradient buffer.
@@ -255,6 +257,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         saved_bufs: Vec::new(),
         input_bufs: Vec::new(),
         temps: Vec::new(),
+        uncached: Vec::new(),
         gbuf: vec![None; g.tensors.len()],
         param_grad: vec![None; g.params.len()],
         param_cast: vec![None; g.params.len()],

@@ -1,0 +1,361 @@
+//! Fine-tuning modes: which parameters train, and the LoRA adapters peft 0.21 adds to the
+//! graph, op by op as `lora.Linear.forward` runs them (unmerged, one adapter):
+//!
+//! ```text
+//! result = base_layer(x)                       # frozen weight
+//! x = x.to(lora_A.weight.dtype)                # _cast_input_dtype: fp32 adapters
+//! result = result + lora_B(lora_A(dropout(x))) * scaling   # dropout p=0: nn.Identity
+//! result = result.to(torch_result_dtype)
+//! ```
+//!
+//! peft keeps the adapters in fp32 on a bf16/fp16 base (`autocast_adapter_dtype=True`).
+
+use super::PlanError;
+use super::config::{DType, Precision};
+use super::policy::ParamPolicy;
+use crate::model::ir::{Elem, Graph, Node, Op, Param, Pointwise, Tensor};
+
+pub use super::finetune_mode::{FineTune, FineTuneMode, LORA_MODULES, LoraTargets, MAX_LORA_RANK};
+
+/// The graph to simulate and its parameter policy under `ft`.
+pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPolicy), PlanError> {
+    match ft.mode {
+        FineTuneMode::Full => {
+            let p = ParamPolicy::full(&g, prec);
+            Ok((g, p))
+        }
+        FineTuneMode::Lora => lora(g, ft.lora_rank, ft.lora_targets, prec),
+    }
+}
+
+fn lora(
+    mut g: Graph,
+    rank: u64,
+    targets: LoraTargets,
+    prec: Precision,
+) -> Result<(Graph, ParamPolicy), PlanError> {
+    let base_params = g.params.len();
+    let old = std::mem::take(&mut g.nodes);
+    let mut nodes: Vec<Node> = Vec::with_capacity(old.len() * 2);
+    let mut adapted = 0usize;
+    for mut node in old {
+        let Op::Linear {
+            in_features,
+            out_features,
+        } = node.op
+        else {
+            nodes.push(node);
+            continue;
+        };
+        let name = g.name(&node).to_string();
+        if !targets.matches(&name) || out_features == 0 {
+            nodes.push(node);
+            continue;
+        }
+        adapted += 1;
+        let result = node.output;
+        let shape = g.tensors[result].clone();
+        let rows = shape.per_sample / out_features;
+        let x = node.inputs[0];
+        let block = node.block;
+        let tensor = |g: &mut Graph, per_sample: u64| {
+            g.tensors.push(Tensor {
+                per_sample,
+                fixed: 0,
+                elem: Elem::Float,
+            });
+            g.tensors.len() - 1
+        };
+        let base = tensor(&mut g, shape.per_sample);
+        node.output = base;
+        nodes.push(node);
+        let mut push = |g: &mut Graph,
+                        op: Op,
+                        inputs: &[usize],
+                        output: usize,
+                        params: &[usize],
+                        suffix: &str| {
+            let start = g.names.len();
+            g.names.push_str(&name);
+            g.names.push_str(suffix);
+            let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+            nodes.push(Node {
+                op,
+                inputs: inputs.into(),
+                output,
+                params: params.into(),
+                block,
+                name: at(start)..at(g.names.len()),
+            });
+        };
+        let x_elems = g.tensors[x].per_sample;
+        let xa = tensor(&mut g, x_elems);
+        push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
+        g.params.push(Param {
+            elems: rank * in_features,
+            matrix: Some((rank, in_features)),
+        });
+        let pa = g.params.len() - 1;
+        g.params.push(Param {
+            elems: out_features * rank,
+            matrix: Some((out_features, rank)),
+        });
+        let pb = g.params.len() - 1;
+        let a = tensor(&mut g, rows * rank);
+        push(
+            &mut g,
+            Op::Linear {
+                in_features,
+                out_features: rank,
+            },
+            &[xa],
+            a,
+            &[pa],
+            ".lora_A",
+        );
+        let b = tensor(&mut g, shape.per_sample);
+        push(
+            &mut g,
+            Op::Linear {
+                in_features: rank,
+                out_features,
+            },
+            &[a],
+            b,
+            &[pb],
+            ".lora_B",
+        );
+        let s = tensor(&mut g, shape.per_sample);
+        let pw = |f| Op::Pointwise { f, inplace: false };
+        push(&mut g, pw(Pointwise::Scale), &[b], s, &[], ".lora_scaling");
+        let sum = tensor(&mut g, shape.per_sample);
+        push(
+            &mut g,
+            pw(Pointwise::Add),
+            &[base, s],
+            sum,
+            &[],
+            ".lora_add",
+        );
+        push(&mut g, Op::ToComputeDtype, &[sum], result, &[], ".lora_to");
+    }
+    g.nodes = nodes;
+    if adapted == 0 {
+        return Err(PlanError::Field {
+            field: "lora_targets",
+            reason: format!("`{targets}` matches no linear layer of this model"),
+        });
+    }
+    let mut policy = ParamPolicy::full(&g, prec);
+    for p in 0..base_params {
+        policy.freeze(p);
+    }
+    for p in base_params..g.params.len() {
+        policy.set_storage(p, DType::F32);
+    }
+    Ok((g, policy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::families::transformer::AttnImpl;
+    use crate::model::preset::find_builtin;
+    use crate::plan::config::TrainConfig;
+    use crate::plan::events::{Constants, Phase};
+    use crate::plan::rules::{SavedFor, saved_for};
+    use crate::plan::sim::generate;
+
+    fn graph(id: &str) -> Graph {
+        find_builtin(id)
+            .expect(id)
+            .build(128, AttnImpl::Sdpa)
+            .expect("graph")
+    }
+
+    /// Per-sample bytes the measured step's forward leaves allocated (saved tensors and
+    /// the kept output).
+    fn forward_bytes(g: &Graph, policy: &ParamPolicy) -> i128 {
+        let cfg = TrainConfig {
+            precision: Precision::Fp32,
+            ..TrainConfig::default()
+        };
+        let ev = generate(g, &cfg, policy, &Constants::default());
+        ev.check(g).expect("events");
+        ev.events[ev.measured_start..]
+            .iter()
+            .filter(|e| e.phase == Phase::Forward)
+            .map(|e| {
+                let s = i128::from(ev.buffers[e.buffer as usize].per_sample);
+                if e.alloc { s } else { -s }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn saved_inputs_serve_the_gradients_of_derivatives_yaml() {
+        let g = graph("gpt2");
+        let linear = g
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Linear { .. }) && !n.params.is_empty())
+            .expect("linear");
+        assert_eq!(saved_for(linear, 0), SavedFor::Params);
+        let layer_norm = g
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::LayerNorm { .. }))
+            .expect("layer norm");
+        assert_eq!(saved_for(layer_norm, 0), SavedFor::Output);
+        let eager = find_builtin("gpt2")
+            .expect("gpt2")
+            .build(128, AttnImpl::Eager)
+            .expect("graph");
+        let mm = eager
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Matmul { .. }) && n.inputs.len() == 2)
+            .expect("matmul");
+        assert_eq!(saved_for(mm, 0), SavedFor::Input(1));
+        assert_eq!(saved_for(mm, 1), SavedFor::Input(0));
+    }
+
+    /// A frozen body saves nothing for backward: only the trainable head keeps its input;
+    /// LoRA keeps the adapters' inputs and the frozen layers' other saves, not the base
+    /// layers' inputs.
+    #[test]
+    fn frozen_layers_save_only_what_remaining_gradients_need() {
+        let g = graph("TinyLlama-1.1B");
+        let full = forward_bytes(&g, &ParamPolicy::full(&g, Precision::Fp32));
+        let mut head_only = ParamPolicy::full(&g, Precision::Fp32);
+        let head = g
+            .nodes
+            .iter()
+            .rev()
+            .find(|n| matches!(n.op, Op::Linear { .. }))
+            .expect("lm_head");
+        for p in 0..g.params.len() {
+            if !head.params.contains(&p) {
+                head_only.freeze(p);
+            }
+        }
+        let frozen = forward_bytes(&g, &head_only);
+        // What stays: the head's input, the logits and log-softmax output (fp32, vocab-wide).
+        let vocab_bytes = 2 * 128 * 32000 * 4;
+        assert!(
+            frozen >= vocab_bytes && frozen < vocab_bytes + full / 50,
+            "{frozen} vs {full}"
+        );
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_rank: 8,
+            lora_targets: LoraTargets::Attn,
+        };
+        let (lg, lp) = apply(g.clone(), &ft, Precision::Fp32).expect("lora");
+        let lora = forward_bytes(&lg, &lp);
+        assert!(frozen < lora && lora < full, "{frozen} < {lora} < {full}");
+        // q_proj and v_proj inputs are the same normed hidden state as k_proj's: what LoRA
+        // keeps of each block is the saves of norms, attention, MLP (all needed for the
+        // input gradient), and the rank-8 adapter activations.
+        assert!(lora * 10 > full * 7, "{lora} vs {full}");
+    }
+
+    #[test]
+    fn lora_adds_fp32_adapters_and_freezes_the_base() {
+        let g = graph("gpt2");
+        let base = g.param_count();
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_rank: 4,
+            lora_targets: "c_attn,c_fc".parse().expect("targets"),
+        };
+        let (lg, lp) = apply(g.clone(), &ft, Precision::Bf16).expect("lora");
+        let layers = g.block_count() as u64;
+        let adapters = layers * 4 * ((768 + 3 * 768) + (768 + 4 * 768));
+        assert_eq!(lg.param_count(), base + adapters);
+        assert_eq!(lp.trainable_elems(&lg), adapters);
+        assert_eq!(lp.state(0).storage, DType::BF16);
+        assert_eq!(lp.state(lg.params.len() - 1).storage, DType::F32);
+        assert!(!lp.trainable(0));
+        // The layer's consumers still read the same tensor: the adapter's last op writes it.
+        let c_attn = g
+            .nodes
+            .iter()
+            .position(|n| g.name(n).ends_with("attn.c_attn"))
+            .expect("c_attn");
+        let out = g.nodes[c_attn].output;
+        let writer = lg.nodes.iter().find(|n| n.output == out).expect("writer");
+        assert!(lg.name(writer).ends_with("c_attn.lora_to"));
+    }
+
+    #[test]
+    fn targets_and_ranks_are_checked_and_round_trip() {
+        for s in [
+            "attn",
+            "all-linear",
+            "c_attn,c_fc",
+            "q_proj,v_proj,down_proj",
+        ] {
+            let t: LoraTargets = s.parse().expect(s);
+            assert_eq!(t.to_string(), s);
+        }
+        let err = "c_attn,nope".parse::<LoraTargets>().expect_err("unknown");
+        assert!(
+            err.to_string()
+                .starts_with("lora_targets: unknown module `nope`")
+        );
+        assert!("".parse::<LoraTargets>().is_err());
+        let bad = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_rank: 0,
+            ..FineTune::default()
+        };
+        assert!(
+            bad.validate()
+                .expect_err("rank 0")
+                .to_string()
+                .starts_with("lora_rank:")
+        );
+        // No layer of a CNN is a LoRA target.
+        let r = apply(
+            graph("resnet18"),
+            &FineTune {
+                mode: FineTuneMode::Lora,
+                ..FineTune::default()
+            },
+            Precision::Fp32,
+        );
+        assert!(matches!(
+            r,
+            Err(PlanError::Field {
+                field: "lora_targets",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn config_files_without_finetune_mean_full_training() {
+        let cfg: TrainConfig = serde_json::from_str(r#"{"batch": 4}"#).expect("old file");
+        assert!(cfg.finetune.is_full());
+        let text = serde_json::to_string(&cfg).expect("json");
+        assert!(!text.contains("finetune"), "{text}");
+        let lora = TrainConfig {
+            finetune: FineTune {
+                mode: FineTuneMode::Lora,
+                lora_rank: 32,
+                lora_targets: LoraTargets::AllLinear,
+            },
+            ..cfg
+        };
+        let text = serde_json::to_string(&lora).expect("json");
+        assert!(
+            text.contains(
+                r#""finetune":{"mode":"lora","lora_rank":32,"lora_targets":"all-linear"}"#
+            ),
+            "{text}"
+        );
+        let back: TrainConfig = serde_json::from_str(&text).expect("round trip");
+        assert_eq!(back, lora);
+    }
+}

@@ -1,0 +1,192 @@
+//! What the user asks for when fine-tuning, as plain configuration data: the mode (full or
+//! LoRA), the LoRA rank and target modules. [`super::finetune`] turns it into graph ops and
+//! a parameter policy; [`super::config::TrainConfig`] carries it.
+
+use serde::{Deserialize, Serialize};
+
+use super::PlanError;
+
+/// Module names LoRA targets match (the last component of a layer name, as peft matches
+/// `target_modules` entries).
+pub const LORA_MODULES: [&str; 14] = [
+    "c_attn",
+    "c_proj",
+    "c_fc",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "qkv_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "gate_up_proj",
+    "query",
+    "value",
+];
+
+/// peft's default targets (`LoraConfig()` without `target_modules`) of the families here:
+/// GPT-2 `c_attn`; Llama, Mistral, Qwen `q_proj`, `v_proj`; Phi-3 `qkv_proj`; BERT
+/// `query`, `value`.
+const ATTN_DEFAULT: [&str; 6] = ["c_attn", "q_proj", "v_proj", "qkv_proj", "query", "value"];
+
+/// Which layers get adapters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LoraTargets {
+    /// peft's default targets for the model type (the attention projections it picks).
+    #[default]
+    Attn,
+    /// peft's `"all-linear"`: every Linear / `Conv1D` except the output layer.
+    AllLinear,
+    /// Explicit module names: a bit per entry of [`LORA_MODULES`].
+    Names(u16),
+}
+
+impl LoraTargets {
+    fn mask_of(names: &[&str]) -> u16 {
+        names
+            .iter()
+            .filter_map(|n| LORA_MODULES.iter().position(|m| m == n))
+            .fold(0, |m, i| m | (1 << i))
+    }
+
+    /// Whether a Linear named `name` (full layer name) is a target.
+    pub(super) fn matches(self, name: &str) -> bool {
+        let last = name.rsplit('.').next().unwrap_or(name);
+        if matches!(last, "lm_head" | "decoder") {
+            return false;
+        }
+        match self {
+            LoraTargets::AllLinear => true,
+            LoraTargets::Attn => ATTN_DEFAULT.contains(&last),
+            LoraTargets::Names(m) => LORA_MODULES
+                .iter()
+                .position(|&n| n == last)
+                .is_some_and(|i| m & (1 << i) != 0),
+        }
+    }
+}
+
+impl std::str::FromStr for LoraTargets {
+    type Err = PlanError;
+
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        match s {
+            "attn" => Ok(LoraTargets::Attn),
+            "all-linear" => Ok(LoraTargets::AllLinear),
+            _ => {
+                let names: Vec<&str> = s
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                if let Some(bad) = names.iter().find(|n| !LORA_MODULES.contains(n)) {
+                    return Err(PlanError::Field {
+                        field: "lora_targets",
+                        reason: format!(
+                            "unknown module `{bad}` (attn, all-linear or names among {})",
+                            LORA_MODULES.join(", ")
+                        ),
+                    });
+                }
+                if names.is_empty() {
+                    return Err(PlanError::Field {
+                        field: "lora_targets",
+                        reason: "no module named".into(),
+                    });
+                }
+                Ok(LoraTargets::Names(LoraTargets::mask_of(&names)))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for LoraTargets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoraTargets::Attn => f.write_str("attn"),
+            LoraTargets::AllLinear => f.write_str("all-linear"),
+            LoraTargets::Names(m) => {
+                let names: Vec<&str> = LORA_MODULES
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| m & (1 << i) != 0)
+                    .map(|(_, n)| *n)
+                    .collect();
+                f.write_str(&names.join(","))
+            }
+        }
+    }
+}
+
+impl Serialize for LoraTargets {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for LoraTargets {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which parameters train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FineTuneMode {
+    /// Every parameter trains.
+    #[default]
+    Full,
+    /// peft LoRA adapters train, the base model is frozen.
+    Lora,
+}
+
+impl FineTuneMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FineTuneMode::Full => "full",
+            FineTuneMode::Lora => "lora",
+        }
+    }
+}
+
+/// The fine-tuning part of a config; absent in older files, which means full training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FineTune {
+    pub mode: FineTuneMode,
+    /// LoRA rank `r`.
+    pub lora_rank: u64,
+    pub lora_targets: LoraTargets,
+}
+
+impl Default for FineTune {
+    fn default() -> Self {
+        FineTune {
+            mode: FineTuneMode::Full,
+            lora_rank: 8,
+            lora_targets: LoraTargets::Attn,
+        }
+    }
+}
+
+/// Largest LoRA rank accepted.
+pub const MAX_LORA_RANK: u64 = 1 << 16;
+
+impl FineTune {
+    pub fn is_full(&self) -> bool {
+        self.mode == FineTuneMode::Full
+    }
+
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.mode == FineTuneMode::Lora && !(1..=MAX_LORA_RANK).contains(&self.lora_rank) {
+            return Err(PlanError::Field {
+                field: "lora_rank",
+                reason: format!("{} is not between 1 and {MAX_LORA_RANK}", self.lora_rank),
+            });
+        }
+        Ok(())
+    }
+}
