@@ -144,6 +144,11 @@ fn snapshot_doctor_tab() {
     h.get_by_label("Open snapshot").click();
     h.step();
     wait_loaded(&mut h);
+    // A missing file would paint its error into the picture: fail here instead.
+    assert!(
+        h.state().doctor.snapshot().is_some(),
+        "the snapshot file did not load"
+    );
     h.input_mut().events.push(egui::Event::PointerGone);
     h.run_steps(2);
     h.snapshot("doctor-tab");
