@@ -115,6 +115,7 @@ pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
         dropout: p.attention_probs_dropout_prob,
         softmax_fp32: false,
         causal: false,
+        softcap: false,
     };
     for l in 0..p.num_hidden_layers {
         b.scope(format!("bert.encoder.layer.{l}"));

@@ -20,7 +20,7 @@
 //! the full s×s scores exist either way).
 
 use super::llama::{LlamaParams, head_dim};
-use super::transformer::{AttnImpl, AttnShape, attention, token_loss};
+use super::transformer::{AttnImpl, AttnShape, attention, softcap, token_loss};
 use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
@@ -65,78 +65,6 @@ fn activation(
     b.op(op, &[x], elems, &[], name)
 }
 
-/// `x / cap → tanh → · cap` (Gemma 2 soft-capping); tanh saves its output.
-fn softcap(b: &mut GraphBuilder, x: TensorId, name: &str) -> TensorId {
-    let s = b.pointwise(x, Pointwise::Scale, false, &format!("{name}.div"));
-    let t = b.pointwise(s, Pointwise::Tanh, false, &format!("{name}.tanh"));
-    b.pointwise(t, Pointwise::Scale, false, &format!("{name}.mul"))
-}
-
-/// Gemma 2's `eager_attention_forward` with `softcap`: repeat_kv, q·kᵀ·scaling, soft-cap,
-/// + mask, softmax(fp32).to(dtype), dropout, ·v, transpose().contiguous().
-fn softcapped_attention(
-    b: &mut GraphBuilder,
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
-    a: AttnShape,
-    name: &str,
-) -> TensorId {
-    let n = a.seq * a.heads * a.head_dim;
-    let (k, v) = if a.kv_heads != a.heads {
-        let k = b.op(Op::Copy, &[k], n, &[], &format!("{name}.repeat_k"));
-        let v = b.op(Op::Copy, &[v], n, &[], &format!("{name}.repeat_v"));
-        (k, v)
-    } else {
-        (k, v)
-    };
-    let scores = a.heads * a.seq * a.seq;
-    let s = b.op(
-        Op::Matmul {
-            batch: a.heads,
-            m: a.seq,
-            k: a.head_dim,
-            n: a.seq,
-        },
-        &[q, k],
-        scores,
-        &[],
-        &format!("{name}.qk"),
-    );
-    let s = b.pointwise(s, Pointwise::Scale, false, &format!("{name}.scale"));
-    let s = softcap(b, s, &format!("{name}.softcap"));
-    let mask = b.constant(a.seq * a.seq, &format!("{name}.mask"));
-    let s = b.binary(s, mask, Pointwise::Add, false, &format!("{name}.add_mask"));
-    let pr = b.op(
-        Op::Softmax { fp32: true },
-        &[s],
-        scores,
-        &[],
-        &format!("{name}.softmax"),
-    );
-    let pr = b.op(
-        Op::ToComputeDtype,
-        &[pr],
-        scores,
-        &[],
-        &format!("{name}.cast"),
-    );
-    let pr = b.dropout(pr, a.dropout, false, &format!("{name}.dropout"));
-    let o = b.op(
-        Op::Matmul {
-            batch: a.heads,
-            m: a.seq,
-            k: a.seq,
-            n: a.head_dim,
-        },
-        &[pr, v],
-        n,
-        &[],
-        &format!("{name}.av"),
-    );
-    b.copy(o, &format!("{name}.contiguous"))
-}
-
 /// Builds the decoder for `seq` tokens. Attention soft-capping forces eager attention, as
 /// transformers' SDPA path refuses `softcap`.
 pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
@@ -178,6 +106,7 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
         dropout: p.attention_dropout,
         softmax_fp32: true,
         causal: true,
+        softcap: p.attn_logit_softcapping.is_some(),
     };
     for l in 0..p.num_hidden_layers {
         b.scope(format!("model.layers.{l}"));
@@ -218,11 +147,7 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
         let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
         let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
         let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
-        let a = if p.attn_logit_softcapping.is_some() {
-            softcapped_attention(&mut b, q, kc, vc, shape, "self_attn")
-        } else {
-            attention(&mut b, &[q, kc, vc], shape, imp, "self_attn")
-        };
+        let a = attention(&mut b, &[q, kc, vc], shape, imp, "self_attn");
         let a = b.linear(a, seq, qw, c, p.attention_bias, "self_attn.o_proj");
         let a = if p.sandwich_norm {
             norm(&mut b, p, a, seq, c, "post_attention_layernorm")

@@ -91,6 +91,7 @@ pub fn build(p: &Gpt2Params, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
         dropout: p.attn_pdrop,
         softmax_fp32: false,
         causal: true,
+        softcap: false,
     };
     for l in 0..p.n_layer {
         b.scope(format!("h.{l}"));

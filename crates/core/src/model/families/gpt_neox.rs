@@ -94,6 +94,7 @@ pub fn build(p: &GptNeoxParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelE
         dropout: p.attention_dropout,
         softmax_fp32: true,
         causal: true,
+        softcap: false,
     };
     for l in 0..p.num_hidden_layers {
         b.scope(format!("gpt_neox.layers.{l}"));

@@ -23,6 +23,16 @@ pub struct AttnShape {
     pub causal: bool,
     /// Eager softmax called with `dtype=torch.float32` (Llama) rather than in the input dtype.
     pub softmax_fp32: bool,
+    /// Gemma 2's `attn_logit_softcapping`: the scaled scores are soft-capped before the mask
+    /// (eager only: transformers' SDPA path refuses `softcap`).
+    pub softcap: bool,
+}
+
+/// `x / cap → tanh → · cap` (Gemma 2 soft-capping); tanh saves its output.
+pub fn softcap(b: &mut GraphBuilder, x: TensorId, name: &str) -> TensorId {
+    let s = b.pointwise(x, Pointwise::Scale, false, &format!("{name}.div"));
+    let t = b.pointwise(s, Pointwise::Tanh, false, &format!("{name}.tanh"));
+    b.pointwise(t, Pointwise::Scale, false, &format!("{name}.mul"))
 }
 
 /// `nn.LayerNorm` over the last dim of `rows` rows, with weight and bias.
@@ -90,6 +100,11 @@ pub fn attention(
                 &format!("{name}.qk"),
             );
             let s = b.pointwise(s, Pointwise::Scale, false, &format!("{name}.scale"));
+            let s = if a.softcap {
+                softcap(b, s, &format!("{name}.softcap"))
+            } else {
+                s
+            };
             let s = if a.causal {
                 let mask = b.constant(a.seq * a.seq, &format!("{name}.mask"));
                 b.binary(s, mask, Pointwise::Add, false, &format!("{name}.add_mask"))

@@ -92,6 +92,7 @@ pub fn build(p: &VitParams, image: u64, channels: u64) -> Result<Graph, ModelErr
         dropout: p.attention_dropout,
         softmax_fp32: false,
         causal: false,
+        softcap: false,
     };
     for l in 0..p.num_layers {
         b.scope(format!("encoder.layers.encoder_layer_{l}"));
