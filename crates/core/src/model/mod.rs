@@ -35,6 +35,18 @@ pub enum ModelError {
 /// would overflow byte counts.
 pub const MAX_DIM: u64 = 1 << 20;
 
+/// `seq` tokens (after `offset` reserved positions) against the model's position table of
+/// `max` entries, named `key` as in its config; the error names `seq_len`.
+pub(crate) fn check_seq_fits(seq: u64, offset: u64, max: u64, key: &str) -> Result<(), ModelError> {
+    if seq.saturating_add(offset) > max {
+        return Err(ModelError::Invalid {
+            field: "seq_len".into(),
+            reason: format!("{seq} exceeds the model's {key} {max}"),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn check_positive(field: &str, value: u64) -> Result<(), ModelError> {
     if value == 0 {
         return Err(ModelError::NotPositive {

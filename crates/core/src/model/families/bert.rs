@@ -65,15 +65,12 @@ impl BertParams {
 
 /// Builds BERT with the masked-LM head for `seq` tokens (labels on every position).
 pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    if seq.saturating_add(p.position_offset) > p.max_position_embeddings {
-        return Err(ModelError::Invalid {
-            field: "seq_len".into(),
-            reason: format!(
-                "{seq} exceeds the model's max_position_embeddings {}",
-                p.max_position_embeddings
-            ),
-        });
-    }
+    crate::model::check_seq_fits(
+        seq,
+        p.position_offset,
+        p.max_position_embeddings,
+        "max_position_embeddings",
+    )?;
     let c = p.hidden_size;
     let i = p.intermediate_size;
     let pd = p.hidden_dropout_prob;

@@ -68,15 +68,7 @@ fn activation(
 /// Builds the decoder for `seq` tokens. Attention soft-capping forces eager attention, as
 /// transformers' SDPA path refuses `softcap`.
 pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    if seq > p.max_position_embeddings {
-        return Err(ModelError::Invalid {
-            field: "seq_len".into(),
-            reason: format!(
-                "{seq} exceeds the model's max_position_embeddings {}",
-                p.max_position_embeddings
-            ),
-        });
-    }
+    crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
     let imp = if p.attn_logit_softcapping.is_some() {
         AttnImpl::Eager
     } else {

@@ -65,12 +65,7 @@ impl Gpt2Params {
 
 /// Builds GPT-2 for sequences of `seq` tokens.
 pub fn build(p: &Gpt2Params, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    if seq > p.n_positions {
-        return Err(ModelError::Invalid {
-            field: "seq_len".into(),
-            reason: format!("{seq} exceeds the model's n_positions {}", p.n_positions),
-        });
-    }
+    crate::model::check_seq_fits(seq, 0, p.n_positions, "n_positions")?;
     let c = p.n_embd;
     let inner = p.n_inner.unwrap_or(4 * c);
     let mut b = GraphBuilder::new();

@@ -68,15 +68,7 @@ impl GptNeoxParams {
 /// slice of q and k and concatenates the rest back: a new q/k-sized tensor each, as with full
 /// rotation (its temporaries, a quarter of that for Pythia, are counted at full size).
 pub fn build(p: &GptNeoxParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    if seq > p.max_position_embeddings {
-        return Err(ModelError::Invalid {
-            field: "seq_len".into(),
-            reason: format!(
-                "{seq} exceeds the model's max_position_embeddings {}",
-                p.max_position_embeddings
-            ),
-        });
-    }
+    crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
     let c = p.hidden_size;
     let inter = p.intermediate_size;
     let pd = p.hidden_dropout;
