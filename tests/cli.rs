@@ -936,3 +936,37 @@ fn lora_flags_plan_adapters_and_report_trainable_params() {
         "--finetune",
     );
 }
+
+#[test]
+fn plan_step_eval_and_bad_step_names() {
+    let peak = |step: &str| {
+        let (ok, out, err) = vramlab(&[
+            "plan", "--model", "gpt2", "--batch", "4", "--seq", "512", "--step", step, "--json",
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["config"]["step"].as_str().unwrap_or("train"), step);
+        v["peak_allocated_bytes"].as_u64().expect("peak")
+    };
+    let (train, eval, eval_grad) = (peak("train"), peak("eval"), peak("eval-grad"));
+    // Gradients and optimizer state stay resident through validation; without no_grad the
+    // forward also keeps every activation (here more than training holds at its peak).
+    assert!(
+        eval < eval_grad && eval < train,
+        "{eval} {eval_grad} {train}"
+    );
+    let (ok, out, _) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--step",
+        "eval-grad",
+    ]);
+    assert!(ok && out.contains("WITHOUT torch.no_grad()"), "{out}");
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "2", "--step", "evl"],
+        "unknown step `evl` (known: train, eval, eval-grad)",
+    );
+}

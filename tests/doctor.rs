@@ -247,6 +247,28 @@ fn cli_adds_the_planner_for_a_capacity_oom() {
             .expect("remedies")
             .is_empty()
     );
+    // The seed articles' validation OOM: the evaluation step with and without no_grad,
+    // and the remedy that points at it.
+    let e = &v["plan"]["evaluation"];
+    let with = e["with_grad"]["peak_allocated_bytes"]
+        .as_u64()
+        .expect("eval-grad");
+    let without = e["no_grad"]["peak_allocated_bytes"].as_u64().expect("eval");
+    assert!(with > without, "{with} <= {without}");
+    let remedies = v["plan"]["remedies"].as_array().expect("remedies");
+    let r = remedies
+        .iter()
+        .find(|r| r["name"] == "eval-no-grad")
+        .expect("eval-no-grad remedy");
+    assert!(
+        r["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("torch.no_grad()"))
+    );
+    assert_eq!(
+        r["saving_bytes"].as_i64(),
+        Some(with as i64 - without as i64)
+    );
 }
 
 #[test]

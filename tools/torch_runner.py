@@ -116,6 +116,7 @@ PRECISIONS = ("fp32", "amp-fp16", "amp-bf16", "bf16")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor")
 ATTENTIONS = ("sdpa", "eager")
 LOOPS = ("plain", "trainer")
+STEPS = ("train", "eval", "eval-grad")
 FINETUNES = ("full", "lora")
 MASKED_LM_TYPES = ("bert", "roberta")
 
@@ -692,6 +693,11 @@ def normalize_config(cfg):
     out["loop"] = cfg.pop("loop", "plain")
     if out["loop"] not in LOOPS:
         raise ValueError(f"unknown loop {out['loop']!r}")
+    step_kind = cfg.pop("step", "train")
+    if step_kind not in STEPS:
+        raise ValueError(f"unknown step {step_kind!r}")
+    if step_kind != "train":  # (training rows keep their old fields, nothing added)
+        out["step"] = step_kind
     if out["precision"] not in PRECISIONS:
         raise ValueError(f"unknown precision {out['precision']!r}")
     if out["optimizer"] not in OPTIMIZERS:
@@ -940,10 +946,19 @@ def run_step(model, fam, cfg, preset, dev, record):
     wall0 = None
     skipped = []  # amp-fp16: was opt.step() skipped by the GradScaler, per step
     step = 0
+    step_kind = cfg.get("step", "train")
     while True:
         # amp-fp16: keep warming up until the GradScaler has let one optimizer step through
         # (at most AMP_EXTRA_WARMUP more steps), so optimizer state exists before the measured step
         measured = step >= WARMUP and (scaler is None or not all(skipped) or step >= WARMUP + AMP_EXTRA_WARMUP)
+        if measured and step_kind != "train":
+            # an evaluation step after WARMUP training steps (grads and optimizer state stay)
+            run_eval(model, fam, cfg, make_batch, dev, record, amp, amp_dtype, grad=step_kind == "eval-grad")
+            record["grad_bytes"] = int(sum(tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None))
+            record["opt_state_bytes"] = int(optimizer_state_bytes(opt))
+            record["steps_run"] = step
+            del opt, scaler
+            return
         if measured:
             dev.sync()
             dev.reset_peak()
@@ -1002,6 +1017,40 @@ def run_step(model, fam, cfg, preset, dev, record):
     record["steps_run"] = step  # warm-up steps + the measured one
     # free the optimizer/scaler here; grads are cleared by the caller
     del opt, scaler
+
+
+def run_eval(model, fam, cfg, make_batch, dev, record, amp, amp_dtype, grad):
+    """The measured evaluation step: model.eval(), one forward + loss with autograd off
+    (`torch.no_grad()`, step "eval") or on (step "eval-grad": the graph lives until `del`)."""
+    import contextlib
+
+    model.eval()
+    dev.sync()
+    dev.reset_peak()
+    record["allocated_start"] = dev.allocated()
+    wall0 = time.perf_counter()
+    x, y = make_batch()
+    ctx = contextlib.nullcontext() if grad else torch.no_grad()
+    with ctx:
+        with torch.autocast(dev.kind, dtype=amp_dtype, enabled=amp):
+            # an evaluation loop keeps the output for its metrics
+            out, loss = forward_loss(model, fam, x, y, "plain")
+        dev.sync()
+        record["allocated_after_forward"] = dev.allocated()
+        record["peak_after_forward"] = dev.peak()
+        record["loss"] = float(loss.detach().float().item())
+        record["graph_kept"] = bool(loss.requires_grad)
+    del out, loss, x, y
+    dev.sync()
+    record["peak_allocated"] = dev.peak()
+    record["peak_reserved"] = dev.peak_reserved()
+    record["allocated_end"] = dev.allocated()
+    record["reserved_end"] = dev.reserved()
+    proc, used = nvml_readings()
+    record["nvml_process_bytes"] = proc
+    record["nvml_device_used_bytes"] = used
+    record["step_ms"] = round((time.perf_counter() - wall0) * 1e3, 3)
+    model.train()
 
 
 def clear_grads(model):

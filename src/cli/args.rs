@@ -51,6 +51,11 @@ pub struct TrainArgs {
     /// Trainer and Lightning do: the output is released before backward).
     #[arg(long = "loop", value_name = "plain|trainer")]
     pub loop_shape: Option<String>,
+    /// The step to plan: train (the default), eval (a validation forward under
+    /// `torch.no_grad()` after training) or eval-grad (the same forward without `no_grad`:
+    /// autograd keeps the graph).
+    #[arg(long, value_name = "train|eval|eval-grad")]
+    pub step: Option<String>,
     /// Fine-tuning: full (every parameter trains; the default) or lora (peft 0.21 LoRA
     /// adapters in fp32, the base model frozen).
     #[arg(long, value_name = "full|lora")]
@@ -197,6 +202,9 @@ pub(crate) fn resolve(
         if let Some(l) = &t.loop_shape {
             cfg.loop_shape = l.parse()?;
         }
+        if let Some(k) = &t.step {
+            cfg.step = k.parse()?;
+        }
         cfg.validate()?;
         let gpu = match &doc.gpu_detected {
             // Saved against a detected card: plan for that card, on any machine.
@@ -281,6 +289,10 @@ impl TrainArgs {
                 None => LoopShape::default(),
             },
             finetune: self.finetune()?,
+            step: match &self.step {
+                Some(k) => k.parse()?,
+                None => Default::default(),
+            },
         };
         cfg.validate()?;
         Ok(cfg)

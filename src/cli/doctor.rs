@@ -13,6 +13,7 @@ use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
 use vramlab_core::plan::Planner;
 use vramlab_core::plan::config::MAX_BATCH;
 use vramlab_core::plan::search::{Budget, max_batch};
+use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::units::Bytes;
 
 #[derive(Debug, Args, Clone, Default)]
@@ -55,6 +56,10 @@ pub struct DoctorArgs {
     pub checkpointing: bool,
     #[arg(long, default_value = "sdpa")]
     pub attention: String,
+    /// The step that failed: train (default), eval (validation under `no_grad`) or eval-grad
+    /// (validation without `no_grad`).
+    #[arg(long, value_name = "train|eval|eval-grad")]
+    pub step: Option<String>,
     /// Catalog GPU (default: the message's total capacity).
     #[arg(long)]
     pub gpu: Option<String>,
@@ -87,6 +92,8 @@ pub struct PlanAdvice {
     /// Accumulation steps that keep the failing batch as the effective batch.
     pub accumulation_for_batch: Option<u64>,
     pub remedies: Vec<PlannedRemedy>,
+    /// The evaluation step with and without `torch.no_grad()`.
+    pub evaluation: Option<EvalAdvice>,
 }
 
 /// The planner's answer for a model on a GPU of `capacity` bytes.
@@ -105,6 +112,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         checkpointing: a.checkpointing,
         attention: a.attention.clone(),
         loop_shape: None,
+        step: a.step.clone(),
         finetune: None,
         lora_rank: None,
         lora_targets: None,
@@ -157,7 +165,40 @@ pub fn advise(
         None => None,
     };
     let max = max_batch(&planner, budget, MAX_BATCH)?;
-    let fixes = vramlab_core::plan::remedies::remedies(preset, &cfg, budget)?;
+    let mut fixes: Vec<PlannedRemedy> =
+        vramlab_core::plan::remedies::remedies(preset, &cfg, budget)?
+            .into_iter()
+            .map(|r| PlannedRemedy {
+                name: r.name.to_string(),
+                description: r.description,
+                nvidia_smi_bytes: r.nvidia_smi,
+                saving_bytes: r.saving,
+                fits: r.fits,
+            })
+            .collect();
+    let evaluation = evaluation_advice(preset, &cfg, budget)?;
+    if let Some(e) = &evaluation
+        && cfg.step != StepKind::Eval
+        && e.no_grad.peak_allocated_bytes < e.with_grad.peak_allocated_bytes
+    {
+        let (with, without) = (
+            e.with_grad.peak_allocated_bytes,
+            e.no_grad.peak_allocated_bytes,
+        );
+        fixes.push(PlannedRemedy {
+            name: "eval-no-grad".into(),
+            description: format!(
+                "if it failed in validation: run evaluation under `torch.no_grad()` (or \
+                 `torch.inference_mode()`) and accumulate `loss.item()`, not `loss` — at batch {} \
+                 an evaluation step after training peaks at {with} allocated with autograd on, \
+                 {without} without",
+                e.batch,
+            ),
+            nvidia_smi_bytes: e.no_grad.nvidia_smi_bytes,
+            saving_bytes: with.0 as i64 - without.0 as i64,
+            fits: e.no_grad.fits,
+        });
+    }
     let accumulation_for_batch = match (batch, max) {
         (Some(b), Some(m)) if m < b => Some(vramlab_core::plan::search::accumulation_for(b, m)),
         _ => None,
@@ -170,17 +211,47 @@ pub fn advise(
         predicted_peak_allocated_bytes: predicted.as_ref().map(|p| p.peak_allocated_bytes),
         max_batch: max,
         accumulation_for_batch,
-        remedies: fixes
-            .into_iter()
-            .map(|r| PlannedRemedy {
-                name: r.name.to_string(),
-                description: r.description,
-                nvidia_smi_bytes: r.nvidia_smi,
-                saving_bytes: r.saving,
-                fits: r.fits,
-            })
-            .collect(),
+        remedies: fixes,
+        evaluation,
     })
+}
+
+/// One planned evaluation step.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalPlan {
+    pub peak_allocated_bytes: Bytes,
+    pub nvidia_smi_bytes: Bytes,
+    pub fits: bool,
+}
+
+/// The evaluation step after training, with and without `torch.no_grad()` (the seed
+/// articles' validation OOM), at the configured batch.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalAdvice {
+    pub batch: u64,
+    pub no_grad: EvalPlan,
+    pub with_grad: EvalPlan,
+}
+
+fn evaluation_advice(
+    preset: &vramlab_core::model::Preset,
+    cfg: &vramlab_core::plan::TrainConfig,
+    budget: Budget,
+) -> Result<Option<EvalAdvice>> {
+    let plan_of = |step: StepKind| -> Result<EvalPlan> {
+        let c = vramlab_core::plan::TrainConfig { step, ..*cfg };
+        let p = Planner::new(preset, &c)?.plan(cfg.batch)?;
+        Ok(EvalPlan {
+            peak_allocated_bytes: p.peak_allocated_bytes,
+            nvidia_smi_bytes: p.nvidia_smi_bytes,
+            fits: p.nvidia_smi_bytes <= budget.usable(),
+        })
+    };
+    Ok(Some(EvalAdvice {
+        batch: cfg.batch,
+        no_grad: plan_of(StepKind::Eval)?,
+        with_grad: plan_of(StepKind::EvalGrad)?,
+    }))
 }
 
 /// The first OOM of a saved bench run, and the planner's answer for its model.

@@ -316,6 +316,9 @@ fn write_plan(
         },
     )?;
     writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
+    if c.step.is_eval() {
+        writeln!(out, "  step planned: {}", c.step.describe())?;
+    }
     if let Some(t) = plan.trainable_params {
         writeln!(
             out,
@@ -449,6 +452,13 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
                 budget.usable()
             )?;
             writeln!(out, "training loop: {}", cfg.loop_shape.describe())?;
+            if cfg.step.is_eval() {
+                writeln!(
+                    out,
+                    "step planned: {} (training at the same batch before it)",
+                    cfg.step.describe()
+                )?;
+            }
             if p.nvidia_smi_bytes > on_gpu {
                 writeln!(
                     out,

@@ -41,6 +41,9 @@ pub struct Measured {
     /// Training-loop shape; rows measured before the runner had it kept the output: plain.
     #[serde(default, rename = "loop")]
     pub loop_shape: crate::plan::config::LoopShape,
+    /// `"eval"` / `"eval-grad"` for evaluation-step rows (absent: a training step).
+    #[serde(default)]
+    pub step: crate::plan::step_kind::StepKind,
     #[serde(default)]
     pub peak_allocated: Option<u64>,
     #[serde(default)]
@@ -131,6 +134,7 @@ impl Measured {
             allocator: AllocatorConfig::default(),
             loop_shape: self.loop_shape,
             finetune: self.finetune()?,
+            step: self.step,
         })
     }
 
@@ -191,6 +195,9 @@ impl Measured {
         }
         if self.loop_shape == crate::plan::config::LoopShape::Trainer {
             s.push_str(" trainer-loop");
+        }
+        if self.step.is_eval() {
+            s.push_str(&format!(" {}-step", self.step));
         }
         if self.finetune.as_deref() == Some("lora") {
             s.push_str(&format!(

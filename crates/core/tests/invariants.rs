@@ -19,6 +19,7 @@ use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
 use vramlab_core::plan::gpus;
 use vramlab_core::plan::remedies::remedies;
 use vramlab_core::plan::search::{Budget, max_batch, max_batch_capped};
+use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::plan::{
     Attention, Category, Optimizer, PlanError, Planner, Precision, TrainConfig,
 };
@@ -166,6 +167,11 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
         (
             prop_oneof![Just(Attention::Sdpa), Just(Attention::Eager)],
             prop_oneof![Just(LoopShape::Plain), Just(LoopShape::Trainer)],
+            prop_oneof![
+                4 => Just(StepKind::Train),
+                1 => Just(StepKind::Eval),
+                1 => Just(StepKind::EvalGrad),
+            ],
         ),
         prop_oneof![
             4 => Just(AllocatorConfig::default()),
@@ -177,7 +183,14 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
         ],
     )
         .prop_map(
-            |(precision, optimizer, accum, checkpointing, (attention, loop_shape), allocator)| {
+            |(
+                precision,
+                optimizer,
+                accum,
+                checkpointing,
+                (attention, loop_shape, step),
+                allocator,
+            )| {
                 TrainConfig {
                     batch: 1,
                     size: None,
@@ -189,6 +202,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                     allocator,
                     loop_shape,
                     finetune: Default::default(),
+                    step,
                 }
             },
         )

@@ -16,6 +16,7 @@ use vramlab_core::model::families::transformer::AttnImpl;
 use vramlab_core::model::preset::{BUILTIN, find_builtin};
 use vramlab_core::plan::config::{AllocatorConfig, LoopShape, MAX_ACCUM, MAX_BATCH};
 use vramlab_core::plan::search::{Budget, max_batch_capped, sweep_allocated};
+use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::plan::{Attention, Gpu, Optimizer, Planner, Precision, TrainConfig, gpus};
 use vramlab_core::units::Bytes;
 
@@ -179,6 +180,8 @@ pub fn hostile_preset(data: &[u8]) {
             LoopShape::Plain
         },
         finetune: Default::default(),
+        // The precision byte's high bits pick the step (its low bits pick the precision).
+        step: StepKind::ALL[usize::from(input.precision >> 4) % StepKind::ALL.len()],
     };
     plan_small(&preset, &cfg);
 }

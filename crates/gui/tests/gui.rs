@@ -15,6 +15,7 @@ use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::remedies::remedies;
 use vramlab_core::plan::search::{Budget, max_batch};
+use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::plan::{Optimizer, Plan, Planner, Precision, TrainConfig, gpus};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::DetectedGpu;
@@ -760,4 +761,26 @@ fn without_a_dialog_a_path_field_opens_the_plan() {
     assert_eq!(h.state().state.config.batch, 40);
     assert!(h.query_by_label("type the file's path").is_none());
     std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn choosing_the_eval_step_replans_with_and_without_no_grad() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    let mut shown = Vec::new();
+    for (label, step) in [
+        ("eval-grad", StepKind::EvalGrad),
+        ("eval", StepKind::Eval),
+        ("train", StepKind::Train),
+    ] {
+        h.get_by_role_and_label(Role::RadioButton, label).click();
+        h.run();
+        let cfg = h.state().state.config;
+        assert_eq!(cfg.step, step);
+        let (_, _, plan) = core_plan("gpt2", &cfg);
+        assert_shows(&h, &format!("allocated {}", plan.peak_allocated_bytes));
+        shown.push(plan.peak_allocated_bytes);
+    }
+    // Without no_grad the evaluation keeps the graph: more than under no_grad.
+    assert!(shown[0] > shown[1], "{shown:?}");
 }

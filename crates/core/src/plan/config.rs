@@ -278,6 +278,10 @@ pub struct TrainConfig {
     /// Full training or LoRA; absent in older files, which means full training.
     #[serde(skip_serializing_if = "super::finetune_mode::FineTune::is_full")]
     pub finetune: super::finetune_mode::FineTune,
+    /// A training step or an evaluation step after training; absent in older files, which
+    /// means training.
+    #[serde(skip_serializing_if = "super::step_kind::StepKind::is_train")]
+    pub step: super::step_kind::StepKind,
 }
 
 impl Default for TrainConfig {
@@ -293,6 +297,7 @@ impl Default for TrainConfig {
             allocator: AllocatorConfig::default(),
             loop_shape: LoopShape::Plain,
             finetune: super::finetune_mode::FineTune::default(),
+            step: super::step_kind::StepKind::Train,
         }
     }
 }

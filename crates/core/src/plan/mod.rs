@@ -15,6 +15,7 @@ pub mod remedies;
 pub mod rules;
 pub mod search;
 pub mod sim;
+pub mod step_kind;
 pub mod timing;
 
 use serde::Serialize;

@@ -4,6 +4,7 @@ use egui::{DragValue, Ui};
 
 use vramlab_core::plan::config::LoopShape;
 use vramlab_core::plan::finetune::{FineTune, FineTuneMode, LoraTargets, MAX_LORA_RANK};
+use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::plan::{Attention, Optimizer, Precision, TrainConfig};
 
 use super::derived::BATCH_LIMIT;
@@ -162,6 +163,15 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
             changed |= ui
                 .radio_value(&mut cfg.loop_shape, l, l.as_str())
                 .on_hover_text(tips::LOOP)
+                .changed();
+        }
+    });
+    ui.horizontal(|ui| {
+        ui.label("Step").on_hover_text(tips::STEP);
+        for k in StepKind::ALL {
+            changed |= ui
+                .radio_value(&mut cfg.step, k, k.as_str())
+                .on_hover_text(tips::STEP)
                 .changed();
         }
     });

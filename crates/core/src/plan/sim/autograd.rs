@@ -266,7 +266,7 @@ impl Sim<'_> {
     }
 
     /// Drops what node `n` saved for its backward.
-    fn release_saved(&mut self, n: usize) {
+    pub(super) fn release_saved(&mut self, n: usize) {
         for i in std::mem::take(&mut self.saved[n]) {
             self.release(self.saved_bufs[i]);
         }

@@ -12,6 +12,7 @@
 
 mod autograd;
 mod checkpoint;
+mod eval_step;
 mod optimizer_step;
 
 use std::ops::Range;
@@ -20,6 +21,7 @@ use super::config::{DType, LoopShape, Precision, TrainConfig};
 use super::events::{Buffer, Category, Constants, Event, Events, Phase};
 use super::policy::ParamPolicy;
 use super::rules::{Extra, Rule, backward_rule, rule};
+use super::step_kind::StepKind;
 use crate::model::ir::{Elem, Graph};
 
 /// The simulation state of one event generation: the graph, what each tensor's buffer
@@ -212,7 +214,12 @@ fn annotate(g: &Graph, prec: Precision, checkpointing: bool) -> (Vec<DType>, Vec
 /// Generates the events for `g` under `cfg` with the parameters' states in `policy`
 /// (the batch size is not used here).
 pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constants) -> Events {
-    let (dtypes, rules) = annotate(g, cfg.precision, cfg.checkpointing);
+    let (dtypes, train_rules) = annotate(g, cfg.precision, cfg.checkpointing);
+    let eval_rules = if cfg.step.is_eval() {
+        eval_step::eval_rules(g, &train_rules)
+    } else {
+        Vec::new()
+    };
     let mut consumers = vec![0u32; g.tensors.len()];
     for node in &g.nodes {
         for &t in &node.inputs {
@@ -250,7 +257,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         node: NO_NODE,
         tbuf: vec![None; g.tensors.len()],
         dtypes: &dtypes,
-        rules: &rules,
+        rules: &train_rules,
         consumers: &consumers,
         requires_grad: &requires_grad,
         saved: vec![0..0; g.nodes.len()],
@@ -282,8 +289,17 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
     for &w in k.workspaces.iter().filter(|&&w| w > 0) {
         sim.alloc(0, w, Category::Transient, 1);
     }
+    if cfg.step.is_eval() {
+        // Validation runs after training steps: the pool holds what they reserved.
+        sim.step(false);
+    }
     let measured_start = sim.events.len();
-    sim.step(false);
+    if cfg.step.is_eval() {
+        sim.rules = &eval_rules;
+        sim.eval_step(cfg.step == StepKind::EvalGrad);
+    } else {
+        sim.step(false);
+    }
     Events {
         buffers: sim.buffers,
         events: sim.events,
