@@ -483,3 +483,44 @@ fn big_snapshot_opens_in_seconds() {
     assert!(calls >= 100);
     assert!(secs < 20.0, "{secs} s");
 }
+
+#[test]
+fn cli_lays_the_planned_step_over_a_snapshot() {
+    let cli = vramlab::cli::Cli::try_parse_from([
+        "vramlab",
+        "doctor",
+        "--snapshot",
+        data("normal.snapshot.pickle").to_str().expect("path"),
+        "--model",
+        "gpt2",
+        "--batch",
+        "8",
+        "--gpu",
+        "h200",
+        "--json",
+        "--timeline",
+    ])
+    .expect("args");
+    let mut out = Vec::new();
+    vramlab::cli::run(cli.command.expect("command"), &mut out).expect("doctor runs");
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("json");
+    let o = &v["planned_overlay"];
+    assert_eq!(
+        o["planned_peak_allocated_bytes"],
+        v["plan"]["predicted_peak_allocated_bytes"]
+    );
+    assert_eq!(
+        o["snapshot_peak_allocated_bytes"],
+        v["peak_allocated_bytes"]
+    );
+    let points = o["points"].as_array().expect("points");
+    assert!(points.len() > 100, "{}", points.len());
+    // Stretched onto the trace: from its first entry to its last.
+    let xs: Vec<f64> = points.iter().filter_map(|p| p[0].as_f64()).collect();
+    let trace = v["snapshot"]["timeline"].as_array().expect("timeline");
+    let first = trace.first().and_then(|p| p["event"].as_f64());
+    let last = trace.last().and_then(|p| p["event"].as_f64());
+    assert_eq!(xs.first().copied(), first);
+    assert_eq!(xs.last().copied(), last);
+    assert!(xs.windows(2).all(|w| w[0] <= w[1]), "monotone");
+}

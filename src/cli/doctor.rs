@@ -94,6 +94,9 @@ pub struct PlanAdvice {
     pub remedies: Vec<PlannedRemedy>,
     /// The evaluation step with and without `torch.no_grad()`.
     pub evaluation: Option<EvalAdvice>,
+    /// The planned allocated timeline at the failing batch (event index, bytes).
+    #[serde(skip)]
+    pub timeline: Vec<(u32, u64)>,
 }
 
 /// The planner's answer for a model on a GPU of `capacity` bytes.
@@ -213,6 +216,15 @@ pub fn advise(
         accumulation_for_batch,
         remedies: fixes,
         evaluation,
+        timeline: predicted
+            .as_ref()
+            .map(|p| {
+                p.timeline
+                    .iter()
+                    .map(|t| (t.index, t.allocated.0))
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -308,6 +320,9 @@ pub struct DoctorReport {
     pub peak_reserved_bytes: Option<Bytes>,
     pub snapshot: Option<SnapshotReport>,
     pub plan: Option<PlanAdvice>,
+    /// With a snapshot and `--model … --batch N`: the planned step laid over the trace
+    /// (peaks aligned) and the two peaks.
+    pub planned_overlay: Option<doctor::overlay::PlannedOverlay>,
 }
 
 /// Builds the report from the arguments (no printing).
@@ -366,6 +381,10 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
     if let (Some(d), Some(p)) = (details.as_mut(), plan.as_ref()) {
         add_plan_verdict(d, p);
     }
+    let planned_overlay = match (&snapshot, &plan) {
+        (Some(s), Some(p)) => doctor::overlay::overlay(&s.timeline, &p.timeline),
+        _ => None,
+    };
     Ok(DoctorReport {
         diagnosis: details.as_ref().map(|d| d.cause.as_str()),
         remedies: details
@@ -379,6 +398,7 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         message,
         snapshot,
         plan,
+        planned_overlay,
     })
 }
 
@@ -425,10 +445,13 @@ fn add_plan_verdict(d: &mut Diagnosis, p: &PlanAdvice) {
 pub fn cmd_doctor(a: DoctorArgs, out: &mut dyn Write) -> Result<()> {
     let mut r = report(&a)?;
     if a.json {
-        if !a.timeline
-            && let Some(s) = r.snapshot.as_mut()
-        {
-            s.timeline.clear();
+        if !a.timeline {
+            if let Some(s) = r.snapshot.as_mut() {
+                s.timeline.clear();
+            }
+            if let Some(o) = r.planned_overlay.as_mut() {
+                o.points.clear();
+            }
         }
         writeln!(out, "{}", serde_json::to_string(&r)?)?;
         return Ok(());
@@ -502,6 +525,21 @@ fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
                 m.free_in_segments_bytes,
                 m.largest_free_block_bytes,
                 m.fragmentation * 100.0
+            )?;
+        }
+        if let Some(o) = &r.planned_overlay {
+            writeln!(
+                out,
+                "  planned peak allocated {} vs {} in the snapshot ({:+.1} %){}",
+                Bytes(o.planned_peak_allocated_bytes),
+                Bytes(o.snapshot_peak_allocated_bytes),
+                o.peak_difference_percent,
+                if o.peak_difference_percent < -20.0 {
+                    ": the snapshot holds much more than the planned step (a kept graph, a \
+                     leak, another model, or other settings than planned)"
+                } else {
+                    ""
+                }
             )?;
         }
         writeln!(

@@ -171,3 +171,39 @@ fn capacity_shows_the_planner_tab_model() {
         .expect("the default model fits the default GPU");
     assert!(shows(&h, &format!("Largest micro-batch that fits: {max}")));
 }
+
+#[test]
+fn a_snapshot_gets_the_planned_timeline_of_the_planner_tab() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    let path = data("normal.snapshot.pickle");
+    type_into(
+        &mut h,
+        Role::TextInput,
+        "Snapshot file",
+        path.to_str().expect("path"),
+    );
+    h.run();
+    h.get_by_label("Open snapshot").click();
+    h.step();
+    wait_loaded(&mut h);
+    let s = h.state().doctor.snapshot().expect("snapshot");
+    let peak = s.peak_allocated_bytes;
+    // The Planner tab's default model: GPT-2 at batch 8.
+    let hint = vramlab_gui::ui::doctor::PlannerHint::from_derived(h.state().derived())
+        .expect("the planner has an answer");
+    assert!(hint.planned.len() > 10 && hint.planned.len() <= 2001);
+    let planned_peak = hint.planned.iter().map(|p| p.1).max().expect("points");
+    assert!(
+        shows(
+            &h,
+            &format!(
+                "Planned ({} at batch {}, the Planner tab's settings): peak allocated {} vs {peak}",
+                hint.model,
+                hint.batch,
+                vramlab_core::units::Bytes(planned_peak)
+            )
+        ),
+        "overlay label"
+    );
+}

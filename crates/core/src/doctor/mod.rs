@@ -5,6 +5,7 @@
 //! The planner's answers (the batch that fits, planned remedies) are added by the callers.
 
 pub mod message;
+pub mod overlay;
 pub mod pickle;
 pub mod snapshot;
 

@@ -25,6 +25,28 @@ pub struct PlannerHint {
     pub max_batch: Option<u64>,
     /// Planned remedies: name, nvidia-smi bytes, fits.
     pub remedies: Vec<(String, Bytes, bool)>,
+    /// The planned allocated timeline of one step (event index, bytes), thinned to at most
+    /// [`OVERLAY_POINTS`] points (the peak kept), for the overlay on a snapshot.
+    pub planned: Vec<(u32, u64)>,
+}
+
+/// Most planned points laid over a snapshot's timeline.
+pub const OVERLAY_POINTS: usize = 2000;
+
+/// Every `stride`-th point of the planned timeline, and the peak.
+fn thin_timeline(points: &[vramlab_core::plan::TimelinePoint]) -> Vec<(u32, u64)> {
+    let stride = points.len().div_ceil(OVERLAY_POINTS).max(1);
+    let peak = points
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, p)| p.allocated)
+        .map(|(i, _)| i);
+    points
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % stride == 0 || Some(*i) == peak || *i + 1 == points.len())
+        .map(|(_, p)| (p.index, p.allocated.0))
+        .collect()
 }
 
 impl PlannerHint {
@@ -50,6 +72,7 @@ impl PlannerHint {
                         .collect()
                 })
                 .unwrap_or_default(),
+            planned: thin_timeline(&a.plan.timeline),
         })
     }
 }
@@ -365,7 +388,7 @@ impl DoctorPanel {
             Some((path, s)) => {
                 ui.columns(2, |cols| {
                     diagnosis(&mut cols[0]);
-                    snapshot_ui(path, s, self.message.as_ref(), &mut cols[1]);
+                    snapshot_ui(path, s, self.message.as_ref(), hint, &mut cols[1]);
                 });
             }
             None => diagnosis(ui),
@@ -473,7 +496,13 @@ fn diagnosis_ui(d: &Diagnosis, ui: &mut Ui) {
         });
 }
 
-fn snapshot_ui(path: &std::path::Path, s: &SnapshotReport, m: Option<&OomMessage>, ui: &mut Ui) {
+fn snapshot_ui(
+    path: &std::path::Path,
+    s: &SnapshotReport,
+    m: Option<&OomMessage>,
+    hint: Option<&PlannerHint>,
+    ui: &mut Ui,
+) {
     ui.label(RichText::new("Snapshot").heading())
         .on_hover_text(path.display().to_string());
     ui.label(format!(
@@ -495,6 +524,25 @@ fn snapshot_ui(path: &std::path::Path, s: &SnapshotReport, m: Option<&OomMessage
         .iter()
         .map(|p| [p.event as f64, gib(p.reserved_bytes)])
         .collect();
+    let planned =
+        hint.and_then(|h| doctor::overlay::overlay(&s.timeline, &h.planned).map(|o| (h, o)));
+    if let Some((h, o)) = &planned {
+        ui.label(format!(
+            "Planned ({} at batch {}, the Planner tab's settings): peak allocated {} vs {} in \
+             the snapshot ({:+.1} %)",
+            h.model,
+            h.batch,
+            Bytes(o.planned_peak_allocated_bytes),
+            Bytes(o.snapshot_peak_allocated_bytes),
+            o.peak_difference_percent
+        ))
+        .on_hover_text(
+            "The planned step is stretched onto the trace so that the two peaks line up: \
+             compare the heights and the shape, not the positions in between. A snapshot far \
+             above the plan points at something the step does not explain (a leak, a kept \
+             graph, another model); far below, at other settings than the Planner tab's.",
+        );
+    }
     Plot::new("doctor_timeline")
         .height(220.0)
         .legend(Legend::default())
@@ -503,6 +551,12 @@ fn snapshot_ui(path: &std::path::Path, s: &SnapshotReport, m: Option<&OomMessage
         .show(ui, |p| {
             p.line(Line::new("reserved", reserved));
             p.line(Line::new("allocated", alloc));
+            if let Some((_, o)) = &planned {
+                let pts: PlotPoints = o.points.iter().map(|&(x, b)| [x, gib(b)]).collect();
+                p.line(
+                    Line::new("planned allocated", pts).style(egui_plot::LineStyle::dashed_loose()),
+                );
+            }
             if let Some(t) = m.and_then(|m| m.total_capacity_bytes) {
                 p.hline(HLine::new("GPU capacity", gib(t.0)));
             }
