@@ -204,3 +204,45 @@ fn needs_at_least_orders_the_monotone_axes() {
     assert!(user.changes_subset_of(&lean, &user));
     assert!(!lean.changes_subset_of(&user, &user));
 }
+
+/// The search's speed (what `vramlab bench-fit` times):
+/// `cargo test --release -p vramlab-core --lib fit::tests::search_time -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement"]
+fn search_time() {
+    let cases = [
+        ("Meta-Llama-3-8B", 2048, 4, 4, "rtx-4090"),
+        ("Meta-Llama-3-8B", 2048, 1, 16, "rtx-4090"),
+        ("gpt2", 1024, 8, 4, "t4"),
+        ("gpt2", 1024, 32, 1, "t4"),
+    ];
+    for (id, size, batch, accum, gpu) in cases {
+        let preset = find_builtin(id).expect("preset");
+        let cfg = TrainConfig {
+            batch,
+            accum,
+            size: Some(size),
+            ..TrainConfig::default()
+        };
+        let req = request(gpu);
+        let mut ms = Vec::new();
+        let mut last = None;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            last = Some(fit(&preset, &cfg, &req).expect("fit"));
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        let r = last.expect("ran");
+        println!(
+            "{id} seq {size} batch {batch}×{accum} on {gpu}: median {:.0} ms (min {:.0}), {} combinations, {} planned, {} pruned, {} dominated, {} fit",
+            ms[2],
+            ms[0],
+            r.combinations,
+            r.planned,
+            r.pruned_dead,
+            r.dominated,
+            r.candidates.len()
+        );
+    }
+}
