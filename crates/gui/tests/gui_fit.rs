@@ -9,6 +9,7 @@ use vramlab_core::plan::search::fits;
 use vramlab_core::plan::{Planner, TrainConfig, gpus};
 use vramlab_gui::app::VramApp;
 use vramlab_gui::ui::GpuChoice;
+use vramlab_gui::ui::fit::changes_text;
 
 fn harness_at(app: VramApp, w: f32, h: f32) -> Harness<'static, VramApp> {
     Harness::builder()
@@ -53,7 +54,7 @@ fn make_it_fit_lists_the_candidates_and_apply_sets_the_config() {
     assert!(shows(&h, "Make it fit"));
     for (i, c) in report.candidates.iter().enumerate() {
         assert!(shows(&h, &format!("Apply #{}", i + 1)));
-        assert!(shows(&h, &c.changes.join(" · ")), "{}", c.summary());
+        assert!(shows(&h, &changes_text(c)), "{}", c.summary());
     }
     let pick = &report.candidates[0];
     h.get_by_label("Apply #1").click();

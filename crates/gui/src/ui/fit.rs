@@ -41,17 +41,18 @@ pub fn fit_ui(
         }
     };
     ui.weak(format!(
-        "{} combinations in {ms:.0} ms: {} planned, {} ruled out (micro-batch 1 cannot fit), {} \
-         dominated. Effective batch {} kept. Times from the {}.",
+        "{} combinations: {} planned, {} ruled out (micro-batch 1 cannot fit), {} dominated. \
+         Effective batch {} kept. Times from the {}.",
         report.combinations,
         report.planned,
         report.pruned_dead,
         report.dominated,
         report.effective_batch,
         report.speed_source
-    ));
+    ))
+    .on_hover_text(format!("searched in {ms:.0} ms"));
     if let Some(reason) = &report.reason {
-        ui.colored_label(error_color(dark), reason.as_str());
+        ui.colored_label(error_color(dark), gui_text(reason));
         return None;
     }
     for (i, c) in report.candidates.iter().enumerate() {
@@ -60,6 +61,20 @@ pub fn fit_ui(
         }
     }
     cmd
+}
+
+/// `text` with the arrows egui's default fonts lack written as `->`.
+pub fn gui_text(text: &str) -> String {
+    text.replace('→', "->")
+}
+
+/// A candidate's changes as the section shows them.
+pub fn changes_text(c: &FitCandidate) -> String {
+    if c.changes.is_empty() {
+        "your configuration as it is".to_string()
+    } else {
+        gui_text(&c.changes.join(" · "))
+    }
 }
 
 fn candidate_ui(n: usize, c: &FitCandidate, ui: &mut Ui) -> Option<Command> {
@@ -92,21 +107,10 @@ fn candidate_ui(n: usize, c: &FitCandidate, ui: &mut Ui) -> Option<Command> {
                 param_count(c.trainable_params)
             ));
         });
-        let changes = if c.changes.is_empty() {
-            "your configuration as it is".to_string()
-        } else {
-            c.changes.join(" · ")
-        };
-        ui.add(egui::Label::new(RichText::new(changes).strong()).wrap());
+        ui.add(egui::Label::new(RichText::new(changes_text(c)).strong()).wrap());
         if !c.costs.is_empty() {
-            ui.add(
-                egui::Label::new(
-                    RichText::new(format!("cost: {}", c.costs.join(" · ")))
-                        .weak()
-                        .small(),
-                )
-                .wrap(),
-            );
+            let costs = gui_text(&format!("cost: {}", c.costs.join(" · ")));
+            ui.add(egui::Label::new(RichText::new(costs).weak().small()).wrap());
         }
     });
     cmd
