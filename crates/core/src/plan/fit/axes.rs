@@ -235,12 +235,11 @@ impl Axes {
             }
             for targets in LORA_TARGETS {
                 for rank in LORA_RANKS {
-                    let ft = FineTune {
-                        mode,
-                        lora_rank: rank,
-                        lora_targets: targets,
-                        ..user.finetune
-                    };
+                    // The user's other fine-tuning settings (a quantization, say) stay.
+                    let mut ft = user.finetune;
+                    ft.mode = mode;
+                    ft.lora_rank = rank;
+                    ft.lora_targets = targets;
                     if ft.validate().is_ok() && !finetune.contains(&ft) {
                         finetune.push(ft);
                     }
@@ -391,14 +390,9 @@ pub fn cost_words(k: &Knobs, user: &Knobs) -> Vec<String> {
     }
     if k.finetune != user.finetune && k.finetune.mode != FineTuneMode::Full {
         out.push(format!(
-            "{} trains adapters only ({} of the weights frozen): not the quality of full \
+            "{} trains adapters only, the base weights frozen: not the quality of full \
              fine-tuning on every task",
-            finetune_words(&k.finetune),
-            if k.finetune.mode == FineTuneMode::Lora {
-                "all"
-            } else {
-                "all (quantized)"
-            }
+            finetune_words(&k.finetune)
         ));
     }
     if k.optimizer != user.optimizer {

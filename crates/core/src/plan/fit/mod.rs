@@ -127,6 +127,9 @@ struct Search<'a> {
     eff: u64,
     req: &'a FitRequest,
     graphs: HashMap<GraphKey, (Graph, ParamPolicy)>,
+    /// Step times per graph, checkpointing and micro-batch (the optimizer, loop shape and
+    /// allocator do not change them).
+    times: HashMap<(GraphKey, bool, u64), CandidateTime>,
     dead: Vec<Knobs>,
     planned: usize,
     /// The leanest plan seen that did not fit: (nvidia-smi at micro-batch 1, settings).
@@ -164,10 +167,20 @@ impl<'a> Search<'a> {
 
     /// Time per sample of `k` at micro-batch `micro` (accumulation to the effective batch).
     fn time(&mut self, k: &Knobs, micro: u64) -> Result<CandidateTime, PlanError> {
+        let key = (
+            (k.precision, k.attention, k.finetune),
+            k.checkpointing,
+            micro,
+        );
+        if let Some(t) = self.times.get(&key) {
+            return Ok(*t);
+        }
         let cfg = self.config(k, micro);
         let speed = self.req.speed.clone();
         let (g, p) = self.graph(k)?;
-        Ok(step_time(g, p, &cfg, &speed))
+        let t = step_time(g, p, &cfg, &speed);
+        self.times.insert(key, t);
+        Ok(t)
     }
 
     fn config(&self, k: &Knobs, micro: u64) -> TrainConfig {
@@ -203,7 +216,7 @@ impl<'a> Search<'a> {
         // The user's micro-batch when it fits and divides the effective batch, else the
         // largest divisor of the effective batch that fits.
         let ub = self.user_cfg.batch;
-        let micro = if ub <= max_micro && self.eff % ub == 0 {
+        let micro = if ub <= max_micro && self.eff.is_multiple_of(ub) {
             ub
         } else {
             let mut m = max_micro.min(self.eff);
@@ -211,7 +224,7 @@ impl<'a> Search<'a> {
                 if m <= 1 {
                     break 1;
                 }
-                if self.eff % m == 0
+                if self.eff.is_multiple_of(m)
                     && self.eff / m <= MAX_ACCUM
                     && (m == max_micro || fits(&planner, budget, m)?)
                 {
@@ -293,6 +306,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         eff,
         req,
         graphs: HashMap::new(),
+        times: HashMap::new(),
         dead: Vec::new(),
         planned: 0,
         closest: None,
