@@ -74,10 +74,10 @@ pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
     if report.candidates.is_empty() {
         return Err(super::Exit {
             code: super::EXIT_NOTHING_FITS,
-            message: format!(
-                "nothing fits: {}",
-                report.reason.as_deref().unwrap_or("no combination fits")
-            ),
+            message: report
+                .reason
+                .clone()
+                .unwrap_or_else(|| "nothing fits: no combination fits".into()),
         }
         .into());
     }

@@ -403,7 +403,8 @@ fn nothing_fits(s: &Search<'_>, axes: &Axes) -> String {
             }
             format!(
                 "nothing fits in {usable} usable: the leanest combination searched ({}) needs \
-                 {smi} at micro-batch 1, {} short; {} of {} combinations searched",
+                 {smi} at micro-batch 1, {} short ({} of {} combinations planned, the others ruled \
+                 out by it)",
                 settings.join(", "),
                 Bytes(smi.0.saturating_sub(usable.0)),
                 s.planned,
