@@ -107,3 +107,39 @@ fn snapshot_make_it_fit() {
     h.run();
     h.snapshot("fit");
 }
+
+/// Off the UI thread: one search at a time, and the answer is for the latest configuration.
+#[test]
+fn the_background_search_answers_for_the_latest_configuration() {
+    use vramlab_gui::ui::fit_search::FitSearch;
+    let preset = find_builtin("gpt2").expect("preset");
+    let gpu = gpus::find("rtx-4090").expect("gpu");
+    let req = FitRequest::for_gpu(&gpu, 0.05);
+    let mut s = FitSearch::default();
+    let mut cfg = TrainConfig {
+        batch: 64,
+        size: Some(1024),
+        ..TrainConfig::default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    for batch in [64, 48, 32] {
+        cfg.batch = batch;
+        s.ensure(&preset, &cfg, req.budget, &gpu.id, || req.clone());
+    }
+    let r = loop {
+        s.ensure(&preset, &cfg, req.budget, &gpu.id, || req.clone());
+        if let Some(r) = s.result() {
+            break r.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no answer");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let (report, _) = r.expect("search");
+    assert!(!s.running());
+    let want = fit(&preset, &cfg, &req).expect("fit");
+    assert_eq!(report.effective_batch, 32);
+    assert_eq!(report.candidates.len(), want.candidates.len());
+    for (a, b) in report.candidates.iter().zip(&want.candidates) {
+        assert_eq!(a.config, b.config);
+    }
+}
