@@ -233,6 +233,10 @@ impl<'a> Search<'a> {
                 m -= 1;
             }
         };
+        if self.eff / micro > MAX_ACCUM {
+            // The effective batch needs more accumulation steps than a config allows.
+            return Ok(None);
+        }
         Ok(Some(Fitting {
             knobs: *k,
             micro,
