@@ -970,3 +970,109 @@ fn plan_step_eval_and_bad_step_names() {
         "unknown step `evl` (known: train, eval, eval-grad)",
     );
 }
+
+#[test]
+fn max_batch_when_nothing_fits_points_to_vramlab_fit() {
+    let args = [
+        "max-batch",
+        "--model",
+        "Meta-Llama-3-8B",
+        "--seq",
+        "2048",
+        "--gpu",
+        "rtx-4090",
+    ];
+    let (code, out, _) = vramlab_code(&args);
+    assert_eq!(code, Some(3), "{out}");
+    let want = "vramlab fit --model Meta-Llama-3-8B --seq 2048 --gpu rtx-4090";
+    assert!(out.contains(want), "{out}");
+    let (_, json, _) = vramlab_code(&[&args[..], &["--json"]].concat());
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+    assert_eq!(v["fit_command"], want);
+    // The command it prints runs and answers.
+    let fit_args: Vec<&str> = want.split(' ').skip(1).collect();
+    let (code, out, err) = vramlab_code(&fit_args);
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains("LoRA"), "{out}");
+}
+
+#[test]
+fn fit_answers_llama3_8b_on_a_4090_in_text_and_json() {
+    let base = [
+        "fit",
+        "--model",
+        "Meta-Llama-3-8B",
+        "--seq",
+        "2048",
+        "--batch",
+        "4",
+        "--accum",
+        "4",
+        "--gpu",
+        "rtx-4090",
+    ];
+    let (code, out, err) = vramlab_code(&base);
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains("effective batch 16"), "{out}");
+    assert!(out.contains("ms/sample"), "{out}");
+    assert!(out.contains("full fine-tuning → LoRA r8 on attn"), "{out}");
+    let (code, json, err) = vramlab_code(&[&base[..], &["--json", "--top", "3"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+    let list = v["candidates"].as_array().expect("candidates");
+    assert!(!list.is_empty() && list.len() <= 3);
+    let usable = v["usable_bytes"].as_u64().expect("usable");
+    let mut last = 0.0;
+    for c in list {
+        let cfg = &c["config"];
+        assert_eq!(
+            cfg["batch"].as_u64().expect("batch") * cfg["accum"].as_u64().expect("accum"),
+            16
+        );
+        assert!(c["nvidia_smi"].as_u64().expect("smi") <= usable);
+        assert_eq!(cfg["finetune"]["mode"], "lora");
+        let t = c["time"]["ms_per_sample"].as_f64().expect("time");
+        assert!(t >= last);
+        last = t;
+        assert!(!c["changes"].as_array().expect("changes").is_empty());
+    }
+    assert!(v["reason"].is_null());
+}
+
+#[test]
+fn fit_keeps_the_users_config_first_and_refuses_bad_flags() {
+    let (code, out, err) = vramlab_code(&[
+        "fit", "--model", "gpt2", "--seq", "512", "--batch", "4", "--gpu", "rtx-4090", "--json",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert_eq!(v["candidates"][0]["is_user_config"], true);
+    assert_eq!(v["candidates"][0]["config"]["batch"], 4);
+    fails_with(
+        &["fit", "--model", "gpt2", "--gpu", "rtx-4090", "--top", "0"],
+        "--top",
+    );
+    fails_with(
+        &["fit", "--model", "gpt2", "--effective-batch", "0"],
+        "at least 1",
+    );
+    fails_with(&["fit", "--model", "gpt-9"], "gpt");
+}
+
+#[test]
+fn fit_when_nothing_fits_exits_3_with_a_reason() {
+    let (code, out, err) = vramlab_code(&[
+        "fit",
+        "--model",
+        "Llama-2-13b-hf",
+        "--seq",
+        "2048",
+        "--gpu",
+        "rtx-4090",
+        "--margin",
+        "0.85",
+    ]);
+    assert_eq!(code, Some(3), "{out} {err}");
+    assert!(out.contains("nothing fits"), "{out}");
+    assert!(err.contains("nothing fits"), "{err}");
+}

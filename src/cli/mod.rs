@@ -4,6 +4,7 @@ mod args;
 #[cfg(feature = "app")]
 mod bench;
 pub mod doctor;
+mod fit;
 mod plan_bench;
 
 use std::io::Write;
@@ -38,6 +39,9 @@ pub enum Command {
     Export(ExportArgs),
     /// Find the largest micro-batch that fits a GPU.
     MaxBatch(MaxBatchArgs),
+    /// Search combinations of remedies that make the configuration fit a GPU, ranked by
+    /// predicted time per sample.
+    Fit(fit::FitArgs),
     /// List model presets and GPUs.
     Presets {
         #[arg(long)]
@@ -79,6 +83,24 @@ pub enum Command {
         sweep_to: u64,
         /// Timed repetitions of each measurement (the sweep runs a tenth as often).
         #[arg(long, default_value_t = 200)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the make-it-fit search (`vramlab fit`) itself.
+    BenchFit {
+        #[arg(long, default_value = "Meta-Llama-3-8B")]
+        model: String,
+        /// Sequence length or image side [default: the preset's].
+        #[arg(long)]
+        size: Option<u64>,
+        #[arg(long, default_value_t = 4)]
+        batch: u64,
+        #[arg(long, default_value_t = 4)]
+        accum: u64,
+        #[arg(long, default_value = "rtx-4090")]
+        gpu: String,
+        #[arg(long, default_value_t = 5)]
         reps: usize,
         #[arg(long)]
         json: bool,
@@ -138,6 +160,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
         Command::Profile { device, json } => bench::cmd_profile(device, json, out),
         Command::Export(a) => cmd_export(a, out),
         Command::MaxBatch(a) => cmd_max_batch(a, out),
+        Command::Fit(a) => fit::cmd_fit(a, out),
         Command::Presets { json } => cmd_presets(json, out),
         Command::Validate { files, markdown } => cmd_validate(&files, markdown, out),
         Command::BenchPlan {
@@ -146,6 +169,30 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
             reps,
             json,
         } => plan_bench::run(&load_model(&model)?, sweep_to, reps, json, out),
+        Command::BenchFit {
+            model,
+            size,
+            batch,
+            accum,
+            gpu,
+            reps,
+            json,
+        } => {
+            let cfg = vramlab_core::plan::TrainConfig {
+                batch,
+                accum,
+                size,
+                ..Default::default()
+            };
+            plan_bench::run_fit(
+                &load_model(&model)?,
+                &cfg,
+                &gpus::find(&gpu)?,
+                reps,
+                json,
+                out,
+            )
+        }
     }
 }
 
@@ -506,6 +553,7 @@ fn nothing_fits(
             "batch1_peak_allocated_bytes": p1.peak_allocated_bytes.0,
             "batch1_nvidia_smi_bytes": p1.nvidia_smi_bytes.0,
             "shortfall_bytes": short.0,
+            "fit_command": fit::command_for(&a.train, None),
         });
         writeln!(out, "{v}")?;
     } else {
@@ -517,7 +565,9 @@ fn nothing_fits(
         )?;
         writeln!(
             out,
-            "try `vramlab plan ... --batch 1` for the remedies (checkpointing, 8-bit Adam, pure bf16) or a larger --gpu"
+            "to search combinations of remedies that fit (precision, checkpointing, LoRA, \
+             optimizer, micro-batch with accumulation): {}",
+            fit::command_for(&a.train, None)
         )?;
     }
     Err(Exit {

@@ -115,3 +115,54 @@ pub fn run(
     )?;
     Ok(())
 }
+
+/// `vramlab bench-fit`: times the make-it-fit search (`plan::fit`) for one model, sequence
+/// length or image side, micro-batch × accumulation and GPU.
+pub fn run_fit(
+    preset: &Preset,
+    cfg: &TrainConfig,
+    gpu: &gpus::Gpu,
+    reps: usize,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    use vramlab_core::plan::fit::{FitRequest, fit};
+    let req = FitRequest::for_gpu(gpu, 0.05);
+    let reps = reps.max(1);
+    let mut last = None;
+    let stats = time(reps, || {
+        last = Some(fit(preset, cfg, &req)?);
+        Ok(())
+    })?;
+    let Some(r) = last else {
+        return Ok(());
+    };
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"model": preset.id, "gpu": gpu.id, "size": cfg.size,
+                "batch": cfg.batch, "accum": cfg.accum, "reps": reps, "fit_ms": stats,
+                "combinations": r.combinations, "planned": r.planned,
+                "pruned_dead": r.pruned_dead, "dominated": r.dominated,
+                "candidates": r.candidates.len()})
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} (size {}) batch {} × accum {} on {}: {} combinations, {} planned, {} pruned, {} dominated, {} fit",
+        preset.id,
+        cfg.size.unwrap_or_else(|| preset.default_size()),
+        cfg.batch,
+        cfg.accum,
+        gpu.name,
+        r.combinations,
+        r.planned,
+        r.pruned_dead,
+        r.dominated,
+        r.candidates.len()
+    )?;
+    writeln!(out, "  fit search ({reps} repetitions): {stats}")?;
+    Ok(())
+}

@@ -152,6 +152,8 @@ impl VramApp {
         app.save_dialog = Box::new(|_| None);
         app.open_dialog = Box::new(|| None);
         app.detector = Box::new(move || detected.clone());
+        // What tests draw must not depend on a worker thread's timing.
+        app.derived.fit.blocking = true;
         app
     }
 
@@ -226,7 +228,8 @@ impl VramApp {
             Command::ResetCustom => s.custom = None,
             Command::SetSearch(t) => s.search = t,
             Command::SetFamilyFilter(f) => s.family_filter = f,
-            Command::SetConfig(c) | Command::ApplyRemedy(c) => s.config = c,
+            Command::SetConfig(c) | Command::ApplyRemedy(c) | Command::ApplyFit(c) => s.config = c,
+            Command::SearchFit => self.derived.fit_wanted = true,
             Command::SetGpu(g) => s.gpu = g,
             Command::SetMarginPct(m) => s.margin_pct = m.clamp(0.0, 50.0),
             Command::SetUseFreeMemory(b) => s.use_free_memory = b,
@@ -659,6 +662,11 @@ impl VramApp {
     }
 
     fn planner_tab_ui(&mut self, ui: &mut Ui, ctx: &egui::Context) {
+        if self.derived.fit.on_done.is_none() {
+            let c = ctx.clone();
+            self.derived.fit.on_done = Some(std::sync::Arc::new(move || c.request_repaint()));
+        }
+        self.derived.refresh_fit(&self.state);
         let left = egui::Panel::left("inputs")
             .resizable(true)
             .default_size(350.0)
@@ -806,6 +814,10 @@ impl VramApp {
                         }
                     });
                 ui.add_space(6.0);
+                if let Some(c) = fit_section(&self.derived, a.fits, ui) {
+                    cmd = Some(c);
+                }
+                ui.add_space(6.0);
                 if section_with_png(
                     ui,
                     "One training step: allocated bytes over time",
@@ -834,6 +846,25 @@ impl VramApp {
             });
         cmd
     }
+}
+
+/// "Make it fit": a section when the plan does not fit, a collapsed header otherwise.
+fn fit_section(d: &Derived, fits: bool, ui: &mut Ui) -> Option<Command> {
+    const TIP: &str = "Combinations of remedies (precision, checkpointing, micro-batch with \
+                       accumulation keeping the effective batch, optimizer, LoRA, loop shape, \
+                       expandable segments) that fit, ranked by predicted time per sample.";
+    if !fits {
+        section(ui, "Make it fit", TIP);
+        return crate::ui::fit::fit_ui(&d.fit, d.fit_wanted, fits, ui);
+    }
+    egui::CollapsingHeader::new(RichText::new("Make it fit").heading())
+        .id_salt("fit_section")
+        .default_open(false)
+        .show(ui, |ui| {
+            crate::ui::fit::fit_ui(&d.fit, d.fit_wanted, fits, ui)
+        })
+        .body_returned
+        .flatten()
 }
 
 fn section(ui: &mut Ui, title: &str, tip: &str) {

@@ -612,7 +612,8 @@ fn does_not_fit_app() -> VramApp {
     app
 }
 
-/// Writes `screenshots/planner.png` and `screenshots/planner-does-not-fit.png` (1400×900).
+/// Writes `screenshots/planner.png` and `screenshots/planner-does-not-fit.png` (1400×900),
+/// and `screenshots/fit.png` (1400×1900).
 #[test]
 #[ignore = "generator: cargo test --test gui -- --ignored write_screenshots"]
 fn write_screenshots() {
@@ -629,6 +630,21 @@ fn write_screenshots() {
         img.save(dir.join(name)).expect("save png");
         println!("wrote {}", dir.join(name).display());
     }
+    // "Make it fit" for Llama-3-8B at seq 2048 on an RTX 4090, tall enough to show it.
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(W, 1900.0))
+        .with_theme(egui::Theme::Dark)
+        .with_max_steps(16)
+        .build_ui_state(
+            |ui, app: &mut VramApp| app.ui(ui),
+            crate::gui_fit::llama3_on_4090_app(),
+        );
+    h.run();
+    h.remove_cursor();
+    h.run();
+    let path = dir.join("fit.png");
+    h.render().expect("render").save(&path).expect("save png");
+    println!("wrote {}", path.display());
 }
 
 fn frame_time(app: VramApp, label: &str) {

@@ -3,5 +3,6 @@
 
 mod doctor;
 mod gui;
+mod gui_fit;
 mod gui_hf;
 mod gui_run;

@@ -7,6 +7,7 @@ pub mod eval;
 pub mod events;
 pub mod finetune;
 pub mod finetune_mode;
+pub mod fit;
 pub mod free_bins;
 pub mod gpus;
 pub mod optimizer;

@@ -161,8 +161,8 @@ pub fn nothing_fits_text(d: &Derived) -> String {
         })
         .collect();
     if fitting.is_empty() {
-        "Even batch 1 does not fit, and no single remedy below makes it fit: apply one, \
-         then look again (they combine), or choose a larger GPU."
+        "Even batch 1 does not fit, and no single remedy below makes it fit: \"Make it fit\" \
+         below lists the combinations that do, or choose a larger GPU."
             .into()
     } else {
         format!(

@@ -95,6 +95,10 @@ pub struct Derived {
     /// re-evaluates them.
     remedy_planners: Option<(u64, Vec<RemedyPlanner>)>,
     target: GpuTarget,
+    /// The "make it fit" search (runs when the plan does not fit, or when asked for).
+    pub fit: super::fit_search::FitSearch,
+    /// The user asked for the search although the plan fits.
+    pub fit_wanted: bool,
 }
 
 fn fallback_gpu(catalog: &[gpus::Gpu]) -> gpus::Gpu {
@@ -255,6 +259,8 @@ impl Derived {
             answer: None,
             remedy_planners: None,
             target,
+            fit: Default::default(),
+            fit_wanted: false,
         }
     }
 
@@ -369,6 +375,34 @@ impl Derived {
                 });
             self.answer = Some(((gen_, batch, budget), answer));
         }
+    }
+
+    /// Starts (or collects) the "make it fit" search when the plan does not fit or the user
+    /// asked for it. Called once per frame by the planner tab (after [`Derived::refresh`]).
+    pub fn refresh_fit(&mut self, state: &PlannerState) {
+        let Some((_, Ok(preset))) = &self.model else {
+            return;
+        };
+        let fits = match &self.answer {
+            Some((_, Ok(a))) => a.fits,
+            _ => return,
+        };
+        if fits && !self.fit_wanted {
+            return;
+        }
+        let gpu = self.target.gpu.clone();
+        let budget = self.target.budget;
+        let make = || {
+            let mut req = vramlab_core::plan::fit::FitRequest::for_gpu(&gpu, budget.margin);
+            req.budget = budget;
+            req.speed = match vramlab_device::bench::profile::load(&gpu.name) {
+                Some(p) => vramlab_core::plan::fit::cost::Speed::measured(p),
+                None => vramlab_core::plan::fit::cost::Speed::catalog(&gpu),
+            };
+            req
+        };
+        self.fit
+            .ensure(preset, &state.config, budget, &gpu.id, make);
     }
 
     /// The model being planned, or why it cannot be built.

@@ -8,6 +8,8 @@ pub mod custom;
 pub mod derived;
 pub mod doctor;
 pub mod export_panel;
+pub mod fit;
+pub mod fit_search;
 pub mod gpu_target;
 pub mod inputs;
 pub mod message;
@@ -63,6 +65,10 @@ pub enum Command {
     /// Save a plot as PNG (screenshot of the next frame, cropped to the plot).
     SavePlot(png::PlotId),
     DismissMessage,
+    /// A "make it fit" candidate's configuration (micro-batch and accumulation included).
+    ApplyFit(TrainConfig),
+    /// Run the "make it fit" search although the plan fits.
+    SearchFit,
 }
 
 /// Sets `slot` to `cmd` (the last change of a frame wins; users change one widget at a time).

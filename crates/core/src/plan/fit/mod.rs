@@ -1,0 +1,426 @@
+//! "Make it fit": search combinations of remedies (precision, checkpointing, a smaller
+//! micro-batch with accumulation keeping the effective batch, optimizer, LoRA rank and
+//! targets, the loop shape, expandable segments) and return those that fit, ranked by
+//! predicted time per sample.
+//!
+//! The search stays interactive by pruning: for every precision × fine-tuning setting the
+//! leanest combination is planned first, and a combination whose micro-batch 1 does not fit
+//! kills every combination that needs at least as much memory ([`axes::Knobs::needs_at_least`]);
+//! candidates are then planned in order of predicted time (cheap: a graph walk), one that
+//! only adds remedies to a fitting, no slower one is dropped unplanned, and at most
+//! [`FitRequest::max_plans`] are planned. Batch search per candidate reuses its events
+//! ([`super::search::max_batch`], bounded by the effective batch).
+
+pub mod axes;
+pub mod cost;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use self::axes::{Axes, Knobs, change_words, cost_words, finetune_words};
+use self::cost::{CandidateTime, Speed, step_time};
+use super::config::{MAX_ACCUM, TrainConfig};
+use super::policy::ParamPolicy;
+use super::search::{Budget, fits, max_batch};
+use super::{Gpu, PlanError, Planner};
+use crate::model::families::transformer::AttnImpl;
+use crate::model::{Graph, Preset};
+use crate::units::Bytes;
+
+/// What to search for.
+#[derive(Debug, Clone)]
+pub struct FitRequest {
+    pub budget: Budget,
+    /// Samples per optimizer step to keep (micro-batch × accumulation); `None` = the user's.
+    pub effective_batch: Option<u64>,
+    /// The card (bf16 support); `None` for a bare budget.
+    pub gpu: Option<Gpu>,
+    pub speed: Speed,
+    /// Candidates to return at most.
+    pub top: usize,
+    /// Plans (event generation + batch search) to run at most.
+    pub max_plans: usize,
+}
+
+impl FitRequest {
+    /// A request for `gpu` at `margin` with its catalog speed, top 10, 160 plans at most.
+    pub fn for_gpu(gpu: &Gpu, margin: f64) -> FitRequest {
+        FitRequest {
+            budget: Budget {
+                capacity: gpu.memory(),
+                margin,
+            },
+            effective_batch: None,
+            gpu: Some(gpu.clone()),
+            speed: Speed::catalog(gpu),
+            top: 10,
+            max_plans: 160,
+        }
+    }
+}
+
+/// One configuration that fits.
+#[derive(Debug, Clone, Serialize)]
+pub struct FitCandidate {
+    /// The configuration to run (micro-batch and accumulation included).
+    pub config: TrainConfig,
+    /// What it changes against the user's configuration, in words (empty: the user's own).
+    pub changes: Vec<String>,
+    /// What the changes cost besides memory.
+    pub costs: Vec<String>,
+    pub micro_batch: u64,
+    pub accum: u64,
+    /// The largest micro-batch that fits (up to the effective batch).
+    pub max_micro_batch: u64,
+    pub peak_allocated: Bytes,
+    /// Peak reserved on this GPU (the cache releases segments before an OOM).
+    pub peak_reserved: Bytes,
+    pub nvidia_smi: Bytes,
+    pub trainable_params: u64,
+    pub time: CandidateTime,
+    /// Whether this is the user's configuration as given.
+    pub is_user_config: bool,
+}
+
+impl FitCandidate {
+    /// "LoRA r8 on attn · bf16 · ckpt" — the settings that tell candidates apart.
+    pub fn summary(&self) -> String {
+        if self.changes.is_empty() {
+            return "as configured".into();
+        }
+        self.changes.join("; ")
+    }
+}
+
+/// The answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct FitReport {
+    pub effective_batch: u64,
+    /// Ranked: the user's configuration first when it fits, then by time per sample.
+    pub candidates: Vec<FitCandidate>,
+    /// Why nothing fits (empty list), in words.
+    pub reason: Option<String>,
+    /// Combinations in the search space.
+    pub combinations: usize,
+    /// Combinations planned (events + batch search).
+    pub planned: usize,
+    /// Combinations dropped without planning: dead by monotonicity.
+    pub pruned_dead: usize,
+    /// Combinations dropped without planning: a subset of their changes fits, no slower.
+    pub dominated: usize,
+    /// Where the step times come from.
+    pub speed_source: String,
+}
+
+/// Graph and policy per (precision, attention, fine-tuning): what timing walks.
+type GraphKey = (
+    super::Precision,
+    super::Attention,
+    super::finetune_mode::FineTune,
+);
+
+struct Search<'a> {
+    preset: &'a Preset,
+    user_cfg: TrainConfig,
+    user: Knobs,
+    eff: u64,
+    req: &'a FitRequest,
+    graphs: HashMap<GraphKey, (Graph, ParamPolicy)>,
+    /// Step times per graph, checkpointing and micro-batch (the optimizer, loop shape and
+    /// allocator do not change them).
+    times: HashMap<(GraphKey, bool, u64), CandidateTime>,
+    dead: Vec<Knobs>,
+    planned: usize,
+    /// The leanest plan seen that did not fit: (nvidia-smi at micro-batch 1, settings).
+    closest: Option<(Bytes, Knobs)>,
+}
+
+/// A planned combination that fits.
+struct Fitting {
+    knobs: Knobs,
+    micro: u64,
+    max_micro: u64,
+    planner: Planner,
+}
+
+impl<'a> Search<'a> {
+    fn graph(&mut self, k: &Knobs) -> Result<&(Graph, ParamPolicy), PlanError> {
+        let key = (k.precision, k.attention, k.finetune);
+        if !self.graphs.contains_key(&key) {
+            let size = self
+                .user_cfg
+                .size
+                .unwrap_or_else(|| self.preset.default_size());
+            let attn = match k.attention {
+                super::Attention::Eager => AttnImpl::Eager,
+                super::Attention::Sdpa => AttnImpl::Sdpa,
+            };
+            let g = self.preset.build(size, attn)?;
+            let gp = super::finetune::apply(g, &k.finetune, k.precision)?;
+            self.graphs.insert(key, gp);
+        }
+        self.graphs
+            .get(&key)
+            .ok_or(PlanError::Overflow("fit graph cache"))
+    }
+
+    /// Time per sample of `k` at micro-batch `micro` (accumulation to the effective batch).
+    fn time(&mut self, k: &Knobs, micro: u64) -> Result<CandidateTime, PlanError> {
+        let key = (
+            (k.precision, k.attention, k.finetune),
+            k.checkpointing,
+            micro,
+        );
+        if let Some(t) = self.times.get(&key) {
+            return Ok(*t);
+        }
+        let cfg = self.config(k, micro);
+        let speed = self.req.speed.clone();
+        let (g, p) = self.graph(k)?;
+        let t = step_time(g, p, &cfg, &speed);
+        self.times.insert(key, t);
+        Ok(t)
+    }
+
+    fn config(&self, k: &Knobs, micro: u64) -> TrainConfig {
+        let mut c = k.apply(&self.user_cfg);
+        c.batch = micro;
+        c.accum = (self.eff / micro.max(1)).max(1);
+        c
+    }
+
+    fn presumed_dead(&self, k: &Knobs) -> bool {
+        self.dead.iter().any(|d| k.needs_at_least(d))
+    }
+
+    /// Plans `k`: `None` when micro-batch 1 does not fit (recorded as dead).
+    fn plan(&mut self, k: &Knobs) -> Result<Option<Fitting>, PlanError> {
+        self.planned += 1;
+        let cfg = self.config(k, 1);
+        let planner = match Planner::new(self.preset, &cfg) {
+            Ok(p) => p,
+            // A combination whose config does not validate is skipped.
+            Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let budget = self.req.budget;
+        let Some(max_micro) = max_batch(&planner, budget, self.eff)? else {
+            let p1 = planner.peaks(1)?;
+            if self.closest.is_none_or(|(b, _)| p1.nvidia_smi < b) {
+                self.closest = Some((p1.nvidia_smi, *k));
+            }
+            self.dead.push(*k);
+            return Ok(None);
+        };
+        // The user's micro-batch when it fits and divides the effective batch, else the
+        // largest divisor of the effective batch that fits.
+        let ub = self.user_cfg.batch;
+        let micro = if ub <= max_micro && self.eff.is_multiple_of(ub) {
+            ub
+        } else {
+            let mut m = max_micro.min(self.eff);
+            loop {
+                if m <= 1 {
+                    break 1;
+                }
+                if self.eff.is_multiple_of(m)
+                    && self.eff / m <= MAX_ACCUM
+                    && (m == max_micro || fits(&planner, budget, m)?)
+                {
+                    break m;
+                }
+                m -= 1;
+            }
+        };
+        if self.eff / micro > MAX_ACCUM {
+            // The effective batch needs more accumulation steps than a config allows.
+            return Ok(None);
+        }
+        Ok(Some(Fitting {
+            knobs: *k,
+            micro,
+            max_micro,
+            planner,
+        }))
+    }
+
+    fn candidate(&mut self, f: Fitting) -> Result<FitCandidate, PlanError> {
+        let cap = self.req.budget.allocator_cap(f.planner.context);
+        let peaks = f.planner.peaks(f.micro)?;
+        let reserved = f
+            .planner
+            .reserved_within(f.micro, cap)?
+            .unwrap_or(peaks.reserved);
+        let time = self.time(&f.knobs, f.micro)?;
+        let config = self.config(&f.knobs, f.micro);
+        let mut changes = change_words(&f.knobs, &self.user);
+        if config.batch != self.user_cfg.batch || config.accum != self.user_cfg.accum {
+            changes.push(format!(
+                "micro-batch {} × accumulation {} → {} × {} (effective batch {})",
+                self.user_cfg.batch, self.user_cfg.accum, config.batch, config.accum, self.eff
+            ));
+        }
+        let mut costs = cost_words(&f.knobs, &self.user);
+        if f.knobs.checkpointing && !self.user.checkpointing && time.step_ms > 0.0 {
+            costs.insert(
+                0,
+                format!(
+                    "checkpointing recomputes each block's forward in backward: +{:.0} % step time",
+                    100.0 * time.recompute_ms / (time.step_ms - time.recompute_ms).max(1e-9)
+                ),
+            );
+        }
+        let is_user_config = changes.is_empty();
+        Ok(FitCandidate {
+            config,
+            changes,
+            costs,
+            micro_batch: config.batch,
+            accum: config.accum,
+            max_micro_batch: f.max_micro,
+            peak_allocated: peaks.allocated,
+            peak_reserved: reserved,
+            nvidia_smi: Bytes(reserved.0.saturating_add(f.planner.context.0)),
+            trainable_params: f.planner.trainable,
+            time,
+            is_user_config,
+        })
+    }
+}
+
+/// Searches the remedies for `user` on `req`'s GPU.
+pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitReport, PlanError> {
+    user.validate()?;
+    let eff = req
+        .effective_batch
+        .unwrap_or_else(|| user.effective_batch());
+    if eff == 0 {
+        return Err(PlanError::Field {
+            field: "effective_batch",
+            reason: "must be at least 1".into(),
+        });
+    }
+    let axes = Axes::new(user, req.gpu.as_ref());
+    let all = axes.all();
+    let mut s = Search {
+        preset,
+        user_cfg: *user,
+        user: Knobs::of(user),
+        eff,
+        req,
+        graphs: HashMap::new(),
+        times: HashMap::new(),
+        dead: Vec::new(),
+        planned: 0,
+        closest: None,
+    };
+    let mut out: Vec<FitCandidate> = Vec::new();
+    let mut accepted: Vec<(Knobs, f64)> = Vec::new();
+    // The user's own settings first: returned first when they fit.
+    let own = s.user;
+    if let Some(f) = s.plan(&own)? {
+        let c = s.candidate(f)?;
+        accepted.push((s.user, c.time.ms_per_sample));
+        out.push(c);
+    }
+    seed_dead(&mut s, &axes)?;
+    let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
+    for k in &all {
+        if *k == s.user || s.presumed_dead(k) {
+            continue;
+        }
+        let t = s.time(k, 1)?.ms_per_sample;
+        ranked.push((t, k.changed(&s.user).count_ones(), *k));
+    }
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut pruned_dead, mut dominated) = (all.len().saturating_sub(ranked.len() + 1), 0usize);
+    for (t, _, k) in ranked {
+        if out.len() >= req.top.max(1) || s.planned >= req.max_plans {
+            break;
+        }
+        if s.presumed_dead(&k) {
+            pruned_dead += 1;
+            continue;
+        }
+        let tol = t * 1e-9;
+        if accepted
+            .iter()
+            .any(|(a, at)| a.changes_subset_of(&k, &s.user) && *at <= t + tol)
+        {
+            dominated += 1;
+            continue;
+        }
+        if let Some(f) = s.plan(&k)? {
+            let c = s.candidate(f)?;
+            accepted.push((k, c.time.ms_per_sample));
+            out.push(c);
+        }
+    }
+    // The user's configuration stays first; the rest by time per sample, fewer changes first.
+    let user_first = out.first().is_some_and(|c| c.is_user_config);
+    let rest = if user_first { 1 } else { 0 };
+    out[rest..].sort_by(|a, b| {
+        a.time
+            .ms_per_sample
+            .total_cmp(&b.time.ms_per_sample)
+            .then(a.changes.len().cmp(&b.changes.len()))
+    });
+    let reason = out.is_empty().then(|| nothing_fits(&s, &axes));
+    Ok(FitReport {
+        effective_batch: eff,
+        candidates: out,
+        reason,
+        combinations: all.len(),
+        planned: s.planned,
+        pruned_dead,
+        dominated,
+        speed_source: req.speed.source(),
+    })
+}
+
+/// Plans the leanest combination of every precision × attention × fine-tuning setting
+/// (leanest fine-tuning first), so that whole groups die before any of them is timed.
+fn seed_dead(s: &mut Search<'_>, axes: &Axes) -> Result<(), PlanError> {
+    for &precision in &axes.precision {
+        for &attention in &axes.attention {
+            for &finetune in axes.finetune.iter().rev() {
+                let k = axes.leanest(precision, attention, finetune);
+                if s.presumed_dead(&k) || s.planned >= s.req.max_plans / 2 {
+                    continue;
+                }
+                s.plan(&k)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn nothing_fits(s: &Search<'_>, axes: &Axes) -> String {
+    let usable = s.req.budget.usable();
+    match s.closest {
+        Some((smi, k)) => {
+            let mut settings = vec![k.precision.to_string(), finetune_words(&k.finetune)];
+            settings.push(format!("optimizer {}", k.optimizer));
+            if k.checkpointing {
+                settings.push("checkpointing".into());
+            }
+            format!(
+                "nothing fits in {usable} usable: the leanest combination searched ({}) needs \
+                 {smi} at micro-batch 1, {} short ({} of {} combinations planned, the others ruled \
+                 out by it)",
+                settings.join(", "),
+                Bytes(smi.0.saturating_sub(usable.0)),
+                s.planned,
+                axes.all().len()
+            )
+        }
+        None => format!(
+            "nothing fits in {usable} usable (the search stopped after {} plans)",
+            s.planned
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,248 @@
+use super::*;
+use crate::model::preset::find_builtin;
+use crate::plan::config::{Optimizer, Precision};
+use crate::plan::finetune_mode::FineTuneMode;
+use crate::plan::gpus;
+use crate::plan::search::fits;
+
+fn request(gpu: &str) -> FitRequest {
+    FitRequest::for_gpu(&gpus::find(gpu).expect("gpu"), 0.05)
+}
+
+fn llama3_cfg() -> TrainConfig {
+    TrainConfig {
+        batch: 4,
+        accum: 4,
+        size: Some(2048),
+        ..TrainConfig::default()
+    }
+}
+
+/// Every returned candidate fits when planned again from its config alone, and keeps the
+/// effective batch.
+fn check_candidates(preset: &Preset, user: &TrainConfig, req: &FitRequest, r: &FitReport) {
+    for c in &r.candidates {
+        assert_eq!(
+            c.config.batch * c.config.accum,
+            r.effective_batch,
+            "{}",
+            c.summary()
+        );
+        assert_eq!(c.micro_batch, c.config.batch);
+        let planner = Planner::new(preset, &c.config).expect("planner");
+        assert!(
+            fits(&planner, req.budget, c.config.batch).expect("fits"),
+            "does not fit when re-planned: {}",
+            c.summary()
+        );
+        assert!(c.nvidia_smi <= req.budget.usable(), "{}", c.summary());
+        assert_eq!(c.config.size, user.size);
+    }
+    // Ranked by time per sample after the user's own configuration.
+    let rest = if r.candidates.first().is_some_and(|c| c.is_user_config) {
+        1
+    } else {
+        0
+    };
+    for w in r.candidates[rest..].windows(2) {
+        assert!(w[0].time.ms_per_sample <= w[1].time.ms_per_sample);
+    }
+}
+
+#[test]
+fn llama3_8b_on_a_4090_fits_with_lora_in_bf16() {
+    let preset = find_builtin("Meta-Llama-3-8B").expect("preset");
+    let user = llama3_cfg();
+    let req = request("rtx-4090");
+    let r = fit(&preset, &user, &req).expect("fit");
+    assert!(!r.candidates.is_empty(), "{:?}", r.reason);
+    assert!(r.reason.is_none());
+    check_candidates(&preset, &user, &req, &r);
+    assert!(!r.candidates[0].is_user_config);
+    // Full fine-tuning of 8 B parameters cannot fit 24 GB; every answer is LoRA.
+    for c in &r.candidates {
+        assert_eq!(
+            c.config.finetune.mode,
+            FineTuneMode::Lora,
+            "{}",
+            c.summary()
+        );
+        assert!(!c.changes.is_empty() && !c.costs.is_empty());
+    }
+    assert!(r.planned <= req.max_plans);
+    assert!(r.pruned_dead > 0);
+}
+
+#[test]
+fn the_users_config_comes_first_when_it_fits() {
+    let preset = find_builtin("gpt2").expect("preset");
+    let user = TrainConfig {
+        batch: 4,
+        size: Some(512),
+        ..TrainConfig::default()
+    };
+    let req = request("rtx-4090");
+    let r = fit(&preset, &user, &req).expect("fit");
+    let first = r.candidates.first().expect("candidate");
+    assert!(first.is_user_config && first.changes.is_empty());
+    assert_eq!(first.config, user);
+    check_candidates(&preset, &user, &req, &r);
+    // Nothing slower that only adds remedies to it is listed.
+    for c in &r.candidates[1..] {
+        assert!(
+            c.time.ms_per_sample < first.time.ms_per_sample,
+            "{}",
+            c.summary()
+        );
+    }
+}
+
+#[test]
+fn an_fp32_user_is_offered_faster_precisions_with_the_effective_batch_kept() {
+    let preset = find_builtin("gpt2").expect("preset");
+    let user = TrainConfig {
+        batch: 64,
+        accum: 2,
+        size: Some(1024),
+        precision: Precision::Fp32,
+        ..TrainConfig::default()
+    };
+    let req = request("rtx-4090");
+    let r = fit(&preset, &user, &req).expect("fit");
+    assert_eq!(r.effective_batch, 128);
+    assert!(!r.candidates.is_empty());
+    check_candidates(&preset, &user, &req, &r);
+    // 64 × 1024 tokens of GPT-2 in fp32 do not fit 24 GB: micro-batches shrink.
+    assert!(
+        r.candidates
+            .iter()
+            .all(|c| c.micro_batch < 64 || c.config.checkpointing)
+    );
+    assert!(
+        r.candidates
+            .iter()
+            .any(|c| c.config.precision != Precision::Fp32)
+    );
+}
+
+#[test]
+fn an_explicit_effective_batch_is_kept() {
+    let preset = find_builtin("gpt2").expect("preset");
+    let user = TrainConfig {
+        batch: 8,
+        size: Some(1024),
+        precision: Precision::AmpFp16,
+        ..TrainConfig::default()
+    };
+    let mut req = request("t4");
+    req.effective_batch = Some(96);
+    let r = fit(&preset, &user, &req).expect("fit");
+    assert_eq!(r.effective_batch, 96);
+    assert!(!r.candidates.is_empty());
+    check_candidates(&preset, &user, &req, &r);
+    // The T4 has no bf16 tensor cores: no bf16 compute is proposed.
+    for c in &r.candidates {
+        assert_ne!(c.config.precision.compute_dtype(), crate::plan::DType::BF16);
+    }
+}
+
+#[test]
+fn an_impossible_case_returns_none_with_a_reason() {
+    let preset = find_builtin("Llama-2-13b-hf").expect("preset");
+    let user = TrainConfig {
+        batch: 1,
+        size: Some(2048),
+        ..TrainConfig::default()
+    };
+    let mut req = request("rtx-4090");
+    req.budget.capacity = Bytes::gib(4);
+    let r = fit(&preset, &user, &req).expect("fit");
+    assert!(r.candidates.is_empty());
+    let reason = r.reason.expect("reason");
+    assert!(
+        reason.contains("nothing fits") && reason.contains("short"),
+        "{reason}"
+    );
+    // Pruning: far fewer plans than combinations.
+    assert!(
+        r.planned * 10 < r.combinations,
+        "{} of {}",
+        r.planned,
+        r.combinations
+    );
+}
+
+#[test]
+fn optimizers_are_offered_within_their_family_with_less_state() {
+    let user = TrainConfig::default();
+    let axes = axes::Axes::new(&user, None);
+    assert_eq!(axes.optimizer[0], Optimizer::AdamW);
+    assert!(axes.optimizer.contains(&Optimizer::Adam8bit));
+    assert!(!axes.optimizer.contains(&Optimizer::Sgd));
+    assert!(!axes.optimizer.contains(&Optimizer::Adam));
+    // Full → LoRA at every rank and target set.
+    assert_eq!(
+        axes.finetune.len(),
+        1 + axes::LORA_RANKS.len() * axes::LORA_TARGETS.len()
+    );
+}
+
+#[test]
+fn needs_at_least_orders_the_monotone_axes() {
+    let user = Knobs::of(&TrainConfig::default());
+    let lean = Knobs {
+        checkpointing: true,
+        ..user
+    };
+    assert!(user.needs_at_least(&lean));
+    assert!(!lean.needs_at_least(&user));
+    let bf16 = Knobs {
+        precision: Precision::Bf16,
+        ..user
+    };
+    assert!(!bf16.needs_at_least(&user) && !user.needs_at_least(&bf16));
+    assert!(user.changes_subset_of(&lean, &user));
+    assert!(!lean.changes_subset_of(&user, &user));
+}
+
+/// The search's speed (what `vramlab bench-fit` times):
+/// `cargo test --release -p vramlab-core --lib fit::tests::search_time -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement"]
+fn search_time() {
+    let cases = [
+        ("Meta-Llama-3-8B", 2048, 4, 4, "rtx-4090"),
+        ("Meta-Llama-3-8B", 2048, 1, 16, "rtx-4090"),
+        ("gpt2", 1024, 8, 4, "t4"),
+        ("gpt2", 1024, 32, 1, "t4"),
+    ];
+    for (id, size, batch, accum, gpu) in cases {
+        let preset = find_builtin(id).expect("preset");
+        let cfg = TrainConfig {
+            batch,
+            accum,
+            size: Some(size),
+            ..TrainConfig::default()
+        };
+        let req = request(gpu);
+        let mut ms = Vec::new();
+        let mut last = None;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            last = Some(fit(&preset, &cfg, &req).expect("fit"));
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        let r = last.expect("ran");
+        println!(
+            "{id} seq {size} batch {batch}×{accum} on {gpu}: median {:.0} ms (min {:.0}), {} combinations, {} planned, {} pruned, {} dominated, {} fit",
+            ms[2],
+            ms[0],
+            r.combinations,
+            r.planned,
+            r.pruned_dead,
+            r.dominated,
+            r.candidates.len()
+        );
+    }
+}

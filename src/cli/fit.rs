@@ -1,0 +1,201 @@
+//! `vramlab fit`: the combinations of remedies that make a configuration fit a GPU, ranked
+//! by predicted time per sample (the "make it fit" search of `plan::fit`).
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use clap::Args;
+
+use vramlab_core::plan::fit::cost::Speed;
+use vramlab_core::plan::fit::{FitCandidate, FitReport, FitRequest, fit};
+use vramlab_core::plan::gpus::Gpu;
+
+use super::args::{self, TrainArgs, resolve};
+
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Micro-batch size you would like to run [default: 1, or the --config file's].
+    #[arg(long, allow_negative_numbers = true, value_parser = args::parse_batch)]
+    pub batch: Option<u64>,
+    /// Samples per optimizer step to keep (micro-batch × accumulation) [default: --batch × --accum].
+    #[arg(long, allow_negative_numbers = true, value_parser = args::parse_batch)]
+    pub effective_batch: Option<u64>,
+    /// Candidates to show at most.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+}
+
+/// The throughput source: the measured profile of the card when `vramlab profile` saved
+/// one, else the catalog's datasheet peak.
+fn speed(gpu: &Gpu) -> Speed {
+    #[cfg(feature = "app")]
+    if let Some(p) = vramlab_device::bench::profile::load(&gpu.name) {
+        return Speed::measured(p);
+    }
+    Speed::catalog(gpu)
+}
+
+pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
+    if a.top == 0 {
+        bail!("--top: must be at least 1");
+    }
+    let batch = a.batch.or(if a.train.config.is_some() {
+        None
+    } else {
+        Some(1)
+    });
+    let (preset, cfg, gpu, budget, _) = resolve(&a.train, batch)?;
+    for w in args::warnings(&cfg, &gpu) {
+        eprintln!("warning: {w}");
+    }
+    let mut req = FitRequest::for_gpu(&gpu, budget.margin);
+    req.budget = budget;
+    req.effective_batch = a.effective_batch;
+    req.speed = speed(&gpu);
+    req.top = a.top;
+    let t = Instant::now();
+    let report = fit(&preset, &cfg, &req)?;
+    let search_ms = t.elapsed().as_secs_f64() * 1e3;
+    if a.train.json {
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("model".into(), serde_json::json!(preset.id));
+            o.insert("gpu".into(), serde_json::json!(gpu.id));
+            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
+            o.insert("user_config".into(), serde_json::to_value(cfg)?);
+        }
+        writeln!(out, "{v}")?;
+    } else {
+        write_report(out, &report, &preset.id, &gpu, budget.usable(), search_ms)?;
+    }
+    if report.candidates.is_empty() {
+        return Err(super::Exit {
+            code: super::EXIT_NOTHING_FITS,
+            message: report
+                .reason
+                .clone()
+                .unwrap_or_else(|| "nothing fits: no combination fits".into()),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn write_report(
+    out: &mut dyn Write,
+    r: &FitReport,
+    model: &str,
+    gpu: &Gpu,
+    usable: vramlab_core::units::Bytes,
+    search_ms: f64,
+) -> Result<()> {
+    writeln!(
+        out,
+        "{model} on {}: {usable} usable · effective batch {} · step time from the {}",
+        gpu.name, r.effective_batch, r.speed_source
+    )?;
+    writeln!(
+        out,
+        "searched {} combinations in {search_ms:.0} ms: {} planned, {} pruned (micro-batch 1 \
+         cannot fit), {} dominated (a subset of their changes fits, no slower)",
+        r.combinations, r.planned, r.pruned_dead, r.dominated
+    )?;
+    if let Some(reason) = &r.reason {
+        writeln!(out, "\n{reason}")?;
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  #  {:<11} {:>10} {:>10} {:>11} {:>11}  {:>8}  changes",
+        "micro×accum", "allocated", "reserved", "nvidia-smi", "ms/sample", "trains"
+    )?;
+    for (i, c) in r.candidates.iter().enumerate() {
+        write_row(out, i + 1, c)?;
+    }
+    Ok(())
+}
+
+fn write_row(out: &mut dyn Write, n: usize, c: &FitCandidate) -> Result<()> {
+    writeln!(
+        out,
+        "  {n:<2} {:<11} {:>10} {:>10} {:>11} {:>11.2}  {:>8}  {}",
+        format!("{}×{}", c.micro_batch, c.accum),
+        c.peak_allocated.to_string(),
+        c.peak_reserved.to_string(),
+        c.nvidia_smi.to_string(),
+        c.time.ms_per_sample,
+        trains(c.trainable_params),
+        c.summary()
+    )?;
+    for cost in &c.costs {
+        writeln!(out, "       cost: {cost}")?;
+    }
+    if c.max_micro_batch > c.micro_batch {
+        writeln!(out, "       (micro-batch up to {} fits)", c.max_micro_batch)?;
+    }
+    Ok(())
+}
+
+fn trains(n: u64) -> String {
+    match n {
+        0..1_000_000 => format!("{:.0}K", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1}M", n as f64 / 1e6),
+        _ => format!("{:.2}B", n as f64 / 1e9),
+    }
+}
+
+/// The `vramlab fit …` command for the same model, training flags and GPU (what
+/// `max-batch` prints when nothing fits).
+pub fn command_for(t: &TrainArgs, batch: Option<u64>) -> String {
+    let mut parts = vec!["vramlab fit".to_string()];
+    let mut flag = |name: &str, v: Option<String>| {
+        if let Some(v) = v {
+            parts.push(format!("--{name} {}", quote(&v)));
+        }
+    };
+    flag("config", t.config.as_ref().map(|p| p.display().to_string()));
+    flag("model", t.model.clone());
+    flag("seq", t.seq.map(|v| v.to_string()));
+    flag("image", t.image.map(|v| v.to_string()));
+    flag("batch", batch.map(|v| v.to_string()));
+    flag("accum", (t.accum != 1).then(|| t.accum.to_string()));
+    flag("precision", t.precision.clone());
+    flag("optimizer", t.optimizer.clone());
+    flag(
+        "attention",
+        (t.attention != "sdpa").then(|| t.attention.clone()),
+    );
+    flag("loop", t.loop_shape.clone());
+    flag("finetune", t.finetune.clone());
+    flag("lora-rank", t.lora_rank.map(|v| v.to_string()));
+    flag("lora-targets", t.lora_targets.clone());
+    flag(
+        "max-split-size-mb",
+        t.max_split_size_mb.map(|v| v.to_string()),
+    );
+    flag("gpu", t.gpu.clone());
+    flag("margin", (t.margin != 0.05).then(|| t.margin.to_string()));
+    if t.checkpointing {
+        parts.push("--checkpointing".into());
+    }
+    if t.expandable_segments {
+        parts.push("--expandable-segments".into());
+    }
+    parts.join(" ")
+}
+
+/// Single-quotes a shell word that needs it.
+fn quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./,:=+".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
