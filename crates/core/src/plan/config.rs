@@ -278,6 +278,9 @@ pub struct TrainConfig {
     /// Full training or LoRA; absent in older files, which means full training.
     #[serde(skip_serializing_if = "super::finetune_mode::FineTune::is_full")]
     pub finetune: super::finetune_mode::FineTune,
+    /// More than one GPU (strategy, world, offload); absent means one GPU.
+    #[serde(skip_serializing_if = "super::distributed::Distributed::is_single")]
+    pub distributed: super::distributed::Distributed,
 }
 
 impl Default for TrainConfig {
@@ -293,6 +296,7 @@ impl Default for TrainConfig {
             allocator: AllocatorConfig::default(),
             loop_shape: LoopShape::Plain,
             finetune: super::finetune_mode::FineTune::default(),
+            distributed: super::distributed::Distributed::default(),
         }
     }
 }
@@ -333,6 +337,7 @@ impl TrainConfig {
             });
         }
         self.finetune.validate()?;
+        self.distributed.validate()?;
         if let Some(mb) = self.allocator.max_split_size_mb
             && mb <= MIN_MAX_SPLIT_MB
         {
@@ -355,5 +360,11 @@ impl TrainConfig {
     /// Samples per optimizer step.
     pub fn effective_batch(&self) -> u64 {
         self.batch.saturating_mul(self.accum)
+    }
+
+    /// Samples per optimizer step over all ranks: micro × accumulation × world.
+    pub fn global_batch(&self) -> u64 {
+        self.effective_batch()
+            .saturating_mul(self.distributed.world())
     }
 }

@@ -15,7 +15,7 @@ pub struct Evaluation {
     pub peak_phase: Phase,
     pub peak_node: Option<u32>,
     /// Bytes per [`Category`] live at the peak.
-    pub breakdown: [u64; 6],
+    pub breakdown: [u64; 8],
     pub timeline: Vec<TimelinePoint>,
 }
 
@@ -122,7 +122,7 @@ struct Run<'e> {
     slots: Slots,
     allocator: CachingAllocator,
     current: u64,
-    live: [u64; 6],
+    live: [u64; 8],
 }
 
 impl Run<'_> {
@@ -162,7 +162,7 @@ pub fn evaluate(
         slots: Slots::new(ev, batch)?,
         allocator: CachingAllocator::new(alloc_cfg),
         current: 0,
-        live: [0; 6],
+        live: [0; 8],
     };
     let start = ev.measured_start.min(ev.events.len());
     let (before, measured) = ev.events.split_at(start);

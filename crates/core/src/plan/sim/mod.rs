@@ -12,6 +12,7 @@
 
 mod autograd;
 mod checkpoint;
+mod dist;
 mod optimizer_step;
 
 use std::ops::Range;
@@ -78,6 +79,8 @@ struct Sim<'g> {
     model_output: Option<usize>,
     /// Set while recomputing a checkpointed block.
     recomputing: bool,
+    /// The multi-GPU strategy's per-rank state (inactive on one GPU).
+    dist: dist::DistSim,
 }
 
 /// `Event::node` outside any node (setup, zero_grad, the optimizer step).
@@ -181,6 +184,7 @@ impl<'g> Sim<'g> {
                 self.release(b);
             }
         }
+        self.zero_sharded_grads();
         let micros = self.cfg.accum.min(2) as u16;
         for m in 0..micros {
             self.micro_step(m);
@@ -272,10 +276,14 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
+        dist: dist::DistSim::new(g, &cfg.distributed, policy),
     };
-    for (i, p) in g.params.iter().enumerate() {
-        sim.alloc(0, policy.bytes(i, p.elems), Category::Parameters, 1);
+    if !sim.dist.offload_params {
+        for (i, p) in g.params.iter().enumerate() {
+            sim.alloc(0, policy.bytes(i, p.elems), Category::Parameters, 1);
+        }
     }
+    sim.setup_buffers();
     sim.step(true);
     // cuBLAS workspace: created with the first matmul, kept for the process.
     sim.phase = Phase::Setup;
