@@ -78,6 +78,8 @@ pub struct TrainArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub dist: super::dist_args::DistArgs,
 }
 
 /// The GPU planned for when `--gpu` is not given.
@@ -281,6 +283,7 @@ impl TrainArgs {
                 None => LoopShape::default(),
             },
             finetune: self.finetune()?,
+            distributed: self.dist.distributed()?,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -179,6 +179,7 @@ pub fn hostile_preset(data: &[u8]) {
             LoopShape::Plain
         },
         finetune: Default::default(),
+        distributed: Default::default(),
     };
     plan_small(&preset, &cfg);
 }

@@ -53,8 +53,8 @@ impl Category {
             Category::WeightCasts => "Low-precision weight copies",
             Category::Activations => "Activations",
             Category::Transient => "Transient / workspace",
-            Category::Unsharded => "Unsharded working set (gathered params + their grads)",
-            Category::Communication => "Collective buffers (all-gather / reduce-scatter / buckets)",
+            Category::Unsharded => "Unsharded params + grads (FSDP)",
+            Category::Communication => "Collective buffers",
         }
     }
 

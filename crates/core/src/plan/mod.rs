@@ -10,6 +10,7 @@ pub mod finetune;
 pub mod finetune_mode;
 pub mod free_bins;
 pub mod gpus;
+pub mod multi_gpu;
 pub mod optimizer;
 pub mod policy;
 pub mod remedies;
