@@ -189,6 +189,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                     allocator,
                     loop_shape,
                     finetune: Default::default(),
+                    distributed: Default::default(),
                 }
             },
         )

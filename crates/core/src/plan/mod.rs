@@ -17,6 +17,7 @@ pub mod remedies;
 pub mod rules;
 pub mod search;
 pub mod sim;
+pub mod strategy_remedies;
 pub mod timing;
 
 use serde::Serialize;

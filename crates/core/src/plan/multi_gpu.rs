@@ -124,8 +124,9 @@ pub fn strategies_at(
 
 /// DeepSpeed's `estimate_zero2_model_states_mem_needs(total_params, num_gpus_per_node,
 /// num_nodes, cpu_offload, additional_buffer_factor=1.5)` (`deepspeed/runtime/zero/
-/// stage_1_and_2.py`): (cpu bytes, gpu bytes) of model states only — 16-bit parameters and
-/// gradients, fp32 master weights and Adam state (16 bytes per parameter) partitioned.
+/// stage_1_and_2.py`, DeepSpeed 0.19.8): (cpu bytes, gpu bytes) of model states only —
+/// 16-bit parameters whole (2 bytes per parameter), and partitioned 18 bytes per parameter:
+/// 16-bit and fp32 gradients, fp32 master weights, Adam's two moments.
 pub fn ds_zero2_model_states(
     total_params: u64,
     gpus_per_node: u64,
@@ -139,7 +140,7 @@ pub fn ds_zero2_model_states(
     } else {
         (
             p * 4.0 * gpus_per_node as f64 * 1.5,
-            4.0 * p + (16.0 * p / total_gpus).trunc(),
+            2.0 * p + (18.0 * p / total_gpus).trunc(),
         )
     };
     (cpu as u64, gpu as u64)
