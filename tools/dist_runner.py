@@ -81,7 +81,7 @@ def init_local(model):
             log(f"rotary rebuild failed: {e}")
 
 
-def build_fsdp(cfg, preset):
+def build_fsdp(cfg, preset, dcfg):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     fam = preset["family"]
@@ -90,10 +90,10 @@ def build_fsdp(cfg, preset):
     if cfg["precision"] == "bf16":
         model = model.to(torch.bfloat16)
     wrapped = tr.enable_checkpointing(model, fam) if cfg["checkpointing"] else 0
-    mpn = cfg.get("fsdp_mixed_precision")
+    mpn = dcfg.get("fsdp_mixed_precision")
     mp = MixedPrecisionPolicy(param_dtype=MP_DTYPES[mpn], reduce_dtype=torch.float32) if mpn \
         else MixedPrecisionPolicy()
-    reshard = bool(cfg.get("reshard_after_forward", True))
+    reshard = bool(dcfg.get("reshard_after_forward", True))
     _, blocks = blocks_of(model)
     for b in blocks:
         fully_shard(b, mp_policy=mp, reshard_after_forward=reshard)
@@ -102,6 +102,8 @@ def build_fsdp(cfg, preset):
     init_local(model)
     params = list(model.parameters())
     info = {
+        "applied_mp_param_dtype": str(mp.param_dtype),
+        "applied_reshard_after_forward": reshard,
         "params": int(sum(p.numel() for p in params)),
         "local_param_bytes": int(sum(tr.tensor_bytes(getattr(p, "_local_tensor", p)) for p in params)),
         "fsdp_units": len(blocks) + 1,
@@ -110,7 +112,7 @@ def build_fsdp(cfg, preset):
     return model, info
 
 
-def build_ddp(cfg, preset):
+def build_ddp(cfg, preset, dcfg):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     fam = preset["family"]
@@ -122,9 +124,10 @@ def build_ddp(cfg, preset):
     params = list(model.parameters())
     info = {"params": int(sum(p.numel() for p in params)),
             "param_bytes": int(sum(tr.tensor_bytes(p) for p in params)),
-            "checkpointed_blocks": wrapped}
-    ddp = DDP(model, device_ids=[0], bucket_cap_mb=cfg.get("bucket_cap_mb", 25),
-              gradient_as_bucket_view=bool(cfg.get("gradient_as_bucket_view", False)))
+            "checkpointed_blocks": wrapped,
+            "applied_gradient_as_bucket_view": bool(dcfg.get("gradient_as_bucket_view", False))}
+    ddp = DDP(model, device_ids=[0], bucket_cap_mb=dcfg.get("bucket_cap_mb", 25),
+              gradient_as_bucket_view=bool(dcfg.get("gradient_as_bucket_view", False)))
     return ddp, info
 
 
@@ -154,7 +157,8 @@ def measure(cfg_in, index, mode, dev, emit):
         rec["model_id"] = preset["id"]
         init_pg(cfg_in, mode)
         t0 = time.time()
-        model, info = (build_fsdp if mode == "fsdp" else build_ddp)(cfg, preset)
+        # The distributed keys (kept out of torch_runner's config) drive the wrapping.
+        model, info = (build_fsdp if mode == "fsdp" else build_ddp)(cfg, preset, extra)
         rec.update(info)
         rec["build_s"] = round(time.time() - t0, 3)
         dev.empty_cache()

@@ -11,5 +11,17 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 timeout -k 5 "${LIMIT_FSDP:-300}" "$PY" tools/dist_runner.py fsdp "${FSDP_CONFIGS:-tools/dist_fsdp_configs.jsonl}" > "$OUT/fsdp.jsonl" 2> "$OUT/fsdp.log"
 echo "fsdp rc=$? lines=$(wc -l < "$OUT/fsdp.jsonl")"
-timeout -k 5 "${LIMIT_DDP:-120}" "$PY" tools/dist_runner.py ddp "${DDP_CONFIGS:-tools/dist_ddp_configs.jsonl}" > "$OUT/ddp.jsonl" 2> "$OUT/ddp.log"
-echo "ddp rc=$? lines=$(wc -l < "$OUT/ddp.jsonl")"
+# DDP: one process per config (a DDP model's reducer outlives it in the process: the next
+# row's memory would carry the previous model's buckets).
+: > "$OUT/ddp.jsonl"; : > "$OUT/ddp.log"
+i=0
+while IFS= read -r line; do
+  [ -z "$line" ] && continue
+  printf '%s\n' "$line" > "$OUT/ddp_one.jsonl"
+  timeout -k 5 "${LIMIT_DDP_ONE:-60}" "$PY" tools/dist_runner.py ddp "$OUT/ddp_one.jsonl" \
+      < /dev/null 2>> "$OUT/ddp.log" \
+    | sed "s/^{\"index\": 0,/{\"index\": $i,/" >> "$OUT/ddp.jsonl"
+  i=$((i + 1))
+done < "${DDP_CONFIGS:-tools/dist_ddp_configs.jsonl}"
+rm -f "$OUT/ddp_one.jsonl"
+echo "ddp lines=$(wc -l < "$OUT/ddp.jsonl")"
