@@ -95,6 +95,10 @@ pub struct Buffer {
     pub per_sample: u64,
     pub fixed: u64,
     pub category: Category,
+    /// Allocated on a side CUDA stream (FSDP2's all-gather copy-in and reduce-scatter
+    /// streams): the caching allocator keeps such blocks in that stream's own pool, where
+    /// the default stream's requests cannot reuse them.
+    pub side_stream: bool,
 }
 
 /// One allocation or free.
@@ -134,6 +138,8 @@ pub struct Events {
     pub buffers: Vec<Buffer>,
     pub events: Vec<Event>,
     pub measured_start: usize,
+    /// Whether any buffer is on a side stream (evaluation then runs a second pool).
+    pub side_streams: bool,
 }
 
 impl Events {

@@ -156,7 +156,9 @@ impl Sim<'_> {
                 1,
             )
         });
+        // Allocated in the all-gather copy-in stream.
         let out = self.alloc(0, elems * dt.size(), Category::Communication, 1);
+        self.on_side_stream(out);
         if let Some(c) = cast {
             self.release(c);
         }
@@ -171,6 +173,12 @@ impl Sim<'_> {
         }
         self.release(out);
         self.dist.live[u] = live;
+    }
+
+    fn on_side_stream(&mut self, b: u32) {
+        if let Some(buf) = self.buffers.get_mut(b as usize) {
+            buf.side_stream = true;
+        }
     }
 
     /// `FSDPParamGroup.reshard` of unit `u`.

@@ -92,6 +92,7 @@ impl<'g> Sim<'g> {
             per_sample,
             fixed,
             category,
+            side_stream: false,
         });
         self.refs.push(0);
         let id = (self.buffers.len() - 1) as u32;
@@ -292,10 +293,12 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
     }
     let measured_start = sim.events.len();
     sim.step(false);
+    let side_streams = sim.buffers.iter().any(|b| b.side_stream);
     Events {
         buffers: sim.buffers,
         events: sim.events,
         measured_start,
+        side_streams,
     }
 }
 
