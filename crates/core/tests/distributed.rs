@@ -141,3 +141,43 @@ fn fewest_gpus_finds_a_world_and_sharding_shrinks_the_rank() {
         last = a;
     }
 }
+
+/// The README's multi-GPU table, regenerated here: Llama-2-7B and Llama-3-8B full training
+/// (AMP bf16, AdamW, activation checkpointing, sequence 2048, trainer loop; FSDP2 with
+/// `MixedPrecisionPolicy(bf16, reduce fp32)`) on 1–8 × 24 / 40 / 80 GB cards, the best
+/// strategy and its largest micro-batch per GPU. The README
+/// holds exactly this output (`cargo test -p vramlab-core --test tests readme_multi_gpu_table
+/// -- --nocapture` prints it).
+#[test]
+fn readme_multi_gpu_table() {
+    use vramlab_core::plan::config::LoopShape;
+    use vramlab_core::plan::gpus;
+    let models: Vec<_> = ["Llama-2-7b-hf", "Meta-Llama-3-8B"]
+        .iter()
+        .map(|id| find_builtin(id).expect("preset"))
+        .collect();
+    let cards: Vec<_> = ["rtx-4090", "a100-40gb", "a100-80gb"]
+        .iter()
+        .map(|id| gpus::find(id).expect("card"))
+        .collect();
+    let cfg = TrainConfig {
+        batch: 1,
+        size: Some(2048),
+        precision: Precision::AmpBf16,
+        checkpointing: true,
+        loop_shape: LoopShape::Trainer,
+        distributed: Distributed {
+            mixed_precision: vramlab_core::plan::distributed::FsdpMixedPrecision::Bf16,
+            ..Distributed::default()
+        },
+        ..TrainConfig::default()
+    };
+    let table = vramlab_core::plan::multi_gpu::fit_table(&models, &cards, &[1, 2, 4, 8], &cfg, 0.05)
+        .expect("table");
+    println!("{table}");
+    let readme = std::fs::read_to_string(crate::data("../../README.md")).expect("README");
+    assert!(
+        readme.contains(&table),
+        "README's multi-GPU table differs from the planner's; paste the printed table"
+    );
+}

@@ -52,8 +52,8 @@ impl Strategy {
         Strategy::Ddp,
         Strategy::Zero1,
         Strategy::Zero2,
-        Strategy::Zero3,
         Strategy::Fsdp2,
+        Strategy::Zero3,
     ];
 
     pub fn as_str(self) -> &'static str {

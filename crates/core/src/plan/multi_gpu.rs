@@ -190,3 +190,79 @@ pub fn ds_zero3_model_states(
     };
     (cpu as u64, gpu as u64)
 }
+
+/// One cell of [`fit_table`]: the strategy with the largest micro-batch per GPU (ties go
+/// to the simpler strategy, in [`Strategy::MULTI`] order), or `None` when nothing fits.
+pub fn best_strategy(
+    preset: &Preset,
+    cfg: &TrainConfig,
+    gpus: u32,
+    budget: Budget,
+) -> Result<Option<(Strategy, u64)>, PlanError> {
+    if gpus <= 1 {
+        let mut c = *cfg;
+        c.distributed = Distributed {
+            strategy: Strategy::None,
+            nodes: 1,
+            gpus_per_node: 1,
+            offload: Offload::None,
+            mixed_precision: super::distributed::FsdpMixedPrecision::None,
+            ..cfg.distributed
+        };
+        let planner = Planner::new(preset, &c)?;
+        return Ok(max_batch(&planner, budget, super::config::MAX_BATCH)?
+            .map(|b| (Strategy::None, b)));
+    }
+    let mut best: Option<(Strategy, u64)> = None;
+    for (st, b) in strategies_at(preset, cfg, gpus, budget)? {
+        if let Some(b) = b
+            && best.is_none_or(|(_, bb)| b > bb)
+        {
+            best = Some((st, b));
+        }
+    }
+    Ok(best)
+}
+
+/// A markdown table: for each model and card, the best strategy and its largest
+/// micro-batch per GPU on 1, 2, 4 and 8 GPUs (global batch = micro × world).
+pub fn fit_table(
+    models: &[Preset],
+    cards: &[super::gpus::Gpu],
+    worlds: &[u32],
+    cfg: &TrainConfig,
+    margin: f64,
+) -> Result<String, PlanError> {
+    let mut s = String::from("| model | card |");
+    for w in worlds {
+        s.push_str(&format!(" {w} × GPU |"));
+    }
+    s.push_str("\n|---|---|");
+    for _ in worlds {
+        s.push_str("---|");
+    }
+    s.push('\n');
+    for m in models {
+        for card in cards {
+            let budget = Budget {
+                capacity: card.memory(),
+                margin,
+            };
+            s.push_str(&format!("| {} | {} |", m.display_name, card.name));
+            for &w in worlds {
+                let cell = match best_strategy(m, cfg, w, budget)? {
+                    Some((st, b)) => format!(
+                        " {} b{b} (global {})",
+                        st.label(),
+                        b.saturating_mul(u64::from(w))
+                    ),
+                    None => " does not fit".to_string(),
+                };
+                s.push_str(&cell);
+                s.push_str(" |");
+            }
+            s.push('\n');
+        }
+    }
+    Ok(s)
+}
