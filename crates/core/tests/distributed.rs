@@ -172,8 +172,9 @@ fn readme_multi_gpu_table() {
         },
         ..TrainConfig::default()
     };
-    let table = vramlab_core::plan::multi_gpu::fit_table(&models, &cards, &[1, 2, 4, 8], &cfg, 0.05)
-        .expect("table");
+    let table =
+        vramlab_core::plan::multi_gpu::fit_table(&models, &cards, &[1, 2, 4, 8], &cfg, 0.05)
+            .expect("table");
     println!("{table}");
     let readme = std::fs::read_to_string(crate::data("../../README.md")).expect("README");
     assert!(

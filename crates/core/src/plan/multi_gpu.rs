@@ -210,8 +210,9 @@ pub fn best_strategy(
             ..cfg.distributed
         };
         let planner = Planner::new(preset, &c)?;
-        return Ok(max_batch(&planner, budget, super::config::MAX_BATCH)?
-            .map(|b| (Strategy::None, b)));
+        return Ok(
+            max_batch(&planner, budget, super::config::MAX_BATCH)?.map(|b| (Strategy::None, b))
+        );
     }
     let mut best: Option<(Strategy, u64)> = None;
     for (st, b) in strategies_at(preset, cfg, gpus, budget)? {
