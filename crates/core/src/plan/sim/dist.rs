@@ -286,9 +286,11 @@ impl Sim<'_> {
                     .filter(|&p| self.policy.trainable(p))
                     .map(|p| g.params[p].elems)
                     .sum();
-                let dt = (!self.policy.is_empty())
-                    .then(|| self.policy.state(0).storage)
-                    .unwrap_or(DType::F32);
+                let dt = if self.policy.is_empty() {
+                    DType::F32
+                } else {
+                    self.policy.state(0).storage
+                };
                 let bucket = total.min(self.cfg.distributed.zero_bucket_elems);
                 self.alloc(0, bucket * dt.size(), Category::Communication, 1);
                 let shard = self.dist.grad_shard.unwrap_or(Shard::WHOLE);
