@@ -387,6 +387,8 @@ fn write_plan(
 
 fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
+    // `--gpus auto`: the fewest GPUs where micro-batch 1 fits.
+    let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
     for w in args::warnings(&cfg, &gpu) {
         eprintln!("warning: {w}");
     }
