@@ -2,6 +2,9 @@
 # Distributed measurements (tests/data/distributed.jsonl) on one GPU: FSDP2 as rank 0 of a
 # world of N under the fake process group, DDP at world size 1 with NCCL.
 # From the repo root:   OUT=/some/dir bash tools/run_dist_on_device.sh
+# tests/data/distributed.jsonl = run 1 (tools/dist_fsdp_configs.jsonl; rows that asked for a
+# MixedPrecisionPolicy / no reshard ran defaults, see "relabelled") + run 2
+# (FSDP_CONFIGS=tools/dist_fsdp_configs2.jsonl, and the DDP configs, one process each).
 set -u -o pipefail
 cd "${REPO_ROOT:-$(dirname "$0")/..}"
 OUT="${OUT:-./device_out}"
