@@ -1076,3 +1076,162 @@ fn fit_when_nothing_fits_exits_3_with_a_reason() {
     assert!(out.contains("nothing fits"), "{out}");
     assert!(err.contains("nothing fits"), "{err}");
 }
+
+/// More than one GPU: per-rank JSON fields, `--gpus auto`, the DeepSpeed export's
+/// `zero_optimization`, and every misuse named.
+#[test]
+fn multi_gpu_flags_plan_per_rank_and_errors_name_the_flag() {
+    let base = [
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--seq",
+        "512",
+        "--gpu",
+        "a100-80gb",
+        "--json",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["plan"];
+        args.extend(base);
+        args.extend(extra);
+        let (ok, out, err) = vramlab(&args);
+        assert!(ok, "{args:?}: {err}");
+        serde_json::from_str(&out).expect("json")
+    };
+    let single = json(&[]);
+    assert!(single.get("world").is_none(), "one GPU adds no fields");
+    let fsdp = json(&["--gpus", "4", "--strategy", "fsdp2", "--accum", "2"]);
+    assert_eq!(fsdp["world"], 4);
+    assert_eq!(fsdp["strategy"], "fsdp2");
+    assert_eq!(fsdp["global_batch"], 32);
+    assert!(fsdp["breakdown"]["unsharded"].as_u64().is_some());
+    assert!(
+        fsdp["peak_allocated_bytes"].as_u64() < single["peak_allocated_bytes"].as_u64(),
+        "sharding lowers the rank's peak"
+    );
+    let off = json(&[
+        "--gpus",
+        "8",
+        "--strategy",
+        "zero3",
+        "--offload",
+        "optimizer",
+    ]);
+    assert!(off["host_ram_per_rank_bytes"].as_u64().unwrap_or(0) > 0);
+    let nodes = json(&["--gpus", "8", "--nodes", "2", "--strategy", "ddp"]);
+    assert_eq!(nodes["world"], 16);
+
+    // `--gpus auto`: Llama-2-7B full training does not fit one 80 GB card.
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        "Llama-2-7b-hf",
+        "--batch",
+        "1",
+        "--seq",
+        "2048",
+        "--checkpointing",
+        "--gpu",
+        "a100-80gb",
+        "--gpus",
+        "auto",
+        "--strategy",
+        "fsdp2",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("--gpus auto"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(v["world"].as_u64().is_some_and(|w| w >= 2), "{v}");
+    assert_eq!(v["fits"], true);
+
+    let (ok, out, err) = vramlab(&[
+        "export",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--format",
+        "deepspeed",
+        "--gpus",
+        "8",
+        "--strategy",
+        "zero2",
+    ]);
+    assert!(ok, "{err}");
+    let ds: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(ds["zero_optimization"]["stage"], 2);
+    assert_eq!(ds["train_batch_size"], 32);
+    let (ok, out, _) = vramlab(&[
+        "export",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--format",
+        "torchrun",
+        "--gpus",
+        "4",
+        "--strategy",
+        "fsdp2",
+    ]);
+    assert!(ok && out.contains("--nproc-per-node=4"), "{out}");
+
+    let plan = |extra: &[&str]| {
+        let mut a = vec!["plan", "--model", "gpt2", "--batch", "4"];
+        a.extend(extra);
+        a.into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
+    let check = |extra: &[&str], needle: &str| {
+        let args = plan(extra);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&refs, needle);
+    };
+    check(
+        &["--gpus", "4", "--strategy", "zer03"],
+        "did you mean `zero3`",
+    );
+    check(&["--gpus", "0"], "--gpus");
+    check(
+        &["--gpus", "4", "--strategy", "ddp", "--offload", "optimizer"],
+        "offload",
+    );
+    check(
+        &["--gpus", "4", "--strategy", "zero2", "--offload", "params"],
+        "zero3",
+    );
+    check(
+        &[
+            "--gpus",
+            "4",
+            "--strategy",
+            "ddp",
+            "--no-reshard-after-forward",
+        ],
+        "fsdp2",
+    );
+    check(
+        &[
+            "--gpus",
+            "4",
+            "--strategy",
+            "fsdp2",
+            "--fsdp-mixed-precision",
+            "bf61",
+        ],
+        "bf16",
+    );
+    check(
+        &[
+            "--gpus",
+            "4",
+            "--strategy",
+            "fsdp2",
+            "--offload",
+            "optimzer",
+        ],
+        "optimizer",
+    );
+}

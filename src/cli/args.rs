@@ -83,6 +83,8 @@ pub struct TrainArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub dist: super::dist_args::DistArgs,
 }
 
 /// The GPU planned for when `--gpu` is not given.
@@ -293,6 +295,7 @@ impl TrainArgs {
                 Some(k) => k.parse()?,
                 None => Default::default(),
             },
+            distributed: self.dist.distributed()?,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -119,6 +119,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         finetune: None,
         lora_rank: None,
         lora_targets: None,
+        dist: Default::default(),
         expandable_segments: false,
         max_split_size_mb: None,
         // Only the model and config are taken from here; the capacity comes below.

@@ -3,6 +3,8 @@
 mod args;
 #[cfg(feature = "app")]
 mod bench;
+mod dist_args;
+mod dist_plan;
 pub mod doctor;
 mod fit;
 mod plan_bench;
@@ -233,6 +235,7 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, a.batch)?;
+    let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
     let assumed = a.train.assumed();
     let warnings = args::warnings(&cfg, &gpu);
     let planner = Planner::new(&preset, &cfg)?;
@@ -267,6 +270,7 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
                 serde_json::json!(cfg.effective_batch()),
             );
             o.insert("remedies".into(), serde_json::to_value(&fixes)?);
+            dist_plan::json(&planner, o);
             let assumed: serde_json::Map<String, serde_json::Value> = assumed
                 .iter()
                 .map(|(flag, v)| {
@@ -294,6 +298,7 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
         ));
     }
     extra.extend(warnings.iter().map(|w| format!("warning: {w}")));
+    extra.extend(dist_plan::lines(&planner));
     write_plan(out, &plan, &gpu, budget, fits, max, &extra)?;
     writeln!(
         out,
@@ -432,6 +437,8 @@ fn write_plan(
 
 fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
+    // `--gpus auto`: the fewest GPUs where micro-batch 1 fits.
+    let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
     for w in args::warnings(&cfg, &gpu) {
         eprintln!("warning: {w}");
     }

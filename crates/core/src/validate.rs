@@ -7,6 +7,7 @@ use crate::model::ModelError;
 use crate::model::Preset;
 use crate::model::preset::find_builtin;
 use crate::plan::config::AllocatorConfig;
+use crate::plan::distributed::{Distributed, Strategy};
 use crate::plan::finetune::{FineTune, FineTuneMode};
 use crate::plan::{PlanError, Planner, TrainConfig};
 
@@ -71,6 +72,23 @@ pub struct Measured {
     /// peft's `get_nb_trainable_parameters()` on the measured model.
     #[serde(default)]
     pub trainable_params: Option<u64>,
+    /// Distributed rows (`tools/dist_runner.py`): the world this rank belongs to.
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    #[serde(default)]
+    pub nodes: Option<u32>,
+    /// `"fsdp2"` or `"ddp"` (absent: one GPU).
+    #[serde(default)]
+    pub strategy: Option<String>,
+    #[serde(default)]
+    pub reshard_after_forward: Option<bool>,
+    /// `"bf16"` / `"fp16"`, or null for no `MixedPrecisionPolicy`.
+    #[serde(default)]
+    pub fsdp_mixed_precision: Option<String>,
+    #[serde(default)]
+    pub bucket_cap_mb: Option<u64>,
+    #[serde(default)]
+    pub gradient_as_bucket_view: Option<bool>,
 }
 
 fn one() -> u64 {
@@ -135,7 +153,33 @@ impl Measured {
             loop_shape: self.loop_shape,
             finetune: self.finetune()?,
             step: self.step,
+            distributed: self.distributed()?,
         })
+    }
+
+    /// The multi-GPU setup this row measured (one GPU when the row has no strategy).
+    pub fn distributed(&self) -> Result<Distributed, PlanError> {
+        let mut d = Distributed::default();
+        let Some(st) = &self.strategy else {
+            return Ok(d);
+        };
+        d.strategy = st.parse::<Strategy>()?;
+        d.gpus_per_node = self.gpus.unwrap_or(1);
+        d.nodes = self.nodes.unwrap_or(1);
+        if let Some(r) = self.reshard_after_forward {
+            d.reshard_after_forward = r;
+        }
+        if let Some(mp) = &self.fsdp_mixed_precision {
+            d.mixed_precision = mp.parse()?;
+        }
+        if let Some(b) = self.bucket_cap_mb {
+            d.bucket_cap_mb = b;
+        }
+        if let Some(v) = self.gradient_as_bucket_view {
+            d.gradient_as_bucket_view = v;
+        }
+        d.validate()?;
+        Ok(d)
     }
 
     /// The fine-tuning mode this row measured.
@@ -198,6 +242,18 @@ impl Measured {
         }
         if self.step.is_eval() {
             s.push_str(&format!(" {}-step", self.step));
+        }
+        if let Some(st) = &self.strategy {
+            s.push_str(&format!(" {st}×{}", self.gpus.unwrap_or(1)));
+            if let Some(mp) = &self.fsdp_mixed_precision {
+                s.push_str(&format!(" mp-{mp}"));
+            }
+            if self.reshard_after_forward == Some(false) {
+                s.push_str(" no-reshard");
+            }
+            if self.gradient_as_bucket_view == Some(true) {
+                s.push_str(" bucket-view");
+            }
         }
         if self.finetune.as_deref() == Some("lora") {
             s.push_str(&format!(

@@ -128,10 +128,14 @@ pub fn format(input: &str) -> Result<Resolved<Format>, NameError> {
             Format::Lightning => &["pl", "pytorch-lightning", "lightning-trainer"],
             Format::PyTorch => &["torch", "pt", "python"],
             Format::Env => &["alloc-conf", "pytorch-cuda-alloc-conf", "shell"],
+            Format::Accelerate => &["accelerate-yaml", "accelerate-config"],
+            Format::Torchrun => &["torchrun-command", "launch"],
+            Format::Fsdp2 => &["fully-shard", "fsdp-snippet"],
         }
     };
     let choices: Vec<Choice<Format>> = Format::ALL
         .into_iter()
+        .chain(Format::DISTRIBUTED)
         .map(|f| Choice::new(f.as_str(), aliases(f), f))
         .collect();
     resolve("format", input, &choices, Partial::Exact, "")

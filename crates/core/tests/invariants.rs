@@ -203,6 +203,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                     loop_shape,
                     finetune: Default::default(),
                     step,
+                    distributed: Default::default(),
                 }
             },
         )

@@ -3,6 +3,7 @@
 
 mod accuracy;
 mod bench_data;
+mod distributed;
 mod invariants;
 mod maxbatch;
 mod parser_props;

@@ -182,6 +182,7 @@ pub fn hostile_preset(data: &[u8]) {
         finetune: Default::default(),
         // The precision byte's high bits pick the step (its low bits pick the precision).
         step: StepKind::ALL[usize::from(input.precision >> 4) % StepKind::ALL.len()],
+        distributed: Default::default(),
     };
     plan_small(&preset, &cfg);
 }

@@ -800,3 +800,39 @@ fn choosing_the_eval_step_replans_with_and_without_no_grad() {
     // Without no_grad the evaluation keeps the graph: more than under no_grad.
     assert!(shown[0] > shown[1], "{shown:?}");
 }
+
+/// The "More than one GPU" section: 8 GPUs with FSDP2 and bf16 mixed precision plan one
+/// rank, the answer is the core's per-rank plan, and the global batch is shown.
+#[test]
+fn more_than_one_gpu_plans_one_rank_as_the_core_does() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "gpt2", "GPT-2 (124M)");
+    h.get_by_label("More than one GPU").click();
+    h.run();
+    set_value(&mut h, "GPUs per node", 8.0);
+    pick_combo(&mut h, "Strategy", "FSDP2");
+    h.get_by_label("bf16").click();
+    h.run();
+    let cfg = h.state().state.config;
+    use vramlab_core::plan::distributed::{FsdpMixedPrecision, Strategy};
+    assert_eq!(cfg.distributed.world(), 8);
+    assert_eq!(cfg.distributed.strategy, Strategy::Fsdp2);
+    assert_eq!(cfg.distributed.mixed_precision, FsdpMixedPrecision::Bf16);
+    let (_, _, plan) = core_plan("gpt2", &cfg);
+    assert_shows(
+        &h,
+        &usage_text(plan.nvidia_smi_bytes, rtx4090_budget().usable()),
+    );
+    assert_shows(&h, "peaks are per rank");
+    assert_shows(&h, &format!("= {}", cfg.global_batch()));
+    let single = core_plan(
+        "gpt2",
+        &TrainConfig {
+            distributed: Default::default(),
+            ..cfg
+        },
+    )
+    .2;
+    assert!(plan.peak_allocated_bytes < single.peak_allocated_bytes);
+}

@@ -16,6 +16,12 @@ pub enum Format {
     Lightning,
     PyTorch,
     Env,
+    /// accelerate config YAML (FSDP / DeepSpeed / MULTI_GPU).
+    Accelerate,
+    /// The `torchrun` command line.
+    Torchrun,
+    /// An FSDP2 `fully_shard` snippet.
+    Fsdp2,
 }
 
 impl Format {
@@ -28,8 +34,14 @@ impl Format {
         Format::Env,
     ];
 
+    /// The multi-GPU formats (listed apart from [`Format::ALL`]).
+    pub const DISTRIBUTED: [Format; 3] = [Format::Accelerate, Format::Torchrun, Format::Fsdp2];
+
     pub fn as_str(self) -> &'static str {
         match self {
+            Format::Accelerate => "accelerate",
+            Format::Torchrun => "torchrun",
+            Format::Fsdp2 => "fsdp2",
             Format::Vramlab => "vramlab",
             Format::DeepSpeed => "deepspeed",
             Format::HuggingFace => "hf",
@@ -42,6 +54,7 @@ impl Format {
     pub fn parse(s: &str) -> Option<Format> {
         Format::ALL
             .into_iter()
+            .chain(Format::DISTRIBUTED)
             .find(|f| f.as_str().eq_ignore_ascii_case(s))
     }
 }
@@ -69,7 +82,8 @@ fn deepspeed(cfg: &TrainConfig) -> Value {
     let mut o = serde_json::Map::new();
     o.insert("train_micro_batch_size_per_gpu".into(), json!(cfg.batch));
     o.insert("gradient_accumulation_steps".into(), json!(cfg.accum));
-    o.insert("train_batch_size".into(), json!(cfg.effective_batch()));
+    // DeepSpeed checks train_batch_size = micro × accumulation × world.
+    o.insert("train_batch_size".into(), json!(cfg.global_batch()));
     o.insert("gradient_clipping".into(), json!(1.0));
     match cfg.precision {
         Precision::AmpFp16 => {
@@ -105,7 +119,10 @@ fn deepspeed(cfg: &TrainConfig) -> Value {
             json!({"partition_activations": false, "contiguous_memory_optimization": false}),
         );
     }
-    o.insert("zero_optimization".into(), json!({"stage": 0}));
+    o.insert(
+        "zero_optimization".into(),
+        super::distributed_exports::zero_optimization(&cfg.distributed),
+    );
     Value::Object(o)
 }
 
@@ -215,7 +232,12 @@ fn pytorch(cfg: &TrainConfig) -> String {
 pub fn implied_loop(format: Format) -> Option<LoopShape> {
     match format {
         Format::HuggingFace | Format::Lightning | Format::PyTorch => Some(LoopShape::Trainer),
-        Format::Vramlab | Format::DeepSpeed | Format::Env => None,
+        Format::Vramlab
+        | Format::DeepSpeed
+        | Format::Env
+        | Format::Accelerate
+        | Format::Torchrun
+        | Format::Fsdp2 => None,
     }
 }
 
@@ -234,6 +256,9 @@ pub fn render(format: Format, cfg: &TrainConfig, plan: &Plan, vramlab_doc: &str)
             }
             s
         }
+        Format::Accelerate => super::distributed_exports::accelerate_yaml(cfg),
+        Format::Torchrun => super::distributed_exports::torchrun(cfg),
+        Format::Fsdp2 => super::distributed_exports::fsdp2_snippet(cfg),
         Format::Env => match alloc_conf(cfg, plan) {
             Some(conf) => format!("export PYTORCH_CUDA_ALLOC_CONF={conf}\n"),
             None => "# the allocator model shows little fragmentation: no PYTORCH_CUDA_ALLOC_CONF needed\n".to_string(),

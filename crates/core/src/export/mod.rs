@@ -1,6 +1,7 @@
 //! Configs in and out: the `.vramlab.json` document and framework configs generated from
 //! a plan, bench results as JSON / CSV. Pure functions plus one atomic file write; no UI, no GPU.
 
+pub mod distributed_exports;
 pub mod frameworks;
 pub mod results;
 pub mod vramlab_file;

@@ -282,6 +282,9 @@ pub struct TrainConfig {
     /// means training.
     #[serde(skip_serializing_if = "super::step_kind::StepKind::is_train")]
     pub step: super::step_kind::StepKind,
+    /// More than one GPU (strategy, world, offload); absent means one GPU.
+    #[serde(skip_serializing_if = "super::distributed::Distributed::is_single")]
+    pub distributed: super::distributed::Distributed,
 }
 
 impl Default for TrainConfig {
@@ -298,6 +301,7 @@ impl Default for TrainConfig {
             loop_shape: LoopShape::Plain,
             finetune: super::finetune_mode::FineTune::default(),
             step: super::step_kind::StepKind::Train,
+            distributed: super::distributed::Distributed::default(),
         }
     }
 }
@@ -338,6 +342,7 @@ impl TrainConfig {
             });
         }
         self.finetune.validate()?;
+        self.distributed.validate()?;
         if let Some(mb) = self.allocator.max_split_size_mb
             && mb <= MIN_MAX_SPLIT_MB
         {
@@ -360,5 +365,11 @@ impl TrainConfig {
     /// Samples per optimizer step.
     pub fn effective_batch(&self) -> u64 {
         self.batch.saturating_mul(self.accum)
+    }
+
+    /// Samples per optimizer step over all ranks: micro × accumulation × world.
+    pub fn global_batch(&self) -> u64 {
+        self.effective_batch()
+            .saturating_mul(self.distributed.world())
     }
 }

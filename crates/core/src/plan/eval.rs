@@ -15,7 +15,7 @@ pub struct Evaluation {
     pub peak_phase: Phase,
     pub peak_node: Option<u32>,
     /// Bytes per [`Category`] live at the peak.
-    pub breakdown: [u64; 6],
+    pub breakdown: [u64; 8],
     pub timeline: Vec<TimelinePoint>,
 }
 
@@ -102,6 +102,9 @@ pub fn reserved_within(
 ) -> Result<Option<Bytes>, PlanError> {
     let mut slots = Slots::new(ev, batch)?;
     let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
+    if ev.side_streams {
+        return side_reserved_within(ev, &mut slots, allocator, alloc_cfg, cap);
+    }
     for e in &ev.events {
         let b = e.buffer as usize;
         if e.alloc {
@@ -116,13 +119,50 @@ pub fn reserved_within(
     Ok(Some(Bytes(allocator.peak_reserved)))
 }
 
+/// [`reserved_within`] with side-stream pools: the side pool's segments count against
+/// the cap with the main pool's (the side pool itself is not capped; the sum is checked).
+fn side_reserved_within(
+    ev: &Events,
+    slots: &mut Slots,
+    mut allocator: CachingAllocator,
+    alloc_cfg: AllocatorConfig,
+    cap: Bytes,
+) -> Result<Option<Bytes>, PlanError> {
+    let mut side = CachingAllocator::new(alloc_cfg);
+    let mut peak = 0u64;
+    for e in &ev.events {
+        let b = e.buffer as usize;
+        let buf = &ev.buffers[b];
+        let pool = if buf.side_stream {
+            &mut side
+        } else {
+            &mut allocator
+        };
+        if e.alloc {
+            slots.handles[b] = pool.malloc_rounded(slots.size_of(buf));
+            let total = allocator.reserved + side.reserved;
+            if allocator.oom || total > cap.0 {
+                return Ok(None);
+            }
+            peak = peak.max(total);
+        } else {
+            pool.free(slots.handles[b]);
+        }
+    }
+    Ok(Some(Bytes(peak)))
+}
+
 /// The live bytes while the events run: in total, per category, and in the allocator.
 struct Run<'e> {
     ev: &'e Events,
     slots: Slots,
     allocator: CachingAllocator,
+    /// The side streams' pool (FSDP2's all-gather / reduce-scatter streams).
+    side: CachingAllocator,
+    /// Peak of the two pools' reserved bytes together.
+    side_peak: u64,
     current: u64,
-    live: [u64; 6],
+    live: [u64; 8],
 }
 
 impl Run<'_> {
@@ -140,11 +180,27 @@ impl Run<'_> {
                 _ => return Err(PlanError::Overflow("allocated bytes")),
             };
             self.live[cat] += size;
-            self.slots.handles[b] = self.allocator.malloc_rounded(size);
+            if self.ev.side_streams {
+                let pool = if buf.side_stream {
+                    &mut self.side
+                } else {
+                    &mut self.allocator
+                };
+                self.slots.handles[b] = pool.malloc_rounded(size);
+                self.side_peak = self
+                    .side_peak
+                    .max(self.allocator.reserved + self.side.reserved);
+            } else {
+                self.slots.handles[b] = self.allocator.malloc_rounded(size);
+            }
         } else {
             self.current -= size;
             self.live[cat] -= size;
-            self.allocator.free(self.slots.handles[b]);
+            if buf.side_stream {
+                self.side.free(self.slots.handles[b]);
+            } else {
+                self.allocator.free(self.slots.handles[b]);
+            }
         }
         Ok(())
     }
@@ -161,8 +217,10 @@ pub fn evaluate(
         ev,
         slots: Slots::new(ev, batch)?,
         allocator: CachingAllocator::new(alloc_cfg),
+        side: CachingAllocator::new(alloc_cfg),
+        side_peak: 0,
         current: 0,
-        live: [0; 6],
+        live: [0; 8],
     };
     let start = ev.measured_start.min(ev.events.len());
     let (before, measured) = ev.events.split_at(start);
@@ -194,7 +252,14 @@ pub fn evaluate(
     }
     Ok(Evaluation {
         peak_allocated: Bytes(peak),
-        peak_reserved: Bytes(run.allocator.peak_reserved.max(peak)),
+        peak_reserved: Bytes(
+            if ev.side_streams {
+                run.side_peak
+            } else {
+                run.allocator.peak_reserved
+            }
+            .max(peak),
+        ),
         peak_phase,
         peak_node,
         breakdown: peak_breakdown,

@@ -20,17 +20,30 @@ pub enum Category {
     Activations,
     /// Activation gradients and temporaries (backward working set, optimizer temporaries, cuBLAS workspace).
     Transient,
+    /// FSDP2 / ZeRO-3: the gathered (unsharded) parameters and their unsharded gradients of
+    /// the units being computed.
+    Unsharded,
+    /// Collective buffers: all-gather outputs, reduce-scatter inputs, DDP reducer buckets,
+    /// ZeRO reduce buckets.
+    Communication,
 }
 
 impl Category {
-    pub const ALL: [Category; 6] = [
+    pub const ALL: [Category; 8] = [
         Category::Parameters,
         Category::Gradients,
         Category::OptimizerState,
         Category::WeightCasts,
         Category::Activations,
         Category::Transient,
+        Category::Unsharded,
+        Category::Communication,
     ];
+
+    /// The categories only a multi-GPU strategy fills (left out of single-GPU breakdowns).
+    pub fn distributed_only(self) -> bool {
+        matches!(self, Category::Unsharded | Category::Communication)
+    }
 
     pub fn label(self) -> &'static str {
         match self {
@@ -40,6 +53,8 @@ impl Category {
             Category::WeightCasts => "Low-precision weight copies",
             Category::Activations => "Activations",
             Category::Transient => "Transient / workspace",
+            Category::Unsharded => "Unsharded params + grads (FSDP)",
+            Category::Communication => "Collective buffers",
         }
     }
 
@@ -80,6 +95,10 @@ pub struct Buffer {
     pub per_sample: u64,
     pub fixed: u64,
     pub category: Category,
+    /// Allocated on a side CUDA stream (FSDP2's all-gather copy-in and reduce-scatter
+    /// streams): the caching allocator keeps such blocks in that stream's own pool, where
+    /// the default stream's requests cannot reuse them.
+    pub side_stream: bool,
 }
 
 /// One allocation or free.
@@ -119,6 +138,8 @@ pub struct Events {
     pub buffers: Vec<Buffer>,
     pub events: Vec<Event>,
     pub measured_start: usize,
+    /// Whether any buffer is on a side stream (evaluation then runs a second pool).
+    pub side_streams: bool,
 }
 
 impl Events {

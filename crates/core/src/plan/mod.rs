@@ -3,6 +3,7 @@
 
 pub mod allocator;
 pub mod config;
+pub mod distributed;
 pub mod eval;
 pub mod events;
 pub mod finetune;
@@ -10,6 +11,7 @@ pub mod finetune_mode;
 pub mod fit;
 pub mod free_bins;
 pub mod gpus;
+pub mod multi_gpu;
 pub mod optimizer;
 pub mod policy;
 pub mod remedies;
@@ -17,6 +19,7 @@ pub mod rules;
 pub mod search;
 pub mod sim;
 pub mod step_kind;
+pub mod strategy_remedies;
 pub mod timing;
 
 use serde::Serialize;
@@ -141,16 +144,20 @@ impl Planner {
             Attention::Sdpa => AttnImpl::Sdpa,
         };
         let graph = preset.build(size, attn)?;
-        let (graph, policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
-        let events = sim::generate(&graph, cfg, &policy, &Constants::default());
+        let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
+        let sim_cfg = distributed_sim_config(cfg, &mut policy);
+        let events = sim::generate(&graph, &sim_cfg, &policy, &Constants::default());
         let trainable = policy.trainable_elems(&graph);
+        let context = DEFAULT_CUDA_CONTEXT
+            .checked_add(cfg.distributed.nccl_bytes())
+            .ok_or(PlanError::Overflow("CUDA context"))?;
         Ok(Planner {
             model: preset.id.clone(),
             graph,
             config: *cfg,
             size,
             events,
-            context: DEFAULT_CUDA_CONTEXT,
+            context,
             trainable,
         })
     }
@@ -184,6 +191,7 @@ impl Planner {
             .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
         let mut breakdown: Vec<Share> = Category::ALL
             .iter()
+            .filter(|c| cfg.distributed.active() || !c.distributed_only())
             .map(|&c| Share {
                 category: category_key(c),
                 label: c.label(),
@@ -221,6 +229,23 @@ impl Planner {
             timeline: e.timeline,
         })
     }
+}
+
+/// The config the simulator runs for a multi-GPU strategy, and the parameter shards in
+/// `policy`: FSDP2 / ZeRO-3 hold 1/world of every parameter; under FSDP2's
+/// `MixedPrecisionPolicy` the model computes in the low dtype (the unsharded copies and the
+/// forward inputs are cast to it), as a pure 16-bit model does, while the sharded
+/// parameters, gradients and optimizer state stay in their storage dtype.
+fn distributed_sim_config(cfg: &TrainConfig, policy: &mut ParamPolicy) -> TrainConfig {
+    let d = cfg.distributed;
+    let mut out = *cfg;
+    if d.strategy.shards_params() {
+        policy.shard_all(d.shards().params);
+    }
+    if d.strategy == distributed::Strategy::Fsdp2 && d.mixed_precision.param_dtype().is_some() {
+        out.precision = Precision::Bf16;
+    }
+    out
 }
 
 /// Plans `preset` under `cfg` (convenience for one-off plans).

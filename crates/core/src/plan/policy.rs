@@ -84,6 +84,13 @@ impl ParamPolicy {
         self.states[p].storage = dtype;
     }
 
+    /// This rank holds `shard` of every parameter (FSDP2, ZeRO-3).
+    pub fn shard_all(&mut self, shard: Shard) {
+        for s in &mut self.states {
+            s.shard = shard;
+        }
+    }
+
     /// Bytes this rank holds of parameter `p` of `elems` elements, in its storage dtype
     /// (the size of the parameter, and of its gradient when it trains).
     pub fn bytes(&self, p: usize, elems: u64) -> u64 {

@@ -170,6 +170,7 @@ pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, Stri
             c,
         ));
     }
+    out.extend(super::strategy_remedies::candidates(cfg));
     out
 }
 

@@ -31,6 +31,12 @@ pub fn category_tip(key: &str) -> &'static str {
         }
         "allocator_overhead" => tips::ALLOCATOR_OVERHEAD,
         "cuda_context" => tips::CUDA_CONTEXT,
+        "unsharded" => {
+            "FSDP2 / ZeRO-3: the gathered full parameters of the blocks being computed (and the root) and their unsharded gradients, transient per block."
+        }
+        "communication" => {
+            "Collective buffers: all-gather outputs, reduce-scatter inputs, DDP reducer buckets, ZeRO reduce buckets."
+        }
         _ => "",
     }
 }

@@ -20,6 +20,9 @@ pub fn format_label(f: Format) -> &'static str {
         Format::Lightning => "Lightning",
         Format::PyTorch => "PyTorch loop",
         Format::Env => "env",
+        Format::Accelerate => "accelerate YAML",
+        Format::Torchrun => "torchrun",
+        Format::Fsdp2 => "FSDP2 snippet",
     }
 }
 
@@ -32,6 +35,9 @@ pub fn suggested_file_name(format: Format, model: &str) -> String {
         Format::Lightning => "trainer_args.json".into(),
         Format::PyTorch => "train.py".into(),
         Format::Env => "vramlab.env".into(),
+        Format::Accelerate => "accelerate_config.yaml".into(),
+        Format::Torchrun => "launch.sh".into(),
+        Format::Fsdp2 => "fsdp2_setup.py".into(),
     }
 }
 

@@ -29,6 +29,7 @@ pub fn inputs_ui(
     ui.separator();
     ui.heading("GPU");
     gpu_ui(state, d, ui, &mut cmd);
+    super::distributed_panel::distributed_section(state, ui, &mut cmd);
     ui.separator();
     custom_ui(state, d, ui, &mut cmd);
     cmd

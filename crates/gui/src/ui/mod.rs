@@ -6,6 +6,7 @@ pub mod answer;
 pub mod breakdown;
 pub mod custom;
 pub mod derived;
+pub mod distributed_panel;
 pub mod doctor;
 pub mod export_panel;
 pub mod fit;

@@ -53,6 +53,8 @@ pub fn category_color(key: &str) -> Color32 {
         "transient" => Color32::from_rgb(226, 196, 40),
         "allocator_overhead" => Color32::from_rgb(150, 150, 150),
         "cuda_context" => Color32::from_rgb(205, 92, 92),
+        "unsharded" => Color32::from_rgb(120, 200, 230),
+        "communication" => Color32::from_rgb(230, 120, 180),
         _ => Color32::from_rgb(120, 120, 200),
     }
 }

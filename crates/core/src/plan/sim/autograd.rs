@@ -349,7 +349,17 @@ impl Sim<'_> {
         // Frozen parameters take no gradient kernel (and no weight-gradient workspace).
         let trainable = node.params.iter().filter(|&&p| self.policy.trainable(p));
         for (k, &p) in trainable.enumerate() {
-            let bytes = self.policy.bytes(p, g.params[p].elems);
+            let bytes = if self.dist.units {
+                // FSDP2 / ZeRO-3: autograd writes the unsharded gradient.
+                self.unsharded_grad_bytes(p)
+            } else if self.dist.grads_in_buckets || self.dist.grads_dropped {
+                // DDP bucket views / ZeRO-2's reduce bucket: no gradient of its own.
+                0
+            } else {
+                self.policy.bytes(p, g.params[p].elems)
+            };
+            // The unit's post-backward takes the unsharded gradients of every micro-step.
+            let first_micro = first_micro || self.dist.units;
             let low = if r.casts_params {
                 let lb = g.params[p].elems * self.prec.compute_dtype().size();
                 Some(self.alloc(0, lb, Category::Transient, 1))
@@ -426,6 +436,29 @@ impl Sim<'_> {
         }
     }
 
+    /// FSDP2 / ZeRO-3 forward hooks around node `n`: the root is unsharded when the model
+    /// is called, a block before its first op; a block is resharded after its last op when
+    /// `reshard_after_forward`.
+    fn forward_unit_hooks(&mut self, n: usize, before: bool) {
+        let nodes = &self.g.nodes;
+        let b = nodes[n].block;
+        if before {
+            if n == 0 {
+                self.unshard(self.dist.root());
+            }
+            if let Some(b) = b
+                && (n == 0 || nodes[n - 1].block != Some(b))
+            {
+                self.unshard(b as usize);
+            }
+        } else if let Some(b) = b
+            && self.dist.reshard
+            && (n + 1 == nodes.len() || nodes[n + 1].block != Some(b))
+        {
+            self.reshard(b as usize);
+        }
+    }
+
     pub(super) fn micro_step(&mut self, micro: u16) {
         let g = self.g;
         self.micro = micro;
@@ -446,8 +479,14 @@ impl Sim<'_> {
                     self.block_inputs[b as usize] = ins;
                 }
             }
+            if self.dist.units {
+                self.forward_unit_hooks(n, true);
+            }
             let keep = !self.in_ckpt_block(n);
             self.forward_node(n, keep, consumers);
+            if self.dist.units {
+                self.forward_unit_hooks(n, false);
+            }
         }
         self.node = NO_NODE;
         // `loss = model(**batch).loss`: the output object dies with the expression.
@@ -466,25 +505,41 @@ impl Sim<'_> {
         self.phase = Phase::Backward;
         let first = micro == 0;
         let mut n = count;
+        if self.dist.units {
+            // The root's pre-backward prefetches the last block.
+            let last = g.block_count() as usize;
+            self.unshard(last.saturating_sub(1));
+        }
         while n > 0 {
             n -= 1;
             if let Some(b) = g.nodes[n].block
-                && self.ckpt
                 && (n + 1 == count || g.nodes[n + 1].block != Some(b))
             {
-                self.recompute_block(b);
+                if self.dist.units {
+                    // Pre-backward: this block, and the prefetch of the one before it.
+                    self.unshard(b as usize);
+                    if b > 0 {
+                        self.unshard(b as usize - 1);
+                    }
+                }
+                if self.ckpt {
+                    self.recompute_block(b);
+                }
             }
             self.backward_node(n, first);
             if let Some(b) = g.nodes[n].block
-                && self.ckpt
                 && (n == 0 || g.nodes[n - 1].block != Some(b))
             {
-                for buf in std::mem::take(&mut self.block_inputs[b as usize]) {
-                    self.release(buf);
+                if self.ckpt {
+                    for buf in std::mem::take(&mut self.block_inputs[b as usize]) {
+                        self.release(buf);
+                    }
                 }
+                self.post_backward(b as usize);
             }
         }
         self.node = NO_NODE;
+        self.finish_backward();
         for b in std::mem::take(&mut self.pinned) {
             self.release(b);
         }

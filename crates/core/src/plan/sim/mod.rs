@@ -12,6 +12,7 @@
 
 mod autograd;
 mod checkpoint;
+mod dist;
 mod eval_step;
 mod optimizer_step;
 
@@ -80,6 +81,8 @@ struct Sim<'g> {
     model_output: Option<usize>,
     /// Set while recomputing a checkpointed block.
     recomputing: bool,
+    /// The multi-GPU strategy's per-rank state (inactive on one GPU).
+    dist: dist::DistSim,
 }
 
 /// `Event::node` outside any node (setup, zero_grad, the optimizer step).
@@ -91,6 +94,7 @@ impl<'g> Sim<'g> {
             per_sample,
             fixed,
             category,
+            side_stream: false,
         });
         self.refs.push(0);
         let id = (self.buffers.len() - 1) as u32;
@@ -183,6 +187,7 @@ impl<'g> Sim<'g> {
                 self.release(b);
             }
         }
+        self.zero_sharded_grads();
         let micros = self.cfg.accum.min(2) as u16;
         for m in 0..micros {
             self.micro_step(m);
@@ -279,10 +284,14 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
+        dist: dist::DistSim::new(g, &cfg.distributed, policy),
     };
-    for (i, p) in g.params.iter().enumerate() {
-        sim.alloc(0, policy.bytes(i, p.elems), Category::Parameters, 1);
+    if !sim.dist.offload_params {
+        for (i, p) in g.params.iter().enumerate() {
+            sim.alloc(0, policy.bytes(i, p.elems), Category::Parameters, 1);
+        }
     }
+    sim.setup_buffers();
     sim.step(true);
     // cuBLAS workspace: created with the first matmul, kept for the process.
     sim.phase = Phase::Setup;
@@ -300,10 +309,12 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
     } else {
         sim.step(false);
     }
+    let side_streams = sim.buffers.iter().any(|b| b.side_stream);
     Events {
         buffers: sim.buffers,
         events: sim.events,
         measured_start,
+        side_streams,
     }
 }
 

@@ -21,18 +21,28 @@ impl Sim<'_> {
                 .enumerate()
                 .filter(|&(i, _)| policy.trainable(i))
         };
+        // Offloaded: the state lives and steps on the CPU.
+        if self.dist.offload_state {
+            return;
+        }
+        // ZeRO-1/2 partition the state (and the step) without sharding the parameters.
+        let state_shard = self.dist.state_shard;
         if create_state {
             for (i, p) in trainable() {
                 let st = policy.state(i);
+                let shard = state_shard.unwrap_or(st.shard);
                 for &bytes in state_bytes(opt, p, st.storage).parts() {
-                    self.alloc(0, st.shard.of(bytes), Category::OptimizerState, 1);
+                    self.alloc(0, shard.of(bytes), Category::OptimizerState, 1);
                 }
             }
         }
         let mut temps = Vec::new();
         for wave in step_waves(opt) {
             for (i, p) in trainable().filter(|(_, p)| wave.includes(p)) {
-                let bytes = policy.bytes(i, p.elems);
+                let bytes = match state_shard {
+                    Some(s) => s.of(p.elems * policy.state(i).storage.size()),
+                    None => policy.bytes(i, p.elems),
+                };
                 temps.push(self.alloc(0, bytes, Category::Transient, 1));
             }
             for b in temps.drain(..) {

@@ -1,0 +1,534 @@
+//! More than one GPU, as plain configuration data: the world (nodes × GPUs per node), the
+//! data-parallel strategy (DDP, ZeRO-1/2/3, FSDP2), CPU offload, FSDP2's
+//! `reshard_after_forward` and `MixedPrecisionPolicy`, and the communication bucket sizes.
+//! [`super::TrainConfig::distributed`] carries it; absent means one GPU. What each strategy
+//! costs one rank is [`DistPlan`]'s: which parts of the model states this rank holds (a
+//! [`Shard`] each) and the collective buffers the simulator adds.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use super::PlanError;
+use super::config::DType;
+use super::policy::Shard;
+use crate::units::Bytes;
+
+/// How the model states are split over the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum Strategy {
+    /// One GPU (or independent replicas): no communication.
+    #[default]
+    #[serde(rename = "none")]
+    None,
+    /// `DistributedDataParallel`: replicated states, gradient buckets all-reduced.
+    #[serde(rename = "ddp")]
+    Ddp,
+    /// ZeRO stage 1 (`ZeroRedundancyOptimizer`, DeepSpeed stage 1): optimizer state partitioned.
+    #[serde(rename = "zero1")]
+    Zero1,
+    /// ZeRO stage 2: optimizer state and gradients partitioned (FSDP1 `SHARD_GRAD_OP`).
+    #[serde(rename = "zero2")]
+    Zero2,
+    /// ZeRO stage 3: parameters too, gathered per layer.
+    #[serde(rename = "zero3")]
+    Zero3,
+    /// FSDP2 `fully_shard` per block + root (FSDP1 `FULL_SHARD` uses the same memory).
+    #[serde(rename = "fsdp2")]
+    Fsdp2,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 6] = [
+        Strategy::None,
+        Strategy::Ddp,
+        Strategy::Zero1,
+        Strategy::Zero2,
+        Strategy::Zero3,
+        Strategy::Fsdp2,
+    ];
+    /// The strategies of a world of more than one GPU.
+    pub const MULTI: [Strategy; 5] = [
+        Strategy::Ddp,
+        Strategy::Zero1,
+        Strategy::Zero2,
+        Strategy::Fsdp2,
+        Strategy::Zero3,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+            Strategy::Ddp => "ddp",
+            Strategy::Zero1 => "zero1",
+            Strategy::Zero2 => "zero2",
+            Strategy::Zero3 => "zero3",
+            Strategy::Fsdp2 => "fsdp2",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Strategy::None => "Single GPU",
+            Strategy::Ddp => "DDP",
+            Strategy::Zero1 => "ZeRO-1",
+            Strategy::Zero2 => "ZeRO-2",
+            Strategy::Zero3 => "ZeRO-3",
+            Strategy::Fsdp2 => "FSDP2",
+        }
+    }
+
+    /// Whether parameters are sharded and gathered per unit (FSDP2, ZeRO-3).
+    pub fn shards_params(self) -> bool {
+        matches!(self, Strategy::Zero3 | Strategy::Fsdp2)
+    }
+
+    /// Whether gradients are sharded (reduce-scattered).
+    pub fn shards_grads(self) -> bool {
+        matches!(self, Strategy::Zero2 | Strategy::Zero3 | Strategy::Fsdp2)
+    }
+
+    /// Whether optimizer state is sharded.
+    pub fn shards_state(self) -> bool {
+        !matches!(self, Strategy::None | Strategy::Ddp)
+    }
+
+    /// DeepSpeed's ZeRO stage (0 for DDP and one GPU).
+    pub fn zero_stage(self) -> u8 {
+        match self {
+            Strategy::Zero1 => 1,
+            Strategy::Zero2 => 2,
+            Strategy::Zero3 | Strategy::Fsdp2 => 3,
+            Strategy::None | Strategy::Ddp => 0,
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Aliases accepted besides the canonical names: FSDP1's sharding strategies where their
+/// memory is the same.
+const STRATEGY_ALIASES: [(&str, Strategy); 6] = [
+    ("single", Strategy::None),
+    ("zero", Strategy::Zero2),
+    ("fsdp", Strategy::Fsdp2),
+    ("full_shard", Strategy::Fsdp2),
+    ("shard_grad_op", Strategy::Zero2),
+    ("no_shard", Strategy::Ddp),
+];
+
+impl FromStr for Strategy {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        let t = s.trim().to_ascii_lowercase().replace('-', "_");
+        if let Some(st) = Strategy::ALL
+            .into_iter()
+            .find(|st| st.as_str() == t.replace('_', ""))
+        {
+            return Ok(st);
+        }
+        STRATEGY_ALIASES
+            .iter()
+            .find(|(a, _)| *a == t)
+            .map(|&(_, st)| st)
+            .ok_or_else(|| PlanError::Field {
+                field: "strategy",
+                reason: format!(
+                    "unknown `{s}`{} (known: none, ddp, zero1, zero2, zero3, fsdp2; aliases full_shard, shard_grad_op, no_shard)",
+                    closest(&t, &STRATEGY_NAMES)
+                ),
+            })
+    }
+}
+
+const STRATEGY_NAMES: [&str; 6] = ["none", "ddp", "zero1", "zero2", "zero3", "fsdp2"];
+
+/// " (did you mean `x`?)" for the closest of `names` by edit distance, or nothing.
+fn closest(s: &str, names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| (crate::names::edit_distance(s, n), *n))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, n)| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default()
+}
+
+/// What is moved to host memory (DeepSpeed `offload_optimizer` / `offload_param`, FSDP
+/// `CPUOffloadPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum Offload {
+    #[default]
+    #[serde(rename = "none")]
+    None,
+    /// The optimizer state (and its fp32 master weights) lives and steps on the CPU.
+    #[serde(rename = "optimizer")]
+    Optimizer,
+    /// The parameters too (ZeRO-3 / FSDP2 only): gathered from host memory per unit.
+    #[serde(rename = "params")]
+    Params,
+}
+
+impl Offload {
+    pub const ALL: [Offload; 3] = [Offload::None, Offload::Optimizer, Offload::Params];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Offload::None => "none",
+            Offload::Optimizer => "optimizer",
+            Offload::Params => "params",
+        }
+    }
+}
+
+impl FromStr for Offload {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "none" | "no" => Ok(Offload::None),
+            "optimizer" | "opt" | "optim" => Ok(Offload::Optimizer),
+            "params" | "param" | "parameters" => Ok(Offload::Params),
+            _ => Err(PlanError::Field {
+                field: "offload",
+                reason: format!(
+                    "unknown `{s}`{} (known: none, optimizer, params)",
+                    closest(&t, &["none", "optimizer", "params"])
+                ),
+            }),
+        }
+    }
+}
+
+/// FSDP2's `MixedPrecisionPolicy(param_dtype=…, reduce_dtype=float32)`: fp32 sharded
+/// parameters, low-precision unsharded compute copies, fp32 gradient reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum FsdpMixedPrecision {
+    /// No policy: unsharded parameters in their storage dtype.
+    #[default]
+    #[serde(rename = "none")]
+    None,
+    #[serde(rename = "bf16")]
+    Bf16,
+    #[serde(rename = "fp16")]
+    Fp16,
+}
+
+impl FsdpMixedPrecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsdpMixedPrecision::None => "none",
+            FsdpMixedPrecision::Bf16 => "bf16",
+            FsdpMixedPrecision::Fp16 => "fp16",
+        }
+    }
+
+    /// The dtype of the unsharded compute copies (`param_dtype`), if set.
+    pub fn param_dtype(self) -> Option<DType> {
+        match self {
+            FsdpMixedPrecision::None => None,
+            FsdpMixedPrecision::Bf16 => Some(DType::BF16),
+            FsdpMixedPrecision::Fp16 => Some(DType::F16),
+        }
+    }
+}
+
+impl FromStr for FsdpMixedPrecision {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "fp32" | "off" => Ok(FsdpMixedPrecision::None),
+            "bf16" | "bfloat16" => Ok(FsdpMixedPrecision::Bf16),
+            "fp16" | "float16" | "half" => Ok(FsdpMixedPrecision::Fp16),
+            other => Err(PlanError::Field {
+                field: "fsdp_mixed_precision",
+                reason: format!(
+                    "unknown `{s}`{} (known: none, bf16, fp16)",
+                    closest(other, &["none", "bf16", "fp16"])
+                ),
+            }),
+        }
+    }
+}
+
+/// DeepSpeed's defaults (`runtime/zero/config.py`): `reduce_bucket_size`,
+/// `allgather_bucket_size` 5e8 elements; `stage3_prefetch_bucket_size` 5e7;
+/// `stage3_max_live_parameters` 1e9; `stage3_param_persistence_threshold` 1e5.
+pub const DS_BUCKET_ELEMS: u64 = 500_000_000;
+pub const DS_PREFETCH_ELEMS: u64 = 50_000_000;
+pub const DS_MAX_LIVE_PARAMS: u64 = 1_000_000_000;
+pub const DS_PERSISTENCE_THRESHOLD: u64 = 100_000;
+
+/// NCCL's own device memory per process, outside PyTorch's caching allocator (what
+/// `nvidia-smi` shows beyond reserved + CUDA context): channel buffers (`NCCL_BUFFSIZE`
+/// 4 MiB × protocols × channels × peers) and the communicator's internal state. A
+/// documented figure, not measured here: ~0.3–0.6 GiB per communicator on 8-GPU NVLink
+/// nodes (NCCL 2.2x); 0 for one GPU.
+pub const NCCL_BUFFERS_PER_PEER: Bytes = Bytes(64 << 20);
+/// The cap of [`NCCL_BUFFERS_PER_PEER`] × peers.
+pub const NCCL_BUFFERS_MAX: Bytes = Bytes(512 << 20);
+
+/// The multi-GPU setup of a training run. The default is one GPU, no strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Distributed {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub strategy: Strategy,
+    pub offload: Offload,
+    /// FSDP2 `reshard_after_forward` (False keeps the unsharded parameters from forward to
+    /// backward, like ZeRO-2).
+    pub reshard_after_forward: bool,
+    pub mixed_precision: FsdpMixedPrecision,
+    /// DDP `bucket_cap_mb` (25; the first bucket is 1 MiB, `dist._DEFAULT_FIRST_BUCKET_BYTES`).
+    pub bucket_cap_mb: u64,
+    /// DDP `gradient_as_bucket_view`: gradients are views into the buckets (no second copy).
+    pub gradient_as_bucket_view: bool,
+    /// DeepSpeed `reduce_bucket_size` / `allgather_bucket_size` (elements).
+    pub zero_bucket_elems: u64,
+    /// DeepSpeed `stage3_prefetch_bucket_size` (elements).
+    pub prefetch_elems: u64,
+    /// DeepSpeed `stage3_max_live_parameters` (elements).
+    pub max_live_params: u64,
+}
+
+impl Default for Distributed {
+    fn default() -> Self {
+        Distributed {
+            nodes: 1,
+            gpus_per_node: 1,
+            strategy: Strategy::None,
+            offload: Offload::None,
+            reshard_after_forward: true,
+            mixed_precision: FsdpMixedPrecision::None,
+            bucket_cap_mb: 25,
+            gradient_as_bucket_view: false,
+            zero_bucket_elems: DS_BUCKET_ELEMS,
+            prefetch_elems: DS_PREFETCH_ELEMS,
+            max_live_params: DS_MAX_LIVE_PARAMS,
+        }
+    }
+}
+
+/// The largest world accepted.
+pub const MAX_WORLD: u64 = 1 << 16;
+
+impl Distributed {
+    /// One GPU, no strategy: plans exactly as before this setting existed.
+    pub fn is_single(&self) -> bool {
+        *self == Distributed::default()
+    }
+
+    /// A world of `gpus` on one node with `strategy`.
+    pub fn new(gpus: u32, strategy: Strategy) -> Distributed {
+        Distributed {
+            gpus_per_node: gpus,
+            strategy,
+            ..Distributed::default()
+        }
+    }
+
+    /// Ranks in the world.
+    pub fn world(&self) -> u64 {
+        u64::from(self.nodes) * u64::from(self.gpus_per_node)
+    }
+
+    /// Whether the setup changes what one rank holds.
+    pub fn active(&self) -> bool {
+        self.strategy != Strategy::None
+    }
+
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.nodes == 0 || self.gpus_per_node == 0 {
+            return Err(PlanError::Field {
+                field: if self.nodes == 0 { "nodes" } else { "gpus" },
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.world() > MAX_WORLD {
+            return Err(PlanError::Field {
+                field: "gpus",
+                reason: format!("a world of {} is larger than {MAX_WORLD}", self.world()),
+            });
+        }
+        if self.offload == Offload::Params && !self.strategy.shards_params() {
+            return Err(PlanError::Field {
+                field: "offload",
+                reason: format!(
+                    "params offload needs a strategy that shards parameters (zero3 or fsdp2), not {}",
+                    self.strategy
+                ),
+            });
+        }
+        if self.offload != Offload::None && !self.strategy.shards_state() {
+            return Err(PlanError::Field {
+                field: "offload",
+                reason: format!(
+                    "offload needs a ZeRO or FSDP strategy (zero1, zero2, zero3, fsdp2), not {}",
+                    self.strategy
+                ),
+            });
+        }
+        if self.bucket_cap_mb == 0 {
+            return Err(PlanError::Field {
+                field: "bucket_cap_mb",
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The shard of each model state this rank holds.
+    pub fn shards(&self) -> Shards {
+        let part = Shard {
+            num: 1,
+            den: self.world().max(1),
+        };
+        let pick = |yes: bool| if yes { part } else { Shard::WHOLE };
+        let st = self.strategy;
+        Shards {
+            params: pick(st.shards_params()),
+            grads: pick(st.shards_grads()),
+            state: pick(st.shards_state()),
+        }
+    }
+
+    /// NCCL's buffers outside the caching allocator for this world (see
+    /// [`NCCL_BUFFERS_PER_PEER`]).
+    pub fn nccl_bytes(&self) -> Bytes {
+        if !self.active() || self.world() <= 1 {
+            return Bytes::ZERO;
+        }
+        let peers = self.world() - 1;
+        Bytes(
+            NCCL_BUFFERS_PER_PEER
+                .0
+                .saturating_mul(peers)
+                .min(NCCL_BUFFERS_MAX.0),
+        )
+    }
+
+    /// A one-line description ("4 × GPU, fsdp2, bf16 compute, reshard").
+    pub fn describe(&self) -> String {
+        let mut s = if self.nodes > 1 {
+            format!(
+                "{} nodes × {} GPUs, {}",
+                self.nodes,
+                self.gpus_per_node,
+                self.strategy.label()
+            )
+        } else {
+            format!("{} GPUs, {}", self.gpus_per_node, self.strategy.label())
+        };
+        if self.strategy == Strategy::Fsdp2 {
+            if let Some(d) = self.mixed_precision.param_dtype() {
+                s.push_str(&format!(", {d:?} compute copies").to_lowercase());
+            }
+            if !self.reshard_after_forward {
+                s.push_str(", no reshard after forward");
+            }
+        }
+        if self.strategy == Strategy::Ddp && self.gradient_as_bucket_view {
+            s.push_str(", gradient_as_bucket_view");
+        }
+        if self.offload != Offload::None {
+            s.push_str(&format!(", {} offloaded to CPU", self.offload.as_str()));
+        }
+        s
+    }
+}
+
+/// The part of each model state one rank holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shards {
+    pub params: Shard,
+    pub grads: Shard,
+    pub state: Shard,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_single_and_serializes_round_trip() {
+        let d = Distributed::default();
+        assert!(d.is_single());
+        assert_eq!(d.world(), 1);
+        let j = serde_json::to_string(&Distributed::new(8, Strategy::Fsdp2)).expect("json");
+        let back: Distributed = serde_json::from_str(&j).expect("parse");
+        assert_eq!(back.world(), 8);
+        assert_eq!(back.strategy, Strategy::Fsdp2);
+    }
+
+    #[test]
+    fn names_and_aliases_parse_and_misspellings_suggest() {
+        assert_eq!("FSDP2".parse::<Strategy>().ok(), Some(Strategy::Fsdp2));
+        assert_eq!("full_shard".parse::<Strategy>().ok(), Some(Strategy::Fsdp2));
+        assert_eq!(
+            "SHARD_GRAD_OP".parse::<Strategy>().ok(),
+            Some(Strategy::Zero2)
+        );
+        assert_eq!("zero-3".parse::<Strategy>().ok(), Some(Strategy::Zero3));
+        let e = "zer03"
+            .parse::<Strategy>()
+            .expect_err("unknown")
+            .to_string();
+        assert!(e.contains("strategy") && e.contains("zero3"), "{e}");
+        let e = "optimzer"
+            .parse::<Offload>()
+            .expect_err("unknown")
+            .to_string();
+        assert!(e.contains("offload") && e.contains("optimizer"), "{e}");
+        assert_eq!(
+            "bf16".parse::<FsdpMixedPrecision>().ok(),
+            Some(FsdpMixedPrecision::Bf16)
+        );
+    }
+
+    #[test]
+    fn shards_follow_the_strategy() {
+        let z1 = Distributed::new(4, Strategy::Zero1).shards();
+        assert_eq!(z1.params, Shard::WHOLE);
+        assert_eq!(z1.grads, Shard::WHOLE);
+        assert_eq!(z1.state, Shard { num: 1, den: 4 });
+        let z2 = Distributed::new(4, Strategy::Zero2).shards();
+        assert_eq!(z2.grads, Shard { num: 1, den: 4 });
+        assert_eq!(z2.params, Shard::WHOLE);
+        let f = Distributed::new(8, Strategy::Fsdp2).shards();
+        assert_eq!(f.params, Shard { num: 1, den: 8 });
+        let d = Distributed::new(8, Strategy::Ddp).shards();
+        assert_eq!(d.state, Shard::WHOLE);
+    }
+
+    #[test]
+    fn invalid_setups_name_the_field() {
+        let mut d = Distributed::new(4, Strategy::Ddp);
+        d.offload = Offload::Optimizer;
+        assert!(
+            d.validate()
+                .expect_err("ddp offload")
+                .to_string()
+                .contains("offload")
+        );
+        let mut d = Distributed::new(4, Strategy::Zero2);
+        d.offload = Offload::Params;
+        assert!(
+            d.validate()
+                .expect_err("params")
+                .to_string()
+                .contains("zero3")
+        );
+        let d = Distributed::new(0, Strategy::Fsdp2);
+        assert!(
+            d.validate()
+                .expect_err("zero gpus")
+                .to_string()
+                .contains("gpus")
+        );
+    }
+}

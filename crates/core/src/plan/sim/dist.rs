@@ -1,0 +1,325 @@
+//! More than one GPU in the simulator: what one rank allocates under DDP, ZeRO and FSDP2
+//! ([`crate::plan::distributed`]). FSDP2 (`torch/distributed/fsdp/_fully_shard/`), per unit
+//! (each block, then the root with everything else):
+//!
+//! - unshard (`FSDPParamGroup.unshard` → `foreach_all_gather`): the all-gather output, one
+//!   flat buffer of world × the unit's padded shards in the compute dtype (with a
+//!   `MixedPrecisionPolicy`, the shards are cast to it first), then each parameter's
+//!   unsharded tensor, copied out of it (`foreach_all_gather_copy_out`); the output dies;
+//! - forward: a block's parameters are resharded after its forward when
+//!   `reshard_after_forward`; the root's never are (FSDP2 does not reshard the root);
+//! - backward: a unit's pre-backward unshards it and prefetches the next one (the block
+//!   before it), so two blocks and the root are unsharded while a block's backward runs;
+//!   autograd writes unsharded gradients in the compute dtype;
+//! - post-backward: reshard, wait for the previous reduce-scatter and free its input, then
+//!   the reduce-scatter input (world × the padded shards in the reduce dtype), the copy-in,
+//!   the unsharded gradients freed, and the output: the unit's sharded gradients (added to
+//!   and freed under accumulation). The root's post-backward comes last; the last
+//!   reduce-scatter input is freed at the end of backward.
+//!
+//! ZeRO-3 is planned with the same unit walk. DDP adds the reducer's buckets at
+//! construction (`bucket_cap_mb`, the first bucket 1 MiB, in reverse parameter order);
+//! with `gradient_as_bucket_view` the gradients are views into them. ZeRO-1/2 partition
+//! the optimizer state (and, stage 2, the gradients, through a reduce bucket).
+
+use super::Sim;
+use crate::model::ir::Graph;
+use crate::plan::config::DType;
+use crate::plan::distributed::{Distributed, Offload, Strategy};
+use crate::plan::events::Category;
+use crate::plan::policy::{ParamPolicy, Shard};
+
+/// DDP's first bucket (`dist._DEFAULT_FIRST_BUCKET_BYTES`).
+const DDP_FIRST_BUCKET: u64 = 1 << 20;
+
+/// The per-rank simulation state of a strategy.
+#[derive(Debug, Default)]
+pub(super) struct DistSim {
+    /// FSDP2 / ZeRO-3 unit walk.
+    pub(super) units: bool,
+    pub(super) world: u64,
+    pub(super) strategy: Strategy,
+    /// The parameters of each unit (blocks first; the root, everything else, last).
+    unit_params: Vec<Vec<usize>>,
+    /// dtype of the unsharded parameters and their gradients.
+    pub(super) unsharded: Option<DType>,
+    reduce: Option<DType>,
+    pub(super) reshard: bool,
+    /// Live unsharded parameter buffers per unit.
+    live: Vec<Vec<u32>>,
+    rs_pending: Option<u32>,
+    /// The sharded gradients of each unit (one flat reduce-scatter output).
+    sharded_grad: Vec<Option<u32>>,
+    pub(super) grad_shard: Option<Shard>,
+    pub(super) state_shard: Option<Shard>,
+    pub(super) offload_state: bool,
+    pub(super) offload_params: bool,
+    /// DDP with `gradient_as_bucket_view`: gradients live in the buckets.
+    pub(super) grads_in_buckets: bool,
+    /// ZeRO-2: full gradients are reduced through the bucket and dropped.
+    pub(super) grads_dropped: bool,
+}
+
+impl DistSim {
+    pub(super) fn new(g: &Graph, d: &Distributed, policy: &ParamPolicy) -> DistSim {
+        if !d.active() {
+            return DistSim::default();
+        }
+        let blocks = g.block_count() as usize;
+        let root = blocks;
+        let mut unit_of = vec![usize::MAX; g.params.len()];
+        for node in &g.nodes {
+            for &p in &node.params {
+                if unit_of[p] == usize::MAX {
+                    unit_of[p] = node.block.map_or(root, |b| b as usize);
+                }
+            }
+        }
+        let mut unit_params = vec![Vec::new(); blocks + 1];
+        for (p, u) in unit_of.iter_mut().enumerate() {
+            if *u == usize::MAX {
+                *u = root;
+            }
+            unit_params[*u].push(p);
+        }
+        let sh = d.shards();
+        let units = d.strategy.shards_params();
+        let storage = (!policy.is_empty()).then(|| policy.state(0).storage);
+        let mp = if d.strategy == Strategy::Fsdp2 {
+            d.mixed_precision.param_dtype()
+        } else {
+            None
+        };
+        DistSim {
+            units,
+            world: d.world().max(1),
+            strategy: d.strategy,
+            unit_params,
+            unsharded: mp.or(storage),
+            // MixedPrecisionPolicy(reduce_dtype=float32); without one, the parameter dtype.
+            reduce: if mp.is_some() {
+                Some(DType::F32)
+            } else {
+                storage
+            },
+            reshard: d.reshard_after_forward || d.strategy == Strategy::Zero3,
+            live: vec![Vec::new(); blocks + 1],
+            rs_pending: None,
+            sharded_grad: vec![None; blocks + 1],
+            grad_shard: (sh.grads != Shard::WHOLE).then_some(sh.grads),
+            state_shard: (sh.state != Shard::WHOLE).then_some(sh.state),
+            offload_state: d.offload != Offload::None,
+            offload_params: d.offload == Offload::Params,
+            grads_in_buckets: d.strategy == Strategy::Ddp && d.gradient_as_bucket_view,
+            grads_dropped: d.strategy == Strategy::Zero2,
+        }
+    }
+
+    pub(super) fn root(&self) -> usize {
+        self.unit_params.len().saturating_sub(1)
+    }
+}
+
+impl Sim<'_> {
+    fn padded(&self, elems: u64) -> u64 {
+        let w = self.dist.world;
+        elems.div_ceil(w) * w
+    }
+
+    /// Bytes of the unsharded gradient of parameter `p` (FSDP2 / ZeRO-3).
+    pub(super) fn unsharded_grad_bytes(&self, p: usize) -> u64 {
+        let d = self.dist.unsharded.unwrap_or(DType::F32);
+        self.g.params[p].elems * d.size()
+    }
+
+    /// `FSDPParamGroup.unshard` of unit `u` (nothing when it is unsharded already).
+    pub(super) fn unshard(&mut self, u: usize) {
+        if !self.dist.units || u >= self.dist.live.len() || !self.dist.live[u].is_empty() {
+            return;
+        }
+        let params = self.dist.unit_params[u].clone();
+        if params.is_empty() {
+            return;
+        }
+        let dt = self.dist.unsharded.unwrap_or(DType::F32);
+        let elems: u64 = params
+            .iter()
+            .map(|&p| self.padded(self.g.params[p].elems))
+            .sum();
+        let storage = self.policy.state(params[0]).storage;
+        // MixedPrecisionPolicy: each shard cast to the compute dtype before the copy-in.
+        let cast = (dt != storage).then(|| {
+            self.alloc(
+                0,
+                elems / self.dist.world * dt.size(),
+                Category::Transient,
+                1,
+            )
+        });
+        // Allocated in the all-gather copy-in stream.
+        let out = self.alloc(0, elems * dt.size(), Category::Communication, 1);
+        self.on_side_stream(out);
+        if let Some(c) = cast {
+            self.release(c);
+        }
+        let mut live = Vec::with_capacity(params.len());
+        for &p in &params {
+            live.push(self.alloc(
+                0,
+                self.g.params[p].elems * dt.size(),
+                Category::Unsharded,
+                1,
+            ));
+        }
+        self.release(out);
+        self.dist.live[u] = live;
+    }
+
+    fn on_side_stream(&mut self, b: u32) {
+        if let Some(buf) = self.buffers.get_mut(b as usize) {
+            buf.side_stream = true;
+        }
+    }
+
+    /// `FSDPParamGroup.reshard` of unit `u`.
+    pub(super) fn reshard(&mut self, u: usize) {
+        if u < self.dist.live.len() {
+            for b in std::mem::take(&mut self.dist.live[u]) {
+                self.release(b);
+            }
+        }
+    }
+
+    /// `FSDPParamGroup.post_backward` of unit `u`: reshard, reduce-scatter the gradients.
+    pub(super) fn post_backward(&mut self, u: usize) {
+        if !self.dist.units || u >= self.dist.live.len() {
+            return;
+        }
+        self.reshard(u);
+        let params = self.dist.unit_params[u].clone();
+        let with_grad: Vec<usize> = params
+            .iter()
+            .copied()
+            .filter(|&p| self.param_grad[p].is_some())
+            .collect();
+        if with_grad.is_empty() {
+            return;
+        }
+        if let Some(prev) = self.dist.rs_pending.take() {
+            self.release(prev);
+        }
+        let rd = self.dist.reduce.unwrap_or(DType::F32);
+        let elems: u64 = with_grad
+            .iter()
+            .map(|&p| self.padded(self.g.params[p].elems))
+            .sum();
+        let input = self.alloc(0, elems * rd.size(), Category::Communication, 1);
+        for &p in &with_grad {
+            if let Some(b) = self.param_grad[p].take() {
+                self.release(b);
+            }
+        }
+        let out = self.alloc(
+            0,
+            elems / self.dist.world * rd.size(),
+            Category::Gradients,
+            1,
+        );
+        if self.dist.sharded_grad[u].is_none() {
+            self.dist.sharded_grad[u] = Some(out);
+        } else {
+            self.release(out);
+        }
+        self.dist.rs_pending = Some(input);
+    }
+
+    /// The end of backward: the root's post-backward, the last reduce-scatter waited for.
+    pub(super) fn finish_backward(&mut self) {
+        if !self.dist.units {
+            return;
+        }
+        let root = self.dist.root();
+        self.post_backward(root);
+        for u in 0..self.dist.live.len() {
+            self.reshard(u);
+        }
+        if let Some(prev) = self.dist.rs_pending.take() {
+            self.release(prev);
+        }
+    }
+
+    /// `zero_grad(set_to_none=True)` of the sharded gradients.
+    pub(super) fn zero_sharded_grads(&mut self) {
+        for u in 0..self.dist.sharded_grad.len() {
+            if let Some(b) = self.dist.sharded_grad[u].take() {
+                self.release(b);
+            }
+        }
+    }
+
+    /// Buffers a strategy creates with the model: DDP's reducer buckets, ZeRO-2's reduce
+    /// bucket and partitioned gradients.
+    pub(super) fn setup_buffers(&mut self) {
+        let g = self.g;
+        match self.dist.strategy {
+            Strategy::Ddp => {
+                let cap = self.cfg.distributed.bucket_cap_mb.saturating_mul(1 << 20);
+                let mut limit = DDP_FIRST_BUCKET;
+                let mut size = 0u64;
+                for p in (0..g.params.len())
+                    .rev()
+                    .filter(|&p| self.policy.trainable(p))
+                {
+                    size += self.policy.bytes(p, g.params[p].elems);
+                    if size >= limit {
+                        self.alloc(0, size, Category::Communication, 1);
+                        size = 0;
+                        limit = cap;
+                    }
+                }
+                if size > 0 {
+                    self.alloc(0, size, Category::Communication, 1);
+                }
+            }
+            Strategy::Zero2 => {
+                let total: u64 = (0..g.params.len())
+                    .filter(|&p| self.policy.trainable(p))
+                    .map(|p| g.params[p].elems)
+                    .sum();
+                let dt = if self.policy.is_empty() {
+                    DType::F32
+                } else {
+                    self.policy.state(0).storage
+                };
+                let bucket = total.min(self.cfg.distributed.zero_bucket_elems);
+                self.alloc(0, bucket * dt.size(), Category::Communication, 1);
+                let shard = self.dist.grad_shard.unwrap_or(Shard::WHOLE);
+                self.alloc(0, shard.of(total * dt.size()), Category::Gradients, 1);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The unit walk's hooks are placed by the forward and backward loops
+/// ([`super::autograd`]); this checks the unit bookkeeping on a real graph.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::families::transformer::AttnImpl;
+    use crate::plan::config::Precision;
+
+    #[test]
+    fn every_parameter_has_one_unit_and_the_root_is_last() {
+        let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+        let pol = ParamPolicy::full(&g, Precision::Fp32);
+        let d = Distributed::new(4, Strategy::Fsdp2);
+        let ds = DistSim::new(&g, &d, &pol);
+        assert_eq!(ds.unit_params.len(), g.block_count() as usize + 1);
+        let n: usize = ds.unit_params.iter().map(Vec::len).sum();
+        assert_eq!(n, g.params.len());
+        // GPT-2's root holds wte, wpe and ln_f.
+        assert!(ds.unit_params[ds.root()].len() >= 3);
+    }
+}
