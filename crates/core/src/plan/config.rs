@@ -343,6 +343,16 @@ impl TrainConfig {
         }
         self.finetune.validate()?;
         self.distributed.validate()?;
+        if self.step.is_eval() && !self.distributed.is_single() {
+            return Err(PlanError::Field {
+                field: "step",
+                reason: format!(
+                    "the {} step is planned on one GPU only (an evaluation step under {} is \
+                     not modelled yet); plan it without --gpus/--strategy",
+                    self.step, self.distributed.strategy
+                ),
+            });
+        }
         if let Some(mb) = self.allocator.max_split_size_mb
             && mb <= MIN_MAX_SPLIT_MB
         {
