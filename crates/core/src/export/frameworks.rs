@@ -97,7 +97,13 @@ fn deepspeed(cfg: &TrainConfig) -> Value {
                 json!({"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}),
             );
         }
-        Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Adafactor | Optimizer::Adam8bit => {}
+        Optimizer::Sgd
+        | Optimizer::SgdMomentum
+        | Optimizer::Adafactor
+        | Optimizer::Adam8bit
+        | Optimizer::AdamW8bit
+        | Optimizer::PagedAdamW8bit
+        | Optimizer::PagedAdamW => {}
     }
     if cfg.checkpointing {
         o.insert(
@@ -114,7 +120,9 @@ fn hf_optim(o: Optimizer) -> &'static str {
         Optimizer::Sgd | Optimizer::SgdMomentum => "sgd",
         Optimizer::Adam | Optimizer::AdamW => "adamw_torch",
         Optimizer::Adafactor => "adafactor",
-        Optimizer::Adam8bit => "adamw_bnb_8bit",
+        Optimizer::Adam8bit | Optimizer::AdamW8bit => "adamw_bnb_8bit",
+        Optimizer::PagedAdamW8bit => "paged_adamw_8bit",
+        Optimizer::PagedAdamW => "paged_adamw_32bit",
     }
 }
 
@@ -154,6 +162,15 @@ fn pytorch(cfg: &TrainConfig) -> String {
         Optimizer::Adafactor => "torch.optim.Adafactor(model.parameters(), lr=1e-3)",
         Optimizer::Adam8bit => {
             "bnb.optim.Adam8bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
+        }
+        Optimizer::AdamW8bit => {
+            "bnb.optim.AdamW8bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
+        }
+        Optimizer::PagedAdamW8bit => {
+            "bnb.optim.PagedAdamW8bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
+        }
+        Optimizer::PagedAdamW => {
+            "bnb.optim.PagedAdamW32bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
         }
     };
     let (autocast, scaler) = match cfg.precision {

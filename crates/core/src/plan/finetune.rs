@@ -9,13 +9,28 @@
 //! ```
 //!
 //! peft keeps the adapters in fp32 on a bf16/fp16 base (`autocast_adapter_dtype=True`).
+//!
+//! QLoRA: every linear but the output embedding becomes a bitsandbytes base layer
+//! ([`Op::QuantLinear`], its storage a [`QuantStorage`] of the policy), and peft's
+//! `lora/bnb.py` forward runs instead (under autocast no input cast, and for 4-bit a
+//! defensive `result.clone()`):
+//!
+//! ```text
+//! result = self.base_layer(x).clone()          # Linear4bit: output in x's dtype
+//! result = result + lora_B(lora_A(dropout(x))) * scaling
+//! ```
+//!
+//! `prepare_model_for_kbit_training` leaves every other base parameter in fp32; the
+//! 4-bit layers' biases are cast to the bf16 compute dtype by their first forward.
 
 use super::PlanError;
 use super::config::{DType, Precision};
-use super::policy::ParamPolicy;
+use super::policy::{ParamPolicy, QuantStorage};
 use crate::model::ir::{Elem, Graph, Node, Op, Param, Pointwise, Tensor};
 
-pub use super::finetune_mode::{FineTune, FineTuneMode, LORA_MODULES, LoraTargets, MAX_LORA_RANK};
+pub use super::finetune_mode::{
+    FineTune, FineTuneMode, LORA_MODULES, LoraTargets, MAX_LORA_RANK, Quant,
+};
 
 /// The graph to simulate and its parameter policy under `ft`.
 pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPolicy), PlanError> {
@@ -24,8 +39,22 @@ pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPo
             let p = ParamPolicy::full(&g, prec);
             Ok((g, p))
         }
-        FineTuneMode::Lora => lora(g, ft.lora_rank, ft.lora_targets, prec),
+        FineTuneMode::Lora => lora(g, ft.lora_rank, ft.lora_targets, prec, None),
+        FineTuneMode::Qlora => {
+            let q = QuantStorage {
+                quant: ft.quant,
+                double_quant: ft.double_quant,
+            };
+            lora(g, ft.lora_rank, ft.lora_targets, prec, Some(q))
+        }
     }
+}
+
+/// Whether a linear named `name` keeps its dtype under QLoRA (the output embedding:
+/// transformers' `get_keys_to_not_convert`).
+fn keeps_dtype(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    matches!(last, "lm_head" | "decoder")
 }
 
 fn lora(
@@ -33,8 +62,10 @@ fn lora(
     rank: u64,
     targets: LoraTargets,
     prec: Precision,
+    quant: Option<QuantStorage>,
 ) -> Result<(Graph, ParamPolicy), PlanError> {
     let base_params = g.params.len();
+    let mut quantized: Vec<(usize, bool)> = Vec::new();
     let old = std::mem::take(&mut g.nodes);
     let mut nodes: Vec<Node> = Vec::with_capacity(old.len() * 2);
     let mut adapted = 0usize;
@@ -48,6 +79,17 @@ fn lora(
             continue;
         };
         let name = g.name(&node).to_string();
+        let q = quant.filter(|_| !node.params.is_empty() && !keeps_dtype(&name));
+        if let Some(q) = q {
+            node.op = Op::QuantLinear {
+                in_features,
+                out_features,
+                int8: !q.quant.is_4bit(),
+            };
+            for (k, &p) in node.params.iter().enumerate() {
+                quantized.push((p, k == 0));
+            }
+        }
         if !targets.matches(&name) || out_features == 0 {
             nodes.push(node);
             continue;
@@ -89,8 +131,15 @@ fn lora(
             });
         };
         let x_elems = g.tensors[x].per_sample;
-        let xa = tensor(&mut g, x_elems);
-        push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
+        // peft's bnb layers cast nothing under autocast; their fp32 base (after
+        // prepare_model_for_kbit_training) needs no cast otherwise.
+        let xa = if q.is_some() {
+            x
+        } else {
+            let xa = tensor(&mut g, x_elems);
+            push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
+            xa
+        };
         g.params.push(Param {
             elems: rank * in_features,
             matrix: Some((rank, in_features)),
@@ -128,6 +177,24 @@ fn lora(
         let s = tensor(&mut g, shape.per_sample);
         let pw = |f| Op::Pointwise { f, inplace: false };
         push(&mut g, pw(Pointwise::Scale), &[b], s, &[], ".lora_scaling");
+        if let Some(q) = q {
+            let base = if q.quant.is_4bit() {
+                let c = tensor(&mut g, shape.per_sample);
+                push(&mut g, Op::Copy, &[base], c, &[], ".base_clone");
+                c
+            } else {
+                base
+            };
+            push(
+                &mut g,
+                pw(Pointwise::Add),
+                &[base, s],
+                result,
+                &[],
+                ".lora_add",
+            );
+            continue;
+        }
         let sum = tensor(&mut g, shape.per_sample);
         push(
             &mut g,
@@ -152,6 +219,19 @@ fn lora(
     }
     for p in base_params..g.params.len() {
         policy.set_storage(p, DType::F32);
+    }
+    if let Some(q) = quant {
+        // prepare_model_for_kbit_training: the base parameters left unquantized in fp32.
+        for p in 0..base_params {
+            policy.set_storage(p, DType::F32);
+        }
+        for &(p, weight) in &quantized {
+            if weight {
+                policy.set_quant(p, q);
+            } else if q.quant.is_4bit() {
+                policy.set_storage(p, DType::BF16);
+            }
+        }
     }
     Ok((g, policy))
 }
