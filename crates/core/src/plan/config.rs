@@ -358,6 +358,14 @@ impl TrainConfig {
             });
         }
         self.finetune.validate()?;
+        if self.finetune.mode == super::finetune_mode::FineTuneMode::Qlora
+            && self.precision == Precision::Bf16
+        {
+            return Err(PlanError::Field {
+                field: "precision",
+                reason: "qlora: prepare_model_for_kbit_training keeps the base in fp32; use amp-bf16 (the closest valid precision)".into(),
+            });
+        }
         if let Some(mb) = self.allocator.max_split_size_mb
             && mb <= MIN_MAX_SPLIT_MB
         {

@@ -330,6 +330,7 @@ mod tests {
             mode: FineTuneMode::Lora,
             lora_rank: 8,
             lora_targets: LoraTargets::Attn,
+            ..FineTune::default()
         };
         let (lg, lp) = apply(g.clone(), &ft, Precision::Fp32).expect("lora");
         let lora = forward_bytes(&lg, &lp);
@@ -348,6 +349,7 @@ mod tests {
             mode: FineTuneMode::Lora,
             lora_rank: 4,
             lora_targets: "c_attn,c_fc".parse().expect("targets"),
+            ..FineTune::default()
         };
         let (lg, lp) = apply(g.clone(), &ft, Precision::Bf16).expect("lora");
         let layers = g.block_count() as u64;
@@ -366,6 +368,78 @@ mod tests {
         let out = g.nodes[c_attn].output;
         let writer = lg.nodes.iter().find(|n| n.output == out).expect("writer");
         assert!(lg.name(writer).ends_with("c_attn.lora_to"));
+    }
+
+    /// QLoRA quantizes every linear but the output embedding; the other base parameters
+    /// stay fp32; the adapters are the LoRA ones.
+    #[test]
+    fn qlora_quantizes_the_linears_and_keeps_lora_adapters() {
+        let g = graph("TinyLlama-1.1B");
+        let lora = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_targets: LoraTargets::AllLinear,
+            ..FineTune::default()
+        };
+        let qlora = FineTune {
+            mode: FineTuneMode::Qlora,
+            ..lora
+        };
+        let (lg, lp) = apply(g.clone(), &lora, Precision::AmpBf16).expect("lora");
+        let (qg, qp) = apply(g.clone(), &qlora, Precision::AmpBf16).expect("qlora");
+        assert_eq!(lp.trainable_elems(&lg), qp.trainable_elems(&qg));
+        assert_eq!(lg.param_count(), qg.param_count());
+        let quant = qg
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::QuantLinear { int8: false, .. }))
+            .count();
+        assert_eq!(quant, 7 * g.block_count() as usize);
+        let head = qg
+            .nodes
+            .iter()
+            .rev()
+            .find(|n| matches!(n.op, Op::Linear { .. }) && !n.params.is_empty())
+            .expect("lm_head");
+        assert!(qg.name(head).ends_with("lm_head"), "{}", qg.name(head));
+        // A 2048×5632 NF4 weight with double quantization: 4 bits per weight plus about
+        // 1/64 byte of scale per weight.
+        let (frozen, trainable) = qp.frozen_trainable_bytes(&qg);
+        let (lfrozen, ltrainable) = lp.frozen_trainable_bytes(&lg);
+        assert_eq!(trainable, ltrainable);
+        assert!(frozen * 3 < lfrozen, "{frozen} vs {lfrozen}");
+        let w = QuantStorage {
+            quant: Quant::Nf4,
+            double_quant: true,
+        };
+        let n = 2048 * 5632;
+        assert_eq!(
+            w.bytes(n, 5632),
+            // packed, code, 8-bit absmax, fp32 absmax of 704 blocks of 256 (2816 → 3072),
+            // the 256-entry code, the offset
+            n / 2 + 512 + n / 64 + 3072 + 1024 + 512
+        );
+        let single = QuantStorage {
+            double_quant: false,
+            ..w
+        };
+        assert_eq!(single.bytes(n, 5632), n / 2 + 512 + 4 * n / 64);
+        let int8 = QuantStorage {
+            quant: Quant::Int8,
+            ..w
+        };
+        assert_eq!(int8.bytes(n, 5632), n + 4 * 5632);
+        // Pure bf16 is refused with qlora (the closest valid precision is named).
+        let cfg = TrainConfig {
+            precision: Precision::Bf16,
+            finetune: qlora,
+            ..TrainConfig::default()
+        };
+        assert!(
+            cfg.validate()
+                .expect_err("bf16")
+                .to_string()
+                .contains("amp-bf16")
+        );
     }
 
     #[test]
@@ -425,13 +499,14 @@ mod tests {
                 mode: FineTuneMode::Lora,
                 lora_rank: 32,
                 lora_targets: LoraTargets::AllLinear,
+                ..FineTune::default()
             },
             ..cfg
         };
         let text = serde_json::to_string(&lora).expect("json");
         assert!(
             text.contains(
-                r#""finetune":{"mode":"lora","lora_rank":32,"lora_targets":"all-linear"}"#
+                r#""finetune":{"mode":"lora","lora_rank":32,"lora_targets":"all-linear","quant":"nf4","double_quant":true}"#
             ),
             "{text}"
         );

@@ -156,7 +156,8 @@ impl FineTuneMode {
     }
 
     /// Every mode, for lists and searches.
-    pub const ALL: [FineTuneMode; 3] = [FineTuneMode::Full, FineTuneMode::Lora, FineTuneMode::Qlora];
+    pub const ALL: [FineTuneMode; 3] =
+        [FineTuneMode::Full, FineTuneMode::Lora, FineTuneMode::Qlora];
 
     /// Whether LoRA adapters train (LoRA and QLoRA).
     pub fn has_adapters(self) -> bool {

@@ -92,8 +92,14 @@ pub struct Plan {
     pub peak_phase: Phase,
     /// The layer whose forward/backward is running at the peak.
     pub peak_layer: String,
-    /// Bytes per category at the peak, then allocator overhead and CUDA context.
+    /// Bytes per category at the peak, then allocator overhead and CUDA context (with
+    /// fine-tuning, the parameters split into frozen and trainable after them; with a paged
+    /// optimizer, its evictable state last).
     pub breakdown: Vec<Share>,
+    /// Optimizer state in unified memory (bitsandbytes paged optimizers): outside the
+    /// caching allocator, so in neither peak above; evictable to host memory.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub paged_optimizer_bytes: Bytes,
     pub timeline: Vec<TimelinePoint>,
 }
 
@@ -106,6 +112,10 @@ impl Plan {
             .find(|s| s.category == key)
             .map_or(Bytes::ZERO, |s| s.bytes)
     }
+}
+
+fn is_zero(b: &Bytes) -> bool {
+    *b == Bytes::ZERO
 }
 
 fn category_key(c: Category) -> String {
@@ -127,6 +137,10 @@ pub struct Planner {
     pub context: Bytes,
     /// Elements of the parameters that train (peft's `print_trainable_parameters`).
     pub trainable: u64,
+    /// Bytes of the frozen and of the trainable parameters.
+    pub param_split: (u64, u64),
+    /// Optimizer state in unified memory (paged optimizers).
+    pub paged_bytes: u64,
 }
 
 impl Planner {
@@ -142,6 +156,14 @@ impl Planner {
         let (graph, policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
         let events = sim::generate(&graph, cfg, &policy, &Constants::default());
         let trainable = policy.trainable_elems(&graph);
+        let param_split = policy.frozen_trainable_bytes(&graph);
+        let paged_bytes = graph
+            .params
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| policy.trainable(i))
+            .map(|(_, p)| optimizer::paged_bytes(cfg.optimizer, p))
+            .sum();
         Ok(Planner {
             model: preset.id.clone(),
             graph,
@@ -150,6 +172,8 @@ impl Planner {
             events,
             context: DEFAULT_CUDA_CONTEXT,
             trainable,
+            param_split,
+            paged_bytes,
         })
     }
 
@@ -198,6 +222,26 @@ impl Planner {
             label: "CUDA context",
             bytes: self.context,
         });
+        if !cfg.finetune.is_full() {
+            let (frozen, trainable) = self.param_split;
+            breakdown.push(Share {
+                category: "parameters_frozen".into(),
+                label: "of the parameters: frozen weights",
+                bytes: Bytes(frozen),
+            });
+            breakdown.push(Share {
+                category: "parameters_trainable".into(),
+                label: "of the parameters: trainable weights",
+                bytes: Bytes(trainable),
+            });
+        }
+        if self.paged_bytes > 0 {
+            breakdown.push(Share {
+                category: "optimizer_state_paged".into(),
+                label: "Optimizer state, evictable (paged: unified memory, not in allocated/reserved)",
+                bytes: Bytes(self.paged_bytes),
+            });
+        }
         let peak_layer = e
             .peak_node
             .and_then(|n| self.graph.nodes.get(n as usize))
@@ -216,6 +260,7 @@ impl Planner {
             peak_phase: e.peak_phase,
             peak_layer,
             breakdown,
+            paged_optimizer_bytes: Bytes(self.paged_bytes),
             timeline: e.timeline,
         })
     }

@@ -547,7 +547,13 @@ pub fn rule(
             in_features,
             out_features,
             int8,
-        } => quant_linear(*in_features * *out_features, in0, in_elems(0), out_elems, *int8),
+        } => quant_linear(
+            *in_features * *out_features,
+            in0,
+            in_elems(0),
+            out_elems,
+            *int8,
+        ),
         Op::ToComputeDtype => {
             let mut r = Rule::new(lp);
             r.alias = in0 == lp;
