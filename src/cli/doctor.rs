@@ -108,6 +108,8 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         finetune: None,
         lora_rank: None,
         lora_targets: None,
+        quant: None,
+        no_double_quant: false,
         expandable_segments: false,
         max_split_size_mb: None,
         // Only the model and config are taken from here; the capacity comes below.

@@ -149,6 +149,7 @@ pub fn format(input: &str) -> Result<Resolved<Format>, NameError> {
             Format::Lightning => &["pl", "pytorch-lightning", "lightning-trainer"],
             Format::PyTorch => &["torch", "pt", "python"],
             Format::Env => &["alloc-conf", "pytorch-cuda-alloc-conf", "shell"],
+            Format::Peft => &["lora", "qlora", "trl", "sft", "sftconfig", "bitsandbytes"],
         }
     };
     let choices: Vec<Choice<Format>> = Format::ALL

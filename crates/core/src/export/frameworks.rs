@@ -16,16 +16,19 @@ pub enum Format {
     Lightning,
     PyTorch,
     Env,
+    /// peft `LoraConfig` + `BitsAndBytesConfig` + TRL `SFTConfig` (see [`super::peft`]).
+    Peft,
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Vramlab,
         Format::DeepSpeed,
         Format::HuggingFace,
         Format::Lightning,
         Format::PyTorch,
         Format::Env,
+        Format::Peft,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +39,7 @@ impl Format {
             Format::Lightning => "lightning",
             Format::PyTorch => "pytorch",
             Format::Env => "env",
+            Format::Peft => "peft",
         }
     }
 
@@ -115,7 +119,8 @@ fn deepspeed(cfg: &TrainConfig) -> Value {
     Value::Object(o)
 }
 
-fn hf_optim(o: Optimizer) -> &'static str {
+/// HF `TrainingArguments.optim` of an optimizer.
+pub(crate) fn hf_optim(o: Optimizer) -> &'static str {
     match o {
         Optimizer::Sgd | Optimizer::SgdMomentum => "sgd",
         Optimizer::Adam | Optimizer::AdamW => "adamw_torch",
@@ -232,6 +237,7 @@ fn pytorch(cfg: &TrainConfig) -> String {
 pub fn implied_loop(format: Format) -> Option<LoopShape> {
     match format {
         Format::HuggingFace | Format::Lightning | Format::PyTorch => Some(LoopShape::Trainer),
+        Format::Peft => Some(LoopShape::Trainer),
         Format::Vramlab | Format::DeepSpeed | Format::Env => None,
     }
 }
@@ -251,6 +257,7 @@ pub fn render(format: Format, cfg: &TrainConfig, plan: &Plan, vramlab_doc: &str)
             }
             s
         }
+        Format::Peft => super::peft::render(cfg),
         Format::Env => match alloc_conf(cfg, plan) {
             Some(conf) => format!("export PYTORCH_CUDA_ALLOC_CONF={conf}\n"),
             None => "# the allocator model shows little fragmentation: no PYTORCH_CUDA_ALLOC_CONF needed\n".to_string(),

@@ -2,6 +2,7 @@
 //! a plan, bench results as JSON / CSV. Pure functions plus one atomic file write; no UI, no GPU.
 
 pub mod frameworks;
+pub mod peft;
 pub mod results;
 pub mod vramlab_file;
 

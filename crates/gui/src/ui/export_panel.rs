@@ -20,6 +20,7 @@ pub fn format_label(f: Format) -> &'static str {
         Format::Lightning => "Lightning",
         Format::PyTorch => "PyTorch loop",
         Format::Env => "env",
+        Format::Peft => "peft / QLoRA",
     }
 }
 
@@ -32,6 +33,7 @@ pub fn suggested_file_name(format: Format, model: &str) -> String {
         Format::Lightning => "trainer_args.json".into(),
         Format::PyTorch => "train.py".into(),
         Format::Env => "vramlab.env".into(),
+        Format::Peft => "finetune_peft.py".into(),
     }
 }
 
