@@ -380,6 +380,16 @@ fn write_plan(
             s.bytes.to_string(),
             pct(s.bytes, plan.nvidia_smi_bytes)
         )?;
+        if s.category == "parameters"
+            && let Some(w) = plan.weights_split
+        {
+            for (what, b) in [
+                ("frozen weights", w.frozen_bytes),
+                ("trainable weights", w.trainable_bytes),
+            ] {
+                writeln!(out, "      {what:<40} {:>12}", b.to_string())?;
+            }
+        }
     }
     writeln!(out)?;
     writeln!(

@@ -13,9 +13,7 @@ use crate::plan::{Plan, TrainConfig};
 ///
 /// - 1: model, training (LoRA fine-tuning as `training.finetune`), gpu, margin, prediction.
 /// - 2: `training.finetune` gains QLoRA (`mode: "qlora"`, `quant`, `double_quant`), the
-///   optimizers `adamw-8bit`, `paged-adamw-8bit`, `paged-adamw`; the prediction's
-///   breakdown may hold `parameters_frozen`, `parameters_trainable`,
-///   `optimizer_state_paged`.
+///   optimizers `adamw-8bit`, `paged-adamw-8bit`, `paged-adamw`.
 pub const SCHEMA_VERSION: u64 = 2;
 /// Largest document accepted (a config is a few KiB; anything huge is not one).
 pub const MAX_BYTES: usize = 4 << 20;

@@ -92,10 +92,12 @@ pub struct Plan {
     pub peak_phase: Phase,
     /// The layer whose forward/backward is running at the peak.
     pub peak_layer: String,
-    /// Bytes per category at the peak, then allocator overhead and CUDA context (with
-    /// fine-tuning, the parameters split into frozen and trainable after them; with a paged
-    /// optimizer, its evictable state last).
+    /// Bytes per category at the peak, then allocator overhead and CUDA context (they sum
+    /// to `nvidia_smi_bytes`).
     pub breakdown: Vec<Share>,
+    /// With fine-tuning: the `parameters` share split into frozen and trainable weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights_split: Option<WeightsSplit>,
     /// Optimizer state in unified memory (bitsandbytes paged optimizers): outside the
     /// caching allocator, so in neither peak above; evictable to host memory.
     #[serde(skip_serializing_if = "is_zero")]
@@ -112,6 +114,15 @@ impl Plan {
             .find(|s| s.category == key)
             .map_or(Bytes::ZERO, |s| s.bytes)
     }
+}
+
+/// The parameters' bytes split by whether they train (fine-tuning modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WeightsSplit {
+    /// Frozen weights (for QLoRA: the quantized storage plus the fp32 unquantized rest).
+    pub frozen_bytes: Bytes,
+    /// Trainable weights (LoRA adapters).
+    pub trainable_bytes: Bytes,
 }
 
 fn is_zero(b: &Bytes) -> bool {
@@ -222,26 +233,10 @@ impl Planner {
             label: "CUDA context",
             bytes: self.context,
         });
-        if !cfg.finetune.is_full() {
-            let (frozen, trainable) = self.param_split;
-            breakdown.push(Share {
-                category: "parameters_frozen".into(),
-                label: "of the parameters: frozen weights",
-                bytes: Bytes(frozen),
-            });
-            breakdown.push(Share {
-                category: "parameters_trainable".into(),
-                label: "of the parameters: trainable weights",
-                bytes: Bytes(trainable),
-            });
-        }
-        if self.paged_bytes > 0 {
-            breakdown.push(Share {
-                category: "optimizer_state_paged".into(),
-                label: "Optimizer state, evictable (paged: unified memory, not in allocated/reserved)",
-                bytes: Bytes(self.paged_bytes),
-            });
-        }
+        let weights_split = (!cfg.finetune.is_full()).then_some(WeightsSplit {
+            frozen_bytes: Bytes(self.param_split.0),
+            trainable_bytes: Bytes(self.param_split.1),
+        });
         let peak_layer = e
             .peak_node
             .and_then(|n| self.graph.nodes.get(n as usize))
@@ -260,6 +255,7 @@ impl Planner {
             peak_phase: e.peak_phase,
             peak_layer,
             breakdown,
+            weights_split,
             paged_optimizer_bytes: Bytes(self.paged_bytes),
             timeline: e.timeline,
         })
