@@ -213,7 +213,21 @@ fn lora(
             reason: format!("`{targets}` matches no linear layer of this model"),
         });
     }
-    let mut policy = ParamPolicy::full(&g, prec);
+    let policy = adapter_policy(&g, prec, base_params, quant, &quantized);
+    Ok((g, policy))
+}
+
+/// The base frozen, the adapters (parameters from `base_params` on) in fp32; with QLoRA
+/// the `quantized` layers' weights (`true`) and biases stored as bitsandbytes leaves them,
+/// the rest of the base in fp32 (`prepare_model_for_kbit_training`).
+fn adapter_policy(
+    g: &Graph,
+    prec: Precision,
+    base_params: usize,
+    quant: Option<QuantStorage>,
+    quantized: &[(usize, bool)],
+) -> ParamPolicy {
+    let mut policy = ParamPolicy::full(g, prec);
     for p in 0..base_params {
         policy.freeze(p);
     }
@@ -221,11 +235,10 @@ fn lora(
         policy.set_storage(p, DType::F32);
     }
     if let Some(q) = quant {
-        // prepare_model_for_kbit_training: the base parameters left unquantized in fp32.
         for p in 0..base_params {
             policy.set_storage(p, DType::F32);
         }
-        for &(p, weight) in &quantized {
+        for &(p, weight) in quantized {
             if weight {
                 policy.set_quant(p, q);
             } else if q.quant.is_4bit() {
@@ -233,7 +246,7 @@ fn lora(
             }
         }
     }
-    Ok((g, policy))
+    policy
 }
 
 #[cfg(test)]

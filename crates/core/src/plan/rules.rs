@@ -177,14 +177,17 @@ fn promote(a: DType, b: DType) -> DType {
 ///   dequantized into a bf16 tensor for `F.linear`, the bf16 result, then `.to(x.dtype)`:
 ///   the output is in the input's dtype. `MatMul4Bit` saves only the packed weight; its
 ///   backward dequantizes it again for the input gradient (`grad_output @ W`), in bf16.
-/// - `Linear8bitLt` (`MatMul8bitLt`, threshold 6.0): `x.to(fp16)` and its int8 row-wise
-///   quantization are temporaries; the input itself is kept for backward (`ctx.tensors`);
+/// - `Linear8bitLt` (`MatMul8bitLt`, threshold 6.0): `x.to(fp16)`, its int8 row-wise
+///   quantization and the int32 product are temporaries; the input itself is kept for
+///   backward (`ctx.tensors`);
 ///   the backward dequantizes `CB * SCB / 127` in the input's dtype.
 fn quant_linear(weight: u64, in0: DType, in_elems: u64, out_elems: u64, int8: bool) -> Rule {
     let mut r = Rule::new(in0);
     if int8 {
         r.extras.push(temp(in_elems, DType::F16));
         r.extras.push(temp(in_elems, DType::U8));
+        // int8_scaled_mm's int32 result before its dequantization (4 bytes, as fp32).
+        r.extras.push(temp(out_elems, DType::F32));
         r.saves_inputs = vec![0];
         r.bwd_fixed = weight * in0.size();
         return r;
