@@ -53,6 +53,7 @@ pub fn render(cfg: &TrainConfig) -> String {
         cfg.accum,
         cfg.effective_batch()
     ));
+    s.push_str("MODEL = \"your/model-id\"  # the Hugging Face model this plan is for\n");
     if qlora {
         s.push_str(&bnb_config(ft.quant, ft.double_quant));
         s.push_str("model = AutoModelForCausalLM.from_pretrained(MODEL, quantization_config=bnb_config, dtype=torch.bfloat16, attn_implementation=\"sdpa\")\n");
