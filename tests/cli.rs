@@ -931,10 +931,48 @@ fn lora_flags_plan_adapters_and_report_trainable_params() {
             "--batch",
             "8",
             "--finetune",
-            "qlora",
+            "qdora",
         ],
-        "--finetune",
+        "unknown finetune `qdora` (known: full, lora, qlora)",
     );
+    fails_with(
+        &["plan", "--model", "gpt2", "--batch", "8", "--quant", "nf4"],
+        "--quant / --no-double-quant: need --finetune qlora",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "8",
+            "--finetune",
+            "qlora",
+            "--quant",
+            "nf3",
+        ],
+        "unknown quant `nf3` (known: nf4, fp4, int8)",
+    );
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "8",
+        "--finetune",
+        "qlora",
+        "--quant",
+        "int8",
+        "--optimizer",
+        "paged_adamw_8bit",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let plan: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(plan["config"]["finetune"]["mode"], "qlora");
+    assert_eq!(plan["config"]["finetune"]["quant"], "int8");
+    assert_eq!(plan["config"]["optimizer"], "paged-adamw-8bit");
+    assert!(plan["weights_split"]["frozen_bytes"].as_u64().unwrap_or(0) > 0);
 }
 
 #[test]

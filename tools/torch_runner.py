@@ -31,6 +31,9 @@ Measurement config (one JSON object per line):
    LoraConfig(r, lora_alpha, lora_dropout, target_modules) after the bf16 cast and checkpointing
    ("attn": peft's default targets, c_attn / q_proj,v_proj; "all-linear": peft's, no lm_head);
    rows get "trainable_params" / "all_params" (peft's get_nb_trainable_parameters)
+   "finetune": "qlora", "quant": "nf4" | "fp4" | "int8", "double_quant": true   -- bitsandbytes
+   base layers, prepare_model_for_kbit_training, then LoRA as above (tools/torch_qlora.py);
+   rows get "quant_bytes" and, for the paged optimizers, "paged_state_bytes"
 
 A config.json (a JSON object with "model_type", no "family") is built with
 AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
@@ -113,11 +116,12 @@ TOKEN_FAMILIES = {"gpt2", "bert", "llama", "hf"}
 HF_FAMILIES = TOKEN_FAMILIES
 
 PRECISIONS = ("fp32", "amp-fp16", "amp-bf16", "bf16")
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor",
+              "adam8bit", "adamw-8bit", "paged-adamw-8bit", "paged-adamw")  # the last four: bitsandbytes
 ATTENTIONS = ("sdpa", "eager")
 LOOPS = ("plain", "trainer")
 STEPS = ("train", "eval", "eval-grad")
-FINETUNES = ("full", "lora")
+FINETUNES = ("full", "lora", "qlora")
 MASKED_LM_TYPES = ("bert", "roberta")
 
 
@@ -229,6 +233,7 @@ def versions():
         "torchvision": _pkg_version("torchvision"),
         "transformers": _pkg_version("transformers"),
         "peft": _pkg_version("peft"),
+        "bitsandbytes": _pkg_version("bitsandbytes"),
         "driver": None,
         "device_name": None,
         "device_total_bytes": None,
@@ -709,7 +714,7 @@ def normalize_config(cfg):
     ft = cfg.pop("finetune", "full")
     if ft not in FINETUNES:
         raise ValueError(f"unknown finetune {ft!r}")
-    if ft == "lora":  # (full fine-tuning rows keep their old fields, nothing added)
+    if ft in ("lora", "qlora"):  # (full fine-tuning rows keep their old fields, nothing added)
         out["finetune"] = ft
         out["lora_rank"] = int(cfg.pop("lora_rank", 8))
         out["lora_targets"] = str(cfg.pop("lora_targets", "attn"))
@@ -719,6 +724,11 @@ def normalize_config(cfg):
             raise ValueError("lora_rank must be >= 1")
         if fam not in HF_FAMILIES:
             raise ValueError(f"finetune lora: only Hugging Face families, not {fam}")
+    if ft == "qlora":
+        out["quant"] = str(cfg.pop("quant", "nf4"))
+        out["double_quant"] = bool(cfg.pop("double_quant", True))
+        if out["quant"] not in ("nf4", "fp4", "int8"):
+            raise ValueError(f"unknown quant {out['quant']!r}")
     out.update(cfg)  # pass through anything else (e.g. a "tag") untouched
     return out, preset
 
@@ -731,13 +741,16 @@ def model_key(cfg, preset):
         cfg["attention"] if fam in HF_FAMILIES else None,
         cfg["image"] if fam == "vit" else None,
         cfg["checkpointing"],
-        tuple(cfg.get(k) for k in ("finetune", "lora_rank", "lora_targets", "lora_alpha", "lora_dropout")),
+        tuple(cfg.get(k) for k in ("finetune", "lora_rank", "lora_targets", "lora_alpha", "lora_dropout",
+                                   "quant", "double_quant")),
     )
 
 
 # peft's default targets (LoraConfig without target_modules) by model_type: "attn"
 LORA_ATTN_TARGETS = {"gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"], "qwen2": ["q_proj", "v_proj"],
-                     "qwen3": ["q_proj", "v_proj"], "mistral": ["q_proj", "v_proj"]}
+                     "qwen3": ["q_proj", "v_proj"], "mistral": ["q_proj", "v_proj"],
+                     "bert": ["query", "value"], "gemma": ["q_proj", "v_proj"],
+                     "gemma2": ["q_proj", "v_proj"], "gemma3_text": ["q_proj", "v_proj"]}
 
 
 def apply_lora(model, cfg):
@@ -758,7 +771,7 @@ def apply_lora(model, cfg):
         targets = [x for x in t.split(",") if x]
     lc = peft.LoraConfig(r=cfg["lora_rank"], lora_alpha=cfg["lora_alpha"],
                          lora_dropout=cfg["lora_dropout"], target_modules=targets,
-                         fan_in_fan_out=model.config.model_type == "gpt2")
+                         fan_in_fan_out=model.config.model_type == "gpt2" and cfg.get("finetune") != "qlora")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = peft.get_peft_model(model, lc)
@@ -777,6 +790,10 @@ def make_optimizer(name, params):
         return torch.optim.AdamW(params, lr=1e-4)
     if name == "adafactor":
         return torch.optim.Adafactor(params, lr=1e-3)
+    if name in ("adam8bit", "adamw-8bit", "paged-adamw-8bit", "paged-adamw"):
+        import torch_qlora
+
+        return torch_qlora.make_optimizer(name, params)
     raise ValueError(name)
 
 
@@ -865,9 +882,17 @@ class ModelHolder:
             if got != cfg["attention"]:
                 raise RuntimeError(f"attention {cfg['attention']} requested, model uses {got}")
         lora = {}
-        if cfg.get("finetune") == "lora":
+        if cfg.get("finetune") == "qlora":
+            import torch_qlora
+
+            n, qbytes = torch_qlora.quantize_model(model, cfg["quant"], cfg["double_quant"])
+            model = torch_qlora.prepare(model, cfg["quant"], cfg["checkpointing"])
+            lora = {"quantized_layers": n, "quant_bytes": qbytes}
+        if cfg.get("finetune") in ("lora", "qlora"):
             model, trainable, total = apply_lora(model, cfg)
-            lora = {"trainable_params": trainable, "all_params": total}
+            lora.update({"trainable_params": trainable, "all_params": total})
+            if cfg.get("finetune") == "qlora":
+                lora["lora_on_bnb_layers"] = torch_qlora.lora_on_bnb(model)
         params = list(model.parameters())
         self.info = {**lora,
             "params": int(sum(p.numel() for p in params)),
@@ -1011,6 +1036,10 @@ def run_step(model, fam, cfg, preset, dev, record):
     record["step_ms"] = round(t_start.elapsed_time(t_end), 3) if t_start is not None else round(wall * 1e3, 3)
     record["grad_bytes"] = int(sum(tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None))
     record["opt_state_bytes"] = int(optimizer_state_bytes(opt))
+    if cfg["optimizer"].startswith("paged"):
+        import torch_qlora
+
+        record["paged_state_bytes"] = int(torch_qlora.paged_state_bytes(opt))
     if scaler is not None:
         record["grad_scale"] = float(scaler.get_scale())
         record["amp_skipped_steps"] = skipped  # one bool per step; the last one is the measured step

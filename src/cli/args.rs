@@ -67,6 +67,12 @@ pub struct TrainArgs {
     /// all-linear (every linear but the output layer), or names (c_attn,c_fc) [default: attn].
     #[arg(long, value_name = "attn|all-linear|NAME,NAME")]
     pub lora_targets: Option<String>,
+    /// QLoRA base storage (with --finetune qlora): nf4 (the default), fp4 or int8 (LLM.int8).
+    #[arg(long, value_name = "nf4|fp4|int8")]
+    pub quant: Option<String>,
+    /// QLoRA: turn bitsandbytes double quantization of the 4-bit block scales off.
+    #[arg(long)]
+    pub no_double_quant: bool,
     /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     #[arg(long)]
     pub expandable_segments: bool,
@@ -306,14 +312,18 @@ impl TrainArgs {
         let mut ft = FineTune::default();
         match self.finetune.as_deref() {
             None | Some("full") => {}
-            Some("lora") => ft.mode = FineTuneMode::Lora,
-            Some(other) => bail!("--finetune: unknown mode `{other}` (full, lora)"),
+            Some(other) => ft.mode = other.parse()?,
         }
-        if ft.mode != FineTuneMode::Lora
-            && (self.lora_rank.is_some() || self.lora_targets.is_some())
-        {
-            bail!("--lora-rank / --lora-targets: need --finetune lora");
+        if !ft.mode.has_adapters() && (self.lora_rank.is_some() || self.lora_targets.is_some()) {
+            bail!("--lora-rank / --lora-targets: need --finetune lora or qlora");
         }
+        if ft.mode != FineTuneMode::Qlora && (self.quant.is_some() || self.no_double_quant) {
+            bail!("--quant / --no-double-quant: need --finetune qlora");
+        }
+        if let Some(q) = &self.quant {
+            ft.quant = q.parse()?;
+        }
+        ft.double_quant = !self.no_double_quant;
         if let Some(r) = self.lora_rank {
             ft.lora_rank = r;
         }

@@ -120,6 +120,8 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         lora_rank: None,
         lora_targets: None,
         dist: Default::default(),
+        quant: None,
+        no_double_quant: false,
         expandable_segments: false,
         max_split_size_mb: None,
         // Only the model and config are taken from here; the capacity comes below.

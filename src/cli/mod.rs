@@ -374,11 +374,30 @@ fn write_plan(
     if let Some(t) = plan.trainable_params {
         writeln!(
             out,
-            "  fine-tuning: LoRA r{} on {} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
+            "  fine-tuning: {} r{} on {} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
+            match c.finetune.mode {
+                vramlab_core::plan::finetune::FineTuneMode::Qlora => format!(
+                    "QLoRA {}{} (bitsandbytes 0.50, bf16 compute)",
+                    c.finetune.quant,
+                    if c.finetune.double_quant && c.finetune.quant.is_4bit() {
+                        " + double quant"
+                    } else {
+                        ""
+                    }
+                ),
+                _ => "LoRA".to_string(),
+            },
             c.finetune.lora_rank,
             c.finetune.lora_targets,
             plan.params,
             100.0 * t as f64 / plan.params.max(1) as f64
+        )?;
+    }
+    if plan.paged_optimizer_bytes.0 > 0 {
+        writeln!(
+            out,
+            "  paged optimizer: {} of state in unified memory (cudaMallocManaged) — evictable to host RAM, not in torch.cuda.memory_allocated() nor in the peaks above",
+            plan.paged_optimizer_bytes
         )?;
     }
     for line in extra {
@@ -416,6 +435,16 @@ fn write_plan(
             s.bytes.to_string(),
             pct(s.bytes, plan.nvidia_smi_bytes)
         )?;
+        if s.category == "parameters"
+            && let Some(w) = plan.weights_split
+        {
+            for (what, b) in [
+                ("frozen weights", w.frozen_bytes),
+                ("trainable weights", w.trainable_bytes),
+            ] {
+                writeln!(out, "      {what:<40} {:>12}", b.to_string())?;
+            }
+        }
     }
     writeln!(out)?;
     writeln!(

@@ -8,7 +8,7 @@ use crate::model::Preset;
 use crate::model::preset::find_builtin;
 use crate::plan::config::AllocatorConfig;
 use crate::plan::distributed::{Distributed, Strategy};
-use crate::plan::finetune::{FineTune, FineTuneMode};
+use crate::plan::finetune::FineTune;
 use crate::plan::{PlanError, Planner, TrainConfig};
 
 /// A measured row the planner cannot predict.
@@ -89,6 +89,12 @@ pub struct Measured {
     pub bucket_cap_mb: Option<u64>,
     #[serde(default)]
     pub gradient_as_bucket_view: Option<bool>,
+    /// QLoRA rows: `nf4`, `fp4` or `int8`.
+    #[serde(default)]
+    pub quant: Option<String>,
+    /// QLoRA rows: bitsandbytes double quantization.
+    #[serde(default)]
+    pub double_quant: Option<bool>,
 }
 
 fn one() -> u64 {
@@ -187,14 +193,13 @@ impl Measured {
         let mut ft = FineTune::default();
         match self.finetune.as_deref() {
             None | Some("full") => {}
-            Some("lora") => ft.mode = FineTuneMode::Lora,
-            Some(other) => {
-                return Err(PlanError::Unknown {
-                    field: "finetune",
-                    value: other.to_string(),
-                    known: "full, lora",
-                });
-            }
+            Some(other) => ft.mode = other.parse()?,
+        }
+        if let Some(q) = &self.quant {
+            ft.quant = q.parse()?;
+        }
+        if let Some(d) = self.double_quant {
+            ft.double_quant = d;
         }
         if let Some(p) = self.lora_dropout
             && p != 0.0
@@ -255,12 +260,18 @@ impl Measured {
                 s.push_str(" bucket-view");
             }
         }
-        if self.finetune.as_deref() == Some("lora") {
+        if let Some(m @ ("lora" | "qlora")) = self.finetune.as_deref() {
             s.push_str(&format!(
-                " lora r{} {}",
+                " {m} r{} {}",
                 self.lora_rank.unwrap_or(8),
                 self.lora_targets.as_deref().unwrap_or("attn")
             ));
+        }
+        if let Some(q) = &self.quant {
+            s.push_str(&format!(" {q}"));
+            if self.double_quant == Some(false) {
+                s.push_str(" no-dq");
+            }
         }
         s
     }

@@ -79,15 +79,36 @@ pub fn optimizer(input: &str) -> Result<Resolved<Optimizer>, NameError> {
         Choice::new("adafactor", &[], Optimizer::Adafactor),
         Choice::new(
             "adam8bit",
-            &[
-                "adam-8bit",
-                "8bit-adam",
-                "adamw8bit",
-                "adamw-8bit",
-                "bnb-adam8bit",
-                "paged-adamw-8bit",
-            ],
+            &["adam-8bit", "8bit-adam", "bnb-adam8bit"],
             Optimizer::Adam8bit,
+        ),
+        Choice::new(
+            "adamw-8bit",
+            &[
+                "adamw8bit",
+                "adamw_8bit",
+                "8bit-adamw",
+                "adamw_bnb_8bit",
+                "adamw-bnb-8bit",
+                "bnb-adamw8bit",
+            ],
+            Optimizer::AdamW8bit,
+        ),
+        Choice::new(
+            "paged-adamw-8bit",
+            &["paged_adamw_8bit", "pagedadamw8bit", "paged-adamw8bit"],
+            Optimizer::PagedAdamW8bit,
+        ),
+        Choice::new(
+            "paged-adamw",
+            &[
+                "paged_adamw_32bit",
+                "paged-adamw-32bit",
+                "paged-adamw32bit",
+                "pagedadamw",
+                "paged_adamw",
+            ],
+            Optimizer::PagedAdamW,
         ),
     ];
     resolve("optimizer", input, &choices, Partial::Exact, "")
@@ -131,6 +152,7 @@ pub fn format(input: &str) -> Result<Resolved<Format>, NameError> {
             Format::Accelerate => &["accelerate-yaml", "accelerate-config"],
             Format::Torchrun => &["torchrun-command", "launch"],
             Format::Fsdp2 => &["fully-shard", "fsdp-snippet"],
+            Format::Peft => &["lora", "qlora", "trl", "sft", "sftconfig", "bitsandbytes"],
         }
     };
     let choices: Vec<Choice<Format>> = Format::ALL

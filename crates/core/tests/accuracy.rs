@@ -336,3 +336,60 @@ fn distributed_per_rank_within_targets() {
         "reserved median {reserved_median:.2} %"
     );
 }
+
+/// QLoRA (bitsandbytes 0.50.2 NF4 / FP4 with and without double quantization, LLM.int8)
+/// under peft 0.21, and the bitsandbytes optimizers (AdamW8bit, PagedAdamW8bit,
+/// PagedAdamW32bit) on LoRA and QLoRA (`tools/qlora_configs.jsonl`, H200): GPT-2, BERT,
+/// Llama-style and imported Qwen2 configs, ranks 8–64, attention-only / all-linear, with
+/// and without checkpointing, both loop shapes. Trainable counts exact; together with
+/// `lora.jsonl` the targets over all LoRA + QLoRA rows.
+#[test]
+fn qlora_and_bnb_optimizers_within_targets() {
+    let q = rows(&["qlora.jsonl"]);
+    assert!(q.len() >= 16, "only {} QLoRA / bnb rows", q.len());
+    for r in &q {
+        println!(
+            "{:<52} {:<70} alloc {:+6.1} %  reserved {:+6.1} %  trainable {}",
+            r.model,
+            r.config,
+            r.allocated_error(),
+            r.reserved_error(),
+            r.predicted_trainable
+        );
+        assert_eq!(
+            r.measured_trainable,
+            Some(r.predicted_trainable),
+            "{} {}",
+            r.model,
+            r.config
+        );
+    }
+    let loops = q
+        .iter()
+        .filter(|r| r.config.contains("trainer-loop"))
+        .count();
+    assert!(loops >= 4 && loops < q.len(), "both loop shapes");
+    let all = rows(&["lora.jsonl", "qlora.jsonl"]);
+    assert!(all.len() >= 30, "{} LoRA + QLoRA rows", all.len());
+    for (name, set) in [("QLoRA/bnb", &q), ("LoRA + QLoRA", &all)] {
+        let alloc_median = median_abs(set.iter().map(|r| r.allocated_error()));
+        let alloc_worst = max_abs(set.iter().map(|r| r.allocated_error()));
+        let reserved_median = median_abs(set.iter().map(|r| r.reserved_error()));
+        println!(
+            "{name}: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
+            set.len()
+        );
+        assert!(
+            alloc_median <= 2.0,
+            "{name}: allocated median {alloc_median:.2} %"
+        );
+        assert!(
+            alloc_worst <= 8.0,
+            "{name}: allocated worst {alloc_worst:.2} %"
+        );
+        assert!(
+            reserved_median <= 4.0,
+            "{name}: reserved median {reserved_median:.2} %"
+        );
+    }
+}

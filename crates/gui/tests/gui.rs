@@ -385,7 +385,7 @@ fn export_preview_shows_the_deepspeed_config_of_the_current_batch() {
     set_value(&mut h, "Batch size", 12.0);
     open_export(&mut h);
     // The default format is the .vramlab.json document.
-    assert_shows(&h, "\"schema_version\": 1");
+    assert_shows(&h, "\"schema_version\": 2");
     h.get_by_label("DeepSpeed").click();
     h.run();
     let batch = h.state().state.config.batch;

@@ -22,16 +22,19 @@ pub enum Format {
     Torchrun,
     /// An FSDP2 `fully_shard` snippet.
     Fsdp2,
+    /// peft `LoraConfig` + `BitsAndBytesConfig` + TRL `SFTConfig` (see [`super::peft`]).
+    Peft,
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Vramlab,
         Format::DeepSpeed,
         Format::HuggingFace,
         Format::Lightning,
         Format::PyTorch,
         Format::Env,
+        Format::Peft,
     ];
 
     /// The multi-GPU formats (listed apart from [`Format::ALL`]).
@@ -48,6 +51,7 @@ impl Format {
             Format::Lightning => "lightning",
             Format::PyTorch => "pytorch",
             Format::Env => "env",
+            Format::Peft => "peft",
         }
     }
 
@@ -111,7 +115,13 @@ fn deepspeed(cfg: &TrainConfig) -> Value {
                 json!({"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}),
             );
         }
-        Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Adafactor | Optimizer::Adam8bit => {}
+        Optimizer::Sgd
+        | Optimizer::SgdMomentum
+        | Optimizer::Adafactor
+        | Optimizer::Adam8bit
+        | Optimizer::AdamW8bit
+        | Optimizer::PagedAdamW8bit
+        | Optimizer::PagedAdamW => {}
     }
     if cfg.checkpointing {
         o.insert(
@@ -126,12 +136,15 @@ fn deepspeed(cfg: &TrainConfig) -> Value {
     Value::Object(o)
 }
 
-fn hf_optim(o: Optimizer) -> &'static str {
+/// HF `TrainingArguments.optim` of an optimizer.
+pub(crate) fn hf_optim(o: Optimizer) -> &'static str {
     match o {
         Optimizer::Sgd | Optimizer::SgdMomentum => "sgd",
         Optimizer::Adam | Optimizer::AdamW => "adamw_torch",
         Optimizer::Adafactor => "adafactor",
-        Optimizer::Adam8bit => "adamw_bnb_8bit",
+        Optimizer::Adam8bit | Optimizer::AdamW8bit => "adamw_bnb_8bit",
+        Optimizer::PagedAdamW8bit => "paged_adamw_8bit",
+        Optimizer::PagedAdamW => "paged_adamw_32bit",
     }
 }
 
@@ -171,6 +184,15 @@ fn pytorch(cfg: &TrainConfig) -> String {
         Optimizer::Adafactor => "torch.optim.Adafactor(model.parameters(), lr=1e-3)",
         Optimizer::Adam8bit => {
             "bnb.optim.Adam8bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
+        }
+        Optimizer::AdamW8bit => {
+            "bnb.optim.AdamW8bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
+        }
+        Optimizer::PagedAdamW8bit => {
+            "bnb.optim.PagedAdamW8bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
+        }
+        Optimizer::PagedAdamW => {
+            "bnb.optim.PagedAdamW32bit(model.parameters(), lr=1e-4)  # import bitsandbytes as bnb"
         }
     };
     let (autocast, scaler) = match cfg.precision {
@@ -238,6 +260,7 @@ pub fn implied_loop(format: Format) -> Option<LoopShape> {
         | Format::Accelerate
         | Format::Torchrun
         | Format::Fsdp2 => None,
+        Format::Peft => Some(LoopShape::Trainer),
     }
 }
 
@@ -259,6 +282,7 @@ pub fn render(format: Format, cfg: &TrainConfig, plan: &Plan, vramlab_doc: &str)
         Format::Accelerate => super::distributed_exports::accelerate_yaml(cfg),
         Format::Torchrun => super::distributed_exports::torchrun(cfg),
         Format::Fsdp2 => super::distributed_exports::fsdp2_snippet(cfg),
+        Format::Peft => super::peft::render(cfg),
         Format::Env => match alloc_conf(cfg, plan) {
             Some(conf) => format!("export PYTORCH_CUDA_ALLOC_CONF={conf}\n"),
             None => "# the allocator model shows little fragmentation: no PYTORCH_CUDA_ALLOC_CONF needed\n".to_string(),

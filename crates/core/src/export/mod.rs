@@ -3,6 +3,7 @@
 
 pub mod distributed_exports;
 pub mod frameworks;
+pub mod peft;
 pub mod results;
 pub mod vramlab_file;
 

@@ -8,8 +8,13 @@ use crate::model::Preset;
 use crate::model::preset::find_builtin;
 use crate::plan::{Plan, TrainConfig};
 
-/// Version of the document layout this build writes and reads.
-pub const SCHEMA_VERSION: u64 = 1;
+/// Version of the document layout this build writes and reads (older ones are migrated on
+/// load, see [`migrate`]).
+///
+/// - 1: model, training (LoRA fine-tuning as `training.finetune`), gpu, margin, prediction.
+/// - 2: `training.finetune` gains QLoRA (`mode: "qlora"`, `quant`, `double_quant`), the
+///   optimizers `adamw-8bit`, `paged-adamw-8bit`, `paged-adamw`.
+pub const SCHEMA_VERSION: u64 = 2;
 /// Largest document accepted (a config is a few KiB; anything huge is not one).
 pub const MAX_BYTES: usize = 4 << 20;
 
@@ -155,6 +160,7 @@ impl VramlabConfig {
                 "schema_version must be at least 1".into(),
             ));
         }
+        let v = migrate(v, found);
         let cfg: VramlabConfig = serde_path_to_error::deserialize(v)
             .map_err(|e| ConfigError::Malformed(format!("{}: {}", e.path(), e.inner())))?;
         if !(0.0..1.0).contains(&cfg.margin) {
@@ -180,6 +186,18 @@ impl VramlabConfig {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
+}
+
+/// Brings a document of schema `found` to [`SCHEMA_VERSION`]. Version 1 → 2 adds only
+/// optional fields (their defaults: no QLoRA, double quantization on), so the migration
+/// sets the version and keeps everything else: a v1 file plans exactly as before.
+fn migrate(mut v: Value, found: u64) -> Value {
+    if found < 2
+        && let Some(o) = v.as_object_mut()
+    {
+        o.insert("schema_version".into(), Value::from(SCHEMA_VERSION));
+    }
+    v
 }
 
 #[cfg(test)]
@@ -241,12 +259,12 @@ mod tests {
             (b"{".to_vec(), "not valid JSON"),
             (b"{}".to_vec(), "schema_version"),
             (
-                ok.replace("\"schema_version\": 1", "\"schema_version\": 7")
+                ok.replace("\"schema_version\": 2", "\"schema_version\": 7")
                     .into_bytes(),
                 "newer",
             ),
             (
-                ok.replace("\"schema_version\": 1", "\"schema_version\": \"1\"")
+                ok.replace("\"schema_version\": 2", "\"schema_version\": \"1\"")
                     .into_bytes(),
                 "schema_version",
             ),
@@ -283,5 +301,53 @@ mod tests {
                 .to_string();
             assert!(err.contains(needle), "{err:?} lacks {needle:?}");
         }
+    }
+
+    /// A version-1 file (a LoRA plan saved before QLoRA existed) still opens, is migrated
+    /// to the current schema, and plans exactly what it planned; a v2 QLoRA document
+    /// round-trips.
+    #[test]
+    fn v1_documents_migrate_to_v2() {
+        let v1 = r#"{
+  "schema_version": 1,
+  "model": {"preset": "gpt2"},
+  "training": {"batch": 4, "size": 256, "precision": "amp-bf16", "optimizer": "adam8bit",
+               "accum": 2, "checkpointing": true, "attention": "sdpa",
+               "allocator": {"expandable_segments": false, "max_split_size_mb": null},
+               "loop": "trainer",
+               "finetune": {"mode": "lora", "lora_rank": 16, "lora_targets": "all-linear"}},
+  "gpu": "rtx-4090",
+  "margin": 0.05,
+  "prediction": {"vramlab_version": "0.1.0", "peak_allocated_bytes": 1,
+                 "peak_reserved_bytes": 2, "nvidia_smi_bytes": 3,
+                 "breakdown": {"parameters": 1}}
+}"#;
+        let doc = VramlabConfig::from_bytes(v1.as_bytes()).expect("v1 opens");
+        assert_eq!(doc.schema_version, SCHEMA_VERSION);
+        assert_eq!(doc.training.finetune.lora_rank, 16);
+        assert_eq!(
+            doc.training.finetune.mode,
+            crate::plan::finetune::FineTuneMode::Lora
+        );
+        assert!(doc.training.finetune.double_quant);
+        assert!(doc.to_json().contains("\"schema_version\": 2"));
+        let qlora = TrainConfig {
+            finetune: crate::plan::finetune::FineTune {
+                mode: crate::plan::finetune::FineTuneMode::Qlora,
+                quant: crate::plan::finetune::Quant::Fp4,
+                double_quant: false,
+                ..doc.training.finetune
+            },
+            optimizer: crate::plan::Optimizer::PagedAdamW8bit,
+            ..doc.training
+        };
+        let v2 = VramlabConfig {
+            training: qlora,
+            ..doc.clone()
+        }
+        .to_json();
+        assert!(v2.contains("\"mode\": \"qlora\"") && v2.contains("\"quant\": \"fp4\""));
+        let back = VramlabConfig::from_bytes(v2.as_bytes()).expect("v2 opens");
+        assert_eq!(back.training, qlora);
     }
 }

@@ -78,6 +78,14 @@ pub enum Op {
     Input,
     /// `nn.Linear` / HF `Conv1D` (addmm): autocast lower-precision; saves input and weight.
     Linear { in_features: u64, out_features: u64 },
+    /// A bitsandbytes base layer under a QLoRA adapter (`Linear4bit`, or `Linear8bitLt`
+    /// when `int8`): a frozen quantized weight, dequantized per call (see
+    /// `plan::rules` for what it allocates and saves).
+    QuantLinear {
+        in_features: u64,
+        out_features: u64,
+        int8: bool,
+    },
     /// `nn.Conv2d` (and ConvTranspose2d): autocast lower-precision; saves input and weight.
     Conv2d {
         transposed: bool,

@@ -93,6 +93,11 @@ pub fn forward(g: &Graph, node: &Node, batch: u64) -> Work {
         Op::Linear {
             in_features,
             out_features,
+        }
+        | Op::QuantLinear {
+            in_features,
+            out_features,
+            ..
         } => {
             let rows = input_per_sample / in_features.max(1);
             Work::Gemm {

@@ -123,17 +123,36 @@ pub enum Optimizer {
     /// bitsandbytes `Adam8bit`: two uint8 states plus per-2048-block fp32 scales.
     #[serde(rename = "adam8bit")]
     Adam8bit,
+    /// bitsandbytes `AdamW8bit` (HF `optim="adamw_bnb_8bit"`): the same state as `Adam8bit`.
+    #[serde(rename = "adamw-8bit")]
+    AdamW8bit,
+    /// bitsandbytes `PagedAdamW8bit` (`paged_adamw_8bit`): 8-bit states of tensors with
+    /// at least 100 000 elements in unified memory (paged), their block scales on the GPU.
+    #[serde(rename = "paged-adamw-8bit")]
+    PagedAdamW8bit,
+    /// bitsandbytes `PagedAdamW32bit` (`paged_adamw_32bit`): fp32 states in unified memory
+    /// for tensors with at least 100 000 elements.
+    #[serde(rename = "paged-adamw")]
+    PagedAdamW,
 }
 
 impl Optimizer {
-    pub const ALL: [Optimizer; 6] = [
+    pub const ALL: [Optimizer; 9] = [
         Optimizer::Sgd,
         Optimizer::SgdMomentum,
         Optimizer::Adam,
         Optimizer::AdamW,
         Optimizer::Adafactor,
         Optimizer::Adam8bit,
+        Optimizer::AdamW8bit,
+        Optimizer::PagedAdamW8bit,
+        Optimizer::PagedAdamW,
     ];
+
+    /// Whether part of the state lives in unified memory (bitsandbytes paged optimizers).
+    pub fn is_paged(self) -> bool {
+        matches!(self, Optimizer::PagedAdamW8bit | Optimizer::PagedAdamW)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -143,6 +162,9 @@ impl Optimizer {
             Optimizer::AdamW => "adamw",
             Optimizer::Adafactor => "adafactor",
             Optimizer::Adam8bit => "adam8bit",
+            Optimizer::AdamW8bit => "adamw-8bit",
+            Optimizer::PagedAdamW8bit => "paged-adamw-8bit",
+            Optimizer::PagedAdamW => "paged-adamw",
         }
     }
 
@@ -154,6 +176,9 @@ impl Optimizer {
             Optimizer::AdamW => "AdamW",
             Optimizer::Adafactor => "Adafactor",
             Optimizer::Adam8bit => "8-bit Adam",
+            Optimizer::AdamW8bit => "8-bit AdamW",
+            Optimizer::PagedAdamW8bit => "Paged 8-bit AdamW",
+            Optimizer::PagedAdamW => "Paged AdamW (32-bit)",
         }
     }
 }
@@ -351,6 +376,14 @@ impl TrainConfig {
                      not modelled yet); plan it without --gpus/--strategy",
                     self.step, self.distributed.strategy
                 ),
+            });
+        }
+        if self.finetune.mode == super::finetune_mode::FineTuneMode::Qlora
+            && self.precision == Precision::Bf16
+        {
+            return Err(PlanError::Field {
+                field: "precision",
+                reason: "qlora: prepare_model_for_kbit_training keeps the base in fp32; use amp-bf16 (the closest valid precision)".into(),
             });
         }
         if let Some(mb) = self.allocator.max_split_size_mb

@@ -9,13 +9,28 @@
 //! ```
 //!
 //! peft keeps the adapters in fp32 on a bf16/fp16 base (`autocast_adapter_dtype=True`).
+//!
+//! QLoRA: every linear but the output embedding becomes a bitsandbytes base layer
+//! ([`Op::QuantLinear`], its storage a [`QuantStorage`] of the policy), and peft's
+//! `lora/bnb.py` forward runs instead (under autocast no input cast, and for 4-bit a
+//! defensive `result.clone()`):
+//!
+//! ```text
+//! result = self.base_layer(x).clone()          # Linear4bit: output in x's dtype
+//! result = result + lora_B(lora_A(dropout(x))) * scaling
+//! ```
+//!
+//! `prepare_model_for_kbit_training` leaves every other base parameter in fp32; the
+//! 4-bit layers' biases are cast to the bf16 compute dtype by their first forward.
 
 use super::PlanError;
 use super::config::{DType, Precision};
-use super::policy::ParamPolicy;
+use super::policy::{ParamPolicy, QuantStorage};
 use crate::model::ir::{Elem, Graph, Node, Op, Param, Pointwise, Tensor};
 
-pub use super::finetune_mode::{FineTune, FineTuneMode, LORA_MODULES, LoraTargets, MAX_LORA_RANK};
+pub use super::finetune_mode::{
+    FineTune, FineTuneMode, LORA_MODULES, LoraTargets, MAX_LORA_RANK, Quant,
+};
 
 /// The graph to simulate and its parameter policy under `ft`.
 pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPolicy), PlanError> {
@@ -24,8 +39,22 @@ pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPo
             let p = ParamPolicy::full(&g, prec);
             Ok((g, p))
         }
-        FineTuneMode::Lora => lora(g, ft.lora_rank, ft.lora_targets, prec),
+        FineTuneMode::Lora => lora(g, ft.lora_rank, ft.lora_targets, prec, None),
+        FineTuneMode::Qlora => {
+            let q = QuantStorage {
+                quant: ft.quant,
+                double_quant: ft.double_quant,
+            };
+            lora(g, ft.lora_rank, ft.lora_targets, prec, Some(q))
+        }
     }
+}
+
+/// Whether a linear named `name` keeps its dtype under QLoRA (the output embedding:
+/// transformers' `get_keys_to_not_convert`).
+fn keeps_dtype(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    matches!(last, "lm_head" | "decoder")
 }
 
 fn lora(
@@ -33,8 +62,10 @@ fn lora(
     rank: u64,
     targets: LoraTargets,
     prec: Precision,
+    quant: Option<QuantStorage>,
 ) -> Result<(Graph, ParamPolicy), PlanError> {
     let base_params = g.params.len();
+    let mut quantized: Vec<(usize, bool)> = Vec::new();
     let old = std::mem::take(&mut g.nodes);
     let mut nodes: Vec<Node> = Vec::with_capacity(old.len() * 2);
     let mut adapted = 0usize;
@@ -48,6 +79,17 @@ fn lora(
             continue;
         };
         let name = g.name(&node).to_string();
+        let q = quant.filter(|_| !node.params.is_empty() && !keeps_dtype(&name));
+        if let Some(q) = q {
+            node.op = Op::QuantLinear {
+                in_features,
+                out_features,
+                int8: !q.quant.is_4bit(),
+            };
+            for (k, &p) in node.params.iter().enumerate() {
+                quantized.push((p, k == 0));
+            }
+        }
         if !targets.matches(&name) || out_features == 0 {
             nodes.push(node);
             continue;
@@ -89,8 +131,15 @@ fn lora(
             });
         };
         let x_elems = g.tensors[x].per_sample;
-        let xa = tensor(&mut g, x_elems);
-        push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
+        // peft's bnb layers cast nothing under autocast; their fp32 base (after
+        // prepare_model_for_kbit_training) needs no cast otherwise.
+        let xa = if q.is_some() {
+            x
+        } else {
+            let xa = tensor(&mut g, x_elems);
+            push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
+            xa
+        };
         g.params.push(Param {
             elems: rank * in_features,
             matrix: Some((rank, in_features)),
@@ -128,6 +177,24 @@ fn lora(
         let s = tensor(&mut g, shape.per_sample);
         let pw = |f| Op::Pointwise { f, inplace: false };
         push(&mut g, pw(Pointwise::Scale), &[b], s, &[], ".lora_scaling");
+        if let Some(q) = q {
+            let base = if q.quant.is_4bit() {
+                let c = tensor(&mut g, shape.per_sample);
+                push(&mut g, Op::Copy, &[base], c, &[], ".base_clone");
+                c
+            } else {
+                base
+            };
+            push(
+                &mut g,
+                pw(Pointwise::Add),
+                &[base, s],
+                result,
+                &[],
+                ".lora_add",
+            );
+            continue;
+        }
         let sum = tensor(&mut g, shape.per_sample);
         push(
             &mut g,
@@ -146,14 +213,40 @@ fn lora(
             reason: format!("`{targets}` matches no linear layer of this model"),
         });
     }
-    let mut policy = ParamPolicy::full(&g, prec);
+    let policy = adapter_policy(&g, prec, base_params, quant, &quantized);
+    Ok((g, policy))
+}
+
+/// The base frozen, the adapters (parameters from `base_params` on) in fp32; with QLoRA
+/// the `quantized` layers' weights (`true`) and biases stored as bitsandbytes leaves them,
+/// the rest of the base in fp32 (`prepare_model_for_kbit_training`).
+fn adapter_policy(
+    g: &Graph,
+    prec: Precision,
+    base_params: usize,
+    quant: Option<QuantStorage>,
+    quantized: &[(usize, bool)],
+) -> ParamPolicy {
+    let mut policy = ParamPolicy::full(g, prec);
     for p in 0..base_params {
         policy.freeze(p);
     }
     for p in base_params..g.params.len() {
         policy.set_storage(p, DType::F32);
     }
-    Ok((g, policy))
+    if let Some(q) = quant {
+        for p in 0..base_params {
+            policy.set_storage(p, DType::F32);
+        }
+        for &(p, weight) in quantized {
+            if weight {
+                policy.set_quant(p, q);
+            } else if q.quant.is_4bit() {
+                policy.set_storage(p, DType::BF16);
+            }
+        }
+    }
+    policy
 }
 
 #[cfg(test)]
@@ -250,6 +343,7 @@ mod tests {
             mode: FineTuneMode::Lora,
             lora_rank: 8,
             lora_targets: LoraTargets::Attn,
+            ..FineTune::default()
         };
         let (lg, lp) = apply(g.clone(), &ft, Precision::Fp32).expect("lora");
         let lora = forward_bytes(&lg, &lp);
@@ -268,6 +362,7 @@ mod tests {
             mode: FineTuneMode::Lora,
             lora_rank: 4,
             lora_targets: "c_attn,c_fc".parse().expect("targets"),
+            ..FineTune::default()
         };
         let (lg, lp) = apply(g.clone(), &ft, Precision::Bf16).expect("lora");
         let layers = g.block_count() as u64;
@@ -286,6 +381,78 @@ mod tests {
         let out = g.nodes[c_attn].output;
         let writer = lg.nodes.iter().find(|n| n.output == out).expect("writer");
         assert!(lg.name(writer).ends_with("c_attn.lora_to"));
+    }
+
+    /// QLoRA quantizes every linear but the output embedding; the other base parameters
+    /// stay fp32; the adapters are the LoRA ones.
+    #[test]
+    fn qlora_quantizes_the_linears_and_keeps_lora_adapters() {
+        let g = graph("TinyLlama-1.1B");
+        let lora = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_targets: LoraTargets::AllLinear,
+            ..FineTune::default()
+        };
+        let qlora = FineTune {
+            mode: FineTuneMode::Qlora,
+            ..lora
+        };
+        let (lg, lp) = apply(g.clone(), &lora, Precision::AmpBf16).expect("lora");
+        let (qg, qp) = apply(g.clone(), &qlora, Precision::AmpBf16).expect("qlora");
+        assert_eq!(lp.trainable_elems(&lg), qp.trainable_elems(&qg));
+        assert_eq!(lg.param_count(), qg.param_count());
+        let quant = qg
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::QuantLinear { int8: false, .. }))
+            .count();
+        assert_eq!(quant, 7 * g.block_count() as usize);
+        let head = qg
+            .nodes
+            .iter()
+            .rev()
+            .find(|n| matches!(n.op, Op::Linear { .. }) && !n.params.is_empty())
+            .expect("lm_head");
+        assert!(qg.name(head).ends_with("lm_head"), "{}", qg.name(head));
+        // A 2048×5632 NF4 weight with double quantization: 4 bits per weight plus about
+        // 1/64 byte of scale per weight.
+        let (frozen, trainable) = qp.frozen_trainable_bytes(&qg);
+        let (lfrozen, ltrainable) = lp.frozen_trainable_bytes(&lg);
+        assert_eq!(trainable, ltrainable);
+        assert!(frozen * 3 < lfrozen, "{frozen} vs {lfrozen}");
+        let w = QuantStorage {
+            quant: Quant::Nf4,
+            double_quant: true,
+        };
+        let n = 2048 * 5632;
+        assert_eq!(
+            w.bytes(n, 5632),
+            // packed, code, 8-bit absmax, fp32 absmax of 704 blocks of 256 (2816 → 3072),
+            // the 256-entry code, the offset
+            n / 2 + 512 + n / 64 + 3072 + 1024 + 512
+        );
+        let single = QuantStorage {
+            double_quant: false,
+            ..w
+        };
+        assert_eq!(single.bytes(n, 5632), n / 2 + 512 + 4 * n / 64);
+        let int8 = QuantStorage {
+            quant: Quant::Int8,
+            ..w
+        };
+        assert_eq!(int8.bytes(n, 5632), n + 4 * 5632);
+        // Pure bf16 is refused with qlora (the closest valid precision is named).
+        let cfg = TrainConfig {
+            precision: Precision::Bf16,
+            finetune: qlora,
+            ..TrainConfig::default()
+        };
+        assert!(
+            cfg.validate()
+                .expect_err("bf16")
+                .to_string()
+                .contains("amp-bf16")
+        );
     }
 
     #[test]
@@ -345,13 +512,14 @@ mod tests {
                 mode: FineTuneMode::Lora,
                 lora_rank: 32,
                 lora_targets: LoraTargets::AllLinear,
+                ..FineTune::default()
             },
             ..cfg
         };
         let text = serde_json::to_string(&lora).expect("json");
         assert!(
             text.contains(
-                r#""finetune":{"mode":"lora","lora_rank":32,"lora_targets":"all-linear"}"#
+                r#""finetune":{"mode":"lora","lora_rank":32,"lora_targets":"all-linear","quant":"nf4","double_quant":true}"#
             ),
             "{text}"
         );

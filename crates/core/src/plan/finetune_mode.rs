@@ -141,6 +141,9 @@ pub enum FineTuneMode {
     Full,
     /// peft LoRA adapters train, the base model is frozen.
     Lora,
+    /// QLoRA: LoRA adapters on a bitsandbytes-quantized frozen base ([`Quant`]), after
+    /// peft's `prepare_model_for_kbit_training` (the other base parameters in fp32).
+    Qlora,
 }
 
 impl FineTuneMode {
@@ -148,7 +151,89 @@ impl FineTuneMode {
         match self {
             FineTuneMode::Full => "full",
             FineTuneMode::Lora => "lora",
+            FineTuneMode::Qlora => "qlora",
         }
+    }
+
+    /// Every mode, for lists and searches.
+    pub const ALL: [FineTuneMode; 3] =
+        [FineTuneMode::Full, FineTuneMode::Lora, FineTuneMode::Qlora];
+
+    /// Whether LoRA adapters train (LoRA and QLoRA).
+    pub fn has_adapters(self) -> bool {
+        matches!(self, FineTuneMode::Lora | FineTuneMode::Qlora)
+    }
+}
+
+impl std::str::FromStr for FineTuneMode {
+    type Err = PlanError;
+
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        FineTuneMode::ALL
+            .into_iter()
+            .find(|m| m.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| PlanError::Unknown {
+                field: "finetune",
+                value: s.to_string(),
+                known: "full, lora, qlora",
+            })
+    }
+}
+
+/// The bitsandbytes storage of a QLoRA base (`BitsAndBytesConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Quant {
+    /// 4-bit NormalFloat (`bnb_4bit_quant_type="nf4"`), the QLoRA default.
+    #[default]
+    Nf4,
+    /// 4-bit float (`bnb_4bit_quant_type="fp4"`).
+    Fp4,
+    /// LLM.int8 (`load_in_8bit=True`, `Linear8bitLt`): int8 weights and fp32 row scales.
+    Int8,
+}
+
+impl Quant {
+    pub const ALL: [Quant; 3] = [Quant::Nf4, Quant::Fp4, Quant::Int8];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quant::Nf4 => "nf4",
+            Quant::Fp4 => "fp4",
+            Quant::Int8 => "int8",
+        }
+    }
+
+    /// Whether the weights are packed 4-bit (`Linear4bit`).
+    pub fn is_4bit(self) -> bool {
+        !matches!(self, Quant::Int8)
+    }
+}
+
+impl std::fmt::Display for Quant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Quant {
+    type Err = PlanError;
+
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        let t = s.trim().to_ascii_lowercase();
+        let q = match t.as_str() {
+            "nf4" | "4bit" | "4-bit" | "load_in_4bit" => Quant::Nf4,
+            "fp4" => Quant::Fp4,
+            "int8" | "8bit" | "8-bit" | "llm.int8" | "load_in_8bit" => Quant::Int8,
+            _ => {
+                return Err(PlanError::Unknown {
+                    field: "quant",
+                    value: s.to_string(),
+                    known: "nf4, fp4, int8",
+                });
+            }
+        };
+        Ok(q)
     }
 }
 
@@ -160,6 +245,11 @@ pub struct FineTune {
     /// LoRA rank `r`.
     pub lora_rank: u64,
     pub lora_targets: LoraTargets,
+    /// QLoRA base storage (ignored by the other modes).
+    pub quant: Quant,
+    /// bitsandbytes double quantization (`bnb_4bit_use_double_quant`): the absmax of each
+    /// 64-element block stored in 8 bits.
+    pub double_quant: bool,
 }
 
 impl Default for FineTune {
@@ -168,6 +258,8 @@ impl Default for FineTune {
             mode: FineTuneMode::Full,
             lora_rank: 8,
             lora_targets: LoraTargets::Attn,
+            quant: Quant::Nf4,
+            double_quant: true,
         }
     }
 }
@@ -181,7 +273,7 @@ impl FineTune {
     }
 
     pub fn validate(&self) -> Result<(), PlanError> {
-        if self.mode == FineTuneMode::Lora && !(1..=MAX_LORA_RANK).contains(&self.lora_rank) {
+        if self.mode.has_adapters() && !(1..=MAX_LORA_RANK).contains(&self.lora_rank) {
             return Err(PlanError::Field {
                 field: "lora_rank",
                 reason: format!("{} is not between 1 and {MAX_LORA_RANK}", self.lora_rank),

@@ -97,8 +97,16 @@ pub struct Plan {
     pub peak_phase: Phase,
     /// The layer whose forward/backward is running at the peak.
     pub peak_layer: String,
-    /// Bytes per category at the peak, then allocator overhead and CUDA context.
+    /// Bytes per category at the peak, then allocator overhead and CUDA context (they sum
+    /// to `nvidia_smi_bytes`).
     pub breakdown: Vec<Share>,
+    /// With fine-tuning: the `parameters` share split into frozen and trainable weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights_split: Option<WeightsSplit>,
+    /// Optimizer state in unified memory (bitsandbytes paged optimizers): outside the
+    /// caching allocator, so in neither peak above; evictable to host memory.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub paged_optimizer_bytes: Bytes,
     pub timeline: Vec<TimelinePoint>,
 }
 
@@ -111,6 +119,19 @@ impl Plan {
             .find(|s| s.category == key)
             .map_or(Bytes::ZERO, |s| s.bytes)
     }
+}
+
+/// The parameters' bytes split by whether they train (fine-tuning modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WeightsSplit {
+    /// Frozen weights (for QLoRA: the quantized storage plus the fp32 unquantized rest).
+    pub frozen_bytes: Bytes,
+    /// Trainable weights (LoRA adapters).
+    pub trainable_bytes: Bytes,
+}
+
+fn is_zero(b: &Bytes) -> bool {
+    *b == Bytes::ZERO
 }
 
 fn category_key(c: Category) -> String {
@@ -132,6 +153,10 @@ pub struct Planner {
     pub context: Bytes,
     /// Elements of the parameters that train (peft's `print_trainable_parameters`).
     pub trainable: u64,
+    /// Bytes of the frozen and of the trainable parameters.
+    pub param_split: (u64, u64),
+    /// Optimizer state in unified memory (paged optimizers).
+    pub paged_bytes: u64,
 }
 
 impl Planner {
@@ -151,6 +176,14 @@ impl Planner {
         let context = DEFAULT_CUDA_CONTEXT
             .checked_add(cfg.distributed.nccl_bytes())
             .ok_or(PlanError::Overflow("CUDA context"))?;
+        let param_split = policy.frozen_trainable_bytes(&graph);
+        let paged_bytes = graph
+            .params
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| policy.trainable(i))
+            .map(|(_, p)| optimizer::paged_bytes(cfg.optimizer, p))
+            .sum();
         Ok(Planner {
             model: preset.id.clone(),
             graph,
@@ -159,6 +192,8 @@ impl Planner {
             events,
             context,
             trainable,
+            param_split,
+            paged_bytes,
         })
     }
 
@@ -208,6 +243,10 @@ impl Planner {
             label: "CUDA context",
             bytes: self.context,
         });
+        let weights_split = (!cfg.finetune.is_full()).then_some(WeightsSplit {
+            frozen_bytes: Bytes(self.param_split.0),
+            trainable_bytes: Bytes(self.param_split.1),
+        });
         let peak_layer = e
             .peak_node
             .and_then(|n| self.graph.nodes.get(n as usize))
@@ -226,6 +265,8 @@ impl Planner {
             peak_phase: e.peak_phase,
             peak_layer,
             breakdown,
+            weights_split,
+            paged_optimizer_bytes: Bytes(self.paged_bytes),
             timeline: e.timeline,
         })
     }

@@ -8,9 +8,9 @@ use crate::model::ir::Param;
 use super::DType;
 use super::config::Optimizer;
 
-/// The state buffers `opt` creates for one trainable parameter on its first step, in
-/// bytes, in allocation order. `dtype` is the parameter's storage dtype (PyTorch keeps
-/// state in the parameter's dtype).
+/// The state buffers `opt` creates on the GPU for one trainable parameter on its first
+/// step, in bytes, in allocation order. `dtype` is the parameter's storage dtype (PyTorch
+/// keeps state in the parameter's dtype). Paged state is not here: see [`paged_bytes`].
 pub fn state_bytes(opt: Optimizer, p: &Param, dtype: DType) -> StateBytes {
     let bytes = p.elems * dtype.size();
     match opt {
@@ -23,41 +23,78 @@ pub fn state_bytes(opt: Optimizer, p: &Param, dtype: DType) -> StateBytes {
             Some((r, c)) => StateBytes::two(p.elems / c * dtype.size(), p.elems / r * dtype.size()),
             None => StateBytes::one(bytes),
         },
-        // Two uint8 states plus one fp32 absmax per 2048-element block each, in one
-        // allocation; bitsandbytes keeps tensors under 4096 elements in 32-bit.
-        Optimizer::Adam8bit => StateBytes::one(if p.elems < 4096 {
-            8 * p.elems
-        } else {
-            2 * p.elems + 2 * 4 * p.elems.div_ceil(2048)
-        }),
+        Optimizer::Adam8bit
+        | Optimizer::AdamW8bit
+        | Optimizer::PagedAdamW8bit
+        | Optimizer::PagedAdamW => bnb_state(opt, p.elems),
     }
 }
 
-/// Up to two state buffers of one parameter (bytes, in allocation order).
+/// bitsandbytes 0.50 `Optimizer2State.init_state`: tensors under `min_8bit_size` (4096)
+/// elements, and every tensor of the 32-bit optimizer, keep two fp32 states; 8-bit keeps
+/// `state1`, `state2` (uint8) and `absmax1`, `absmax2` (fp32, one per 256-element block).
+/// The paged optimizers put `state1`/`state2` of tensors of at least 100 000 elements in
+/// unified memory (`get_state_buffer` → `get_paged`), not on the caching allocator.
+fn bnb_state(opt: Optimizer, n: u64) -> StateBytes {
+    let paged = opt.is_paged() && n >= PAGED_MIN_ELEMS;
+    let eight = opt != Optimizer::PagedAdamW && n >= MIN_8BIT_SIZE;
+    let (state, scales) = if eight {
+        (n, 4 * n.div_ceil(256))
+    } else {
+        (4 * n, 0)
+    };
+    let state = if paged { 0 } else { state };
+    let mut s = StateBytes::none();
+    for b in [state, state, scales, scales] {
+        if b > 0 {
+            s.parts[s.len] = b;
+            s.len += 1;
+        }
+    }
+    s
+}
+
+/// bitsandbytes' `min_8bit_size`.
+pub const MIN_8BIT_SIZE: u64 = 4096;
+/// Tensors with at least this many elements get paged state (`get_state_buffer`).
+pub const PAGED_MIN_ELEMS: u64 = 100_000;
+
+/// Bytes of `opt`'s state for one parameter that live in unified memory (paged): outside
+/// PyTorch's caching allocator, so not in `torch.cuda.memory_allocated()`; the driver
+/// evicts them to host memory under pressure.
+pub fn paged_bytes(opt: Optimizer, p: &Param) -> u64 {
+    if !opt.is_paged() || p.elems < PAGED_MIN_ELEMS {
+        return 0;
+    }
+    let per = if opt == Optimizer::PagedAdamW { 4 } else { 1 };
+    2 * per * p.elems
+}
+
+/// Up to four state buffers of one parameter (bytes, in allocation order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateBytes {
-    parts: [u64; 2],
+    parts: [u64; 4],
     len: usize,
 }
 
 impl StateBytes {
     fn none() -> StateBytes {
         StateBytes {
-            parts: [0; 2],
+            parts: [0; 4],
             len: 0,
         }
     }
 
     fn one(a: u64) -> StateBytes {
         StateBytes {
-            parts: [a, 0],
+            parts: [a, 0, 0, 0],
             len: 1,
         }
     }
 
     fn two(a: u64, b: u64) -> StateBytes {
         StateBytes {
-            parts: [a, b],
+            parts: [a, b, 0, 0],
             len: 2,
         }
     }
@@ -93,7 +130,13 @@ pub fn step_waves(opt: Optimizer) -> &'static [Wave] {
         // Matrices: the `row_var @ col_var` estimates at once; vectors: grads² and then
         // clones of the variances.
         Optimizer::Adafactor => &[Wave::Matrices, Wave::Vectors],
-        Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::Adam8bit => &[],
+        // bitsandbytes' fused update kernels allocate nothing.
+        Optimizer::Sgd
+        | Optimizer::SgdMomentum
+        | Optimizer::Adam8bit
+        | Optimizer::AdamW8bit
+        | Optimizer::PagedAdamW8bit
+        | Optimizer::PagedAdamW => &[],
     }
 }
 
@@ -134,10 +177,24 @@ mod tests {
             state_bytes(Optimizer::Adafactor, &w, fp32).parts(),
             &[4 * 1024, 4 * 4096]
         );
-        // 8-bit: two bytes per element plus two fp32 scales per 2048 elements.
+        // 8-bit: two bytes per element plus two fp32 scales per 256 elements.
         assert_eq!(
-            state_bytes(Optimizer::Adam8bit, &w, fp32).total(),
-            2 * n + 8 * (n / 2048)
+            state_bytes(Optimizer::Adam8bit, &w, fp32).parts(),
+            &[n, n, 4 * n / 256, 4 * n / 256]
+        );
+        // Paged: only the scales stay on the GPU; small tensors are not paged.
+        assert_eq!(
+            state_bytes(Optimizer::PagedAdamW8bit, &w, fp32).parts(),
+            &[4 * n / 256, 4 * n / 256]
+        );
+        assert_eq!(paged_bytes(Optimizer::PagedAdamW8bit, &w), 2 * n);
+        assert_eq!(paged_bytes(Optimizer::PagedAdamW, &w), 8 * n);
+        assert_eq!(state_bytes(Optimizer::PagedAdamW, &w, fp32).total(), 0);
+        let mid = matrix(64, 1024);
+        assert_eq!(paged_bytes(Optimizer::PagedAdamW, &mid), 0);
+        assert_eq!(
+            state_bytes(Optimizer::PagedAdamW, &mid, fp32).total(),
+            8 * 64 * 1024
         );
         let small = Param {
             elems: 100,

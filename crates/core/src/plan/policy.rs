@@ -7,6 +7,7 @@ use crate::model::Graph;
 
 use super::DType;
 use super::config::Precision;
+use super::finetune_mode::Quant;
 
 /// The fraction of a tensor one rank holds: `num / den` (1/1 unsharded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,12 +41,57 @@ pub struct ParamState {
     pub storage: DType,
     /// The part of the parameter, its gradient and its state this rank holds.
     pub shard: Shard,
+    /// bitsandbytes storage of a frozen quantized weight (QLoRA); `None`: plain `storage`.
+    pub quant: Option<QuantStorage>,
+}
+
+/// A bitsandbytes-quantized weight: its kind and whether the 4-bit block scales are
+/// quantized again (double quantization).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuantStorage {
+    pub quant: Quant,
+    pub double_quant: bool,
+}
+
+/// The caching allocator's block granularity: each tensor of a `QuantState` is its own
+/// allocation.
+const BLOCK: u64 = 512;
+
+fn block(bytes: u64) -> u64 {
+    bytes.div_ceil(BLOCK) * BLOCK
+}
+
+impl QuantStorage {
+    /// Bytes on the GPU of a quantized weight of `elems` elements and `rows` output
+    /// features, tensor by tensor as bitsandbytes 0.50 creates them (each rounded to the
+    /// allocator's 512-byte blocks):
+    ///
+    /// - 4-bit (`quantize_4bit`, blocksize 64): the packed weight (`(n + 1) / 2` uint8),
+    ///   the 4-bit code (16 fp32, `get_4bit_type`), and the absmax of each 64-element block:
+    ///   fp32, or with double quantization (`quantize_blockwise(absmax - offset,
+    ///   blocksize=256)`) uint8 plus the second-level fp32 absmax per 256 blocks, its
+    ///   256-entry fp32 code (copied per weight) and the fp32 offset.
+    /// - LLM.int8 (`int8_vectorwise_quant`): int8 weight and an fp32 scale per row (SCB).
+    pub fn bytes(self, elems: u64, rows: u64) -> u64 {
+        if !self.quant.is_4bit() {
+            return block(elems) + block(4 * rows);
+        }
+        let blocks = elems.div_ceil(64);
+        let packed = block(elems.div_ceil(2)) + block(16 * 4);
+        if self.double_quant {
+            packed + block(blocks) + block(4 * blocks.div_ceil(256)) + block(256 * 4) + block(4)
+        } else {
+            packed + block(4 * blocks)
+        }
+    }
 }
 
 /// The state of every parameter of a graph, by parameter index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamPolicy {
     states: Vec<ParamState>,
+    /// Output features of each matrix parameter (1 for vectors): LLM.int8's row scales.
+    rows: Vec<u64>,
 }
 
 impl ParamPolicy {
@@ -58,9 +104,15 @@ impl ParamPolicy {
                     trainable: true,
                     storage: precision.param_dtype(),
                     shard: Shard::WHOLE,
+                    quant: None,
                 };
                 g.params.len()
             ],
+            rows: g
+                .params
+                .iter()
+                .map(|p| p.matrix.map_or(1, |(r, _)| r))
+                .collect(),
         }
     }
 
@@ -91,11 +143,35 @@ impl ParamPolicy {
         }
     }
 
+    /// Stores frozen parameter `p` quantized (QLoRA base weights).
+    pub fn set_quant(&mut self, p: usize, q: QuantStorage) {
+        self.states[p].quant = Some(q);
+        self.states[p].trainable = false;
+    }
+
     /// Bytes this rank holds of parameter `p` of `elems` elements, in its storage dtype
-    /// (the size of the parameter, and of its gradient when it trains).
+    /// (the size of the parameter, and of its gradient when it trains). A quantized weight
+    /// is a matrix: see [`QuantStorage::bytes`] (rows taken as `elems` / 64 otherwise).
     pub fn bytes(&self, p: usize, elems: u64) -> u64 {
         let s = self.states[p];
+        if let Some(q) = s.quant {
+            return s.shard.of(q.bytes(elems, self.rows[p]));
+        }
         s.shard.of(elems * s.storage.size())
+    }
+
+    /// Bytes of the frozen and of the trainable parameters (the breakdown's split).
+    pub fn frozen_trainable_bytes(&self, g: &Graph) -> (u64, u64) {
+        let (mut frozen, mut trainable) = (0u64, 0u64);
+        for (i, p) in g.params.iter().enumerate() {
+            let b = self.bytes(i, p.elems);
+            if self.states[i].trainable {
+                trainable = trainable.saturating_add(b);
+            } else {
+                frozen = frozen.saturating_add(b);
+            }
+        }
+        (frozen, trainable)
     }
 
     /// Number of parameters.

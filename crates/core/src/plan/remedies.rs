@@ -82,7 +82,10 @@ pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, Stri
             c,
         ));
     }
-    if cfg.precision != Precision::Bf16 {
+    // QLoRA keeps its unquantized base in fp32 (prepare_model_for_kbit_training).
+    if cfg.precision != Precision::Bf16
+        && cfg.finetune.mode != super::finetune_mode::FineTuneMode::Qlora
+    {
         let mut c = *cfg;
         c.precision = Precision::Bf16;
         out.push((

@@ -36,6 +36,9 @@ pub struct Rule {
     pub casts_params: bool,
     /// Transient bytes (elements of the output's dtype, per sample) during backward.
     pub bwd_transient: u64,
+    /// Transient bytes independent of the batch during backward (a quantized weight
+    /// dequantized for the input gradient).
+    pub bwd_fixed: u64,
     /// cuDNN workspaces of a convolution's backward (see [`conv_workspace`]).
     pub conv_ws: ConvWorkspace,
     /// A chain of Python-level ops: the extras are produced in order, each temporary dies
@@ -110,6 +113,7 @@ impl Rule {
             extras: Vec::new(),
             casts_params: false,
             bwd_transient: 0,
+            bwd_fixed: 0,
             conv_ws: ConvWorkspace::default(),
             chain: false,
             grad: GradFlow::Compute,
@@ -164,6 +168,45 @@ fn promote(a: DType, b: DType) -> DType {
     } else {
         b
     }
+}
+
+/// A bitsandbytes base layer (`weight` elements, input `x` in `in0`) as bitsandbytes 0.50
+/// runs it in training (M = batch × seq > 1536 rows: the dequantize + `F.linear` path):
+///
+/// - `Linear4bit.forward`: `x.to(bf16)` (a copy when `x` is not bf16), the weight
+///   dequantized into a bf16 tensor for `F.linear`, the bf16 result, then `.to(x.dtype)`:
+///   the output is in the input's dtype. `MatMul4Bit` saves only the packed weight; its
+///   backward dequantizes it again for the input gradient (`grad_output @ W`), in bf16.
+/// - `Linear8bitLt` (`MatMul8bitLt`, threshold 6.0): `x.to(fp16)`, its int8 row-wise
+///   quantization and the int32 product are temporaries; the input itself is kept for
+///   backward (`ctx.tensors`);
+///   the backward dequantizes `CB * SCB / 127` in the input's dtype.
+fn quant_linear(weight: u64, in0: DType, in_elems: u64, out_elems: u64, int8: bool) -> Rule {
+    let mut r = Rule::new(in0);
+    if int8 {
+        r.extras.push(temp(in_elems, DType::F16));
+        r.extras.push(temp(in_elems, DType::U8));
+        // int8_scaled_mm's int32 result before its dequantization (4 bytes, as fp32).
+        r.extras.push(temp(out_elems, DType::F32));
+        r.saves_inputs = vec![0];
+        r.bwd_fixed = weight * in0.size();
+        return r;
+    }
+    if in0 != DType::BF16 {
+        r.extras.push(temp(in_elems, DType::BF16));
+        r.extras.push(temp(out_elems, DType::BF16));
+        // Backward: the output gradient cast to bf16 and the bf16 input gradient before
+        // its cast back (elements of the output's dtype).
+        r.bwd_transient = (out_elems + in_elems) * 2 / in0.size();
+    }
+    r.extras.push(Extra {
+        per_sample: 0,
+        fixed: weight,
+        dtype: DType::BF16,
+        transient: true,
+    });
+    r.bwd_fixed = weight * DType::BF16.size();
+    r
 }
 
 fn extra(per_sample: u64, dtype: DType) -> Extra {
@@ -503,6 +546,17 @@ pub fn rule(
             r.saves_output = true;
             r
         }
+        Op::QuantLinear {
+            in_features,
+            out_features,
+            int8,
+        } => quant_linear(
+            *in_features * *out_features,
+            in0,
+            in_elems(0),
+            out_elems,
+            *int8,
+        ),
         Op::ToComputeDtype => {
             let mut r = Rule::new(lp);
             r.alias = in0 == lp;

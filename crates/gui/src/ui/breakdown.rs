@@ -115,6 +115,13 @@ pub fn breakdown_table_ui(plan: &Plan, ui: &mut Ui) {
         .striped(true)
         .spacing([14.0, 3.0])
         .show(ui, |ui| {
+            if let Some(t) = plan.trainable_params {
+                ui.label("Trainable parameters")
+                    .on_hover_text("peft's print_trainable_parameters: adapters train, the base is frozen");
+                ui.label(format!("{t} of {}", plan.params));
+                ui.label(format!("{:.3} %", 100.0 * t as f64 / plan.params.max(1) as f64));
+                ui.end_row();
+            }
             ui.label(RichText::new("Category (legend)").strong());
             ui.label(RichText::new("Bytes").strong());
             ui.label(RichText::new("Share").strong());
@@ -126,6 +133,28 @@ pub fn breakdown_table_ui(plan: &Plan, ui: &mut Ui) {
                 });
                 ui.label(s.bytes.to_string());
                 ui.label(format!("{:.1} %", pct(s.bytes, total)));
+                ui.end_row();
+                if s.category == "parameters"
+                    && let Some(w) = plan.weights_split
+                {
+                    for (what, b) in [
+                        ("    frozen weights", w.frozen_bytes),
+                        ("    trainable weights", w.trainable_bytes),
+                    ] {
+                        ui.label(what);
+                        ui.label(b.to_string());
+                        ui.label("");
+                        ui.end_row();
+                    }
+                }
+            }
+            if plan.paged_optimizer_bytes.0 > 0 {
+                ui.label("Optimizer state, evictable (paged)").on_hover_text(
+                    "bitsandbytes paged optimizer: state in unified memory (cudaMallocManaged), \
+                     outside PyTorch's allocator and the total; the driver evicts it to host RAM under pressure",
+                );
+                ui.label(plan.paged_optimizer_bytes.to_string());
+                ui.label("not in total");
                 ui.end_row();
             }
             let sum: u64 = plan.breakdown.iter().map(|s| s.bytes.0).sum();

@@ -23,6 +23,7 @@ pub fn format_label(f: Format) -> &'static str {
         Format::Accelerate => "accelerate YAML",
         Format::Torchrun => "torchrun",
         Format::Fsdp2 => "FSDP2 snippet",
+        Format::Peft => "peft / QLoRA",
     }
 }
 
@@ -38,6 +39,7 @@ pub fn suggested_file_name(format: Format, model: &str) -> String {
         Format::Accelerate => "accelerate_config.yaml".into(),
         Format::Torchrun => "launch.sh".into(),
         Format::Fsdp2 => "fsdp2_setup.py".into(),
+        Format::Peft => "finetune_peft.py".into(),
     }
 }
 

@@ -194,14 +194,29 @@ fn finetune_ui(ft: &mut FineTune, ui: &mut Ui) -> bool {
     let mut changed = false;
     ui.horizontal(|ui| {
         ui.label("Fine-tuning").on_hover_text(tips::FINETUNE);
-        for m in [FineTuneMode::Full, FineTuneMode::Lora] {
+        for m in FineTuneMode::ALL {
             changed |= ui
                 .radio_value(&mut ft.mode, m, m.as_str())
                 .on_hover_text(tips::FINETUNE)
                 .changed();
         }
     });
-    if ft.mode == FineTuneMode::Lora {
+    if ft.mode == FineTuneMode::Qlora {
+        ui.horizontal(|ui| {
+            ui.label("quant")
+                .on_hover_text("bitsandbytes base storage: NF4 / FP4 4-bit or LLM.int8");
+            for q in vramlab_core::plan::finetune::Quant::ALL {
+                changed |= ui.radio_value(&mut ft.quant, q, q.as_str()).changed();
+            }
+            if ft.quant.is_4bit() {
+                changed |= ui
+                    .checkbox(&mut ft.double_quant, "double quant")
+                    .on_hover_text("bnb_4bit_use_double_quant: block scales stored in 8 bits")
+                    .changed();
+            }
+        });
+    }
+    if ft.mode.has_adapters() {
         ui.horizontal(|ui| {
             ui.label("rank").on_hover_text(tips::LORA_RANK);
             changed |= ui

@@ -20,14 +20,14 @@ pub const LORA_TARGETS: [LoraTargets; 2] = [LoraTargets::Attn, LoraTargets::AllL
 /// full, LoRA, and what later modes append. [`FineTuneMode`] has no `ALL` list of its own
 /// here; a mode added to the enum is added to this list.
 pub fn finetune_modes() -> Vec<FineTuneMode> {
-    vec![FineTuneMode::Full, FineTuneMode::Lora]
+    vec![FineTuneMode::Full, FineTuneMode::Lora, FineTuneMode::Qlora]
 }
 
 /// Fails to compile when a mode is added to [`FineTuneMode`] and not to [`finetune_modes`].
 #[allow(dead_code)]
 fn every_mode_is_listed(m: FineTuneMode) {
     match m {
-        FineTuneMode::Full | FineTuneMode::Lora => {}
+        FineTuneMode::Full | FineTuneMode::Lora | FineTuneMode::Qlora => {}
     }
 }
 
@@ -143,7 +143,7 @@ fn loop_rank(l: LoopShape) -> u8 {
     }
 }
 
-fn mode_rank(m: FineTuneMode) -> usize {
+pub(super) fn mode_rank(m: FineTuneMode) -> usize {
     finetune_modes()
         .iter()
         .position(|&x| x == m)

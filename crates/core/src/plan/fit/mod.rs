@@ -196,14 +196,15 @@ impl<'a> Search<'a> {
 
     /// Plans `k`: `None` when micro-batch 1 does not fit (recorded as dead).
     fn plan(&mut self, k: &Knobs) -> Result<Option<Fitting>, PlanError> {
-        self.planned += 1;
         let cfg = self.config(k, 1);
         let planner = match Planner::new(self.preset, &cfg) {
             Ok(p) => p,
-            // A combination whose config does not validate is skipped.
+            // A combination whose config does not validate is skipped (free: it fails before
+            // any graph is built, so it does not count as planned).
             Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
+        self.planned += 1;
         let budget = self.req.budget;
         let Some(max_micro) = max_batch(&planner, budget, self.eff)? else {
             let p1 = planner.peaks(1)?;
@@ -380,11 +381,20 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
 }
 
 /// Plans the leanest combination of every precision × attention × fine-tuning setting
-/// (leanest fine-tuning first), so that whole groups die before any of them is timed.
+/// (leanest fine-tuning first: the later modes, attention targets, small ranks), so that
+/// whole groups die before any of them is timed.
 fn seed_dead(s: &mut Search<'_>, axes: &Axes) -> Result<(), PlanError> {
+    let mut finetunes = axes.finetune.clone();
+    finetunes.sort_by_key(|ft| {
+        (
+            std::cmp::Reverse(axes::mode_rank(ft.mode)),
+            ft.lora_targets != crate::plan::finetune::LoraTargets::Attn,
+            ft.lora_rank,
+        )
+    });
     for &precision in &axes.precision {
         for &attention in &axes.attention {
-            for &finetune in axes.finetune.iter().rev() {
+            for &finetune in &finetunes {
                 let k = axes.leanest(precision, attention, finetune);
                 if s.presumed_dead(&k) || s.planned >= s.req.max_plans / 2 {
                     continue;

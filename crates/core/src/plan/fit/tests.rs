@@ -59,11 +59,18 @@ fn llama3_8b_on_a_4090_fits_with_lora_in_bf16() {
     assert!(r.reason.is_none());
     check_candidates(&preset, &user, &req, &r);
     assert!(!r.candidates[0].is_user_config);
-    // Full fine-tuning of 8 B parameters cannot fit 24 GB; every answer is LoRA.
+    // Full fine-tuning of 8 B parameters cannot fit 24 GB; every answer is LoRA or QLoRA,
+    // and both are offered.
+    for mode in [FineTuneMode::Lora, FineTuneMode::Qlora] {
+        assert!(
+            r.candidates.iter().any(|c| c.config.finetune.mode == mode),
+            "no {mode:?} candidate"
+        );
+    }
     for c in &r.candidates {
-        assert_eq!(
+        assert_ne!(
             c.config.finetune.mode,
-            FineTuneMode::Lora,
+            FineTuneMode::Full,
             "{}",
             c.summary()
         );
@@ -180,10 +187,10 @@ fn optimizers_are_offered_within_their_family_with_less_state() {
     assert!(axes.optimizer.contains(&Optimizer::Adam8bit));
     assert!(!axes.optimizer.contains(&Optimizer::Sgd));
     assert!(!axes.optimizer.contains(&Optimizer::Adam));
-    // Full → LoRA at every rank and target set.
+    // Full → LoRA and QLoRA at every rank and target set.
     assert_eq!(
         axes.finetune.len(),
-        1 + axes::LORA_RANKS.len() * axes::LORA_TARGETS.len()
+        1 + 2 * axes::LORA_RANKS.len() * axes::LORA_TARGETS.len()
     );
 }
 

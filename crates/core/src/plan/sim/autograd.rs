@@ -248,10 +248,10 @@ impl Sim<'_> {
             } else {
                 self.emit_input_grads(n, r, is_loss);
                 self.emit_param_grads(n, r, first_micro);
-                if r.bwd_transient > 0 {
+                if r.bwd_transient > 0 || r.bwd_fixed > 0 {
                     let b = self.alloc(
                         r.bwd_transient * r.out_dtype.size(),
-                        0,
+                        r.bwd_fixed,
                         Category::Transient,
                         1,
                     );

@@ -1,0 +1,161 @@
+//! The fine-tuning export: a Python snippet with peft's `LoraConfig`, transformers'
+//! `BitsAndBytesConfig` (QLoRA), `prepare_model_for_kbit_training`, and TRL's `SFTConfig`
+//! (a `TrainingArguments` subclass) with the plan's `optim`, gradient checkpointing,
+//! micro-batch and accumulation — the setup the planner models.
+
+use crate::plan::TrainConfig;
+use crate::plan::config::Precision;
+use crate::plan::finetune::{FineTuneMode, LoraTargets, Quant};
+
+use super::frameworks::hf_optim;
+
+/// `target_modules=` of a `LoraConfig`: `None` lets peft pick its default per model type
+/// (what `attn` plans).
+fn target_modules(t: LoraTargets) -> String {
+    match t {
+        LoraTargets::Attn => {
+            "None  # peft's default for the model type (attention projections)".into()
+        }
+        LoraTargets::AllLinear => "\"all-linear\"".into(),
+        LoraTargets::Names(_) => {
+            let names: Vec<String> = t
+                .to_string()
+                .split(',')
+                .map(|n| format!("\"{n}\""))
+                .collect();
+            format!("[{}]", names.join(", "))
+        }
+    }
+}
+
+fn bnb_config(q: Quant, double_quant: bool) -> String {
+    match q {
+        Quant::Int8 => "bnb_config = BitsAndBytesConfig(load_in_8bit=True)  # LLM.int8\n".into(),
+        Quant::Nf4 | Quant::Fp4 => format!(
+            "bnb_config = BitsAndBytesConfig(\n    load_in_4bit=True,\n    bnb_4bit_quant_type=\"{}\",\n    bnb_4bit_use_double_quant={},\n    bnb_4bit_compute_dtype=torch.bfloat16,\n)\n",
+            q.as_str(),
+            if double_quant { "True" } else { "False" }
+        ),
+    }
+}
+
+/// The snippet for `cfg`.
+pub fn render(cfg: &TrainConfig) -> String {
+    let ft = &cfg.finetune;
+    let qlora = ft.mode == FineTuneMode::Qlora;
+    let mut s = String::from("import torch\n");
+    s.push_str("from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n");
+    s.push_str("from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n");
+    s.push_str("from trl import SFTConfig  # or transformers.TrainingArguments, same fields\n\n");
+    s.push_str(&format!(
+        "# vramlab plan: micro-batch {} x {} accumulation steps = effective batch {}\n",
+        cfg.batch,
+        cfg.accum,
+        cfg.effective_batch()
+    ));
+    s.push_str("MODEL = \"your/model-id\"  # the Hugging Face model this plan is for\n");
+    if qlora {
+        s.push_str(&bnb_config(ft.quant, ft.double_quant));
+        s.push_str("model = AutoModelForCausalLM.from_pretrained(MODEL, quantization_config=bnb_config, dtype=torch.bfloat16, attn_implementation=\"sdpa\")\n");
+        s.push_str(&format!(
+            "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})  # other params -> fp32\n",
+            if cfg.checkpointing { "True" } else { "False" }
+        ));
+    } else {
+        let dtype = match cfg.precision {
+            Precision::Bf16 => "torch.bfloat16",
+            _ => "torch.float32",
+        };
+        s.push_str(&format!(
+            "model = AutoModelForCausalLM.from_pretrained(MODEL, dtype={dtype}, attn_implementation=\"sdpa\")\n"
+        ));
+    }
+    if ft.mode.has_adapters() {
+        s.push_str(&format!(
+            "lora_config = LoraConfig(r={}, lora_alpha={}, lora_dropout=0.0, target_modules={}, task_type=\"CAUSAL_LM\")\n",
+            ft.lora_rank,
+            2 * ft.lora_rank,
+            target_modules(ft.lora_targets)
+        ));
+        s.push_str(
+            "model = get_peft_model(model, lora_config)\nmodel.print_trainable_parameters()\n",
+        );
+    }
+    let bf16 = matches!(cfg.precision, Precision::AmpBf16 | Precision::Bf16) || qlora;
+    s.push_str(&format!(
+        "\nargs = SFTConfig(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    gradient_checkpointing_kwargs={{\"use_reentrant\": False}},\n    optim=\"{}\",\n    bf16={},\n    fp16={},\n)\n",
+        cfg.batch,
+        cfg.accum,
+        if cfg.checkpointing { "True" } else { "False" },
+        hf_optim(cfg.optimizer),
+        if bf16 { "True" } else { "False" },
+        if cfg.precision == Precision::AmpFp16 && !qlora {
+            "True"
+        } else {
+            "False"
+        },
+    ));
+    if cfg.optimizer.is_paged() {
+        s.push_str("# paged optimizer: its large states live in unified memory, evictable to host RAM under pressure\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Optimizer;
+    use crate::plan::finetune::FineTune;
+
+    #[test]
+    fn qlora_snippet_names_bnb_peft_and_trl_settings() {
+        let cfg = TrainConfig {
+            batch: 2,
+            accum: 8,
+            checkpointing: true,
+            optimizer: Optimizer::PagedAdamW8bit,
+            finetune: FineTune {
+                mode: FineTuneMode::Qlora,
+                lora_rank: 16,
+                lora_targets: LoraTargets::AllLinear,
+                ..FineTune::default()
+            },
+            ..TrainConfig::default()
+        };
+        let s = render(&cfg);
+        for want in [
+            "bnb_4bit_quant_type=\"nf4\"",
+            "bnb_4bit_use_double_quant=True",
+            "prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)",
+            "LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=\"all-linear\"",
+            "per_device_train_batch_size=2",
+            "gradient_accumulation_steps=8",
+            "gradient_checkpointing=True",
+            "optim=\"paged_adamw_8bit\"",
+            "bf16=True",
+        ] {
+            assert!(s.contains(want), "{want} missing in\n{s}");
+        }
+        let int8 = TrainConfig {
+            finetune: FineTune {
+                quant: Quant::Int8,
+                ..cfg.finetune
+            },
+            optimizer: Optimizer::AdamW8bit,
+            ..cfg
+        };
+        let s = render(&int8);
+        assert!(s.contains("load_in_8bit=True") && s.contains("optim=\"adamw_bnb_8bit\""));
+        let lora = TrainConfig {
+            finetune: FineTune {
+                mode: FineTuneMode::Lora,
+                lora_targets: "q_proj,v_proj".parse().expect("names"),
+                ..FineTune::default()
+            },
+            ..TrainConfig::default()
+        };
+        let s = render(&lora);
+        assert!(!s.contains("BitsAndBytesConfig("), "{s}");
+        assert!(s.contains("target_modules=[\"q_proj\", \"v_proj\"]"), "{s}");
+    }
+}
