@@ -3,6 +3,7 @@
 mod args;
 #[cfg(feature = "app")]
 mod bench;
+pub mod capture;
 pub mod doctor;
 mod plan_bench;
 
@@ -71,6 +72,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Record one training step of any PyTorch model on fake tensors (a graph file for --model).
+    Capture(capture::CaptureArgs),
     /// Time the planner itself (planning speed benchmark).
     BenchPlan {
         #[arg(long, default_value = "Llama-2-7b-hf")]
@@ -130,6 +133,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     match cmd {
         Command::Plan(a) => cmd_plan(a, out),
         Command::Doctor(a) => doctor::cmd_doctor(a, out),
+        Command::Capture(a) => capture::cmd_capture(a, out),
         #[cfg(feature = "app")]
         Command::Bench(a) => bench::cmd_bench(a, out),
         #[cfg(feature = "app")]

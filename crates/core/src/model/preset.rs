@@ -42,6 +42,9 @@ pub enum ModelSpec {
     Bert(bert::BertParams),
     Llama(llama::LlamaParams),
     GptNeox(gpt_neox::GptNeoxParams),
+    /// A training step captured by `tools/capture.py` (`*.vramlab-graph.json`): planned from
+    /// its events, not built (see [`super::captured`]).
+    Captured(Box<super::captured::CapturedGraph>),
 }
 
 /// What the model consumes per sample.
@@ -193,6 +196,7 @@ impl ModelSpec {
             ModelSpec::Bert(_) => "bert",
             ModelSpec::Llama(_) => "llama",
             ModelSpec::GptNeox(_) => "gpt_neox",
+            ModelSpec::Captured(_) => "captured",
         }
     }
 
@@ -210,6 +214,7 @@ impl ModelSpec {
             ModelSpec::Bert(p) => p.validate(),
             ModelSpec::Llama(p) => p.validate(),
             ModelSpec::GptNeox(p) => p.validate(),
+            ModelSpec::Captured(_) => Ok(()),
         }
     }
 }
@@ -263,6 +268,9 @@ impl Preset {
     }
 
     fn validate(&self) -> Result<(), ModelError> {
+        if matches!(self.spec, ModelSpec::Captured(_)) {
+            return Ok(());
+        }
         match self.input {
             InputSpec::Image {
                 image_size,
@@ -328,6 +336,13 @@ impl Preset {
             ModelSpec::Bert(p) => bert::build(p, size, attention),
             ModelSpec::Llama(p) => decoder::build(p, size, attention),
             ModelSpec::GptNeox(p) => gpt_neox::build(p, size, attention),
+            ModelSpec::Captured(c) => Err(ModelError::Invalid {
+                field: "model".into(),
+                reason: format!(
+                    "{} is a captured graph: it is planned from its events, not built",
+                    c.model
+                ),
+            }),
         }?;
         super::check_graph_size(&graph)?;
         Ok(graph)
@@ -399,6 +414,28 @@ pub fn builtin_presets() -> Result<Vec<Preset>, ModelError> {
                 .map_err(|e| ModelError::Malformed(format!("built-in preset {id}: {e}")))
         })
         .collect()
+}
+
+impl Preset {
+    /// A preset for a captured graph file (`*.vramlab-graph.json`); `id` names it.
+    pub fn from_captured(id: &str, text: &str) -> Result<Preset, ModelError> {
+        let c = super::captured::CapturedGraph::from_json(text)?;
+        let input = if c.tokens {
+            InputSpec::Tokens { seq_len: c.size }
+        } else {
+            InputSpec::Image {
+                image_size: c.size,
+                channels: 3,
+            }
+        };
+        Ok(Preset {
+            id: id.to_string(),
+            display_name: c.model.clone(),
+            reference: format!("captured with torch {}", c.torch),
+            input,
+            spec: ModelSpec::Captured(Box::new(c)),
+        })
+    }
 }
 
 /// Finds a built-in preset by id (case-insensitive).
