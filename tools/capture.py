@@ -414,13 +414,32 @@ def capture_one(args, factory, kind, size, batch, device_name):
     return {
         "batch": batch,
         "measured_start": marks[1],
-        "events": tr.events,
+        "events": canonical_frees(tr.events),
         "categories": cats,
         "ops": tr.op_names,
         "dtypes": tr.dtypes,
         "params": n_params,
         "trainable": n_train,
     }
+
+
+def canonical_frees(events):
+    """Sorts each run of consecutive frees of one phase by buffer id: storages released
+    together (the autocast weight cache, a tuple of saved tensors) die in hash-map order,
+    which differs between runs; the order inside such a run changes no allocation."""
+    out, run = [], []
+    for e in events:
+        if e[0] == 0 and (not run or run[-1][2] == e[2]):
+            run.append(e)
+            continue
+        out.extend(sorted(run, key=lambda r: r[1]))
+        run = []
+        if e[0] == 0:
+            run.append(e)
+        else:
+            out.append(e)
+    out.extend(sorted(run, key=lambda r: r[1]))
+    return out
 
 
 # --------------------------------------------------------------------------- fit check

@@ -65,10 +65,14 @@ pub struct CaptureArgs {
 fn explain(code: i32) -> &'static str {
     match code {
         2 => "bad arguments",
-        3 => "PyTorch (or timm / transformers / torchvision) is not installed in that Python; \
-              pass --python PATH to one that has it",
+        3 => {
+            "PyTorch (or timm / transformers / torchvision) is not installed in that Python; \
+              pass --python PATH to one that has it"
+        }
         4 => "the model factory failed",
-        5 => "an op does not run under fake tensors; capture for real with --real-cpu at small batches",
+        5 => {
+            "an op does not run under fake tensors; capture for real with --real-cpu at small batches"
+        }
         6 => "the model's allocations do not scale with the batch",
         _ => "the capture failed",
     }

@@ -77,7 +77,13 @@ pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
     }
 }
 
-fn recapture(field: &'static str, c: &CapturedGraph, had: &str, want: &str, flag: &str) -> PlanError {
+fn recapture(
+    field: &'static str,
+    c: &CapturedGraph,
+    had: &str,
+    want: &str,
+    flag: &str,
+) -> PlanError {
     PlanError::Field {
         field,
         reason: format!(
@@ -94,25 +100,55 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
     let precision = vocabulary::precision(&s.precision)?.value;
     if precision != cfg.precision {
         let want = cfg.precision.to_string();
-        return Err(recapture("precision", c, &s.precision, &want, &format!("--precision {want}")));
+        return Err(recapture(
+            "precision",
+            c,
+            &s.precision,
+            &want,
+            &format!("--precision {want}"),
+        ));
     }
     let optimizer = vocabulary::optimizer(&s.optimizer)?.value;
     if optimizer != cfg.optimizer {
         let want = cfg.optimizer.to_string();
-        return Err(recapture("optimizer", c, &s.optimizer, &want, &format!("--optimizer {want}")));
+        return Err(recapture(
+            "optimizer",
+            c,
+            &s.optimizer,
+            &want,
+            &format!("--optimizer {want}"),
+        ));
     }
     let loop_shape: super::config::LoopShape = s.loop_shape.parse()?;
     if loop_shape != cfg.loop_shape {
         let want = cfg.loop_shape.as_str();
-        return Err(recapture("loop", c, &s.loop_shape, want, &format!("--loop {want}")));
+        return Err(recapture(
+            "loop",
+            c,
+            &s.loop_shape,
+            want,
+            &format!("--loop {want}"),
+        ));
     }
     if s.checkpointing != cfg.checkpointing {
-        let (had, want) = if s.checkpointing { ("on", "off") } else { ("off", "on") };
-        let flag = if cfg.checkpointing { "--checkpointing" } else { "(without --checkpointing)" };
+        let (had, want) = if s.checkpointing {
+            ("on", "off")
+        } else {
+            ("off", "on")
+        };
+        let flag = if cfg.checkpointing {
+            "--checkpointing"
+        } else {
+            "(without --checkpointing)"
+        };
         return Err(recapture("checkpointing", c, had, want, flag));
     }
     if let Some(size) = cfg.size.filter(|&x| x != c.size) {
-        let (what, flag) = if c.tokens { ("seq", "--seq") } else { ("image", "--image") };
+        let (what, flag) = if c.tokens {
+            ("seq", "--seq")
+        } else {
+            ("image", "--image")
+        };
         return Err(recapture(
             if c.tokens { "seq" } else { "image" },
             c,
@@ -145,7 +181,11 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
 }
 
 /// The planner of a captured graph under `cfg` (its batch is ignored).
-pub fn planner(preset: &Preset, c: &CapturedGraph, cfg: &TrainConfig) -> Result<Planner, PlanError> {
+pub fn planner(
+    preset: &Preset,
+    c: &CapturedGraph,
+    cfg: &TrainConfig,
+) -> Result<Planner, PlanError> {
     cfg.validate()?;
     check_settings(c, cfg)?;
     let mut cfg = *cfg;
