@@ -32,6 +32,7 @@ peaks (max_memory_allocated / max_memory_reserved) as JSON lines to --measure-ou
 """
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -200,6 +201,7 @@ class Tracker(TorchDispatchMode):
         self.ops = {}
         self.op_names = []
         self.dtypes = {}
+        self.convs = []
 
     def op_index(self, name):
         i = self.ops.get(name)
@@ -246,8 +248,15 @@ class Tracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         flat, _ = tree_flatten(out)
         name = str(func.overloadpacket.__name__)
+        n = len(self.events)
         for t in flat:
             self.track(t, name)
+        if name == "convolution" and len(args) >= 9:
+            # for cuDNN workspace rules: [event, input shape, weight shape, stride, padding,
+            # dilation, transposed, groups, dtype, phase]
+            self.convs.append([n, list(args[0].shape), list(args[1].shape), list(args[3]),
+                               list(args[4]), list(args[5]), bool(args[6]), int(args[8]),
+                               str(args[0].dtype).replace("torch.", ""), self.phase])
         return out
 
 
@@ -309,6 +318,9 @@ def train_steps(model, opt, args, kind, size, batch, device, probe, tr, steps):
     target_shape, n_classes = probe
     marks = []
     for _step in range(steps):
+        if tr:
+            tr.phase = "zero_grad"
+            gc.collect()  # cyclic garbage dies here, not when the collector happens to run
         marks.append(len(tr.events) if tr else 0)
         if tr:
             tr.phase = "zero_grad"
@@ -344,6 +356,29 @@ def probe_output(model, args, kind, size, device):
     return (shape[2:], shape[1])
 
 
+def build_model(factory, device, fake, tr):
+    """The model on the (fake) device. Under fake tensors first; a factory that reads tensor
+    values while it builds (timm's drop-path rates: `.item()`) is built for real on the CPU
+    and moved onto the fake device (to_empty: fresh storages, allocated in module order)."""
+    try:
+        with torch.device(device):
+            return factory()
+    except Exception as e:
+        if fake is None:
+            fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+    tr.events.clear()
+    tr.live.clear()
+    tr.refs.clear()
+    tr.next_id = 0
+    with torch.utils._python_dispatch._disable_current_modes():
+        try:
+            with torch.device("cpu"):
+                model = factory()
+        except Exception as e:
+            fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+    return model.to_empty(device=device)
+
+
 def describe_unsupported(e):
     op = getattr(e, "func", None)
     name = str(op) if op is not None else type(e).__name__
@@ -356,16 +391,12 @@ def capture_one(args, factory, kind, size, batch, device_name):
     real = args.real_cpu
     device = torch.device("cpu" if real else device_name)
     tr = Tracker()
-    ctx = None if real else FakeTensorMode(allow_non_fake_inputs=False)
+    ctx = None if real else FakeTensorMode(allow_non_fake_inputs=True)
     if ctx:
         ctx.__enter__()
     try:
         with tr:
-            try:
-                with torch.device(device):
-                    model = factory()
-            except Exception as e:
-                fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+            model = build_model(factory, device, ctx, tr)
             if args.precision == "bf16":
                 model.to(torch.bfloat16)
             if args.checkpointing and enable_checkpointing(model) == 0:
@@ -420,6 +451,7 @@ def capture_one(args, factory, kind, size, batch, device_name):
         "dtypes": tr.dtypes,
         "params": n_params,
         "trainable": n_train,
+        "convs": tr.convs,
     }
 
 
@@ -550,7 +582,9 @@ def main():
         with open(args.hf) as fh:
             args.vocab = int(json.load(fh).get("vocab_size", 1000))
     t0 = time.perf_counter()
+    gc.disable()
     recs = [capture_one(args, factory, kind, size, b, args.device) for b in batches]
+    gc.enable()
     check_affine(recs)
     secs = time.perf_counter() - t0
     cats = recs[-1]["categories"]
@@ -582,6 +616,7 @@ def main():
             for r in recs
         ],
         "event_ops": [e[4] if e[0] else -1 for e in recs[-1]["events"]],
+        "convolutions": {"batch": recs[-1]["batch"], "calls": recs[-1]["convs"]},
     }
     tmp = args.output + ".tmp"
     with open(tmp, "w") as fh:

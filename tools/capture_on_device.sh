@@ -32,18 +32,22 @@ vit_b16|--timm vit_base_patch16_224|8,32
 deeplabv3_mnv3|--torchvision deeplabv3_mobilenet_v3_large --image 256|4,16
 oddnet|--module capture_example_model.py:build --image 160|8,32
 oddnet_trainer|--module capture_example_model.py:build --image 160 --loop trainer|8,32
+poolformer_s12|--timm poolformer_s12|8,32
+mobilevit_s|--timm mobilevit_s --image 256|8,32
+lraspp_mnv3|--torchvision lraspp_mobilenet_v3_large --image 256|4,16
+qwen3_06b|--hf Qwen3-0.6B.json --seq 512 --batches 2,3,4|2,8
 qwen25_05b|--hf Qwen2.5-0.5B.json --seq 512 --batches 2,3,4|2,8
 qwen25_05b_trainer|--hf Qwen2.5-0.5B.json --seq 512 --batches 2,3,4 --loop trainer|2,8
 J
 run_one() {
   IFS='|' read -r name args meas <<< "$1"
-  timeout 250 python3 capture.py $args -o "g/$name.vramlab-graph.json" \
+  timeout 170 python3 capture.py $args -o "g/$name.vramlab-graph.json" \
     --measure "$meas" --measure-out "m/$name.jsonl" > "log/$name.log" 2>&1
   echo "$name rc=$?"
 }
 export -f run_one
 t0=$(date +%s)
-xargs -P 9 -I{} bash -c 'run_one "$@"' _ {} < jobs.txt
+xargs -P 11 -I{} bash -c 'run_one "$@"' _ {} < jobs.txt
 echo "all done in $(( $(date +%s) - t0 )) s"
 cat m/*.jsonl > "$OUT/measured.jsonl"
 tar czf "$OUT/graphs.tgz" g log

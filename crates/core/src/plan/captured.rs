@@ -54,7 +54,20 @@ pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
         node: e.op,
     };
     events.extend(c.events[..start].iter().map(to_event));
-    for &w in k.workspaces.iter().filter(|&&w| w > 0) {
+    // cuBLAS keeps one workspace per handle: the forward thread's from its first GEMM,
+    // autograd's from its first GEMM in backward (and ~2 MiB of state with the first).
+    let gemm_in = |p: StepPhase| {
+        c.events
+            .iter()
+            .any(|e| e.alloc && e.phase == p && is_gemm(c.op_name(e.op)))
+    };
+    let [fwd, bwd, small] = k.workspaces;
+    let used = match (gemm_in(StepPhase::Forward), gemm_in(StepPhase::Backward)) {
+        (true, true) => [fwd, bwd, small],
+        (true, false) | (false, true) => [fwd, 0, small],
+        (false, false) => [0, 0, 0],
+    };
+    for &w in used.iter().filter(|&&w| w > 0) {
         events.push(Event {
             buffer: buffers.len() as u32,
             alloc: true,
@@ -75,6 +88,15 @@ pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
         events,
         measured_start,
     }
+}
+
+/// Whether an op name (`addmm@blocks.0.mlp.fc1`) is a cuBLAS GEMM.
+fn is_gemm(op: &str) -> bool {
+    let name = op.split('@').next().unwrap_or("");
+    matches!(
+        name,
+        "mm" | "addmm" | "bmm" | "baddbmm" | "addbmm" | "_addmm_activation" | "mv" | "addmv"
+    )
 }
 
 fn recapture(
