@@ -3,6 +3,7 @@
 
 mod accuracy;
 mod bench_data;
+mod captured;
 mod invariants;
 mod maxbatch;
 mod parser_props;

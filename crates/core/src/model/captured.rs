@@ -192,6 +192,18 @@ impl CapturedGraph {
         let de = &mut serde_json::Deserializer::from_str(text);
         let doc: Doc = serde_path_to_error::deserialize(de)
             .map_err(|e| bad(e.path().to_string(), e.inner().to_string()))?;
+        Self::from_doc(doc)
+    }
+
+    /// As [`CapturedGraph::from_json`], from a parsed document (the GUI keeps the file's
+    /// JSON as its custom model).
+    pub fn from_value(v: &serde_json::Value) -> Result<CapturedGraph, ModelError> {
+        let doc: Doc = serde_path_to_error::deserialize(v)
+            .map_err(|e| bad(e.path().to_string(), e.inner().to_string()))?;
+        Self::from_doc(doc)
+    }
+
+    fn from_doc(doc: Doc) -> Result<CapturedGraph, ModelError> {
         if doc.format != "vramlab-graph" {
             return Err(bad(
                 "format",

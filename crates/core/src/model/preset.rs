@@ -231,6 +231,10 @@ impl Preset {
         let obj = v
             .as_object()
             .ok_or_else(|| ModelError::Malformed("a preset must be a JSON object".into()))?;
+        if obj.get("format").and_then(Value::as_str) == Some("vramlab-graph") {
+            let c = super::captured::CapturedGraph::from_value(v)?;
+            return Ok(Self::captured(c.model.clone(), c));
+        }
         for key in obj.keys() {
             if ![
                 "id",
@@ -420,6 +424,10 @@ impl Preset {
     /// A preset for a captured graph file (`*.vramlab-graph.json`); `id` names it.
     pub fn from_captured(id: &str, text: &str) -> Result<Preset, ModelError> {
         let c = super::captured::CapturedGraph::from_json(text)?;
+        Ok(Self::captured(id.to_string(), c))
+    }
+
+    fn captured(id: String, c: super::captured::CapturedGraph) -> Preset {
         let input = if c.tokens {
             InputSpec::Tokens { seq_len: c.size }
         } else {
@@ -428,13 +436,13 @@ impl Preset {
                 channels: 3,
             }
         };
-        Ok(Preset {
-            id: id.to_string(),
+        Preset {
+            id,
             display_name: c.model.clone(),
             reference: format!("captured with torch {}", c.torch),
             input,
             spec: ModelSpec::Captured(Box::new(c)),
-        })
+        }
     }
 }
 
