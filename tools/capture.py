@@ -257,6 +257,13 @@ class Tracker(TorchDispatchMode):
             self.convs.append([n, list(args[0].shape), list(args[1].shape), list(args[3]),
                                list(args[4]), list(args[5]), bool(args[6]), int(args[8]),
                                str(args[0].dtype).replace("torch.", ""), self.phase])
+        elif name == "convolution_backward" and len(args) >= 10:
+            # [event, input shape, weight shape, stride, padding, dilation, transposed, groups,
+            #  dtype, phase, number of outputs allocated]
+            self.convs.append([n, list(args[1].shape), list(args[2].shape), list(args[4]),
+                               list(args[5]), list(args[6]), bool(args[7]), int(args[9]),
+                               str(args[0].dtype).replace("torch.", ""), self.phase,
+                               len(self.events) - n])
         return out
 
 
