@@ -94,6 +94,26 @@ pub struct CapturedGraph {
     pub buffers: Vec<FittedBuffer>,
     pub events: Vec<CapturedEvent>,
     pub measured_start: usize,
+    /// Convolution calls (cuDNN workspaces are not tensors: the planner adds them by rule).
+    pub convs: Vec<ConvCall>,
+}
+
+/// One recorded convolution (forward or backward), per sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvCall {
+    /// The event after which the kernel runs (its last output's allocation).
+    pub after_event: usize,
+    pub backward: bool,
+    pub transposed: bool,
+    pub kernel: u64,
+    pub groups: u64,
+    pub out_channels: u64,
+    pub in_elems: u64,
+    pub out_elems: u64,
+    pub weight: u64,
+    /// Bytes per element of the data (4, 2).
+    pub elem_bytes: u64,
+    pub bf16: bool,
 }
 
 impl serde::Serialize for CapturedGraph {
@@ -124,6 +144,14 @@ struct Doc {
     buffers: Vec<DocBuffer>,
     batches: Vec<DocBatch>,
     event_ops: Vec<i64>,
+    #[serde(default)]
+    convolutions: Option<DocConvs>,
+}
+
+#[derive(Deserialize)]
+struct DocConvs {
+    batch: u64,
+    calls: Vec<Vec<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -239,6 +267,12 @@ impl CapturedGraph {
             return Err(bad("buffers", "more than 1048576 buffers"));
         }
         let (buffers, events, measured_start, batches) = fit(&doc)?;
+        let convs = doc
+            .convolutions
+            .as_ref()
+            .map(|c| conv_calls(c, events.len()))
+            .transpose()?
+            .unwrap_or_default();
         Ok(CapturedGraph {
             model: doc.model,
             torch: doc.torch,
@@ -252,6 +286,7 @@ impl CapturedGraph {
             buffers,
             events,
             measured_start,
+            convs,
         })
     }
 
@@ -494,4 +529,120 @@ mod tests {
             assert!(CapturedGraph::from_json(t.get(..cut).unwrap_or("")).is_err());
         }
     }
+}
+
+fn dims(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<u64>, ModelError> {
+    v.and_then(|x| x.as_array())
+        .and_then(|a| {
+            a.iter()
+                .map(serde_json::Value::as_u64)
+                .collect::<Option<Vec<u64>>>()
+        })
+        .ok_or_else(|| bad(field, "must be a list of whole numbers"))
+}
+
+/// The recorded convolution calls: `[event, input shape, weight shape, stride, padding,
+/// dilation, transposed, groups, dtype, phase(, outputs)]`, shapes at `batch`.
+fn conv_calls(c: &DocConvs, n_events: usize) -> Result<Vec<ConvCall>, ModelError> {
+    let mut out = Vec::with_capacity(c.calls.len());
+    if c.batch == 0 {
+        return Err(bad("convolutions.batch", "must be at least 1"));
+    }
+    for (i, call) in c.calls.iter().enumerate() {
+        let f = |k: usize| format!("convolutions.calls[{i}][{k}]");
+        let event = call
+            .first()
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| bad(f(0), "must be an event index"))? as usize;
+        let input = dims(call.get(1), &f(1))?;
+        let weight = dims(call.get(2), &f(2))?;
+        let stride = dims(call.get(3), &f(3))?;
+        let padding = dims(call.get(4), &f(4))?;
+        let dilation = dims(call.get(5), &f(5))?;
+        let transposed = call
+            .get(6)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        let groups = call
+            .get(7)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(1)
+            .max(1);
+        let dtype = call
+            .get(8)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        let backward = call.get(9).and_then(serde_json::Value::as_str) == Some("backward");
+        let outputs = call
+            .get(10)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(1)
+            .max(1);
+        let elem_bytes = match dtype {
+            "float32" => 4,
+            "bfloat16" | "float16" => 2,
+            _ => continue,
+        };
+        // 2-D convolutions with square kernels only (the rules' measurements).
+        if input.len() != 4 || weight.len() != 4 || weight[2] != weight[3] {
+            continue;
+        }
+        let spatial = |k: usize| -> Option<u64> {
+            let (x, s, p, d) = (
+                input.get(2 + k)?,
+                stride.get(k).or(stride.first())?,
+                padding.get(k).or(padding.first())?,
+                dilation.get(k).or(dilation.first())?,
+            );
+            let kk = weight[2 + k];
+            if transposed {
+                (x.checked_sub(1)?)
+                    .checked_mul(*s)?
+                    .checked_add(d.checked_mul(kk.checked_sub(1)?)?)?
+                    .checked_add(1)?
+                    .checked_sub(2 * p)
+            } else {
+                let span = d.checked_mul(kk.checked_sub(1)?)?.checked_add(1)?;
+                Some((x.checked_add(2 * p)?.checked_sub(span)?) / (*s).max(1) + 1)
+            }
+        };
+        let (Some(h), Some(w)) = (spatial(0), spatial(1)) else {
+            continue;
+        };
+        let out_channels = if transposed {
+            weight[1].saturating_mul(groups)
+        } else {
+            weight[0]
+        };
+        let per = |v: u64| v / c.batch.max(1);
+        let in_total = input.iter().try_fold(1u64, |a, &x| a.checked_mul(x));
+        let (Some(in_total), Some(out_total)) = (
+            in_total,
+            input[0]
+                .checked_mul(out_channels)
+                .and_then(|x| x.checked_mul(h))
+                .and_then(|x| x.checked_mul(w)),
+        ) else {
+            continue;
+        };
+        let after = event.saturating_add(outputs as usize - 1);
+        if after >= n_events {
+            return Err(bad(f(0), format!("event {event} past the last event")));
+        }
+        out.push(ConvCall {
+            after_event: after,
+            backward,
+            transposed,
+            kernel: weight[2],
+            groups,
+            out_channels,
+            in_elems: per(in_total),
+            out_elems: per(out_total),
+            weight: weight.iter().product(),
+            elem_bytes,
+            bf16: dtype == "bfloat16",
+        });
+    }
+    out.sort_by_key(|c| c.after_event);
+    Ok(out)
 }

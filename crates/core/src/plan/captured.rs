@@ -5,11 +5,12 @@
 //! Settings that change the recorded step (precision, optimizer, loop, checkpointing,
 //! accumulation, fine-tuning, input size) are refused with the re-capture to run.
 
-use super::config::TrainConfig;
+use super::config::{DType, TrainConfig};
 use super::events::{Buffer, Category, Constants, Event, Events, Phase};
+use super::rules::conv_workspace_of;
 use super::{DEFAULT_CUDA_CONTEXT, PlanError, Planner};
 use crate::model::Preset;
-use crate::model::captured::{BufferKind, CapturedGraph, StepPhase};
+use crate::model::captured::{BufferKind, CapturedGraph, ConvCall, StepPhase};
 use crate::vocabulary;
 
 fn category(k: BufferKind) -> Category {
@@ -53,7 +54,20 @@ pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
         micro: 0,
         node: e.op,
     };
-    events.extend(c.events[..start].iter().map(to_event));
+    let mut convs = c.convs.iter().peekable();
+    let mut emit =
+        |events: &mut Vec<Event>, buffers: &mut Vec<Buffer>, range: std::ops::Range<usize>| {
+            for i in range {
+                let Some(e) = c.events.get(i) else { break };
+                events.push(to_event(e));
+                while let Some(call) = convs.next_if(|x| x.after_event <= i) {
+                    for (per_sample, fixed) in conv_workspaces(call) {
+                        transient(events, buffers, per_sample, fixed, events[events.len() - 1]);
+                    }
+                }
+            }
+        };
+    emit(&mut events, &mut buffers, 0..start);
     // cuBLAS keeps one workspace per handle: the forward thread's from its first GEMM,
     // autograd's from its first GEMM in backward (and ~2 MiB of state with the first).
     let gemm_in = |p: StepPhase| {
@@ -82,11 +96,60 @@ pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
         });
     }
     let measured_start = events.len();
-    events.extend(c.events[start..].iter().map(to_event));
+    emit(&mut events, &mut buffers, start..c.events.len());
     Events {
         buffers,
         events,
         measured_start,
+    }
+}
+
+/// The cuDNN workspaces of one recorded convolution ([`super::rules::conv_workspace_of`]):
+/// forward, or backward's data- and filter-gradient kernels, as (per sample, fixed) bytes.
+fn conv_workspaces(call: &ConvCall) -> Vec<(u64, u64)> {
+    let dt = match (call.elem_bytes, call.bf16) {
+        (4, _) => DType::F32,
+        (_, true) => DType::BF16,
+        _ => DType::F16,
+    };
+    let (fwd, ws) = conv_workspace_of(
+        call.transposed,
+        call.kernel,
+        call.groups,
+        call.out_channels,
+        call.in_elems,
+        call.out_elems,
+        call.weight,
+        dt,
+    );
+    let all = if call.backward {
+        vec![ws.data, ws.filter]
+    } else {
+        vec![fwd]
+    };
+    all.into_iter().filter(|&(p, f)| p > 0 || f > 0).collect()
+}
+
+/// Allocates and frees a workspace right after `like` (same phase and op).
+fn transient(
+    events: &mut Vec<Event>,
+    buffers: &mut Vec<Buffer>,
+    per_sample: u64,
+    fixed: u64,
+    like: Event,
+) {
+    let buffer = buffers.len() as u32;
+    buffers.push(Buffer {
+        per_sample,
+        fixed,
+        category: Category::Transient,
+    });
+    for alloc in [true, false] {
+        events.push(Event {
+            buffer,
+            alloc,
+            ..like
+        });
     }
 }
 

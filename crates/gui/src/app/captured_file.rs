@@ -29,12 +29,19 @@ pub fn open(custom: &mut Option<serde_json::Value>, source: &str, text: &str) ->
                     c.settings.precision,
                     c.settings.optimizer,
                     c.settings.loop_shape,
-                    if c.settings.checkpointing { ", checkpointing" } else { "" }
+                    if c.settings.checkpointing {
+                        ", checkpointing"
+                    } else {
+                        ""
+                    }
                 ),
                 _ => String::new(),
             };
             Message {
-                text: format!("Opened captured graph {source}: {}{settings}", p.display_name),
+                text: format!(
+                    "Opened captured graph {source}: {}{settings}",
+                    p.display_name
+                ),
                 is_error: false,
             }
         }
