@@ -93,3 +93,82 @@ fn errors() -> (Vec<f64>, Vec<f64>, Vec<String>) {
     }
     (a, r, models)
 }
+
+/// The targets over every measured row (≥ 12 models no builder covers, timm
+/// architectures, a torchvision segmentation model, a hand-written module, a language
+/// model; both loop shapes on some): allocated median |error| ≤ 2 %, worst ≤ 8 %,
+/// reserved median ≤ 4 %.
+#[test]
+fn captured_models_within_targets() {
+    let (a, r, models) = errors();
+    assert!(
+        models.len() >= 12,
+        "only {} models: {models:?}",
+        models.len()
+    );
+    let (am, aw, rm) = (
+        median(a.clone()),
+        a.iter().copied().fold(0.0, f64::max),
+        median(r),
+    );
+    println!(
+        "captured: {} rows, {} models: allocated median {am:.2} % worst {aw:.2} %, reserved median {rm:.2} %",
+        a.len(),
+        models.len()
+    );
+    assert!(am <= 2.0, "allocated median {am:.2} %");
+    assert!(aw <= 8.0, "allocated worst {aw:.2} %");
+    assert!(rm <= 4.0, "reserved median {rm:.2} %");
+}
+
+/// Every committed graph plans at any batch (peaks grow with it), finds a max batch, and
+/// refuses settings that change the recorded step, naming the re-capture.
+#[test]
+fn committed_graphs_plan_at_any_batch_and_refuse_other_settings() {
+    let dir = data("captured");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("tests/data/captured") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
+        if !name.ends_with(".vramlab-graph.json") {
+            continue;
+        }
+        n += 1;
+        let p = load(&name);
+        let planner = Planner::new(&p, &own_config(&p, 1)).expect("planner");
+        let mut last = 0;
+        for b in [1, 2, 3, 5, 8, 13, 64, 200] {
+            let peaks = planner.peaks(b).expect("peaks");
+            assert!(peaks.allocated.0 >= last, "{name}: peak falls at batch {b}");
+            assert!(peaks.reserved >= peaks.allocated, "{name}");
+            last = peaks.allocated.0;
+        }
+        let plan = planner.plan(8).expect("plan");
+        assert!(plan.params > 0 && !plan.peak_layer.is_empty(), "{name}");
+        let budget = vramlab_core::plan::search::Budget {
+            capacity: vramlab_core::units::Bytes(141 << 30),
+            margin: 0.05,
+        };
+        let max = vramlab_core::plan::search::max_batch(&planner, budget, 1 << 16)
+            .expect("search")
+            .expect("batch 1 fits an H200");
+        assert!(max >= 8, "{name}: max batch {max}");
+        let mut other = own_config(&p, 8);
+        other.precision = if other.precision == vramlab_core::plan::Precision::Fp32 {
+            vramlab_core::plan::Precision::AmpBf16
+        } else {
+            vramlab_core::plan::Precision::Fp32
+        };
+        let e = Planner::new(&p, &other).expect_err("other precision");
+        assert!(e.to_string().contains("re-capture"), "{e}");
+        other = own_config(&p, 8);
+        other.checkpointing = !other.checkpointing;
+        let e = Planner::new(&p, &other).expect_err("other checkpointing");
+        assert!(e.to_string().contains("checkpointing"), "{e}");
+    }
+    assert!(n >= 3, "only {n} committed graphs");
+}

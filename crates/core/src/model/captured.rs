@@ -422,8 +422,19 @@ fn fit(doc: &Doc) -> Result<Fitted, ModelError> {
             op: op_of(i),
         });
     }
-    let mut buffers = Vec::with_capacity(nbuf);
-    for (id, (s, d)) in sizes.iter().zip(&doc.buffers).enumerate() {
+    let buffers = fitted_buffers(&sizes, &doc.buffers, &events)?;
+    let batches = order.iter().map(|b| b.batch).collect();
+    Ok((buffers, events, b0.measured_start, batches))
+}
+
+/// The fitted buffers with their kinds (`sizes` from the fit, by buffer id).
+fn fitted_buffers(
+    sizes: &[Option<(u64, u64)>],
+    docs: &[DocBuffer],
+    events: &[CapturedEvent],
+) -> Result<Vec<FittedBuffer>, ModelError> {
+    let mut buffers = Vec::with_capacity(docs.len());
+    for (id, (s, d)) in sizes.iter().zip(docs).enumerate() {
         let Some((per_sample, fixed)) = *s else {
             return Err(bad(format!("buffers[{id}]"), "never allocated"));
         };
@@ -449,8 +460,7 @@ fn fit(doc: &Doc) -> Result<Fitted, ModelError> {
             kind,
         });
     }
-    let batches = order.iter().map(|b| b.batch).collect();
-    Ok((buffers, events, b0.measured_start, batches))
+    Ok(buffers)
 }
 
 fn not_affine(op: &str, id: usize, order: &[&DocBatch], i: usize) -> ModelError {
@@ -466,69 +476,6 @@ fn not_affine(op: &str, id: usize, order: &[&DocBatch], i: usize) -> ModelError 
             seen.join(", ")
         ),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A two-buffer step: a parameter (fixed) and an activation (per sample), at `batches`
-    /// with the activation's bytes given by `act`.
-    fn doc(batches: &[(u64, u64)]) -> String {
-        let b: Vec<String> = batches
-            .iter()
-            .map(|(batch, act)| {
-                format!(
-                    r#"{{"batch":{batch},"measured_start":1,"events":[[1,0,4096,"s"],[1,1,{act},"f"],[0,1,0,"b"]]}}"#
-                )
-            })
-            .collect();
-        format!(
-            r#"{{"format":"vramlab-graph","version":1,"model":"t","torch":"2.11",
-            "input":{{"kind":"image","size":32,"shape":[3,32,32]}},
-            "settings":{{"precision":"fp32","optimizer":"sgd","loop":"plain","checkpointing":false}},
-            "params":{{"count":1024,"trainable":1024}},"ops":["empty","relu@act"],
-            "buffers":[{{"dtype":"float32","category":"p"}},{{"dtype":"float32","category":""}}],
-            "batches":[{}],"event_ops":[0,1,-1]}}"#,
-            b.join(",")
-        )
-    }
-
-    #[test]
-    fn fits_per_sample_and_fixed() {
-        let g = CapturedGraph::from_json(&doc(&[(2, 2100), (4, 4100), (6, 6100)])).expect("ok");
-        assert_eq!(g.buffers[1].per_sample, 1000);
-        assert_eq!(g.buffers[1].fixed, 100);
-        assert_eq!(g.buffers[0].kind, BufferKind::Parameter);
-        assert_eq!(g.buffers[1].kind, BufferKind::Activation);
-        assert_eq!(g.op_name(g.events[1].op), "relu@act");
-    }
-
-    #[test]
-    fn refuses_what_does_not_scale_naming_the_op() {
-        let e = CapturedGraph::from_json(&doc(&[(2, 2100), (4, 4100), (6, 7000)]))
-            .expect_err("not affine");
-        assert!(e.to_string().contains("relu@act"), "{e}");
-        let e = CapturedGraph::from_json(&doc(&[(2, 2100)])).expect_err("one batch");
-        assert!(e.to_string().contains("batches"), "{e}");
-    }
-
-    #[test]
-    fn errors_name_the_field() {
-        let text = doc(&[(2, 2100), (4, 4100)]).replace("\"version\":1", "\"version\":\"x\"");
-        let e = CapturedGraph::from_json(&text).expect_err("bad version");
-        assert!(e.to_string().contains("version"), "{e}");
-        let text = doc(&[(2, 2100), (4, 4100)]).replace("\"f\"]", "\"q\"]");
-        let e = CapturedGraph::from_json(&text).expect_err("bad phase");
-        assert!(e.to_string().contains("events[1]"), "{e}");
-        let text = doc(&[(2, 2100), (4, 4100)]).replace("\"kind\":\"image\"", "\"kind\":\"video\"");
-        let e = CapturedGraph::from_json(&text).expect_err("bad kind");
-        assert!(e.to_string().contains("input.kind"), "{e}");
-        for cut in [0, 10, 100, 300] {
-            let t = doc(&[(2, 2100), (4, 4100)]);
-            assert!(CapturedGraph::from_json(t.get(..cut).unwrap_or("")).is_err());
-        }
-    }
 }
 
 fn dims(v: Option<&serde_json::Value>, field: &str) -> Result<Vec<u64>, ModelError> {
@@ -645,4 +592,67 @@ fn conv_calls(c: &DocConvs, n_events: usize) -> Result<Vec<ConvCall>, ModelError
     }
     out.sort_by_key(|c| c.after_event);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A two-buffer step: a parameter (fixed) and an activation (per sample), at `batches`
+    /// with the activation's bytes given by `act`.
+    fn doc(batches: &[(u64, u64)]) -> String {
+        let b: Vec<String> = batches
+            .iter()
+            .map(|(batch, act)| {
+                format!(
+                    r#"{{"batch":{batch},"measured_start":1,"events":[[1,0,4096,"s"],[1,1,{act},"f"],[0,1,0,"b"]]}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"format":"vramlab-graph","version":1,"model":"t","torch":"2.11",
+            "input":{{"kind":"image","size":32,"shape":[3,32,32]}},
+            "settings":{{"precision":"fp32","optimizer":"sgd","loop":"plain","checkpointing":false}},
+            "params":{{"count":1024,"trainable":1024}},"ops":["empty","relu@act"],
+            "buffers":[{{"dtype":"float32","category":"p"}},{{"dtype":"float32","category":""}}],
+            "batches":[{}],"event_ops":[0,1,-1]}}"#,
+            b.join(",")
+        )
+    }
+
+    #[test]
+    fn fits_per_sample_and_fixed() {
+        let g = CapturedGraph::from_json(&doc(&[(2, 2100), (4, 4100), (6, 6100)])).expect("ok");
+        assert_eq!(g.buffers[1].per_sample, 1000);
+        assert_eq!(g.buffers[1].fixed, 100);
+        assert_eq!(g.buffers[0].kind, BufferKind::Parameter);
+        assert_eq!(g.buffers[1].kind, BufferKind::Activation);
+        assert_eq!(g.op_name(g.events[1].op), "relu@act");
+    }
+
+    #[test]
+    fn refuses_what_does_not_scale_naming_the_op() {
+        let e = CapturedGraph::from_json(&doc(&[(2, 2100), (4, 4100), (6, 7000)]))
+            .expect_err("not affine");
+        assert!(e.to_string().contains("relu@act"), "{e}");
+        let e = CapturedGraph::from_json(&doc(&[(2, 2100)])).expect_err("one batch");
+        assert!(e.to_string().contains("batches"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let text = doc(&[(2, 2100), (4, 4100)]).replace("\"version\":1", "\"version\":\"x\"");
+        let e = CapturedGraph::from_json(&text).expect_err("bad version");
+        assert!(e.to_string().contains("version"), "{e}");
+        let text = doc(&[(2, 2100), (4, 4100)]).replace("\"f\"]", "\"q\"]");
+        let e = CapturedGraph::from_json(&text).expect_err("bad phase");
+        assert!(e.to_string().contains("events[1]"), "{e}");
+        let text = doc(&[(2, 2100), (4, 4100)]).replace("\"kind\":\"image\"", "\"kind\":\"video\"");
+        let e = CapturedGraph::from_json(&text).expect_err("bad kind");
+        assert!(e.to_string().contains("input.kind"), "{e}");
+        for cut in [0, 10, 100, 300] {
+            let t = doc(&[(2, 2100), (4, 4100)]);
+            assert!(CapturedGraph::from_json(t.get(..cut).unwrap_or("")).is_err());
+        }
+    }
 }
