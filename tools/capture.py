@@ -259,11 +259,12 @@ class Tracker(TorchDispatchMode):
                                str(args[0].dtype).replace("torch.", ""), self.phase])
         elif name == "convolution_backward" and len(args) >= 10:
             # [event, input shape, weight shape, stride, padding, dilation, transposed, groups,
-            #  dtype, phase, number of outputs allocated]
+            #  dtype, phase, number of outputs allocated, output mask (input, weight, bias)]
             self.convs.append([n, list(args[1].shape), list(args[2].shape), list(args[4]),
                                list(args[5]), list(args[6]), bool(args[7]), int(args[9]),
                                str(args[0].dtype).replace("torch.", ""), self.phase,
-                               len(self.events) - n])
+                               len(self.events) - n,
+                               [bool(m) for m in args[10]] if len(args) > 10 else [True, True, True]])
         return out
 
 

@@ -104,6 +104,9 @@ pub struct ConvCall {
     /// The event after which the kernel runs (its last output's allocation).
     pub after_event: usize,
     pub backward: bool,
+    /// Backward: whether the input's / the weight's gradient is computed.
+    pub input_grad: bool,
+    pub weight_grad: bool,
     pub transposed: bool,
     pub kernel: u64,
     pub groups: u64,
@@ -525,6 +528,12 @@ fn conv_calls(c: &DocConvs, n_events: usize) -> Result<Vec<ConvCall>, ModelError
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(1)
             .max(1);
+        let mask = |k: usize| {
+            call.get(11)
+                .and_then(|m| m.get(k))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(true)
+        };
         let elem_bytes = match dtype {
             "float32" => 4,
             "bfloat16" | "float16" => 2,
@@ -579,6 +588,8 @@ fn conv_calls(c: &DocConvs, n_events: usize) -> Result<Vec<ConvCall>, ModelError
         out.push(ConvCall {
             after_event: after,
             backward,
+            input_grad: !backward || mask(0),
+            weight_grad: !backward || mask(1),
             transposed,
             kernel: weight[2],
             groups,

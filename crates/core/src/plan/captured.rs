@@ -123,7 +123,14 @@ fn conv_workspaces(call: &ConvCall) -> Vec<(u64, u64)> {
         dt,
     );
     let all = if call.backward {
-        vec![ws.data, ws.filter]
+        let mut v = Vec::new();
+        if call.input_grad {
+            v.push(ws.data);
+        }
+        if call.weight_grad {
+            v.push(ws.filter);
+        }
+        v
     } else {
         vec![fwd]
     };
