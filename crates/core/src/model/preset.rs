@@ -177,6 +177,14 @@ impl ModelSpec {
             "bert" => ModelSpec::Bert(params(p)?),
             "llama" => ModelSpec::Llama(params(p)?),
             "gpt_neox" => ModelSpec::GptNeox(params(p)?),
+            "captured" => {
+                return Err(ModelError::Invalid {
+                    field: "family".into(),
+                    reason: "a captured model is planned from its graph file, which a saved \
+                             config does not hold: pass it with --model x.vramlab-graph.json"
+                        .into(),
+                });
+            }
             other => return Err(ModelError::UnknownFamily(other.to_string())),
         })
     }
