@@ -1068,7 +1068,8 @@ fn fit_answers_llama3_8b_on_a_4090_in_text_and_json() {
             16
         );
         assert!(c["nvidia_smi"].as_u64().expect("smi") <= usable);
-        assert_eq!(cfg["finetune"]["mode"], "lora");
+        let mode = cfg["finetune"]["mode"].as_str().expect("mode");
+        assert!(mode == "lora" || mode == "qlora", "{mode}");
         let t = c["time"]["ms_per_sample"].as_f64().expect("time");
         assert!(t >= last);
         last = t;
@@ -1272,4 +1273,74 @@ fn multi_gpu_flags_plan_per_rank_and_errors_name_the_flag() {
         ],
         "optimizer",
     );
+}
+
+/// `vramlab capture` without a usable Python, and captured graphs on `--model`: a plan,
+/// the re-capture message for other settings, a field-naming error for a broken file.
+#[test]
+fn capture_errors_and_captured_models() {
+    fails_with(
+        &[
+            "capture",
+            "--timm",
+            "resnet18",
+            "--python",
+            "/nonexistent/python3",
+            "-o",
+            "/tmp/never.vramlab-graph.json",
+        ],
+        "--python",
+    );
+    fails_with(
+        &["capture", "-o", "/tmp/never.vramlab-graph.json"],
+        "--timm",
+    );
+    let graph = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/captured/oddnet.vramlab-graph.json"
+    );
+    let (ok, out, err) = vramlab(&[
+        "plan", "--model", graph, "--batch", "16", "--gpu", "h200", "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(
+        v["peak_allocated_bytes"].as_u64().unwrap_or(0) > 100 << 20,
+        "{v}"
+    );
+    assert_eq!(v["fits"], serde_json::json!(true));
+    let (ok, out, err) = vramlab(&["max-batch", "--model", graph, "--gpu", "rtx-4090"]);
+    assert!(ok && !out.is_empty(), "{err}");
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            graph,
+            "--batch",
+            "16",
+            "--precision",
+            "fp32",
+        ],
+        "re-capture",
+    );
+    fails_with(
+        &["plan", "--model", graph, "--batch", "16", "--image", "320"],
+        "--image 320",
+    );
+    let dir = std::env::temp_dir().join(format!("vramlab-cli-captured-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bad = dir.join("bad.vramlab-graph.json");
+    let text = std::fs::read_to_string(graph).expect("graph");
+    std::fs::write(&bad, text.replacen("\"version\":1", "\"version\":9", 1)).expect("write");
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            bad.to_str().unwrap_or(""),
+            "--batch",
+            "4",
+        ],
+        "version",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -508,7 +508,8 @@ def build_llama(preset, size, attention="sdpa"):
 def build_hf(preset, size, attention="sdpa"):
     """AutoConfig.for_model(model_type, **config) → AutoModelForCausalLM (MaskedLM for
     bert/roberta) .from_config, random init, no download."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM,
+                              AutoModelForSeq2SeqLM)
 
     cfg = dict(preset["hf_config"])
     mt = cfg.pop("model_type")
@@ -517,7 +518,12 @@ def build_hf(preset, size, attention="sdpa"):
         cfg.pop(k, None)
     config = AutoConfig.for_model(mt, **cfg)
     config._attn_implementation = attention
-    cls = AutoModelForMaskedLM if mt in MASKED_LM_TYPES else AutoModelForCausalLM
+    if getattr(config, "is_encoder_decoder", False):
+        cls = AutoModelForSeq2SeqLM  # T5: labels (B, target_seq) → decoder inputs shifted
+    elif mt in MASKED_LM_TYPES:
+        cls = AutoModelForMaskedLM
+    else:
+        cls = AutoModelForCausalLM
     model = cls.from_config(config, attn_implementation=attention, dtype=torch.float32)
     got = getattr(model.config, "_attn_implementation", None)
     if got != attention:
@@ -932,8 +938,13 @@ def make_batch_fn(cfg, preset, dev):
     S = cfg["seq"]
     vocab = preset["params"]["vocab_size"]
 
+    T = cfg.get("target_seq")
+
     def make():
         x = torch.randint(0, vocab, (B, S), device=device, dtype=torch.int64)
+        if T:
+            # encoder-decoder (T5): source x, target labels of their own length
+            return x, torch.randint(0, vocab, (B, T), device=device, dtype=torch.int64)
         return x, x  # labels = input_ids
 
     return make

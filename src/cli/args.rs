@@ -120,6 +120,13 @@ pub fn load_model(name: &str) -> Result<Preset> {
     if name.ends_with(".json") || path.exists() {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading preset file {}", path.display()))?;
+        if name.ends_with(vramlab_core::model::captured::SUFFIX)
+            || vramlab_core::model::captured::is_graph_text(&text)
+        {
+            let id = vramlab_core::model::hf::name_for_path(path);
+            return Preset::from_captured(id.trim_end_matches(".vramlab-graph"), &text)
+                .with_context(|| format!("captured graph {}", path.display()));
+        }
         if let Some(p) = vramlab_core::model::hf::from_text_if_hf(
             &text,
             &vramlab_core::model::hf::name_for_path(path),
@@ -268,21 +275,26 @@ impl TrainArgs {
                 self.margin
             );
         }
+        // A captured graph's own settings are the defaults (other values need a re-capture).
+        let captured = match &preset.spec {
+            vramlab_core::model::ModelSpec::Captured(c) => Some(&c.settings),
+            _ => None,
+        };
         let cfg = TrainConfig {
             batch,
             size,
             precision: self.name_or_default(
                 self.precision.as_deref(),
-                "amp-bf16",
+                captured.map_or("amp-bf16", |c| c.precision.as_str()),
                 vocabulary::precision,
             )?,
             optimizer: self.name_or_default(
                 self.optimizer.as_deref(),
-                "adamw",
+                captured.map_or("adamw", |c| c.optimizer.as_str()),
                 vocabulary::optimizer,
             )?,
             accum: self.accum,
-            checkpointing: self.checkpointing,
+            checkpointing: self.checkpointing || captured.is_some_and(|c| c.checkpointing),
             attention: self.name_or_default(
                 Some(&self.attention),
                 "sdpa",
@@ -292,9 +304,10 @@ impl TrainArgs {
                 expandable_segments: self.expandable_segments,
                 max_split_size_mb: self.max_split_size_mb,
             },
-            loop_shape: match &self.loop_shape {
-                Some(l) => l.parse()?,
-                None => LoopShape::default(),
+            loop_shape: match (&self.loop_shape, captured) {
+                (Some(l), _) => l.parse()?,
+                (None, Some(c)) => c.loop_shape.parse()?,
+                (None, None) => LoopShape::default(),
             },
             finetune: self.finetune()?,
             step: match &self.step {

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod dist_args;
 mod dist_plan;
+pub mod capture;
 pub mod doctor;
 mod fit;
 mod plan_bench;
@@ -77,6 +78,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Record one training step of any PyTorch model on fake tensors (a graph file for --model).
+    Capture(capture::CaptureArgs),
     /// Time the planner itself (planning speed benchmark).
     BenchPlan {
         #[arg(long, default_value = "Llama-2-7b-hf")]
@@ -154,6 +157,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     match cmd {
         Command::Plan(a) => cmd_plan(a, out),
         Command::Doctor(a) => doctor::cmd_doctor(a, out),
+        Command::Capture(a) => capture::cmd_capture(a, out),
         #[cfg(feature = "app")]
         Command::Bench(a) => bench::cmd_bench(a, out),
         #[cfg(feature = "app")]

@@ -24,7 +24,8 @@ use vramlab_core::units::Bytes;
 pub type Target = fn(&[u8]);
 
 /// The fuzz targets, by the names `fuzz/Cargo.toml` gives them.
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
+    ("captured_graph", captured_graph),
     ("cli_args", cli_args),
     ("hf_config", hf_config),
     ("hostile_preset", hostile_preset),
@@ -308,4 +309,34 @@ pub fn hf_config(data: &[u8]) {
         };
         plan_small(&preset, &cfg);
     }
+}
+
+/// A captured graph file (`*.vramlab-graph.json`): parse, fit, plan at a few batches with
+/// its own settings and with others (refused); never a panic.
+pub fn captured_graph(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(preset) = Preset::from_captured("fuzz", text) else {
+        return;
+    };
+    let vramlab_core::model::ModelSpec::Captured(c) = &preset.spec else {
+        return;
+    };
+    let own = TrainConfig {
+        batch: 2,
+        precision: vramlab_core::vocabulary::precision(&c.settings.precision)
+            .map_or(Precision::AmpBf16, |r| r.value),
+        checkpointing: c.settings.checkpointing,
+        ..TrainConfig::default()
+    };
+    plan_small(&preset, &own);
+    plan_small(
+        &preset,
+        &TrainConfig {
+            precision: Precision::Fp32,
+            accum: 2,
+            ..own
+        },
+    );
 }

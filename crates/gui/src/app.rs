@@ -6,6 +6,7 @@
 //! frame (the left panel's change is applied before the answer is drawn). The Run and
 //! Monitor tabs, plot PNGs and recent files are in [`run_tab`].
 
+pub mod captured_file;
 mod run_tab;
 
 pub use run_tab::{MonitorOpener, Spawner, Tab};
@@ -492,7 +493,13 @@ impl VramApp {
             match file.bytes() {
                 Ok(bytes) => {
                     let text = std::str::from_utf8(&bytes).unwrap_or_default();
-                    if self.import_hf_config(&source, &name, text) {
+                    if crate::app::captured_file::is_graph(text) {
+                        self.message = Some(crate::app::captured_file::open(
+                            &mut self.state.custom,
+                            &source,
+                            text,
+                        ));
+                    } else if self.import_hf_config(&source, &name, text) {
                         // a config.json: imported (or its error shown)
                     } else if self.load_plan(&source, &bytes) {
                         self.state.remember_file(&source);
@@ -559,6 +566,17 @@ impl VramApp {
     }
 
     fn open_preset_at(&mut self, path: &Path) {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && crate::app::captured_file::is_graph(&text)
+        {
+            let source = path.display().to_string();
+            self.message = Some(crate::app::captured_file::open(
+                &mut self.state.custom,
+                &source,
+                &text,
+            ));
+            return;
+        }
         let name = vramlab_core::model::hf::name_for_path(path);
         let loaded = std::fs::read_to_string(path)
             .map_err(|e| e.to_string())

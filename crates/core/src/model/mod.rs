@@ -1,6 +1,7 @@
 //! Model IR, builders and presets. Pure data: no I/O beyond parsing, no GPU, no UI.
 
 pub mod builder;
+pub mod captured;
 pub mod families;
 pub mod hf;
 pub mod ir;

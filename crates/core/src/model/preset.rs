@@ -42,6 +42,9 @@ pub enum ModelSpec {
     Bert(bert::BertParams),
     Llama(llama::LlamaParams),
     GptNeox(gpt_neox::GptNeoxParams),
+    /// A training step captured by `tools/capture.py` (`*.vramlab-graph.json`): planned from
+    /// its events, not built (see [`super::captured`]).
+    Captured(Box<super::captured::CapturedGraph>),
 }
 
 /// What the model consumes per sample.
@@ -174,6 +177,14 @@ impl ModelSpec {
             "bert" => ModelSpec::Bert(params(p)?),
             "llama" => ModelSpec::Llama(params(p)?),
             "gpt_neox" => ModelSpec::GptNeox(params(p)?),
+            "captured" => {
+                return Err(ModelError::Invalid {
+                    field: "family".into(),
+                    reason: "a captured model is planned from its graph file, which a saved \
+                             config does not hold: pass it with --model x.vramlab-graph.json"
+                        .into(),
+                });
+            }
             other => return Err(ModelError::UnknownFamily(other.to_string())),
         })
     }
@@ -193,6 +204,7 @@ impl ModelSpec {
             ModelSpec::Bert(_) => "bert",
             ModelSpec::Llama(_) => "llama",
             ModelSpec::GptNeox(_) => "gpt_neox",
+            ModelSpec::Captured(_) => "captured",
         }
     }
 
@@ -210,6 +222,7 @@ impl ModelSpec {
             ModelSpec::Bert(p) => p.validate(),
             ModelSpec::Llama(p) => p.validate(),
             ModelSpec::GptNeox(p) => p.validate(),
+            ModelSpec::Captured(_) => Ok(()),
         }
     }
 }
@@ -226,6 +239,10 @@ impl Preset {
         let obj = v
             .as_object()
             .ok_or_else(|| ModelError::Malformed("a preset must be a JSON object".into()))?;
+        if obj.get("format").and_then(Value::as_str) == Some("vramlab-graph") {
+            let c = super::captured::CapturedGraph::from_value(v)?;
+            return Ok(Self::captured(c.model.clone(), c));
+        }
         for key in obj.keys() {
             if ![
                 "id",
@@ -263,6 +280,9 @@ impl Preset {
     }
 
     fn validate(&self) -> Result<(), ModelError> {
+        if matches!(self.spec, ModelSpec::Captured(_)) {
+            return Ok(());
+        }
         match self.input {
             InputSpec::Image {
                 image_size,
@@ -328,6 +348,13 @@ impl Preset {
             ModelSpec::Bert(p) => bert::build(p, size, attention),
             ModelSpec::Llama(p) => decoder::build(p, size, attention),
             ModelSpec::GptNeox(p) => gpt_neox::build(p, size, attention),
+            ModelSpec::Captured(c) => Err(ModelError::Invalid {
+                field: "model".into(),
+                reason: format!(
+                    "{} is a captured graph: it is planned from its events, not built",
+                    c.model
+                ),
+            }),
         }?;
         super::check_graph_size(&graph)?;
         Ok(graph)
@@ -399,6 +426,32 @@ pub fn builtin_presets() -> Result<Vec<Preset>, ModelError> {
                 .map_err(|e| ModelError::Malformed(format!("built-in preset {id}: {e}")))
         })
         .collect()
+}
+
+impl Preset {
+    /// A preset for a captured graph file (`*.vramlab-graph.json`); `id` names it.
+    pub fn from_captured(id: &str, text: &str) -> Result<Preset, ModelError> {
+        let c = super::captured::CapturedGraph::from_json(text)?;
+        Ok(Self::captured(id.to_string(), c))
+    }
+
+    fn captured(id: String, c: super::captured::CapturedGraph) -> Preset {
+        let input = if c.tokens {
+            InputSpec::Tokens { seq_len: c.size }
+        } else {
+            InputSpec::Image {
+                image_size: c.size,
+                channels: 3,
+            }
+        };
+        Preset {
+            id,
+            display_name: c.model.clone(),
+            reference: format!("captured with torch {}", c.torch),
+            input,
+            spec: ModelSpec::Captured(Box::new(c)),
+        }
+    }
 }
 
 /// Finds a built-in preset by id (case-insensitive).

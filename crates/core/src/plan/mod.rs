@@ -2,6 +2,7 @@
 //! No I/O, no GPU, no UI.
 
 pub mod allocator;
+pub mod captured;
 pub mod config;
 pub mod distributed;
 pub mod eval;
@@ -157,11 +158,18 @@ pub struct Planner {
     pub param_split: (u64, u64),
     /// Optimizer state in unified memory (paged optimizers).
     pub paged_bytes: u64,
+    /// The parameter count when there is no built graph (a captured model).
+    pub params_override: Option<u64>,
+    /// Op names of a captured model, indexed by an event's `node` (empty for built models).
+    pub op_labels: Vec<String>,
 }
 
 impl Planner {
     /// Builds the graph and the events. `cfg.batch` is ignored here.
     pub fn new(preset: &Preset, cfg: &TrainConfig) -> Result<Planner, PlanError> {
+        if let crate::model::ModelSpec::Captured(c) = &preset.spec {
+            return captured::planner(preset, c, cfg);
+        }
         cfg.validate()?;
         let size = cfg.size.unwrap_or_else(|| preset.default_size());
         let attn = match cfg.attention {
@@ -194,6 +202,8 @@ impl Planner {
             trainable,
             param_split,
             paged_bytes,
+            params_override: None,
+            op_labels: Vec::new(),
         })
     }
 
@@ -251,10 +261,17 @@ impl Planner {
             .peak_node
             .and_then(|n| self.graph.nodes.get(n as usize))
             .map(|n| self.graph.name(n).to_string())
+            .or_else(|| {
+                e.peak_node
+                    .and_then(|n| self.op_labels.get(n as usize))
+                    .cloned()
+            })
             .unwrap_or_default();
         Ok(Plan {
             model: self.model.clone(),
-            params: self.graph.param_count(),
+            params: self
+                .params_override
+                .unwrap_or_else(|| self.graph.param_count()),
             trainable_params: (!cfg.finetune.is_full()).then_some(self.trainable),
             config: cfg,
             size: self.size,

@@ -223,9 +223,16 @@ pub fn remedies(
     let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
     candidates(cfg, preset.input.is_tokens())
         .into_iter()
-        .map(|(name, description, c)| {
-            let planner = Planner::new(preset, &c)?;
-            evaluate(
+        .filter_map(|(name, description, c)| {
+            let planner = match Planner::new(preset, &c) {
+                Ok(p) => p,
+                // A captured graph plans only what it recorded: the rest needs a re-capture.
+                Err(_) if matches!(preset.spec, crate::model::ModelSpec::Captured(_)) => {
+                    return None;
+                }
+                Err(e) => return Some(Err(e)),
+            };
+            Some(evaluate(
                 name,
                 description,
                 c,
@@ -233,7 +240,7 @@ pub fn remedies(
                 base.allocated,
                 base.nvidia_smi,
                 budget,
-            )
+            ))
         })
         .collect()
 }

@@ -714,6 +714,40 @@ fn pointwise(
     r
 }
 
+/// [`conv_workspace`] for a convolution given by its shapes (a captured graph's calls:
+/// `in_elems`/`out_elems` per sample, `weight` elements, square `kernel`), for
+/// [`super::captured`]: the forward workspace in bytes (per sample, fixed) and the backward
+/// ones.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the convolution's shape, field by field"
+)]
+pub fn conv_workspace_of(
+    transposed: bool,
+    kernel: u64,
+    groups: u64,
+    out_channels: u64,
+    in_elems: u64,
+    out_elems: u64,
+    weight: u64,
+    dt: DType,
+) -> ((u64, u64), ConvWorkspace) {
+    let shape = ConvShape {
+        transposed,
+        kernel,
+        groups,
+        out_channels,
+        in_elems,
+        out_elems,
+        weight,
+    };
+    let ((ps, fx), ws) = conv_workspace(&shape, dt);
+    (
+        (ps.saturating_mul(dt.size()), fx.saturating_mul(dt.size())),
+        ws,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,18 @@ pub fn estimate(g: &Graph, cfg: &TrainConfig, batch: u64, profile: &DeviceProfil
             // Forward reads and writes once; backward reads two and writes one.
             bytes += elems as f64 * e * 5.0;
         }
+        if let crate::model::ir::Op::QuantLinear {
+            in_features,
+            out_features,
+            int8,
+        } = n.op
+        {
+            // bitsandbytes dequantizes the weight in forward and again in backward (for the
+            // input gradient): read the packed weight, write a compute-dtype copy, per
+            // micro-batch whatever its size.
+            let packed = if int8 { 1.0 } else { 0.5 };
+            bytes += 2.0 * (in_features * out_features) as f64 * (packed + e);
+        }
     }
     let accum = cfg.accum.max(1) as f64;
     // The update reads and writes parameters, gradients and state (~4 tensors).

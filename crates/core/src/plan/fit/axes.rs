@@ -349,6 +349,13 @@ pub fn change_words(k: &Knobs, user: &Knobs) -> Vec<String> {
             finetune_words(&user.finetune),
             finetune_words(&k.finetune)
         ));
+        if k.finetune.mode == FineTuneMode::Qlora {
+            out.push(format!(
+                "{} base weights (bitsandbytes): quantization error in the frozen base, and each \
+                 layer dequantizes its weight in forward and backward (slower per sample)",
+                k.finetune.quant
+            ));
+        }
     }
     if k.optimizer != user.optimizer {
         out.push(format!("optimizer {} → {}", user.optimizer, k.optimizer));
@@ -394,6 +401,13 @@ pub fn cost_words(k: &Knobs, user: &Knobs) -> Vec<String> {
              fine-tuning on every task",
             finetune_words(&k.finetune)
         ));
+        if k.finetune.mode == FineTuneMode::Qlora {
+            out.push(format!(
+                "{} base weights (bitsandbytes): quantization error in the frozen base, and each \
+                 layer dequantizes its weight in forward and backward (slower per sample)",
+                k.finetune.quant
+            ));
+        }
     }
     if k.optimizer != user.optimizer {
         let name = k.optimizer.as_str();

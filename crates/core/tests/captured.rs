@@ -1,0 +1,188 @@
+//! Captured graphs (`tests/data/captured/*.vramlab-graph.json`, written by `tools/capture.py`
+//! on the H200 machine on fake tensors) planned by the core and compared with the same
+//! training step run for real on the H200 (`tests/data/captured.jsonl`, written by
+//! `tools/capture_on_device.sh`). CI has no torch: the graphs are committed.
+
+use vramlab_core::model::{ModelSpec, Preset};
+use vramlab_core::plan::{Planner, TrainConfig};
+
+use super::data;
+
+#[derive(serde::Deserialize)]
+struct Row {
+    graph: String,
+    model: String,
+    batch: u64,
+    #[serde(rename = "loop")]
+    loop_shape: String,
+    peak_allocated: u64,
+    peak_reserved: u64,
+    device: String,
+    torch: String,
+}
+
+fn load(graph: &str) -> Preset {
+    let path = data(&format!("captured/{graph}"));
+    let text = std::fs::read_to_string(&path).expect("graph file");
+    Preset::from_captured(graph, &text).expect("captured graph parses")
+}
+
+/// The training config the graph was captured with, at `batch`.
+fn own_config(p: &Preset, batch: u64) -> TrainConfig {
+    let ModelSpec::Captured(c) = &p.spec else {
+        panic!("not captured")
+    };
+    let v = vramlab_core::vocabulary::precision(&c.settings.precision).expect("precision");
+    let o = vramlab_core::vocabulary::optimizer(&c.settings.optimizer).expect("optimizer");
+    TrainConfig {
+        batch,
+        precision: v.value,
+        optimizer: o.value,
+        checkpointing: c.settings.checkpointing,
+        loop_shape: c.settings.loop_shape.parse().expect("loop"),
+        ..TrainConfig::default()
+    }
+}
+
+fn rows() -> Vec<Row> {
+    let text = std::fs::read_to_string(data("captured.jsonl")).expect("captured.jsonl");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("row"))
+        .collect()
+}
+
+fn err(pred: u64, meas: u64) -> f64 {
+    100.0 * (pred as f64 / meas as f64 - 1.0)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Every measured row: predicted vs measured peaks. Returns (|alloc| errors, |reserved| errors).
+fn errors() -> (Vec<f64>, Vec<f64>, Vec<String>) {
+    let mut a = Vec::new();
+    let mut r = Vec::new();
+    let mut models = Vec::new();
+    for row in rows() {
+        assert!(row.device.contains("H200"), "{}", row.device);
+        assert!(row.torch.starts_with("2.11"), "{}", row.torch);
+        let p = load(&row.graph);
+        let cfg = own_config(&p, row.batch);
+        assert_eq!(cfg.loop_shape.as_str(), row.loop_shape, "{}", row.graph);
+        let planner = Planner::new(&p, &cfg).expect("planner");
+        let peaks = planner.peaks(row.batch).expect("peaks");
+        let ea = err(peaks.allocated.0, row.peak_allocated);
+        let er = err(peaks.reserved.0, row.peak_reserved);
+        println!(
+            "{:<44} {:<8} b={:<3} alloc {:+6.2} %  reserved {:+6.2} %",
+            row.model, row.loop_shape, row.batch, ea, er
+        );
+        a.push(ea.abs());
+        r.push(er.abs());
+        if !models.contains(&row.model) {
+            models.push(row.model);
+        }
+    }
+    (a, r, models)
+}
+
+/// The issue's "Done when": ≥ 12 models no builder covers (timm architectures, a
+/// torchvision segmentation model, a hand-written module, a language model), allocated
+/// median |error| ≤ 2 %, worst ≤ 8 %, reserved median ≤ 4 %. Not met yet: only one device
+/// run came back (4 models, 10 rows; the second run, with the timm factories fixed and the
+/// convolution records, got no machine). Ignored until those rows exist; run it with
+/// `cargo test -p vramlab-core --test tests -- --ignored captured_models_meet`.
+#[test]
+#[ignore = "needs >= 12 measured captured models (tests/data/captured.jsonl has 4)"]
+fn captured_models_meet_the_issue_targets() {
+    let (a, r, models) = errors();
+    assert!(
+        models.len() >= 12,
+        "only {} models: {models:?}",
+        models.len()
+    );
+    check_bounds(&a, &r, 2.0, 8.0, 4.0);
+}
+
+/// The rows measured so far (H200): allocated within the issue's bounds (median ≤ 2 %,
+/// worst ≤ 8 %); reserved median is 4.4 %, over the issue's 4 % (reported, see README):
+/// checked here at 6 % so that it cannot get worse unnoticed.
+#[test]
+fn captured_models_measured_so_far() {
+    let (a, r, models) = errors();
+    assert!(models.len() >= 4, "{models:?}");
+    check_bounds(&a, &r, 2.0, 8.0, 6.0);
+}
+
+fn check_bounds(a: &[f64], r: &[f64], median_max: f64, worst_max: f64, reserved_max: f64) {
+    let am = median(a.to_vec());
+    let aw = a.iter().copied().fold(0.0, f64::max);
+    let rm = median(r.to_vec());
+    println!(
+        "captured: {} rows: allocated median {am:.2} % worst {aw:.2} %, reserved median {rm:.2} %",
+        a.len()
+    );
+    assert!(am <= median_max, "allocated median {am:.2} %");
+    assert!(aw <= worst_max, "allocated worst {aw:.2} %");
+    assert!(rm <= reserved_max, "reserved median {rm:.2} %");
+}
+
+/// Every committed graph plans at any batch (peaks grow with it), finds a max batch, and
+/// refuses settings that change the recorded step, naming the re-capture.
+#[test]
+fn committed_graphs_plan_at_any_batch_and_refuse_other_settings() {
+    let dir = data("captured");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("tests/data/captured") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
+        if !name.ends_with(".vramlab-graph.json") {
+            continue;
+        }
+        n += 1;
+        let p = load(&name);
+        let planner = Planner::new(&p, &own_config(&p, 1)).expect("planner");
+        let mut last = 0;
+        for b in [1, 2, 3, 5, 8, 13, 64, 200] {
+            let peaks = planner.peaks(b).expect("peaks");
+            assert!(peaks.allocated.0 >= last, "{name}: peak falls at batch {b}");
+            assert!(peaks.reserved >= peaks.allocated, "{name}");
+            last = peaks.allocated.0;
+        }
+        let plan = planner.plan(8).expect("plan");
+        assert!(plan.params > 0 && !plan.peak_layer.is_empty(), "{name}");
+        let budget = vramlab_core::plan::search::Budget {
+            capacity: vramlab_core::units::Bytes(141 << 30),
+            margin: 0.05,
+        };
+        let max = vramlab_core::plan::search::max_batch(&planner, budget, 1 << 16)
+            .expect("search")
+            .expect("batch 1 fits an H200");
+        assert!(max >= 8, "{name}: max batch {max}");
+        let mut other = own_config(&p, 8);
+        other.precision = if other.precision == vramlab_core::plan::Precision::Fp32 {
+            vramlab_core::plan::Precision::AmpBf16
+        } else {
+            vramlab_core::plan::Precision::Fp32
+        };
+        let e = Planner::new(&p, &other).expect_err("other precision");
+        assert!(e.to_string().contains("re-capture"), "{e}");
+        other = own_config(&p, 8);
+        other.checkpointing = !other.checkpointing;
+        let e = Planner::new(&p, &other).expect_err("other checkpointing");
+        assert!(e.to_string().contains("checkpointing"), "{e}");
+    }
+    assert!(n >= 3, "only {n} committed graphs");
+}
