@@ -321,6 +321,10 @@ impl Axes {
 pub fn finetune_words(ft: &FineTune) -> String {
     match ft.mode {
         FineTuneMode::Full => "full fine-tuning".into(),
+        FineTuneMode::Qlora => format!(
+            "QLoRA {} r{} on {}",
+            ft.quant, ft.lora_rank, ft.lora_targets
+        ),
         m => format!(
             "{} r{} on {}",
             m.as_str().to_uppercase().replace("LORA", "LoRA"),
@@ -349,13 +353,6 @@ pub fn change_words(k: &Knobs, user: &Knobs) -> Vec<String> {
             finetune_words(&user.finetune),
             finetune_words(&k.finetune)
         ));
-        if k.finetune.mode == FineTuneMode::Qlora {
-            out.push(format!(
-                "{} base weights (bitsandbytes): quantization error in the frozen base, and each \
-                 layer dequantizes its weight in forward and backward (slower per sample)",
-                k.finetune.quant
-            ));
-        }
     }
     if k.optimizer != user.optimizer {
         out.push(format!("optimizer {} → {}", user.optimizer, k.optimizer));
