@@ -96,12 +96,12 @@ fn errors() -> (Vec<f64>, Vec<f64>, Vec<String>) {
 
 /// The issue's "Done when": ≥ 12 models no builder covers (timm architectures, a
 /// torchvision segmentation model, a hand-written module, a language model), allocated
-/// median |error| ≤ 2 %, worst ≤ 8 %, reserved median ≤ 4 %. Not met yet: only one device
-/// run came back (4 models, 10 rows; the second run, with the timm factories fixed and the
-/// convolution records, got no machine). Ignored until those rows exist; run it with
-/// `cargo test -p vramlab-core --test tests -- --ignored captured_models_meet`.
+/// median |error| ≤ 2 %, worst ≤ 8 %, reserved median ≤ 4 %. Not met yet: the second H200
+/// run measured 12 models (16 graphs, 32 rows) at allocated median 2.10 %, and the language
+/// models' captures failed (event order differs between batches under fake CUDA). Run it
+/// with `cargo test -p vramlab-core --test tests -- --ignored captured_models_meet`.
 #[test]
-#[ignore = "needs >= 12 measured captured models (tests/data/captured.jsonl has 4)"]
+#[ignore = "allocated median 2.10 % (> 2 %) and no captured language model yet: see README"]
 fn captured_models_meet_the_issue_targets() {
     let (a, r, models) = errors();
     assert!(
@@ -112,14 +112,14 @@ fn captured_models_meet_the_issue_targets() {
     check_bounds(&a, &r, 2.0, 8.0, 4.0);
 }
 
-/// The rows measured so far (H200): allocated within the issue's bounds (median ≤ 2 %,
-/// worst ≤ 8 %); reserved median is 4.4 %, over the issue's 4 % (reported, see README):
-/// checked here at 6 % so that it cannot get worse unnoticed.
+/// The rows measured so far (H200, 12 models, 32 rows): worst and reserved median within the
+/// issue's bounds, the allocated median (2.10 %) checked at 2.5 % so that it cannot get
+/// worse unnoticed.
 #[test]
 fn captured_models_measured_so_far() {
     let (a, r, models) = errors();
-    assert!(models.len() >= 4, "{models:?}");
-    check_bounds(&a, &r, 2.0, 8.0, 6.0);
+    assert!(models.len() >= 12, "{models:?}");
+    check_bounds(&a, &r, 2.5, 8.0, 4.0);
 }
 
 fn check_bounds(a: &[f64], r: &[f64], median_max: f64, worst_max: f64, reserved_max: f64) {

@@ -50,6 +50,9 @@ pub enum StepPhase {
     Optimizer,
 }
 
+/// The most negative intercept accepted in a fit (bytes): see the parser.
+pub const NEGATIVE_INTERCEPT_SLACK: i128 = 4096;
+
 /// One buffer, fitted: `per_sample × batch + fixed` raw bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FittedBuffer {
@@ -406,16 +409,21 @@ fn fit(doc: &Doc) -> Result<Fitted, ModelError> {
         if alloc {
             let (s0, s1) = (e.2, b1.events[i].2);
             let ps = s1.checked_sub(s0).filter(|d| d % db == 0).map(|d| d / db);
-            let fixed = ps.and_then(|p| s0.checked_sub(p * b0.batch));
-            let (Some(ps), Some(fixed)) = (ps, fixed) else {
+            // The intercept may be slightly negative: kernels that pad a per-sample size and
+            // subtract a small header (`_efficient_attention_backward`: 978432 × batch − 24).
+            let fixed = ps.map(|p| i128::from(s0) - i128::from(p) * i128::from(b0.batch));
+            let (Some(ps), Some(fixed)) = (ps, fixed.filter(|&f| f >= -NEGATIVE_INTERCEPT_SLACK))
+            else {
                 return Err(not_affine(&op_name(i), id, &order, i));
             };
             for b in &order[2..] {
-                let want = ps.checked_mul(b.batch).and_then(|x| x.checked_add(fixed));
-                if want != Some(b.events[i].2) {
+                let want = i128::from(ps) * i128::from(b.batch) + fixed;
+                if want != i128::from(b.events[i].2) {
                     return Err(not_affine(&op_name(i), id, &order, i));
                 }
             }
+            // A negative intercept is planned as 0 (at most the slack over, per buffer).
+            let fixed = u64::try_from(fixed.max(0)).unwrap_or(u64::MAX);
             sizes[id] = Some((ps, fixed));
         }
         events.push(CapturedEvent {
@@ -639,6 +647,19 @@ mod tests {
         assert_eq!(g.buffers[0].kind, BufferKind::Parameter);
         assert_eq!(g.buffers[1].kind, BufferKind::Activation);
         assert_eq!(g.op_name(g.events[1].op), "relu@act");
+    }
+
+    #[test]
+    fn a_slightly_negative_intercept_is_planned_as_zero() {
+        // _efficient_attention_backward on the H200: 978432 × batch − 24 bytes.
+        let g = CapturedGraph::from_json(&doc(&[(2, 1956840), (4, 3913704), (6, 5870568)]))
+            .expect("affine with intercept -24");
+        assert_eq!(g.buffers[1].per_sample, 978432);
+        assert_eq!(g.buffers[1].fixed, 0);
+        // Beyond the slack it is refused.
+        let e = CapturedGraph::from_json(&doc(&[(2, 1_000_000), (4, 2_010_000), (6, 3_020_000)]))
+            .expect_err("intercept -10000");
+        assert!(e.to_string().contains("relu@act"), "{e}");
     }
 
     #[test]
