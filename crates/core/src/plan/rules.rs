@@ -69,7 +69,9 @@ pub enum SavedFor {
 /// What saved input `i` of `node` is needed for.
 pub fn saved_for(node: &Node, i: usize) -> SavedFor {
     match node.op {
-        Op::Linear { .. } | Op::Conv2d { .. } if i == 0 && !node.params.is_empty() => {
+        Op::Linear { .. } | Op::Conv2d { .. } | Op::GroupedMm { .. }
+            if i == 0 && !node.params.is_empty() =>
+        {
             SavedFor::Params
         }
         Op::Matmul { .. } if node.inputs.len() == 2 && i < 2 => SavedFor::Input(1 - i),
@@ -128,11 +130,11 @@ pub fn backward_rule(g: &Graph, node: &Node, r: &mut Rule, dtypes: &[DType]) {
     r.fused_qkv_grad = matches!(node.op, Op::Sdpa { .. }) && node.inputs.len() == 1;
     r.grad = if matches!(node.op, Op::CrossEntropy { .. }) {
         GradFlow::Loss
-    } else if matches!(node.op, Op::View | Op::CacheAppend)
+    } else if matches!(node.op, Op::View | Op::CacheAppend | Op::SumTopK)
         || (r.alias
             && matches!(
                 node.op,
-                Op::ToComputeDtype | Op::ToF32 | Op::SdpaOutContiguous
+                Op::ToComputeDtype | Op::ToF32 | Op::SdpaOutContiguous | Op::TypeAs
             ))
     {
         GradFlow::Alias
@@ -649,6 +651,35 @@ pub fn rule(
             // logsumexp (fp32, rows padded to 32 by the memory-efficient kernel)
             r.extras
                 .push(extra(heads * seq.div_ceil(32) * 32, DType::F32));
+            r
+        }
+        Op::GroupedMm { .. } => {
+            // `input.to(weight.dtype)`, then the grouped GEMM in the weight's dtype.
+            let mut r = Rule::new(pd);
+            if in0 != pd {
+                r.casts.push((0, pd));
+            }
+            r.saves_inputs = vec![0];
+            r
+        }
+        Op::TopK => {
+            let mut r = Rule::new(in0);
+            r.extras.push(extra(out_elems, DType::I64)); // indices, saved by TopkBackward
+            r
+        }
+        Op::Gather { indices, mask } => {
+            let mut r = Rule::new(in0);
+            r.extras.push(extra(*indices, DType::I64));
+            if *mask > 0 {
+                r.extras.push(extra(*mask, DType::Bool));
+            }
+            r
+        }
+        Op::SumTopK => Rule::new(in0),
+        Op::TypeAs => {
+            let to = inputs.get(1).copied().unwrap_or(in0);
+            let mut r = Rule::new(to);
+            r.alias = in0 == to;
             r
         }
         Op::CrossEntropy {
