@@ -7,6 +7,7 @@ mod distributed;
 mod captured;
 mod invariants;
 mod maxbatch;
+mod moe;
 mod parser_props;
 mod presets;
 
