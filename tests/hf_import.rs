@@ -225,15 +225,37 @@ fn cli_moe_imbalance_flag() {
         v["peak_allocated_bytes"].as_u64().expect("peak")
     };
     assert!(peak("2") > peak("1"));
-    let (ok, _, err) = vramlab(&["plan", "--model", moe, "--batch", "1", "--moe-imbalance", "0.5"]);
+    let (ok, _, err) = vramlab(&[
+        "plan",
+        "--model",
+        moe,
+        "--batch",
+        "1",
+        "--moe-imbalance",
+        "0.5",
+    ]);
     assert!(!ok && err.contains("moe_imbalance"), "{err}");
     let dense = format!("{DIR}/Qwen3-0.6B.json");
     let (ok, _, err) = vramlab(&[
-        "plan", "--model", &dense, "--batch", "1", "--moe-imbalance", "2",
+        "plan",
+        "--model",
+        &dense,
+        "--batch",
+        "1",
+        "--moe-imbalance",
+        "2",
     ]);
     assert!(!ok && err.contains("moe_imbalance"), "{err}");
     let (ok, doc, err) = vramlab(&[
-        "export", "--format", "vramlab", "--model", moe, "--batch", "2", "--moe-imbalance", "1.5",
+        "export",
+        "--format",
+        "vramlab",
+        "--model",
+        moe,
+        "--batch",
+        "2",
+        "--moe-imbalance",
+        "1.5",
     ]);
     assert!(ok, "{err}");
     assert!(doc.contains("\"moe_imbalance\": 1.5"), "{doc}");

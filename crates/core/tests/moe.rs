@@ -31,11 +31,18 @@ fn moe_parameter_counts_equal_transformers() {
         assert!(preset.is_moe(), "{name}");
         assert_eq!(hf::family_label(&preset), mt);
         let g = preset.build(128, AttnImpl::Sdpa).expect("build");
-        assert_eq!(g.param_count(), r["params"].as_u64().expect("params"), "{name}");
+        assert_eq!(
+            g.param_count(),
+            r["params"].as_u64().expect("params"),
+            "{name}"
+        );
         *per_type.entry(mt.to_string()).or_default() += 1;
     }
     for t in MOE {
-        assert!(per_type.get(t).copied().unwrap_or(0) >= 2, "{t}: {per_type:?}");
+        assert!(
+            per_type.get(t).copied().unwrap_or(0) >= 2,
+            "{t}: {per_type:?}"
+        );
     }
 }
 
@@ -139,9 +146,14 @@ fn missing_and_wrong_typed_moe_keys_are_named() {
         let mut v: serde_json::Value = serde_json::from_str(&config(file)).expect("json");
         v.as_object_mut().expect("object").remove(key);
         let err = hf::from_config(&v, file).expect_err("missing").to_string();
-        assert!(err.contains(key) && err.contains("missing"), "{file} {key}: {err}");
+        assert!(
+            err.contains(key) && err.contains("missing"),
+            "{file} {key}: {err}"
+        );
         v[key] = serde_json::json!("eight");
-        let err = hf::from_config(&v, file).expect_err("wrong type").to_string();
+        let err = hf::from_config(&v, file)
+            .expect_err("wrong type")
+            .to_string();
         assert!(err.contains(key), "{file} {key}: {err}");
     }
     let mut v: serde_json::Value =
@@ -230,8 +242,14 @@ fn moe_rows_within_targets_per_model_type() {
         let alloc_median = median_abs(fam.iter().map(|r| r.allocated_error()));
         let alloc_worst = max_abs(fam.iter().map(|r| r.allocated_error()));
         let reserved_median = median_abs(fam.iter().map(|r| r.reserved_error()));
-        assert!(alloc_median <= 2.0, "{t}: allocated median {alloc_median:.2} %");
-        assert!(alloc_worst <= 8.0, "{t}: allocated worst {alloc_worst:.2} %");
+        assert!(
+            alloc_median <= 2.0,
+            "{t}: allocated median {alloc_median:.2} %"
+        );
+        assert!(
+            alloc_worst <= 8.0,
+            "{t}: allocated worst {alloc_worst:.2} %"
+        );
         assert!(
             reserved_median <= 4.0,
             "{t}: reserved median {reserved_median:.2} %"

@@ -8,8 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::families::{
-    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams,
-    moe::MoeParams,
+    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams, moe::MoeParams,
 };
 use super::preset::{InputSpec, ModelSpec, Preset};
 use super::{ModelError, check_positive};
@@ -122,7 +121,12 @@ impl Keys<'_> {
         let Some(v) = self.get(key) else {
             return Ok(Vec::new());
         };
-        let bad = || invalid(key, format!("must be a list of non-negative integers, got {v}"));
+        let bad = || {
+            invalid(
+                key,
+                format!("must be a list of non-negative integers, got {v}"),
+            )
+        };
         v.as_array()
             .ok_or_else(bad)?
             .iter()

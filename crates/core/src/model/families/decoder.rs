@@ -159,7 +159,8 @@ pub fn build(
         } else {
             norm(&mut b, p, h, seq, c, "post_attention_layernorm")
         };
-        let act = |b: &mut GraphBuilder, t: TensorId, n: u64, name: &str| activation(b, p, t, n, name);
+        let act =
+            |b: &mut GraphBuilder, t: TensorId, n: u64, name: &str| activation(b, p, t, n, name);
         let m = if let Some(moe) = p.moe.as_ref().filter(|m| m.is_sparse(l)) {
             super::moe::block(&mut b, p, moe, x, seq, moe_imbalance, &act)
         } else if p.fused_projections {

@@ -269,8 +269,19 @@ pub fn block(
         return out;
     };
     let gate = b.linear(x, seq, c, 1, false, "mlp.shared_expert_gate");
-    let gate = b.pointwise(gate, Pointwise::Sigmoid, false, "mlp.shared_expert_gate.sigmoid");
-    let gated = b.binary(shared_out, gate, Pointwise::Mul, false, "mlp.shared_expert.mul");
+    let gate = b.pointwise(
+        gate,
+        Pointwise::Sigmoid,
+        false,
+        "mlp.shared_expert_gate.sigmoid",
+    );
+    let gated = b.binary(
+        shared_out,
+        gate,
+        Pointwise::Mul,
+        false,
+        "mlp.shared_expert.mul",
+    );
     b.binary(out, gated, Pointwise::Add, false, "mlp.add_shared")
 }
 
