@@ -97,8 +97,8 @@ fn imbalance_is_refused_below_one_and_for_dense_models() {
             ..TrainConfig::default()
         };
         let err = Planner::new(&preset, &cfg)
-            .err()
-            .expect("refused")
+            .map(|_| ())
+            .expect_err("refused")
             .to_string();
         assert!(err.contains("moe_imbalance"), "{err}");
     }
@@ -108,8 +108,8 @@ fn imbalance_is_refused_below_one_and_for_dense_models() {
         ..TrainConfig::default()
     };
     let err = Planner::new(&dense, &cfg)
-        .err()
-        .expect("dense refused")
+        .map(|_| ())
+        .expect_err("dense refused")
         .to_string();
     assert!(err.contains("moe_imbalance"), "{err}");
     // The default plans a dense model as before.
