@@ -1085,4 +1085,43 @@ mod tests {
         let r = rule_of(op(false), 2, false, &[BF16, F32], Precision::Bf16);
         assert!(r.extras.iter().all(|e| e.dtype == BF16));
     }
+
+    /// The MoE ops: the grouped GEMM runs in the weights' dtype whatever autocast says;
+    /// `TypeAs` copies only when the dtypes differ; `Gather` saves its int64 index (and mask).
+    #[test]
+    fn moe_op_rules() {
+        let mm = Op::GroupedMm {
+            in_features: 10,
+            out_features: 10,
+        };
+        let amp = rule_of(mm.clone(), 1, true, &[F32], Precision::AmpBf16);
+        assert_eq!(amp.out_dtype, F32);
+        assert!(amp.casts.is_empty() && !amp.casts_params);
+        assert_eq!(amp.saves_inputs, vec![0]);
+        let cast = rule_of(mm.clone(), 1, true, &[BF16], Precision::AmpBf16);
+        assert_eq!(cast.casts, vec![(0, F32)]);
+        let bf16 = rule_of(mm, 1, true, &[BF16], Precision::Bf16);
+        assert_eq!(bf16.out_dtype, BF16);
+        assert!(bf16.casts.is_empty());
+        let same = rule_of(Op::TypeAs, 2, false, &[BF16, BF16], Precision::Bf16);
+        assert!(same.alias);
+        let copy = rule_of(Op::TypeAs, 2, false, &[F32, BF16], Precision::Bf16);
+        assert!(!copy.alias && copy.out_dtype == BF16);
+        let g = rule_of(
+            Op::Gather {
+                indices: 7,
+                mask: 7,
+            },
+            1,
+            false,
+            &[F32],
+            Precision::Fp32,
+        );
+        let dts: Vec<_> = g.extras.iter().map(|e| (e.per_sample, e.dtype)).collect();
+        assert_eq!(dts, vec![(7, DType::I64), (7, DType::Bool)]);
+        assert!(g.extras.iter().all(|e| !e.transient));
+        let t = rule_of(Op::TopK, 1, false, &[F32], Precision::AmpBf16);
+        assert_eq!(t.extras.len(), 1);
+        assert_eq!(t.extras[0].dtype, DType::I64);
+    }
 }
