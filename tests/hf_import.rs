@@ -198,3 +198,66 @@ fn torch_engine_config_line_carries_the_loop_and_model_type() {
     assert_eq!(v["model"]["params"]["model_type"], "qwen3");
     assert_eq!(v["seq"], 256);
 }
+
+/// `--moe-imbalance F`: more memory for a MoE config, refused below 1 and for dense
+/// models (the error names the setting), carried in the saved config.
+#[test]
+fn cli_moe_imbalance_flag() {
+    let moe = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf_configs_device/Qwen3-30B-A3B-L2.json"
+    );
+    let peak = |f: &str| {
+        let (ok, out, err) = vramlab(&[
+            "plan",
+            "--model",
+            moe,
+            "--batch",
+            "16",
+            "--seq",
+            "1024",
+            "--moe-imbalance",
+            f,
+            "--json",
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        v["peak_allocated_bytes"].as_u64().expect("peak")
+    };
+    assert!(peak("2") > peak("1"));
+    let (ok, _, err) = vramlab(&[
+        "plan",
+        "--model",
+        moe,
+        "--batch",
+        "1",
+        "--moe-imbalance",
+        "0.5",
+    ]);
+    assert!(!ok && err.contains("moe_imbalance"), "{err}");
+    let dense = format!("{DIR}/Qwen3-0.6B.json");
+    let (ok, _, err) = vramlab(&[
+        "plan",
+        "--model",
+        &dense,
+        "--batch",
+        "1",
+        "--moe-imbalance",
+        "2",
+    ]);
+    assert!(!ok && err.contains("moe_imbalance"), "{err}");
+    let (ok, doc, err) = vramlab(&[
+        "export",
+        "--format",
+        "vramlab",
+        "--model",
+        moe,
+        "--batch",
+        "2",
+        "--moe-imbalance",
+        "1.5",
+    ]);
+    assert!(ok, "{err}");
+    assert!(doc.contains("\"moe_imbalance\": 1.5"), "{doc}");
+    assert!(doc.contains("\"num_experts\": 128"), "{doc}");
+}

@@ -277,7 +277,7 @@ def load_preset(ref):
 
 # vramlab's option fields of an imported decoder / BERT: implied by model_type, not config keys
 VRAMLAB_ONLY = ("model_type", "qkv_bias", "qk_norm", "gemma", "sandwich_norm", "fused_projections",
-                "position_offset", "hidden_act")
+                "position_offset", "hidden_act", "moe")
 
 
 def hf_config_from_params(params):
@@ -289,6 +289,23 @@ def hf_config_from_params(params):
         cfg["hidden_activation" if mt.startswith("gemma") else "hidden_act"] = params["hidden_act"]
     if mt == "roberta":
         cfg["pad_token_id"] = params.get("position_offset", 2) - 1
+    if mt == "qwen2_moe":
+        cfg["qkv_bias"] = params.get("qkv_bias", False)
+    moe = params.get("moe")
+    if moe:
+        # vramlab's MoeParams back to the config keys (crates/core/src/model/hf.rs, moe_params)
+        cfg["num_experts_per_tok"] = moe["num_experts_per_tok"]
+        cfg["output_router_logits"] = moe.get("output_router_logits", False)
+        if mt == "mixtral":
+            cfg["num_local_experts"] = moe["num_experts"]
+        else:
+            cfg["num_experts"] = moe["num_experts"]
+            cfg["moe_intermediate_size"] = moe["moe_intermediate_size"]
+            cfg["norm_topk_prob"] = moe.get("norm_topk_prob", False)
+            cfg["decoder_sparse_step"] = moe.get("decoder_sparse_step", 1)
+            cfg["mlp_only_layers"] = moe.get("mlp_only_layers", [])
+            if "shared_expert_intermediate_size" in moe:
+                cfg["shared_expert_intermediate_size"] = moe["shared_expert_intermediate_size"]
     if mt.startswith("gemma"):
         cfg.setdefault("attn_logit_softcapping", None)
         cfg.setdefault("final_logit_softcapping", None)

@@ -73,6 +73,11 @@ pub struct TrainArgs {
     /// QLoRA: turn bitsandbytes double quantization of the 4-bit block scales off.
     #[arg(long)]
     pub no_double_quant: bool,
+    /// Mixture-of-experts routing imbalance F ≥ 1 (mixtral, qwen2_moe, qwen3_moe): every
+    /// expert's routed rows sized for the busiest expert receiving F× its uniform
+    /// tokens·k/E share [default: 1, uniform routing].
+    #[arg(long, value_name = "F")]
+    pub moe_imbalance: Option<f64>,
     /// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     #[arg(long)]
     pub expandable_segments: bool,
@@ -220,6 +225,9 @@ pub(crate) fn resolve(
         if let Some(k) = &t.step {
             cfg.step = k.parse()?;
         }
+        if let Some(f) = t.moe_imbalance {
+            cfg.moe_imbalance = f;
+        }
         cfg.validate()?;
         let gpu = match &doc.gpu_detected {
             // Saved against a detected card: plan for that card, on any machine.
@@ -315,6 +323,7 @@ impl TrainArgs {
                 None => Default::default(),
             },
             distributed: self.dist.distributed()?,
+            moe_imbalance: self.moe_imbalance.unwrap_or(1.0),
         };
         cfg.validate()?;
         Ok(cfg)

@@ -122,6 +122,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         dist: Default::default(),
         quant: None,
         no_double_quant: false,
+        moe_imbalance: None,
         expandable_segments: false,
         max_split_size_mb: None,
         // Only the model and config are taken from here; the capacity comes below.

@@ -160,6 +160,8 @@ impl Measured {
             finetune: self.finetune()?,
             step: self.step,
             distributed: self.distributed()?,
+            // Measured MoE rows route with random-init routers: about uniform.
+            moe_imbalance: 1.0,
         })
     }
 

@@ -143,6 +143,8 @@ fn hf_import_within_targets_per_model_type() {
     types.sort_unstable();
     types.dedup();
     let mut supported = vramlab_core::model::hf::SUPPORTED.to_vec();
+    // The MoE types are measured in t5_moe.jsonl (`moe::moe_rows_within_targets_per_model_type`).
+    supported.retain(|t| !["mixtral", "qwen2_moe", "qwen3_moe"].contains(t));
     supported.sort_unstable();
     assert_eq!(types, supported);
     for t in types {

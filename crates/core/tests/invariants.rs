@@ -204,6 +204,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                     finetune: Default::default(),
                     step,
                     distributed: Default::default(),
+                    moe_imbalance: 1.0,
                 }
             },
         )

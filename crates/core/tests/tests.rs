@@ -7,6 +7,7 @@ mod captured;
 mod distributed;
 mod invariants;
 mod maxbatch;
+mod moe;
 mod parser_props;
 mod presets;
 

@@ -184,6 +184,7 @@ pub fn hostile_preset(data: &[u8]) {
         // The precision byte's high bits pick the step (its low bits pick the precision).
         step: StepKind::ALL[usize::from(input.precision >> 4) % StepKind::ALL.len()],
         distributed: Default::default(),
+        moe_imbalance: 1.0,
     };
     plan_small(&preset, &cfg);
 }

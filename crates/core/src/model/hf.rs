@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::families::{
-    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams,
+    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams, moe::MoeParams,
 };
 use super::preset::{InputSpec, ModelSpec, Preset};
 use super::{ModelError, check_positive};
@@ -27,6 +27,9 @@ pub const SUPPORTED: &[&str] = &[
     "gpt_neox",
     "bert",
     "roberta",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
 ];
 
 /// Default sequence length of an imported model (its `max_position_embeddings` when smaller).
@@ -69,6 +72,13 @@ impl Keys<'_> {
         Ok(v)
     }
 
+    /// A positive integer with a default when absent.
+    fn req_or(&self, key: &str, default: u64) -> Result<u64, ModelError> {
+        let v = self.u64_or(key, Some(default))?;
+        check_positive(key, v)?;
+        Ok(v)
+    }
+
     fn opt_u64(&self, key: &str) -> Result<Option<u64>, ModelError> {
         match self.get(key) {
             Some(_) => self.u64_or(key, None).map(Some),
@@ -106,6 +116,24 @@ impl Keys<'_> {
         }
     }
 
+    /// A list of non-negative integers (`mlp_only_layers`); absent or null is empty.
+    fn u64_list(&self, key: &str) -> Result<Vec<u64>, ModelError> {
+        let Some(v) = self.get(key) else {
+            return Ok(Vec::new());
+        };
+        let bad = || {
+            invalid(
+                key,
+                format!("must be a list of non-negative integers, got {v}"),
+            )
+        };
+        v.as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|x| x.as_u64().ok_or_else(bad))
+            .collect()
+    }
+
     fn str_or(&self, key: &str, default: &str) -> Result<String, ModelError> {
         match self.get(key) {
             Some(v) => v
@@ -139,7 +167,7 @@ pub fn closest(t: &str) -> &'static str {
     SUPPORTED
         .iter()
         .min_by_key(|s| {
-            // A shared prefix ("qwen2_moe" → qwen2) counts as close.
+            // A shared prefix ("qwen2_vl" → qwen2) counts as close.
             let prefix = if t.starts_with(*s) || s.starts_with(t.as_str()) {
                 0
             } else {
@@ -208,7 +236,8 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
         None => return Err(invalid("model_type", "missing (required)")),
     };
     let spec = match model_type.as_str() {
-        "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3_text" | "phi3" => {
+        "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3_text" | "phi3"
+        | "mixtral" | "qwen2_moe" | "qwen3_moe" => {
             ModelSpec::Llama(decoder_params(&k, &model_type)?)
         }
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
@@ -318,6 +347,20 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             head_dim: Some(256),
             act: "gelu_pytorch_tanh",
         },
+        "mixtral" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: false,
+            max_pos: 4096 * 32,
+            head_dim: None,
+            act: "silu",
+        },
+        "qwen2_moe" | "qwen3_moe" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: false,
+            max_pos: 32768,
+            head_dim: None,
+            act: "silu",
+        },
         _ => DecoderDefaults {
             // phi3
             tie: false,
@@ -332,7 +375,8 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         heads
     } else {
         match model_type {
-            "mistral" => 8,
+            "mistral" | "mixtral" => 8,
+            "qwen2_moe" => 16,
             _ => 4,
         }
     };
@@ -362,7 +406,8 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
     };
     let (attention_bias, qkv_bias) = match model_type {
         "qwen2" => (false, true),
-        "mistral" | "phi3" => (false, false),
+        "qwen2_moe" => (false, k.bool_or("qkv_bias", true)?),
+        "mistral" | "phi3" | "mixtral" => (false, false),
         _ => (k.bool_or("attention_bias", false)?, false),
     };
     let gemma2 = model_type == "gemma2";
@@ -381,7 +426,7 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         attention_bias,
         qkv_bias,
         mlp_bias: model_type == "llama" && k.bool_or("mlp_bias", false)?,
-        qk_norm: matches!(model_type, "qwen3" | "gemma3_text"),
+        qk_norm: matches!(model_type, "qwen3" | "gemma3_text" | "qwen3_moe"),
         hidden_act: Some(act),
         gemma,
         sandwich_norm: matches!(model_type, "gemma2" | "gemma3_text"),
@@ -395,7 +440,57 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             false => None,
         },
         fused_projections: model_type == "phi3",
+        moe: moe_params(k, model_type)?,
     })
+}
+
+/// The MoE keys of `mixtral`, `qwen2_moe` and `qwen3_moe` (transformers 5.17 config
+/// classes); `None` for the dense decoders. Sizes are required, flags take the defaults.
+fn moe_params(k: &Keys, model_type: &str) -> Result<Option<MoeParams>, ModelError> {
+    let m = match model_type {
+        // MixtralSparseMoeBlock: every layer sparse, experts of `intermediate_size`, the
+        // top-k always renormalised, fp32 scores (`softmax(logits.float())`).
+        "mixtral" => MoeParams {
+            num_experts: k.req("num_local_experts")?,
+            num_experts_per_tok: k.req("num_experts_per_tok")?,
+            moe_intermediate_size: k.req("intermediate_size")?,
+            norm_topk_prob: true,
+            fp32_scores: true,
+            shared_expert_intermediate_size: None,
+            decoder_sparse_step: 1,
+            mlp_only_layers: Vec::new(),
+            output_router_logits: k.bool_or("output_router_logits", false)?,
+        },
+        "qwen2_moe" | "qwen3_moe" => MoeParams {
+            num_experts: k.req("num_experts")?,
+            num_experts_per_tok: k.req("num_experts_per_tok")?,
+            moe_intermediate_size: k.req("moe_intermediate_size")?,
+            norm_topk_prob: k.bool_or("norm_topk_prob", false)?,
+            fp32_scores: false,
+            shared_expert_intermediate_size: match model_type {
+                "qwen2_moe" => Some(k.req("shared_expert_intermediate_size")?),
+                _ => None,
+            },
+            decoder_sparse_step: k.req_or("decoder_sparse_step", 1)?,
+            mlp_only_layers: k.u64_list("mlp_only_layers")?,
+            output_router_logits: k.bool_or("output_router_logits", false)?,
+        },
+        _ => return Ok(None),
+    };
+    if m.num_experts_per_tok > m.num_experts {
+        let key = match model_type {
+            "mixtral" => "num_local_experts",
+            _ => "num_experts",
+        };
+        return Err(invalid(
+            "num_experts_per_tok",
+            format!(
+                "{} is more than {key} {}",
+                m.num_experts_per_tok, m.num_experts
+            ),
+        ));
+    }
+    Ok(Some(m))
 }
 
 fn gpt2_params(k: &Keys) -> Result<Gpt2Params, ModelError> {
@@ -478,7 +573,7 @@ mod tests {
 
     #[test]
     fn unknown_model_type_names_the_supported_and_the_closest() {
-        let err = from_config_text(r#"{"model_type": "qwen2_moe"}"#, "x")
+        let err = from_config_text(r#"{"model_type": "qwen2_vl"}"#, "x")
             .expect_err("unsupported")
             .to_string();
         assert!(err.contains("model_type"), "{err}");

@@ -160,6 +160,26 @@ pub enum Op {
         seq: u64,
         dropout: f64,
     },
+    /// `torch._grouped_mm(x, w.transpose(-2, -1), offs)` of a mixture-of-experts block
+    /// (transformers' default `grouped_mm` experts): the routed rows of every expert in one
+    /// call against a 3-D expert weight `(experts, out_features, in_features)`. Not on
+    /// autocast's lists: runs in the weight's dtype (`input.to(weight.dtype)` first); saves
+    /// the input (for the weight gradient) and the weight.
+    GroupedMm { in_features: u64, out_features: u64 },
+    /// `torch.topk(probs, k)` of a router: the values (output) and int64 indices (saved
+    /// for backward).
+    TopK,
+    /// Advanced indexing `x[idx]` with a no-grad int64 index of the output's rows (sorted
+    /// token order): saves the index (`indices` extra int64 elements per sample, with
+    /// `mask` bool elements of a sentinel mask held with it); backward scatters into
+    /// zeros of the input's shape.
+    Gather { indices: u64, mask: u64 },
+    /// `x.view(tokens, k, hidden).sum(dim=1)`: the top-k rows of each token summed; its
+    /// backward is an expand of the output gradient (no new tensor).
+    SumTopK,
+    /// `x.to(other.dtype)`: a copy into input 1's dtype when it differs, else the same
+    /// tensor; saves nothing.
+    TypeAs,
     /// Cross-entropy over `classes` for `rows` positions per sample (log_softmax saves its
     /// fp32 output; Hugging Face LM losses upcast logits with `.float()` first when `upcast`).
     CrossEntropy {

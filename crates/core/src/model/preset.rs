@@ -325,6 +325,22 @@ impl Preset {
     /// Builds the graph for an input of `size` (image side in pixels or sequence length);
     /// `attention` applies to the Hugging Face families.
     pub fn build(&self, size: u64, attention: AttnImpl) -> Result<Graph, ModelError> {
+        self.build_for(size, attention, 1.0)
+    }
+
+    /// Whether the model has mixture-of-experts layers.
+    pub fn is_moe(&self) -> bool {
+        matches!(&self.spec, ModelSpec::Llama(p) if p.moe.is_some())
+    }
+
+    /// [`Preset::build`] with the MoE routing imbalance factor (`TrainConfig::moe_imbalance`;
+    /// 1 = uniform routing; ignored by dense models).
+    pub fn build_for(
+        &self,
+        size: u64,
+        attention: AttnImpl,
+        moe_imbalance: f64,
+    ) -> Result<Graph, ModelError> {
         let field = if self.input.is_tokens() {
             "seq_len"
         } else {
@@ -346,7 +362,7 @@ impl Preset {
             ModelSpec::Unet(p) => unet::build(p, size),
             ModelSpec::Gpt2(p) => gpt2::build(p, size, attention),
             ModelSpec::Bert(p) => bert::build(p, size, attention),
-            ModelSpec::Llama(p) => decoder::build(p, size, attention),
+            ModelSpec::Llama(p) => decoder::build(p, size, attention, moe_imbalance),
             ModelSpec::GptNeox(p) => gpt_neox::build(p, size, attention),
             ModelSpec::Captured(c) => Err(ModelError::Invalid {
                 field: "model".into(),

@@ -98,6 +98,10 @@ pub fn forward(g: &Graph, node: &Node, batch: u64) -> Work {
             in_features,
             out_features,
             ..
+        }
+        | Op::GroupedMm {
+            in_features,
+            out_features,
         } => {
             let rows = input_per_sample / in_features.max(1);
             Work::Gemm {

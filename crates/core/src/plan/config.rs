@@ -310,6 +310,15 @@ pub struct TrainConfig {
     /// More than one GPU (strategy, world, offload); absent means one GPU.
     #[serde(skip_serializing_if = "super::distributed::Distributed::is_single")]
     pub distributed: super::distributed::Distributed,
+    /// Mixture-of-experts routing imbalance (≥ 1): every expert's routed rows sized for the
+    /// busiest expert receiving this many times its uniform `tokens·k/E` share; 1 (the
+    /// default, absent in older files) is uniform routing. Only for MoE models.
+    #[serde(skip_serializing_if = "is_uniform_routing")]
+    pub moe_imbalance: f64,
+}
+
+fn is_uniform_routing(f: &f64) -> bool {
+    *f == 1.0
 }
 
 impl Default for TrainConfig {
@@ -327,6 +336,7 @@ impl Default for TrainConfig {
             finetune: super::finetune_mode::FineTune::default(),
             step: super::step_kind::StepKind::Train,
             distributed: super::distributed::Distributed::default(),
+            moe_imbalance: 1.0,
         }
     }
 }
@@ -393,6 +403,16 @@ impl TrainConfig {
                 field: "max_split_size_mb",
                 reason: format!(
                     "{mb} is too small: PyTorch requires more than {MIN_MAX_SPLIT_MB} (MB)"
+                ),
+            });
+        }
+        if !(self.moe_imbalance.is_finite() && self.moe_imbalance >= 1.0) {
+            return Err(PlanError::Field {
+                field: "moe_imbalance",
+                reason: format!(
+                    "{} must be a number ≥ 1 (1 = uniform routing; F = the busiest expert \
+                     gets F× its share)",
+                    self.moe_imbalance
                 ),
             });
         }

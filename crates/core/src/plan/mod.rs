@@ -176,7 +176,17 @@ impl Planner {
             Attention::Eager => AttnImpl::Eager,
             Attention::Sdpa => AttnImpl::Sdpa,
         };
-        let graph = preset.build(size, attn)?;
+        if cfg.moe_imbalance != 1.0 && !preset.is_moe() {
+            return Err(PlanError::Field {
+                field: "moe_imbalance",
+                reason: format!(
+                    "{} has no mixture-of-experts layers (the routing imbalance applies to \
+                     mixtral, qwen2_moe and qwen3_moe models)",
+                    preset.id
+                ),
+            });
+        }
+        let graph = preset.build_for(size, attn, cfg.moe_imbalance)?;
         let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
         let sim_cfg = distributed_sim_config(cfg, &mut policy);
         let events = sim::generate(&graph, &sim_cfg, &policy, &Constants::default());

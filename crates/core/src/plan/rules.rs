@@ -69,7 +69,9 @@ pub enum SavedFor {
 /// What saved input `i` of `node` is needed for.
 pub fn saved_for(node: &Node, i: usize) -> SavedFor {
     match node.op {
-        Op::Linear { .. } | Op::Conv2d { .. } if i == 0 && !node.params.is_empty() => {
+        Op::Linear { .. } | Op::Conv2d { .. } | Op::GroupedMm { .. }
+            if i == 0 && !node.params.is_empty() =>
+        {
             SavedFor::Params
         }
         Op::Matmul { .. } if node.inputs.len() == 2 && i < 2 => SavedFor::Input(1 - i),
@@ -128,11 +130,11 @@ pub fn backward_rule(g: &Graph, node: &Node, r: &mut Rule, dtypes: &[DType]) {
     r.fused_qkv_grad = matches!(node.op, Op::Sdpa { .. }) && node.inputs.len() == 1;
     r.grad = if matches!(node.op, Op::CrossEntropy { .. }) {
         GradFlow::Loss
-    } else if matches!(node.op, Op::View | Op::CacheAppend)
+    } else if matches!(node.op, Op::View | Op::CacheAppend | Op::SumTopK)
         || (r.alias
             && matches!(
                 node.op,
-                Op::ToComputeDtype | Op::ToF32 | Op::SdpaOutContiguous
+                Op::ToComputeDtype | Op::ToF32 | Op::SdpaOutContiguous | Op::TypeAs
             ))
     {
         GradFlow::Alias
@@ -651,6 +653,35 @@ pub fn rule(
                 .push(extra(heads * seq.div_ceil(32) * 32, DType::F32));
             r
         }
+        Op::GroupedMm { .. } => {
+            // `input.to(weight.dtype)`, then the grouped GEMM in the weight's dtype.
+            let mut r = Rule::new(pd);
+            if in0 != pd {
+                r.casts.push((0, pd));
+            }
+            r.saves_inputs = vec![0];
+            r
+        }
+        Op::TopK => {
+            let mut r = Rule::new(in0);
+            r.extras.push(extra(out_elems, DType::I64)); // indices, saved by TopkBackward
+            r
+        }
+        Op::Gather { indices, mask } => {
+            let mut r = Rule::new(in0);
+            r.extras.push(extra(*indices, DType::I64));
+            if *mask > 0 {
+                r.extras.push(extra(*mask, DType::Bool));
+            }
+            r
+        }
+        Op::SumTopK => Rule::new(in0),
+        Op::TypeAs => {
+            let to = inputs.get(1).copied().unwrap_or(in0);
+            let mut r = Rule::new(to);
+            r.alias = in0 == to;
+            r
+        }
         Op::CrossEntropy {
             rows,
             classes,
@@ -1053,5 +1084,44 @@ mod tests {
         // Plain cross_entropy in pure bf16: log_softmax in bf16.
         let r = rule_of(op(false), 2, false, &[BF16, F32], Precision::Bf16);
         assert!(r.extras.iter().all(|e| e.dtype == BF16));
+    }
+
+    /// The MoE ops: the grouped GEMM runs in the weights' dtype whatever autocast says;
+    /// `TypeAs` copies only when the dtypes differ; `Gather` saves its int64 index (and mask).
+    #[test]
+    fn moe_op_rules() {
+        let mm = Op::GroupedMm {
+            in_features: 10,
+            out_features: 10,
+        };
+        let amp = rule_of(mm.clone(), 1, true, &[F32], Precision::AmpBf16);
+        assert_eq!(amp.out_dtype, F32);
+        assert!(amp.casts.is_empty() && !amp.casts_params);
+        assert_eq!(amp.saves_inputs, vec![0]);
+        let cast = rule_of(mm.clone(), 1, true, &[BF16], Precision::AmpBf16);
+        assert_eq!(cast.casts, vec![(0, F32)]);
+        let bf16 = rule_of(mm, 1, true, &[BF16], Precision::Bf16);
+        assert_eq!(bf16.out_dtype, BF16);
+        assert!(bf16.casts.is_empty());
+        let same = rule_of(Op::TypeAs, 2, false, &[BF16, BF16], Precision::Bf16);
+        assert!(same.alias);
+        let copy = rule_of(Op::TypeAs, 2, false, &[F32, BF16], Precision::Bf16);
+        assert!(!copy.alias && copy.out_dtype == BF16);
+        let g = rule_of(
+            Op::Gather {
+                indices: 7,
+                mask: 7,
+            },
+            1,
+            false,
+            &[F32],
+            Precision::Fp32,
+        );
+        let dts: Vec<_> = g.extras.iter().map(|e| (e.per_sample, e.dtype)).collect();
+        assert_eq!(dts, vec![(7, DType::I64), (7, DType::Bool)]);
+        assert!(g.extras.iter().all(|e| !e.transient));
+        let t = rule_of(Op::TopK, 1, false, &[F32], Precision::AmpBf16);
+        assert_eq!(t.extras.len(), 1);
+        assert_eq!(t.extras[0].dtype, DType::I64);
     }
 }

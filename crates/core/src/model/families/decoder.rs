@@ -1,5 +1,5 @@
 //! The decoder-only transformer of the Llama lineage, as a configuration: Llama, Mistral,
-//! Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 (text) and Phi-3 differ only in the options of
+//! Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 (text), Phi-3 and the MoE decoders differ only in the options of
 //! [`LlamaParams`] (transformers 5, `models/*/modeling_*.py`, op by op):
 //!
 //! | option | who | what changes |
@@ -14,6 +14,7 @@
 //! | `attn_logit_softcapping` | Gemma 2 | tanh soft-cap of the scores (eager attention only) |
 //! | `final_logit_softcapping` | Gemma 2 | tanh soft-cap of the logits |
 //! | `fused_projections` | Phi-3 | one `qkv_proj` and one `gate_up_proj`, sliced as views |
+//! | `moe` | Mixtral, Qwen2-MoE, Qwen3-MoE | a sparse MoE block in place of the MLP ([`super::moe`]) |
 //!
 //! What memory ignores: RoPE scaling and base (cos/sin are batch-independent and tiny), a
 //! sliding window (SDPA gets a mask, the kernel's memory is the same; with eager attention
@@ -66,8 +67,14 @@ fn activation(
 }
 
 /// Builds the decoder for `seq` tokens. Attention soft-capping forces eager attention, as
-/// transformers' SDPA path refuses `softcap`.
-pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
+/// transformers' SDPA path refuses `softcap`. `moe_imbalance` sizes the routed rows of
+/// sparse layers (see [`super::moe`]; 1 = uniform routing).
+pub fn build(
+    p: &LlamaParams,
+    seq: u64,
+    imp: AttnImpl,
+    moe_imbalance: f64,
+) -> Result<Graph, ModelError> {
     crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
     let imp = if p.attn_logit_softcapping.is_some() {
         AttnImpl::Eager
@@ -152,11 +159,15 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
         } else {
             norm(&mut b, p, h, seq, c, "post_attention_layernorm")
         };
-        let m = if p.fused_projections {
+        let act =
+            |b: &mut GraphBuilder, t: TensorId, n: u64, name: &str| activation(b, p, t, n, name);
+        let m = if let Some(moe) = p.moe.as_ref().filter(|m| m.is_sparse(l)) {
+            super::moe::block(&mut b, p, moe, x, seq, moe_imbalance, &act)
+        } else if p.fused_projections {
             // gate_up_proj → chunk(2): `up * act(gate)` reads two views of one tensor.
             let gu = b.linear(x, seq, c, 2 * inter, p.mlp_bias, "mlp.gate_up_proj");
             let g = activation(&mut b, p, gu, seq * inter, "mlp.activation_fn");
-            b.op(
+            let m = b.op(
                 Op::Pointwise {
                     f: Pointwise::Mul,
                     inplace: false,
@@ -165,14 +176,15 @@ pub fn build(p: &LlamaParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErr
                 seq * inter,
                 &[],
                 "mlp.mul",
-            )
+            );
+            b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
         } else {
             let g = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.gate_proj");
             let g = activation(&mut b, p, g, seq * inter, "mlp.act_fn");
             let u = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.up_proj");
-            b.binary(g, u, Pointwise::Mul, false, "mlp.mul")
+            let m = b.binary(g, u, Pointwise::Mul, false, "mlp.mul");
+            b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
         };
-        let m = b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj");
         let m = if p.sandwich_norm {
             norm(&mut b, p, m, seq, c, "post_feedforward_layernorm")
         } else {

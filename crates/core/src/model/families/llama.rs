@@ -53,6 +53,9 @@ pub struct LlamaParams {
     /// Fused `qkv_proj` and `gate_up_proj` (Phi-3).
     #[serde(default, skip_serializing_if = "is_false")]
     pub fused_projections: bool,
+    /// A sparse mixture-of-experts block in place of the MLP (Mixtral, Qwen2/3-MoE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<super::moe::MoeParams>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -111,6 +114,9 @@ pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
             field: "params.hidden_act".into(),
             reason: format!("`{act}` is not supported ({})", ACTIVATIONS.join(", ")),
         });
+    }
+    if let Some(m) = &p.moe {
+        m.validate()?;
     }
     for (field, v) in [
         ("params.attn_logit_softcapping", p.attn_logit_softcapping),

@@ -8,6 +8,7 @@ pub mod gpt2;
 pub mod gpt_neox;
 pub mod llama;
 pub mod mobilenet;
+pub mod moe;
 pub mod resnet;
 pub mod segmentation;
 pub mod transformer;

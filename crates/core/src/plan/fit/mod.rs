@@ -156,7 +156,9 @@ impl<'a> Search<'a> {
                 super::Attention::Eager => AttnImpl::Eager,
                 super::Attention::Sdpa => AttnImpl::Sdpa,
             };
-            let g = self.preset.build(size, attn)?;
+            let g = self
+                .preset
+                .build_for(size, attn, self.user_cfg.moe_imbalance)?;
             let gp = super::finetune::apply(g, &k.finetune, k.precision)?;
             self.graphs.insert(key, gp);
         }

@@ -317,7 +317,8 @@ impl Sim<'_> {
             if !self.requires_grad[t] || g.tensors[t].elem != Elem::Float {
                 continue;
             }
-            if node.inputs[..i].contains(&t) {
+            // `x.to(other.dtype)` reads `other` for its dtype only.
+            if node.inputs[..i].contains(&t) || (i > 0 && node.op == Op::TypeAs) {
                 continue;
             }
             let d = self.dtypes[t];
