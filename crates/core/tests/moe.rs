@@ -212,7 +212,6 @@ fn sparse_step_and_mlp_only_layers_change_the_layers() {
 /// random-init routers ≈ uniform routing): allocated median ≤ 2 %, worst ≤ 8 %, reserved
 /// median ≤ 4 %.
 #[test]
-#[ignore = "device rows pending: tests/data/t5_moe.jsonl"]
 fn moe_rows_within_targets_per_model_type() {
     std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
     let text = std::fs::read_to_string(crate::data("t5_moe.jsonl")).expect("t5_moe.jsonl");
