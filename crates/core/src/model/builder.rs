@@ -411,6 +411,21 @@ impl GraphBuilder {
         id
     }
 
+    /// An op whose output is batch-independent: `fixed` elements (T5's relative position
+    /// bias, `(1, heads, q, k)` from an embedding that trains).
+    pub fn fixed_op(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        fixed: u64,
+        params: &[ParamId],
+        name: &str,
+    ) -> TensorId {
+        let id = self.op(op, inputs, 0, params, name);
+        self.graph.tensors[id].fixed = fixed;
+        id
+    }
+
     /// A view of `x` (no allocation).
     pub fn view(&mut self, x: TensorId, name: &str) -> TensorId {
         let n = self.elems(x);
