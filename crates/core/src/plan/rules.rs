@@ -409,7 +409,10 @@ pub fn rule(
             };
             Rule::new(d)
         }
-        Op::Constant => Rule::new(pd),
+        Op::Constant => Rule::new(match g.tensors[node.output].elem {
+            Elem::Int64 => DType::I64,
+            Elem::Float => pd,
+        }),
         Op::Linear { .. } | Op::Conv2d { .. } | Op::Matmul { .. } => {
             let mut r = Rule::new(if amp { lp } else { in0 });
             if amp {
@@ -491,6 +494,7 @@ pub fn rule(
                 r
             }
         }
+        Op::T5LayerNorm { .. } => t5_layer_norm(in0, pd, out_elems),
         Op::RmsNormOffset { .. } => {
             // x.float() → pow(2).mean → x * rsqrt(var) → · (1 + w.float()) → .type_as(x)
             let mut r = Rule::new(in0);
@@ -651,6 +655,28 @@ pub fn rule(
                 .push(extra(heads * seq.div_ceil(32) * 32, DType::F32));
             r
         }
+        Op::SdpaBias {
+            heads,
+            q_len,
+            kv_len,
+            bias_grad,
+            ..
+        } => {
+            let mut r = Rule::new(if amp { lp } else { in0 });
+            if amp {
+                // The float mask is cast with q, k and v (autocast's lower-precision list).
+                cast_all(&mut r, lp);
+            }
+            r.saves_inputs = (0..inputs.len()).collect();
+            r.saves_output = true;
+            r.extras
+                .push(extra(heads * q_len.div_ceil(32) * 32, DType::F32));
+            if *bias_grad {
+                // `grad_bias` of the mask expanded over the batch, before `sum_to_size`.
+                r.bwd_transient = heads.saturating_mul(*q_len).saturating_mul(*kv_len);
+            }
+            r
+        }
         Op::CrossEntropy {
             rows,
             classes,
@@ -673,6 +699,25 @@ pub fn rule(
             r
         }
     }
+}
+
+/// `T5LayerNorm` (transformers 5.17): `variance = x.to(fp32).pow(2).mean(-1)`,
+/// `x * rsqrt(variance)` (fp32 by promotion; saves `x`), `.to(weight.dtype)` only when the
+/// weight is 16-bit, then `weight * x` (saves the normalised tensor).
+fn t5_layer_norm(in0: DType, pd: DType, out_elems: u64) -> Rule {
+    let mut r = Rule::new(if pd.is_low() { pd } else { DType::F32 });
+    r.saves_inputs = vec![0];
+    if in0 != DType::F32 {
+        r.extras.push(extra(out_elems, DType::F32)); // x.to(fp32), saved by pow
+    }
+    r.extras.push(temp(out_elems, DType::F32)); // pow(2)
+    if pd.is_low() {
+        r.extras.push(extra(out_elems, pd)); // normalised, cast to the weight's dtype
+        r.extras.push(temp(out_elems, DType::F32)); // x * rsqrt before the cast
+    } else {
+        r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
+    }
+    r
 }
 
 #[allow(clippy::too_many_arguments)]

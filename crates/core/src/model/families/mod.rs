@@ -10,6 +10,7 @@ pub mod llama;
 pub mod mobilenet;
 pub mod resnet;
 pub mod segmentation;
+pub mod t5;
 pub mod transformer;
 pub mod unet;
 pub mod vit;
