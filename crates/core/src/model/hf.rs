@@ -570,6 +570,38 @@ mod tests {
     }
 
     #[test]
+    fn t5_keys_are_named() {
+        let base = r#"{"model_type": "t5", "vocab_size": 1000, "d_model": 64, "d_kv": 16,
+            "d_ff": 128, "num_layers": 2, "num_heads": 4}"#;
+        let p = from_config_text(base, "tiny-t5").expect("import");
+        assert!(p.is_seq2seq());
+        let err = from_config_text(&base.replace(r#""d_model": 64,"#, ""), "x")
+            .expect_err("missing")
+            .to_string();
+        assert!(err.contains("d_model") && err.contains("missing"), "{err}");
+        let err = from_config_text(&base.replace("64", "\"wide\""), "x")
+            .expect_err("wrong type")
+            .to_string();
+        assert!(err.contains("d_model"), "{err}");
+        let bad = base.replace("}", r#", "feed_forward_proj": "gated-mish"}"#);
+        let err = from_config_text(&bad, "x").expect_err("act").to_string();
+        assert!(err.contains("feed_forward_proj"), "{err}");
+        let bad = base.replace("}", r#", "feed_forward_proj": "a-b-c"}"#);
+        let err = from_config_text(&bad, "x").expect_err("form").to_string();
+        assert!(err.contains("feed_forward_proj"), "{err}");
+        let bad = base.replace("}", r#", "dropout_rate": "high"}"#);
+        let err = from_config_text(&bad, "x").expect_err("type").to_string();
+        assert!(err.contains("dropout_rate"), "{err}");
+        // d_kv need not be d_model / num_heads; the decoder depth defaults to the encoder's.
+        let ModelSpec::T5(t) = &p.spec else {
+            panic!("t5")
+        };
+        assert_eq!((t.d_kv, t.num_decoder_layers), (16, 2));
+        let back = Preset::from_json(&p.to_json()).expect("round trip");
+        assert_eq!(back, p);
+    }
+
+    #[test]
     fn imported_presets_round_trip_through_the_preset_format() {
         let text = r#"{"model_type": "gemma2", "vocab_size": 1000, "hidden_size": 64,
             "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

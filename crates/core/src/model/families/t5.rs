@@ -386,3 +386,112 @@ pub fn build(p: &T5Params, seq: u64, target: u64, imp: AttnImpl) -> Result<Graph
     b.cross_entropy(logits, labels, target, p.vocab_size, false);
     Ok(b.finish())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::hf;
+    use crate::model::preset::ModelSpec;
+
+    fn config(name: &str) -> crate::model::Preset {
+        let path = format!(
+            "{}/../../tests/data/hf_configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).expect("config");
+        hf::from_config_text(&text, name).expect("import")
+    }
+
+    /// `sum(p.numel())` of `T5ForConditionalGeneration(cfg)` (transformers 5.17, meta
+    /// device; `tests/data/hf_param_counts.jsonl`): the head is tied for all three.
+    #[test]
+    fn parameter_counts_equal_transformers() {
+        for (name, want) in [
+            ("t5-small", 60_506_624),
+            ("t5-base", 222_903_552),
+            ("flan-t5-base", 222_903_552),
+        ] {
+            let g = config(name).build(64, AttnImpl::Sdpa).expect("graph");
+            assert_eq!(g.param_count(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn flan_is_gated_gelu_new_and_unscaled() {
+        let p = config("flan-t5-base");
+        let ModelSpec::T5(t) = &p.spec else {
+            panic!("not t5")
+        };
+        assert!(t.is_gated_act && t.dense_act_fn == "gelu_new");
+        assert!(!t.scale_decoder_outputs, "tie_word_embeddings false");
+        assert_eq!((t.num_layers, t.num_decoder_layers), (12, 12));
+        let small = config("t5-small");
+        let ModelSpec::T5(s) = &small.spec else {
+            panic!("not t5")
+        };
+        assert!(!s.is_gated_act && s.dense_act_fn == "relu" && s.scale_decoder_outputs);
+    }
+
+    /// The relative position bias is batch-independent; the target length shapes the
+    /// decoder, the logits and the loss.
+    #[test]
+    fn bias_is_fixed_and_target_shapes_the_decoder() {
+        let p = config("t5-small");
+        let g = p.build_with(512, Some(100), AttnImpl::Sdpa).expect("graph");
+        let bias: Vec<_> = g
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Embedding) && n.params.len() == 1)
+            .filter(|n| g.tensors[n.output].per_sample == 0)
+            .map(|n| g.tensors[n.output].fixed)
+            .collect();
+        assert_eq!(bias, vec![8 * 512 * 512, 8 * 100 * 100]);
+        let sdpa: Vec<_> = g
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::SdpaBias {
+                    q_len,
+                    kv_len,
+                    bias_grad,
+                    ..
+                } => Some((q_len, kv_len, bias_grad)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sdpa.len(), 6 + 2 * 6);
+        assert!(sdpa.contains(&(100, 512, false)), "cross-attention");
+        assert!(sdpa.contains(&(100, 100, true)) && sdpa.contains(&(512, 512, true)));
+        let loss = g.nodes.last().expect("loss");
+        assert!(matches!(
+            loss.op,
+            Op::CrossEntropy {
+                rows: 100,
+                classes: 32128,
+                ..
+            }
+        ));
+        // Longer targets, more memory per sample; the source length is unbounded.
+        let longer = p.build_with(2048, Some(300), AttnImpl::Eager).expect("eager");
+        let elems = |g: &Graph| g.tensors.iter().map(|t| t.per_sample).sum::<u64>();
+        assert!(elems(&longer) > elems(&g));
+    }
+
+    #[test]
+    fn target_seq_is_refused_for_other_models() {
+        let gpt2 = crate::model::preset::find_builtin("gpt2").expect("gpt2");
+        let err = gpt2
+            .build_with(128, Some(64), AttnImpl::Sdpa)
+            .expect_err("not seq2seq")
+            .to_string();
+        assert!(err.contains("target_seq") && err.contains("encoder-decoder"), "{err}");
+        assert_eq!(gpt2.target_seq(Some(64)), None);
+        let t5 = config("t5-small");
+        assert_eq!(t5.target_seq(None), Some(DEFAULT_TARGET_SEQ));
+        let err = t5
+            .build_with(128, Some(0), AttnImpl::Sdpa)
+            .expect_err("zero")
+            .to_string();
+        assert!(err.contains("target_seq"), "{err}");
+    }
+}
