@@ -371,6 +371,18 @@ fn write_plan(
             ""
         },
     )?;
+    if let Some(t) = plan.target_seq {
+        writeln!(
+            out,
+            "  encoder-decoder: source {} tokens (--seq) · target {t} tokens ({})",
+            plan.size,
+            if c.target_seq.is_some() {
+                "--target-seq"
+            } else {
+                "default; set --target-seq"
+            }
+        )?;
+    }
     writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
     if c.step.is_eval() {
         writeln!(out, "  step planned: {}", c.step.describe())?;

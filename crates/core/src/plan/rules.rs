@@ -1085,6 +1085,35 @@ mod tests {
     }
 
     #[test]
+    fn t5_layer_norm_and_biased_sdpa() {
+        // fp32 input and weight: saves x and the normalised fp32 tensor; output fp32.
+        let r = rule_of(Op::T5LayerNorm { rows: 1 }, 1, true, &[F32], Precision::AmpBf16);
+        assert_eq!((r.out_dtype, r.saves_inputs.clone()), (F32, vec![0]));
+        assert_eq!(r.extras.iter().filter(|e| !e.transient).count(), 1);
+        // Pure bf16: the fp32 copy (pow), x itself (x * rsqrt) and the bf16 cast are kept.
+        let r = rule_of(Op::T5LayerNorm { rows: 1 }, 1, true, &[BF16], Precision::Bf16);
+        assert_eq!((r.out_dtype, r.saves_inputs.clone()), (BF16, vec![0]));
+        let kept: Vec<_> = r.extras.iter().filter(|e| !e.transient).map(|e| e.dtype).collect();
+        assert_eq!(kept, vec![F32, BF16]);
+        let op = |bias_grad| Op::SdpaBias {
+            heads: 4,
+            head_dim: 8,
+            q_len: 10,
+            kv_len: 30,
+            dropout: 0.1,
+            bias_grad,
+        };
+        // Under autocast the mask is cast with q, k, v and saved; a trainable mask's
+        // gradient is written expanded over the batch first.
+        let r = rule_of(op(true), 4, false, &[F32; 4], Precision::AmpBf16);
+        assert_eq!(r.casts.len(), 4);
+        assert_eq!(r.saves_inputs, vec![0, 1, 2, 3]);
+        assert_eq!(r.bwd_transient, 4 * 10 * 30);
+        let r = rule_of(op(false), 4, false, &[F32; 4], Precision::Fp32);
+        assert!(r.casts.is_empty() && r.bwd_transient == 0);
+    }
+
+    #[test]
     fn cross_entropy_upcast_and_autocast() {
         let op = |upcast| Op::CrossEntropy {
             rows: 2,
