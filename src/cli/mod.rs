@@ -523,6 +523,7 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
         let v = serde_json::json!({
             "model": preset.id,
             "loop": cfg.loop_shape,
+            "target_seq": planner.target_seq,
             "gpu": gpu.id,
             "gpu_memory_bytes": gpu.memory().0,
             "usable_bytes": budget.usable().0,
