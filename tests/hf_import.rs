@@ -211,7 +211,16 @@ fn cli_plans_t5_with_a_target_length() {
         "{out}"
     );
     let (ok, out, err) = vramlab(&[
-        "plan", "--model", &path, "--batch", "2", "--seq", "256", "--target-seq", "64", "--json",
+        "plan",
+        "--model",
+        &path,
+        "--batch",
+        "2",
+        "--seq",
+        "256",
+        "--target-seq",
+        "64",
+        "--json",
     ]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
@@ -219,19 +228,41 @@ fn cli_plans_t5_with_a_target_length() {
     assert_eq!(v["config"]["target_seq"], 64);
     assert_eq!(v["params"], 60_506_624u64);
     let (ok, out, err) = vramlab(&[
-        "max-batch", "--model", &path, "--seq", "256", "--target-seq", "64", "--gpu", "h200",
+        "max-batch",
+        "--model",
+        &path,
+        "--seq",
+        "256",
+        "--target-seq",
+        "64",
+        "--gpu",
+        "h200",
         "--json",
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("\"target_seq\":64"), "{out}");
-    let (ok, _, err) = vramlab(&["plan", "--model", "gpt2", "--batch", "2", "--target-seq", "64"]);
+    let (ok, _, err) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--target-seq",
+        "64",
+    ]);
     assert!(!ok);
     assert!(
         err.contains("--target-seq") && err.contains("not an encoder-decoder"),
         "{err}"
     );
     let (ok, _, err) = vramlab(&[
-        "plan", "--model", &path, "--batch", "2", "--target-seq", "0",
+        "plan",
+        "--model",
+        &path,
+        "--batch",
+        "2",
+        "--target-seq",
+        "0",
     ]);
     assert!(!ok);
     assert!(err.contains("target_seq"), "{err}");
@@ -241,8 +272,19 @@ fn cli_plans_t5_with_a_target_length() {
     let saved = dir.join("t5.vramlab.json");
     let saved_s = saved.to_string_lossy().into_owned();
     let (ok, _, err) = vramlab(&[
-        "export", "--model", &path, "--batch", "2", "--seq", "256", "--target-seq", "64",
-        "--format", "vramlab", "--output", &saved_s,
+        "export",
+        "--model",
+        &path,
+        "--batch",
+        "2",
+        "--seq",
+        "256",
+        "--target-seq",
+        "64",
+        "--format",
+        "vramlab",
+        "--output",
+        &saved_s,
     ]);
     if ok {
         let text = std::fs::read_to_string(&saved).expect("saved");

@@ -3,9 +3,9 @@
 mod args;
 #[cfg(feature = "app")]
 mod bench;
+pub mod capture;
 mod dist_args;
 mod dist_plan;
-pub mod capture;
 pub mod doctor;
 mod fit;
 mod plan_bench;

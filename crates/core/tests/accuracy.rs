@@ -209,7 +209,10 @@ fn t5_within_targets() {
         "t5: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
         rows.len()
     );
-    assert!(alloc_median <= 2.0, "t5: allocated median {alloc_median:.2} %");
+    assert!(
+        alloc_median <= 2.0,
+        "t5: allocated median {alloc_median:.2} %"
+    );
     assert!(alloc_worst <= 8.0, "t5: allocated worst {alloc_worst:.2} %");
     assert!(
         reserved_median <= 4.0,
@@ -232,7 +235,10 @@ fn t5_device_configs_plan_with_their_target() {
     let measured = parse_lines(&lines.join("\n"));
     assert_eq!(measured.len(), lines.len());
     let rows = compare(&measured).expect("every T5 config plans");
-    assert!(rows.iter().all(|r| r.family == "t5" && r.predicted_allocated > 0));
+    assert!(
+        rows.iter()
+            .all(|r| r.family == "t5" && r.predicted_allocated > 0)
+    );
     let longer = parse_lines(&lines[0].replace(r#""target_seq": 128"#, r#""target_seq": 512"#));
     let longer = compare(&longer).expect("plans");
     assert!(longer[0].predicted_allocated > rows[0].predicted_allocated);

@@ -3,8 +3,8 @@
 
 mod accuracy;
 mod bench_data;
-mod distributed;
 mod captured;
+mod distributed;
 mod invariants;
 mod maxbatch;
 mod parser_props;

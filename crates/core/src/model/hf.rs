@@ -8,8 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::families::{
-    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams,
-    t5::T5Params,
+    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams, t5::T5Params,
 };
 use super::preset::{InputSpec, ModelSpec, Preset};
 use super::{ModelError, check_positive};
@@ -454,7 +453,11 @@ fn t5_params(k: &Keys) -> Result<T5Params, ModelError> {
             ));
         }
     };
-    let act = if proj == "gated-gelu" { "gelu_new" } else { act };
+    let act = if proj == "gated-gelu" {
+        "gelu_new"
+    } else {
+        act
+    };
     let act = if act == "swish" { "silu" } else { act };
     if !super::families::t5::ACTIVATIONS.contains(&act) {
         return Err(invalid(

@@ -1087,13 +1087,30 @@ mod tests {
     #[test]
     fn t5_layer_norm_and_biased_sdpa() {
         // fp32 input and weight: saves x and the normalised fp32 tensor; output fp32.
-        let r = rule_of(Op::T5LayerNorm { rows: 1 }, 1, true, &[F32], Precision::AmpBf16);
+        let r = rule_of(
+            Op::T5LayerNorm { rows: 1 },
+            1,
+            true,
+            &[F32],
+            Precision::AmpBf16,
+        );
         assert_eq!((r.out_dtype, r.saves_inputs.clone()), (F32, vec![0]));
         assert_eq!(r.extras.iter().filter(|e| !e.transient).count(), 1);
         // Pure bf16: the fp32 copy (pow), x itself (x * rsqrt) and the bf16 cast are kept.
-        let r = rule_of(Op::T5LayerNorm { rows: 1 }, 1, true, &[BF16], Precision::Bf16);
+        let r = rule_of(
+            Op::T5LayerNorm { rows: 1 },
+            1,
+            true,
+            &[BF16],
+            Precision::Bf16,
+        );
         assert_eq!((r.out_dtype, r.saves_inputs.clone()), (BF16, vec![0]));
-        let kept: Vec<_> = r.extras.iter().filter(|e| !e.transient).map(|e| e.dtype).collect();
+        let kept: Vec<_> = r
+            .extras
+            .iter()
+            .filter(|e| !e.transient)
+            .map(|e| e.dtype)
+            .collect();
         assert_eq!(kept, vec![F32, BF16]);
         let op = |bias_grad| Op::SdpaBias {
             heads: 4,

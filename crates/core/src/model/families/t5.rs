@@ -122,7 +122,10 @@ fn position_bias(b: &mut GraphBuilder, buckets: u64, dims: &Dims, q: u64, k: u64
 /// `T5Attention` after the projections: q over `q_len` rows, k and v over `kv_len`;
 /// `bias` the `(1, heads, q, k)` tensor added to the scores; `causal` masks it first
 /// (decoder self-attention).
-#[allow(clippy::too_many_arguments, reason = "one attention call, field by field")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one attention call, field by field"
+)]
 fn attend(
     b: &mut GraphBuilder,
     dims: &Dims,
@@ -203,7 +206,13 @@ fn attend(
 }
 
 /// `T5LayerFF`: norm, `DenseReluDense` (or gated), dropout, residual.
-fn feed_forward(b: &mut GraphBuilder, p: &T5Params, dims: &Dims, h: TensorId, rows: u64) -> TensorId {
+fn feed_forward(
+    b: &mut GraphBuilder,
+    p: &T5Params,
+    dims: &Dims,
+    h: TensorId,
+    rows: u64,
+) -> TensorId {
     let (d, ff) = (dims.d, p.d_ff);
     let x = layer_norm(b, h, rows, d, "layer_norm");
     let act = |b: &mut GraphBuilder, x: TensorId, name: &str| -> TensorId {
@@ -237,14 +246,23 @@ fn feed_forward(b: &mut GraphBuilder, p: &T5Params, dims: &Dims, h: TensorId, ro
     let m = b.dropout(m, dims.p, false, "DenseReluDense.dropout");
     // `hidden_states.to(self.wo.weight.dtype)`: under autocast an fp32 copy of a 16-bit
     // tensor (`wo` is fp32), which `wo` casts back.
-    let m = b.op(Op::ToF32, &[m], rows * ff, &[], "DenseReluDense.to_wo_dtype");
+    let m = b.op(
+        Op::ToF32,
+        &[m],
+        rows * ff,
+        &[],
+        "DenseReluDense.to_wo_dtype",
+    );
     let m = b.linear(m, rows, ff, d, false, "DenseReluDense.wo");
     let m = b.dropout(m, dims.p, false, "dropout");
     b.binary(h, m, Pointwise::Add, false, "residual")
 }
 
 /// q/k/v/o of one attention sub-layer; k and v read `kv_src` (`kv_rows` rows).
-#[allow(clippy::too_many_arguments, reason = "one attention sub-layer, field by field")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one attention sub-layer, field by field"
+)]
 fn attention_layer(
     b: &mut GraphBuilder,
     dims: &Dims,
@@ -327,7 +345,13 @@ pub fn build(p: &T5Params, seq: u64, target: u64, imp: AttnImpl) -> Result<Graph
     b.scope("decoder");
     let labels = b.labels(target);
     let dec_ids = b.op_elem(Op::Copy, &[labels], target, Elem::Int64, &[], "shift_right");
-    let e = b.op(Op::Embedding, &[dec_ids], target * d, &[shared], "embed_tokens");
+    let e = b.op(
+        Op::Embedding,
+        &[dec_ids],
+        target * d,
+        &[shared],
+        "embed_tokens",
+    );
     let mut h = b.dropout(e, p.dropout_rate, false, "dropout");
     b.scope("decoder.block.0.layer.0.SelfAttention");
     let dec_bias = position_bias(&mut b, buckets, &dims, target, target);
@@ -472,7 +496,9 @@ mod tests {
             }
         ));
         // Longer targets, more memory per sample; the source length is unbounded.
-        let longer = p.build_with(2048, Some(300), AttnImpl::Eager).expect("eager");
+        let longer = p
+            .build_with(2048, Some(300), AttnImpl::Eager)
+            .expect("eager");
         let elems = |g: &Graph| g.tensors.iter().map(|t| t.per_sample).sum::<u64>();
         assert!(elems(&longer) > elems(&g));
     }
@@ -484,7 +510,10 @@ mod tests {
             .build_with(128, Some(64), AttnImpl::Sdpa)
             .expect_err("not seq2seq")
             .to_string();
-        assert!(err.contains("target_seq") && err.contains("encoder-decoder"), "{err}");
+        assert!(
+            err.contains("target_seq") && err.contains("encoder-decoder"),
+            "{err}"
+        );
         assert_eq!(gpt2.target_seq(Some(64)), None);
         let t5 = config("t5-small");
         assert_eq!(t5.target_seq(None), Some(DEFAULT_TARGET_SEQ));

@@ -156,7 +156,9 @@ impl<'a> Search<'a> {
                 super::Attention::Eager => AttnImpl::Eager,
                 super::Attention::Sdpa => AttnImpl::Sdpa,
             };
-            let g = self.preset.build_with(size, self.user_cfg.target_seq, attn)?;
+            let g = self
+                .preset
+                .build_with(size, self.user_cfg.target_seq, attn)?;
             let gp = super::finetune::apply(g, &k.finetune, k.precision)?;
             self.graphs.insert(key, gp);
         }
