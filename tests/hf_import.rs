@@ -261,3 +261,103 @@ fn cli_moe_imbalance_flag() {
     assert!(doc.contains("\"moe_imbalance\": 1.5"), "{doc}");
     assert!(doc.contains("\"num_experts\": 128"), "{doc}");
 }
+
+/// An encoder-decoder: `--seq` is the source, `--target-seq` the target (default 128, said
+/// in the output); the flag is refused for other models and kept in a saved config.
+#[test]
+fn cli_plans_t5_with_a_target_length() {
+    let path = format!("{DIR}/t5-small.json");
+    let (ok, out, err) = vramlab(&["plan", "--model", &path, "--batch", "2", "--seq", "256"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("source 256 tokens") && out.contains("target 128 tokens (default"),
+        "{out}"
+    );
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        &path,
+        "--batch",
+        "2",
+        "--seq",
+        "256",
+        "--target-seq",
+        "64",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["target_seq"], 64);
+    assert_eq!(v["config"]["target_seq"], 64);
+    assert_eq!(v["params"], 60_506_624u64);
+    let (ok, out, err) = vramlab(&[
+        "max-batch",
+        "--model",
+        &path,
+        "--seq",
+        "256",
+        "--target-seq",
+        "64",
+        "--gpu",
+        "h200",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"target_seq\":64"), "{out}");
+    let (ok, _, err) = vramlab(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--target-seq",
+        "64",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("--target-seq") && err.contains("not an encoder-decoder"),
+        "{err}"
+    );
+    let (ok, _, err) = vramlab(&[
+        "plan",
+        "--model",
+        &path,
+        "--batch",
+        "2",
+        "--target-seq",
+        "0",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("target_seq"), "{err}");
+    // Saved and loaded again.
+    let dir = std::env::temp_dir().join(format!("vramlab-t5-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let saved = dir.join("t5.vramlab.json");
+    let saved_s = saved.to_string_lossy().into_owned();
+    let (ok, _, err) = vramlab(&[
+        "export",
+        "--model",
+        &path,
+        "--batch",
+        "2",
+        "--seq",
+        "256",
+        "--target-seq",
+        "64",
+        "--format",
+        "vramlab",
+        "--output",
+        &saved_s,
+    ]);
+    if ok {
+        let text = std::fs::read_to_string(&saved).expect("saved");
+        assert!(text.contains("\"target_seq\": 64"), "{text}");
+        let (ok, out, err) = vramlab(&["plan", "--config", &saved_s, "--json"]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["target_seq"], 64);
+    } else {
+        panic!("export: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,7 +2,8 @@
 """Exact parameter counts of the Hugging Face configs in tests/data/hf_configs/.
 
 For every config.json: sum(p.numel()) of AutoModelForCausalLM.from_config(cfg)
-(AutoModelForMaskedLM for bert/roberta) built on the meta device, written as JSON lines
+(AutoModelForMaskedLM for bert/roberta, AutoModelForSeq2SeqLM for encoder-decoder configs
+such as t5) built on the meta device, written as JSON lines
 with the versions to tests/data/hf_param_counts.jsonl (tests/hf_import.rs asserts the
 Rust builders give the same numbers).
 
@@ -14,7 +15,7 @@ import sys
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "tests", "data", "hf_configs")
@@ -31,7 +32,12 @@ def count(path):
     for k in DROP:
         cfg.pop(k, None)
     config = AutoConfig.for_model(mt, **cfg)
-    cls = AutoModelForMaskedLM if mt in MASKED_LM else AutoModelForCausalLM
+    if getattr(config, "is_encoder_decoder", False):
+        cls = AutoModelForSeq2SeqLM
+    elif mt in MASKED_LM:
+        cls = AutoModelForMaskedLM
+    else:
+        cls = AutoModelForCausalLM
     with torch.device("meta"):
         model = cls.from_config(config)
     return mt, type(model).__name__, int(sum(p.numel() for p in model.parameters()))

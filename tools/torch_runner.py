@@ -264,6 +264,8 @@ def load_preset(ref):
         if ref.get("family") in ("llama", "bert") and "model_type" in ref.get("params", {}):
             # a config.json imported by vramlab (`vramlab bench --model config.json`)
             return hf_preset(hf_config_from_params(ref["params"]), ref.get("id", "imported"))
+        if ref.get("family") == "t5":
+            return hf_preset(t5_config_from_params(ref["params"]), ref.get("id", "imported"))
         return ref
     path = ref if (ref.endswith(".json") or os.sep in ref) and os.path.exists(ref) else None
     if path is None:
@@ -309,6 +311,21 @@ def hf_config_from_params(params):
     if mt.startswith("gemma"):
         cfg.setdefault("attn_logit_softcapping", None)
         cfg.setdefault("final_logit_softcapping", None)
+    return cfg
+
+
+def t5_config_from_params(p):
+    """The T5 config.json of vramlab's imported T5 preset (inverse of hf.rs `t5_params`)."""
+    act = p["dense_act_fn"]
+    if p["is_gated_act"]:
+        proj = "gated-gelu" if act == "gelu_new" else "gated-" + act
+    else:
+        proj = act
+    keys = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers",
+            "num_heads", "relative_attention_num_buckets", "dropout_rate")
+    cfg = {k: p[k] for k in keys}
+    cfg.update(model_type="t5", feed_forward_proj=proj,
+               tie_word_embeddings=bool(p["scale_decoder_outputs"]))
     return cfg
 
 

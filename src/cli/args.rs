@@ -34,6 +34,10 @@ pub struct TrainArgs {
     /// Sequence length (language models).
     #[arg(long)]
     pub seq: Option<u64>,
+    /// Target (decoder) length of an encoder-decoder model (T5) [default: 128]; the source
+    /// length is --seq.
+    #[arg(long, value_name = "N")]
+    pub target_seq: Option<u64>,
     /// Image side in pixels (vision models).
     #[arg(long)]
     pub image: Option<u64>,
@@ -228,6 +232,9 @@ pub(crate) fn resolve(
         if let Some(f) = t.moe_imbalance {
             cfg.moe_imbalance = f;
         }
+        if let Some(n) = t.target_seq {
+            cfg.target_seq = Some(n);
+        }
         cfg.validate()?;
         let gpu = match &doc.gpu_detected {
             // Saved against a detected card: plan for that card, on any machine.
@@ -277,6 +284,13 @@ impl TrainArgs {
             (_, Some(_), true) => bail!("--image: {} takes tokens; use --seq", preset.id),
             (s, i, _) => s.or(i),
         };
+        if self.target_seq.is_some() && !preset.is_seq2seq() {
+            bail!(
+                "--target-seq: {} is not an encoder-decoder model (it has no target sequence); \
+                 use --seq alone",
+                preset.id
+            );
+        }
         if !(0.0..1.0).contains(&self.margin) {
             bail!(
                 "--margin: must be a fraction in [0, 1), got {}",
@@ -291,6 +305,7 @@ impl TrainArgs {
         let cfg = TrainConfig {
             batch,
             size,
+            target_seq: self.target_seq,
             precision: self.name_or_default(
                 self.precision.as_deref(),
                 captured.map_or("amp-bf16", |c| c.precision.as_str()),

@@ -110,6 +110,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         precision: Some(a.precision.clone()),
         optimizer: Some(a.optimizer.clone()),
         seq: a.seq,
+        target_seq: None,
         image: a.image,
         accum: a.accum,
         checkpointing: a.checkpointing,

@@ -371,6 +371,18 @@ fn write_plan(
             ""
         },
     )?;
+    if let Some(t) = plan.target_seq {
+        writeln!(
+            out,
+            "  encoder-decoder: source {} tokens (--seq) · target {t} tokens ({})",
+            plan.size,
+            if c.target_seq.is_some() {
+                "--target-seq"
+            } else {
+                "default; set --target-seq"
+            }
+        )?;
+    }
     writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
     if c.step.is_eval() {
         writeln!(out, "  step planned: {}", c.step.describe())?;
@@ -511,6 +523,7 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
         let v = serde_json::json!({
             "model": preset.id,
             "loop": cfg.loop_shape,
+            "target_seq": planner.target_seq,
             "gpu": gpu.id,
             "gpu_memory_bytes": gpu.memory().0,
             "usable_bytes": budget.usable().0,

@@ -31,6 +31,9 @@ pub struct Measured {
     pub image: Option<u64>,
     #[serde(default)]
     pub seq: Option<u64>,
+    /// Target (decoder) length of encoder-decoder rows (T5).
+    #[serde(default)]
+    pub target_seq: Option<u64>,
     pub precision: String,
     pub optimizer: String,
     #[serde(default = "one")]
@@ -150,6 +153,7 @@ impl Measured {
         Ok(TrainConfig {
             batch: self.batch,
             size: self.image.or(self.seq),
+            target_seq: self.target_seq,
             precision: self.precision.parse()?,
             optimizer: self.optimizer.parse()?,
             accum: self.accum,
@@ -230,6 +234,10 @@ impl Measured {
             (Some(i), _) => format!("{i}px"),
             (_, Some(s)) => format!("seq {s}"),
             _ => String::new(),
+        };
+        let size = match self.target_seq {
+            Some(t) => format!("{size}→{t}"),
+            None => size,
         };
         let mut s = format!(
             "b{} {} {} {}",

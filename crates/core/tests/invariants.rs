@@ -194,6 +194,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                 TrainConfig {
                     batch: 1,
                     size: None,
+                    target_seq: None,
                     precision,
                     optimizer,
                     accum,

@@ -162,6 +162,7 @@ pub fn hostile_preset(data: &[u8]) {
         // Mostly within the limits, so that the model's numbers are what is hostile.
         batch: input.batch % (MAX_BATCH + 2),
         size: input.size,
+        target_seq: None,
         precision: Precision::ALL[usize::from(input.precision) % Precision::ALL.len()],
         optimizer: Optimizer::ALL[usize::from(input.optimizer) % Optimizer::ALL.len()],
         accum: input.accum % (MAX_ACCUM + 2),

@@ -411,6 +411,29 @@ impl GraphBuilder {
         id
     }
 
+    /// A batch-independent tensor of `fixed` elements of `elem` built in forward without
+    /// gradients (T5's relative-position bucket ids, int64).
+    pub fn constant_elem(&mut self, fixed: u64, elem: Elem, name: &str) -> TensorId {
+        let id = self.op_elem(Op::Constant, &[], 0, elem, &[], name);
+        self.graph.tensors[id].fixed = fixed;
+        id
+    }
+
+    /// An op whose output is batch-independent: `fixed` elements (T5's relative position
+    /// bias, `(1, heads, q, k)` from an embedding that trains).
+    pub fn fixed_op(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        fixed: u64,
+        params: &[ParamId],
+        name: &str,
+    ) -> TensorId {
+        let id = self.op(op, inputs, 0, params, name);
+        self.graph.tensors[id].fixed = fixed;
+        id
+    }
+
     /// A view of `x` (no allocation).
     pub fn view(&mut self, x: TensorId, name: &str) -> TensorId {
         let n = self.elems(x);

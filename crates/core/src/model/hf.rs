@@ -8,7 +8,8 @@
 use serde_json::{Map, Value};
 
 use super::families::{
-    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams, moe::MoeParams,
+    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams,
+    moe::MoeParams, t5::T5Params,
 };
 use super::preset::{InputSpec, ModelSpec, Preset};
 use super::{ModelError, check_positive};
@@ -30,6 +31,7 @@ pub const SUPPORTED: &[&str] = &[
     "mixtral",
     "qwen2_moe",
     "qwen3_moe",
+    "t5",
 ];
 
 /// Default sequence length of an imported model (its `max_position_embeddings` when smaller).
@@ -192,6 +194,7 @@ pub fn family_label(p: &Preset) -> String {
     let imported = match &p.spec {
         ModelSpec::Llama(l) => l.model_type.clone(),
         ModelSpec::Bert(b) => b.model_type.clone(),
+        ModelSpec::T5(_) => Some("t5".to_string()),
         _ => None,
     };
     imported.unwrap_or_else(|| p.spec.family().to_string())
@@ -243,6 +246,7 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
         "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
         "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
+        "t5" => ModelSpec::T5(t5_params(&k)?),
         "gemma3" => {
             return Err(invalid(
                 "model_type",
@@ -266,6 +270,8 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
         ModelSpec::Gpt2(p) => p.n_positions,
         ModelSpec::GptNeox(p) => p.max_position_embeddings,
         ModelSpec::Bert(p) => p.max_position_embeddings - p.position_offset,
+        // Relative positions: no table limits the length; `n_positions` is the usual one.
+        ModelSpec::T5(_) => k.u64_or("n_positions", Some(512))?,
         _ => DEFAULT_SEQ,
     };
     let display = match k.get("_name_or_path").and_then(Value::as_str) {
@@ -526,6 +532,55 @@ fn gpt_neox_params(k: &Keys) -> Result<GptNeoxParams, ModelError> {
     })
 }
 
+/// `T5Config` (transformers 5.17): `feed_forward_proj` decides the activation and the
+/// gating (`dense_act_fn` / `is_gated_act` in a config.json are overwritten by it);
+/// `tie_word_embeddings: false` only turns off the decoder-output scaling (the head stays
+/// tied: `T5Config.__post_init__` sets `tie_word_embeddings = True`).
+fn t5_params(k: &Keys) -> Result<T5Params, ModelError> {
+    let proj = k.str_or("feed_forward_proj", "relu")?;
+    let parts: Vec<&str> = proj.split('-').collect();
+    let (gated, act) = match parts.as_slice() {
+        [act] => (false, *act),
+        ["gated", act] => (true, *act),
+        _ => {
+            return Err(invalid(
+                "feed_forward_proj",
+                format!("`{proj}` is not `gated-{{ACT}}` or `{{ACT}}` (e.g. relu, gated-gelu)"),
+            ));
+        }
+    };
+    let act = if proj == "gated-gelu" {
+        "gelu_new"
+    } else {
+        act
+    };
+    let act = if act == "swish" { "silu" } else { act };
+    if !super::families::t5::ACTIVATIONS.contains(&act) {
+        return Err(invalid(
+            "feed_forward_proj",
+            format!(
+                "activation `{act}` is not supported ({})",
+                super::families::t5::ACTIVATIONS.join(", ")
+            ),
+        ));
+    }
+    let num_layers = k.req("num_layers")?;
+    Ok(T5Params {
+        vocab_size: k.req("vocab_size")?,
+        d_model: k.req("d_model")?,
+        d_kv: k.req("d_kv")?,
+        d_ff: k.req("d_ff")?,
+        num_layers,
+        num_decoder_layers: k.u64_or("num_decoder_layers", Some(num_layers))?,
+        num_heads: k.req("num_heads")?,
+        relative_attention_num_buckets: k.u64_or("relative_attention_num_buckets", Some(32))?,
+        dropout_rate: k.f64_or("dropout_rate", 0.1)?,
+        is_gated_act: gated,
+        dense_act_fn: act.to_string(),
+        scale_decoder_outputs: k.bool_or("tie_word_embeddings", true)?,
+    })
+}
+
 fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
     let act = k.str_or("hidden_act", "gelu")?;
     if act != "gelu" {
@@ -611,6 +666,38 @@ mod tests {
             .expect_err("unknown act")
             .to_string();
         assert!(err.contains("hidden_act"), "{err}");
+    }
+
+    #[test]
+    fn t5_keys_are_named() {
+        let base = r#"{"model_type": "t5", "vocab_size": 1000, "d_model": 64, "d_kv": 16,
+            "d_ff": 128, "num_layers": 2, "num_heads": 4}"#;
+        let p = from_config_text(base, "tiny-t5").expect("import");
+        assert!(p.is_seq2seq());
+        let err = from_config_text(&base.replace(r#""d_model": 64,"#, ""), "x")
+            .expect_err("missing")
+            .to_string();
+        assert!(err.contains("d_model") && err.contains("missing"), "{err}");
+        let err = from_config_text(&base.replace("64", "\"wide\""), "x")
+            .expect_err("wrong type")
+            .to_string();
+        assert!(err.contains("d_model"), "{err}");
+        let bad = base.replace("}", r#", "feed_forward_proj": "gated-mish"}"#);
+        let err = from_config_text(&bad, "x").expect_err("act").to_string();
+        assert!(err.contains("feed_forward_proj"), "{err}");
+        let bad = base.replace("}", r#", "feed_forward_proj": "a-b-c"}"#);
+        let err = from_config_text(&bad, "x").expect_err("form").to_string();
+        assert!(err.contains("feed_forward_proj"), "{err}");
+        let bad = base.replace("}", r#", "dropout_rate": "high"}"#);
+        let err = from_config_text(&bad, "x").expect_err("type").to_string();
+        assert!(err.contains("dropout_rate"), "{err}");
+        // d_kv need not be d_model / num_heads; the decoder depth defaults to the encoder's.
+        let ModelSpec::T5(t) = &p.spec else {
+            panic!("t5")
+        };
+        assert_eq!((t.d_kv, t.num_decoder_layers), (16, 2));
+        let back = Preset::from_json(&p.to_json()).expect("round trip");
+        assert_eq!(back, p);
     }
 
     #[test]

@@ -104,6 +104,10 @@ pub enum Op {
     LayerNorm { rows: u64 },
     /// Hugging Face `LlamaRMSNorm` (Python: to(fp32), pow, mean, rsqrt, mul, to(dtype), mul weight).
     RmsNorm { rows: u64 },
+    /// transformers `T5LayerNorm`: the variance from `x.to(fp32).pow(2).mean`, then
+    /// `x * rsqrt(var)` on the input itself (fp32 by promotion, saving `x`), cast to the
+    /// weight's dtype when that is 16-bit, then `weight * x`.
+    T5LayerNorm { rows: u64 },
     /// Gemma's RMSNorm: `(norm(x.float()) * (1 + weight.float())).type_as(x)`; the product
     /// is taken in fp32, so the normalised fp32 tensor is what the multiply saves.
     RmsNormOffset { rows: u64 },
@@ -180,6 +184,19 @@ pub enum Op {
     /// `x.to(other.dtype)`: a copy into input 1's dtype when it differs, else the same
     /// tensor; saves nothing.
     TypeAs,
+    /// `scaled_dot_product_attention` with an additive float `attn_mask` (T5's relative
+    /// position bias, input 3, batch-independent `(1, heads, q_len, kv_len)`): the fused
+    /// memory-efficient kernel (flash takes no mask). Saves q, k, v, the mask, the output and
+    /// the logsumexp; when the mask trains (`bias_grad`) its backward writes a gradient of
+    /// the mask expanded over the batch, `(batch, heads, q_len, kv_len)`, summed afterwards.
+    SdpaBias {
+        heads: u64,
+        head_dim: u64,
+        q_len: u64,
+        kv_len: u64,
+        dropout: f64,
+        bias_grad: bool,
+    },
     /// Cross-entropy over `classes` for `rows` positions per sample (log_softmax saves its
     /// fp32 output; Hugging Face LM losses upcast logits with `.float()` first when `upcast`).
     CrossEntropy {

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::families::transformer::AttnImpl;
 use super::families::{
     bert, convnext, decoder, efficientnet, gpt_neox, gpt2, llama, mobilenet, resnet, segmentation,
-    unet, vit,
+    t5, unet, vit,
 };
 use super::{Graph, ModelError, check_positive};
 
@@ -24,6 +24,7 @@ pub const FAMILIES: &[&str] = &[
     "bert",
     "llama",
     "gpt_neox",
+    "t5",
 ];
 
 /// Builder parameters of one model family.
@@ -42,6 +43,9 @@ pub enum ModelSpec {
     Bert(bert::BertParams),
     Llama(llama::LlamaParams),
     GptNeox(gpt_neox::GptNeoxParams),
+    /// An encoder-decoder (`T5ForConditionalGeneration`): source length from the plan's
+    /// size, target length from `target_seq`.
+    T5(t5::T5Params),
     /// A training step captured by `tools/capture.py` (`*.vramlab-graph.json`): planned from
     /// its events, not built (see [`super::captured`]).
     Captured(Box<super::captured::CapturedGraph>),
@@ -177,6 +181,7 @@ impl ModelSpec {
             "bert" => ModelSpec::Bert(params(p)?),
             "llama" => ModelSpec::Llama(params(p)?),
             "gpt_neox" => ModelSpec::GptNeox(params(p)?),
+            "t5" => ModelSpec::T5(params(p)?),
             "captured" => {
                 return Err(ModelError::Invalid {
                     field: "family".into(),
@@ -204,6 +209,7 @@ impl ModelSpec {
             ModelSpec::Bert(_) => "bert",
             ModelSpec::Llama(_) => "llama",
             ModelSpec::GptNeox(_) => "gpt_neox",
+            ModelSpec::T5(_) => "t5",
             ModelSpec::Captured(_) => "captured",
         }
     }
@@ -222,6 +228,7 @@ impl ModelSpec {
             ModelSpec::Bert(p) => p.validate(),
             ModelSpec::Llama(p) => p.validate(),
             ModelSpec::GptNeox(p) => p.validate(),
+            ModelSpec::T5(p) => p.validate(),
             ModelSpec::Captured(_) => Ok(()),
         }
     }
@@ -296,6 +303,7 @@ impl Preset {
                         | ModelSpec::Bert(_)
                         | ModelSpec::Llama(_)
                         | ModelSpec::GptNeox(_)
+                        | ModelSpec::T5(_)
                 ) {
                     return Err(ModelError::Invalid {
                         field: "input.kind".into(),
@@ -311,6 +319,7 @@ impl Preset {
                         | ModelSpec::Bert(_)
                         | ModelSpec::Llama(_)
                         | ModelSpec::GptNeox(_)
+                        | ModelSpec::T5(_)
                 ) {
                     return Err(ModelError::Invalid {
                         field: "input.kind".into(),
@@ -322,10 +331,23 @@ impl Preset {
         self.spec.validate()
     }
 
+    /// Whether the model is an encoder-decoder (a target length of its own).
+    pub fn is_seq2seq(&self) -> bool {
+        matches!(self.spec, ModelSpec::T5(_))
+    }
+
+    /// The target length an encoder-decoder is planned with: `given`, else
+    /// [`t5::DEFAULT_TARGET_SEQ`]; `None` for every other model.
+    pub fn target_seq(&self, given: Option<u64>) -> Option<u64> {
+        self.is_seq2seq()
+            .then(|| given.unwrap_or(t5::DEFAULT_TARGET_SEQ))
+    }
+
     /// Builds the graph for an input of `size` (image side in pixels or sequence length);
-    /// `attention` applies to the Hugging Face families.
+    /// `attention` applies to the Hugging Face families. An encoder-decoder gets the
+    /// default target length.
     pub fn build(&self, size: u64, attention: AttnImpl) -> Result<Graph, ModelError> {
-        self.build_for(size, attention, 1.0)
+        self.build_full(size, None, attention, 1.0)
     }
 
     /// Whether the model has mixture-of-experts layers.
@@ -341,6 +363,43 @@ impl Preset {
         attention: AttnImpl,
         moe_imbalance: f64,
     ) -> Result<Graph, ModelError> {
+        self.build_full(size, None, attention, moe_imbalance)
+    }
+
+    /// [`build`](Self::build) with the target length of an encoder-decoder
+    /// (`target_seq`); giving one for any other model is an error naming the field.
+    pub fn build_with(
+        &self,
+        size: u64,
+        target_seq: Option<u64>,
+        attention: AttnImpl,
+    ) -> Result<Graph, ModelError> {
+        self.build_full(size, target_seq, attention, 1.0)
+    }
+
+    /// The graph with every training-shape setting: the encoder-decoder target length and
+    /// the MoE routing imbalance.
+    pub fn build_full(
+        &self,
+        size: u64,
+        target_seq: Option<u64>,
+        attention: AttnImpl,
+        moe_imbalance: f64,
+    ) -> Result<Graph, ModelError> {
+        if let Some(t) = target_seq {
+            if !self.is_seq2seq() {
+                return Err(ModelError::Invalid {
+                    field: "target_seq".into(),
+                    reason: format!(
+                        "{} is not an encoder-decoder model (family {}): it has no target \
+                         sequence; use the sequence length alone",
+                        self.id,
+                        self.spec.family()
+                    ),
+                });
+            }
+            check_positive("target_seq", t)?;
+        }
         let field = if self.input.is_tokens() {
             "seq_len"
         } else {
@@ -364,6 +423,12 @@ impl Preset {
             ModelSpec::Bert(p) => bert::build(p, size, attention),
             ModelSpec::Llama(p) => decoder::build(p, size, attention, moe_imbalance),
             ModelSpec::GptNeox(p) => gpt_neox::build(p, size, attention),
+            ModelSpec::T5(p) => t5::build(
+                p,
+                size,
+                target_seq.unwrap_or(t5::DEFAULT_TARGET_SEQ),
+                attention,
+            ),
             ModelSpec::Captured(c) => Err(ModelError::Invalid {
                 field: "model".into(),
                 reason: format!(

@@ -188,6 +188,29 @@ pub fn forward(g: &Graph, node: &Node, batch: u64) -> Work {
                 },
             }
         }
+        Op::SdpaBias {
+            heads,
+            head_dim,
+            q_len,
+            kv_len,
+            ..
+        } => {
+            let count = heads.saturating_mul(batch);
+            Work::Attention {
+                qk: Gemm {
+                    count,
+                    m: q_len,
+                    k: head_dim,
+                    n: kv_len,
+                },
+                pv: Gemm {
+                    count,
+                    m: q_len,
+                    k: kv_len,
+                    n: head_dim,
+                },
+            }
+        }
         _ => Work::Traffic { elems: out_elems },
     }
 }

@@ -253,6 +253,16 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
             &format!("{flag} {size}"),
         ));
     }
+    if cfg.target_seq.is_some() {
+        return Err(PlanError::Field {
+            field: "target_seq",
+            reason: format!(
+                "{}: a captured graph is not an encoder-decoder built here; its shapes are \
+                 the captured ones",
+                c.model
+            ),
+        });
+    }
     if cfg.accum != 1 {
         return Err(PlanError::Field {
             field: "accum",
@@ -297,6 +307,7 @@ pub fn planner(
         graph: crate::model::Graph::default(),
         config: cfg,
         size: c.size,
+        target_seq: None,
         events: events(c, &Constants::default()),
         context: DEFAULT_CUDA_CONTEXT,
         trainable: c.trainable,

@@ -289,6 +289,10 @@ pub struct TrainConfig {
     pub batch: u64,
     /// Sequence length or image side; `None` = the preset's default.
     pub size: Option<u64>,
+    /// Target (decoder) length of an encoder-decoder model; `None` = its default (128).
+    /// Absent in older files; an error for any other model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_seq: Option<u64>,
     pub precision: Precision,
     pub optimizer: Optimizer,
     /// Gradient-accumulation steps per optimizer step.
@@ -326,6 +330,7 @@ impl Default for TrainConfig {
         TrainConfig {
             batch: 8,
             size: None,
+            target_seq: None,
             precision: Precision::AmpBf16,
             optimizer: Optimizer::AdamW,
             accum: 1,
@@ -420,6 +425,12 @@ impl TrainConfig {
             return Err(PlanError::Field {
                 field: "size",
                 reason: "sequence length / image size must be at least 1".into(),
+            });
+        }
+        if self.target_seq == Some(0) {
+            return Err(PlanError::Field {
+                field: "target_seq",
+                reason: "the target sequence length must be at least 1".into(),
             });
         }
         Ok(())

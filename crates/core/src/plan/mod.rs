@@ -88,6 +88,9 @@ pub struct Plan {
     pub config: TrainConfig,
     /// The input size used (sequence length or image side).
     pub size: u64,
+    /// The target (decoder) length used, for an encoder-decoder model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_seq: Option<u64>,
     /// Peak of `torch.cuda.max_memory_allocated()` over a steady-state step.
     pub peak_allocated_bytes: Bytes,
     /// Peak of `torch.cuda.max_memory_reserved()` (caching-allocator segments).
@@ -150,6 +153,8 @@ pub struct Planner {
     pub graph: Graph,
     pub config: TrainConfig,
     pub size: u64,
+    /// The target (decoder) length of an encoder-decoder model (given or its default).
+    pub target_seq: Option<u64>,
     pub events: events::Events,
     pub context: Bytes,
     /// Elements of the parameters that train (peft's `print_trainable_parameters`).
@@ -186,7 +191,7 @@ impl Planner {
                 ),
             });
         }
-        let graph = preset.build_for(size, attn, cfg.moe_imbalance)?;
+        let graph = preset.build_full(size, cfg.target_seq, attn, cfg.moe_imbalance)?;
         let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
         let sim_cfg = distributed_sim_config(cfg, &mut policy);
         let events = sim::generate(&graph, &sim_cfg, &policy, &Constants::default());
@@ -207,6 +212,7 @@ impl Planner {
             graph,
             config: *cfg,
             size,
+            target_seq: preset.target_seq(cfg.target_seq),
             events,
             context,
             trainable,
@@ -285,6 +291,7 @@ impl Planner {
             trainable_params: (!cfg.finetune.is_full()).then_some(self.trainable),
             config: cfg,
             size: self.size,
+            target_seq: self.target_seq,
             peak_allocated_bytes: e.peak_allocated,
             peak_reserved_bytes: e.peak_reserved,
             nvidia_smi_bytes: smi,

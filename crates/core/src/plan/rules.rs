@@ -411,7 +411,10 @@ pub fn rule(
             };
             Rule::new(d)
         }
-        Op::Constant => Rule::new(pd),
+        Op::Constant => Rule::new(match g.tensors[node.output].elem {
+            Elem::Int64 => DType::I64,
+            Elem::Float => pd,
+        }),
         Op::Linear { .. } | Op::Conv2d { .. } | Op::Matmul { .. } => {
             let mut r = Rule::new(if amp { lp } else { in0 });
             if amp {
@@ -493,6 +496,7 @@ pub fn rule(
                 r
             }
         }
+        Op::T5LayerNorm { .. } => t5_layer_norm(in0, pd, out_elems),
         Op::RmsNormOffset { .. } => {
             // x.float() → pow(2).mean → x * rsqrt(var) → · (1 + w.float()) → .type_as(x)
             let mut r = Rule::new(in0);
@@ -682,6 +686,71 @@ pub fn rule(
             r.alias = in0 == to;
             r
         }
+        Op::SdpaBias {
+            heads,
+            q_len,
+            bias_grad: false,
+            ..
+        } => {
+            // A mask that does not train (cross-attention's zeros): the fused
+            // memory-efficient kernel, saving q, k, v, the mask, the output and the
+            // logsumexp (fp32, rows padded to 32).
+            let mut r = Rule::new(if amp { lp } else { in0 });
+            if amp {
+                cast_all(&mut r, lp);
+            }
+            r.saves_inputs = (0..inputs.len()).collect();
+            r.saves_output = true;
+            r.extras
+                .push(extra(heads * q_len.div_ceil(32) * 32, DType::F32));
+            r
+        }
+        Op::SdpaBias {
+            heads,
+            head_dim,
+            q_len,
+            kv_len,
+            dropout,
+            bias_grad,
+        } => {
+            // The float mask of `create_position_bias_mask` requires grad (T5's learned
+            // relative position bias): SDPA runs its math backend (`_scaled_dot_product_attention_math`; the T5 rows of
+            // `tests/data/t5_moe.jsonl` are 27–41 % above the fused kernel's memory). q, k, v
+            // are upcast to fp32 when bf16/fp16; q·√s and kᵀ·√s are saved by the first
+            // matmul; the scores get the mask added in place; the fp32 softmax is saved,
+            // then dropout's mask and output (saved by the second matmul with v); the fp32
+            // result is cast back to the input dtype.
+            let out_dt = if amp { lp } else { in0 };
+            let mut r = Rule::new(out_dt);
+            if amp {
+                cast_all(&mut r, lp);
+            }
+            let low = out_dt != DType::F32;
+            let q = heads * q_len * head_dim;
+            let kv = heads * kv_len * head_dim;
+            let scores = heads * q_len * kv_len;
+            r.extras.push(extra(q, DType::F32));
+            r.extras.push(extra(kv, DType::F32));
+            if low {
+                r.extras.push(extra(kv, DType::F32));
+            } else {
+                r.saves_inputs = vec![2];
+            }
+            r.extras.push(temp(scores, DType::F32));
+            r.extras.push(extra(scores, DType::F32));
+            if *dropout > 0.0 {
+                r.extras.push(extra(scores, DType::Bool));
+                r.extras.push(extra(scores, DType::F32));
+            }
+            if low {
+                r.extras.push(temp(q, DType::F32));
+            }
+            // Backward: the fp32 gradients of the probabilities and of the scores (the
+            // latter is also the mask's gradient, before `sum_to_size`).
+            let grads = 3 * scores;
+            r.bwd_transient = grads * DType::F32.size() / out_dt.size();
+            r
+        }
         Op::CrossEntropy {
             rows,
             classes,
@@ -704,6 +773,25 @@ pub fn rule(
             r
         }
     }
+}
+
+/// `T5LayerNorm` (transformers 5.17): `variance = x.to(fp32).pow(2).mean(-1)`,
+/// `x * rsqrt(variance)` (fp32 by promotion; saves `x`), `.to(weight.dtype)` only when the
+/// weight is 16-bit, then `weight * x` (saves the normalised tensor).
+fn t5_layer_norm(in0: DType, pd: DType, out_elems: u64) -> Rule {
+    let mut r = Rule::new(if pd.is_low() { pd } else { DType::F32 });
+    r.saves_inputs = vec![0];
+    if in0 != DType::F32 {
+        r.extras.push(extra(out_elems, DType::F32)); // x.to(fp32), saved by pow
+    }
+    r.extras.push(temp(out_elems, DType::F32)); // pow(2)
+    if pd.is_low() {
+        r.extras.push(extra(out_elems, pd)); // normalised, cast to the weight's dtype
+        r.extras.push(temp(out_elems, DType::F32)); // x * rsqrt before the cast
+    } else {
+        r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
+    }
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1068,6 +1156,76 @@ mod tests {
             r.extras.iter().any(|e| e.per_sample == 4 * 16 * 16),
             "probabilities kept"
         );
+    }
+
+    #[test]
+    fn t5_layer_norm_and_biased_sdpa() {
+        // fp32 input and weight: saves x and the normalised fp32 tensor; output fp32.
+        let r = rule_of(
+            Op::T5LayerNorm { rows: 1 },
+            1,
+            true,
+            &[F32],
+            Precision::AmpBf16,
+        );
+        assert_eq!((r.out_dtype, r.saves_inputs.clone()), (F32, vec![0]));
+        assert_eq!(r.extras.iter().filter(|e| !e.transient).count(), 1);
+        // Pure bf16: the fp32 copy (pow), x itself (x * rsqrt) and the bf16 cast are kept.
+        let r = rule_of(
+            Op::T5LayerNorm { rows: 1 },
+            1,
+            true,
+            &[BF16],
+            Precision::Bf16,
+        );
+        assert_eq!((r.out_dtype, r.saves_inputs.clone()), (BF16, vec![0]));
+        let kept: Vec<_> = r
+            .extras
+            .iter()
+            .filter(|e| !e.transient)
+            .map(|e| e.dtype)
+            .collect();
+        assert_eq!(kept, vec![F32, BF16]);
+        let op = |bias_grad| Op::SdpaBias {
+            heads: 4,
+            head_dim: 8,
+            q_len: 10,
+            kv_len: 30,
+            dropout: 0.1,
+            bias_grad,
+        };
+        // A trainable mask: the math backend. Under autocast q, k, v and the mask are cast
+        // to bf16, then upcast: q·√s, kᵀ·√s and v in fp32, the fp32 probabilities, the
+        // dropout mask and output are saved; three fp32 score-sized gradients in backward.
+        let (q, kv, scores) = (4 * 10 * 8, 4 * 30 * 8, 4 * 10 * 30);
+        let r = rule_of(op(true), 4, false, &[F32; 4], Precision::AmpBf16);
+        assert_eq!(r.casts.len(), 4);
+        assert!(r.saves_inputs.is_empty() && !r.saves_output);
+        let kept: Vec<_> = r
+            .extras
+            .iter()
+            .filter(|e| !e.transient)
+            .map(|e| (e.per_sample, e.dtype))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (q, F32),
+                (kv, F32),
+                (kv, F32),
+                (scores, F32),
+                (scores, DType::Bool),
+                (scores, F32)
+            ]
+        );
+        assert_eq!(r.bwd_transient, 3 * scores * 2);
+        // In fp32 v is saved as it is.
+        let r = rule_of(op(true), 4, false, &[F32; 4], Precision::Fp32);
+        assert_eq!(r.saves_inputs, vec![2]);
+        // A mask that does not train: the fused kernel, inputs and output saved.
+        let r = rule_of(op(false), 4, false, &[F32; 4], Precision::Fp32);
+        assert!(r.casts.is_empty() && r.bwd_transient == 0);
+        assert_eq!(r.saves_inputs, vec![0, 1, 2, 3]);
     }
 
     #[test]

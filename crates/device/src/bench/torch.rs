@@ -307,6 +307,10 @@ pub fn config_line(preset: &Preset, cfg: &TrainConfig, size: u64, batch: u64) ->
         "image"
     };
     c[key] = json!(size);
+    if let Some(t) = preset.target_seq(cfg.target_seq) {
+        // Encoder-decoder: labels of their own length (tools/torch_runner.py).
+        c["target_seq"] = json!(t);
+    }
     Ok(c.to_string())
 }
 

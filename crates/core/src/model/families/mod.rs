@@ -11,6 +11,7 @@ pub mod mobilenet;
 pub mod moe;
 pub mod resnet;
 pub mod segmentation;
+pub mod t5;
 pub mod transformer;
 pub mod unet;
 pub mod vit;

@@ -156,9 +156,12 @@ impl<'a> Search<'a> {
                 super::Attention::Eager => AttnImpl::Eager,
                 super::Attention::Sdpa => AttnImpl::Sdpa,
             };
-            let g = self
-                .preset
-                .build_for(size, attn, self.user_cfg.moe_imbalance)?;
+            let g = self.preset.build_full(
+                size,
+                self.user_cfg.target_seq,
+                attn,
+                self.user_cfg.moe_imbalance,
+            )?;
             let gp = super::finetune::apply(g, &k.finetune, k.precision)?;
             self.graphs.insert(key, gp);
         }
