@@ -4,11 +4,15 @@
 //! ```text
 //! result = base_layer(x)                       # frozen weight
 //! x = x.to(lora_A.weight.dtype)                # _cast_input_dtype: fp32 adapters
-//! result = result + lora_B(lora_A(dropout(x))) * scaling   # dropout p=0: nn.Identity
+//! result = result + lora_B(lora_A(dropout(x))) * scaling
 //! result = result.to(torch_result_dtype)
 //! ```
 //!
 //! peft keeps the adapters in fp32 on a bf16/fp16 base (`autocast_adapter_dtype=True`).
+//! `dropout` is each adapted module's own `lora_dropout[adapter]`: `nn.Identity` when
+//! `lora_dropout == 0`, else `nn.Dropout(p)` ([`Op::Dropout`], train mode): a new tensor in
+//! its input's dtype and a saved bool mask, and `lora_A` saves the dropout output instead of
+//! `x`. Modules reading the same `x` (q, k, v) each run their own.
 //!
 //! QLoRA: every linear but the output embedding becomes a bitsandbytes base layer
 //! ([`Op::QuantLinear`], its storage a [`QuantStorage`] of the policy), and peft's
@@ -29,7 +33,7 @@ use super::policy::{ParamPolicy, QuantStorage};
 use crate::model::ir::{Elem, Graph, Node, Op, Param, Pointwise, Tensor};
 
 pub use super::finetune_mode::{
-    FineTune, FineTuneMode, LORA_MODULES, LoraTargets, MAX_LORA_RANK, Quant,
+    FineTune, FineTuneMode, LORA_MODULES, LoraDropout, LoraTargets, MAX_LORA_RANK, Quant,
 };
 
 /// The graph to simulate and its parameter policy under `ft`.
@@ -39,13 +43,13 @@ pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPo
             let p = ParamPolicy::full(&g, prec);
             Ok((g, p))
         }
-        FineTuneMode::Lora => lora(g, ft.lora_rank, ft.lora_targets, prec, None),
+        FineTuneMode::Lora => lora(g, ft, prec, None),
         FineTuneMode::Qlora => {
             let q = QuantStorage {
                 quant: ft.quant,
                 double_quant: ft.double_quant,
             };
-            lora(g, ft.lora_rank, ft.lora_targets, prec, Some(q))
+            lora(g, ft, prec, Some(q))
         }
     }
 }
@@ -59,11 +63,11 @@ fn keeps_dtype(name: &str) -> bool {
 
 fn lora(
     mut g: Graph,
-    rank: u64,
-    targets: LoraTargets,
+    ft: &FineTune,
     prec: Precision,
     quant: Option<QuantStorage>,
 ) -> Result<(Graph, ParamPolicy), PlanError> {
+    let (rank, targets) = (ft.lora_rank, ft.lora_targets);
     let base_params = g.params.len();
     let mut quantized: Vec<(usize, bool)> = Vec::new();
     let old = std::mem::take(&mut g.nodes);
@@ -139,6 +143,17 @@ fn lora(
             let xa = tensor(&mut g, x_elems);
             push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
             xa
+        };
+        let xa = if ft.lora_dropout.is_zero() {
+            xa
+        } else {
+            let d = tensor(&mut g, x_elems);
+            let op = Op::Dropout {
+                p: ft.lora_dropout.p(),
+                inplace: false,
+            };
+            push(&mut g, op, &[xa], d, &[], ".lora_dropout");
+            d
         };
         g.params.push(Param {
             elems: rank * in_features,
@@ -453,6 +468,86 @@ mod tests {
                 .to_string()
                 .contains("amp-bf16")
         );
+    }
+
+    /// `lora_dropout > 0`: every adapted module runs its own `nn.Dropout` on its (cast) input
+    /// and `lora_A` reads its output; q_proj and v_proj each keep a dropout output and a
+    /// bool mask where without dropout they shared one saved input.
+    #[test]
+    fn lora_dropout_runs_one_dropout_per_adapted_module() {
+        let g = graph("TinyLlama-1.1B");
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            ..FineTune::default()
+        };
+        let with = FineTune {
+            lora_dropout: LoraDropout::new(0.05).expect("p"),
+            ..ft
+        };
+        let (lg, lp) = apply(g.clone(), &ft, Precision::Fp32).expect("lora");
+        let (dg, dp) = apply(g.clone(), &with, Precision::Fp32).expect("dropout");
+        let dropouts: Vec<&Node> = dg
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Dropout { p, inplace: false } if p == 0.05))
+            .collect();
+        let layers = g.block_count() as usize;
+        assert_eq!(dropouts.len(), 2 * layers);
+        assert!(!lg.nodes.iter().any(|n| matches!(n.op, Op::Dropout { .. })));
+        // q_proj's and v_proj's dropouts read the same normed hidden state (through their
+        // own casts, aliases in fp32), and each feeds its lora_A.
+        for d in &dropouts {
+            assert!(dg.name(d).ends_with("proj.lora_dropout"), "{}", dg.name(d));
+            let a = dg
+                .nodes
+                .iter()
+                .find(|n| n.inputs.contains(&d.output))
+                .expect("reader");
+            assert!(dg.name(a).ends_with(".lora_A"), "{}", dg.name(a));
+        }
+        assert_eq!(dp.trainable_elems(&dg), lp.trainable_elems(&lg));
+        // Per block and token: two fp32 dropout outputs and two bool masks instead of the
+        // one fp32 input both adapters saved. The first block's input (frozen embeddings)
+        // needs no gradient: autograd records no dropout there, and keeps no mask.
+        let hidden = 2048;
+        let grown = forward_bytes(&dg, &dp) - forward_bytes(&lg, &lp);
+        let per_block = 128 * hidden * (2 * (4 + 1) - 4);
+        assert_eq!(
+            grown,
+            (layers as i128 - 1) * per_block + 128 * hidden * (2 * 4 - 4)
+        );
+        // The eval step's model.eval() turns them back into identities (checked in
+        // sim/eval_step.rs for every Op::Dropout).
+    }
+
+    #[test]
+    fn lora_dropout_is_checked_and_written_as_users_write_it() {
+        for (s, p) in [("0", 0.0), ("0.05", 0.05), ("0.1", 0.1), (" 0.5 ", 0.5)] {
+            let d: LoraDropout = s.parse().expect(s);
+            assert_eq!(d.p(), p, "{s}");
+            assert_eq!(d.is_zero(), p == 0.0);
+        }
+        for bad in ["1", "1.5", "-0.1", "NaN", "inf", "abc", ""] {
+            let err = bad.parse::<LoraDropout>().expect_err(bad).to_string();
+            assert!(err.starts_with("lora_dropout: "), "{bad}: {err}");
+        }
+        // Tiny and near-1 probabilities stay dropouts in [0, 1).
+        let tiny = LoraDropout::new(1e-9).expect("tiny");
+        assert!(!tiny.is_zero());
+        assert!(LoraDropout::new(0.999_999_9).expect("near 1").p() < 1.0);
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_dropout: LoraDropout::new(0.05).expect("p"),
+            ..FineTune::default()
+        };
+        let text = serde_json::to_string(&ft).expect("json");
+        assert!(text.contains(r#""lora_dropout":0.05,"#), "{text}");
+        assert_eq!(serde_json::from_str::<FineTune>(&text).expect("back"), ft);
+        let err = serde_json::from_str::<FineTune>(r#"{"mode":"lora","lora_dropout":1.0}"#)
+            .expect_err("p = 1")
+            .to_string();
+        assert!(err.contains("lora_dropout"), "{err}");
+        assert!(serde_json::from_str::<FineTune>(r#"{"lora_dropout":"0.1"}"#).is_err());
     }
 
     #[test]
