@@ -67,7 +67,6 @@ fn lora(
     prec: Precision,
     quant: Option<QuantStorage>,
 ) -> Result<(Graph, ParamPolicy), PlanError> {
-    let (rank, targets) = (ft.lora_rank, ft.lora_targets);
     let base_params = g.params.len();
     let mut quantized: Vec<(usize, bool)> = Vec::new();
     let old = std::mem::take(&mut g.nodes);
@@ -94,142 +93,135 @@ fn lora(
                 quantized.push((p, k == 0));
             }
         }
-        if !targets.matches(&name) || out_features == 0 {
+        if !ft.lora_targets.matches(&name) || out_features == 0 {
             nodes.push(node);
             continue;
         }
         adapted += 1;
-        let result = node.output;
-        let shape = g.tensors[result].clone();
-        let rows = shape.per_sample / out_features;
-        let x = node.inputs[0];
-        let block = node.block;
-        let tensor = |g: &mut Graph, per_sample: u64| {
-            g.tensors.push(Tensor {
-                per_sample,
-                fixed: 0,
-                elem: Elem::Float,
-            });
-            g.tensors.len() - 1
+        let mut e = Emit {
+            g: &mut g,
+            nodes: &mut nodes,
+            name,
+            block: node.block,
         };
-        let base = tensor(&mut g, shape.per_sample);
-        node.output = base;
-        nodes.push(node);
-        let mut push = |g: &mut Graph,
-                        op: Op,
-                        inputs: &[usize],
-                        output: usize,
-                        params: &[usize],
-                        suffix: &str| {
-            let start = g.names.len();
-            g.names.push_str(&name);
-            g.names.push_str(suffix);
-            let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
-            nodes.push(Node {
-                op,
-                inputs: inputs.into(),
-                output,
-                params: params.into(),
-                block,
-                name: at(start)..at(g.names.len()),
-            });
-        };
-        let x_elems = g.tensors[x].per_sample;
-        // peft's bnb layers cast nothing under autocast; their fp32 base (after
-        // prepare_model_for_kbit_training) needs no cast otherwise.
-        let xa = if q.is_some() {
-            x
-        } else {
-            let xa = tensor(&mut g, x_elems);
-            push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
-            xa
-        };
-        let xa = if ft.lora_dropout.is_zero() {
-            xa
-        } else {
-            let d = tensor(&mut g, x_elems);
-            let op = Op::Dropout {
-                p: ft.lora_dropout.p(),
-                inplace: false,
-            };
-            push(&mut g, op, &[xa], d, &[], ".lora_dropout");
-            d
-        };
-        g.params.push(Param {
-            elems: rank * in_features,
-            matrix: Some((rank, in_features)),
-        });
-        let pa = g.params.len() - 1;
-        g.params.push(Param {
-            elems: out_features * rank,
-            matrix: Some((out_features, rank)),
-        });
-        let pb = g.params.len() - 1;
-        let a = tensor(&mut g, rows * rank);
-        push(
-            &mut g,
-            Op::Linear {
-                in_features,
-                out_features: rank,
-            },
-            &[xa],
-            a,
-            &[pa],
-            ".lora_A",
-        );
-        let b = tensor(&mut g, shape.per_sample);
-        push(
-            &mut g,
-            Op::Linear {
-                in_features: rank,
-                out_features,
-            },
-            &[a],
-            b,
-            &[pb],
-            ".lora_B",
-        );
-        let s = tensor(&mut g, shape.per_sample);
-        let pw = |f| Op::Pointwise { f, inplace: false };
-        push(&mut g, pw(Pointwise::Scale), &[b], s, &[], ".lora_scaling");
-        if let Some(q) = q {
-            let base = if q.quant.is_4bit() {
-                let c = tensor(&mut g, shape.per_sample);
-                push(&mut g, Op::Copy, &[base], c, &[], ".base_clone");
-                c
-            } else {
-                base
-            };
-            push(
-                &mut g,
-                pw(Pointwise::Add),
-                &[base, s],
-                result,
-                &[],
-                ".lora_add",
-            );
-            continue;
-        }
-        let sum = tensor(&mut g, shape.per_sample);
-        push(
-            &mut g,
-            pw(Pointwise::Add),
-            &[base, s],
-            sum,
-            &[],
-            ".lora_add",
-        );
-        push(&mut g, Op::ToComputeDtype, &[sum], result, &[], ".lora_to");
+        e.adapter(node, (in_features, out_features), ft, q);
     }
     g.nodes = nodes;
     if adapted == 0 {
         return Err(PlanError::Field {
             field: "lora_targets",
-            reason: format!("`{targets}` matches no linear layer of this model"),
+            reason: format!(
+                "`{}` matches no linear layer of this model",
+                ft.lora_targets
+            ),
         });
     }
     let policy = adapter_policy(&g, prec, base_params, quant, &quantized);
     Ok((g, policy))
+}
+
+/// Appends the ops of one adapted layer named `name` to `nodes`.
+struct Emit<'a> {
+    g: &'a mut Graph,
+    nodes: &'a mut Vec<Node>,
+    name: String,
+    block: Option<u32>,
+}
+
+impl Emit<'_> {
+    fn tensor(&mut self, per_sample: u64) -> usize {
+        self.g.tensors.push(Tensor {
+            per_sample,
+            fixed: 0,
+            elem: Elem::Float,
+        });
+        self.g.tensors.len() - 1
+    }
+
+    fn push(&mut self, op: Op, inputs: &[usize], output: usize, params: &[usize], suffix: &str) {
+        let start = self.g.names.len();
+        self.g.names.push_str(&self.name);
+        self.g.names.push_str(suffix);
+        let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.into(),
+            output,
+            params: params.into(),
+            block: self.block,
+            name: at(start)..at(self.g.names.len()),
+        });
+    }
+
+    fn param(&mut self, rows: u64, cols: u64) -> usize {
+        self.g.params.push(Param {
+            elems: rows * cols,
+            matrix: Some((rows, cols)),
+        });
+        self.g.params.len() - 1
+    }
+
+    /// The base layer `node` (its output renamed) and peft's adapter ops after it, writing
+    /// the layer's old output tensor; `q`: the base is a bitsandbytes layer.
+    fn adapter(
+        &mut self,
+        mut node: Node,
+        (in_features, out_features): (u64, u64),
+        ft: &FineTune,
+        q: Option<QuantStorage>,
+    ) {
+        let rank = ft.lora_rank;
+        let result = node.output;
+        let out_elems = self.g.tensors[result].per_sample;
+        let rows = out_elems / out_features;
+        let x = node.inputs[0];
+        let base = self.tensor(out_elems);
+        node.output = base;
+        self.nodes.push(node);
+        let x_elems = self.g.tensors[x].per_sample;
+        // peft's bnb layers cast nothing under autocast; their fp32 base (after
+        // prepare_model_for_kbit_training) needs no cast otherwise.
+        let mut xa = x;
+        if q.is_none() {
+            xa = self.tensor(x_elems);
+            self.push(Op::ToF32, &[x], xa, &[], ".lora_cast");
+        }
+        if !ft.lora_dropout.is_zero() {
+            let d = self.tensor(x_elems);
+            let op = Op::Dropout {
+                p: ft.lora_dropout.p(),
+                inplace: false,
+            };
+            self.push(op, &[xa], d, &[], ".lora_dropout");
+            xa = d;
+        }
+        let pa = self.param(rank, in_features);
+        let pb = self.param(out_features, rank);
+        let a = self.tensor(rows * rank);
+        let linear = |in_features, out_features| Op::Linear {
+            in_features,
+            out_features,
+        };
+        self.push(linear(in_features, rank), &[xa], a, &[pa], ".lora_A");
+        let b = self.tensor(out_elems);
+        self.push(linear(rank, out_features), &[a], b, &[pb], ".lora_B");
+        let s = self.tensor(out_elems);
+        let pw = |f| Op::Pointwise { f, inplace: false };
+        self.push(pw(Pointwise::Scale), &[b], s, &[], ".lora_scaling");
+        if let Some(q) = q {
+            let mut base = base;
+            if q.quant.is_4bit() {
+                let c = self.tensor(out_elems);
+                self.push(Op::Copy, &[base], c, &[], ".base_clone");
+                base = c;
+            }
+            self.push(pw(Pointwise::Add), &[base, s], result, &[], ".lora_add");
+            return;
+        }
+        let sum = self.tensor(out_elems);
+        self.push(pw(Pointwise::Add), &[base, s], sum, &[], ".lora_add");
+        self.push(Op::ToComputeDtype, &[sum], result, &[], ".lora_to");
+    }
 }
 
 /// The base frozen, the adapters (parameters from `base_params` on) in fp32; with QLoRA
