@@ -134,7 +134,7 @@ fn the_finetune_choice_plans_lora() {
     h.get_by_label("dropout").focus();
     h.run();
     h.get_by_label("dropout").type_text("0.05");
-    h.get_by_label("dropout").key_press(egui::Key::Enter);
+    h.key_press(egui::Key::Enter);
     h.run();
     assert_eq!(
         h.state().state.config.finetune.lora_dropout,
