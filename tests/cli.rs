@@ -1056,7 +1056,15 @@ fn lora_dropout_flag_plans_dropout_and_is_checked() {
         "lora_dropout: 1.5 is not a probability in [0, 1)",
     );
     fails_with(
-        &["plan", "--model", "gpt2", "--batch", "8", "--lora-dropout", "0.1"],
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "8",
+            "--lora-dropout",
+            "0.1",
+        ],
         "--lora-dropout: need --finetune lora or qlora",
     );
 }

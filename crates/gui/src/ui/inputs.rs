@@ -199,7 +199,7 @@ fn lora_dropout_ui(dropout: &mut LoraDropout, ui: &mut Ui) -> bool {
         .add(
             DragValue::new(&mut p)
                 .range(0.0..=MAX_DROPOUT)
-                .speed(0.005)
+                .speed(0.01)
                 .max_decimals(4),
         )
         .labelled_by(l.id)
@@ -252,6 +252,8 @@ fn finetune_ui(ft: &mut FineTune, ui: &mut Ui) -> bool {
                 .on_hover_text(tips::LORA_RANK)
                 .changed();
             changed |= lora_dropout_ui(&mut ft.lora_dropout, ui);
+        });
+        ui.horizontal(|ui| {
             ui.label("targets").on_hover_text(tips::LORA_TARGETS);
             for t in [LoraTargets::Attn, LoraTargets::AllLinear] {
                 changed |= ui
