@@ -975,6 +975,100 @@ fn lora_flags_plan_adapters_and_report_trainable_params() {
     assert!(plan["weights_split"]["frozen_bytes"].as_u64().unwrap_or(0) > 0);
 }
 
+/// `--lora-dropout`: one `nn.Dropout` per adapted module; the plan grows (masks and the
+/// dropout outputs the adapters keep), the config and the printed line carry it, the peft
+/// export writes it, and bad values name the field.
+#[test]
+fn lora_dropout_flag_plans_dropout_and_is_checked() {
+    let args = |dropout: Option<&str>, json: bool| {
+        let mut a = vec![
+            "plan",
+            "--model",
+            "gpt2",
+            "--seq",
+            "512",
+            "--batch",
+            "8",
+            "--finetune",
+            "lora",
+            "--lora-rank",
+            "16",
+            "--lora-targets",
+            "all-linear",
+        ];
+        if let Some(p) = dropout {
+            a.extend(["--lora-dropout", p]);
+        }
+        if json {
+            a.push("--json");
+        }
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let peak = |dropout: Option<&str>| {
+        let a = args(dropout, true);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (ok, out, err) = vramlab(&refs);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        (v["peak_allocated_bytes"].as_u64().expect("peak"), v)
+    };
+    let (without, v0) = peak(None);
+    let (with, v) = peak(Some("0.05"));
+    assert!(v0["config"]["finetune"].get("lora_dropout").is_none());
+    assert_eq!(v["config"]["finetune"]["lora_dropout"], 0.05);
+    // GPT-2 AMP all-linear, b8 × 512: the masks and dropout outputs add about 250 MiB.
+    assert!(with > without + (200 << 20), "{with} vs {without}");
+    let a = args(Some("0.1"), false);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (ok, out, err) = vramlab(&refs);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("fine-tuning: LoRA r16 on all-linear, dropout 0.1 (peft 0.21"),
+        "{out}"
+    );
+    let (ok, out, err) = vramlab(&[
+        "export",
+        "--format",
+        "peft",
+        "--model",
+        "gpt2",
+        "--batch",
+        "8",
+        "--finetune",
+        "lora",
+        "--lora-dropout",
+        "0.05",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("lora_dropout=0.05,"), "{out}");
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "8",
+            "--finetune",
+            "lora",
+            "--lora-dropout",
+            "1.5",
+        ],
+        "lora_dropout: 1.5 is not a probability in [0, 1)",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "8",
+            "--lora-dropout",
+            "0.1",
+        ],
+        "--lora-dropout: need --finetune lora or qlora",
+    );
+}
+
 #[test]
 fn plan_step_eval_and_bad_step_names() {
     let peak = |step: &str| {

@@ -10,7 +10,7 @@ use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
-use vramlab_core::plan::finetune::{FineTune, FineTuneMode};
+use vramlab_core::plan::finetune::{FineTune, FineTuneMode, LoraDropout};
 use vramlab_core::plan::gpus::{self, Gpu};
 use vramlab_core::plan::search::Budget;
 use vramlab_core::{names, vocabulary};
@@ -71,6 +71,10 @@ pub struct TrainArgs {
     /// all-linear (every linear but the output layer), or names (c_attn,c_fc) [default: attn].
     #[arg(long, value_name = "attn|all-linear|NAME,NAME")]
     pub lora_targets: Option<String>,
+    /// LoRA dropout probability P, 0 ≤ P < 1 (peft's lora_dropout; each adapter runs
+    /// nn.Dropout on its input) [default: 0].
+    #[arg(long, value_name = "P")]
+    pub lora_dropout: Option<f64>,
     /// QLoRA base storage (with --finetune qlora): nf4 (the default), fp4 or int8 (LLM.int8).
     #[arg(long, value_name = "nf4|fp4|int8")]
     pub quant: Option<String>,
@@ -344,15 +348,20 @@ impl TrainArgs {
         Ok(cfg)
     }
 
-    /// `--finetune`, `--lora-rank`, `--lora-targets` (LoRA options need `--finetune lora`).
+    /// `--finetune`, `--lora-rank`, `--lora-targets`, `--lora-dropout` (LoRA options need
+    /// `--finetune lora` or `qlora`).
     fn finetune(&self) -> Result<FineTune> {
         let mut ft = FineTune::default();
         match self.finetune.as_deref() {
             None | Some("full") => {}
             Some(other) => ft.mode = other.parse()?,
         }
-        if !ft.mode.has_adapters() && (self.lora_rank.is_some() || self.lora_targets.is_some()) {
-            bail!("--lora-rank / --lora-targets: need --finetune lora or qlora");
+        if !ft.mode.has_adapters()
+            && (self.lora_rank.is_some()
+                || self.lora_targets.is_some()
+                || self.lora_dropout.is_some())
+        {
+            bail!("--lora-rank / --lora-targets / --lora-dropout: need --finetune lora or qlora");
         }
         if ft.mode != FineTuneMode::Qlora && (self.quant.is_some() || self.no_double_quant) {
             bail!("--quant / --no-double-quant: need --finetune qlora");
@@ -366,6 +375,9 @@ impl TrainArgs {
         }
         if let Some(t) = &self.lora_targets {
             ft.lora_targets = t.parse()?;
+        }
+        if let Some(p) = self.lora_dropout {
+            ft.lora_dropout = LoraDropout::new(p)?;
         }
         Ok(ft)
     }

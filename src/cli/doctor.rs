@@ -120,6 +120,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         finetune: None,
         lora_rank: None,
         lora_targets: None,
+        lora_dropout: None,
         dist: Default::default(),
         quant: None,
         no_double_quant: false,

@@ -173,6 +173,8 @@ pub fn command_for(t: &TrainArgs, batch: Option<u64>) -> String {
     flag("finetune", t.finetune.clone());
     flag("lora-rank", t.lora_rank.map(|v| v.to_string()));
     flag("lora-targets", t.lora_targets.clone());
+    flag("lora-dropout", t.lora_dropout.map(|v| v.to_string()));
+    flag("quant", t.quant.clone());
     flag(
         "max-split-size-mb",
         t.max_split_size_mb.map(|v| v.to_string()),
@@ -181,6 +183,9 @@ pub fn command_for(t: &TrainArgs, batch: Option<u64>) -> String {
     flag("margin", (t.margin != 0.05).then(|| t.margin.to_string()));
     if t.checkpointing {
         parts.push("--checkpointing".into());
+    }
+    if t.no_double_quant {
+        parts.push("--no-double-quant".into());
     }
     if t.expandable_segments {
         parts.push("--expandable-segments".into());

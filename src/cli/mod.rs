@@ -390,7 +390,7 @@ fn write_plan(
     if let Some(t) = plan.trainable_params {
         writeln!(
             out,
-            "  fine-tuning: {} r{} on {} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
+            "  fine-tuning: {} r{} on {}{} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
             match c.finetune.mode {
                 vramlab_core::plan::finetune::FineTuneMode::Qlora => format!(
                     "QLoRA {}{} (bitsandbytes 0.50, bf16 compute)",
@@ -405,6 +405,11 @@ fn write_plan(
             },
             c.finetune.lora_rank,
             c.finetune.lora_targets,
+            if c.finetune.lora_dropout.is_zero() {
+                String::new()
+            } else {
+                format!(", dropout {}", c.finetune.lora_dropout)
+            },
             plan.params,
             100.0 * t as f64 / plan.params.max(1) as f64
         )?;

@@ -8,7 +8,7 @@ use crate::model::Preset;
 use crate::model::preset::find_builtin;
 use crate::plan::config::AllocatorConfig;
 use crate::plan::distributed::{Distributed, Strategy};
-use crate::plan::finetune::FineTune;
+use crate::plan::finetune::{FineTune, LoraDropout};
 use crate::plan::{PlanError, Planner, TrainConfig};
 
 /// A measured row the planner cannot predict.
@@ -69,7 +69,7 @@ pub struct Measured {
     pub lora_rank: Option<u64>,
     #[serde(default)]
     pub lora_targets: Option<String>,
-    /// LoRA dropout; only 0 (peft's default, `nn.Identity`) is modelled.
+    /// LoRA dropout (absent: 0, peft's default, `nn.Identity`).
     #[serde(default)]
     pub lora_dropout: Option<f64>,
     /// peft's `get_nb_trainable_parameters()` on the measured model.
@@ -207,13 +207,8 @@ impl Measured {
         if let Some(d) = self.double_quant {
             ft.double_quant = d;
         }
-        if let Some(p) = self.lora_dropout
-            && p != 0.0
-        {
-            return Err(PlanError::Field {
-                field: "lora_dropout",
-                reason: format!("{p}: only 0 (nn.Identity) is modelled"),
-            });
+        if let Some(p) = self.lora_dropout {
+            ft.lora_dropout = LoraDropout::new(p)?;
         }
         if let Some(r) = self.lora_rank {
             ft.lora_rank = r;
@@ -276,6 +271,9 @@ impl Measured {
                 self.lora_rank.unwrap_or(8),
                 self.lora_targets.as_deref().unwrap_or("attn")
             ));
+            if let Some(p) = self.lora_dropout.filter(|&p| p != 0.0) {
+                s.push_str(&format!(" dropout {p}"));
+            }
         }
         if let Some(q) = &self.quant {
             s.push_str(&format!(" {q}"));

@@ -412,9 +412,31 @@ fn distributed_per_rank_within_targets() {
 /// PagedAdamW32bit) on LoRA and QLoRA (`tools/qlora_configs.jsonl`, H200): GPT-2, BERT,
 /// Llama-style and imported Qwen2 configs, ranks 8–64, attention-only / all-linear, with
 /// and without checkpointing, both loop shapes. Trainable counts exact; together with
-/// `lora.jsonl` the targets over all LoRA + QLoRA rows.
+/// `lora.jsonl` and `lora_dropout.jsonl` (`lora_dropout=0.05` on GPT-2, BERT, Llama-style and
+/// Qwen2 configs, LoRA and QLoRA, `tools/lora_dropout_configs.jsonl`) the targets
+/// over all LoRA + QLoRA rows.
 #[test]
 fn qlora_and_bnb_optimizers_within_targets() {
+    let d = rows(&["lora_dropout.jsonl"]);
+    assert!(d.len() >= 8, "only {} LoRA dropout rows", d.len());
+    for r in &d {
+        println!(
+            "{:<52} {:<70} alloc {:+6.1} %  reserved {:+6.1} %  trainable {}",
+            r.model,
+            r.config,
+            r.allocated_error(),
+            r.reserved_error(),
+            r.predicted_trainable
+        );
+        assert!(r.config.contains(" dropout 0.05"), "{}", r.config);
+        assert_eq!(
+            r.measured_trainable,
+            Some(r.predicted_trainable),
+            "{} {}",
+            r.model,
+            r.config
+        );
+    }
     let q = rows(&["qlora.jsonl"]);
     assert!(q.len() >= 16, "only {} QLoRA / bnb rows", q.len());
     for r in &q {
@@ -439,9 +461,13 @@ fn qlora_and_bnb_optimizers_within_targets() {
         .filter(|r| r.config.contains("trainer-loop"))
         .count();
     assert!(loops >= 4 && loops < q.len(), "both loop shapes");
-    let all = rows(&["lora.jsonl", "qlora.jsonl"]);
-    assert!(all.len() >= 30, "{} LoRA + QLoRA rows", all.len());
-    for (name, set) in [("QLoRA/bnb", &q), ("LoRA + QLoRA", &all)] {
+    let all = rows(&["lora.jsonl", "qlora.jsonl", "lora_dropout.jsonl"]);
+    assert!(all.len() >= 40, "{} LoRA + QLoRA rows", all.len());
+    for (name, set) in [
+        ("LoRA dropout", &d),
+        ("QLoRA/bnb", &q),
+        ("LoRA + QLoRA", &all),
+    ] {
         let alloc_median = median_abs(set.iter().map(|r| r.allocated_error()));
         let alloc_worst = max_abs(set.iter().map(|r| r.allocated_error()));
         let reserved_median = median_abs(set.iter().map(|r| r.reserved_error()));

@@ -129,4 +129,15 @@ fn the_finetune_choice_plans_lora() {
         h.state().state.config.finetune.lora_targets,
         LoraTargets::AllLinear
     );
+    // The dropout field next to the rank: typed, it reaches the plan's config.
+    assert!(h.state().state.config.finetune.lora_dropout.is_zero());
+    h.get_by_label("dropout").focus();
+    h.run();
+    h.get_by_label("dropout").type_text("0.05");
+    h.key_press(egui::Key::Enter);
+    h.run();
+    assert_eq!(
+        h.state().state.config.finetune.lora_dropout,
+        "0.05".parse().expect("p")
+    );
 }

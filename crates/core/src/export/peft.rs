@@ -72,9 +72,10 @@ pub fn render(cfg: &TrainConfig) -> String {
     }
     if ft.mode.has_adapters() {
         s.push_str(&format!(
-            "lora_config = LoraConfig(r={}, lora_alpha={}, lora_dropout=0.0, target_modules={}, task_type=\"CAUSAL_LM\")\n",
+            "lora_config = LoraConfig(r={}, lora_alpha={}, lora_dropout={:?}, target_modules={}, task_type=\"CAUSAL_LM\")\n",
             ft.lora_rank,
             2 * ft.lora_rank,
+            ft.lora_dropout.p(),
             target_modules(ft.lora_targets)
         ));
         s.push_str(
@@ -157,5 +158,17 @@ mod tests {
         let s = render(&lora);
         assert!(!s.contains("BitsAndBytesConfig("), "{s}");
         assert!(s.contains("target_modules=[\"q_proj\", \"v_proj\"]"), "{s}");
+        let dropout = TrainConfig {
+            finetune: FineTune {
+                lora_dropout: "0.05".parse().expect("p"),
+                ..lora.finetune
+            },
+            ..lora
+        };
+        let s = render(&dropout);
+        assert!(
+            s.contains("lora_alpha=16, lora_dropout=0.05, target"),
+            "{s}"
+        );
     }
 }

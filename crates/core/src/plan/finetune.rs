@@ -4,11 +4,15 @@
 //! ```text
 //! result = base_layer(x)                       # frozen weight
 //! x = x.to(lora_A.weight.dtype)                # _cast_input_dtype: fp32 adapters
-//! result = result + lora_B(lora_A(dropout(x))) * scaling   # dropout p=0: nn.Identity
+//! result = result + lora_B(lora_A(dropout(x))) * scaling
 //! result = result.to(torch_result_dtype)
 //! ```
 //!
 //! peft keeps the adapters in fp32 on a bf16/fp16 base (`autocast_adapter_dtype=True`).
+//! `dropout` is each adapted module's own `lora_dropout[adapter]`: `nn.Identity` when
+//! `lora_dropout == 0`, else `nn.Dropout(p)` ([`Op::Dropout`], train mode): a new tensor in
+//! its input's dtype and a saved bool mask, and `lora_A` saves the dropout output instead of
+//! `x`. Modules reading the same `x` (q, k, v) each run their own.
 //!
 //! QLoRA: every linear but the output embedding becomes a bitsandbytes base layer
 //! ([`Op::QuantLinear`], its storage a [`QuantStorage`] of the policy), and peft's
@@ -29,7 +33,7 @@ use super::policy::{ParamPolicy, QuantStorage};
 use crate::model::ir::{Elem, Graph, Node, Op, Param, Pointwise, Tensor};
 
 pub use super::finetune_mode::{
-    FineTune, FineTuneMode, LORA_MODULES, LoraTargets, MAX_LORA_RANK, Quant,
+    FineTune, FineTuneMode, LORA_MODULES, LoraDropout, LoraTargets, MAX_LORA_RANK, Quant,
 };
 
 /// The graph to simulate and its parameter policy under `ft`.
@@ -39,13 +43,13 @@ pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPo
             let p = ParamPolicy::full(&g, prec);
             Ok((g, p))
         }
-        FineTuneMode::Lora => lora(g, ft.lora_rank, ft.lora_targets, prec, None),
+        FineTuneMode::Lora => lora(g, ft, prec, None),
         FineTuneMode::Qlora => {
             let q = QuantStorage {
                 quant: ft.quant,
                 double_quant: ft.double_quant,
             };
-            lora(g, ft.lora_rank, ft.lora_targets, prec, Some(q))
+            lora(g, ft, prec, Some(q))
         }
     }
 }
@@ -59,8 +63,7 @@ fn keeps_dtype(name: &str) -> bool {
 
 fn lora(
     mut g: Graph,
-    rank: u64,
-    targets: LoraTargets,
+    ft: &FineTune,
     prec: Precision,
     quant: Option<QuantStorage>,
 ) -> Result<(Graph, ParamPolicy), PlanError> {
@@ -90,131 +93,135 @@ fn lora(
                 quantized.push((p, k == 0));
             }
         }
-        if !targets.matches(&name) || out_features == 0 {
+        if !ft.lora_targets.matches(&name) || out_features == 0 {
             nodes.push(node);
             continue;
         }
         adapted += 1;
-        let result = node.output;
-        let shape = g.tensors[result].clone();
-        let rows = shape.per_sample / out_features;
-        let x = node.inputs[0];
-        let block = node.block;
-        let tensor = |g: &mut Graph, per_sample: u64| {
-            g.tensors.push(Tensor {
-                per_sample,
-                fixed: 0,
-                elem: Elem::Float,
-            });
-            g.tensors.len() - 1
+        let mut e = Emit {
+            g: &mut g,
+            nodes: &mut nodes,
+            name,
+            block: node.block,
         };
-        let base = tensor(&mut g, shape.per_sample);
-        node.output = base;
-        nodes.push(node);
-        let mut push = |g: &mut Graph,
-                        op: Op,
-                        inputs: &[usize],
-                        output: usize,
-                        params: &[usize],
-                        suffix: &str| {
-            let start = g.names.len();
-            g.names.push_str(&name);
-            g.names.push_str(suffix);
-            let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
-            nodes.push(Node {
-                op,
-                inputs: inputs.into(),
-                output,
-                params: params.into(),
-                block,
-                name: at(start)..at(g.names.len()),
-            });
-        };
-        let x_elems = g.tensors[x].per_sample;
-        // peft's bnb layers cast nothing under autocast; their fp32 base (after
-        // prepare_model_for_kbit_training) needs no cast otherwise.
-        let xa = if q.is_some() {
-            x
-        } else {
-            let xa = tensor(&mut g, x_elems);
-            push(&mut g, Op::ToF32, &[x], xa, &[], ".lora_cast");
-            xa
-        };
-        g.params.push(Param {
-            elems: rank * in_features,
-            matrix: Some((rank, in_features)),
-        });
-        let pa = g.params.len() - 1;
-        g.params.push(Param {
-            elems: out_features * rank,
-            matrix: Some((out_features, rank)),
-        });
-        let pb = g.params.len() - 1;
-        let a = tensor(&mut g, rows * rank);
-        push(
-            &mut g,
-            Op::Linear {
-                in_features,
-                out_features: rank,
-            },
-            &[xa],
-            a,
-            &[pa],
-            ".lora_A",
-        );
-        let b = tensor(&mut g, shape.per_sample);
-        push(
-            &mut g,
-            Op::Linear {
-                in_features: rank,
-                out_features,
-            },
-            &[a],
-            b,
-            &[pb],
-            ".lora_B",
-        );
-        let s = tensor(&mut g, shape.per_sample);
-        let pw = |f| Op::Pointwise { f, inplace: false };
-        push(&mut g, pw(Pointwise::Scale), &[b], s, &[], ".lora_scaling");
-        if let Some(q) = q {
-            let base = if q.quant.is_4bit() {
-                let c = tensor(&mut g, shape.per_sample);
-                push(&mut g, Op::Copy, &[base], c, &[], ".base_clone");
-                c
-            } else {
-                base
-            };
-            push(
-                &mut g,
-                pw(Pointwise::Add),
-                &[base, s],
-                result,
-                &[],
-                ".lora_add",
-            );
-            continue;
-        }
-        let sum = tensor(&mut g, shape.per_sample);
-        push(
-            &mut g,
-            pw(Pointwise::Add),
-            &[base, s],
-            sum,
-            &[],
-            ".lora_add",
-        );
-        push(&mut g, Op::ToComputeDtype, &[sum], result, &[], ".lora_to");
+        e.adapter(node, (in_features, out_features), ft, q);
     }
     g.nodes = nodes;
     if adapted == 0 {
         return Err(PlanError::Field {
             field: "lora_targets",
-            reason: format!("`{targets}` matches no linear layer of this model"),
+            reason: format!(
+                "`{}` matches no linear layer of this model",
+                ft.lora_targets
+            ),
         });
     }
     let policy = adapter_policy(&g, prec, base_params, quant, &quantized);
     Ok((g, policy))
+}
+
+/// Appends the ops of one adapted layer named `name` to `nodes`.
+struct Emit<'a> {
+    g: &'a mut Graph,
+    nodes: &'a mut Vec<Node>,
+    name: String,
+    block: Option<u32>,
+}
+
+impl Emit<'_> {
+    fn tensor(&mut self, per_sample: u64) -> usize {
+        self.g.tensors.push(Tensor {
+            per_sample,
+            fixed: 0,
+            elem: Elem::Float,
+        });
+        self.g.tensors.len() - 1
+    }
+
+    fn push(&mut self, op: Op, inputs: &[usize], output: usize, params: &[usize], suffix: &str) {
+        let start = self.g.names.len();
+        self.g.names.push_str(&self.name);
+        self.g.names.push_str(suffix);
+        let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.into(),
+            output,
+            params: params.into(),
+            block: self.block,
+            name: at(start)..at(self.g.names.len()),
+        });
+    }
+
+    fn param(&mut self, rows: u64, cols: u64) -> usize {
+        self.g.params.push(Param {
+            elems: rows * cols,
+            matrix: Some((rows, cols)),
+        });
+        self.g.params.len() - 1
+    }
+
+    /// The base layer `node` (its output renamed) and peft's adapter ops after it, writing
+    /// the layer's old output tensor; `q`: the base is a bitsandbytes layer.
+    fn adapter(
+        &mut self,
+        mut node: Node,
+        (in_features, out_features): (u64, u64),
+        ft: &FineTune,
+        q: Option<QuantStorage>,
+    ) {
+        let rank = ft.lora_rank;
+        let result = node.output;
+        let out_elems = self.g.tensors[result].per_sample;
+        let rows = out_elems / out_features;
+        let x = node.inputs[0];
+        let base = self.tensor(out_elems);
+        node.output = base;
+        self.nodes.push(node);
+        let x_elems = self.g.tensors[x].per_sample;
+        // peft's bnb layers cast nothing under autocast; their fp32 base (after
+        // prepare_model_for_kbit_training) needs no cast otherwise.
+        let mut xa = x;
+        if q.is_none() {
+            xa = self.tensor(x_elems);
+            self.push(Op::ToF32, &[x], xa, &[], ".lora_cast");
+        }
+        if !ft.lora_dropout.is_zero() {
+            let d = self.tensor(x_elems);
+            let op = Op::Dropout {
+                p: ft.lora_dropout.p(),
+                inplace: false,
+            };
+            self.push(op, &[xa], d, &[], ".lora_dropout");
+            xa = d;
+        }
+        let pa = self.param(rank, in_features);
+        let pb = self.param(out_features, rank);
+        let a = self.tensor(rows * rank);
+        let linear = |in_features, out_features| Op::Linear {
+            in_features,
+            out_features,
+        };
+        self.push(linear(in_features, rank), &[xa], a, &[pa], ".lora_A");
+        let b = self.tensor(out_elems);
+        self.push(linear(rank, out_features), &[a], b, &[pb], ".lora_B");
+        let s = self.tensor(out_elems);
+        let pw = |f| Op::Pointwise { f, inplace: false };
+        self.push(pw(Pointwise::Scale), &[b], s, &[], ".lora_scaling");
+        if let Some(q) = q {
+            let mut base = base;
+            if q.quant.is_4bit() {
+                let c = self.tensor(out_elems);
+                self.push(Op::Copy, &[base], c, &[], ".base_clone");
+                base = c;
+            }
+            self.push(pw(Pointwise::Add), &[base, s], result, &[], ".lora_add");
+            return;
+        }
+        let sum = self.tensor(out_elems);
+        self.push(pw(Pointwise::Add), &[base, s], sum, &[], ".lora_add");
+        self.push(Op::ToComputeDtype, &[sum], result, &[], ".lora_to");
+    }
 }
 
 /// The base frozen, the adapters (parameters from `base_params` on) in fp32; with QLoRA
@@ -453,6 +460,86 @@ mod tests {
                 .to_string()
                 .contains("amp-bf16")
         );
+    }
+
+    /// `lora_dropout > 0`: every adapted module runs its own `nn.Dropout` on its (cast) input
+    /// and `lora_A` reads its output; q_proj and v_proj each keep a dropout output and a
+    /// bool mask where without dropout they shared one saved input.
+    #[test]
+    fn lora_dropout_runs_one_dropout_per_adapted_module() {
+        let g = graph("TinyLlama-1.1B");
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            ..FineTune::default()
+        };
+        let with = FineTune {
+            lora_dropout: LoraDropout::new(0.05).expect("p"),
+            ..ft
+        };
+        let (lg, lp) = apply(g.clone(), &ft, Precision::Fp32).expect("lora");
+        let (dg, dp) = apply(g.clone(), &with, Precision::Fp32).expect("dropout");
+        let dropouts: Vec<&Node> = dg
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Dropout { p, inplace: false } if p == 0.05))
+            .collect();
+        let layers = g.block_count() as usize;
+        assert_eq!(dropouts.len(), 2 * layers);
+        assert!(!lg.nodes.iter().any(|n| matches!(n.op, Op::Dropout { .. })));
+        // q_proj's and v_proj's dropouts read the same normed hidden state (through their
+        // own casts, aliases in fp32), and each feeds its lora_A.
+        for d in &dropouts {
+            assert!(dg.name(d).ends_with("proj.lora_dropout"), "{}", dg.name(d));
+            let a = dg
+                .nodes
+                .iter()
+                .find(|n| n.inputs.contains(&d.output))
+                .expect("reader");
+            assert!(dg.name(a).ends_with(".lora_A"), "{}", dg.name(a));
+        }
+        assert_eq!(dp.trainable_elems(&dg), lp.trainable_elems(&lg));
+        // Per block and token: two fp32 dropout outputs and two bool masks instead of the
+        // one fp32 input both adapters saved. The first block's input (frozen embeddings)
+        // needs no gradient: autograd records no dropout there, and keeps no mask.
+        let hidden = 2048;
+        let grown = forward_bytes(&dg, &dp) - forward_bytes(&lg, &lp);
+        let per_block = 128 * hidden * (2 * (4 + 1) - 4);
+        assert_eq!(
+            grown,
+            (layers as i128 - 1) * per_block + 128 * hidden * (2 * 4 - 4)
+        );
+        // The eval step's model.eval() turns them back into identities (checked in
+        // sim/eval_step.rs for every Op::Dropout).
+    }
+
+    #[test]
+    fn lora_dropout_is_checked_and_written_as_users_write_it() {
+        for (s, p) in [("0", 0.0), ("0.05", 0.05), ("0.1", 0.1), (" 0.5 ", 0.5)] {
+            let d: LoraDropout = s.parse().expect(s);
+            assert_eq!(d.p(), p, "{s}");
+            assert_eq!(d.is_zero(), p == 0.0);
+        }
+        for bad in ["1", "1.5", "-0.1", "NaN", "inf", "abc", ""] {
+            let err = bad.parse::<LoraDropout>().expect_err(bad).to_string();
+            assert!(err.starts_with("lora_dropout: "), "{bad}: {err}");
+        }
+        // Tiny and near-1 probabilities stay dropouts in [0, 1).
+        let tiny = LoraDropout::new(1e-9).expect("tiny");
+        assert!(!tiny.is_zero());
+        assert!(LoraDropout::new(0.999_999_9).expect("near 1").p() < 1.0);
+        let ft = FineTune {
+            mode: FineTuneMode::Lora,
+            lora_dropout: LoraDropout::new(0.05).expect("p"),
+            ..FineTune::default()
+        };
+        let text = serde_json::to_string(&ft).expect("json");
+        assert!(text.contains(r#""lora_dropout":0.05,"#), "{text}");
+        assert_eq!(serde_json::from_str::<FineTune>(&text).expect("back"), ft);
+        let err = serde_json::from_str::<FineTune>(r#"{"mode":"lora","lora_dropout":1.0}"#)
+            .expect_err("p = 1")
+            .to_string();
+        assert!(err.contains("lora_dropout"), "{err}");
+        assert!(serde_json::from_str::<FineTune>(r#"{"lora_dropout":"0.1"}"#).is_err());
     }
 
     #[test]

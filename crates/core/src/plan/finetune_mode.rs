@@ -1,5 +1,5 @@
 //! What the user asks for when fine-tuning, as plain configuration data: the mode (full or
-//! LoRA), the LoRA rank and target modules. [`super::finetune`] turns it into graph ops and
+//! LoRA), the LoRA rank, target modules and dropout. [`super::finetune`] turns it into graph ops and
 //! a parameter policy; [`super::config::TrainConfig`] carries it.
 
 use serde::{Deserialize, Serialize};
@@ -237,6 +237,81 @@ impl std::str::FromStr for Quant {
     }
 }
 
+/// peft's `lora_dropout`: the probability of `nn.Dropout` on each adapter's input (0, peft's
+/// default, is `nn.Identity`). Held in millionths so that [`FineTune`] stays `Eq + Hash`;
+/// written and read as the float users write (`0.05`). Only [`LoraDropout::new`] makes one,
+/// so it is always in [0, 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct LoraDropout(u32);
+
+impl LoraDropout {
+    /// Millionths in 1.
+    const SCALE: u32 = 1_000_000;
+
+    /// No dropout (`nn.Identity`).
+    pub const ZERO: LoraDropout = LoraDropout(0);
+
+    /// `p` (0 ≤ p < 1) to the nearest millionth; a non-zero `p` stays non-zero and below 1.
+    pub fn new(p: f64) -> Result<Self, PlanError> {
+        if !p.is_finite() || !(0.0..1.0).contains(&p) {
+            return Err(PlanError::Field {
+                field: "lora_dropout",
+                reason: format!("{p} is not a probability in [0, 1)"),
+            });
+        }
+        let scaled = (p * f64::from(Self::SCALE)).round();
+        // In range: 0 ≤ scaled ≤ SCALE, so the cast is exact.
+        let m = scaled as u32;
+        let m = if p > 0.0 {
+            m.clamp(1, Self::SCALE - 1)
+        } else {
+            0
+        };
+        Ok(LoraDropout(m))
+    }
+
+    /// The probability.
+    pub fn p(self) -> f64 {
+        f64::from(self.0) / f64::from(Self::SCALE)
+    }
+
+    /// Whether peft builds `nn.Identity` (no dropout op runs).
+    pub fn is_zero(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl std::fmt::Display for LoraDropout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.p())
+    }
+}
+
+impl std::str::FromStr for LoraDropout {
+    type Err = PlanError;
+
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        let p: f64 = s.trim().parse().map_err(|_| PlanError::Field {
+            field: "lora_dropout",
+            reason: format!("`{s}` is not a number"),
+        })?;
+        LoraDropout::new(p)
+    }
+}
+
+impl Serialize for LoraDropout {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.p())
+    }
+}
+
+impl<'de> Deserialize<'de> for LoraDropout {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let p = f64::deserialize(d)?;
+        LoraDropout::new(p).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The fine-tuning part of a config; absent in older files, which means full training.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -245,6 +320,9 @@ pub struct FineTune {
     /// LoRA rank `r`.
     pub lora_rank: u64,
     pub lora_targets: LoraTargets,
+    /// peft's `lora_dropout` (absent in older files: 0, and not written when 0).
+    #[serde(skip_serializing_if = "LoraDropout::is_zero")]
+    pub lora_dropout: LoraDropout,
     /// QLoRA base storage (ignored by the other modes).
     pub quant: Quant,
     /// bitsandbytes double quantization (`bnb_4bit_use_double_quant`): the absmax of each
@@ -258,6 +336,7 @@ impl Default for FineTune {
             mode: FineTuneMode::Full,
             lora_rank: 8,
             lora_targets: LoraTargets::Attn,
+            lora_dropout: LoraDropout::ZERO,
             quant: Quant::Nf4,
             double_quant: true,
         }
@@ -279,6 +358,7 @@ impl FineTune {
                 reason: format!("{} is not between 1 and {MAX_LORA_RANK}", self.lora_rank),
             });
         }
+        // `lora_dropout` is checked where it is made ([`LoraDropout::new`]).
         Ok(())
     }
 }

@@ -3,7 +3,9 @@
 use egui::{DragValue, Ui};
 
 use vramlab_core::plan::config::LoopShape;
-use vramlab_core::plan::finetune::{FineTune, FineTuneMode, LoraTargets, MAX_LORA_RANK};
+use vramlab_core::plan::finetune::{
+    FineTune, FineTuneMode, LoraDropout, LoraTargets, MAX_LORA_RANK,
+};
 use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::plan::{Attention, Optimizer, Precision, TrainConfig};
 
@@ -189,7 +191,33 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
     }
 }
 
-/// Fine-tuning: full or LoRA, with the LoRA rank and targets (token models).
+/// The LoRA dropout probability (0 ≤ p < 1; 0 is peft's `nn.Identity`).
+fn lora_dropout_ui(dropout: &mut LoraDropout, ui: &mut Ui) -> bool {
+    let l = ui.label("dropout").on_hover_text(tips::LORA_DROPOUT);
+    let mut p = dropout.p();
+    let changed = ui
+        .add(
+            DragValue::new(&mut p)
+                .range(0.0..=MAX_DROPOUT)
+                .speed(0.01)
+                .max_decimals(4),
+        )
+        .labelled_by(l.id)
+        .on_hover_text(tips::LORA_DROPOUT)
+        .changed();
+    match LoraDropout::new(p) {
+        Ok(d) if changed && d != *dropout => {
+            *dropout = d;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The largest LoRA dropout the field offers.
+const MAX_DROPOUT: f64 = 0.99;
+
+/// Fine-tuning: full or LoRA, with the LoRA rank, dropout and targets (token models).
 fn finetune_ui(ft: &mut FineTune, ui: &mut Ui) -> bool {
     let mut changed = false;
     ui.horizontal(|ui| {
@@ -223,6 +251,9 @@ fn finetune_ui(ft: &mut FineTune, ui: &mut Ui) -> bool {
                 .add(DragValue::new(&mut ft.lora_rank).range(1..=MAX_LORA_RANK))
                 .on_hover_text(tips::LORA_RANK)
                 .changed();
+            changed |= lora_dropout_ui(&mut ft.lora_dropout, ui);
+        });
+        ui.horizontal(|ui| {
             ui.label("targets").on_hover_text(tips::LORA_TARGETS);
             for t in [LoraTargets::Attn, LoraTargets::AllLinear] {
                 changed |= ui

@@ -25,4 +25,5 @@ pub const CUSTOM: &str = "Edit the builder parameters of the selected preset; an
 pub const FINETUNE: &str = "full: every parameter trains (gradients and optimizer state for all) · lora: peft LoRA adapters (fp32) train on a frozen base; frozen layers keep no gradient, no optimizer state and save for backward only what the adapters' gradients need.";
 pub const LORA_RANK: &str =
     "LoRA rank r: each adapted layer gets r × (in + out) trainable parameters.";
+pub const LORA_DROPOUT: &str = "LoRA dropout p (peft's lora_dropout): above 0 each adapted layer runs its own nn.Dropout on the adapter input, which keeps a copy of that input and a 1-byte mask per element until backward.";
 pub const LORA_TARGETS: &str = "attn: peft's default targets (GPT-2 c_attn, Llama q_proj and v_proj) · all-linear: every linear layer but the output layer.";

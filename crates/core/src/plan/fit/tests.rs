@@ -194,6 +194,19 @@ fn optimizers_are_offered_within_their_family_with_less_state() {
     );
 }
 
+/// The LoRA / QLoRA settings fit proposes keep the user's `lora_dropout` (it costs memory:
+/// a mask and a copy of each adapter input).
+#[test]
+fn proposed_lora_keeps_the_users_dropout() {
+    let mut user = TrainConfig::default();
+    user.finetune.lora_dropout = "0.1".parse().expect("p");
+    let axes = axes::Axes::new(&user, None);
+    assert!(axes.finetune.len() > 1);
+    for ft in &axes.finetune {
+        assert_eq!(ft.lora_dropout, user.finetune.lora_dropout, "{ft:?}");
+    }
+}
+
 #[test]
 fn needs_at_least_orders_the_monotone_axes() {
     let user = Knobs::of(&TrainConfig::default());
