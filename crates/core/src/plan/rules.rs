@@ -711,7 +711,7 @@ pub fn rule(
             q_len,
             kv_len,
             dropout,
-            bias_grad,
+            bias_grad: true,
         } => {
             // The float mask of `create_position_bias_mask` requires grad (T5's learned
             // relative position bias): SDPA runs its math backend (`_scaled_dot_product_attention_math`; the T5 rows of
