@@ -199,6 +199,41 @@ fn torch_engine_config_line_carries_the_loop_and_model_type() {
     assert_eq!(v["seq"], 256);
 }
 
+/// The fine-tuning mode travels too: a benchmark of a QLoRA plan runs QLoRA (peft +
+/// bitsandbytes in the runner), with the plan's rank, targets, dropout and quantization; a
+/// full-training line carries none of it.
+#[test]
+fn torch_engine_config_line_carries_the_finetune_mode() {
+    use vramlab_core::plan::finetune::{FineTune, FineTuneMode, LoraTargets, Quant};
+    let text = std::fs::read_to_string(format!("{DIR}/Qwen3-0.6B.json")).expect("config");
+    let preset = hf::from_config_text(&text, "Qwen3-0.6B").expect("import");
+    let line = |cfg: &TrainConfig| {
+        let l = vramlab_device::bench::torch::config_line(&preset, cfg, 256, 2).expect("line");
+        serde_json::from_str::<serde_json::Value>(&l).expect("json")
+    };
+    let full = line(&TrainConfig::default());
+    assert!(full.get("finetune").is_none() && full.get("quant").is_none());
+    let cfg = TrainConfig {
+        precision: vramlab_core::plan::Precision::AmpBf16,
+        finetune: FineTune {
+            mode: FineTuneMode::Qlora,
+            lora_rank: 16,
+            lora_targets: LoraTargets::AllLinear,
+            quant: Quant::Fp4,
+            double_quant: false,
+            lora_dropout: "0.05".parse().expect("dropout"),
+        },
+        ..TrainConfig::default()
+    };
+    let v = line(&cfg);
+    assert_eq!(v["finetune"], "qlora");
+    assert_eq!(v["lora_rank"], 16);
+    assert_eq!(v["lora_targets"], "all-linear");
+    assert_eq!(v["quant"], "fp4");
+    assert_eq!(v["double_quant"], false);
+    assert!((v["lora_dropout"].as_f64().expect("p") - 0.05).abs() < 1e-9);
+}
+
 /// `--moe-imbalance F`: more memory for a MoE config, refused below 1 and for dense
 /// models (the error names the setting), carried in the saved config.
 #[test]

@@ -311,6 +311,19 @@ pub fn config_line(preset: &Preset, cfg: &TrainConfig, size: u64, batch: u64) ->
         // Encoder-decoder: labels of their own length (tools/torch_runner.py).
         c["target_seq"] = json!(t);
     }
+    let ft = &cfg.finetune;
+    if !ft.is_full() {
+        // peft LoRA / QLoRA as the plan has it (lora_alpha does not change the memory; the
+        // runner's default 16 is used).
+        c["finetune"] = json!(ft.mode.as_str());
+        c["lora_rank"] = json!(ft.lora_rank);
+        c["lora_targets"] = json!(ft.lora_targets.to_string());
+        c["lora_dropout"] = json!(ft.lora_dropout.p());
+        if ft.mode == vramlab_core::plan::finetune::FineTuneMode::Qlora {
+            c["quant"] = json!(ft.quant.as_str());
+            c["double_quant"] = json!(ft.double_quant);
+        }
+    }
     Ok(c.to_string())
 }
 
