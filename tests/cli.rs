@@ -1438,3 +1438,68 @@ fn capture_errors_and_captured_models() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Partial full fine-tuning: `--freeze-embeddings` / `--freeze-blocks N` print the trainable
+/// count and save less; out-of-range or combined with LoRA they are refused naming the flag.
+#[test]
+fn freeze_flags_plan_partial_fine_tuning_and_are_checked() {
+    let base = [
+        "plan", "--model", "gpt2", "--batch", "4", "--seq", "512", "--json",
+    ];
+    let peak = |extra: &[&str]| {
+        let (code, out, err) = vramlab_code(&[&base[..], extra].concat());
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+        (
+            v["peak_allocated_bytes"].as_u64().expect("peak"),
+            v["trainable_params"].as_u64(),
+        )
+    };
+    let (full, none) = peak(&[]);
+    assert_eq!(none, None);
+    let (frozen, trainable) = peak(&["--freeze-embeddings", "--freeze-blocks", "6"]);
+    assert!(frozen < full, "{frozen} >= {full}");
+    assert!(trainable.expect("trainable") < 124_439_808 / 2);
+    let (code, _, err) = vramlab_code(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--freeze-blocks",
+        "40",
+    ]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("freeze_blocks") && err.contains("12 blocks"),
+        "{err}"
+    );
+    let (code, _, err) = vramlab_code(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--finetune",
+        "lora",
+        "--freeze-embeddings",
+    ]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--freeze-embeddings"), "{err}");
+    let (code, out, err) = vramlab_code(&[
+        "export",
+        "--format",
+        "pytorch",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--freeze-blocks",
+        "3",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("blocks[:3]") && out.contains("requires_grad_(False)"),
+        "{out}"
+    );
+}

@@ -222,6 +222,7 @@ fn torch_engine_config_line_carries_the_finetune_mode() {
             quant: Quant::Fp4,
             double_quant: false,
             lora_dropout: "0.05".parse().expect("dropout"),
+            ..FineTune::default()
         },
         ..TrainConfig::default()
     };

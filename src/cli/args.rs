@@ -75,6 +75,13 @@ pub struct TrainArgs {
     /// nn.Dropout on its input) [default: 0].
     #[arg(long, value_name = "P")]
     pub lora_dropout: Option<f64>,
+    /// Full fine-tuning with the embeddings frozen (every embedding lookup's weight, so a
+    /// tied output head too).
+    #[arg(long)]
+    pub freeze_embeddings: bool,
+    /// Full fine-tuning with the first N blocks (layers) frozen.
+    #[arg(long, value_name = "N")]
+    pub freeze_blocks: Option<u32>,
     /// QLoRA base storage (with --finetune qlora): nf4 (the default), fp4 or int8 (LLM.int8).
     #[arg(long, value_name = "nf4|fp4|int8")]
     pub quant: Option<String>,
@@ -378,6 +385,15 @@ impl TrainArgs {
         }
         if let Some(p) = self.lora_dropout {
             ft.lora_dropout = LoraDropout::new(p)?;
+        }
+        ft.freeze_embeddings = self.freeze_embeddings;
+        ft.freeze_blocks = self.freeze_blocks.unwrap_or(0);
+        if ft.mode.has_adapters() && (ft.freeze_embeddings || ft.freeze_blocks > 0) {
+            bail!(
+                "--freeze-embeddings / --freeze-blocks: apply to full fine-tuning (--finetune {} \
+                 already freezes the whole base model)",
+                ft.mode.as_str()
+            );
         }
         Ok(ft)
     }

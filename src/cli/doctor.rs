@@ -121,6 +121,8 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         lora_rank: None,
         lora_targets: None,
         lora_dropout: None,
+        freeze_embeddings: false,
+        freeze_blocks: None,
         dist: Default::default(),
         quant: None,
         no_double_quant: false,

@@ -175,6 +175,7 @@ pub fn command_for(t: &TrainArgs, batch: Option<u64>) -> String {
     flag("lora-targets", t.lora_targets.clone());
     flag("lora-dropout", t.lora_dropout.map(|v| v.to_string()));
     flag("quant", t.quant.clone());
+    flag("freeze-blocks", t.freeze_blocks.map(|v| v.to_string()));
     flag(
         "max-split-size-mb",
         t.max_split_size_mb.map(|v| v.to_string()),
@@ -183,6 +184,9 @@ pub fn command_for(t: &TrainArgs, batch: Option<u64>) -> String {
     flag("margin", (t.margin != 0.05).then(|| t.margin.to_string()));
     if t.checkpointing {
         parts.push("--checkpointing".into());
+    }
+    if t.freeze_embeddings {
+        parts.push("--freeze-embeddings".into());
     }
     if t.no_double_quant {
         parts.push("--no-double-quant".into());

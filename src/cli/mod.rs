@@ -387,7 +387,23 @@ fn write_plan(
     if c.step.is_eval() {
         writeln!(out, "  step planned: {}", c.step.describe())?;
     }
-    if let Some(t) = plan.trainable_params {
+    if let Some(t) = plan.trainable_params.filter(|_| c.finetune.is_full()) {
+        let mut what = Vec::new();
+        if c.finetune.freeze_embeddings {
+            what.push("embeddings".to_string());
+        }
+        if c.finetune.freeze_blocks > 0 {
+            what.push(format!("the first {} blocks", c.finetune.freeze_blocks));
+        }
+        writeln!(
+            out,
+            "  fine-tuning: full, with {} frozen (no gradient, no optimizer state; not yet \
+             measured on a GPU) · trainable params: {t} of {} ({:.4} %)",
+            what.join(" and "),
+            plan.params,
+            100.0 * t as f64 / plan.params.max(1) as f64
+        )?;
+    } else if let Some(t) = plan.trainable_params {
         writeln!(
             out,
             "  fine-tuning: {} r{} on {}{} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",

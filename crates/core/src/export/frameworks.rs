@@ -212,6 +212,19 @@ fn pytorch(cfg: &TrainConfig) -> String {
         cfg.batch
     ));
     s.push_str(&format!("accumulation_steps = {}\n", cfg.accum));
+    if cfg.finetune.freeze_embeddings {
+        s.push_str(
+            "model.get_input_embeddings().requires_grad_(False)  # frozen embeddings (a tied \
+             output head too)\n",
+        );
+    }
+    if cfg.finetune.freeze_blocks > 0 {
+        s.push_str(&format!(
+            "for block in blocks[:{}]:  # the model's layer list: model.model.layers, \
+             model.transformer.h, ...\n    block.requires_grad_(False)\n",
+            cfg.finetune.freeze_blocks
+        ));
+    }
     if cfg.precision == Precision::Bf16 {
         s.push_str(
             "model = model.to(torch.bfloat16)  # pure bf16: weights, grads and optimizer state\n",

@@ -40,7 +40,8 @@ pub use super::finetune_mode::{
 pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPolicy), PlanError> {
     match ft.mode {
         FineTuneMode::Full => {
-            let p = ParamPolicy::full(&g, prec);
+            let mut p = ParamPolicy::full(&g, prec);
+            freeze_parts(&g, ft, &mut p)?;
             Ok((g, p))
         }
         FineTuneMode::Lora => lora(g, ft, prec, None),
@@ -52,6 +53,48 @@ pub fn apply(g: Graph, ft: &FineTune, prec: Precision) -> Result<(Graph, ParamPo
             lora(g, ft, prec, Some(q))
         }
     }
+}
+
+/// Full fine-tuning of part of the model: the embeddings (every parameter an embedding
+/// lookup uses) and/or the parameters of the first `freeze_blocks` blocks stop training. A
+/// parameter shared with a trainable op (a tied head) is frozen all the same, as
+/// `requires_grad_(False)` on the tensor does.
+fn freeze_parts(g: &Graph, ft: &FineTune, p: &mut ParamPolicy) -> Result<(), PlanError> {
+    if !ft.freeze_embeddings && ft.freeze_blocks == 0 {
+        return Ok(());
+    }
+    let blocks = g
+        .nodes
+        .iter()
+        .filter_map(|n| n.block)
+        .max()
+        .map_or(0, |b| b + 1);
+    if ft.freeze_blocks > blocks {
+        return Err(PlanError::Field {
+            field: "freeze_blocks",
+            reason: format!(
+                "{} is more than the model's {blocks} blocks",
+                ft.freeze_blocks
+            ),
+        });
+    }
+    for n in &g.nodes {
+        let embedding = ft.freeze_embeddings && matches!(n.op, Op::Embedding);
+        let early = n.block.is_some_and(|b| b < ft.freeze_blocks);
+        if embedding || early {
+            for &q in n.params.iter() {
+                p.freeze(q);
+            }
+        }
+    }
+    if ft.freeze_embeddings && !g.nodes.iter().any(|n| matches!(n.op, Op::Embedding)) {
+        return Err(PlanError::Field {
+            field: "freeze_embeddings",
+            reason: "this model has no embedding lookup (an image model?): nothing to freeze"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// Whether a linear named `name` keeps its dtype under QLoRA (the output embedding:
@@ -612,5 +655,82 @@ mod tests {
         );
         let back: TrainConfig = serde_json::from_str(&text).expect("round trip");
         assert_eq!(back, lora);
+    }
+
+    /// Partial full fine-tuning: freezing the embeddings stops their gradient and state
+    /// (GPT-2's head is tied to `wte`: frozen with it); freezing the first blocks as well
+    /// removes what autograd saved for them, since nothing before them needs a gradient.
+    /// Freezing only early blocks keeps most activations (the embeddings still train, so
+    /// the gradient flows back through the frozen blocks).
+    #[test]
+    fn frozen_embeddings_and_blocks_train_less_and_save_less() {
+        let g = graph("gpt2");
+        let policy = |ft: FineTune| apply(g.clone(), &ft, Precision::Fp32).expect("apply").1;
+        let full = policy(FineTune::default());
+        let total = full.trainable_elems(&g);
+        let emb = policy(FineTune {
+            freeze_embeddings: true,
+            ..FineTune::default()
+        });
+        // wte (50257 × 768, tied head) and wpe (1024 × 768) stop training.
+        assert_eq!(total - emb.trainable_elems(&g), (50257 + 1024) * 768);
+        let early = policy(FineTune {
+            freeze_blocks: 6,
+            ..FineTune::default()
+        });
+        let both = policy(FineTune {
+            freeze_embeddings: true,
+            freeze_blocks: 6,
+            ..FineTune::default()
+        });
+        assert!(early.trainable_elems(&g) < total);
+        assert_eq!(
+            total - both.trainable_elems(&g),
+            (total - emb.trainable_elems(&g)) + (total - early.trainable_elems(&g))
+        );
+        let (f_full, f_early, f_both) = (
+            forward_bytes(&g, &full),
+            forward_bytes(&g, &early),
+            forward_bytes(&g, &both),
+        );
+        assert!(f_early <= f_full, "{f_early} > {f_full}");
+        // Half the blocks need no gradient at all: roughly half the saved activations go.
+        assert!(f_both * 10 < f_full * 7, "{f_both} vs {f_full}");
+        // Errors name the field.
+        let e = apply(
+            g.clone(),
+            &FineTune {
+                freeze_blocks: 13,
+                ..FineTune::default()
+            },
+            Precision::Fp32,
+        )
+        .expect_err("13 of 12 blocks");
+        assert!(e.to_string().contains("freeze_blocks"), "{e}");
+        let lora = FineTune {
+            mode: FineTuneMode::Lora,
+            freeze_embeddings: true,
+            ..FineTune::default()
+        };
+        assert!(
+            lora.validate()
+                .expect_err("lora")
+                .to_string()
+                .contains("freeze_embeddings")
+        );
+        let resnet = find_builtin("resnet50")
+            .expect("resnet")
+            .build(64, AttnImpl::Sdpa)
+            .expect("graph");
+        let e = apply(
+            resnet,
+            &FineTune {
+                freeze_embeddings: true,
+                ..FineTune::default()
+            },
+            Precision::Fp32,
+        )
+        .expect_err("no embeddings");
+        assert!(e.to_string().contains("freeze_embeddings"), "{e}");
     }
 }

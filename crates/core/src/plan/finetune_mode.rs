@@ -328,6 +328,17 @@ pub struct FineTune {
     /// bitsandbytes double quantization (`bnb_4bit_use_double_quant`): the absmax of each
     /// 64-element block stored in 8 bits.
     pub double_quant: bool,
+    /// Full fine-tuning with the embeddings frozen (`get_input_embeddings().requires_grad_(
+    /// False)`: every parameter an embedding lookup uses, so a tied output head too).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub freeze_embeddings: bool,
+    /// Full fine-tuning with the first N blocks (layers) frozen.
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub freeze_blocks: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for FineTune {
@@ -339,6 +350,8 @@ impl Default for FineTune {
             lora_dropout: LoraDropout::ZERO,
             quant: Quant::Nf4,
             double_quant: true,
+            freeze_embeddings: false,
+            freeze_blocks: 0,
         }
     }
 }
@@ -351,6 +364,11 @@ impl FineTune {
         self.mode == FineTuneMode::Full
     }
 
+    /// Whether every parameter trains (full fine-tuning, nothing frozen).
+    pub fn trains_everything(&self) -> bool {
+        self.is_full() && !self.freeze_embeddings && self.freeze_blocks == 0
+    }
+
     pub fn validate(&self) -> Result<(), PlanError> {
         if self.mode.has_adapters() && !(1..=MAX_LORA_RANK).contains(&self.lora_rank) {
             return Err(PlanError::Field {
@@ -359,6 +377,20 @@ impl FineTune {
             });
         }
         // `lora_dropout` is checked where it is made ([`LoraDropout::new`]).
+        if self.mode.has_adapters() && (self.freeze_embeddings || self.freeze_blocks > 0) {
+            return Err(PlanError::Field {
+                field: if self.freeze_embeddings {
+                    "freeze_embeddings"
+                } else {
+                    "freeze_blocks"
+                },
+                reason: format!(
+                    "{} already freezes the whole base model; freezing embeddings or blocks \
+                     applies to full fine-tuning",
+                    self.mode.as_str()
+                ),
+            });
+        }
         Ok(())
     }
 }

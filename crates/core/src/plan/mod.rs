@@ -288,7 +288,7 @@ impl Planner {
             params: self
                 .params_override
                 .unwrap_or_else(|| self.graph.param_count()),
-            trainable_params: (!cfg.finetune.is_full()).then_some(self.trainable),
+            trainable_params: (!cfg.finetune.trains_everything()).then_some(self.trainable),
             config: cfg,
             size: self.size,
             target_seq: self.target_seq,

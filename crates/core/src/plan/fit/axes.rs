@@ -240,6 +240,9 @@ impl Axes {
                     ft.mode = mode;
                     ft.lora_rank = rank;
                     ft.lora_targets = targets;
+                    // Adapters freeze the whole base: a partial freeze does not carry over.
+                    ft.freeze_embeddings = false;
+                    ft.freeze_blocks = 0;
                     if ft.validate().is_ok() && !finetune.contains(&ft) {
                         finetune.push(ft);
                     }
