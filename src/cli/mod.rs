@@ -339,6 +339,59 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// The fine-tuning line of a plan: LoRA / QLoRA with their trainable count, or a partial
+/// full fine-tuning (frozen embeddings / blocks).
+fn write_finetune(
+    out: &mut dyn Write,
+    c: &vramlab_core::plan::TrainConfig,
+    plan: &Plan,
+) -> Result<()> {
+    if let Some(t) = plan.trainable_params.filter(|_| c.finetune.is_full()) {
+        let mut what = Vec::new();
+        if c.finetune.freeze_embeddings {
+            what.push("embeddings".to_string());
+        }
+        if c.finetune.freeze_blocks > 0 {
+            what.push(format!("the first {} blocks", c.finetune.freeze_blocks));
+        }
+        writeln!(
+            out,
+            "  fine-tuning: full, with {} frozen (no gradient, no optimizer state; not yet \
+         measured on a GPU) · trainable params: {t} of {} ({:.4} %)",
+            what.join(" and "),
+            plan.params,
+            100.0 * t as f64 / plan.params.max(1) as f64
+        )?;
+    } else if let Some(t) = plan.trainable_params {
+        writeln!(
+            out,
+            "  fine-tuning: {} r{} on {}{} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
+            match c.finetune.mode {
+                vramlab_core::plan::finetune::FineTuneMode::Qlora => format!(
+                    "QLoRA {}{} (bitsandbytes 0.50, bf16 compute)",
+                    c.finetune.quant,
+                    if c.finetune.double_quant && c.finetune.quant.is_4bit() {
+                        " + double quant"
+                    } else {
+                        ""
+                    }
+                ),
+                _ => "LoRA".to_string(),
+            },
+            c.finetune.lora_rank,
+            c.finetune.lora_targets,
+            if c.finetune.lora_dropout.is_zero() {
+                String::new()
+            } else {
+                format!(", dropout {}", c.finetune.lora_dropout)
+            },
+            plan.params,
+            100.0 * t as f64 / plan.params.max(1) as f64
+        )?;
+    }
+    Ok(())
+}
+
 fn write_plan(
     out: &mut dyn Write,
     plan: &Plan,
@@ -387,49 +440,7 @@ fn write_plan(
     if c.step.is_eval() {
         writeln!(out, "  step planned: {}", c.step.describe())?;
     }
-    if let Some(t) = plan.trainable_params.filter(|_| c.finetune.is_full()) {
-        let mut what = Vec::new();
-        if c.finetune.freeze_embeddings {
-            what.push("embeddings".to_string());
-        }
-        if c.finetune.freeze_blocks > 0 {
-            what.push(format!("the first {} blocks", c.finetune.freeze_blocks));
-        }
-        writeln!(
-            out,
-            "  fine-tuning: full, with {} frozen (no gradient, no optimizer state; not yet \
-             measured on a GPU) · trainable params: {t} of {} ({:.4} %)",
-            what.join(" and "),
-            plan.params,
-            100.0 * t as f64 / plan.params.max(1) as f64
-        )?;
-    } else if let Some(t) = plan.trainable_params {
-        writeln!(
-            out,
-            "  fine-tuning: {} r{} on {}{} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
-            match c.finetune.mode {
-                vramlab_core::plan::finetune::FineTuneMode::Qlora => format!(
-                    "QLoRA {}{} (bitsandbytes 0.50, bf16 compute)",
-                    c.finetune.quant,
-                    if c.finetune.double_quant && c.finetune.quant.is_4bit() {
-                        " + double quant"
-                    } else {
-                        ""
-                    }
-                ),
-                _ => "LoRA".to_string(),
-            },
-            c.finetune.lora_rank,
-            c.finetune.lora_targets,
-            if c.finetune.lora_dropout.is_zero() {
-                String::new()
-            } else {
-                format!(", dropout {}", c.finetune.lora_dropout)
-            },
-            plan.params,
-            100.0 * t as f64 / plan.params.max(1) as f64
-        )?;
-    }
+    write_finetune(out, c, plan)?;
     if plan.paged_optimizer_bytes.0 > 0 {
         writeln!(
             out,
