@@ -141,3 +141,46 @@ fn the_finetune_choice_plans_lora() {
         "0.05".parse().expect("p")
     );
 }
+
+/// An imported T5 shows a "Target length" field (typed, it reaches the config); an imported
+/// MoE config shows "MoE imbalance"; a dense decoder shows neither, and a target length set
+/// for T5 does not carry over to it (it would not validate).
+#[test]
+fn t5_and_moe_imports_show_their_own_fields() {
+    let open = |name: &str| {
+        let path = std::path::PathBuf::from(format!(
+            "{}/../../tests/data/hf_configs_device/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ));
+        let mut app = VramApp::new_for_test(None);
+        app.set_dialogs(Box::new(|_| None), Box::new(move || Some(path.clone())));
+        let mut h = harness(app);
+        h.run();
+        h.get_by_label("Open preset…").click();
+        h.run();
+        h
+    };
+    let mut h = open("t5-small.json");
+    let custom = h.state().state.custom.clone().expect("imported");
+    assert_eq!(custom["family"], "t5", "{custom}");
+    assert!(h.query_by_label("MoE imbalance").is_none());
+    h.get_by_label("Target length").focus();
+    h.run();
+    h.get_by_label("Target length").type_text("64");
+    h.key_press(egui::Key::Enter);
+    h.run();
+    assert_eq!(h.state().state.config.target_seq, Some(64));
+    assert_shows(&h, "FITS");
+    // The status line names the opened file's absolute path (machine-specific): dismissed
+    // before the snapshot.
+    h.get_by_label("dismiss").click();
+    h.run();
+    h.remove_cursor();
+    h.run();
+    h.snapshot("t5-import");
+
+    let h = open("Qwen3-30B-A3B-L2.json");
+    assert_eq!(custom_model_type(&h).as_deref(), Some("qwen3_moe"));
+    assert!(h.query_by_label("MoE imbalance").is_some());
+    assert!(h.query_by_label("Target length").is_none());
+}

@@ -45,11 +45,70 @@ fn labelled_drag(ui: &mut Ui, text: &str, tip: &str, value: &mut u64, max: u64) 
         .changed()
 }
 
+/// The rows only some models have: an encoder-decoder's target length, a mixture of
+/// experts' routing imbalance. Returns whether `cfg` changed.
+fn model_kind_rows(
+    ui: &mut Ui,
+    d: &Derived,
+    cfg: &mut TrainConfig,
+    seq2seq: bool,
+    moe: bool,
+) -> bool {
+    let mut changed = false;
+    if seq2seq {
+        let default_target = d
+            .preset()
+            .ok()
+            .and_then(|p| p.target_seq(None))
+            .unwrap_or(1);
+        let mut t = cfg.target_seq.unwrap_or(default_target);
+        let l = ui.label("Target length").on_hover_text(tips::TARGET_SEQ).id;
+        let r = ui
+            .add(DragValue::new(&mut t).range(1..=1u64 << 20).speed(1.0))
+            .labelled_by(l)
+            .on_hover_text(tips::TARGET_SEQ);
+        if r.changed() {
+            cfg.target_seq = Some(t);
+            changed = true;
+        }
+        ui.end_row();
+    }
+    if moe {
+        let l = ui
+            .label("MoE imbalance")
+            .on_hover_text(tips::MOE_IMBALANCE)
+            .id;
+        let r = ui
+            .add(
+                DragValue::new(&mut cfg.moe_imbalance)
+                    .range(1.0..=64.0)
+                    .speed(0.05)
+                    .fixed_decimals(2),
+            )
+            .labelled_by(l)
+            .on_hover_text(tips::MOE_IMBALANCE);
+        changed |= r.changed();
+        ui.end_row();
+    }
+    changed
+}
+
 fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<Command>) {
     let mut cfg: TrainConfig = state.config;
     let mut changed = false;
     let is_tokens = d.preset().is_ok_and(|p| p.input.is_tokens());
     let default_size = d.preset().map_or(1, |p| p.default_size());
+    let seq2seq = d.preset().is_ok_and(|p| p.is_seq2seq());
+    let moe = d.preset().is_ok_and(|p| p.is_moe());
+    // Settings of another kind of model do not carry over (they would not validate).
+    if !seq2seq && cfg.target_seq.is_some() {
+        cfg.target_seq = None;
+        changed = true;
+    }
+    if !moe && cfg.moe_imbalance != 1.0 {
+        cfg.moe_imbalance = 1.0;
+        changed = true;
+    }
 
     egui::Grid::new("training_grid")
         .num_columns(2)
@@ -95,6 +154,8 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
                 }
             });
             ui.end_row();
+
+            changed |= model_kind_rows(ui, d, &mut cfg, seq2seq, moe);
 
             let l = ui.label("Precision").on_hover_text(tips::PRECISION);
             egui::ComboBox::from_id_salt("precision")

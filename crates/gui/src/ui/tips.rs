@@ -21,6 +21,8 @@ pub const MAX_BATCH: &str =
     "The largest micro-batch whose predicted nvidia-smi figure stays within the usable capacity.";
 pub const PEAK_PHASE: &str = "Where in the training step memory peaks: forward (activations piling up), backward (gradients appearing while activations are still held) or the optimizer step (its state and temporaries).";
 pub const SIZE: &str = "Sequence length (tokens per sample) or image side in pixels; activations grow with it (attention with seq² when eager).";
+pub const TARGET_SEQ: &str = "Encoder-decoder (T5): the target (decoder) length in tokens; the sequence length above is the source. vramlab plan --target-seq N.";
+pub const MOE_IMBALANCE: &str = "Mixture of experts: worst-case routing imbalance F >= 1 (the busiest expert gets F x its share). transformers' default grouped_mm experts use the same memory whatever the routing: 1 is exact for them.";
 pub const CUSTOM: &str = "Edit the builder parameters of the selected preset; any change makes a custom model named \"custom\" that you can save as a preset file.";
 pub const FINETUNE: &str = "full: every parameter trains (gradients and optimizer state for all) · lora: peft LoRA adapters (fp32) train on a frozen base; frozen layers keep no gradient, no optimizer state and save for backward only what the adapters' gradients need.";
 pub const LORA_RANK: &str =
