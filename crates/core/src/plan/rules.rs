@@ -645,7 +645,17 @@ pub fn rule(
             r.bwd_transient = 2 * probs;
             r
         }
-        Op::Sdpa { heads, seq, .. } => {
+        // The fused kernels; with a float mask that does not train (T5 cross-attention's
+        // zeros) the memory-efficient one, which also saves the mask.
+        Op::Sdpa {
+            heads, seq: q_len, ..
+        }
+        | Op::SdpaBias {
+            heads,
+            q_len,
+            bias_grad: false,
+            ..
+        } => {
             let mut r = Rule::new(if amp { lp } else { in0 });
             if amp {
                 cast_all(&mut r, lp);
@@ -654,7 +664,7 @@ pub fn rule(
             r.saves_output = true;
             // logsumexp (fp32, rows padded to 32 by the memory-efficient kernel)
             r.extras
-                .push(extra(heads * seq.div_ceil(32) * 32, DType::F32));
+                .push(extra(heads * q_len.div_ceil(32) * 32, DType::F32));
             r
         }
         Op::GroupedMm { .. } => {
@@ -688,25 +698,6 @@ pub fn rule(
         }
         Op::SdpaBias {
             heads,
-            q_len,
-            bias_grad: false,
-            ..
-        } => {
-            // A mask that does not train (cross-attention's zeros): the fused
-            // memory-efficient kernel, saving q, k, v, the mask, the output and the
-            // logsumexp (fp32, rows padded to 32).
-            let mut r = Rule::new(if amp { lp } else { in0 });
-            if amp {
-                cast_all(&mut r, lp);
-            }
-            r.saves_inputs = (0..inputs.len()).collect();
-            r.saves_output = true;
-            r.extras
-                .push(extra(heads * q_len.div_ceil(32) * 32, DType::F32));
-            r
-        }
-        Op::SdpaBias {
-            heads,
             head_dim,
             q_len,
             kv_len,
@@ -714,8 +705,9 @@ pub fn rule(
             bias_grad: true,
         } => {
             // The float mask of `create_position_bias_mask` requires grad (T5's learned
-            // relative position bias): SDPA runs its math backend (`_scaled_dot_product_attention_math`; the T5 rows of
-            // `tests/data/t5_moe.jsonl` are 27–41 % above the fused kernel's memory). q, k, v
+            // relative position bias): SDPA runs its math backend
+            // (`_scaled_dot_product_attention_math`; the T5 rows of `tests/data/t5_moe.jsonl`
+            // are 27–41 % above the fused kernel's memory). q, k, v
             // are upcast to fp32 when bf16/fp16; q·√s and kᵀ·√s are saved by the first
             // matmul; the scores get the mask added in place; the fp32 softmax is saved,
             // then dropout's mask and output (saved by the second matmul with v); the fp32
