@@ -14,6 +14,54 @@ fn rows(files: &[&str]) -> Vec<vramlab_core::validate::Row> {
     compare(&measured).expect("every measured row plans")
 }
 
+/// Bounds on a set's |errors| in percent: allocated median and worst, reserved median.
+pub struct Targets {
+    pub alloc_median: f64,
+    pub alloc_worst: f64,
+    pub reserved_median: f64,
+}
+
+/// The product's general targets (the built-in presets' sets, per family).
+pub const GENERAL: &Targets = &Targets {
+    alloc_median: 3.0,
+    alloc_worst: 10.0,
+    reserved_median: 5.0,
+};
+
+/// The reach issues' targets (imports, fine-tuning, captures).
+pub const ISSUE: &Targets = &Targets {
+    alloc_median: 2.0,
+    alloc_worst: 8.0,
+    reserved_median: 4.0,
+};
+
+/// Prints `label`'s summary line and asserts its rows within `t`.
+pub fn assert_within<'a>(
+    label: &str,
+    rows: impl Iterator<Item = &'a vramlab_core::validate::Row> + Clone,
+    t: &Targets,
+) {
+    let n = rows.clone().count();
+    let alloc_median = median_abs(rows.clone().map(|r| r.allocated_error()));
+    let alloc_worst = max_abs(rows.clone().map(|r| r.allocated_error()));
+    let reserved_median = median_abs(rows.map(|r| r.reserved_error()));
+    println!(
+        "{label}: {n} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %"
+    );
+    assert!(
+        alloc_median <= t.alloc_median,
+        "{label}: allocated median {alloc_median:.2} %"
+    );
+    assert!(
+        alloc_worst <= t.alloc_worst,
+        "{label}: allocated worst {alloc_worst:.2} %"
+    );
+    assert!(
+        reserved_median <= t.reserved_median,
+        "{label}: reserved median {reserved_median:.2} %"
+    );
+}
+
 fn check(files: &[&str]) {
     let rows = rows(files);
     assert!(rows.len() >= 25, "too few measured rows: {}", rows.len());
@@ -27,15 +75,7 @@ fn check(files: &[&str]) {
             r.reserved_error()
         );
     }
-    let alloc_median = median_abs(rows.iter().map(|r| r.allocated_error()));
-    let alloc_worst = max_abs(rows.iter().map(|r| r.allocated_error()));
-    let reserved_median = median_abs(rows.iter().map(|r| r.reserved_error()));
-    assert!(alloc_median <= 3.0, "allocated median {alloc_median:.2} %");
-    assert!(alloc_worst <= 10.0, "allocated worst {alloc_worst:.2} %");
-    assert!(
-        reserved_median <= 5.0,
-        "reserved median {reserved_median:.2} %"
-    );
+    assert_within("set", rows.iter(), GENERAL);
 }
 
 #[test]
@@ -105,25 +145,7 @@ fn every_family_within_targets() {
             .filter(|r| members.contains(&r.family.as_str()))
             .collect();
         assert!(fam.len() >= 20, "{name}: only {} rows", fam.len());
-        let alloc_median = median_abs(fam.iter().map(|r| r.allocated_error()));
-        let alloc_worst = max_abs(fam.iter().map(|r| r.allocated_error()));
-        let reserved_median = median_abs(fam.iter().map(|r| r.reserved_error()));
-        println!(
-            "{name}: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
-            fam.len()
-        );
-        assert!(
-            alloc_median <= 3.0,
-            "{name}: allocated median {alloc_median:.2} %"
-        );
-        assert!(
-            alloc_worst <= 10.0,
-            "{name}: allocated worst {alloc_worst:.2} %"
-        );
-        assert!(
-            reserved_median <= 5.0,
-            "{name}: reserved median {reserved_median:.2} %"
-        );
+        assert_within(name, fam.iter().copied(), GENERAL);
     }
 }
 
@@ -157,25 +179,7 @@ fn hf_import_within_targets_per_model_type() {
             .filter(|r| r.config.contains("trainer-loop"))
             .count();
         assert!(loops >= 4 && loops < fam.len(), "{t}: both loop shapes");
-        let alloc_median = median_abs(fam.iter().map(|r| r.allocated_error()));
-        let alloc_worst = max_abs(fam.iter().map(|r| r.allocated_error()));
-        let reserved_median = median_abs(fam.iter().map(|r| r.reserved_error()));
-        println!(
-            "{t}: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
-            fam.len()
-        );
-        assert!(
-            alloc_median <= 2.0,
-            "{t}: allocated median {alloc_median:.2} %"
-        );
-        assert!(
-            alloc_worst <= 8.0,
-            "{t}: allocated worst {alloc_worst:.2} %"
-        );
-        assert!(
-            reserved_median <= 4.0,
-            "{t}: reserved median {reserved_median:.2} %"
-        );
+        assert_within(t, fam.iter().copied(), ISSUE);
     }
 }
 
@@ -203,22 +207,7 @@ fn t5_within_targets() {
             r.reserved_error()
         );
     }
-    let alloc_median = median_abs(rows.iter().map(|r| r.allocated_error()));
-    let alloc_worst = max_abs(rows.iter().map(|r| r.allocated_error()));
-    let reserved_median = median_abs(rows.iter().map(|r| r.reserved_error()));
-    println!(
-        "t5: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
-        rows.len()
-    );
-    assert!(
-        alloc_median <= 2.0,
-        "t5: allocated median {alloc_median:.2} %"
-    );
-    assert!(alloc_worst <= 8.0, "t5: allocated worst {alloc_worst:.2} %");
-    assert!(
-        reserved_median <= 4.0,
-        "t5: reserved median {reserved_median:.2} %"
-    );
+    assert_within("t5", rows.iter(), ISSUE);
 }
 
 /// The T5 rows the lead measures (`tools/t5_moe_configs.jsonl`) plan, carrying their
@@ -286,19 +275,7 @@ fn lora_within_targets_and_trainable_counts_exact() {
             r.config
         );
     }
-    let alloc_median = median_abs(rows.iter().map(|r| r.allocated_error()));
-    let alloc_worst = max_abs(rows.iter().map(|r| r.allocated_error()));
-    let reserved_median = median_abs(rows.iter().map(|r| r.reserved_error()));
-    println!(
-        "LoRA: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
-        rows.len()
-    );
-    assert!(alloc_median <= 2.0, "allocated median {alloc_median:.2} %");
-    assert!(alloc_worst <= 8.0, "allocated worst {alloc_worst:.2} %");
-    assert!(
-        reserved_median <= 4.0,
-        "reserved median {reserved_median:.2} %"
-    );
+    assert_within("LoRA", rows.iter(), ISSUE);
 }
 
 /// The evaluation step after two training steps (`tools/eval_configs.jsonl`, H200): one
@@ -322,14 +299,14 @@ fn eval_step_within_targets_and_no_grad_saving_measured() {
             r.reserved_error()
         );
     }
-    let alloc_median = median_abs(rows.iter().map(|r| r.allocated_error()));
-    let alloc_worst = max_abs(rows.iter().map(|r| r.allocated_error()));
-    let reserved_median = median_abs(rows.iter().map(|r| r.reserved_error()));
-    assert!(alloc_median <= 2.0, "allocated median {alloc_median:.2} %");
-    assert!(alloc_worst <= 10.0, "allocated worst {alloc_worst:.2} %");
-    assert!(
-        reserved_median <= 4.0,
-        "reserved median {reserved_median:.2} %"
+    assert_within(
+        "eval",
+        rows.iter(),
+        &Targets {
+            alloc_median: 2.0,
+            alloc_worst: 10.0,
+            reserved_median: 4.0,
+        },
     );
     let mut pairs = 0;
     for g in rows.iter().filter(|r| r.config.ends_with("eval-grad-step")) {
@@ -392,19 +369,7 @@ fn distributed_per_rank_within_targets() {
     }
     assert!(rows.iter().any(|r| r.model.contains("gpt2")));
     assert!(rows.iter().any(|r| r.model.contains("Llama")));
-    let alloc_median = median_abs(rows.iter().map(|r| r.allocated_error()));
-    let alloc_worst = max_abs(rows.iter().map(|r| r.allocated_error()));
-    let reserved_median = median_abs(rows.iter().map(|r| r.reserved_error()));
-    println!(
-        "distributed: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
-        rows.len()
-    );
-    assert!(alloc_median <= 3.0, "allocated median {alloc_median:.2} %");
-    assert!(alloc_worst <= 10.0, "allocated worst {alloc_worst:.2} %");
-    assert!(
-        reserved_median <= 5.0,
-        "reserved median {reserved_median:.2} %"
-    );
+    assert_within("distributed", rows.iter(), GENERAL);
 }
 
 /// QLoRA (bitsandbytes 0.50.2 NF4 / FP4 with and without double quantization, LLM.int8)
@@ -468,24 +433,6 @@ fn qlora_and_bnb_optimizers_within_targets() {
         ("QLoRA/bnb", &q),
         ("LoRA + QLoRA", &all),
     ] {
-        let alloc_median = median_abs(set.iter().map(|r| r.allocated_error()));
-        let alloc_worst = max_abs(set.iter().map(|r| r.allocated_error()));
-        let reserved_median = median_abs(set.iter().map(|r| r.reserved_error()));
-        println!(
-            "{name}: {} rows, allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %",
-            set.len()
-        );
-        assert!(
-            alloc_median <= 2.0,
-            "{name}: allocated median {alloc_median:.2} %"
-        );
-        assert!(
-            alloc_worst <= 8.0,
-            "{name}: allocated worst {alloc_worst:.2} %"
-        );
-        assert!(
-            reserved_median <= 4.0,
-            "{name}: reserved median {reserved_median:.2} %"
-        );
+        assert_within(name, set.iter(), ISSUE);
     }
 }

@@ -5,7 +5,7 @@
 use vramlab_core::model::families::transformer::AttnImpl;
 use vramlab_core::model::hf;
 use vramlab_core::plan::{Planner, TrainConfig};
-use vramlab_core::validate::{compare, max_abs, median_abs, parse_lines};
+use vramlab_core::validate::{compare, parse_lines};
 
 const MOE: [&str; 3] = ["mixtral", "qwen2_moe", "qwen3_moe"];
 
@@ -238,20 +238,6 @@ fn moe_rows_within_targets_per_model_type() {
                 r.reserved_error()
             );
         }
-        let alloc_median = median_abs(fam.iter().map(|r| r.allocated_error()));
-        let alloc_worst = max_abs(fam.iter().map(|r| r.allocated_error()));
-        let reserved_median = median_abs(fam.iter().map(|r| r.reserved_error()));
-        assert!(
-            alloc_median <= 2.0,
-            "{t}: allocated median {alloc_median:.2} %"
-        );
-        assert!(
-            alloc_worst <= 8.0,
-            "{t}: allocated worst {alloc_worst:.2} %"
-        );
-        assert!(
-            reserved_median <= 4.0,
-            "{t}: reserved median {reserved_median:.2} %"
-        );
+        crate::accuracy::assert_within(t, fam.iter().copied(), crate::accuracy::ISSUE);
     }
 }
