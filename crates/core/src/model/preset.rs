@@ -355,17 +355,6 @@ impl Preset {
         matches!(&self.spec, ModelSpec::Llama(p) if p.moe.is_some())
     }
 
-    /// [`Preset::build`] with the MoE routing imbalance factor (`TrainConfig::moe_imbalance`;
-    /// 1 = uniform routing; ignored by dense models).
-    pub fn build_for(
-        &self,
-        size: u64,
-        attention: AttnImpl,
-        moe_imbalance: f64,
-    ) -> Result<Graph, ModelError> {
-        self.build_full(size, None, attention, moe_imbalance)
-    }
-
     /// [`build`](Self::build) with the target length of an encoder-decoder
     /// (`target_seq`); giving one for any other model is an error naming the field.
     pub fn build_with(
@@ -378,7 +367,8 @@ impl Preset {
     }
 
     /// The graph with every training-shape setting: the encoder-decoder target length and
-    /// the MoE routing imbalance.
+    /// the MoE routing imbalance (`TrainConfig::moe_imbalance`; 1 = uniform routing; ignored
+    /// by dense models).
     pub fn build_full(
         &self,
         size: u64,

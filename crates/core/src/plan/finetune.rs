@@ -78,6 +78,13 @@ fn freeze_parts(g: &Graph, ft: &FineTune, p: &mut ParamPolicy) -> Result<(), Pla
             ),
         });
     }
+    if ft.freeze_embeddings && !g.nodes.iter().any(|n| matches!(n.op, Op::Embedding)) {
+        return Err(PlanError::Field {
+            field: "freeze_embeddings",
+            reason: "this model has no embedding lookup (an image model?): nothing to freeze"
+                .into(),
+        });
+    }
     for n in &g.nodes {
         let embedding = ft.freeze_embeddings && matches!(n.op, Op::Embedding);
         let early = n.block.is_some_and(|b| b < ft.freeze_blocks);
@@ -86,13 +93,6 @@ fn freeze_parts(g: &Graph, ft: &FineTune, p: &mut ParamPolicy) -> Result<(), Pla
                 p.freeze(q);
             }
         }
-    }
-    if ft.freeze_embeddings && !g.nodes.iter().any(|n| matches!(n.op, Op::Embedding)) {
-        return Err(PlanError::Field {
-            field: "freeze_embeddings",
-            reason: "this model has no embedding lookup (an image model?): nothing to freeze"
-                .into(),
-        });
     }
     Ok(())
 }
