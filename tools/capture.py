@@ -497,6 +497,14 @@ def check_affine(recs):
             i = next((k for k, (a, b) in enumerate(zip(s0, s1)) if a != b), min(len(s0), len(s1)))
             e = (base["events"] + [None])[i]
             op = base["ops"][e[4]] if e and e[0] else "?"
+            if os.environ.get("VRAMLAB_CAPTURE_DEBUG"):
+                for rec in (base, r):
+                    print(f"batch {rec['batch']}, events {max(0, i - 12)}..{i + 12}:", file=sys.stderr)
+                    for k in range(max(0, i - 12), min(len(rec["events"]), i + 12)):
+                        ev = rec["events"][k]
+                        what = f"alloc {ev[2]} B by {rec['ops'][ev[4]]}" if ev[0] else "free"
+                        print(f"  {k}: {what} buffer {ev[1]} phase {ev[3] if ev[0] else ev[2]}",
+                              file=sys.stderr)
             fail(6, f"the allocations differ between batch {base['batch']} and {r['batch']} "
                     f"at event {i} (op {op}; {len(s0)} vs {len(s1)} events): the graph does not "
                     f"scale with the batch; capture at the batch you will train with")

@@ -34,6 +34,9 @@ Measurement config (one JSON object per line):
    "finetune": "qlora", "quant": "nf4" | "fp4" | "int8", "double_quant": true   -- bitsandbytes
    base layers, prepare_model_for_kbit_training, then LoRA as above (tools/torch_qlora.py);
    rows get "quant_bytes" and, for the paged optimizers, "paged_state_bytes"
+   "freeze_embeddings": true, "freeze_blocks": N   -- full fine-tuning of part of the model:
+   every nn.Embedding and the first N blocks of the longest nn.ModuleList get
+   requires_grad_(False) (after checkpointing); rows get "trainable_params"
 
 A config.json (a JSON object with "model_type", no "family") is built with
 AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
@@ -764,6 +767,13 @@ def normalize_config(cfg):
             raise ValueError("lora_rank must be >= 1")
         if fam not in HF_FAMILIES:
             raise ValueError(f"finetune lora: only Hugging Face families, not {fam}")
+    fe, fb = bool(cfg.pop("freeze_embeddings", False)), int(cfg.pop("freeze_blocks", 0))
+    if fe or fb:
+        if ft != "full":
+            raise ValueError("freeze_embeddings / freeze_blocks: full fine-tuning only")
+        if fb < 0:
+            raise ValueError("freeze_blocks must be >= 0")
+        out["freeze_embeddings"], out["freeze_blocks"] = fe, fb
     if ft == "qlora":
         out["quant"] = str(cfg.pop("quant", "nf4"))
         out["double_quant"] = bool(cfg.pop("double_quant", True))
@@ -782,8 +792,29 @@ def model_key(cfg, preset):
         cfg["image"] if fam == "vit" else None,
         cfg["checkpointing"],
         tuple(cfg.get(k) for k in ("finetune", "lora_rank", "lora_targets", "lora_alpha", "lora_dropout",
-                                   "quant", "double_quant")),
+                                   "quant", "double_quant", "freeze_embeddings", "freeze_blocks")),
     )
+
+
+def freeze_parts(model, cfg):
+    """requires_grad_(False) on every nn.Embedding (freeze_embeddings) and on the first
+    freeze_blocks blocks of the model's longest nn.ModuleList (freeze_blocks). Returns the
+    trainable parameter count."""
+    if cfg.get("freeze_embeddings"):
+        for m in model.modules():
+            if isinstance(m, nn.Embedding):
+                m.requires_grad_(False)
+    n = cfg.get("freeze_blocks", 0)
+    if n:
+        lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+        if not lists:
+            raise ValueError("freeze_blocks: the model has no nn.ModuleList of blocks")
+        blocks = max(lists, key=len)
+        if n > len(blocks):
+            raise ValueError(f"freeze_blocks {n} > the model's {len(blocks)} blocks")
+        for b in blocks[:n]:
+            b.requires_grad_(False)
+    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
 
 
 # peft's default targets (LoraConfig without target_modules) by model_type: "attn"
@@ -933,6 +964,8 @@ class ModelHolder:
             lora.update({"trainable_params": trainable, "all_params": total})
             if cfg.get("finetune") == "qlora":
                 lora["lora_on_bnb_layers"] = torch_qlora.lora_on_bnb(model)
+        if cfg.get("freeze_embeddings") or cfg.get("freeze_blocks"):
+            lora["trainable_params"] = freeze_parts(model, cfg)
         params = list(model.parameters())
         self.info = {**lora,
             "params": int(sum(p.numel() for p in params)),

@@ -214,8 +214,9 @@ fn pytorch(cfg: &TrainConfig) -> String {
     s.push_str(&format!("accumulation_steps = {}\n", cfg.accum));
     if cfg.finetune.freeze_embeddings {
         s.push_str(
-            "model.get_input_embeddings().requires_grad_(False)  # frozen embeddings (a tied \
-             output head too)\n",
+            "for m in model.modules():  # frozen embeddings: every lookup table (token, \
+             position, type; a tied output head too)\n    if isinstance(m, torch.nn.Embedding):\n        \
+             m.requires_grad_(False)\n",
         );
     }
     if cfg.finetune.freeze_blocks > 0 {

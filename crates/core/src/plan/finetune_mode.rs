@@ -328,8 +328,8 @@ pub struct FineTune {
     /// bitsandbytes double quantization (`bnb_4bit_use_double_quant`): the absmax of each
     /// 64-element block stored in 8 bits.
     pub double_quant: bool,
-    /// Full fine-tuning with the embeddings frozen (`get_input_embeddings().requires_grad_(
-    /// False)`: every parameter an embedding lookup uses, so a tied output head too).
+    /// Full fine-tuning with the embeddings frozen (`requires_grad_(False)` on every
+    /// `nn.Embedding`: token, position and type tables, so a tied output head too).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub freeze_embeddings: bool,
     /// Full fine-tuning with the first N blocks (layers) frozen.
