@@ -185,6 +185,101 @@ def enable_checkpointing(model):
     return len(best[1])
 
 
+# --------------------------------------------------------------------------- kernel calls
+# Ops whose CUDA kernels allocate temporaries of their own through the caching allocator,
+# which fake tensors cannot see (measured per op on the H200 with tools/op_temps.py). The
+# capture records the shapes the planner's rules need (crates/core/src/plan/kernel_temps.rs).
+REDUCTIONS = {"sum", "mean", "linalg_vector_norm", "norm", "amax", "amin"}
+KERNEL_OPS = REDUCTIONS | {"roll", "_softmax_backward_data", "native_layer_norm",
+                           "native_layer_norm_backward",
+                           "_scaled_dot_product_cudnn_attention_backward",
+                           "_scaled_dot_product_flash_attention_backward",
+                           "_scaled_dot_product_efficient_attention_backward"}
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _reduced_dims(name, x, args, kwargs):
+    nd = x.dim()
+    if name == "linalg_vector_norm":
+        dims = args[2] if len(args) > 2 else kwargs.get("dim")
+    else:
+        dims = args[1] if len(args) > 1 and not isinstance(args[1], torch.dtype) else kwargs.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(nd))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({int(d) % max(nd, 1) for d in dims})
+
+
+def kernel_features(name, args, kwargs, out):
+    """The scalars the planner's rule for `name` needs (sizes at this batch), or None."""
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if x is None:
+        return None
+    es = x.element_size()
+    if name in REDUCTIONS:
+        red = _reduced_dims(name, x, args, kwargs)
+        shape = list(x.shape)
+        ins = _numel([shape[d] for d in red])
+        outs = _numel(shape) // max(ins, 1)
+        if outs * ins == 0:
+            return None
+        # the fastest-moving (stride 1) dimension of the input: reduced or not
+        strides = list(x.stride())
+        fast = min((d for d in range(len(shape)) if shape[d] > 1), key=lambda d: strides[d], default=0)
+        # output vectorisation (Reduce.cuh get_output_vec_size): 4, 2 or 1 dividing the
+        # fastest kept dimension's size and the other strides
+        vec = 4
+        kept = [d for d in range(len(shape)) if d not in red and shape[d] > 1]
+        nums = [shape[fast]] + [strides[d] for d in range(len(shape)) if d != fast and shape[d] > 1]
+        for v in nums:
+            while vec > 1 and v % vec:
+                vec //= 2
+        return {"outs": outs, "ins": ins, "fast_reduced": fast in red, "vec": vec,
+                "reduce_dims": len(red), "kept_dims": len(kept)}
+    if name == "roll" or name == "_softmax_backward_data":
+        return {"bytes": x.numel() * es}
+    if name == "native_layer_norm":
+        return {"bytes": 0 if x.is_contiguous() else x.numel() * es}
+    if name == "native_layer_norm_backward":
+        inp = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else x
+        copies = (0 if x.is_contiguous() else x.numel() * es) + \
+                 (0 if inp.is_contiguous() else inp.numel() * inp.element_size())
+        return {"bytes": copies}
+    if name.startswith("_scaled_dot_product_") and x.dim() == 4:
+        q = args[1] if isinstance(args[1], torch.Tensor) else x  # (grad_out, query, ...)
+        b, h, s, d = (int(v) for v in q.shape)
+        return {"bh": b * h, "s": s, "d": d, "elem": q.element_size()}
+    return None
+
+
+def fit_kernels(recs):
+    """Each kernel call's scalars as [per_sample, fixed] over the captured batches (the calls
+    line up: the event structure is checked equal first)."""
+    b0, b1 = recs[0]["batch"], recs[-1]["batch"]
+    out = []
+    for k0, k1 in zip(recs[0]["kernels"], recs[-1]["kernels"]):
+        f = {}
+        for key, v1 in k1[4].items():
+            v0 = k0[4].get(key)
+            if isinstance(v1, bool) or not isinstance(v1, int):
+                f[key] = v1
+                continue
+            ps = (v1 - v0) // (b1 - b0) if (v1 - v0) % (b1 - b0) == 0 else None
+            if ps is None or v1 - ps * b1 < 0:
+                f[key] = [0, v1]  # does not scale affinely: kept at the last batch's value
+            else:
+                f[key] = [ps, v1 - ps * b1]
+        out.append([max(k1[0] + k1[1] - 1 if k1[1] else k1[0] - 1, 0), k1[2], k1[3], f])
+    return out
+
+
 # --------------------------------------------------------------------------- the tracker
 class Tracker(TorchDispatchMode):
     """Records storage allocations (first time a storage is seen as an op output) and
@@ -202,6 +297,7 @@ class Tracker(TorchDispatchMode):
         self.op_names = []
         self.dtypes = {}
         self.convs = []
+        self.kernels = []  # [event, outputs allocated, op, phase, features] (kernel_features)
 
     def op_index(self, name):
         i = self.ops.get(name)
@@ -251,6 +347,10 @@ class Tracker(TorchDispatchMode):
         n = len(self.events)
         for t in flat:
             self.track(t, name)
+        if name in KERNEL_OPS:
+            f = kernel_features(name, args, kwargs or {}, out)
+            if f is not None:
+                self.kernels.append([n, len(self.events) - n, name, PHASE_CODES[self.phase], f])
         if name == "convolution" and len(args) >= 9:
             # for cuDNN workspace rules: [event, input shape, weight shape, stride, padding,
             # dilation, transposed, groups, dtype, phase]
@@ -460,6 +560,7 @@ def capture_one(args, factory, kind, size, batch, device_name):
         "params": n_params,
         "trainable": n_train,
         "convs": tr.convs,
+        "kernels": tr.kernels,
     }
 
 
@@ -602,6 +703,11 @@ def main():
     t0 = time.perf_counter()
     gc.disable()
     recs = [capture_one(args, factory, kind, size, b, args.device) for b in batches]
+    if structure(recs[0]) != structure(recs[1]):
+        # a one-time allocation of the process (a cache built on first use, e.g. by a
+        # library while the first model is built) lands in the first capture only: capture
+        # the first batch again, now in the same state as the others
+        recs[0] = capture_one(args, factory, kind, size, batches[0], args.device)
     gc.enable()
     check_affine(recs)
     secs = time.perf_counter() - t0
@@ -635,6 +741,8 @@ def main():
         ],
         "event_ops": [e[4] if e[0] else -1 for e in recs[-1]["events"]],
         "convolutions": {"batch": recs[-1]["batch"], "calls": recs[-1]["convs"]},
+        # [event after which the kernel runs, op, phase, {scalar: [per_sample, fixed] | value}]
+        "kernels": fit_kernels(recs),
     }
     tmp = args.output + ".tmp"
     with open(tmp, "w") as fh:

@@ -17,7 +17,9 @@
 //!   after one warm-up step) and `events`: `[1, id, bytes, phase]` an allocation of raw
 //!   (unrounded) bytes, `[0, id, 0, phase]` a free; phase `s` setup, `z` zero_grad,
 //!   `f` forward, `b` backward, `o` optimizer step;
-//! - `event_ops`: per event (of every batch: the structure is the same), the op index or -1.
+//! - `event_ops`: per event (of every batch: the structure is the same), the op index or -1;
+//! - optional `convolutions` (cuDNN calls) and `kernels` (other kernels with temporaries of
+//!   their own, [`super::captured_kernels`]).
 
 use serde::Deserialize;
 
@@ -99,6 +101,9 @@ pub struct CapturedGraph {
     pub measured_start: usize,
     /// Convolution calls (cuDNN workspaces are not tensors: the planner adds them by rule).
     pub convs: Vec<ConvCall>,
+    /// Other kernels with temporaries of their own ([`super::captured_kernels`]); empty in
+    /// graphs captured before the helper recorded them.
+    pub kernels: Vec<super::captured_kernels::KernelCall>,
 }
 
 /// One recorded convolution (forward or backward), per sample.
@@ -152,6 +157,8 @@ struct Doc {
     event_ops: Vec<i64>,
     #[serde(default)]
     convolutions: Option<DocConvs>,
+    #[serde(default)]
+    kernels: Vec<Vec<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -279,6 +286,7 @@ impl CapturedGraph {
             .map(|c| conv_calls(c, events.len()))
             .transpose()?
             .unwrap_or_default();
+        let kernels = super::captured_kernels::parse(&doc.kernels, events.len())?;
         Ok(CapturedGraph {
             model: doc.model,
             torch: doc.torch,
@@ -293,6 +301,7 @@ impl CapturedGraph {
             events,
             measured_start,
             convs,
+            kernels,
         })
     }
 

@@ -2,6 +2,7 @@
 
 pub mod builder;
 pub mod captured;
+pub mod captured_kernels;
 pub mod families;
 pub mod hf;
 pub mod ir;

@@ -7,6 +7,7 @@
 
 use super::config::{DType, TrainConfig};
 use super::events::{Buffer, Category, Constants, Event, Events, Phase};
+use super::kernel_temps;
 use super::rules::conv_workspace_of;
 use super::{DEFAULT_CUDA_CONTEXT, PlanError, Planner};
 use crate::model::Preset;
@@ -34,8 +35,9 @@ fn phase(p: StepPhase) -> Phase {
 }
 
 /// The event list of a capture, with the persistent workspaces of `k` allocated after the
-/// warm-up step (as [`super::sim::generate`] places them).
-pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
+/// warm-up step (as [`super::sim::generate`] places them), cuDNN's convolution workspaces and
+/// the other kernels' own temporaries ([`super::kernel_temps`], sized exactly at `batch`).
+pub fn events(c: &CapturedGraph, k: &Constants, batch: u64) -> Events {
     let mut buffers: Vec<Buffer> = c
         .buffers
         .iter()
@@ -56,6 +58,7 @@ pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
         node: e.op,
     };
     let mut convs = c.convs.iter().peekable();
+    let mut kernels = c.kernels.iter().peekable();
     let mut emit =
         |events: &mut Vec<Event>, buffers: &mut Vec<Buffer>, range: std::ops::Range<usize>| {
             for i in range {
@@ -63,6 +66,12 @@ pub fn events(c: &CapturedGraph, k: &Constants) -> Events {
                 events.push(to_event(e));
                 while let Some(call) = convs.next_if(|x| x.after_event <= i) {
                     for (per_sample, fixed) in conv_workspaces(call) {
+                        transient(events, buffers, per_sample, fixed, events[events.len() - 1]);
+                    }
+                }
+                while let Some(call) = kernels.next_if(|x| x.after_event <= i) {
+                    let (per_sample, fixed) = kernel_temps::affine_at(&call.kind, batch);
+                    if per_sample > 0 || fixed > 0 {
                         transient(events, buffers, per_sample, fixed, events[events.len() - 1]);
                     }
                 }
@@ -286,7 +295,8 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
     Ok(())
 }
 
-/// The planner of a captured graph under `cfg` (its batch is ignored).
+/// The planner of a captured graph under `cfg` (kernels' temporaries are sized exactly at
+/// its batch, by their local slope at others).
 pub fn planner(
     preset: &Preset,
     c: &CapturedGraph,
@@ -308,7 +318,7 @@ pub fn planner(
         config: cfg,
         size: c.size,
         target_seq: None,
-        events: events(c, &Constants::default()),
+        events: events(c, &Constants::default(), cfg.batch),
         context: DEFAULT_CUDA_CONTEXT,
         trainable: c.trainable,
         params_override: Some(c.params),

@@ -12,6 +12,7 @@ pub mod finetune_mode;
 pub mod fit;
 pub mod free_bins;
 pub mod gpus;
+pub mod kernel_temps;
 pub mod multi_gpu;
 pub mod optimizer;
 pub mod policy;
