@@ -81,9 +81,19 @@ fn errors() -> (Vec<f64>, Vec<f64>, Vec<String>) {
         let peaks = planner.peaks(row.batch).expect("peaks");
         let ea = err(peaks.allocated.0, row.peak_allocated);
         let er = err(peaks.reserved.0, row.peak_reserved);
+        let mib = |b: u64| b as f64 / 1048576.0;
         println!(
-            "{:<44} {:<8} b={:<3} alloc {:+6.2} %  reserved {:+6.2} %",
-            row.model, row.loop_shape, row.batch, ea, er
+            "{:<44} {:<8} b={:<3} alloc {:+6.2} %  reserved {:+6.2} %  | {} | {:.0} | {:.0} | {:.0} | {:.0}",
+            row.model,
+            row.loop_shape,
+            row.batch,
+            ea,
+            er,
+            row.graph,
+            mib(row.peak_allocated),
+            mib(peaks.allocated.0),
+            mib(row.peak_reserved),
+            mib(peaks.reserved.0)
         );
         a.push(ea.abs());
         r.push(er.abs());
