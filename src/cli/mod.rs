@@ -356,8 +356,8 @@ fn write_finetune(
         }
         writeln!(
             out,
-            "  fine-tuning: full, with {} frozen (no gradient, no optimizer state; not yet \
-         measured on a GPU) · trainable params: {t} of {} ({:.4} %)",
+            "  fine-tuning: full, with {} frozen (no gradient, no optimizer state) · trainable \
+         params: {t} of {} ({:.4} %)",
             what.join(" and "),
             plan.params,
             100.0 * t as f64 / plan.params.max(1) as f64

@@ -75,6 +75,12 @@ pub struct Measured {
     /// peft's `get_nb_trainable_parameters()` on the measured model.
     #[serde(default)]
     pub trainable_params: Option<u64>,
+    /// Partial full fine-tuning: every `nn.Embedding` frozen.
+    #[serde(default)]
+    pub freeze_embeddings: Option<bool>,
+    /// Partial full fine-tuning: the first N blocks frozen.
+    #[serde(default)]
+    pub freeze_blocks: Option<u32>,
     /// Distributed rows (`tools/dist_runner.py`): the world this rank belongs to.
     #[serde(default)]
     pub gpus: Option<u32>,
@@ -216,6 +222,8 @@ impl Measured {
         if let Some(t) = &self.lora_targets {
             ft.lora_targets = t.parse()?;
         }
+        ft.freeze_embeddings = self.freeze_embeddings.unwrap_or(false);
+        ft.freeze_blocks = self.freeze_blocks.unwrap_or(0);
         Ok(ft)
     }
 
@@ -274,6 +282,12 @@ impl Measured {
             if let Some(p) = self.lora_dropout.filter(|&p| p != 0.0) {
                 s.push_str(&format!(" dropout {p}"));
             }
+        }
+        if self.freeze_embeddings == Some(true) {
+            s.push_str(" freeze-emb");
+        }
+        if let Some(n) = self.freeze_blocks.filter(|&n| n > 0) {
+            s.push_str(&format!(" freeze-{n}"));
         }
         if let Some(q) = &self.quant {
             s.push_str(&format!(" {q}"));

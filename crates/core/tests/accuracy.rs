@@ -436,3 +436,33 @@ fn qlora_and_bnb_optimizers_within_targets() {
         assert_within(name, set.iter(), ISSUE);
     }
 }
+
+/// Partial full fine-tuning (`tools/freeze_configs.jsonl`, H200, session 9): every
+/// `nn.Embedding` and/or the first N blocks `requires_grad_(False)` on GPT-2, BERT, a
+/// Llama-style and the imported Qwen2.5 config, AMP / bf16 / fp32, with and without
+/// checkpointing, both loops. The issue's targets, and trainable counts equal to PyTorch's.
+#[test]
+fn partial_fine_tuning_within_targets_and_trainable_counts_exact() {
+    let f = rows(&["freeze.jsonl"]);
+    assert!(f.len() >= 12, "{} rows", f.len());
+    for r in &f {
+        println!(
+            "{:<52} {:<70} alloc {:+6.2} %  reserved {:+6.2} %  trainable {}",
+            r.model,
+            r.config,
+            r.allocated_error(),
+            r.reserved_error(),
+            r.predicted_trainable
+        );
+        assert_eq!(
+            r.measured_trainable,
+            Some(r.predicted_trainable),
+            "{} {}",
+            r.model,
+            r.config
+        );
+        assert!(r.config.contains("freeze"), "{}", r.config);
+    }
+    assert!(f.iter().any(|r| r.config.contains("trainer-loop")));
+    assert_within("partial fine-tuning", f.iter(), ISSUE);
+}

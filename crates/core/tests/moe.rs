@@ -241,3 +241,32 @@ fn moe_rows_within_targets_per_model_type() {
         crate::accuracy::assert_within(t, fam.iter().copied(), crate::accuracy::ISSUE);
     }
 }
+
+/// MoE rows whose planned peak is in backward (`tools/moe_backward_configs.jsonl`, H200,
+/// session 9): the routed activations, gathered rows and grouped-GEMM inputs alive at the
+/// peak. Allocated within the issue's targets; reserved is over-predicted on Mixtral
+/// (+8.6 %, +10.5 %: the allocator model keeps more of backward's expert-sized blocks
+/// apart than PyTorch does) — a known miss, bounded here so it cannot grow unnoticed.
+#[test]
+fn moe_backward_peak_rows() {
+    std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
+    let text = std::fs::read_to_string(crate::data("moe_backward.jsonl")).expect("moe_backward");
+    let rows = compare(&parse_lines(&text)).expect("every row plans");
+    assert!(rows.len() >= 6, "only {} rows", rows.len());
+    let alloc: Vec<f64> = rows.iter().map(|r| r.allocated_error()).collect();
+    let reserved: Vec<f64> = rows.iter().map(|r| r.reserved_error()).collect();
+    for r in &rows {
+        println!(
+            "{:<44} {:<44} alloc {:+6.2} %  reserved {:+6.2} %",
+            r.model,
+            r.config,
+            r.allocated_error(),
+            r.reserved_error()
+        );
+    }
+    let am = vramlab_core::validate::median_abs(alloc.iter().copied());
+    let aw = vramlab_core::validate::max_abs(alloc.iter().copied());
+    let rw = vramlab_core::validate::max_abs(reserved.iter().copied());
+    assert!(am <= 2.0 && aw <= 8.0, "allocated median {am:.2} % worst {aw:.2} %");
+    assert!(rw <= 12.0, "reserved worst {rw:.2} %");
+}
