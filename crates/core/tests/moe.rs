@@ -267,6 +267,9 @@ fn moe_backward_peak_rows() {
     let am = vramlab_core::validate::median_abs(alloc.iter().copied());
     let aw = vramlab_core::validate::max_abs(alloc.iter().copied());
     let rw = vramlab_core::validate::max_abs(reserved.iter().copied());
-    assert!(am <= 2.0 && aw <= 8.0, "allocated median {am:.2} % worst {aw:.2} %");
+    assert!(
+        am <= 2.0 && aw <= 8.0,
+        "allocated median {am:.2} % worst {aw:.2} %"
+    );
     assert!(rw <= 12.0, "reserved worst {rw:.2} %");
 }

@@ -166,3 +166,52 @@ pub fn parse(
     out.sort_by_key(|k| k.after_event);
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calls(text: &str) -> Vec<Vec<serde_json::Value>> {
+        serde_json::from_str(text).expect("json")
+    }
+
+    #[test]
+    fn parses_known_ops_skips_unknown_ones_and_sorts() {
+        let c = calls(
+            r#"[[9, "roll", "f", {"bytes": [1024, 0]}],
+                [3, "sum", "b", {"outs": [0, 768], "ins": [197, 0], "fast_reduced": false, "vec": 4}],
+                [5, "some_future_op", "b", {}],
+                [7, "_scaled_dot_product_flash_attention_backward", "b", {"bh": [4, 0], "s": 256, "d": [0, 40]}]]"#,
+        );
+        let k = parse(&c, 10).expect("parses");
+        assert_eq!(k.len(), 3);
+        assert_eq!(k[0].after_event, 3);
+        assert!(matches!(
+            k[1].kind,
+            KernelKind::Attention { s: 256, d: 40, .. }
+        ));
+        assert!(matches!(k[2].kind, KernelKind::Copy { bytes } if bytes.at(2) == 2048));
+    }
+
+    #[test]
+    fn malformed_calls_name_the_field() {
+        for (text, field) in [
+            (r#"[["x", "sum", "b", {}]]"#, "kernels[0][0]"),
+            (r#"[[99, "roll", "f", {"bytes": 1}]]"#, "kernels[0][0]"),
+            (r#"[[1, 5, "f", {}]]"#, "kernels[0][1]"),
+            (r#"[[1, "roll", "f", 3]]"#, "kernels[0][3]"),
+            (r#"[[1, "roll", "f", {}]]"#, "kernels[0][3].bytes"),
+            (
+                r#"[[1, "roll", "f", {"bytes": [1, -2]}]]"#,
+                "kernels[0][3].bytes",
+            ),
+            (
+                r#"[[1, "sum", "b", {"outs": 1, "ins": 2, "vec": 4}]]"#,
+                "fast_reduced",
+            ),
+        ] {
+            let e = parse(&calls(text), 10).expect_err(text).to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+}
