@@ -4,6 +4,7 @@
 mod accuracy;
 mod bench_data;
 mod distributed;
+mod distributed_knobs;
 mod invariants;
 mod maxbatch;
 mod parser_props;
