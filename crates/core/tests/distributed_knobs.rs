@@ -120,6 +120,10 @@ fn zero_redundancy_optimizer_partition() {
     // Frozen parameters never reach the optimizer.
     let o = torch_zero1_owned(&[100, 5, 5], &[false, true, true], 2);
     assert_eq!(o, vec![false, true, false]);
+    // What ZeroRedundancyOptimizer itself assigned rank 0 (torch 2.15, fake process group
+    // of 4, Linear(10,40), Linear(40,30), Linear(30,2)): only the 1200-element weight.
+    let o = torch_zero1_owned(&[400, 40, 1200, 30, 60, 2], &[true; 6], 4);
+    assert_eq!(o, vec![false, false, true, false, false, false]);
     // One rank owns everything.
     assert_eq!(torch_zero1_owned(&[1, 2], &[true; 2], 1), vec![true, true]);
 }
