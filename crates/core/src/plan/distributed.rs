@@ -111,6 +111,12 @@ impl Strategy {
         }
     }
 
+    /// Whether the optimizer state can move to the CPU (DeepSpeed, FSDP2; not
+    /// ZeroRedundancyOptimizer).
+    pub fn can_offload(self) -> bool {
+        self.shards_state() && self != Strategy::TorchZero1
+    }
+
     /// Whether DistributedDataParallel's reducer runs (DDP, PyTorch's ZeRO-1).
     pub fn uses_ddp(self) -> bool {
         matches!(self, Strategy::Ddp | Strategy::TorchZero1)
