@@ -65,6 +65,8 @@ pub(super) struct DistSim {
     pub(super) grads_dropped: bool,
     /// PyTorch's ZeRO-1: the parameters whose optimizer state this rank (0) holds.
     pub(super) owned: Option<Vec<bool>>,
+    /// DDP's reducer buckets (buffer id, bytes).
+    ddp_buckets: Vec<(u32, u64)>,
 }
 
 impl DistSim {
@@ -130,6 +132,7 @@ impl DistSim {
             grads_in_buckets: d.strategy.uses_ddp() && d.gradient_as_bucket_view,
             grads_dropped: d.strategy == Strategy::Zero2,
             owned,
+            ddp_buckets: Vec::new(),
         }
     }
 
@@ -275,6 +278,21 @@ impl Sim<'_> {
         }
     }
 
+    /// DDP's `_rebuild_buckets` in the second iteration's pre-forward (`reducer.cpp`
+    /// `rebuild_buckets` → `initialize_buckets`): a new set of buckets (in gradient-ready
+    /// order; the same sizes here) is allocated before the old set is dropped, so the old
+    /// buckets' blocks stay cached in the reserved pool.
+    pub(super) fn rebuild_ddp_buckets(&mut self) {
+        let old = std::mem::take(&mut self.dist.ddp_buckets);
+        for &(_, bytes) in &old {
+            let b = self.alloc(0, bytes, Category::Communication, 1);
+            self.dist.ddp_buckets.push((b, bytes));
+        }
+        for (b, _) in old {
+            self.release(b);
+        }
+    }
+
     /// Buffers a strategy creates with the model: DDP's reducer buckets, DeepSpeed's IPG
     /// reduce buckets and ZeRO-2's partitioned gradients.
     pub(super) fn setup_buffers(&mut self) {
@@ -302,13 +320,15 @@ impl Sim<'_> {
                 {
                     size += self.policy.bytes(p, g.params[p].elems);
                     if size >= limit {
-                        self.alloc(0, size, Category::Communication, 1);
+                        let b = self.alloc(0, size, Category::Communication, 1);
+                        self.dist.ddp_buckets.push((b, size));
                         size = 0;
                         limit = cap;
                     }
                 }
                 if size > 0 {
-                    self.alloc(0, size, Category::Communication, 1);
+                    let b = self.alloc(0, size, Category::Communication, 1);
+                    self.dist.ddp_buckets.push((b, size));
                 }
             }
             Strategy::Zero2 => {

@@ -186,6 +186,9 @@ impl<'g> Sim<'g> {
             }
         }
         self.zero_sharded_grads();
+        if !create_state {
+            self.rebuild_ddp_buckets();
+        }
         let micros = self.cfg.accum.min(2) as u16;
         for m in 0..micros {
             self.micro_step(m);
