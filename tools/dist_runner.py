@@ -169,7 +169,14 @@ def zero1_optimizer(name, params):
     # defaults hold keys the constructor does not take (AdamW: decoupled_weight_decay).
     accepted = inspect.signature(cls.__init__).parameters
     kwargs = {k: v for k, v in probe.defaults.items() if k in accepted}
-    return ZeroRedundancyOptimizer(list(params), optimizer_class=cls, **kwargs)
+    opt = ZeroRedundancyOptimizer(list(params), optimizer_class=cls, **kwargs)
+    _ZERO1_MADE.append(opt)
+    return opt
+
+
+# The ZeroRedundancyOptimizers run_step made (its wrapper's `state` is empty: the local
+# optimizer's state is rank 0's), read back and dropped after each config.
+_ZERO1_MADE = []
 
 
 def parse_row(cfg_in, mode):
@@ -218,12 +225,18 @@ def measure(cfg_in, index, mode, dev, emit):
         rec["build_s"] = round(time.time() - t0, 3)
         dev.empty_cache()
         tr.run_step(model, preset["family"], cfg, preset, dev, rec)
+        if _ZERO1_MADE:
+            local = _ZERO1_MADE[-1].optim
+            rec["opt_state_bytes"] = tr.optimizer_state_bytes(local)
+            rec["zero1_rank0_params"] = int(sum(p.numel() for g in local.param_groups for p in g["params"]))
+            _ZERO1_MADE.clear()
         rec["oom"] = False
     except torch.OutOfMemoryError as e:
         oom = str(e).strip().splitlines()[0][:500] if str(e).strip() else "CUDA out of memory"
     except Exception as e:
         err = f"{type(e).__name__}: {e}"
         log(traceback.format_exc())
+    _ZERO1_MADE.clear()
     if oom is not None:
         rec["oom"] = True
         rec["message"] = oom
