@@ -2,7 +2,9 @@
 //! from DeepSpeed 0.19.8's and torch 2.11's source (file:line quoted at each check).
 
 use vramlab_core::model::preset::find_builtin;
-use vramlab_core::plan::distributed::{Distributed, Strategy, torch_zero1_owned};
+use vramlab_core::plan::distributed::{
+    Distributed, Strategy, ds_keep_after_forward, torch_zero1_owned,
+};
 use vramlab_core::plan::{Category, Plan, Planner, Precision, TrainConfig};
 
 fn plan(precision: Precision, d: Distributed) -> Plan {
@@ -160,4 +162,46 @@ fn torch_zero1_is_ddp_with_this_ranks_state() {
         "{mine}"
     );
     assert!(z.peak_allocated_bytes < ddp.peak_allocated_bytes);
+}
+
+/// `__params_to_release` (partitioned_param_coordinator.py:634-664): a block stays gathered
+/// after its forward when its backward comes within `stage3_max_reuse_distance` elements.
+#[test]
+fn stage3_reuse_distance_keeps_late_blocks_gathered() {
+    // Blocks of 10, root 5, limit 30: block 2 is next used after 2 × 5 = 10 (kept), block
+    // 1 after 2 × 10 + 10 = 30 (not below 30: released), block 0 after 50.
+    assert_eq!(
+        ds_keep_after_forward(&[10, 10, 10], 5, false, 30),
+        vec![false, false, true]
+    );
+    // Checkpointing fetches the later blocks once more: block 1 after 3 × 10 + 10 = 40.
+    assert_eq!(
+        ds_keep_after_forward(&[10, 10, 10], 5, true, 41),
+        vec![false, true, true]
+    );
+    // GPT-2: blocks of 7 087 872 elements, root 39 385 344 (wte, wpe, ln_f). Under 1e8 the
+    // last block (2R = 78 770 688) and the one before (+ 2B = 92 946 432) stay; block 9
+    // (107 122 176) does not. Under the default 1e9 every block stays (block 0:
+    // 22B + 2R = 234 703 872).
+    let blocks = [7_087_872u64; 12];
+    let keep = ds_keep_after_forward(&blocks, 39_385_344, false, 100_000_000);
+    assert_eq!(keep.iter().filter(|k| **k).count(), 2);
+    assert!(keep[10] && keep[11] && !keep[9]);
+    let all = ds_keep_after_forward(&blocks, 39_385_344, false, 1_000_000_000);
+    assert!(all.iter().all(|k| *k));
+    // In the plan: kept blocks raise the rank's peak; a distance of 0 releases every block
+    // after its forward, as FSDP2 with reshard_after_forward does.
+    let dflt = plan(Precision::Fp32, Distributed::new(4, Strategy::Zero3));
+    let none = plan(
+        Precision::Fp32,
+        zero(4, Strategy::Zero3, |d| d.max_reuse_distance = Some(0)),
+    );
+    assert!(dflt.peak_allocated_bytes > none.peak_allocated_bytes);
+    let unsharded = |p: &Plan| p.category_bytes(Category::Unsharded).0;
+    // Kept: at least the eleven blocks not being worked on are whole at the peak.
+    assert!(
+        unsharded(&dflt) >= 11 * 7_087_872 * 4,
+        "{}",
+        unsharded(&dflt)
+    );
 }

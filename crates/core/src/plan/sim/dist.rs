@@ -30,7 +30,9 @@
 use super::Sim;
 use crate::model::ir::Graph;
 use crate::plan::config::DType;
-use crate::plan::distributed::{Distributed, Offload, Strategy, torch_zero1_owned};
+use crate::plan::distributed::{
+    Distributed, Offload, Strategy, ds_keep_after_forward, torch_zero1_owned,
+};
 use crate::plan::events::Category;
 use crate::plan::policy::{ParamPolicy, Shard};
 
@@ -67,10 +69,18 @@ pub(super) struct DistSim {
     pub(super) owned: Option<Vec<bool>>,
     /// DDP's reducer buckets (buffer id, bytes).
     ddp_buckets: Vec<(u32, u64)>,
+    /// ZeRO-3: the blocks kept gathered from forward to backward
+    /// ([`ds_keep_after_forward`]).
+    keep_after_forward: Vec<bool>,
 }
 
 impl DistSim {
-    pub(super) fn new(g: &Graph, d: &Distributed, policy: &ParamPolicy) -> DistSim {
+    pub(super) fn new(
+        g: &Graph,
+        d: &Distributed,
+        policy: &ParamPolicy,
+        checkpointing: bool,
+    ) -> DistSim {
         if !d.active() {
             return DistSim::default();
         }
@@ -96,6 +106,21 @@ impl DistSim {
                 unit_params[*u].push(p);
             }
         }
+        let keep_after_forward = if d.strategy == Strategy::Zero3 {
+            // Every parameter counts, persistent ones too (`iter_params`).
+            let mut elems = vec![0u64; blocks + 1];
+            for (p, &u) in unit_of.iter().enumerate() {
+                elems[u] = elems[u].saturating_add(g.params[p].elems);
+            }
+            ds_keep_after_forward(
+                &elems[..blocks],
+                elems[root],
+                checkpointing,
+                d.max_reuse_distance.unwrap_or(d.max_live_params),
+            )
+        } else {
+            Vec::new()
+        };
         let owned = (d.strategy == Strategy::TorchZero1).then(|| {
             let elems: Vec<u64> = g.params.iter().map(|p| p.elems).collect();
             let trainable: Vec<bool> = (0..g.params.len()).map(|p| policy.trainable(p)).collect();
@@ -133,7 +158,13 @@ impl DistSim {
             grads_dropped: d.strategy == Strategy::Zero2,
             owned,
             ddp_buckets: Vec::new(),
+            keep_after_forward,
         }
+    }
+
+    /// Whether block `b` is resharded after its forward.
+    pub(super) fn reshard_after(&self, b: usize) -> bool {
+        self.reshard && !self.keep_after_forward.get(b).copied().unwrap_or(false)
     }
 
     pub(super) fn root(&self) -> usize {
@@ -364,7 +395,7 @@ mod tests {
         let g = p.build(128, AttnImpl::Sdpa).expect("graph");
         let pol = ParamPolicy::full(&g, Precision::Fp32);
         let d = Distributed::new(4, Strategy::Fsdp2);
-        let ds = DistSim::new(&g, &d, &pol);
+        let ds = DistSim::new(&g, &d, &pol, false);
         assert_eq!(ds.unit_params.len(), g.block_count() as usize + 1);
         let n: usize = ds.unit_params.iter().map(Vec::len).sum();
         assert_eq!(n, g.params.len());

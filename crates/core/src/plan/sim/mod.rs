@@ -280,7 +280,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
-        dist: dist::DistSim::new(g, &cfg.distributed, policy),
+        dist: dist::DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
     };
     if !sim.dist.offload_params {
         for (i, p) in g.params.iter().enumerate() {
