@@ -1094,6 +1094,26 @@ fn multi_gpu_flags_plan_per_rank_and_errors_name_the_flag() {
         ],
         "optimizer",
     );
+}
+
+/// DeepSpeed's ZeRO knob flags and PyTorch's ZeRO-1: errors name the flag, values reach the
+/// plan and the DeepSpeed export.
+#[test]
+fn deepspeed_knobs_and_torch_zero1_flags() {
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "plan", "--model", "gpt2", "--batch", "4", "--seq", "512", "--json",
+        ];
+        args.extend(extra);
+        let (ok, out, err) = vramlab(&args);
+        assert!(ok, "{args:?}: {err}");
+        serde_json::from_str(&out).expect("json")
+    };
+    let check = |extra: &[&str], needle: &str| {
+        let mut args = vec!["plan", "--model", "gpt2", "--batch", "4"];
+        args.extend(extra);
+        fails_with(&args, needle);
+    };
     // DeepSpeed's knobs need a DeepSpeed strategy; stage-3 knobs stage 3; torch-zero1 no
     // offload.
     check(
