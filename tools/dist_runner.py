@@ -22,7 +22,7 @@ stdout carries JSON only, one object per line; logging goes to stderr.
 
 A config is torch_runner.py's (model, batch, seq, precision, optimizer, accum, checkpointing,
 attention, loop) plus:
-  "gpus": N, "strategy": "fsdp2" | "ddp",
+  "gpus": N, "strategy": "fsdp2" | "ddp" | "torch-zero1",
   "reshard_after_forward": true,            fsdp2 (fully_shard's argument)
   "fsdp_mixed_precision": null | "bf16" | "fp16"
         MixedPrecisionPolicy(param_dtype=bf16|fp16, reduce_dtype=float32); null: no policy
