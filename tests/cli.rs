@@ -1503,3 +1503,110 @@ fn freeze_flags_plan_partial_fine_tuning_and_are_checked() {
         "{out}"
     );
 }
+
+/// DeepSpeed's ZeRO knob flags and PyTorch's ZeRO-1: errors name the flag, values reach the
+/// plan and the DeepSpeed export.
+#[test]
+fn deepspeed_knobs_and_torch_zero1_flags() {
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "plan", "--model", "gpt2", "--batch", "4", "--seq", "512", "--json",
+        ];
+        args.extend(extra);
+        let (ok, out, err) = vramlab(&args);
+        assert!(ok, "{args:?}: {err}");
+        serde_json::from_str(&out).expect("json")
+    };
+    let check = |extra: &[&str], needle: &str| {
+        let mut args = vec!["plan", "--model", "gpt2", "--batch", "4"];
+        args.extend(extra);
+        fails_with(&args, needle);
+    };
+    // DeepSpeed's knobs need a DeepSpeed strategy; stage-3 knobs stage 3; torch-zero1 no
+    // offload.
+    check(
+        &[
+            "--gpus",
+            "4",
+            "--strategy",
+            "fsdp2",
+            "--overlap-comm",
+            "true",
+        ],
+        "--overlap-comm",
+    );
+    check(
+        &[
+            "--gpus",
+            "4",
+            "--strategy",
+            "zero2",
+            "--stage3-param-persistence-threshold",
+            "0",
+        ],
+        "--stage3-",
+    );
+    check(
+        &[
+            "--gpus",
+            "4",
+            "--strategy",
+            "torch-zero1",
+            "--offload",
+            "optimizer",
+        ],
+        "ZeroRedundancyOptimizer",
+    );
+    check(
+        &[
+            "--gpus",
+            "4",
+            "--strategy",
+            "zero2",
+            "--reduce-bucket-size",
+            "0",
+        ],
+        "reduce_bucket_size",
+    );
+    // The knobs reach the plan (one more 5e8-element IPG buffer with overlap_comm) and
+    // the DeepSpeed export; torch-zero1 plans and saves its name.
+    let z2 = json(&["--gpus", "4", "--strategy", "zero2"]);
+    let z2o = json(&[
+        "--gpus",
+        "4",
+        "--strategy",
+        "zero2",
+        "--overlap-comm",
+        "true",
+    ]);
+    assert!(
+        z2o["peak_allocated_bytes"].as_u64() > z2["peak_allocated_bytes"].as_u64(),
+        "overlap_comm adds a buffer"
+    );
+    let tz = json(&["--gpus", "4", "--strategy", "torch-zero1"]);
+    assert_eq!(tz["strategy"], "torch-zero1");
+    let (ok, out, err) = vramlab(&[
+        "export",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--format",
+        "deepspeed",
+        "--gpus",
+        "8",
+        "--strategy",
+        "zero3",
+        "--overlap-comm",
+        "false",
+        "--stage3-param-persistence-threshold",
+        "0",
+    ]);
+    assert!(ok, "{err}");
+    let ds: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(ds["zero_optimization"]["overlap_comm"], false);
+    assert_eq!(
+        ds["zero_optimization"]["stage3_param_persistence_threshold"],
+        0
+    );
+}

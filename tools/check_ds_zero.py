@@ -66,6 +66,38 @@ for strategy in ("zero1", "zero2", "zero3"):
                 rec.update({"ok": False, "error": f"{type(e).__name__}: {e}"[:300]})
             results.append(rec)
 
+# The ZeRO knobs: each flag's value exported and read back by DeepSpeedConfig.
+KNOBS = [  # (strategy, flags, {zero_config attribute: expected})
+    ("zero2", [], {"overlap_comm": False, "contiguous_gradients": True,
+                   "reduce_bucket_size": 500000000, "allgather_bucket_size": 500000000}),
+    ("zero1", ["--overlap-comm", "true", "--reduce-bucket-size", "200000000"],
+     {"overlap_comm": True, "reduce_bucket_size": 200000000, "allgather_bucket_size": 200000000}),
+    ("zero2", ["--no-contiguous-gradients", "--allgather-bucket-size", "100000000"],
+     {"contiguous_gradients": False, "allgather_bucket_size": 100000000}),
+    ("zero3", [], {"overlap_comm": True, "param_persistence_threshold": 100000,
+                   "prefetch_bucket_size": 50000000, "max_live_parameters": 1000000000,
+                   "max_reuse_distance": 1000000000}),
+    ("zero3", ["--overlap-comm", "false", "--stage3-prefetch-bucket-size", "20000000",
+               "--stage3-max-live-parameters", "300000000", "--stage3-max-reuse-distance", "400000000",
+               "--stage3-param-persistence-threshold", "0"],
+     {"overlap_comm": False, "prefetch_bucket_size": 20000000, "max_live_parameters": 300000000,
+      "max_reuse_distance": 400000000, "param_persistence_threshold": 0}),
+]
+for strategy, flags, want in KNOBS:
+    rec = {"check": "deepspeed_zero_knobs", "strategy": strategy, "flags": " ".join(flags)}
+    try:
+        ds = export(["--model", "gpt2", "--batch", "4", "--precision", "bf16", "--gpus", "4",
+                     "--strategy", strategy] + flags)
+        dsconfig.dist.get_world_size = lambda *a, **k: 4
+        dsconfig.dist.get_rank = lambda *a, **k: 0
+        z = DeepSpeedConfig(ds).zero_config
+        got = {k: (int(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+               for k, v in ((k, getattr(z, k)) for k in want)}
+        rec.update({"ok": got == want, "read_back": got})
+    except Exception as e:  # a rejected config is what this script is for
+        rec.update({"ok": False, "error": f"{type(e).__name__}: {e}"[:300]})
+    results.append(rec)
+
 # DeepSpeed's estimators for the comparison test (numbers as DeepSpeed computes them).
 estimates = [{"machine": f"{platform.node()} (CPU only)", "python": platform.python_version(),
               "deepspeed": deepspeed.__version__, "torch": __import__("torch").__version__,

@@ -9,14 +9,24 @@ stdout carries JSON only, one object per line; logging goes to stderr.
                                       (collectives are no-ops, their buffers are allocated)
   dist_runner.py ddp CONFIGS.jsonl    DDP with a real NCCL process group of world size 1
                                       (the reducer and its buckets exist)
+  dist_runner.py zero1 CONFIGS.jsonl  PyTorch's ZeRO-1 ("strategy": "torch-zero1"): DDP +
+                                      ZeroRedundancyOptimizer as rank 0 of a world of `gpus`
+                                      under the fake process group. DDP's default all-reduce
+                                      hook returns None there ("expected the hook result is
+                                      either a Tensor or a TensorList found None"), so a
+                                      no-op comm hook returns the bucket itself (what the
+                                      in-place all-reduce would return: no extra memory);
+                                      ZeroRedundancyOptimizer partitions the parameters over
+                                      the N ranks (rank 0 steps and keeps state for its own)
+                                      and its broadcasts are no-ops.
 
 A config is torch_runner.py's (model, batch, seq, precision, optimizer, accum, checkpointing,
 attention, loop) plus:
-  "gpus": N, "strategy": "fsdp2" | "ddp",
+  "gpus": N, "strategy": "fsdp2" | "ddp" | "torch-zero1",
   "reshard_after_forward": true,            fsdp2 (fully_shard's argument)
   "fsdp_mixed_precision": null | "bf16" | "fp16"
         MixedPrecisionPolicy(param_dtype=bf16|fp16, reduce_dtype=float32); null: no policy
-  "bucket_cap_mb": 25, "gradient_as_bucket_view": false     ddp
+  "bucket_cap_mb": 25, "gradient_as_bucket_view": false     ddp, torch-zero1
 
 The model is built on the meta device, checkpointing enabled (HF gradient checkpointing,
 non-reentrant), every decoder block and then the root are `fully_shard`-ed, then
@@ -43,6 +53,7 @@ import torch_runner as tr  # noqa: E402
 DIST_KEYS = ("gpus", "nodes", "strategy", "reshard_after_forward", "fsdp_mixed_precision",
              "bucket_cap_mb", "gradient_as_bucket_view", "tag")
 MP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_MAKE_OPTIMIZER = tr.make_optimizer
 
 
 def log(*args):
@@ -131,10 +142,61 @@ def build_ddp(cfg, preset, dcfg):
     return ddp, info
 
 
+def build_zero1(cfg, preset, dcfg):
+    """DDP (no-op comm hook) + ZeroRedundancyOptimizer: run_step's optimizer is swapped for
+    ZeroRedundancyOptimizer(params, optimizer_class=<the config's optimizer>)."""
+    ddp, info = build_ddp(cfg, preset, dcfg)
+
+    def noop_hook(_state, bucket):
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
+    ddp.register_comm_hook(None, noop_hook)
+    info["applied_comm_hook"] = "noop (fake process group)"
+    info["world"] = dist.get_world_size()
+    return ddp, info
+
+
+def zero1_optimizer(name, params):
+    """ZeroRedundancyOptimizer around torch_runner's optimizer `name` (same arguments)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    import inspect
+
+    probe = _MAKE_OPTIMIZER(name, [torch.nn.Parameter(torch.zeros(1))])
+    cls = type(probe)
+    # defaults hold keys the constructor does not take (AdamW: decoupled_weight_decay).
+    accepted = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in probe.defaults.items() if k in accepted}
+    opt = ZeroRedundancyOptimizer(list(params), optimizer_class=cls, **kwargs)
+    _ZERO1_MADE.append(opt)
+    return opt
+
+
+# The ZeroRedundancyOptimizers run_step made (its wrapper's `state` is empty: the local
+# optimizer's state is rank 0's), read back and dropped after each config.
+_ZERO1_MADE = []
+
+
+def parse_row(cfg_in, mode):
+    """The torch_runner config and the distributed keys of one row (no CUDA needed);
+    raises ValueError when the row does not belong to `mode`."""
+    extra = {k: cfg_in[k] for k in DIST_KEYS if k in cfg_in}
+    base = {k: v for k, v in cfg_in.items() if k not in DIST_KEYS}
+    want = {"fsdp": ("fsdp2",), "ddp": ("ddp",), "zero1": ("torch-zero1",)}[mode]
+    if extra.get("strategy", want[0]) not in want:
+        raise ValueError(f"strategy {extra.get('strategy')!r} in a `{mode}` run (wants {want[0]})")
+    if int(extra.get("gpus", 1)) < 1:
+        raise ValueError(f"gpus {extra.get('gpus')!r}: at least 1")
+    cfg, preset = tr.normalize_config(base)
+    return cfg, preset, extra
+
+
 def init_pg(cfg, mode):
     if dist.is_initialized():
         dist.destroy_process_group()
-    if mode == "fsdp":
+    if mode in ("fsdp", "zero1"):
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=int(cfg["gpus"]))
@@ -147,28 +209,34 @@ def init_pg(cfg, mode):
 def measure(cfg_in, index, mode, dev, emit):
     rec = {"index": index}
     extra = {k: cfg_in[k] for k in DIST_KEYS if k in cfg_in}
-    base = {k: v for k, v in cfg_in.items() if k not in DIST_KEYS}
     model = None
     err = oom = None
     try:
-        cfg, preset = tr.normalize_config(base)
+        cfg, preset, extra = parse_row(cfg_in, mode)
         rec.update(cfg)
         rec.update(extra)
         rec["model_id"] = preset["id"]
         init_pg(cfg_in, mode)
         t0 = time.time()
         # The distributed keys (kept out of torch_runner's config) drive the wrapping.
-        model, info = (build_fsdp if mode == "fsdp" else build_ddp)(cfg, preset, extra)
+        build = {"fsdp": build_fsdp, "ddp": build_ddp, "zero1": build_zero1}[mode]
+        model, info = build(cfg, preset, extra)
         rec.update(info)
         rec["build_s"] = round(time.time() - t0, 3)
         dev.empty_cache()
         tr.run_step(model, preset["family"], cfg, preset, dev, rec)
+        if _ZERO1_MADE:
+            local = _ZERO1_MADE[-1].optim
+            rec["opt_state_bytes"] = tr.optimizer_state_bytes(local)
+            rec["zero1_rank0_params"] = int(sum(p.numel() for g in local.param_groups for p in g["params"]))
+            _ZERO1_MADE.clear()
         rec["oom"] = False
     except torch.OutOfMemoryError as e:
         oom = str(e).strip().splitlines()[0][:500] if str(e).strip() else "CUDA out of memory"
     except Exception as e:
         err = f"{type(e).__name__}: {e}"
         log(traceback.format_exc())
+    _ZERO1_MADE.clear()
     if oom is not None:
         rec["oom"] = True
         rec["message"] = oom
@@ -187,7 +255,16 @@ def measure(cfg_in, index, mode, dev, emit):
 
 
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ("fsdp", "ddp"):
+    if len(argv) >= 2 and argv[0] == "check":
+        # Parse every row of a config file without CUDA: `dist_runner.py check MODE FILE`.
+        mode, path = argv[1], argv[2]
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip() and not line.startswith("#")]
+        for i, row in enumerate(rows):
+            cfg, preset, extra = parse_row(row, mode)
+            print(json.dumps({"index": i, "ok": True, "model_id": preset["id"], **extra}))
+        return 0
+    if len(argv) < 2 or argv[0] not in ("fsdp", "ddp", "zero1"):
         print(__doc__, file=sys.stderr)
         return 2
     mode, path = argv[0], argv[1]
@@ -196,6 +273,9 @@ def main(argv):
     dev = tr.Device("cuda")
     emit = tr.Emitter()
     torch.cuda.set_device(0)
+    if mode == "zero1":
+        # run_step builds its optimizer with torch_runner.make_optimizer.
+        tr.make_optimizer = zero1_optimizer
     for i, cfg in enumerate(configs):
         measure(cfg, i, mode, dev, emit)
     if dist.is_initialized():

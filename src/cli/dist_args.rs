@@ -17,9 +17,10 @@ pub struct DistArgs {
     /// Nodes (the world is nodes × GPUs per node) [default: 1].
     #[arg(long)]
     pub nodes: Option<u32>,
-    /// Data-parallel strategy: ddp, zero1, zero2, zero3, fsdp2 (FSDP1 aliases full_shard,
-    /// shard_grad_op, no_shard) [default: fsdp2 with --gpus, else none].
-    #[arg(long, value_name = "ddp|zero1|zero2|zero3|fsdp2")]
+    /// Data-parallel strategy: ddp, zero1, torch-zero1 (DDP + ZeroRedundancyOptimizer),
+    /// zero2, zero3, fsdp2 (FSDP1 aliases full_shard, shard_grad_op, no_shard)
+    /// [default: fsdp2 with --gpus, else none].
+    #[arg(long, value_name = "ddp|zero1|torch-zero1|zero2|zero3|fsdp2")]
     pub strategy: Option<String>,
     /// Move to host memory: optimizer (state + fp32 grads) or params (ZeRO-3 / FSDP2).
     #[arg(long, value_name = "optimizer|params")]
@@ -36,12 +37,53 @@ pub struct DistArgs {
     /// DDP `gradient_as_bucket_view=True`.
     #[arg(long)]
     pub gradient_as_bucket_view: bool,
+    /// DeepSpeed `reduce_bucket_size` (elements) [default: 5e8].
+    #[arg(long, value_name = "ELEMS")]
+    pub reduce_bucket_size: Option<u64>,
+    /// DeepSpeed `allgather_bucket_size` (elements, stage 1/2) [default: reduce bucket].
+    #[arg(long, value_name = "ELEMS")]
+    pub allgather_bucket_size: Option<u64>,
+    /// DeepSpeed `overlap_comm` [default: true for zero3, false for zero1/zero2].
+    #[arg(long, value_name = "true|false")]
+    pub overlap_comm: Option<bool>,
+    /// DeepSpeed `contiguous_gradients=false` (no IPG reduce buckets).
+    #[arg(long)]
+    pub no_contiguous_gradients: bool,
+    /// DeepSpeed `stage3_prefetch_bucket_size` (elements) [default: 5e7].
+    #[arg(long, value_name = "ELEMS")]
+    pub stage3_prefetch_bucket_size: Option<u64>,
+    /// DeepSpeed `stage3_max_live_parameters` (elements) [default: 1e9].
+    #[arg(long, value_name = "ELEMS")]
+    pub stage3_max_live_parameters: Option<u64>,
+    /// DeepSpeed `stage3_max_reuse_distance` (elements) [default: 1e9].
+    #[arg(long, value_name = "ELEMS")]
+    pub stage3_max_reuse_distance: Option<u64>,
+    /// DeepSpeed `stage3_param_persistence_threshold` (elements; parameters this small stay
+    /// whole on every rank) [default: 1e5].
+    #[arg(long, value_name = "ELEMS")]
+    pub stage3_param_persistence_threshold: Option<u64>,
     /// Largest world `--gpus auto` tries.
     #[arg(long, default_value_t = 64)]
     pub max_gpus: u64,
 }
 
 impl DistArgs {
+    /// Whether a DeepSpeed knob of every stage was given.
+    fn deepspeed_given(&self) -> bool {
+        self.reduce_bucket_size.is_some()
+            || self.allgather_bucket_size.is_some()
+            || self.overlap_comm.is_some()
+            || self.no_contiguous_gradients
+    }
+
+    /// Whether a DeepSpeed stage-3 knob was given.
+    fn stage3_given(&self) -> bool {
+        self.stage3_prefetch_bucket_size.is_some()
+            || self.stage3_max_live_parameters.is_some()
+            || self.stage3_max_reuse_distance.is_some()
+            || self.stage3_param_persistence_threshold.is_some()
+    }
+
     /// Whether `--gpus auto` was given.
     pub fn auto(&self) -> bool {
         self.gpus
@@ -68,7 +110,9 @@ impl DistArgs {
             || self.no_reshard_after_forward
             || self.fsdp_mixed_precision.is_some()
             || self.bucket_cap_mb.is_some()
-            || self.gradient_as_bucket_view;
+            || self.gradient_as_bucket_view
+            || self.deepspeed_given()
+            || self.stage3_given();
         if !given {
             return Ok(d);
         }
@@ -89,6 +133,22 @@ impl DistArgs {
             d.bucket_cap_mb = b;
         }
         d.gradient_as_bucket_view = self.gradient_as_bucket_view;
+        if let Some(v) = self.reduce_bucket_size {
+            d.zero_bucket_elems = v;
+        }
+        d.allgather_bucket_elems = self.allgather_bucket_size;
+        d.overlap_comm = self.overlap_comm;
+        d.contiguous_gradients = !self.no_contiguous_gradients;
+        if let Some(v) = self.stage3_prefetch_bucket_size {
+            d.prefetch_elems = v;
+        }
+        if let Some(v) = self.stage3_max_live_parameters {
+            d.max_live_params = v;
+        }
+        d.max_reuse_distance = self.stage3_max_reuse_distance;
+        if let Some(v) = self.stage3_param_persistence_threshold {
+            d.persistence_threshold = v;
+        }
         let fsdp_only = self.no_reshard_after_forward || self.fsdp_mixed_precision.is_some();
         if fsdp_only && d.strategy != Strategy::Fsdp2 {
             bail!(
@@ -97,10 +157,24 @@ impl DistArgs {
             );
         }
         let ddp_only = self.bucket_cap_mb.is_some() || self.gradient_as_bucket_view;
-        if ddp_only && d.strategy != Strategy::Ddp {
+        if ddp_only && !d.strategy.uses_ddp() {
             bail!(
-                "--bucket-cap-mb / --gradient-as-bucket-view: need --strategy ddp, not {}",
+                "--bucket-cap-mb / --gradient-as-bucket-view: need --strategy ddp or torch-zero1, not {}",
                 d.strategy
+            );
+        }
+        if self.deepspeed_given() && !d.strategy.is_deepspeed() {
+            bail!(
+                "--reduce-bucket-size / --allgather-bucket-size / --overlap-comm / --no-contiguous-gradients: need --strategy zero1, zero2 or zero3, not {}",
+                d.strategy
+            );
+        }
+        if self.stage3_given() && d.strategy != Strategy::Zero3 {
+            bail!("--stage3-*: need --strategy zero3, not {}", d.strategy);
+        }
+        if self.allgather_bucket_size.is_some() && d.strategy == Strategy::Zero3 {
+            bail!(
+                "--allgather-bucket-size: stages 1/2 only (zero3 gathers with --stage3-prefetch-bucket-size)"
             );
         }
         d.validate()?;

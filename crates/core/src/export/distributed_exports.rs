@@ -17,11 +17,15 @@ pub fn zero_optimization(d: &Distributed) -> Value {
     }
     let mut z = serde_json::Map::new();
     z.insert("stage".into(), json!(stage));
-    z.insert("overlap_comm".into(), json!(true));
-    z.insert("contiguous_gradients".into(), json!(true));
+    // The value the plan ran with (DeepSpeed's default when unset: True for stage 3 only).
+    z.insert("overlap_comm".into(), json!(d.overlap_comm_effective()));
+    z.insert("contiguous_gradients".into(), json!(d.contiguous_gradients));
     z.insert("reduce_bucket_size".into(), json!(d.zero_bucket_elems));
     if stage < 3 {
-        z.insert("allgather_bucket_size".into(), json!(d.zero_bucket_elems));
+        z.insert(
+            "allgather_bucket_size".into(),
+            json!(d.allgather_bucket_elems.unwrap_or(d.zero_bucket_elems)),
+        );
         z.insert("reduce_scatter".into(), json!(true));
     } else {
         z.insert(
@@ -30,13 +34,16 @@ pub fn zero_optimization(d: &Distributed) -> Value {
         );
         z.insert(
             "stage3_param_persistence_threshold".into(),
-            json!(crate::plan::distributed::DS_PERSISTENCE_THRESHOLD),
+            json!(d.persistence_threshold),
         );
         z.insert(
             "stage3_max_live_parameters".into(),
             json!(d.max_live_params),
         );
-        z.insert("stage3_max_reuse_distance".into(), json!(d.max_live_params));
+        z.insert(
+            "stage3_max_reuse_distance".into(),
+            json!(d.max_reuse_distance.unwrap_or(d.max_live_params)),
+        );
     }
     if d.offload != Offload::None {
         z.insert(
@@ -69,7 +76,7 @@ pub fn accelerate_yaml(cfg: &TrainConfig) -> String {
     let kind = match d.strategy {
         Strategy::Fsdp2 => "FSDP",
         Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => "DEEPSPEED",
-        Strategy::Ddp => "MULTI_GPU",
+        Strategy::Ddp | Strategy::TorchZero1 => "MULTI_GPU",
         Strategy::None => "NO",
     };
     let mut s = String::from("compute_environment: LOCAL_MACHINE\n");
@@ -116,9 +123,43 @@ pub fn accelerate_yaml(cfg: &TrainConfig) -> String {
                 d.strategy == Strategy::Zero3
             ));
         }
-        Strategy::Ddp | Strategy::None => {}
+        Strategy::Ddp | Strategy::TorchZero1 | Strategy::None => {}
     }
     s
+}
+
+/// A DDP + `ZeroRedundancyOptimizer` snippet (PyTorch's ZeRO-1), with the planned reducer
+/// options.
+pub fn torch_zero1_snippet(cfg: &TrainConfig) -> String {
+    let d = cfg.distributed;
+    let view = if d.gradient_as_bucket_view {
+        "True"
+    } else {
+        "False"
+    };
+    format!(
+        "# {world} ranks: {launch}\
+import torch
+import torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group(\"nccl\")
+rank = dist.get_rank() % torch.cuda.device_count()
+torch.cuda.set_device(rank)
+model = build_model().cuda()  # your model
+model = DDP(model, device_ids=[rank], bucket_cap_mb={cap}, gradient_as_bucket_view={view})
+# each rank keeps the optimizer state of its own parameters (greedy by size)
+optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
+# micro-batch {micro} per rank x accumulation {accum} x {world} ranks = global batch {global}
+",
+        world = d.world(),
+        launch = torchrun(cfg),
+        cap = d.bucket_cap_mb,
+        micro = cfg.batch,
+        accum = cfg.accum,
+        global = cfg.global_batch(),
+    )
 }
 
 /// The `torchrun` command line for the world (`train.py` stands for the user's script).
@@ -137,9 +178,13 @@ pub fn torchrun(cfg: &TrainConfig) -> String {
     }
 }
 
-/// An FSDP2 snippet: `fully_shard` per block and the root, with the planned options.
+/// An FSDP2 snippet: `fully_shard` per block and the root, with the planned options; for
+/// `torch-zero1`, the DDP + `ZeroRedundancyOptimizer` snippet instead.
 pub fn fsdp2_snippet(cfg: &TrainConfig) -> String {
     let d = cfg.distributed;
+    if d.strategy == Strategy::TorchZero1 {
+        return torch_zero1_snippet(cfg);
+    }
     let mp = match d.mixed_precision {
         FsdpMixedPrecision::None => "MixedPrecisionPolicy()".to_string(),
         FsdpMixedPrecision::Bf16 => {
@@ -229,5 +274,41 @@ mod tests {
         let s = fsdp2_snippet(&c);
         assert!(s.contains("reshard_after_forward=False") && s.contains("torch.bfloat16"));
         assert!(s.contains("global batch 32"));
+        let z = fsdp2_snippet(&cfg(Strategy::TorchZero1, 4));
+        assert!(z.contains("ZeroRedundancyOptimizer(") && z.contains("bucket_cap_mb=25"));
+        assert!(accelerate_yaml(&cfg(Strategy::TorchZero1, 4)).contains("MULTI_GPU"));
+    }
+
+    #[test]
+    fn zero_knobs_are_written_as_planned() {
+        // Defaults: overlap_comm False for stages 1/2, True for 3 (config.py:384-386).
+        assert_eq!(
+            zero_optimization(&cfg(Strategy::Zero2, 4).distributed)["overlap_comm"],
+            false
+        );
+        assert_eq!(
+            zero_optimization(&cfg(Strategy::Zero3, 4).distributed)["overlap_comm"],
+            true
+        );
+        let mut d = Distributed::new(8, Strategy::Zero2);
+        d.overlap_comm = Some(true);
+        d.contiguous_gradients = false;
+        d.zero_bucket_elems = 200_000_000;
+        d.allgather_bucket_elems = Some(100_000_000);
+        let z = zero_optimization(&d);
+        assert_eq!(z["overlap_comm"], true);
+        assert_eq!(z["contiguous_gradients"], false);
+        assert_eq!(z["reduce_bucket_size"], 200_000_000);
+        assert_eq!(z["allgather_bucket_size"], 100_000_000);
+        let mut d = Distributed::new(8, Strategy::Zero3);
+        d.persistence_threshold = 0;
+        d.max_reuse_distance = Some(7);
+        d.max_live_params = 3;
+        d.prefetch_elems = 5;
+        let z = zero_optimization(&d);
+        assert_eq!(z["stage3_param_persistence_threshold"], 0);
+        assert_eq!(z["stage3_max_reuse_distance"], 7);
+        assert_eq!(z["stage3_max_live_parameters"], 3);
+        assert_eq!(z["stage3_prefetch_bucket_size"], 5);
     }
 }

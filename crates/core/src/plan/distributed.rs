@@ -24,9 +24,14 @@ pub enum Strategy {
     /// `DistributedDataParallel`: replicated states, gradient buckets all-reduced.
     #[serde(rename = "ddp")]
     Ddp,
-    /// ZeRO stage 1 (`ZeroRedundancyOptimizer`, DeepSpeed stage 1): optimizer state partitioned.
+    /// DeepSpeed ZeRO stage 1: optimizer state partitioned.
     #[serde(rename = "zero1")]
     Zero1,
+    /// PyTorch's ZeRO-1: DDP (replicated parameters and gradients, reducer buckets) with
+    /// `ZeroRedundancyOptimizer`, whose state this rank holds for its own parameters only
+    /// (whole parameters, greedily assigned by size: [`torch_zero1_owned`]).
+    #[serde(rename = "torch-zero1")]
+    TorchZero1,
     /// ZeRO stage 2: optimizer state and gradients partitioned (FSDP1 `SHARD_GRAD_OP`).
     #[serde(rename = "zero2")]
     Zero2,
@@ -39,10 +44,11 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 6] = [
+    pub const ALL: [Strategy; 7] = [
         Strategy::None,
         Strategy::Ddp,
         Strategy::Zero1,
+        Strategy::TorchZero1,
         Strategy::Zero2,
         Strategy::Zero3,
         Strategy::Fsdp2,
@@ -61,6 +67,7 @@ impl Strategy {
             Strategy::None => "none",
             Strategy::Ddp => "ddp",
             Strategy::Zero1 => "zero1",
+            Strategy::TorchZero1 => "torch-zero1",
             Strategy::Zero2 => "zero2",
             Strategy::Zero3 => "zero3",
             Strategy::Fsdp2 => "fsdp2",
@@ -72,6 +79,7 @@ impl Strategy {
             Strategy::None => "Single GPU",
             Strategy::Ddp => "DDP",
             Strategy::Zero1 => "ZeRO-1",
+            Strategy::TorchZero1 => "DDP + ZeroRedundancyOptimizer",
             Strategy::Zero2 => "ZeRO-2",
             Strategy::Zero3 => "ZeRO-3",
             Strategy::Fsdp2 => "FSDP2",
@@ -99,8 +107,24 @@ impl Strategy {
             Strategy::Zero1 => 1,
             Strategy::Zero2 => 2,
             Strategy::Zero3 | Strategy::Fsdp2 => 3,
-            Strategy::None | Strategy::Ddp => 0,
+            Strategy::None | Strategy::Ddp | Strategy::TorchZero1 => 0,
         }
+    }
+
+    /// Whether the optimizer state can move to the CPU (DeepSpeed, FSDP2; not
+    /// ZeroRedundancyOptimizer).
+    pub fn can_offload(self) -> bool {
+        self.shards_state() && self != Strategy::TorchZero1
+    }
+
+    /// Whether DistributedDataParallel's reducer runs (DDP, PyTorch's ZeRO-1).
+    pub fn uses_ddp(self) -> bool {
+        matches!(self, Strategy::Ddp | Strategy::TorchZero1)
+    }
+
+    /// Whether DeepSpeed runs it (its `zero_optimization` knobs apply).
+    pub fn is_deepspeed(self) -> bool {
+        matches!(self, Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3)
     }
 }
 
@@ -127,7 +151,7 @@ impl FromStr for Strategy {
         let t = s.trim().to_ascii_lowercase().replace('-', "_");
         if let Some(st) = Strategy::ALL
             .into_iter()
-            .find(|st| st.as_str() == t.replace('_', ""))
+            .find(|st| st.as_str().replace('-', "") == t.replace('_', ""))
         {
             return Ok(st);
         }
@@ -138,14 +162,22 @@ impl FromStr for Strategy {
             .ok_or_else(|| PlanError::Field {
                 field: "strategy",
                 reason: format!(
-                    "unknown `{s}`{} (known: none, ddp, zero1, zero2, zero3, fsdp2; aliases full_shard, shard_grad_op, no_shard)",
+                    "unknown `{s}`{} (known: none, ddp, zero1, torch-zero1, zero2, zero3, fsdp2; aliases full_shard, shard_grad_op, no_shard)",
                     closest(&t, &STRATEGY_NAMES)
                 ),
             })
     }
 }
 
-const STRATEGY_NAMES: [&str; 6] = ["none", "ddp", "zero1", "zero2", "zero3", "fsdp2"];
+const STRATEGY_NAMES: [&str; 7] = [
+    "none",
+    "ddp",
+    "zero1",
+    "torch_zero1",
+    "zero2",
+    "zero3",
+    "fsdp2",
+];
 
 /// " (did you mean `x`?)" for the closest of `names` by edit distance, or nothing.
 fn closest(s: &str, names: &[&str]) -> String {
@@ -294,6 +326,33 @@ pub struct Distributed {
     pub prefetch_elems: u64,
     /// DeepSpeed `stage3_max_live_parameters` (elements).
     pub max_live_params: u64,
+    /// DeepSpeed `allgather_bucket_size` (elements, stage 1/2); absent: `zero_bucket_elems`.
+    /// No memory of its own: the all-gather writes into the flat 16-bit groups
+    /// (`runtime/utils.py` `all_gather_dp_groups`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allgather_bucket_elems: Option<u64>,
+    /// DeepSpeed `overlap_comm`; absent: DeepSpeed's default, True for stage 3 and False
+    /// for stages 1/2 (`runtime/zero/config.py` `overlap_comm_valid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlap_comm: Option<bool>,
+    /// DeepSpeed `contiguous_gradients` (default True): the reduce (IPG) bucket buffers.
+    #[serde(skip_serializing_if = "is_true")]
+    pub contiguous_gradients: bool,
+    /// DeepSpeed `stage3_param_persistence_threshold` (elements): parameters of at most
+    /// this many elements stay whole on every rank.
+    #[serde(skip_serializing_if = "is_default_persistence")]
+    pub persistence_threshold: u64,
+    /// DeepSpeed `stage3_max_reuse_distance` (elements); absent: `max_live_params`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_reuse_distance: Option<u64>,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_default_persistence(t: &u64) -> bool {
+    *t == DS_PERSISTENCE_THRESHOLD
 }
 
 impl Default for Distributed {
@@ -310,6 +369,11 @@ impl Default for Distributed {
             zero_bucket_elems: DS_BUCKET_ELEMS,
             prefetch_elems: DS_PREFETCH_ELEMS,
             max_live_params: DS_MAX_LIVE_PARAMS,
+            allgather_bucket_elems: None,
+            overlap_comm: None,
+            contiguous_gradients: true,
+            persistence_threshold: DS_PERSISTENCE_THRESHOLD,
+            max_reuse_distance: None,
         }
     }
 }
@@ -373,6 +437,18 @@ impl Distributed {
                 ),
             });
         }
+        if self.offload != Offload::None && self.strategy == Strategy::TorchZero1 {
+            return Err(PlanError::Field {
+                field: "offload",
+                reason: "ZeroRedundancyOptimizer keeps its state on the GPU (no offload)".into(),
+            });
+        }
+        if self.zero_bucket_elems == 0 {
+            return Err(PlanError::Field {
+                field: "reduce_bucket_size",
+                reason: "must be at least 1 (DeepSpeed: gt=0)".into(),
+            });
+        }
         if self.bucket_cap_mb == 0 {
             return Err(PlanError::Field {
                 field: "bucket_cap_mb",
@@ -380,6 +456,42 @@ impl Distributed {
             });
         }
         Ok(())
+    }
+
+    /// DeepSpeed's `overlap_comm` as it runs: the setting, else True for stage 3 and False
+    /// for stages 1/2 (`runtime/zero/config.py:384-386`).
+    pub fn overlap_comm_effective(&self) -> bool {
+        self.overlap_comm.unwrap_or(self.strategy.zero_stage() == 3)
+    }
+
+    /// How many IPG (reduce bucket) buffers of `reduce_bucket_size` elements, in the
+    /// gradient dtype, DeepSpeed allocates on each rank. Stages 1/2
+    /// (`runtime/zero/stage_1_and_2.py:3260-3278`, `setup_buckets`): one when
+    /// `contiguous_gradients`, a second when `overlap_comm` too ("double buffers"); stage 3
+    /// (`runtime/zero/stage3.py:780-784`): one when `contiguous_gradients`. Other
+    /// strategies: none.
+    pub fn ipg_buffers(&self) -> u64 {
+        if !self.contiguous_gradients {
+            return 0;
+        }
+        match self.strategy {
+            Strategy::Zero1 | Strategy::Zero2 => 1 + u64::from(self.overlap_comm_effective()),
+            Strategy::Zero3 => 1,
+            _ => 0,
+        }
+    }
+
+    /// Whether any DeepSpeed knob differs from its default.
+    pub fn deepspeed_knobs_set(&self) -> bool {
+        let d = Distributed::default();
+        self.zero_bucket_elems != d.zero_bucket_elems
+            || self.prefetch_elems != d.prefetch_elems
+            || self.max_live_params != d.max_live_params
+            || self.allgather_bucket_elems.is_some()
+            || self.overlap_comm.is_some()
+            || self.contiguous_gradients != d.contiguous_gradients
+            || self.persistence_threshold != d.persistence_threshold
+            || self.max_reuse_distance.is_some()
     }
 
     /// The shard of each model state this rank holds.
@@ -432,7 +544,7 @@ impl Distributed {
                 s.push_str(", no reshard after forward");
             }
         }
-        if self.strategy == Strategy::Ddp && self.gradient_as_bucket_view {
+        if self.strategy.uses_ddp() && self.gradient_as_bucket_view {
             s.push_str(", gradient_as_bucket_view");
         }
         if self.offload != Offload::None {
@@ -440,6 +552,61 @@ impl Distributed {
         }
         s
     }
+}
+
+/// Which parameters rank 0 owns under `ZeroRedundancyOptimizer` (and so holds optimizer
+/// state for), given every parameter's element count and whether it trains (only trainable
+/// parameters reach the optimizer). Mirrors `_partition_parameters`
+/// (`torch/distributed/optim/zero_redundancy_optimizer.py:680-697`): the parameters sorted
+/// by `numel()`, largest first (a stable sort), each given to the rank with the fewest
+/// elements so far (`_get_min_index`, the first such rank).
+pub fn torch_zero1_owned(elems: &[u64], trainable: &[bool], world: u64) -> Vec<bool> {
+    let world = world.max(1) as usize;
+    let mut order: Vec<usize> = (0..elems.len())
+        .filter(|&p| trainable.get(p).copied().unwrap_or(false))
+        .collect();
+    order.sort_by(|&a, &b| elems[b].cmp(&elems[a]));
+    let mut sizes = vec![0u64; world];
+    let mut owned = vec![false; elems.len()];
+    for p in order {
+        let mut rank = 0;
+        for (r, &s) in sizes.iter().enumerate() {
+            if s < sizes[rank] {
+                rank = r;
+            }
+        }
+        sizes[rank] = sizes[rank].saturating_add(elems[p]);
+        owned[p] = rank == 0;
+    }
+    owned
+}
+
+/// Which blocks DeepSpeed ZeRO-3 keeps gathered from their forward to their backward:
+/// `__params_to_release` (`runtime/zero/partitioned_param_coordinator.py:634-664`) keeps a
+/// module's parameters when they are used again within `stage3_max_reuse_distance`
+/// elements of the traced step. After block `u`'s forward the step runs the later blocks'
+/// forward (`Σ_{v>u} B_v`), the root's modules at the end of forward and first in
+/// backward (`2 R`: the head, tied to the embedding), and the later blocks' backward
+/// (`Σ_{v>u} B_v`, twice with checkpointing: the recomputed forward fetches them again)
+/// before block `u` is used again: kept when that sum is below `max_reuse`. Counted per
+/// block (DeepSpeed counts per leaf module: a block's own later modules are left out).
+pub fn ds_keep_after_forward(
+    block_elems: &[u64],
+    root_elems: u64,
+    checkpointing: bool,
+    max_reuse: u64,
+) -> Vec<bool> {
+    let per_later = if checkpointing { 3u64 } else { 2 };
+    let mut later = 0u64;
+    let mut keep = vec![false; block_elems.len()];
+    for u in (0..block_elems.len()).rev() {
+        let dist = later
+            .saturating_mul(per_later)
+            .saturating_add(root_elems.saturating_mul(2));
+        keep[u] = dist < max_reuse;
+        later = later.saturating_add(block_elems[u]);
+    }
+    keep
 }
 
 /// The part of each model state one rank holds.

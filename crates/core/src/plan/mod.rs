@@ -194,7 +194,7 @@ impl Planner {
         }
         let graph = preset.build_full(size, cfg.target_seq, attn, cfg.moe_imbalance)?;
         let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
-        let sim_cfg = distributed_sim_config(cfg, &mut policy);
+        let sim_cfg = distributed_sim_config(cfg, &graph, &mut policy);
         let events = sim::generate(&graph, &sim_cfg, &policy, &Constants::default());
         let trainable = policy.trainable_elems(&graph);
         let context = DEFAULT_CUDA_CONTEXT
@@ -311,12 +311,25 @@ impl Planner {
 /// `policy`: FSDP2 / ZeRO-3 hold 1/world of every parameter; under FSDP2's
 /// `MixedPrecisionPolicy` the model computes in the low dtype (the unsharded copies and the
 /// forward inputs are cast to it), as a pure 16-bit model does, while the sharded
-/// parameters, gradients and optimizer state stay in their storage dtype.
-fn distributed_sim_config(cfg: &TrainConfig, policy: &mut ParamPolicy) -> TrainConfig {
+/// parameters, gradients and optimizer state stay in their storage dtype. Under DeepSpeed
+/// ZeRO-3 the parameters of at most `stage3_param_persistence_threshold` elements stay
+/// whole (`runtime/zero/partition_parameters.py:1292`: `ds_numel <= threshold`).
+fn distributed_sim_config(
+    cfg: &TrainConfig,
+    graph: &Graph,
+    policy: &mut ParamPolicy,
+) -> TrainConfig {
     let d = cfg.distributed;
     let mut out = *cfg;
     if d.strategy.shards_params() {
         policy.shard_all(d.shards().params);
+    }
+    if d.strategy == distributed::Strategy::Zero3 {
+        for (i, p) in graph.params.iter().enumerate() {
+            if p.elems <= d.persistence_threshold {
+                policy.set_shard(i, policy::Shard::WHOLE);
+            }
+        }
     }
     if d.strategy == distributed::Strategy::Fsdp2 && d.mixed_precision.param_dtype().is_some() {
         out.precision = Precision::Bf16;

@@ -136,6 +136,13 @@ impl ParamPolicy {
         self.states[p].storage = dtype;
     }
 
+    /// This rank holds `shard` of parameter `p` (ZeRO-3's persistent parameters: whole).
+    pub fn set_shard(&mut self, p: usize, shard: Shard) {
+        if let Some(s) = self.states.get_mut(p) {
+            s.shard = shard;
+        }
+    }
+
     /// This rank holds `shard` of every parameter (FSDP2, ZeRO-3).
     pub fn shard_all(&mut self, shard: Shard) {
         for s in &mut self.states {

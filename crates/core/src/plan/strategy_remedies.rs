@@ -24,7 +24,7 @@ pub fn candidates(cfg: &TrainConfig) -> Vec<(&'static str, String, TrainConfig)>
         (
             Strategy::Zero1,
             "ZeRO-1 (same GPUs)",
-            "partition the optimizer state (ZeroRedundancyOptimizer / DeepSpeed stage 1)",
+            "partition the optimizer state (DeepSpeed stage 1)",
         ),
         (
             Strategy::Zero2,
@@ -51,7 +51,18 @@ pub fn candidates(cfg: &TrainConfig) -> Vec<(&'static str, String, TrainConfig)>
             c,
         ));
     }
-    if d.strategy.shards_state() && d.offload == Offload::None {
+    if d.strategy == Strategy::Ddp {
+        let mut c = *cfg;
+        c.distributed.strategy = Strategy::TorchZero1;
+        out.push((
+            "ZeroRedundancyOptimizer (same GPUs)",
+            format!(
+                "On {world} GPUs: keep DDP, wrap the optimizer in ZeroRedundancyOptimizer (each rank holds the state of its own parameters)."
+            ),
+            c,
+        ));
+    }
+    if d.strategy.can_offload() && d.offload == Offload::None {
         let mut c = *cfg;
         c.distributed.offload = Offload::Optimizer;
         out.push((
@@ -79,5 +90,19 @@ mod tests {
         let names: Vec<&str> = candidates(&cfg).iter().map(|c| c.0).collect();
         assert!(names.contains(&"FSDP2 (same GPUs)"), "{names:?}");
         assert!(!names.contains(&"Offload optimizer to CPU"));
+        assert!(
+            names.contains(&"ZeroRedundancyOptimizer (same GPUs)"),
+            "{names:?}"
+        );
+        // PyTorch's ZeRO-1 cannot offload: no offload remedy, every candidate valid.
+        let cfg = TrainConfig {
+            distributed: Distributed::new(4, Strategy::TorchZero1),
+            ..TrainConfig::default()
+        };
+        let cands = candidates(&cfg);
+        assert!(cands.iter().all(|c| c.0 != "Offload optimizer to CPU"));
+        for (name, _, c) in &cands {
+            assert!(c.validate().is_ok(), "{name}");
+        }
     }
 }

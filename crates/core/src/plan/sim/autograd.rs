@@ -453,7 +453,7 @@ impl Sim<'_> {
                 self.unshard(b as usize);
             }
         } else if let Some(b) = b
-            && self.dist.reshard
+            && self.dist.reshard_after(b as usize)
             && (n + 1 == nodes.len() || nodes[n + 1].block != Some(b))
         {
             self.reshard(b as usize);

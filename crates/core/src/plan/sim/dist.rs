@@ -19,13 +19,20 @@
 //!
 //! ZeRO-3 is planned with the same unit walk. DDP adds the reducer's buckets at
 //! construction (`bucket_cap_mb`, the first bucket 1 MiB, in reverse parameter order);
-//! with `gradient_as_bucket_view` the gradients are views into them. ZeRO-1/2 partition
-//! the optimizer state (and, stage 2, the gradients, through a reduce bucket).
+//! with `gradient_as_bucket_view` the gradients are views into them. PyTorch's ZeRO-1 is
+//! DDP whose optimizer state exists for this rank's own parameters only
+//! ([`torch_zero1_owned`]). DeepSpeed ZeRO-1/2 partition the optimizer state (and, stage 2,
+//! the gradients, into a contiguous partition) and hold the IPG reduce buckets
+//! ([`Distributed::ipg_buffers`]); ZeRO-3's parameters of at most
+//! `stage3_param_persistence_threshold` elements are whole on every rank and outside the
+//! unit walk (their gradients stay whole too: a few small tensors).
 
 use super::Sim;
 use crate::model::ir::Graph;
 use crate::plan::config::DType;
-use crate::plan::distributed::{Distributed, Offload, Strategy};
+use crate::plan::distributed::{
+    Distributed, Offload, Strategy, ds_keep_after_forward, torch_zero1_owned,
+};
 use crate::plan::events::Category;
 use crate::plan::policy::{ParamPolicy, Shard};
 
@@ -58,10 +65,22 @@ pub(super) struct DistSim {
     pub(super) grads_in_buckets: bool,
     /// ZeRO-2: full gradients are reduced through the bucket and dropped.
     pub(super) grads_dropped: bool,
+    /// PyTorch's ZeRO-1: the parameters whose optimizer state this rank (0) holds.
+    pub(super) owned: Option<Vec<bool>>,
+    /// DDP's reducer buckets (buffer id, bytes).
+    ddp_buckets: Vec<(u32, u64)>,
+    /// ZeRO-3: the blocks kept gathered from forward to backward
+    /// ([`ds_keep_after_forward`]).
+    keep_after_forward: Vec<bool>,
 }
 
 impl DistSim {
-    pub(super) fn new(g: &Graph, d: &Distributed, policy: &ParamPolicy) -> DistSim {
+    pub(super) fn new(
+        g: &Graph,
+        d: &Distributed,
+        policy: &ParamPolicy,
+        checkpointing: bool,
+    ) -> DistSim {
         if !d.active() {
             return DistSim::default();
         }
@@ -76,12 +95,37 @@ impl DistSim {
             }
         }
         let mut unit_params = vec![Vec::new(); blocks + 1];
+        let persistent = |p: usize| {
+            d.strategy == Strategy::Zero3 && g.params[p].elems <= d.persistence_threshold
+        };
         for (p, u) in unit_of.iter_mut().enumerate() {
             if *u == usize::MAX {
                 *u = root;
             }
-            unit_params[*u].push(p);
+            if !persistent(p) {
+                unit_params[*u].push(p);
+            }
         }
+        let keep_after_forward = if d.strategy == Strategy::Zero3 {
+            // Every parameter counts, persistent ones too (`iter_params`).
+            let mut elems = vec![0u64; blocks + 1];
+            for (p, &u) in unit_of.iter().enumerate() {
+                elems[u] = elems[u].saturating_add(g.params[p].elems);
+            }
+            ds_keep_after_forward(
+                &elems[..blocks],
+                elems[root],
+                checkpointing,
+                d.max_reuse_distance.unwrap_or(d.max_live_params),
+            )
+        } else {
+            Vec::new()
+        };
+        let owned = (d.strategy == Strategy::TorchZero1).then(|| {
+            let elems: Vec<u64> = g.params.iter().map(|p| p.elems).collect();
+            let trainable: Vec<bool> = (0..g.params.len()).map(|p| policy.trainable(p)).collect();
+            torch_zero1_owned(&elems, &trainable, d.world())
+        });
         let sh = d.shards();
         let units = d.strategy.shards_params();
         let storage = (!policy.is_empty()).then(|| policy.state(0).storage);
@@ -107,12 +151,20 @@ impl DistSim {
             rs_pending: None,
             sharded_grad: vec![None; blocks + 1],
             grad_shard: (sh.grads != Shard::WHOLE).then_some(sh.grads),
-            state_shard: (sh.state != Shard::WHOLE).then_some(sh.state),
+            state_shard: (sh.state != Shard::WHOLE && owned.is_none()).then_some(sh.state),
             offload_state: d.offload != Offload::None,
             offload_params: d.offload == Offload::Params,
-            grads_in_buckets: d.strategy == Strategy::Ddp && d.gradient_as_bucket_view,
+            grads_in_buckets: d.strategy.uses_ddp() && d.gradient_as_bucket_view,
             grads_dropped: d.strategy == Strategy::Zero2,
+            owned,
+            ddp_buckets: Vec::new(),
+            keep_after_forward,
         }
+    }
+
+    /// Whether block `b` is resharded after its forward.
+    pub(super) fn reshard_after(&self, b: usize) -> bool {
+        self.reshard && !self.keep_after_forward.get(b).copied().unwrap_or(false)
     }
 
     pub(super) fn root(&self) -> usize {
@@ -257,12 +309,39 @@ impl Sim<'_> {
         }
     }
 
-    /// Buffers a strategy creates with the model: DDP's reducer buckets, ZeRO-2's reduce
-    /// bucket and partitioned gradients.
+    /// DDP's `_rebuild_buckets` in the second iteration's pre-forward (`reducer.cpp`
+    /// `rebuild_buckets` → `initialize_buckets`): a new set of buckets (in gradient-ready
+    /// order; the same sizes here) is allocated before the old set is dropped, so the old
+    /// buckets' blocks stay cached in the reserved pool.
+    pub(super) fn rebuild_ddp_buckets(&mut self) {
+        let old = std::mem::take(&mut self.dist.ddp_buckets);
+        for &(_, bytes) in &old {
+            let b = self.alloc(0, bytes, Category::Communication, 1);
+            self.dist.ddp_buckets.push((b, bytes));
+        }
+        for (b, _) in old {
+            self.release(b);
+        }
+    }
+
+    /// Buffers a strategy creates with the model: DDP's reducer buckets, DeepSpeed's IPG
+    /// reduce buckets and ZeRO-2's partitioned gradients.
     pub(super) fn setup_buffers(&mut self) {
         let g = self.g;
+        let d = self.cfg.distributed;
+        if d.ipg_buffers() > 0 {
+            let dt = if self.policy.is_empty() {
+                DType::F32
+            } else {
+                self.policy.state(0).storage
+            };
+            for _ in 0..d.ipg_buffers() {
+                let bytes = d.zero_bucket_elems.saturating_mul(dt.size());
+                self.alloc(0, bytes, Category::Communication, 1);
+            }
+        }
         match self.dist.strategy {
-            Strategy::Ddp => {
+            Strategy::Ddp | Strategy::TorchZero1 => {
                 let cap = self.cfg.distributed.bucket_cap_mb.saturating_mul(1 << 20);
                 let mut limit = DDP_FIRST_BUCKET;
                 let mut size = 0u64;
@@ -272,13 +351,15 @@ impl Sim<'_> {
                 {
                     size += self.policy.bytes(p, g.params[p].elems);
                     if size >= limit {
-                        self.alloc(0, size, Category::Communication, 1);
+                        let b = self.alloc(0, size, Category::Communication, 1);
+                        self.dist.ddp_buckets.push((b, size));
                         size = 0;
                         limit = cap;
                     }
                 }
                 if size > 0 {
-                    self.alloc(0, size, Category::Communication, 1);
+                    let b = self.alloc(0, size, Category::Communication, 1);
+                    self.dist.ddp_buckets.push((b, size));
                 }
             }
             Strategy::Zero2 => {
@@ -291,8 +372,7 @@ impl Sim<'_> {
                 } else {
                     self.policy.state(0).storage
                 };
-                let bucket = total.min(self.cfg.distributed.zero_bucket_elems);
-                self.alloc(0, bucket * dt.size(), Category::Communication, 1);
+                // `grads_in_partition` (stage_1_and_2.py:2192): this rank's gradients.
                 let shard = self.dist.grad_shard.unwrap_or(Shard::WHOLE);
                 self.alloc(0, shard.of(total * dt.size()), Category::Gradients, 1);
             }
@@ -315,7 +395,7 @@ mod tests {
         let g = p.build(128, AttnImpl::Sdpa).expect("graph");
         let pol = ParamPolicy::full(&g, Precision::Fp32);
         let d = Distributed::new(4, Strategy::Fsdp2);
-        let ds = DistSim::new(&g, &d, &pol);
+        let ds = DistSim::new(&g, &d, &pol, false);
         assert_eq!(ds.unit_params.len(), g.block_count() as usize + 1);
         let n: usize = ds.unit_params.iter().map(Vec::len).sum();
         assert_eq!(n, g.params.len());

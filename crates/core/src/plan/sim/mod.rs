@@ -188,6 +188,9 @@ impl<'g> Sim<'g> {
             }
         }
         self.zero_sharded_grads();
+        if !create_state {
+            self.rebuild_ddp_buckets();
+        }
         let micros = self.cfg.accum.min(2) as u16;
         for m in 0..micros {
             self.micro_step(m);
@@ -284,7 +287,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
-        dist: dist::DistSim::new(g, &cfg.distributed, policy),
+        dist: dist::DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
     };
     if !sim.dist.offload_params {
         for (i, p) in g.params.iter().enumerate() {

@@ -15,11 +15,15 @@ impl Sim<'_> {
         let g = self.g;
         let opt = self.cfg.optimizer;
         let policy = self.policy;
+        // PyTorch's ZeRO-1: this rank's optimizer holds (and steps) its own parameters only.
+        let owned = self.dist.owned.clone();
         let trainable = || {
-            g.params
-                .iter()
-                .enumerate()
-                .filter(|&(i, _)| policy.trainable(i))
+            g.params.iter().enumerate().filter(|&(i, _)| {
+                policy.trainable(i)
+                    && owned
+                        .as_ref()
+                        .is_none_or(|o| o.get(i).copied().unwrap_or(false))
+            })
         };
         // Offloaded: the state lives and steps on the CPU.
         if self.dist.offload_state {

@@ -1,0 +1,207 @@
+//! DeepSpeed's ZeRO knobs and PyTorch's ZeRO-1, planned per rank: numbers computed by hand
+//! from DeepSpeed 0.19.8's and torch 2.11's source (file:line quoted at each check).
+
+use vramlab_core::model::preset::find_builtin;
+use vramlab_core::plan::distributed::{
+    Distributed, Strategy, ds_keep_after_forward, torch_zero1_owned,
+};
+use vramlab_core::plan::{Category, Plan, Planner, Precision, TrainConfig};
+
+fn plan(precision: Precision, d: Distributed) -> Plan {
+    let preset = find_builtin("gpt2").expect("gpt2");
+    let cfg = TrainConfig {
+        batch: 1,
+        size: Some(64),
+        precision,
+        distributed: d,
+        ..TrainConfig::default()
+    };
+    Planner::new(&preset, &cfg)
+        .expect("planner")
+        .plan(1)
+        .expect("plan")
+}
+
+fn zero(world: u32, st: Strategy, f: impl FnOnce(&mut Distributed)) -> Distributed {
+    let mut d = Distributed::new(world, st);
+    f(&mut d);
+    d
+}
+
+/// `setup_buckets` (runtime/zero/stage_1_and_2.py:3260-3278): with `contiguous_gradients`
+/// one IPG buffer of `reduce_bucket_size` elements in the 16-bit gradient dtype, a second
+/// with `overlap_comm`. bf16, 5e8 elements: 1e9 bytes each, held from the first backward.
+#[test]
+fn stage_1_and_2_ipg_buffers() {
+    for st in [Strategy::Zero1, Strategy::Zero2] {
+        let base = plan(Precision::Bf16, Distributed::new(4, st));
+        let overlap = plan(
+            Precision::Bf16,
+            zero(4, st, |d| d.overlap_comm = Some(true)),
+        );
+        let none = plan(
+            Precision::Bf16,
+            zero(4, st, |d| d.contiguous_gradients = false),
+        );
+        let small = plan(
+            Precision::Bf16,
+            zero(4, st, |d| d.zero_bucket_elems = 100_000_000),
+        );
+        let comm = |p: &Plan| p.category_bytes(Category::Communication).0;
+        assert_eq!(comm(&base), 1_000_000_000, "{st}");
+        assert_eq!(comm(&overlap), 2_000_000_000, "{st}");
+        assert_eq!(comm(&none), 0, "{st}");
+        assert_eq!(comm(&small), 200_000_000, "{st}");
+        assert_eq!(
+            overlap.peak_allocated_bytes.0 - base.peak_allocated_bytes.0,
+            1_000_000_000,
+            "{st}"
+        );
+        assert_eq!(
+            base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0,
+            1_000_000_000,
+            "{st}"
+        );
+    }
+}
+
+/// Stage 3 allocates one IPG buffer when `contiguous_gradients`, `overlap_comm` or not
+/// (runtime/zero/stage3.py:780-784): fp32, 5e8 elements = 2e9 bytes.
+#[test]
+fn stage3_ipg_buffer_ignores_overlap() {
+    let base = plan(Precision::Fp32, Distributed::new(4, Strategy::Zero3));
+    let no_overlap = plan(
+        Precision::Fp32,
+        zero(4, Strategy::Zero3, |d| d.overlap_comm = Some(false)),
+    );
+    let none = plan(
+        Precision::Fp32,
+        zero(4, Strategy::Zero3, |d| d.contiguous_gradients = false),
+    );
+    assert_eq!(base.peak_allocated_bytes, no_overlap.peak_allocated_bytes);
+    assert_eq!(
+        base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0,
+        2_000_000_000
+    );
+}
+
+/// `ds_persist` when `ds_numel <= param_persistence_threshold`
+/// (runtime/zero/partition_parameters.py:1292): under the default 1e5 every GPT-2 (124M)
+/// LayerNorm weight and bias and every Linear bias stays whole — per block ln_1 (2 × 768),
+/// c_attn.bias 2304, attn c_proj.bias 768, ln_2 (2 × 768), c_fc.bias 3072, mlp
+/// c_proj.bias 768 = 9984, × 12 blocks + ln_f (2 × 768) = 121 344 elements (wpe, 786 432,
+/// is above it). fp32 on 4 ranks: whole 485 376 bytes instead of a quarter. The quarters
+/// are rounded to the caching allocator's 512 bytes (768 → 1024, 2304 → 2560, 3072 stays):
+/// per block 11 776 instead of 9 984, so 12 × 11 776 + 2 × 1024 = 143 360 bytes, and the
+/// persistent parameters hold 485 376 − 143 360 = 342 016 bytes more per rank than with
+/// the threshold 0.
+#[test]
+fn stage3_persistent_parameters_stay_whole() {
+    let dflt = plan(Precision::Fp32, Distributed::new(4, Strategy::Zero3));
+    let none = plan(
+        Precision::Fp32,
+        zero(4, Strategy::Zero3, |d| d.persistence_threshold = 0),
+    );
+    let params = |p: &Plan| p.category_bytes(Category::Parameters).0;
+    assert_eq!(params(&dflt) - params(&none), 342_016);
+    // FSDP2 has no such threshold.
+    let fsdp = plan(Precision::Fp32, Distributed::new(4, Strategy::Fsdp2));
+    assert_eq!(params(&fsdp), params(&none));
+}
+
+/// `_partition_parameters` (torch/distributed/optim/zero_redundancy_optimizer.py:680-697):
+/// sorted by numel, largest first, each to the first rank with the fewest elements.
+#[test]
+fn zero_redundancy_optimizer_partition() {
+    // 40 → r0, 30 → r1, 20 → r1 (30 < 40), 10 → r0 (40 < 50).
+    let o = torch_zero1_owned(&[10, 40, 30, 20], &[true; 4], 2);
+    assert_eq!(o, vec![true, true, false, false]);
+    // Ties go to the first rank; equal sizes keep their order (a stable sort).
+    let o = torch_zero1_owned(&[5, 5, 5], &[true; 3], 2);
+    assert_eq!(o, vec![true, false, true]);
+    // Frozen parameters never reach the optimizer.
+    let o = torch_zero1_owned(&[100, 5, 5], &[false, true, true], 2);
+    assert_eq!(o, vec![false, true, false]);
+    // What ZeroRedundancyOptimizer itself assigned rank 0 (torch 2.15, fake process group
+    // of 4, Linear(10,40), Linear(40,30), Linear(30,2)): only the 1200-element weight.
+    let o = torch_zero1_owned(&[400, 40, 1200, 30, 60, 2], &[true; 6], 4);
+    assert_eq!(o, vec![false, false, true, false, false, false]);
+    // One rank owns everything.
+    assert_eq!(torch_zero1_owned(&[1, 2], &[true; 2], 1), vec![true, true]);
+}
+
+/// PyTorch's ZeRO-1 on GPT-2: DDP's parameters, gradients and buckets, and AdamW's two
+/// fp32 moments of rank 0's parameters only. wte (38 597 376) goes to rank 0 first and
+/// outweighs the rest of a 4-way split, so rank 0 holds wte's state and little else.
+#[test]
+fn torch_zero1_is_ddp_with_this_ranks_state() {
+    let ddp = plan(Precision::Fp32, Distributed::new(4, Strategy::Ddp));
+    let z = plan(Precision::Fp32, Distributed::new(4, Strategy::TorchZero1));
+    // (The gradients at the peak depend on where the peak falls: not compared.)
+    for c in [Category::Parameters, Category::Communication] {
+        assert_eq!(ddp.category_bytes(c), z.category_bytes(c), "{c:?}");
+    }
+    let state = z.category_bytes(Category::OptimizerState).0;
+    let preset = find_builtin("gpt2").expect("gpt2");
+    let g = preset.build(
+        64,
+        vramlab_core::model::families::transformer::AttnImpl::Sdpa,
+    );
+    let g = g.expect("graph");
+    let elems: Vec<u64> = g.params.iter().map(|p| p.elems).collect();
+    let owned = torch_zero1_owned(&elems, &vec![true; elems.len()], 4);
+    let mine: u64 = elems
+        .iter()
+        .zip(&owned)
+        .filter(|(_, o)| **o)
+        .map(|(e, _)| e)
+        .sum();
+    assert_eq!(state, mine * 8);
+    assert!(
+        mine >= 38_597_376 && mine < elems.iter().sum::<u64>() / 3,
+        "{mine}"
+    );
+    assert!(z.peak_allocated_bytes < ddp.peak_allocated_bytes);
+}
+
+/// `__params_to_release` (partitioned_param_coordinator.py:634-664): a block stays gathered
+/// after its forward when its backward comes within `stage3_max_reuse_distance` elements.
+#[test]
+fn stage3_reuse_distance_keeps_late_blocks_gathered() {
+    // Blocks of 10, root 5, limit 30: block 2 is next used after 2 × 5 = 10 (kept), block
+    // 1 after 2 × 10 + 10 = 30 (not below 30: released), block 0 after 50.
+    assert_eq!(
+        ds_keep_after_forward(&[10, 10, 10], 5, false, 30),
+        vec![false, false, true]
+    );
+    // Checkpointing fetches the later blocks once more: block 1 after 3 × 10 + 10 = 40.
+    assert_eq!(
+        ds_keep_after_forward(&[10, 10, 10], 5, true, 41),
+        vec![false, true, true]
+    );
+    // GPT-2: blocks of 7 087 872 elements, root 39 385 344 (wte, wpe, ln_f). Under 1e8 the
+    // last block (2R = 78 770 688) and the one before (+ 2B = 92 946 432) stay; block 9
+    // (107 122 176) does not. Under the default 1e9 every block stays (block 0:
+    // 22B + 2R = 234 703 872).
+    let blocks = [7_087_872u64; 12];
+    let keep = ds_keep_after_forward(&blocks, 39_385_344, false, 100_000_000);
+    assert_eq!(keep.iter().filter(|k| **k).count(), 2);
+    assert!(keep[10] && keep[11] && !keep[9]);
+    let all = ds_keep_after_forward(&blocks, 39_385_344, false, 1_000_000_000);
+    assert!(all.iter().all(|k| *k));
+    // In the plan: kept blocks raise the rank's peak; a distance of 0 releases every block
+    // after its forward, as FSDP2 with reshard_after_forward does.
+    let dflt = plan(Precision::Fp32, Distributed::new(4, Strategy::Zero3));
+    let none = plan(
+        Precision::Fp32,
+        zero(4, Strategy::Zero3, |d| d.max_reuse_distance = Some(0)),
+    );
+    assert!(dflt.peak_allocated_bytes > none.peak_allocated_bytes);
+    let unsharded = |p: &Plan| p.category_bytes(Category::Unsharded).0;
+    // Kept: at least the eleven blocks not being worked on are whole at the peak.
+    assert!(
+        unsharded(&dflt) >= 11 * 7_087_872 * 4,
+        "{}",
+        unsharded(&dflt)
+    );
+}
