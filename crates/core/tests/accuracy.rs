@@ -466,3 +466,30 @@ fn partial_fine_tuning_within_targets_and_trainable_counts_exact() {
     assert!(f.iter().any(|r| r.config.contains("trainer-loop")));
     assert_within("partial fine-tuning", f.iter(), ISSUE);
 }
+
+/// PyTorch's ZeRO-1 (DDP + `ZeroRedundancyOptimizer`) as rank 0 of a world of 2, 4, 8 under
+/// the fake process group (`tools/dist_zero_configs.jsonl`, H200, session 9): allocated within
+/// issue 17's targets; reserved over-predicted on the fp32 rows (+7 … +13 %: the allocator
+/// model keeps DDP's rebuilt buckets apart from the optimizer-state blocks more than PyTorch
+/// does) — bounded here, and the whole per-rank set (FSDP2, DDP, ZeRO-1) held to the targets.
+#[test]
+fn torch_zero1_per_rank_within_targets() {
+    let z = rows(&["distributed_zero1.jsonl"]);
+    assert!(z.len() >= 12, "only {} rows", z.len());
+    for r in &z {
+        println!(
+            "{:<52} {:<64} alloc {:+6.2} %  reserved {:+6.2} %",
+            r.model,
+            r.config,
+            r.allocated_error(),
+            r.reserved_error()
+        );
+        assert!(r.config.contains("torch-zero1"), "{}", r.config);
+    }
+    let alloc_worst = max_abs(z.iter().map(|r| r.allocated_error()));
+    let reserved_worst = max_abs(z.iter().map(|r| r.reserved_error()));
+    assert!(alloc_worst <= 1.0, "allocated worst {alloc_worst:.2} %");
+    assert!(reserved_worst <= 15.0, "reserved worst {reserved_worst:.2} %");
+    let all = rows(&["distributed.jsonl", "distributed_zero1.jsonl"]);
+    assert_within("per rank, all strategies", all.iter(), GENERAL);
+}
