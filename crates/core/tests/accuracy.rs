@@ -489,7 +489,10 @@ fn torch_zero1_per_rank_within_targets() {
     let alloc_worst = max_abs(z.iter().map(|r| r.allocated_error()));
     let reserved_worst = max_abs(z.iter().map(|r| r.reserved_error()));
     assert!(alloc_worst <= 1.0, "allocated worst {alloc_worst:.2} %");
-    assert!(reserved_worst <= 15.0, "reserved worst {reserved_worst:.2} %");
+    assert!(
+        reserved_worst <= 15.0,
+        "reserved worst {reserved_worst:.2} %"
+    );
     let all = rows(&["distributed.jsonl", "distributed_zero1.jsonl"]);
     assert_within("per rank, all strategies", all.iter(), GENERAL);
 }
