@@ -304,8 +304,9 @@ pub struct TrainConfig {
     /// The training loop's shape; absent in older files, which means `plain`.
     #[serde(rename = "loop")]
     pub loop_shape: LoopShape,
-    /// Full training or LoRA; absent in older files, which means full training.
-    #[serde(skip_serializing_if = "super::finetune_mode::FineTune::is_full")]
+    /// Full training or LoRA; absent in older files, which means full training. Written
+    /// whenever something is frozen or adapted (a partial full fine-tune too).
+    #[serde(skip_serializing_if = "super::finetune_mode::FineTune::trains_everything")]
     pub finetune: super::finetune_mode::FineTune,
     /// A training step or an evaluation step after training; absent in older files, which
     /// means training.
