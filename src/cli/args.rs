@@ -47,6 +47,10 @@ pub struct TrainArgs {
     /// Activation checkpointing of every block.
     #[arg(long)]
     pub checkpointing: bool,
+    /// With --checkpointing: reentrant checkpointing (`use_reentrant=True`, as HF Trainer /
+    /// peft users often set); with adapters, `enable_input_require_grads` is planned too.
+    #[arg(long)]
+    pub checkpointing_reentrant: bool,
     /// Attention implementation: eager or sdpa.
     #[arg(long, default_value = "sdpa")]
     pub attention: String,
@@ -329,6 +333,7 @@ impl TrainArgs {
             )?,
             accum: self.accum,
             checkpointing: self.checkpointing || captured.is_some_and(|c| c.checkpointing),
+            checkpoint_reentrant: self.checkpointing_reentrant,
             attention: self.name_or_default(
                 Some(&self.attention),
                 "sdpa",

@@ -114,6 +114,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         image: a.image,
         accum: a.accum,
         checkpointing: a.checkpointing,
+        checkpointing_reentrant: false,
         attention: a.attention.clone(),
         loop_shape: None,
         step: a.step.clone(),

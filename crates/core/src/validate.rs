@@ -40,6 +40,9 @@ pub struct Measured {
     pub accum: u64,
     #[serde(default)]
     pub checkpointing: bool,
+    /// `use_reentrant=True` checkpointing (the runner's `checkpoint_reentrant` key).
+    #[serde(default)]
+    pub checkpoint_reentrant: bool,
     #[serde(default = "sdpa")]
     pub attention: String,
     /// Training-loop shape; rows measured before the runner had it kept the output: plain.
@@ -158,6 +161,7 @@ impl Measured {
             optimizer: self.optimizer.parse()?,
             accum: self.accum,
             checkpointing: self.checkpointing,
+            checkpoint_reentrant: self.checkpoint_reentrant,
             attention: self.attention.parse()?,
             allocator: AllocatorConfig::default(),
             loop_shape: self.loop_shape,

@@ -299,6 +299,11 @@ pub struct TrainConfig {
     pub accum: u64,
     /// Activation checkpointing of every block.
     pub checkpointing: bool,
+    /// Reentrant checkpointing (`use_reentrant=True`, torch's `CheckpointFunction`) instead
+    /// of the non-reentrant default; with adapters, `enable_input_require_grads` makes the
+    /// embedding output require grad. Absent in older files (and not written when false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint_reentrant: bool,
     pub attention: Attention,
     pub allocator: AllocatorConfig,
     /// The training loop's shape; absent in older files, which means `plain`.
@@ -336,6 +341,7 @@ impl Default for TrainConfig {
             optimizer: Optimizer::AdamW,
             accum: 1,
             checkpointing: false,
+            checkpoint_reentrant: false,
             attention: Attention::Sdpa,
             allocator: AllocatorConfig::default(),
             loop_shape: LoopShape::Plain,
@@ -384,6 +390,21 @@ impl TrainConfig {
         }
         self.finetune.validate()?;
         self.distributed.validate()?;
+        if self.checkpoint_reentrant && !self.checkpointing {
+            return Err(PlanError::Field {
+                field: "checkpoint_reentrant",
+                reason: "reentrant checkpointing needs activation checkpointing (--checkpointing)"
+                    .into(),
+            });
+        }
+        if self.checkpoint_reentrant && !self.distributed.is_single() {
+            return Err(PlanError::Field {
+                field: "checkpoint_reentrant",
+                reason: "reentrant checkpointing is planned on one GPU only; plan it without \
+                         --gpus/--strategy"
+                    .into(),
+            });
+        }
         if self.step.is_eval() && !self.distributed.is_single() {
             return Err(PlanError::Field {
                 field: "step",
