@@ -37,6 +37,11 @@ Measurement config (one JSON object per line):
    "freeze_embeddings": true, "freeze_blocks": N   -- full fine-tuning of part of the model:
    every nn.Embedding and the first N blocks of the longest nn.ModuleList get
    requires_grad_(False) (after checkpointing); rows get "trainable_params"
+   "checkpoint_reentrant": true   -- with "checkpointing" (Hugging Face families):
+   gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+   (torch's CheckpointFunction); lora: model.enable_input_require_grads() before
+   get_peft_model; qlora: prepare_model_for_kbit_training with the same kwargs (peft calls
+   enable_input_require_grads itself)
 
 A config.json (a JSON object with "model_type", no "family") is built with
 AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
@@ -657,13 +662,13 @@ def wrap_checkpoint_blocks(module, types):
     return n
 
 
-def enable_checkpointing(model, family):
+def enable_checkpointing(model, family, reentrant=False):
     if family in HF_FAMILIES:
         import warnings
 
         with warnings.catch_warnings():  # transformers >= 5.2x: "deprecated, use activation_checkpointing_enable"
             warnings.simplefilter("ignore", FutureWarning)
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": bool(reentrant)})
         try:
             from transformers.modeling_layers import GradientCheckpointingLayer
         except ImportError:
@@ -737,6 +742,12 @@ def normalize_config(cfg):
     out["optimizer"] = cfg.pop("optimizer", "adamw")
     out["accum"] = int(cfg.pop("accum", 1))
     out["checkpointing"] = bool(cfg.pop("checkpointing", False))
+    if bool(cfg.pop("checkpoint_reentrant", False)):  # (other rows keep their old fields)
+        if not out["checkpointing"]:
+            raise ValueError("checkpoint_reentrant needs checkpointing")
+        if fam not in HF_FAMILIES:
+            raise ValueError(f"checkpoint_reentrant: only Hugging Face families, not {fam}")
+        out["checkpoint_reentrant"] = True
     out["attention"] = cfg.pop("attention", "sdpa")
     out["loop"] = cfg.pop("loop", "plain")
     if out["loop"] not in LOOPS:
@@ -791,6 +802,7 @@ def model_key(cfg, preset):
         cfg["attention"] if fam in HF_FAMILIES else None,
         cfg["image"] if fam == "vit" else None,
         cfg["checkpointing"],
+        cfg.get("checkpoint_reentrant", False),
         tuple(cfg.get(k) for k in ("finetune", "lora_rank", "lora_targets", "lora_alpha", "lora_dropout",
                                    "quant", "double_quant", "freeze_embeddings", "freeze_blocks")),
     )
@@ -947,7 +959,8 @@ class ModelHolder:
             model = build_reference(preset, size, attention=cfg["attention"])
         if cfg["precision"] == "bf16":
             model = model.to(torch.bfloat16)
-        wrapped = enable_checkpointing(model, fam) if cfg["checkpointing"] else 0
+        reentrant = cfg.get("checkpoint_reentrant", False)
+        wrapped = enable_checkpointing(model, fam, reentrant) if cfg["checkpointing"] else 0
         if fam in HF_FAMILIES:
             got = model.config._attn_implementation
             if got != cfg["attention"]:
@@ -957,8 +970,12 @@ class ModelHolder:
             import torch_qlora
 
             n, qbytes = torch_qlora.quantize_model(model, cfg["quant"], cfg["double_quant"])
-            model = torch_qlora.prepare(model, cfg["quant"], cfg["checkpointing"])
+            model = torch_qlora.prepare(model, cfg["quant"], cfg["checkpointing"], reentrant)
             lora = {"quantized_layers": n, "quant_bytes": qbytes}
+        if cfg.get("finetune") == "lora" and reentrant:
+            # As peft's prepare_model_for_kbit_training does for use_reentrant=True: without
+            # it a reentrant checkpoint over the frozen base passes no gradient to adapters.
+            model.enable_input_require_grads()
         if cfg.get("finetune") in ("lora", "qlora"):
             model, trainable, total = apply_lora(model, cfg)
             lora.update({"trainable_params": trainable, "all_params": total})
