@@ -390,6 +390,14 @@ impl TrainConfig {
         }
         self.finetune.validate()?;
         self.distributed.validate()?;
+        if self.finetune.lora_merged && !self.step.is_eval() {
+            return Err(PlanError::Field {
+                field: "lora_merged",
+                reason: "merged adapters (merge_and_unload) are for evaluation: a training step \
+                         trains unmerged adapters; plan --step eval|eval-grad"
+                    .into(),
+            });
+        }
         if self.checkpoint_reentrant && !self.checkpointing {
             return Err(PlanError::Field {
                 field: "checkpoint_reentrant",

@@ -83,6 +83,8 @@ struct Sim<'g> {
     reentrant_held: Vec<u32>,
     /// Embedding lookups whose output `enable_input_require_grads` makes require grad.
     input_grad_nodes: Vec<usize>,
+    /// An evaluation step with merged adapters: each node's role (empty otherwise).
+    merged: Vec<eval_step::Merged>,
     /// The loss's input (logits), held by the training loop's `out` variable.
     model_output: Option<usize>,
     /// Set while recomputing a checkpointed block.
@@ -293,6 +295,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         reentrant: cfg.checkpointing && cfg.checkpoint_reentrant,
         reentrant_held: Vec::new(),
         input_grad_nodes: input_grads,
+        merged: eval_step::merged_roles(g, cfg),
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
         dist: dist::DistSim::new(g, &cfg.distributed, policy),
