@@ -1579,3 +1579,46 @@ fn reentrant_checkpointing_flag_plans_saves_and_is_checked() {
     assert!(out.contains("peak_allocated_bytes"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--lora-merged`: an evaluation step with the adapters merged plans no more than the
+/// unmerged one (less with autograd on), and a training step or full fine-tuning refuses it
+/// naming the field.
+#[test]
+fn lora_merged_flag_is_for_adapter_evaluation_steps() {
+    let base = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--seq",
+        "256",
+        "--finetune",
+        "lora",
+        "--lora-targets",
+        "all-linear",
+        "--step",
+        "eval-grad",
+        "--json",
+    ];
+    let peak = |extra: &[&str]| {
+        let (code, out, err) = vramlab_code(&[&base[..], extra].concat());
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+        v["peak_allocated_bytes"].as_u64().expect("peak")
+    };
+    let unmerged = peak(&[]);
+    let merged = peak(&["--lora-merged"]);
+    assert!(merged < unmerged, "{merged} >= {unmerged}");
+    for bad in [&["--finetune", "lora"][..], &["--step", "eval"][..]] {
+        let (code, _, err) = vramlab_code(
+            &[
+                &["plan", "--model", "gpt2", "--batch", "2", "--lora-merged"][..],
+                bad,
+            ]
+            .concat(),
+        );
+        assert_ne!(code, Some(0), "{bad:?}");
+        assert!(err.contains("lora_merged"), "{bad:?}: {err}");
+    }
+}

@@ -42,6 +42,10 @@ Measurement config (one JSON object per line):
    (torch's CheckpointFunction); lora: model.enable_input_require_grads() before
    get_peft_model; qlora: prepare_model_for_kbit_training with the same kwargs (peft calls
    enable_input_require_grads itself)
+   "lora_merged": true   -- eval / eval-grad rows of lora / qlora: after the WARMUP training
+   steps, model = model.merge_and_unload() (peft; bnb layers re-quantize the merged weight)
+   before the evaluation step; the optimizer still holds the adapters (and their grads and
+   state). Merging right after get_peft_model would leave nothing to train in the warm-up.
 
 A config.json (a JSON object with "model_type", no "family") is built with
 AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
@@ -785,6 +789,12 @@ def normalize_config(cfg):
         if fb < 0:
             raise ValueError("freeze_blocks must be >= 0")
         out["freeze_embeddings"], out["freeze_blocks"] = fe, fb
+    if bool(cfg.pop("lora_merged", False)):  # (other rows keep their old fields)
+        if ft not in ("lora", "qlora"):
+            raise ValueError("lora_merged: lora / qlora only (nothing to merge)")
+        if step_kind == "train":
+            raise ValueError("lora_merged: eval / eval-grad steps only")
+        out["lora_merged"] = True
     if ft == "qlora":
         out["quant"] = str(cfg.pop("quant", "nf4"))
         out["double_quant"] = bool(cfg.pop("double_quant", True))
@@ -1073,6 +1083,11 @@ def run_step(model, fam, cfg, preset, dev, record):
         measured = step >= WARMUP and (scaler is None or not all(skipped) or step >= WARMUP + AMP_EXTRA_WARMUP)
         if measured and step_kind != "train":
             # an evaluation step after WARMUP training steps (grads and optimizer state stay)
+            if cfg.get("lora_merged"):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    model = model.merge_and_unload()
+                record["params_merged"] = int(sum(p.numel() for p in model.parameters()))
             run_eval(model, fam, cfg, make_batch, dev, record, amp, amp_dtype, grad=step_kind == "eval-grad")
             record["grad_bytes"] = int(sum(tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None))
             record["opt_state_bytes"] = int(optimizer_state_bytes(opt))
@@ -1219,8 +1234,9 @@ def measure_one(cfg_in, index, holder, dev, emit, extra=None):
     if err is not None:
         rec["error"] = err
     clear_grads(holder.model)
-    if err is not None:
-        # a failed build/step may leave half-initialised state: rebuild next time
+    if err is not None or cfg.get("lora_merged"):
+        # a failed build/step may leave half-initialised state, and merge_and_unload changed
+        # the cached model in place: rebuild next time
         holder.drop()
     dev.empty_cache()
     rec["versions"] = versions()

@@ -124,6 +124,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         lora_dropout: None,
         freeze_embeddings: false,
         freeze_blocks: None,
+        lora_merged: false,
         dist: Default::default(),
         quant: None,
         no_double_quant: false,

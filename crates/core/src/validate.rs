@@ -101,6 +101,14 @@ pub struct Measured {
     /// QLoRA rows: bitsandbytes double quantization.
     #[serde(default)]
     pub double_quant: Option<bool>,
+    /// Partial full fine-tuning rows (`tools/freeze_configs.jsonl`).
+    #[serde(default)]
+    pub freeze_embeddings: bool,
+    #[serde(default)]
+    pub freeze_blocks: u32,
+    /// Evaluation rows with the adapters merged (`merge_and_unload`).
+    #[serde(default)]
+    pub lora_merged: bool,
 }
 
 fn one() -> u64 {
@@ -220,6 +228,9 @@ impl Measured {
         if let Some(t) = &self.lora_targets {
             ft.lora_targets = t.parse()?;
         }
+        ft.freeze_embeddings = self.freeze_embeddings;
+        ft.freeze_blocks = self.freeze_blocks;
+        ft.lora_merged = self.lora_merged;
         Ok(ft)
     }
 
@@ -434,5 +445,30 @@ not json"#;
         let rows = parse_lines(text);
         assert_eq!(rows.len(), 3);
         assert_eq!(rows.iter().filter(|r| r.usable()).count(), 1);
+    }
+
+    /// Every row the lead will measure for reentrant checkpointing and merged adapters reads
+    /// as a measured row and gives a valid config carrying its new setting.
+    #[test]
+    fn reentrant_and_merged_runner_rows_give_valid_configs() {
+        for (file, key) in [
+            ("reentrant_configs.jsonl", "checkpoint_reentrant"),
+            ("merged_configs.jsonl", "lora_merged"),
+        ] {
+            let path = format!("{}/../../tools/{file}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).expect("rows");
+            let mut with_key = 0;
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let row: Measured = serde_json::from_str(line).expect(line);
+                let cfg = row.config().expect(line);
+                cfg.validate().expect(line);
+                if (key == "checkpoint_reentrant" && cfg.checkpoint_reentrant)
+                    || (key == "lora_merged" && cfg.finetune.lora_merged)
+                {
+                    with_key += 1;
+                }
+            }
+            assert!(with_key >= 3, "{file}: {with_key} rows with {key}");
+        }
     }
 }
