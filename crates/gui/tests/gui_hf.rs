@@ -254,3 +254,25 @@ fn a_freeze_count_past_the_model_shows_the_error() {
     assert_shows(&h, "freeze_blocks");
     assert_shows(&h, "30 is more than the model's 12 blocks");
 }
+
+/// Settings that need another one go with it: unchecking checkpointing drops reentrant
+/// checkpointing, choosing the train step drops merged adapters (both would not validate).
+#[test]
+fn dependent_settings_follow_their_switch() {
+    let mut app = VramApp::new_for_test(None);
+    app.state.config.checkpointing = true;
+    app.state.config.checkpoint_reentrant = true;
+    app.state.config.step = vramlab_core::plan::step_kind::StepKind::Eval;
+    app.state.config.finetune.mode = FineTuneMode::Lora;
+    app.state.config.finetune.lora_merged = true;
+    let mut h = harness(app);
+    h.run();
+    assert!(h.state().state.config.checkpoint_reentrant);
+    assert!(h.state().state.config.finetune.lora_merged);
+    h.get_by_label("Activation checkpointing").click();
+    h.run();
+    assert!(!h.state().state.config.checkpoint_reentrant);
+    h.get_by_label("train").click();
+    h.run();
+    assert!(!h.state().state.config.finetune.lora_merged);
+}

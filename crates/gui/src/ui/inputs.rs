@@ -247,6 +247,17 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
         .on_hover_text(tips::EXPANDABLE)
         .changed();
 
+    // Settings that need another one (loaded from a file, set on the command line) go with
+    // it: reentrant checkpointing with checkpointing, merged adapters with an adapter
+    // evaluation step (they would not validate).
+    if !cfg.checkpointing && cfg.checkpoint_reentrant {
+        cfg.checkpoint_reentrant = false;
+        changed = true;
+    }
+    if cfg.finetune.lora_merged && (!cfg.step.is_eval() || !cfg.finetune.mode.has_adapters()) {
+        cfg.finetune.lora_merged = false;
+        changed = true;
+    }
     if changed && cfg != state.config {
         emit(cmd, Command::SetConfig(cfg));
     }
