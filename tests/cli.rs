@@ -1610,3 +1610,122 @@ fn deepspeed_knobs_and_torch_zero1_flags() {
         0
     );
 }
+
+/// `--checkpointing-reentrant`: plans more than non-reentrant for LoRA (held outputs, the
+/// embedding gradient), needs `--checkpointing` (the error names the field), is saved in
+/// `.vramlab.json` and exported as `use_reentrant: True`.
+#[test]
+fn reentrant_checkpointing_flag_plans_saves_and_is_checked() {
+    let base = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--seq",
+        "256",
+        "--finetune",
+        "lora",
+        "--checkpointing",
+        "--json",
+    ];
+    let peak = |extra: &[&str]| {
+        let (code, out, err) = vramlab_code(&[&base[..], extra].concat());
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+        v["peak_allocated_bytes"].as_u64().expect("peak")
+    };
+    let plain = peak(&[]);
+    let reentrant = peak(&["--checkpointing-reentrant"]);
+    assert!(reentrant > plain, "{reentrant} <= {plain}");
+    let (code, _, err) = vramlab_code(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--checkpointing-reentrant",
+    ]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("checkpoint_reentrant"), "{err}");
+    let (code, out, err) = vramlab_code(&[
+        "export",
+        "--format",
+        "hf",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--checkpointing",
+        "--checkpointing-reentrant",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"use_reentrant\": true"), "{out}");
+    let dir = std::env::temp_dir().join(format!("vramlab-reentrant-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("r.vramlab.json");
+    let f = file.to_str().expect("utf-8 path");
+    let (code, _, err) = vramlab_code(&[
+        "export",
+        "--format",
+        "vramlab",
+        "--model",
+        "gpt2",
+        "--batch",
+        "2",
+        "--checkpointing",
+        "--checkpointing-reentrant",
+        "--output",
+        f,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let saved = std::fs::read_to_string(&file).expect("saved");
+    assert!(saved.contains("\"checkpoint_reentrant\": true"), "{saved}");
+    let (code, out, err) = vramlab_code(&["plan", "--config", f, "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("peak_allocated_bytes"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--lora-merged`: an evaluation step with the adapters merged plans no more than the
+/// unmerged one (less with autograd on), and a training step or full fine-tuning refuses it
+/// naming the field.
+#[test]
+fn lora_merged_flag_is_for_adapter_evaluation_steps() {
+    let base = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--seq",
+        "256",
+        "--finetune",
+        "lora",
+        "--lora-targets",
+        "all-linear",
+        "--step",
+        "eval-grad",
+        "--json",
+    ];
+    let peak = |extra: &[&str]| {
+        let (code, out, err) = vramlab_code(&[&base[..], extra].concat());
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+        v["peak_allocated_bytes"].as_u64().expect("peak")
+    };
+    let unmerged = peak(&[]);
+    let merged = peak(&["--lora-merged"]);
+    assert!(merged < unmerged, "{merged} >= {unmerged}");
+    for bad in [&["--finetune", "lora"][..], &["--step", "eval"][..]] {
+        let (code, _, err) = vramlab_code(
+            &[
+                &["plan", "--model", "gpt2", "--batch", "2", "--lora-merged"][..],
+                bad,
+            ]
+            .concat(),
+        );
+        assert_ne!(code, Some(0), "{bad:?}");
+        assert!(err.contains("lora_merged"), "{bad:?}: {err}");
+    }
+}

@@ -91,7 +91,7 @@ def quant_storage_bytes(model):
     return total
 
 
-def prepare(model, quant, checkpointing):
+def prepare(model, quant, checkpointing, reentrant=False):
     """peft.prepare_model_for_kbit_training as on a from_pretrained(quantization_config=…)
     model (is_loaded_in_4bit / 8bit set: input require-grads and checkpointing with it)."""
     import peft
@@ -104,7 +104,7 @@ def prepare(model, quant, checkpointing):
         model.__class__ = type(cls.__name__, (cls,), {attr: True})
     return peft.prepare_model_for_kbit_training(
         model, use_gradient_checkpointing=checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False})
+        gradient_checkpointing_kwargs={"use_reentrant": bool(reentrant)})
 
 
 def make_optimizer(name, params):

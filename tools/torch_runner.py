@@ -37,6 +37,15 @@ Measurement config (one JSON object per line):
    "freeze_embeddings": true, "freeze_blocks": N   -- full fine-tuning of part of the model:
    every nn.Embedding and the first N blocks of the longest nn.ModuleList get
    requires_grad_(False) (after checkpointing); rows get "trainable_params"
+   "checkpoint_reentrant": true   -- with "checkpointing" (Hugging Face families):
+   gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+   (torch's CheckpointFunction); lora: model.enable_input_require_grads() before
+   get_peft_model; qlora: prepare_model_for_kbit_training with the same kwargs (peft calls
+   enable_input_require_grads itself)
+   "lora_merged": true   -- eval / eval-grad rows of lora / qlora: after the WARMUP training
+   steps, model = model.merge_and_unload() (peft; bnb layers re-quantize the merged weight)
+   before the evaluation step; the optimizer still holds the adapters (and their grads and
+   state). Merging right after get_peft_model would leave nothing to train in the warm-up.
 
 A config.json (a JSON object with "model_type", no "family") is built with
 AutoConfig.for_model(model_type, **config) and AutoModelForCausalLM.from_config
@@ -657,13 +666,13 @@ def wrap_checkpoint_blocks(module, types):
     return n
 
 
-def enable_checkpointing(model, family):
+def enable_checkpointing(model, family, reentrant=False):
     if family in HF_FAMILIES:
         import warnings
 
         with warnings.catch_warnings():  # transformers >= 5.2x: "deprecated, use activation_checkpointing_enable"
             warnings.simplefilter("ignore", FutureWarning)
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": bool(reentrant)})
         try:
             from transformers.modeling_layers import GradientCheckpointingLayer
         except ImportError:
@@ -737,6 +746,12 @@ def normalize_config(cfg):
     out["optimizer"] = cfg.pop("optimizer", "adamw")
     out["accum"] = int(cfg.pop("accum", 1))
     out["checkpointing"] = bool(cfg.pop("checkpointing", False))
+    if bool(cfg.pop("checkpoint_reentrant", False)):  # (other rows keep their old fields)
+        if not out["checkpointing"]:
+            raise ValueError("checkpoint_reentrant needs checkpointing")
+        if fam not in HF_FAMILIES:
+            raise ValueError(f"checkpoint_reentrant: only Hugging Face families, not {fam}")
+        out["checkpoint_reentrant"] = True
     out["attention"] = cfg.pop("attention", "sdpa")
     out["loop"] = cfg.pop("loop", "plain")
     if out["loop"] not in LOOPS:
@@ -774,6 +789,12 @@ def normalize_config(cfg):
         if fb < 0:
             raise ValueError("freeze_blocks must be >= 0")
         out["freeze_embeddings"], out["freeze_blocks"] = fe, fb
+    if bool(cfg.pop("lora_merged", False)):  # (other rows keep their old fields)
+        if ft not in ("lora", "qlora"):
+            raise ValueError("lora_merged: lora / qlora only (nothing to merge)")
+        if step_kind == "train":
+            raise ValueError("lora_merged: eval / eval-grad steps only")
+        out["lora_merged"] = True
     if ft == "qlora":
         out["quant"] = str(cfg.pop("quant", "nf4"))
         out["double_quant"] = bool(cfg.pop("double_quant", True))
@@ -791,6 +812,7 @@ def model_key(cfg, preset):
         cfg["attention"] if fam in HF_FAMILIES else None,
         cfg["image"] if fam == "vit" else None,
         cfg["checkpointing"],
+        cfg.get("checkpoint_reentrant", False),
         tuple(cfg.get(k) for k in ("finetune", "lora_rank", "lora_targets", "lora_alpha", "lora_dropout",
                                    "quant", "double_quant", "freeze_embeddings", "freeze_blocks")),
     )
@@ -947,7 +969,8 @@ class ModelHolder:
             model = build_reference(preset, size, attention=cfg["attention"])
         if cfg["precision"] == "bf16":
             model = model.to(torch.bfloat16)
-        wrapped = enable_checkpointing(model, fam) if cfg["checkpointing"] else 0
+        reentrant = cfg.get("checkpoint_reentrant", False)
+        wrapped = enable_checkpointing(model, fam, reentrant) if cfg["checkpointing"] else 0
         if fam in HF_FAMILIES:
             got = model.config._attn_implementation
             if got != cfg["attention"]:
@@ -957,8 +980,12 @@ class ModelHolder:
             import torch_qlora
 
             n, qbytes = torch_qlora.quantize_model(model, cfg["quant"], cfg["double_quant"])
-            model = torch_qlora.prepare(model, cfg["quant"], cfg["checkpointing"])
+            model = torch_qlora.prepare(model, cfg["quant"], cfg["checkpointing"], reentrant)
             lora = {"quantized_layers": n, "quant_bytes": qbytes}
+        if cfg.get("finetune") == "lora" and reentrant:
+            # As peft's prepare_model_for_kbit_training does for use_reentrant=True: without
+            # it a reentrant checkpoint over the frozen base passes no gradient to adapters.
+            model.enable_input_require_grads()
         if cfg.get("finetune") in ("lora", "qlora"):
             model, trainable, total = apply_lora(model, cfg)
             lora.update({"trainable_params": trainable, "all_params": total})
@@ -1056,6 +1083,11 @@ def run_step(model, fam, cfg, preset, dev, record):
         measured = step >= WARMUP and (scaler is None or not all(skipped) or step >= WARMUP + AMP_EXTRA_WARMUP)
         if measured and step_kind != "train":
             # an evaluation step after WARMUP training steps (grads and optimizer state stay)
+            if cfg.get("lora_merged"):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    model = model.merge_and_unload()
+                record["params_merged"] = int(sum(p.numel() for p in model.parameters()))
             run_eval(model, fam, cfg, make_batch, dev, record, amp, amp_dtype, grad=step_kind == "eval-grad")
             record["grad_bytes"] = int(sum(tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None))
             record["opt_state_bytes"] = int(optimizer_state_bytes(opt))
@@ -1202,8 +1234,9 @@ def measure_one(cfg_in, index, holder, dev, emit, extra=None):
     if err is not None:
         rec["error"] = err
     clear_grads(holder.model)
-    if err is not None:
-        # a failed build/step may leave half-initialised state: rebuild next time
+    if err is not None or cfg.get("lora_merged"):
+        # a failed build/step may leave half-initialised state, and merge_and_unload changed
+        # the cached model in place: rebuild next time
         holder.drop()
     dev.empty_cache()
     rec["versions"] = versions()

@@ -47,6 +47,10 @@ pub struct TrainArgs {
     /// Activation checkpointing of every block.
     #[arg(long)]
     pub checkpointing: bool,
+    /// With --checkpointing: reentrant checkpointing (`use_reentrant=True`, as HF Trainer /
+    /// peft users often set); with adapters, `enable_input_require_grads` is planned too.
+    #[arg(long)]
+    pub checkpointing_reentrant: bool,
     /// Attention implementation: eager or sdpa.
     #[arg(long, default_value = "sdpa")]
     pub attention: String,
@@ -82,6 +86,10 @@ pub struct TrainArgs {
     /// Full fine-tuning with the first N blocks (layers) frozen.
     #[arg(long, value_name = "N")]
     pub freeze_blocks: Option<u32>,
+    /// With --step eval|eval-grad and --finetune lora|qlora: the adapters merged into the base
+    /// weights (peft's merge_and_unload) before the evaluation: no adapter ops run.
+    #[arg(long)]
+    pub lora_merged: bool,
     /// QLoRA base storage (with --finetune qlora): nf4 (the default), fp4 or int8 (LLM.int8).
     #[arg(long, value_name = "nf4|fp4|int8")]
     pub quant: Option<String>,
@@ -329,6 +337,7 @@ impl TrainArgs {
             )?,
             accum: self.accum,
             checkpointing: self.checkpointing || captured.is_some_and(|c| c.checkpointing),
+            checkpoint_reentrant: self.checkpointing_reentrant,
             attention: self.name_or_default(
                 Some(&self.attention),
                 "sdpa",
@@ -388,6 +397,7 @@ impl TrainArgs {
         }
         ft.freeze_embeddings = self.freeze_embeddings;
         ft.freeze_blocks = self.freeze_blocks.unwrap_or(0);
+        ft.lora_merged = self.lora_merged;
         if ft.mode.has_adapters() && (ft.freeze_embeddings || ft.freeze_blocks > 0) {
             bail!(
                 "--freeze-embeddings / --freeze-blocks: apply to full fine-tuning (--finetune {} \

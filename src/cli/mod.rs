@@ -388,6 +388,14 @@ fn write_finetune(
             plan.params,
             100.0 * t as f64 / plan.params.max(1) as f64
         )?;
+        if c.finetune.lora_merged {
+            writeln!(
+                out,
+                "  adapters merged for this evaluation (merge_and_unload): no adapter ops in the \
+                 forward; their parameters, gradients and optimizer state stay while the \
+                 optimizer holds them (not yet measured on a GPU)"
+            )?;
+        }
     }
     Ok(())
 }

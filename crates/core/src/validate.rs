@@ -40,6 +40,9 @@ pub struct Measured {
     pub accum: u64,
     #[serde(default)]
     pub checkpointing: bool,
+    /// `use_reentrant=True` checkpointing (the runner's `checkpoint_reentrant` key).
+    #[serde(default)]
+    pub checkpoint_reentrant: bool,
     #[serde(default = "sdpa")]
     pub attention: String,
     /// Training-loop shape; rows measured before the runner had it kept the output: plain.
@@ -75,12 +78,6 @@ pub struct Measured {
     /// peft's `get_nb_trainable_parameters()` on the measured model.
     #[serde(default)]
     pub trainable_params: Option<u64>,
-    /// Partial full fine-tuning: every `nn.Embedding` frozen.
-    #[serde(default)]
-    pub freeze_embeddings: Option<bool>,
-    /// Partial full fine-tuning: the first N blocks frozen.
-    #[serde(default)]
-    pub freeze_blocks: Option<u32>,
     /// Distributed rows (`tools/dist_runner.py`): the world this rank belongs to.
     #[serde(default)]
     pub gpus: Option<u32>,
@@ -104,6 +101,14 @@ pub struct Measured {
     /// QLoRA rows: bitsandbytes double quantization.
     #[serde(default)]
     pub double_quant: Option<bool>,
+    /// Partial full fine-tuning rows (`tools/freeze_configs.jsonl`).
+    #[serde(default)]
+    pub freeze_embeddings: bool,
+    #[serde(default)]
+    pub freeze_blocks: u32,
+    /// Evaluation rows with the adapters merged (`merge_and_unload`).
+    #[serde(default)]
+    pub lora_merged: bool,
 }
 
 fn one() -> u64 {
@@ -164,6 +169,7 @@ impl Measured {
             optimizer: self.optimizer.parse()?,
             accum: self.accum,
             checkpointing: self.checkpointing,
+            checkpoint_reentrant: self.checkpoint_reentrant,
             attention: self.attention.parse()?,
             allocator: AllocatorConfig::default(),
             loop_shape: self.loop_shape,
@@ -222,8 +228,9 @@ impl Measured {
         if let Some(t) = &self.lora_targets {
             ft.lora_targets = t.parse()?;
         }
-        ft.freeze_embeddings = self.freeze_embeddings.unwrap_or(false);
-        ft.freeze_blocks = self.freeze_blocks.unwrap_or(0);
+        ft.freeze_embeddings = self.freeze_embeddings;
+        ft.freeze_blocks = self.freeze_blocks;
+        ft.lora_merged = self.lora_merged;
         Ok(ft)
     }
 
@@ -283,11 +290,17 @@ impl Measured {
                 s.push_str(&format!(" dropout {p}"));
             }
         }
-        if self.freeze_embeddings == Some(true) {
+        if self.freeze_embeddings {
             s.push_str(" freeze-emb");
         }
-        if let Some(n) = self.freeze_blocks.filter(|&n| n > 0) {
-            s.push_str(&format!(" freeze-{n}"));
+        if self.freeze_blocks > 0 {
+            s.push_str(&format!(" freeze-{}", self.freeze_blocks));
+        }
+        if self.checkpoint_reentrant {
+            s.push_str(" reentrant");
+        }
+        if self.lora_merged {
+            s.push_str(" merged");
         }
         if let Some(q) = &self.quant {
             s.push_str(&format!(" {q}"));
@@ -444,5 +457,30 @@ not json"#;
         let rows = parse_lines(text);
         assert_eq!(rows.len(), 3);
         assert_eq!(rows.iter().filter(|r| r.usable()).count(), 1);
+    }
+
+    /// Every row the lead will measure for reentrant checkpointing and merged adapters reads
+    /// as a measured row and gives a valid config carrying its new setting.
+    #[test]
+    fn reentrant_and_merged_runner_rows_give_valid_configs() {
+        for (file, key) in [
+            ("reentrant_configs.jsonl", "checkpoint_reentrant"),
+            ("merged_configs.jsonl", "lora_merged"),
+        ] {
+            let path = format!("{}/../../tools/{file}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).expect("rows");
+            let mut with_key = 0;
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let row: Measured = serde_json::from_str(line).expect(line);
+                let cfg = row.config().expect(line);
+                cfg.validate().expect(line);
+                if (key == "checkpoint_reentrant" && cfg.checkpoint_reentrant)
+                    || (key == "lora_merged" && cfg.finetune.lora_merged)
+                {
+                    with_key += 1;
+                }
+            }
+            assert!(with_key >= 3, "{file}: {with_key} rows with {key}");
+        }
     }
 }

@@ -199,6 +199,7 @@ fn train_config() -> impl Strategy<Value = TrainConfig> {
                     optimizer,
                     accum,
                     checkpointing,
+                    checkpoint_reentrant: false,
                     attention,
                     allocator,
                     loop_shape,

@@ -167,6 +167,8 @@ pub fn hostile_preset(data: &[u8]) {
         optimizer: Optimizer::ALL[usize::from(input.optimizer) % Optimizer::ALL.len()],
         accum: input.accum % (MAX_ACCUM + 2),
         checkpointing: input.checkpointing,
+        // Reentrant on some checkpointed inputs (no new byte: corpora stay valid).
+        checkpoint_reentrant: input.checkpointing && input.eager,
         attention: if input.eager {
             Attention::Eager
         } else {

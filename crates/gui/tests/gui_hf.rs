@@ -184,3 +184,95 @@ fn t5_and_moe_imports_show_their_own_fields() {
     assert!(h.query_by_label("MoE imbalance").is_some());
     assert!(h.query_by_label("Target length").is_none());
 }
+
+/// Partial full fine-tuning: "Freeze embeddings" and "Freeze first N blocks" show for full
+/// fine-tuning only, reach the config, lower the plan's trainable count, stay bounded by the
+/// model's block count, and a count the next model does not have shows the planner's error.
+#[test]
+fn the_freeze_controls_plan_a_partial_full_finetune() {
+    let mut h = harness(VramApp::new_for_test(None));
+    h.run();
+    let trainable = |h: &Harness<'_, VramApp>| {
+        h.state()
+            .derived()
+            .planner()
+            .map(|p| p.trainable)
+            .expect("a plan")
+    };
+    let all = trainable(&h);
+    h.get_by_label("Freeze embeddings").click();
+    h.run();
+    assert!(h.state().state.config.finetune.freeze_embeddings);
+    let no_embeddings = trainable(&h);
+    assert!(no_embeddings < all, "{no_embeddings} < {all}");
+
+    h.get_by_label("Freeze first N blocks").focus();
+    h.run();
+    h.get_by_label("Freeze first N blocks").type_text("6");
+    h.key_press(egui::Key::Enter);
+    h.run();
+    assert_eq!(h.state().state.config.finetune.freeze_blocks, 6);
+    let half = trainable(&h);
+    assert!(half < no_embeddings, "{half} < {no_embeddings}");
+    assert_shows(&h, "of 12");
+
+    // Typed past GPT-2's 12 blocks: the field holds 12.
+    h.get_by_label("Freeze first N blocks").focus();
+    h.run();
+    h.get_by_label("Freeze first N blocks").type_text("99");
+    h.key_press(egui::Key::Enter);
+    h.run();
+    assert_eq!(h.state().state.config.finetune.freeze_blocks, 12);
+
+    // LoRA freezes the whole base: the controls go, and the partial freeze is dropped.
+    h.get_by_label("lora").click();
+    h.run();
+    assert!(h.query_by_label("Freeze embeddings").is_none());
+    assert!(h.query_by_label("Freeze first N blocks").is_none());
+    let ft = h.state().state.config.finetune;
+    assert!(!ft.freeze_embeddings && ft.freeze_blocks == 0, "{ft:?}");
+    h.get_by_label("full").click();
+    h.run();
+    assert!(h.query_by_label("Freeze embeddings").is_some());
+}
+
+/// A block count the model does not have (set for a deeper model) is refused by the planner,
+/// and the error naming `freeze_blocks` shows under the field.
+#[test]
+fn a_freeze_count_past_the_model_shows_the_error() {
+    let mut app = VramApp::new_for_test(None);
+    app.state.preset_id = "gpt2-large".into();
+    app.state.config.finetune.freeze_blocks = 30;
+    let mut h = harness(app);
+    h.run();
+    assert!(h.state().derived().planner().is_some());
+    let ctx = h.ctx.clone();
+    h.state_mut()
+        .apply(vramlab_gui::ui::Command::SelectPreset("gpt2".into()), &ctx);
+    h.run();
+    assert_eq!(h.state().state.config.finetune.freeze_blocks, 30);
+    assert_shows(&h, "freeze_blocks");
+    assert_shows(&h, "30 is more than the model's 12 blocks");
+}
+
+/// Settings that need another one go with it: unchecking checkpointing drops reentrant
+/// checkpointing, choosing the train step drops merged adapters (both would not validate).
+#[test]
+fn dependent_settings_follow_their_switch() {
+    let mut app = VramApp::new_for_test(None);
+    app.state.config.checkpointing = true;
+    app.state.config.checkpoint_reentrant = true;
+    app.state.config.step = vramlab_core::plan::step_kind::StepKind::Eval;
+    app.state.config.finetune.mode = FineTuneMode::Lora;
+    app.state.config.finetune.lora_merged = true;
+    let mut h = harness(app);
+    h.run();
+    assert!(h.state().state.config.checkpoint_reentrant);
+    assert!(h.state().state.config.finetune.lora_merged);
+    h.get_by_label("Activation checkpointing").click();
+    h.run();
+    assert!(!h.state().state.config.checkpoint_reentrant);
+    h.get_by_label("train").click();
+    h.run();
+    assert!(!h.state().state.config.finetune.lora_merged);
+}

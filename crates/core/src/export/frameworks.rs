@@ -149,7 +149,7 @@ pub(crate) fn hf_optim(o: Optimizer) -> &'static str {
 }
 
 fn huggingface(cfg: &TrainConfig) -> Value {
-    json!({
+    let mut v = json!({
         "output_dir": "out",
         "per_device_train_batch_size": cfg.batch,
         "gradient_accumulation_steps": cfg.accum,
@@ -157,7 +157,12 @@ fn huggingface(cfg: &TrainConfig) -> Value {
         "fp16": cfg.precision == Precision::AmpFp16,
         "gradient_checkpointing": cfg.checkpointing,
         "optim": hf_optim(cfg.optimizer),
-    })
+    });
+    // transformers 5.17 defaults to `use_reentrant=False`: written only when it differs.
+    if cfg.checkpointing && cfg.checkpoint_reentrant {
+        v["gradient_checkpointing_kwargs"] = json!({"use_reentrant": true});
+    }
+    v
 }
 
 fn lightning(cfg: &TrainConfig) -> Value {
@@ -231,7 +236,12 @@ fn pytorch(cfg: &TrainConfig) -> String {
             "model = model.to(torch.bfloat16)  # pure bf16: weights, grads and optimizer state\n",
         );
     }
-    if cfg.checkpointing {
+    if cfg.checkpointing && cfg.checkpoint_reentrant {
+        s.push_str("model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": True})  # HF; else torch.utils.checkpoint(block, x, use_reentrant=True) per block\n");
+        if !cfg.finetune.is_full() || cfg.finetune.freeze_embeddings {
+            s.push_str("model.enable_input_require_grads()  # reentrant over a frozen embedding: its output must require grad\n");
+        }
+    } else if cfg.checkpointing {
         s.push_str("model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})  # HF; else torch.utils.checkpoint per block\n");
     }
     if cfg.attention == Attention::Sdpa {
@@ -341,6 +351,24 @@ mod tests {
         assert_eq!(hf["fp16"], true);
         assert_eq!(hf["bf16"], false);
         assert_eq!(hf["gradient_checkpointing"], true);
+        assert!(hf.get("gradient_checkpointing_kwargs").is_none(), "{hf}");
+        let reentrant = TrainConfig {
+            checkpoint_reentrant: true,
+            finetune: crate::plan::finetune::FineTune {
+                mode: crate::plan::finetune::FineTuneMode::Lora,
+                ..Default::default()
+            },
+            ..cfg
+        };
+        let rp = plan(&reentrant);
+        let hf: Value =
+            serde_json::from_str(&render(Format::HuggingFace, &reentrant, &rp, "")).expect("json");
+        assert_eq!(hf["gradient_checkpointing_kwargs"]["use_reentrant"], true);
+        let py = render(Format::PyTorch, &reentrant, &rp, "");
+        assert!(
+            py.contains("{\"use_reentrant\": True}") && py.contains("enable_input_require_grads()"),
+            "{py}"
+        );
         let pl: Value =
             serde_json::from_str(&render(Format::Lightning, &cfg, &p, "")).expect("json");
         assert_eq!(pl["precision"], "16-mixed");

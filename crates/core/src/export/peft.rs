@@ -43,6 +43,7 @@ fn bnb_config(q: Quant, double_quant: bool) -> String {
 pub fn render(cfg: &TrainConfig) -> String {
     let ft = &cfg.finetune;
     let qlora = ft.mode == FineTuneMode::Qlora;
+    let reentrant = cfg.checkpointing && cfg.checkpoint_reentrant;
     let mut s = String::from("import torch\n");
     s.push_str("from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n");
     s.push_str("from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n");
@@ -57,10 +58,14 @@ pub fn render(cfg: &TrainConfig) -> String {
     if qlora {
         s.push_str(&bnb_config(ft.quant, ft.double_quant));
         s.push_str("model = AutoModelForCausalLM.from_pretrained(MODEL, quantization_config=bnb_config, dtype=torch.bfloat16, attn_implementation=\"sdpa\")\n");
-        s.push_str(&format!(
-            "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})  # other params -> fp32\n",
-            if cfg.checkpointing { "True" } else { "False" }
-        ));
+        if reentrant {
+            s.push_str("model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={\"use_reentrant\": True})  # other params -> fp32; calls enable_input_require_grads\n");
+        } else {
+            s.push_str(&format!(
+                "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})  # other params -> fp32\n",
+                if cfg.checkpointing { "True" } else { "False" }
+            ));
+        }
     } else {
         let dtype = match cfg.precision {
             Precision::Bf16 => "torch.bfloat16",
@@ -69,6 +74,9 @@ pub fn render(cfg: &TrainConfig) -> String {
         s.push_str(&format!(
             "model = AutoModelForCausalLM.from_pretrained(MODEL, dtype={dtype}, attn_implementation=\"sdpa\")\n"
         ));
+    }
+    if ft.mode == FineTuneMode::Lora && reentrant {
+        s.push_str("model.enable_input_require_grads()  # reentrant checkpointing over a frozen base: the embedding output must require grad\n");
     }
     if ft.mode.has_adapters() {
         s.push_str(&format!(
@@ -84,10 +92,11 @@ pub fn render(cfg: &TrainConfig) -> String {
     }
     let bf16 = matches!(cfg.precision, Precision::AmpBf16 | Precision::Bf16) || qlora;
     s.push_str(&format!(
-        "\nargs = SFTConfig(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    gradient_checkpointing_kwargs={{\"use_reentrant\": False}},\n    optim=\"{}\",\n    bf16={},\n    fp16={},\n)\n",
+        "\nargs = SFTConfig(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    gradient_checkpointing_kwargs={{\"use_reentrant\": {}}},\n    optim=\"{}\",\n    bf16={},\n    fp16={},\n)\n",
         cfg.batch,
         cfg.accum,
         if cfg.checkpointing { "True" } else { "False" },
+        if reentrant { "True" } else { "False" },
         hf_optim(cfg.optimizer),
         if bf16 { "True" } else { "False" },
         if cfg.precision == Precision::AmpFp16 && !qlora {
@@ -169,6 +178,47 @@ mod tests {
         assert!(
             s.contains("lora_alpha=16, lora_dropout=0.05, target"),
             "{s}"
+        );
+    }
+
+    /// Reentrant checkpointing: `use_reentrant: True` in the SFTConfig, LoRA calls
+    /// `enable_input_require_grads` before `get_peft_model`, QLoRA passes the kwargs to
+    /// `prepare_model_for_kbit_training` (which calls it).
+    #[test]
+    fn reentrant_snippets_enable_input_grads() {
+        let lora = TrainConfig {
+            checkpointing: true,
+            checkpoint_reentrant: true,
+            finetune: FineTune {
+                mode: FineTuneMode::Lora,
+                ..FineTune::default()
+            },
+            ..TrainConfig::default()
+        };
+        let s = render(&lora);
+        let hook = s.find("model.enable_input_require_grads()").expect(&s);
+        let peft = s.find("get_peft_model(model").expect(&s);
+        assert!(hook < peft, "{s}");
+        assert!(
+            s.contains("gradient_checkpointing_kwargs={\"use_reentrant\": True}"),
+            "{s}"
+        );
+        let plain = render(&TrainConfig {
+            checkpoint_reentrant: false,
+            ..lora
+        });
+        assert!(!plain.contains("enable_input_require_grads"), "{plain}");
+        assert!(plain.contains("{\"use_reentrant\": False}"), "{plain}");
+        let q = render(&TrainConfig {
+            finetune: FineTune {
+                mode: FineTuneMode::Qlora,
+                ..FineTune::default()
+            },
+            ..lora
+        });
+        assert!(
+            q.contains("prepare_model_for_kbit_training(model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={\"use_reentrant\": True})"),
+            "{q}"
         );
     }
 }

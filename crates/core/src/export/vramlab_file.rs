@@ -350,4 +350,34 @@ mod tests {
         let back = VramlabConfig::from_bytes(v2.as_bytes()).expect("v2 opens");
         assert_eq!(back.training, qlora);
     }
+
+    /// A partial full fine-tune (mode `full`, embeddings and blocks frozen) is written and
+    /// read back; a plain full fine-tune writes no `finetune` at all (files stay as before).
+    #[test]
+    fn a_partial_full_finetune_round_trips() {
+        let preset = builtin_presets()
+            .expect("presets")
+            .into_iter()
+            .find(|p| p.id == "gpt2")
+            .expect("gpt2");
+        let plain = TrainConfig::default();
+        let doc = VramlabConfig::new(&preset, false, plain, "h200", 0.05, None);
+        assert!(!doc.to_json().contains("finetune"), "{}", doc.to_json());
+        let frozen = TrainConfig {
+            finetune: crate::plan::finetune::FineTune {
+                freeze_embeddings: true,
+                freeze_blocks: 6,
+                ..Default::default()
+            },
+            ..plain
+        };
+        let json = VramlabConfig {
+            training: frozen,
+            ..doc
+        }
+        .to_json();
+        assert!(json.contains("\"freeze_blocks\": 6"), "{json}");
+        let back = VramlabConfig::from_bytes(json.as_bytes()).expect("opens");
+        assert_eq!(back.training, frozen);
+    }
 }

@@ -248,6 +248,16 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
         };
         return Err(recapture("checkpointing", c, had, want, flag));
     }
+    if cfg.checkpoint_reentrant {
+        return Err(PlanError::Field {
+            field: "checkpoint_reentrant",
+            reason: format!(
+                "{} was captured with non-reentrant checkpointing (tools/capture.py); \
+                 reentrant checkpointing is planned for built models only",
+                c.model
+            ),
+        });
+    }
     if let Some(size) = cfg.size.filter(|&x| x != c.size) {
         let (what, flag) = if c.tokens {
             ("seq", "--seq")

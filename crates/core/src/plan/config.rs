@@ -299,13 +299,19 @@ pub struct TrainConfig {
     pub accum: u64,
     /// Activation checkpointing of every block.
     pub checkpointing: bool,
+    /// Reentrant checkpointing (`use_reentrant=True`, torch's `CheckpointFunction`) instead
+    /// of the non-reentrant default; with adapters, `enable_input_require_grads` makes the
+    /// embedding output require grad. Absent in older files (and not written when false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint_reentrant: bool,
     pub attention: Attention,
     pub allocator: AllocatorConfig,
     /// The training loop's shape; absent in older files, which means `plain`.
     #[serde(rename = "loop")]
     pub loop_shape: LoopShape,
-    /// Full training or LoRA; absent in older files, which means full training.
-    #[serde(skip_serializing_if = "super::finetune_mode::FineTune::is_full")]
+    /// Full training or LoRA; absent in older files, which means full training. Written
+    /// whenever something is frozen or adapted (a partial full fine-tune too).
+    #[serde(skip_serializing_if = "super::finetune_mode::FineTune::trains_everything")]
     pub finetune: super::finetune_mode::FineTune,
     /// A training step or an evaluation step after training; absent in older files, which
     /// means training.
@@ -335,6 +341,7 @@ impl Default for TrainConfig {
             optimizer: Optimizer::AdamW,
             accum: 1,
             checkpointing: false,
+            checkpoint_reentrant: false,
             attention: Attention::Sdpa,
             allocator: AllocatorConfig::default(),
             loop_shape: LoopShape::Plain,
@@ -383,6 +390,29 @@ impl TrainConfig {
         }
         self.finetune.validate()?;
         self.distributed.validate()?;
+        if self.finetune.lora_merged && !self.step.is_eval() {
+            return Err(PlanError::Field {
+                field: "lora_merged",
+                reason: "merged adapters (merge_and_unload) are for evaluation: a training step \
+                         trains unmerged adapters; plan --step eval|eval-grad"
+                    .into(),
+            });
+        }
+        if self.checkpoint_reentrant && !self.checkpointing {
+            return Err(PlanError::Field {
+                field: "checkpoint_reentrant",
+                reason: "reentrant checkpointing needs activation checkpointing (--checkpointing)"
+                    .into(),
+            });
+        }
+        if self.checkpoint_reentrant && !self.distributed.is_single() {
+            return Err(PlanError::Field {
+                field: "checkpoint_reentrant",
+                reason: "reentrant checkpointing is planned on one GPU only; plan it without \
+                         --gpus/--strategy"
+                    .into(),
+            });
+        }
         if self.step.is_eval() && !self.distributed.is_single() {
             return Err(PlanError::Field {
                 field: "step",

@@ -335,6 +335,10 @@ pub struct FineTune {
     /// Full fine-tuning with the first N blocks (layers) frozen.
     #[serde(skip_serializing_if = "is_zero_u32")]
     pub freeze_blocks: u32,
+    /// Evaluation with the adapters merged (peft's `merge_and_unload()` after training):
+    /// the forward runs no adapter ops. Evaluation steps of LoRA / QLoRA only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lora_merged: bool,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -352,6 +356,7 @@ impl Default for FineTune {
             double_quant: true,
             freeze_embeddings: false,
             freeze_blocks: 0,
+            lora_merged: false,
         }
     }
 }
@@ -377,6 +382,13 @@ impl FineTune {
             });
         }
         // `lora_dropout` is checked where it is made ([`LoraDropout::new`]).
+        if self.lora_merged && !self.mode.has_adapters() {
+            return Err(PlanError::Field {
+                field: "lora_merged",
+                reason: "full fine-tuning has no adapters to merge (use --finetune lora|qlora)"
+                    .into(),
+            });
+        }
         if self.mode.has_adapters() && (self.freeze_embeddings || self.freeze_blocks > 0) {
             return Err(PlanError::Field {
                 field: if self.freeze_embeddings {

@@ -86,6 +86,9 @@ pub struct Derived {
     model: Option<(ModelKey, Result<Preset, String>)>,
     planner: Option<Result<Planner, String>>,
     planner_key: Option<(Preset, vramlab_core::plan::TrainConfig)>,
+    /// The model's block count, from the last planner that built for this model (kept while
+    /// a setting such as `freeze_blocks` makes the planner fail, so its field stays bounded).
+    blocks: Option<u32>,
     /// Bumped on every planner rebuild; keys the caches below.
     generation: u64,
     max_batch: Option<((u64, Budget), MaxBatch)>,
@@ -253,6 +256,7 @@ impl Derived {
             model: None,
             planner: None,
             planner_key: None,
+            blocks: None,
             generation: 0,
             max_batch: None,
             sweep: None,
@@ -274,6 +278,7 @@ impl Derived {
         if self.model.as_ref().map(|(k, _)| k) != Some(&mkey) {
             let resolved = resolve_model(state, &self.presets);
             self.model = Some((mkey, resolved));
+            self.blocks = None;
         }
         let Some((_, Ok(preset))) = &self.model else {
             self.planner = None;
@@ -295,6 +300,9 @@ impl Derived {
         let Some(Ok(planner)) = &self.planner else {
             return;
         };
+        if planner.params_override.is_none() {
+            self.blocks = Some(planner.graph.block_count());
+        }
 
         let budget = self.target.budget;
         let gen_ = self.generation;
@@ -417,6 +425,11 @@ impl Derived {
     /// The built-in preset the current model is (or was made from).
     pub fn base_preset(&self, state: &PlannerState) -> Option<&Preset> {
         self.presets.iter().find(|p| p.id == state.preset_id)
+    }
+
+    /// The model's block count (transformer layers), once a planner has built for it.
+    pub fn block_count(&self) -> Option<u32> {
+        self.blocks
     }
 
     pub fn planner(&self) -> Option<&Planner> {

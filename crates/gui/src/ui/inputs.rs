@@ -219,7 +219,7 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
         });
     }
     if is_tokens {
-        changed |= finetune_ui(&mut cfg.finetune, ui);
+        changed |= finetune_ui(&mut cfg.finetune, d, ui);
     }
     ui.horizontal(|ui| {
         ui.label("Training loop").on_hover_text(tips::LOOP);
@@ -247,6 +247,17 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
         .on_hover_text(tips::EXPANDABLE)
         .changed();
 
+    // Settings that need another one (loaded from a file, set on the command line) go with
+    // it: reentrant checkpointing with checkpointing, merged adapters with an adapter
+    // evaluation step (they would not validate).
+    if !cfg.checkpointing && cfg.checkpoint_reentrant {
+        cfg.checkpoint_reentrant = false;
+        changed = true;
+    }
+    if cfg.finetune.lora_merged && (!cfg.step.is_eval() || !cfg.finetune.mode.has_adapters()) {
+        cfg.finetune.lora_merged = false;
+        changed = true;
+    }
     if changed && cfg != state.config {
         emit(cmd, Command::SetConfig(cfg));
     }
@@ -275,11 +286,55 @@ fn lora_dropout_ui(dropout: &mut LoraDropout, ui: &mut Ui) -> bool {
     }
 }
 
+/// Partial full fine-tuning: "Freeze embeddings" and "Freeze first N blocks" (bounded by the
+/// model's block count once known); the planner's error about either is shown under them.
+fn freeze_ui(ft: &mut FineTune, d: &Derived, ui: &mut Ui) -> bool {
+    let mut changed = false;
+    ui.horizontal(|ui| {
+        changed |= ui
+            .checkbox(&mut ft.freeze_embeddings, "Freeze embeddings")
+            .on_hover_text(tips::FREEZE_EMBEDDINGS)
+            .changed();
+        let l = ui
+            .label("Freeze first N blocks")
+            .on_hover_text(tips::FREEZE_BLOCKS);
+        // A count past this model's (kept from a deeper model) stays, so its error shows.
+        let max = d
+            .block_count()
+            .unwrap_or(MAX_FREEZE_BLOCKS)
+            .max(ft.freeze_blocks);
+        changed |= ui
+            .add(
+                DragValue::new(&mut ft.freeze_blocks)
+                    .range(0..=max)
+                    .speed(0.25),
+            )
+            .labelled_by(l.id)
+            .on_hover_text(tips::FREEZE_BLOCKS)
+            .changed();
+        if let Some(n) = d.block_count() {
+            ui.label(format!("of {n}"))
+                .on_hover_text(tips::FREEZE_BLOCKS);
+        }
+    });
+    if let Some(e) = d
+        .error()
+        .filter(|e| e.contains("freeze_blocks") || e.contains("freeze_embeddings"))
+    {
+        ui.colored_label(super::style::error_color(ui.visuals().dark_mode), e);
+    }
+    changed
+}
+
+/// The bound of "Freeze first N blocks" before the model's block count is known.
+const MAX_FREEZE_BLOCKS: u32 = 1 << 12;
+
 /// The largest LoRA dropout the field offers.
 const MAX_DROPOUT: f64 = 0.99;
 
-/// Fine-tuning: full or LoRA, with the LoRA rank, dropout and targets (token models).
-fn finetune_ui(ft: &mut FineTune, ui: &mut Ui) -> bool {
+/// Fine-tuning: full (with its frozen parts) or LoRA / QLoRA, with the LoRA rank, dropout
+/// and targets (token models).
+fn finetune_ui(ft: &mut FineTune, d: &Derived, ui: &mut Ui) -> bool {
     let mut changed = false;
     ui.horizontal(|ui| {
         ui.label("Fine-tuning").on_hover_text(tips::FINETUNE);
@@ -290,6 +345,16 @@ fn finetune_ui(ft: &mut FineTune, ui: &mut Ui) -> bool {
                 .changed();
         }
     });
+    if ft.mode.has_adapters() && (ft.freeze_embeddings || ft.freeze_blocks > 0) {
+        // Adapters freeze the whole base: a partial freeze does not carry over (it would not
+        // validate).
+        ft.freeze_embeddings = false;
+        ft.freeze_blocks = 0;
+        changed = true;
+    }
+    if ft.is_full() {
+        changed |= freeze_ui(ft, d, ui);
+    }
     if ft.mode == FineTuneMode::Qlora {
         ui.horizontal(|ui| {
             ui.label("quant")

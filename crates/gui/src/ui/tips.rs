@@ -25,6 +25,8 @@ pub const TARGET_SEQ: &str = "Encoder-decoder (T5): the target (decoder) length 
 pub const MOE_IMBALANCE: &str = "Mixture of experts: worst-case routing imbalance F >= 1 (the busiest expert gets F x its share). transformers' default grouped_mm experts use the same memory whatever the routing: 1 is exact for them.";
 pub const CUSTOM: &str = "Edit the builder parameters of the selected preset; any change makes a custom model named \"custom\" that you can save as a preset file.";
 pub const FINETUNE: &str = "full: every parameter trains (gradients and optimizer state for all) · lora: peft LoRA adapters (fp32) train on a frozen base; frozen layers keep no gradient, no optimizer state and save for backward only what the adapters' gradients need.";
+pub const FREEZE_EMBEDDINGS: &str = "Full fine-tuning with every nn.Embedding frozen (requires_grad_(False): token, position and type tables, so a tied output head too): no gradient and no optimizer state for them.";
+pub const FREEZE_BLOCKS: &str = "Full fine-tuning with the first N blocks (layers) frozen: no gradient, no optimizer state, and backward stops below the first trainable block. 0 freezes none.";
 pub const LORA_RANK: &str =
     "LoRA rank r: each adapted layer gets r × (in + out) trainable parameters.";
 pub const LORA_DROPOUT: &str = "LoRA dropout p (peft's lora_dropout): above 0 each adapted layer runs its own nn.Dropout on the adapter input, which keeps a copy of that input and a 1-byte mask per element until backward.";

@@ -527,11 +527,13 @@ impl Sim<'_> {
                     self.recompute_block(b);
                 }
             }
+            self.keep_input_grad(n);
             self.backward_node(n, first);
             if let Some(b) = g.nodes[n].block
                 && (n == 0 || g.nodes[n - 1].block != Some(b))
             {
                 if self.ckpt {
+                    self.release_reentrant_held();
                     for buf in std::mem::take(&mut self.block_inputs[b as usize]) {
                         self.release(buf);
                     }

@@ -1,8 +1,42 @@
-//! Activation checkpointing (`torch.utils.checkpoint`, non-reentrant, one per block):
-//! which buffers a checkpoint keeps for the recomputation, and the recomputation itself
-//! (the block's forward again, saving for backward this time) before the block's backward.
+//! Activation checkpointing (`torch.utils.checkpoint`, one per block): which buffers a
+//! checkpoint keeps for the recomputation, and the recomputation itself (the block's forward
+//! again, saving for backward this time) before the block's backward.
+//!
+//! Reentrant (`use_reentrant=True`, torch's `CheckpointFunction`): forward under `no_grad`
+//! saves the block's tensor inputs (as the non-reentrant one does); its backward detaches
+//! them, re-runs the whole block under `enable_grad`, and calls `torch.autograd.backward`
+//! on the recomputed outputs while its locals still hold those outputs and the incoming
+//! output gradients: both stay alive until the block's inner backward ends.
 
 use super::{NO_NODE, Sim};
+use crate::model::ir::{Graph, Op};
+use crate::plan::TrainConfig;
+
+/// The nodes `model.enable_input_require_grads()` hooks under reentrant checkpointing:
+/// every lookup of the input embedding (`get_input_embeddings()`, the first embedding
+/// table; an encoder-decoder looks it up twice). transformers' `gradient_checkpointing_enable`
+/// calls it for `input_ids` models and peft's `prepare_model_for_kbit_training` for
+/// `use_reentrant=True`; without it a reentrant checkpoint over a frozen base passes no
+/// gradient to the adapters. Empty unless reentrant checkpointing is planned.
+pub(super) fn input_embeddings(g: &Graph, cfg: &TrainConfig) -> Vec<usize> {
+    if !(cfg.checkpointing && cfg.checkpoint_reentrant) {
+        return Vec::new();
+    }
+    let Some(table) = g
+        .nodes
+        .iter()
+        .find(|n| n.op == Op::Embedding)
+        .and_then(|n| n.params.first().copied())
+    else {
+        return Vec::new();
+    };
+    g.nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op == Op::Embedding && n.params.contains(&table))
+        .map(|(i, _)| i)
+        .collect()
+}
 
 impl Sim<'_> {
     pub(super) fn in_ckpt_block(&self, n: usize) -> bool {
@@ -36,12 +70,42 @@ impl Sim<'_> {
         out
     }
 
+    /// Tensors made in block `b` and read after it (the block's outputs).
+    fn block_outputs(&self, b: u32) -> Vec<usize> {
+        let range = self.block_nodes(b);
+        let nodes = &self.g.nodes;
+        range
+            .clone()
+            .map(|n| nodes[n].output)
+            .filter(|&t| {
+                nodes
+                    .iter()
+                    .enumerate()
+                    .any(|(m, node)| !range.contains(&m) && node.inputs.contains(&t))
+            })
+            .collect()
+    }
+
     pub(super) fn recompute_block(&mut self, b: u32) {
         let range = self.block_nodes(b);
         let mut consumers = vec![0u32; self.g.tensors.len()];
         for n in range.clone() {
             for &t in &self.g.nodes[n].inputs {
                 consumers[t] += 1;
+            }
+        }
+        let outputs = if self.reentrant {
+            self.block_outputs(b)
+        } else {
+            Vec::new()
+        };
+        for &t in &outputs {
+            // Held by `CheckpointFunction.backward`'s `outputs`.
+            consumers[t] += 1;
+            // The incoming gradient (`*args`), held until the inner backward returns.
+            if let Some(gb) = self.gbuf[t] {
+                self.retain(gb);
+                self.reentrant_held.push(gb);
             }
         }
         let phase = self.phase;
@@ -58,6 +122,11 @@ impl Sim<'_> {
             self.forward_node(n, true, &consumers);
         }
         self.node = NO_NODE;
+        for &t in &outputs {
+            if let Some(buf) = self.tbuf[t].take() {
+                self.reentrant_held.push(buf);
+            }
+        }
         for buf in std::mem::take(&mut self.cache_refs) {
             self.release(buf);
         }
@@ -66,5 +135,129 @@ impl Sim<'_> {
         }
         self.phase = phase;
         self.recomputing = false;
+    }
+
+    /// Before the backward of node `n`: the output of a hooked embedding lookup over a
+    /// frozen table is a leaf that requires grad, so its gradient is accumulated into its
+    /// `.grad` and kept until the step's graph is dropped (after backward).
+    pub(super) fn keep_input_grad(&mut self, n: usize) {
+        if !self.input_grad_nodes.contains(&n) {
+            return;
+        }
+        let node = &self.g.nodes[n];
+        if node.params.iter().any(|&p| self.policy.trainable(p)) {
+            return;
+        }
+        if let Some(gb) = self.gbuf[node.output] {
+            self.retain(gb);
+            self.pinned.push(gb);
+        }
+    }
+
+    /// The end of a block's backward: a reentrant checkpoint's backward returns and drops
+    /// what it held.
+    pub(super) fn release_reentrant_held(&mut self) {
+        for buf in std::mem::take(&mut self.reentrant_held) {
+            self.release(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::preset::builtin_presets;
+    use crate::plan::finetune::{FineTune, FineTuneMode};
+    use crate::plan::{Planner, TrainConfig};
+
+    fn planner(cfg: &TrainConfig) -> Planner {
+        let preset = builtin_presets()
+            .expect("presets")
+            .into_iter()
+            .find(|p| p.id == "gpt2")
+            .expect("gpt2");
+        Planner::new(&preset, cfg).expect("planner")
+    }
+
+    fn peak(cfg: &TrainConfig) -> u64 {
+        planner(cfg)
+            .plan(cfg.batch)
+            .expect("plan")
+            .peak_allocated_bytes
+            .0
+    }
+
+    const B: u64 = 2;
+    const SEQ: u64 = 128;
+    /// One fp32 `[B, SEQ, 768]` hidden state of GPT-2.
+    const HIDDEN: u64 = B * SEQ * 768 * 4;
+
+    fn lora(reentrant: bool) -> TrainConfig {
+        TrainConfig {
+            batch: B,
+            size: Some(SEQ),
+            checkpointing: true,
+            checkpoint_reentrant: reentrant,
+            finetune: FineTune {
+                mode: FineTuneMode::Lora,
+                ..FineTune::default()
+            },
+            ..TrainConfig::default()
+        }
+    }
+
+    /// LoRA under reentrant checkpointing: the recomputed block output and its gradient are
+    /// held through each block's inner backward, and the embedding output (made to require
+    /// grad) gets a gradient kept until backward ends: a few hidden states more, the same
+    /// trainable count.
+    #[test]
+    fn reentrant_lora_holds_the_block_outputs_and_the_embedding_gradient() {
+        let plain = peak(&lora(false));
+        let reentrant = peak(&lora(true));
+        assert!(
+            reentrant > plain && reentrant - plain <= 6 * HIDDEN,
+            "{plain} -> {reentrant} (hidden state {HIDDEN})"
+        );
+        assert_eq!(
+            planner(&lora(true)).trainable,
+            planner(&lora(false)).trainable
+        );
+        // The embedding output requires grad only under reentrant checkpointing.
+        let p = planner(&lora(false));
+        assert!(super::input_embeddings(&p.graph, &lora(false)).is_empty());
+        let hooked = super::input_embeddings(&p.graph, &lora(true));
+        assert_eq!(hooked.len(), 1, "GPT-2 looks wte up once: {hooked:?}");
+    }
+
+    /// Full fine-tuning: the embedding output requires grad anyway (its table trains), so
+    /// only the held outputs and gradients differ: at most two hidden states at a time.
+    #[test]
+    fn reentrant_full_finetuning_adds_at_most_the_held_output_and_gradient() {
+        let full = |reentrant| TrainConfig {
+            finetune: FineTune::default(),
+            ..lora(reentrant)
+        };
+        let plain = peak(&full(false));
+        let reentrant = peak(&full(true));
+        assert!(
+            reentrant >= plain && reentrant - plain <= 2 * HIDDEN,
+            "{plain} -> {reentrant} (hidden state {HIDDEN})"
+        );
+    }
+
+    /// Reentrant needs checkpointing, and a plain config's JSON does not change.
+    #[test]
+    fn reentrant_is_checked_and_absent_from_plain_configs() {
+        let bad = TrainConfig {
+            checkpoint_reentrant: true,
+            ..TrainConfig::default()
+        };
+        let e = bad.validate().expect_err("refused");
+        assert!(e.to_string().contains("checkpoint_reentrant"), "{e}");
+        let json = serde_json::to_string(&TrainConfig::default()).expect("json");
+        assert!(!json.contains("reentrant"), "{json}");
+        let json = serde_json::to_string(&lora(true)).expect("json");
+        assert!(json.contains("\"checkpoint_reentrant\":true"), "{json}");
+        let back: TrainConfig = serde_json::from_str(&json).expect("back");
+        assert_eq!(back, lora(true));
     }
 }

@@ -3,8 +3,83 @@
 
 use super::{NO_NODE, Sim};
 use crate::model::ir::{Graph, Op};
+use crate::plan::TrainConfig;
 use crate::plan::events::Phase;
 use crate::plan::rules::Rule;
+
+/// A node's part in an evaluation forward with merged adapters (peft's `merge_and_unload`:
+/// each adapted layer is its base layer again, the adapter folded into the base weight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Merged {
+    /// Runs as planned (not an adapter op).
+    Run,
+    /// An adapter op: does not run.
+    Skip,
+    /// The adapter op that wrote the layer's result: the result is the base layer's output
+    /// (this tensor).
+    Base(usize),
+}
+
+/// The suffixes `finetune.rs` names adapter ops with.
+const ADAPTER_OPS: [&str; 8] = [
+    ".lora_cast",
+    ".lora_dropout",
+    ".lora_A",
+    ".lora_B",
+    ".lora_scaling",
+    ".base_clone",
+    ".lora_add",
+    ".lora_to",
+];
+
+/// Each node's [`Merged`] role under `cfg` (empty unless an evaluation step with merged
+/// adapters is planned).
+pub(super) fn merged_roles(g: &Graph, cfg: &TrainConfig) -> Vec<Merged> {
+    if !(cfg.step.is_eval() && cfg.finetune.lora_merged && cfg.finetune.mode.has_adapters()) {
+        return Vec::new();
+    }
+    let adapter: Vec<bool> = g
+        .nodes
+        .iter()
+        .map(|n| {
+            let name = g.name(n);
+            ADAPTER_OPS.iter().any(|s| name.ends_with(s))
+        })
+        .collect();
+    let mut producer = vec![None; g.tensors.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        producer[n.output] = Some(i);
+    }
+    let mut read_by_adapter = vec![false; g.tensors.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if adapter[i] {
+            for &t in n.inputs.iter() {
+                read_by_adapter[t] = true;
+            }
+        }
+    }
+    g.nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if !adapter[i] {
+                return Merged::Run;
+            }
+            if read_by_adapter[n.output] {
+                return Merged::Skip;
+            }
+            // The layer's result: back along the first inputs to the base layer's output.
+            let mut t = n.inputs.first().copied().unwrap_or(n.output);
+            while let Some(p) = producer[t].filter(|&p| adapter[p]) {
+                t = g.nodes[p].inputs.first().copied().unwrap_or(t);
+                if producer[t] == Some(p) {
+                    break;
+                }
+            }
+            Merged::Base(t)
+        })
+        .collect()
+}
 
 /// The rules of `model.eval()`: dropout returns its input (`F.dropout(x, p, training=False)`
 /// is `x`), allocating nothing and saving no mask.
@@ -33,7 +108,10 @@ impl Sim<'_> {
         self.ckpt = false;
         let consumers = self.consumers;
         for n in 0..g.nodes.len() {
-            self.forward_node(n, grad, consumers);
+            match self.merged.get(n).copied().unwrap_or(Merged::Run) {
+                Merged::Run => self.forward_node(n, grad, consumers),
+                role => self.merged_adapter_node(n, role),
+            }
         }
         self.node = NO_NODE;
         // Autocast exits: its weight cache goes (casts the graph saved stay referenced).
@@ -55,5 +133,128 @@ impl Sim<'_> {
             self.release_saved(n);
         }
         self.saved_bufs.clear();
+    }
+
+    /// An adapter op of a merged layer: allocates nothing; the layer's result is the base
+    /// layer's output buffer; the op's inputs lose the reader it was.
+    fn merged_adapter_node(&mut self, n: usize, role: Merged) {
+        self.node = n as u32;
+        let node = &self.g.nodes[n];
+        // (The training step left this tensor's old, freed buffer here.)
+        self.tbuf[node.output] = None;
+        for &t in node.inputs.iter() {
+            // A base layer's output is handed to the result below, not released by the
+            // adapter ops that read it.
+            let is_base = self.merged.contains(&Merged::Base(t));
+            if !is_base && let Some(b) = self.tbuf[t] {
+                self.release(b);
+            }
+        }
+        if let Merged::Base(base) = role
+            && let Some(b) = self.tbuf[base]
+        {
+            self.refs[b as usize] += self.consumers[node.output];
+            self.tbuf[node.output] = Some(b);
+            // The adapter ops were all of the base output's readers.
+            for _ in 0..self.consumers[base] {
+                self.release(b);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::preset::builtin_presets;
+    use crate::plan::finetune::{FineTune, FineTuneMode};
+    use crate::plan::step_kind::StepKind;
+    use crate::plan::{Planner, TrainConfig};
+
+    fn planner(cfg: &TrainConfig) -> Planner {
+        let preset = builtin_presets()
+            .expect("presets")
+            .into_iter()
+            .find(|p| p.id == "gpt2")
+            .expect("gpt2");
+        Planner::new(&preset, cfg).expect("planner")
+    }
+
+    fn peak(cfg: &TrainConfig) -> u64 {
+        planner(cfg)
+            .plan(cfg.batch)
+            .expect("plan")
+            .peak_allocated_bytes
+            .0
+    }
+
+    fn cfg(mode: FineTuneMode, step: StepKind, merged: bool) -> TrainConfig {
+        TrainConfig {
+            batch: 4,
+            size: Some(256),
+            step,
+            finetune: FineTune {
+                mode,
+                lora_targets: "all-linear".parse().expect("targets"),
+                lora_merged: merged,
+                ..FineTune::default()
+            },
+            ..TrainConfig::default()
+        }
+    }
+
+    /// Merged adapters run no adapter ops: with autograd on (eval-grad) the adapters' saved
+    /// inputs are gone, under `no_grad` their transients; the training that came before is
+    /// the same (trainable count, so gradients and optimizer state).
+    #[test]
+    fn merged_adapters_run_no_adapter_ops() {
+        for mode in [FineTuneMode::Lora, FineTuneMode::Qlora] {
+            let grad_unmerged = peak(&cfg(mode, StepKind::EvalGrad, false));
+            let grad_merged = peak(&cfg(mode, StepKind::EvalGrad, true));
+            assert!(
+                grad_merged < grad_unmerged,
+                "{mode:?}: {grad_merged} < {grad_unmerged}"
+            );
+            let unmerged = peak(&cfg(mode, StepKind::Eval, false));
+            let merged = peak(&cfg(mode, StepKind::Eval, true));
+            assert!(merged <= unmerged, "{mode:?}: {merged} <= {unmerged}");
+            assert_eq!(
+                planner(&cfg(mode, StepKind::Eval, true)).trainable,
+                planner(&cfg(mode, StepKind::Eval, false)).trainable
+            );
+        }
+    }
+
+    /// A merged eval step allocates and frees in pairs like any other (no buffer left behind,
+    /// none freed twice): its events end where the unmerged step's do.
+    #[test]
+    fn merged_eval_frees_what_it_allocates() {
+        let p = planner(&cfg(FineTuneMode::Lora, StepKind::Eval, true));
+        let q = planner(&cfg(FineTuneMode::Lora, StepKind::Eval, false));
+        let end = |p: &Planner| {
+            p.events.events.iter().fold(0i128, |acc, e| {
+                let b = &p.events.buffers[e.buffer as usize];
+                let bytes = i128::from(b.per_sample) * 4 + i128::from(b.fixed);
+                if e.alloc { acc + bytes } else { acc - bytes }
+            })
+        };
+        assert_eq!(end(&p), end(&q));
+    }
+
+    /// `lora_merged` is refused for training steps and for full fine-tuning, by name.
+    #[test]
+    fn merged_is_checked() {
+        let train = cfg(FineTuneMode::Lora, StepKind::Train, true);
+        let e = train.validate().expect_err("training");
+        assert!(e.to_string().contains("lora_merged"), "{e}");
+        let full = cfg(FineTuneMode::Full, StepKind::Eval, true);
+        let e = full.validate().expect_err("full");
+        assert!(e.to_string().contains("lora_merged"), "{e}");
+        let plain =
+            serde_json::to_string(&cfg(FineTuneMode::Lora, StepKind::Eval, false)).expect("json");
+        assert!(!plain.contains("lora_merged"), "{plain}");
+        let m = cfg(FineTuneMode::Lora, StepKind::Eval, true);
+        let back: TrainConfig =
+            serde_json::from_str(&serde_json::to_string(&m).expect("json")).expect("back");
+        assert_eq!(back, m);
     }
 }

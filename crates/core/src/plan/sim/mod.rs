@@ -77,6 +77,14 @@ struct Sim<'g> {
     output_refs: Vec<u32>,
     ckpt: bool,
     block_inputs: Vec<Vec<u32>>,
+    /// Reentrant checkpointing (`CheckpointFunction`): what its backward holds through the
+    /// block's inner backward (the recomputed outputs and their incoming gradients).
+    reentrant: bool,
+    reentrant_held: Vec<u32>,
+    /// Embedding lookups whose output `enable_input_require_grads` makes require grad.
+    input_grad_nodes: Vec<usize>,
+    /// An evaluation step with merged adapters: each node's role (empty otherwise).
+    merged: Vec<eval_step::Merged>,
     /// The loss's input (logits), held by the training loop's `out` variable.
     model_output: Option<usize>,
     /// Set while recomputing a checkpointed block.
@@ -241,9 +249,11 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         }
     }
     let mut requires_grad = vec![false; g.tensors.len()];
-    for node in &g.nodes {
+    let input_grads = checkpoint::input_embeddings(g, cfg);
+    for (n, node) in g.nodes.iter().enumerate() {
         let rg = node.params.iter().any(|&p| policy.trainable(p))
-            || node.inputs.iter().any(|&t| requires_grad[t]);
+            || node.inputs.iter().any(|&t| requires_grad[t])
+            || input_grads.contains(&n);
         requires_grad[node.output] = rg && g.tensors[node.output].elem == Elem::Float;
     }
     // Capacity for the events of most graphs and configs (measured on the presets: at most
@@ -285,6 +295,10 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         output_refs: Vec::new(),
         ckpt: cfg.checkpointing,
         block_inputs: vec![Vec::new(); g.block_count() as usize],
+        reentrant: cfg.checkpointing && cfg.checkpoint_reentrant,
+        reentrant_held: Vec::new(),
+        input_grad_nodes: input_grads,
+        merged: eval_step::merged_roles(g, cfg),
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
         dist: dist::DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
