@@ -496,3 +496,31 @@ fn torch_zero1_per_rank_within_targets() {
     let all = rows(&["distributed.jsonl", "distributed_zero1.jsonl"]);
     assert_within("per rank, all strategies", all.iter(), GENERAL);
 }
+
+/// Reentrant checkpointing (`use_reentrant=True`, `enable_input_require_grads` for LoRA;
+/// `tools/reentrant_configs.jsonl`, H200, session 9; the QLoRA rows did not run: the
+/// bitsandbytes wheel did not fit in that call's upload): GPT-2, Llama-style and Qwen2.5, LoRA
+/// attn / all-linear and full, both loops — the issue's targets.
+#[test]
+fn reentrant_checkpointing_within_targets() {
+    let r = rows(&["reentrant.jsonl"]);
+    assert!(r.len() >= 8, "{} rows", r.len());
+    assert!(r.iter().all(|x| x.config.contains("reentrant")));
+    assert!(r.iter().any(|x| x.config.contains("trainer-loop")));
+    assert_within("reentrant checkpointing", r.iter(), ISSUE);
+}
+
+/// Merged adapters (`merge_and_unload`) in evaluation steps against the same adapters
+/// unmerged (`tools/merged_configs.jsonl`, H200, session 9): allocated within 0.5 %. With
+/// autograd on, a merged model records no graph (nothing requires grad): planned as such
+/// since this run showed it (first plan: +104 %). Reserved of the evaluation steps is
+/// over-predicted (+10 … +13 %, as for the older eval rows) — bounded here.
+#[test]
+fn merged_adapters_in_evaluation_within_targets() {
+    let m = rows(&["merged.jsonl"]);
+    assert!(m.len() >= 4, "{} rows", m.len());
+    assert!(m.iter().any(|x| x.config.contains("merged")));
+    assert!(m.iter().any(|x| !x.config.contains("merged")));
+    assert!(max_abs(m.iter().map(|x| x.allocated_error())) <= 1.0);
+    assert!(max_abs(m.iter().map(|x| x.reserved_error())) <= 15.0);
+}

@@ -322,7 +322,11 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
     let measured_start = sim.events.len();
     if cfg.step.is_eval() {
         sim.rules = &eval_rules;
-        sim.eval_step(cfg.step == StepKind::EvalGrad);
+        // After `merge_and_unload` no parameter requires grad: with autograd on, the forward
+        // records nothing (measured on the H200: GPT-2 LoRA merged, eval-grad = the no-grad
+        // plan, 2.63 vs 2.62 GiB; `tests/data/merged.jsonl`).
+        let records_graph = cfg.step == StepKind::EvalGrad && !cfg.finetune.lora_merged;
+        sim.eval_step(records_graph);
     } else {
         sim.step(false);
     }
