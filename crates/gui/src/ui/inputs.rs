@@ -247,9 +247,17 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
         .on_hover_text(tips::EXPANDABLE)
         .changed();
 
-    // Settings that need another one (loaded from a file, set on the command line) go with
-    // it: reentrant checkpointing with checkpointing, merged adapters with an adapter
-    // evaluation step (they would not validate).
+    changed |= drop_orphaned_settings(&mut cfg);
+    if changed && cfg != state.config {
+        emit(cmd, Command::SetConfig(cfg));
+    }
+}
+
+/// Settings that need another one (loaded from a file, set on the command line) go with
+/// it: reentrant checkpointing with checkpointing, merged adapters with an adapter
+/// evaluation step (they would not validate). Whether anything was dropped.
+fn drop_orphaned_settings(cfg: &mut TrainConfig) -> bool {
+    let mut changed = false;
     if !cfg.checkpointing && cfg.checkpoint_reentrant {
         cfg.checkpoint_reentrant = false;
         changed = true;
@@ -258,9 +266,7 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
         cfg.finetune.lora_merged = false;
         changed = true;
     }
-    if changed && cfg != state.config {
-        emit(cmd, Command::SetConfig(cfg));
-    }
+    changed
 }
 
 /// The LoRA dropout probability (0 ≤ p < 1; 0 is peft's `nn.Identity`).
