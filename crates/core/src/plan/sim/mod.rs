@@ -227,6 +227,34 @@ fn annotate(g: &Graph, prec: Precision, checkpointing: bool) -> (Vec<DType>, Vec
     (dtypes, rules)
 }
 
+/// Per tensor: whether autograd records it (a float output of an op with a trainable
+/// parameter or an input that requires grad, or an embedding `enable_input_require_grads`
+/// hooks). Under merged adapters (`merged` non-empty) skipped adapter ops produce nothing
+/// and a layer's result is its base output: after `merge_and_unload` only the base layers
+/// run (measured on the H200: GPT-2 LoRA merged, eval-grad as much as no-grad, 2.63 vs
+/// 2.62 GiB; `tests/data/merged.jsonl`).
+fn requires_grad_of(
+    g: &Graph,
+    policy: &ParamPolicy,
+    input_grads: &[usize],
+    merged: &[eval_step::Merged],
+) -> Vec<bool> {
+    let mut requires_grad = vec![false; g.tensors.len()];
+    for (n, node) in g.nodes.iter().enumerate() {
+        let rg = match merged.get(n).copied().unwrap_or(eval_step::Merged::Run) {
+            eval_step::Merged::Skip => false,
+            eval_step::Merged::Base(t) => requires_grad[t],
+            eval_step::Merged::Run => {
+                node.params.iter().any(|&p| policy.trainable(p))
+                    || node.inputs.iter().any(|&t| requires_grad[t])
+                    || input_grads.contains(&n)
+            }
+        };
+        requires_grad[node.output] = rg && g.tensors[node.output].elem == Elem::Float;
+    }
+    requires_grad
+}
+
 /// Generates the events for `g` under `cfg` with the parameters' states in `policy`
 /// (the batch size is not used here).
 pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constants) -> Events {
@@ -248,14 +276,16 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
             param_uses[p] += 1;
         }
     }
-    let mut requires_grad = vec![false; g.tensors.len()];
     let input_grads = checkpoint::input_embeddings(g, cfg);
-    for (n, node) in g.nodes.iter().enumerate() {
-        let rg = node.params.iter().any(|&p| policy.trainable(p))
-            || node.inputs.iter().any(|&t| requires_grad[t])
-            || input_grads.contains(&n);
-        requires_grad[node.output] = rg && g.tensors[node.output].elem == Elem::Float;
-    }
+    let requires_grad = requires_grad_of(g, policy, &input_grads, &[]);
+    let merged = eval_step::merged_roles(g, cfg);
+    // With merged adapters the evaluation forward runs no adapter op: what requires grad
+    // there follows from the ops that do run (nothing, when only adapters trained).
+    let eval_requires_grad = if merged.is_empty() {
+        Vec::new()
+    } else {
+        requires_grad_of(g, policy, &input_grads, &merged)
+    };
     // Capacity for the events of most graphs and configs (measured on the presets: at most
     // ~12 events per node and micro-step, about half as many buffers), so that the lists rarely
     // grow. Every buffer has an allocation event: the event bound also bounds the buffers
@@ -298,7 +328,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         reentrant: cfg.checkpointing && cfg.checkpoint_reentrant,
         reentrant_held: Vec::new(),
         input_grad_nodes: input_grads,
-        merged: eval_step::merged_roles(g, cfg),
+        merged,
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
         dist: dist::DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
@@ -322,11 +352,10 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
     let measured_start = sim.events.len();
     if cfg.step.is_eval() {
         sim.rules = &eval_rules;
-        // After `merge_and_unload` no parameter requires grad: with autograd on, the forward
-        // records nothing (measured on the H200: GPT-2 LoRA merged, eval-grad = the no-grad
-        // plan, 2.63 vs 2.62 GiB; `tests/data/merged.jsonl`).
-        let records_graph = cfg.step == StepKind::EvalGrad && !cfg.finetune.lora_merged;
-        sim.eval_step(records_graph);
+        if !eval_requires_grad.is_empty() {
+            sim.requires_grad = &eval_requires_grad;
+        }
+        sim.eval_step(cfg.step == StepKind::EvalGrad);
     } else {
         sim.step(false);
     }
