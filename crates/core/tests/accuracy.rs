@@ -62,6 +62,29 @@ pub fn assert_within<'a>(
     );
 }
 
+/// Prints each fine-tuning row with its planned trainable count and asserts the count
+/// equals the measured one (peft's `get_nb_trainable_parameters()`, or PyTorch's
+/// `requires_grad` sum for a partial full fine-tune).
+fn print_and_check_trainable(rows: &[vramlab_core::validate::Row]) {
+    for r in rows {
+        println!(
+            "{:<52} {:<70} alloc {:+6.2} %  reserved {:+6.2} %  trainable {}",
+            r.model,
+            r.config,
+            r.allocated_error(),
+            r.reserved_error(),
+            r.predicted_trainable
+        );
+        assert_eq!(
+            r.measured_trainable,
+            Some(r.predicted_trainable),
+            "{} {}",
+            r.model,
+            r.config
+        );
+    }
+}
+
 fn check(files: &[&str]) {
     let rows = rows(files);
     assert!(rows.len() >= 25, "too few measured rows: {}", rows.len());
@@ -255,25 +278,9 @@ fn trainer_loop_presets_within_targets() {
 fn lora_within_targets_and_trainable_counts_exact() {
     let rows = rows(&["lora.jsonl"]);
     assert!(rows.len() >= 12, "only {} LoRA rows", rows.len());
-    for r in &rows {
-        println!(
-            "{:<52} {:<56} alloc {:+6.1} %  reserved {:+6.1} %  trainable {}",
-            r.model,
-            r.config,
-            r.allocated_error(),
-            r.reserved_error(),
-            r.predicted_trainable
-        );
-    }
+    print_and_check_trainable(&rows);
     for r in &rows {
         assert!(r.config.contains(" lora "), "{}", r.config);
-        assert_eq!(
-            r.measured_trainable,
-            Some(r.predicted_trainable),
-            "{} {}",
-            r.model,
-            r.config
-        );
     }
     assert_within("LoRA", rows.iter(), ISSUE);
 }
@@ -384,43 +391,13 @@ fn distributed_per_rank_within_targets() {
 fn qlora_and_bnb_optimizers_within_targets() {
     let d = rows(&["lora_dropout.jsonl"]);
     assert!(d.len() >= 8, "only {} LoRA dropout rows", d.len());
+    print_and_check_trainable(&d);
     for r in &d {
-        println!(
-            "{:<52} {:<70} alloc {:+6.1} %  reserved {:+6.1} %  trainable {}",
-            r.model,
-            r.config,
-            r.allocated_error(),
-            r.reserved_error(),
-            r.predicted_trainable
-        );
         assert!(r.config.contains(" dropout 0.05"), "{}", r.config);
-        assert_eq!(
-            r.measured_trainable,
-            Some(r.predicted_trainable),
-            "{} {}",
-            r.model,
-            r.config
-        );
     }
     let q = rows(&["qlora.jsonl"]);
     assert!(q.len() >= 16, "only {} QLoRA / bnb rows", q.len());
-    for r in &q {
-        println!(
-            "{:<52} {:<70} alloc {:+6.1} %  reserved {:+6.1} %  trainable {}",
-            r.model,
-            r.config,
-            r.allocated_error(),
-            r.reserved_error(),
-            r.predicted_trainable
-        );
-        assert_eq!(
-            r.measured_trainable,
-            Some(r.predicted_trainable),
-            "{} {}",
-            r.model,
-            r.config
-        );
-    }
+    print_and_check_trainable(&q);
     let loops = q
         .iter()
         .filter(|r| r.config.contains("trainer-loop"))
@@ -445,22 +422,8 @@ fn qlora_and_bnb_optimizers_within_targets() {
 fn partial_fine_tuning_within_targets_and_trainable_counts_exact() {
     let f = rows(&["freeze.jsonl"]);
     assert!(f.len() >= 12, "{} rows", f.len());
+    print_and_check_trainable(&f);
     for r in &f {
-        println!(
-            "{:<52} {:<70} alloc {:+6.2} %  reserved {:+6.2} %  trainable {}",
-            r.model,
-            r.config,
-            r.allocated_error(),
-            r.reserved_error(),
-            r.predicted_trainable
-        );
-        assert_eq!(
-            r.measured_trainable,
-            Some(r.predicted_trainable),
-            "{} {}",
-            r.model,
-            r.config
-        );
         assert!(r.config.contains("freeze"), "{}", r.config);
     }
     assert!(f.iter().any(|r| r.config.contains("trainer-loop")));

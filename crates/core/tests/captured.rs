@@ -56,16 +56,6 @@ fn err(pred: u64, meas: u64) -> f64 {
     100.0 * (pred as f64 / meas as f64 - 1.0)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Every measured row: predicted vs measured peaks. Returns (|alloc| errors, |reserved| errors).
 fn errors() -> (Vec<f64>, Vec<f64>, Vec<String>) {
     let mut a = Vec::new();
@@ -166,9 +156,10 @@ fn captured_language_models_agree_with_their_config_import() {
 }
 
 fn check_bounds(a: &[f64], r: &[f64], median_max: f64, worst_max: f64, reserved_max: f64) {
-    let am = median(a.to_vec());
-    let aw = a.iter().copied().fold(0.0, f64::max);
-    let rm = median(r.to_vec());
+    use vramlab_core::validate::{max_abs, median_abs};
+    let am = median_abs(a.iter().copied());
+    let aw = max_abs(a.iter().copied());
+    let rm = median_abs(r.iter().copied());
     println!(
         "captured: {} rows: allocated median {am:.2} % worst {aw:.2} %, reserved median {rm:.2} %",
         a.len()

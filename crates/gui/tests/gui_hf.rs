@@ -28,6 +28,17 @@ fn custom_model_type(h: &Harness<'_, VramApp>) -> Option<String> {
     custom["params"]["model_type"].as_str().map(str::to_string)
 }
 
+/// A fresh app whose file dialog answers `path`, after a click on "Open preset…".
+fn open_via_dialog(path: std::path::PathBuf) -> Harness<'static, VramApp> {
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(Box::new(|_| None), Box::new(move || Some(path.clone())));
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Open preset…").click();
+    h.run();
+    h
+}
+
 #[derive(Debug)]
 struct Dropped(std::path::PathBuf);
 
@@ -42,13 +53,7 @@ impl egui::DroppedFile for Dropped {
 
 #[test]
 fn open_preset_imports_a_config_json() {
-    let path = std::path::PathBuf::from(format!("{CONFIGS}/Qwen3-0.6B.json"));
-    let mut app = VramApp::new_for_test(None);
-    app.set_dialogs(Box::new(|_| None), Box::new(move || Some(path.clone())));
-    let mut h = harness(app);
-    h.run();
-    h.get_by_label("Open preset…").click();
-    h.run();
+    let h = open_via_dialog(format!("{CONFIGS}/Qwen3-0.6B.json").into());
     assert_shows(&h, "Opened ");
     assert_eq!(custom_model_type(&h).as_deref(), Some("qwen3"));
 }
@@ -148,17 +153,13 @@ fn the_finetune_choice_plans_lora() {
 #[test]
 fn t5_and_moe_imports_show_their_own_fields() {
     let open = |name: &str| {
-        let path = std::path::PathBuf::from(format!(
-            "{}/../../tests/data/hf_configs_device/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ));
-        let mut app = VramApp::new_for_test(None);
-        app.set_dialogs(Box::new(|_| None), Box::new(move || Some(path.clone())));
-        let mut h = harness(app);
-        h.run();
-        h.get_by_label("Open preset…").click();
-        h.run();
-        h
+        open_via_dialog(
+            format!(
+                "{}/../../tests/data/hf_configs_device/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            )
+            .into(),
+        )
     };
     let mut h = open("t5-small.json");
     let custom = h.state().state.custom.clone().expect("imported");

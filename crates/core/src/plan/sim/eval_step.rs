@@ -165,27 +165,10 @@ impl Sim<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::model::preset::builtin_presets;
+    use super::super::test_support::{gpt2_peak as peak, gpt2_planner as planner};
     use crate::plan::finetune::{FineTune, FineTuneMode};
     use crate::plan::step_kind::StepKind;
     use crate::plan::{Planner, TrainConfig};
-
-    fn planner(cfg: &TrainConfig) -> Planner {
-        let preset = builtin_presets()
-            .expect("presets")
-            .into_iter()
-            .find(|p| p.id == "gpt2")
-            .expect("gpt2");
-        Planner::new(&preset, cfg).expect("planner")
-    }
-
-    fn peak(cfg: &TrainConfig) -> u64 {
-        planner(cfg)
-            .plan(cfg.batch)
-            .expect("plan")
-            .peak_allocated_bytes
-            .0
-    }
 
     fn cfg(mode: FineTuneMode, step: StepKind, merged: bool) -> TrainConfig {
         TrainConfig {

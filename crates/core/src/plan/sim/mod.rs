@@ -15,6 +15,8 @@ mod checkpoint;
 mod dist;
 mod eval_step;
 mod optimizer_step;
+#[cfg(test)]
+mod test_support;
 
 use std::ops::Range;
 
