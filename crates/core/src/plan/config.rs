@@ -300,8 +300,9 @@ pub struct TrainConfig {
     /// Activation checkpointing of every block.
     pub checkpointing: bool,
     /// Reentrant checkpointing (`use_reentrant=True`, torch's `CheckpointFunction`) instead
-    /// of the non-reentrant default; with adapters, `enable_input_require_grads` makes the
-    /// embedding output require grad. Absent in older files (and not written when false).
+    /// of the non-reentrant default (either way transformers' `enable_input_require_grads`
+    /// makes the embedding output require grad). Absent in older files (and not written
+    /// when false).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub checkpoint_reentrant: bool,
     pub attention: Attention,

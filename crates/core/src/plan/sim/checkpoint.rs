@@ -12,14 +12,17 @@ use super::{NO_NODE, Sim};
 use crate::model::ir::{Graph, Op};
 use crate::plan::TrainConfig;
 
-/// The nodes `model.enable_input_require_grads()` hooks under reentrant checkpointing:
-/// every lookup of the input embedding (`get_input_embeddings()`, the first embedding
-/// table; an encoder-decoder looks it up twice). transformers' `gradient_checkpointing_enable`
-/// calls it for `input_ids` models and peft's `prepare_model_for_kbit_training` for
-/// `use_reentrant=True`; without it a reentrant checkpoint over a frozen base passes no
-/// gradient to the adapters. Empty unless reentrant checkpointing is planned.
+/// The nodes `model.enable_input_require_grads()` hooks under checkpointing: every lookup
+/// of the input embedding (`get_input_embeddings()`, the first embedding table; an
+/// encoder-decoder looks it up twice). transformers 5.17's `gradient_checkpointing_enable`
+/// calls it for every `input_ids` model whether reentrant or not (`modeling_utils.py`:
+/// `needs_embedding_grads = self.main_input_name == "input_ids"`), and peft's
+/// `prepare_model_for_kbit_training` too; without it a reentrant checkpoint over a frozen
+/// base passes no gradient to the adapters. Over a frozen embedding it makes the first
+/// block's input gradient computed (LoRA / QLoRA rows: allocated median 0.41 → 0.37 % and
+/// 0.83 → 0.64 %). Empty without checkpointing.
 pub(super) fn input_embeddings(g: &Graph, cfg: &TrainConfig) -> Vec<usize> {
-    if !(cfg.checkpointing && cfg.checkpoint_reentrant) {
+    if !cfg.checkpointing {
         return Vec::new();
     }
     let Some(table) = g
@@ -189,26 +192,32 @@ mod tests {
     }
 
     /// LoRA under reentrant checkpointing: the recomputed block output and its gradient are
-    /// held through each block's inner backward, and the embedding output (made to require
-    /// grad) gets a gradient kept until backward ends: a few hidden states more, the same
+    /// held through each block's inner backward: at most a few hidden states more (here the
+    /// peak is the embedding gradient at the end of backward, the same under both), the same
     /// trainable count.
     #[test]
     fn reentrant_lora_holds_the_block_outputs_and_the_embedding_gradient() {
         let plain = peak(&lora(false));
         let reentrant = peak(&lora(true));
         assert!(
-            reentrant > plain && reentrant - plain <= 6 * HIDDEN,
+            reentrant >= plain && reentrant - plain <= 6 * HIDDEN,
             "{plain} -> {reentrant} (hidden state {HIDDEN})"
         );
         assert_eq!(
             planner(&lora(true)).trainable,
             planner(&lora(false)).trainable
         );
-        // The embedding output requires grad only under reentrant checkpointing.
+        // transformers hooks the embedding output under either checkpointing, never without.
         let p = planner(&lora(false));
-        assert!(super::input_embeddings(&p.graph, &lora(false)).is_empty());
-        let hooked = super::input_embeddings(&p.graph, &lora(true));
-        assert_eq!(hooked.len(), 1, "GPT-2 looks wte up once: {hooked:?}");
+        let no_ckpt = TrainConfig {
+            checkpointing: false,
+            ..lora(false)
+        };
+        assert!(super::input_embeddings(&p.graph, &no_ckpt).is_empty());
+        for cfg in [lora(false), lora(true)] {
+            let hooked = super::input_embeddings(&p.graph, &cfg);
+            assert_eq!(hooked.len(), 1, "GPT-2 looks wte up once: {hooked:?}");
+        }
     }
 
     /// Full fine-tuning: the embedding output requires grad anyway (its table trains), so
