@@ -9,6 +9,8 @@ use crate::plan::TrainConfig;
 use crate::plan::config::Precision;
 use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
 
+use super::py_bool;
+
 /// DeepSpeed's `zero_optimization` for `d` (`{"stage": 0}` for one GPU and DDP).
 pub fn zero_optimization(d: &Distributed) -> Value {
     let stage = d.strategy.zero_stage();
@@ -132,11 +134,7 @@ pub fn accelerate_yaml(cfg: &TrainConfig) -> String {
 /// options.
 pub fn torch_zero1_snippet(cfg: &TrainConfig) -> String {
     let d = cfg.distributed;
-    let view = if d.gradient_as_bucket_view {
-        "True"
-    } else {
-        "False"
-    };
+    let view = py_bool(d.gradient_as_bucket_view);
     format!(
         "# {world} ranks: {launch}\
 import torch
@@ -199,11 +197,7 @@ pub fn fsdp2_snippet(cfg: &TrainConfig) -> String {
     } else {
         ""
     };
-    let reshard = if d.reshard_after_forward {
-        "True"
-    } else {
-        "False"
-    };
+    let reshard = py_bool(d.reshard_after_forward);
     format!(
         "# {world} ranks: {launch}\
 import torch

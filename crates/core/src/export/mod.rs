@@ -9,3 +9,8 @@ pub mod vramlab_file;
 
 pub use frameworks::{Format, render};
 pub use vramlab_file::{SCHEMA_VERSION, VramlabConfig};
+
+/// A Python boolean literal, for the generated scripts and configs.
+pub(crate) fn py_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}

@@ -8,6 +8,7 @@ use crate::plan::config::Precision;
 use crate::plan::finetune::{FineTuneMode, LoraTargets, Quant};
 
 use super::frameworks::hf_optim;
+use super::py_bool;
 
 /// `target_modules=` of a `LoraConfig`: `None` lets peft pick its default per model type
 /// (what `attn` plans).
@@ -34,7 +35,7 @@ fn bnb_config(q: Quant, double_quant: bool) -> String {
         Quant::Nf4 | Quant::Fp4 => format!(
             "bnb_config = BitsAndBytesConfig(\n    load_in_4bit=True,\n    bnb_4bit_quant_type=\"{}\",\n    bnb_4bit_use_double_quant={},\n    bnb_4bit_compute_dtype=torch.bfloat16,\n)\n",
             q.as_str(),
-            if double_quant { "True" } else { "False" }
+            py_bool(double_quant)
         ),
     }
 }
@@ -63,7 +64,7 @@ pub fn render(cfg: &TrainConfig) -> String {
         } else {
             s.push_str(&format!(
                 "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})  # other params -> fp32\n",
-                if cfg.checkpointing { "True" } else { "False" }
+                py_bool(cfg.checkpointing)
             ));
         }
     } else {
@@ -95,15 +96,11 @@ pub fn render(cfg: &TrainConfig) -> String {
         "\nargs = SFTConfig(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    gradient_checkpointing_kwargs={{\"use_reentrant\": {}}},\n    optim=\"{}\",\n    bf16={},\n    fp16={},\n)\n",
         cfg.batch,
         cfg.accum,
-        if cfg.checkpointing { "True" } else { "False" },
-        if reentrant { "True" } else { "False" },
+        py_bool(cfg.checkpointing),
+        py_bool(reentrant),
         hf_optim(cfg.optimizer),
-        if bf16 { "True" } else { "False" },
-        if cfg.precision == Precision::AmpFp16 && !qlora {
-            "True"
-        } else {
-            "False"
-        },
+        py_bool(bf16),
+        py_bool(cfg.precision == Precision::AmpFp16 && !qlora),
     ));
     if cfg.optimizer.is_paged() {
         s.push_str("# paged optimizer: its large states live in unified memory, evictable to host RAM under pressure\n");
