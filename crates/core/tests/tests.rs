@@ -11,6 +11,7 @@ mod maxbatch;
 mod moe;
 mod parser_props;
 mod presets;
+mod t5_sdpa;
 
 /// A file under the repository's `tests/data/`.
 pub fn data(rel: &str) -> std::path::PathBuf {

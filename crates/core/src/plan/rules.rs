@@ -706,8 +706,10 @@ pub fn rule(
         } => {
             // The float mask of `create_position_bias_mask` requires grad (T5's learned
             // relative position bias): SDPA runs its math backend
-            // (`_scaled_dot_product_attention_math`; the T5 rows of `tests/data/t5_moe.jsonl`
-            // are 27–41 % above the fused kernel's memory). q, k, v
+            // (`_scaled_dot_product_attention_math`, decomposed into ATen ops: the per-op
+            // trace `tests/data/t5_sdpa_ops.jsonl` shows `bmm`, `add`, `_safe_softmax`,
+            // `native_dropout`, `bmm` there and no fused kernel, while the cross-attention
+            // beside it runs cuDNN or the memory-efficient kernel). q, k, v
             // are upcast to fp32 when bf16/fp16; q·√s and kᵀ·√s are saved by the first
             // matmul; the scores get the mask added in place; the fp32 softmax is saved,
             // then dropout's mask and output (saved by the second matmul with v); the fp32
@@ -737,9 +739,11 @@ pub fn rule(
             if low {
                 r.extras.push(temp(q, DType::F32));
             }
-            // Backward: the fp32 gradients of the probabilities and of the scores (the
-            // latter is also the mask's gradient, before `sum_to_size`).
-            let grads = 3 * scores;
+            // Backward (the trace): two fp32 score-sized gradients live beside the saved
+            // probabilities — the probabilities' and dropout's, then dropout's and the
+            // scores' (softmax backward); the scores' gradient is also the mask's, summed
+            // over the batch.
+            let grads = 2 * scores;
             r.bwd_transient = grads * DType::F32.size() / out_dt.size();
             r
         }
@@ -1188,7 +1192,7 @@ mod tests {
         };
         // A trainable mask: the math backend. Under autocast q, k, v and the mask are cast
         // to bf16, then upcast: q·√s, kᵀ·√s and v in fp32, the fp32 probabilities, the
-        // dropout mask and output are saved; three fp32 score-sized gradients in backward.
+        // dropout mask and output are saved; two fp32 score-sized gradients in backward.
         let (q, kv, scores) = (4 * 10 * 8, 4 * 30 * 8, 4 * 10 * 30);
         let r = rule_of(op(true), 4, false, &[F32; 4], Precision::AmpBf16);
         assert_eq!(r.casts.len(), 4);
@@ -1210,7 +1214,7 @@ mod tests {
                 (scores, F32)
             ]
         );
-        assert_eq!(r.bwd_transient, 3 * scores * 2);
+        assert_eq!(r.bwd_transient, 2 * scores * 2);
         // In fp32 v is saved as it is.
         let r = rule_of(op(true), 4, false, &[F32; 4], Precision::Fp32);
         assert_eq!(r.saves_inputs, vec![2]);

@@ -7,9 +7,11 @@
 //! - Relative position bias: computed once per stack, in its first layer, from an
 //!   `nn.Embedding(num_buckets, heads)` — a batch-independent `(1, heads, q, k)` tensor added
 //!   to the scores of every self-attention of that stack. With SDPA it is the float
-//!   `attn_mask` (the memory-efficient kernel; its backward writes the mask's gradient
-//!   expanded over the batch); the decoder masks it causally (`torch.where`) in every layer.
-//!   Cross-attention gets an all-zero `(1, heads, q, k)` mask without gradient.
+//!   `attn_mask`; a mask that requires grad sends SDPA to its math backend (observed per op
+//!   on the H200: `tests/data/t5_sdpa_ops.jsonl`); the decoder masks it causally
+//!   (`torch.where`) in every layer. Cross-attention gets an all-zero `(1, heads, q, k)`
+//!   mask without gradient, which the fused kernels take (cuDNN under autocast, the
+//!   memory-efficient kernel in fp32).
 //! - No `1/√d` scaling of the scores (`scaling = 1.0`).
 //! - `DenseReluDense`: `wi → act → dropout → wo`, or gated (`act(wi_0) · wi_1`); the hidden
 //!   state is cast to `wo`'s dtype first (under autocast an fp32 copy, `wo` being fp32).
