@@ -53,13 +53,17 @@ impl Strategy {
         Strategy::Zero3,
         Strategy::Fsdp2,
     ];
-    /// The strategies of a world of more than one GPU.
-    pub const MULTI: [Strategy; 5] = [
+    /// The strategies of a world of more than one GPU, simplest first (what the searches
+    /// prefer on a tie): DDP, PyTorch's ZeRO-1 (DDP + `ZeroRedundancyOptimizer`: one
+    /// wrapper more), DeepSpeed's stages 1, 2, 3, then FSDP2 (the model rewrapped per
+    /// block, a mixed-precision policy of its own).
+    pub const MULTI: [Strategy; 6] = [
         Strategy::Ddp,
+        Strategy::TorchZero1,
         Strategy::Zero1,
         Strategy::Zero2,
-        Strategy::Fsdp2,
         Strategy::Zero3,
+        Strategy::Fsdp2,
     ];
 
     pub fn as_str(self) -> &'static str {
