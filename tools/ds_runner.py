@@ -173,6 +173,11 @@ def init_pg(world, device):
     os.environ["WORLD_SIZE"] = str(world)
     import deepspeed
 
+    # (`import deepspeed.comm.torch` would give PyTorch: deepspeed.comm re-exports `torch`.)
+    ds_torch = sys.modules["deepspeed.comm.torch"]
+    # TorchBackend builds the CPU shared-memory all-reduce op when the accelerator offers
+    # it (the CPU accelerator does): a JIT build with ninja, for CPU inference only.
+    ds_torch.build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo",
                                auto_mpi_discovery=False)
 
@@ -328,7 +333,15 @@ def main(argv):
         return 2
     kind = argv[argv.index("--device") + 1] if "--device" in argv else "cuda"
     dev = tr.Device(kind)
-    emit = tr.Emitter()
+    # DeepSpeed logs to stdout: the JSON lines get the real stdout, everything else stderr.
+    json_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def emit(rec):
+        json_out.write(json.dumps(rec, allow_nan=True) + "\n")
+        json_out.flush()
+
     if dev.cuda:
         torch.cuda.set_device(0)
     for i, cfg in enumerate(read(argv[1])):
