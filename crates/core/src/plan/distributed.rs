@@ -585,34 +585,6 @@ pub fn torch_zero1_owned(elems: &[u64], trainable: &[bool], world: u64) -> Vec<b
     owned
 }
 
-/// Which blocks DeepSpeed ZeRO-3 keeps gathered from their forward to their backward:
-/// `__params_to_release` (`runtime/zero/partitioned_param_coordinator.py:634-664`) keeps a
-/// module's parameters when they are used again within `stage3_max_reuse_distance`
-/// elements of the traced step. After block `u`'s forward the step runs the later blocks'
-/// forward (`Σ_{v>u} B_v`), the root's modules at the end of forward and first in
-/// backward (`2 R`: the head, tied to the embedding), and the later blocks' backward
-/// (`Σ_{v>u} B_v`, twice with checkpointing: the recomputed forward fetches them again)
-/// before block `u` is used again: kept when that sum is below `max_reuse`. Counted per
-/// block (DeepSpeed counts per leaf module: a block's own later modules are left out).
-pub fn ds_keep_after_forward(
-    block_elems: &[u64],
-    root_elems: u64,
-    checkpointing: bool,
-    max_reuse: u64,
-) -> Vec<bool> {
-    let per_later = if checkpointing { 3u64 } else { 2 };
-    let mut later = 0u64;
-    let mut keep = vec![false; block_elems.len()];
-    for u in (0..block_elems.len()).rev() {
-        let dist = later
-            .saturating_mul(per_later)
-            .saturating_add(root_elems.saturating_mul(2));
-        keep[u] = dist < max_reuse;
-        later = later.saturating_add(block_elems[u]);
-    }
-    keep
-}
-
 /// The part of each model state one rank holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shards {

@@ -32,9 +32,9 @@
 //! unit walk (their gradients stay whole too: a few small tensors).
 
 use super::Sim;
+use super::ds_fetch::{Coordinator, Trace};
 use crate::model::ir::Graph;
 use crate::plan::config::DType;
-use super::ds_fetch::{Coordinator, Trace};
 use crate::plan::distributed::{Distributed, Offload, Strategy, torch_zero1_owned};
 use crate::plan::events::Category;
 use crate::plan::policy::{ParamPolicy, Shard};
