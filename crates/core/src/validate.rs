@@ -95,6 +95,27 @@ pub struct Measured {
     pub bucket_cap_mb: Option<u64>,
     #[serde(default)]
     pub gradient_as_bucket_view: Option<bool>,
+    /// DeepSpeed rows (`tools/ds_runner.py`, strategy `zero1`-`zero3`): `"optimizer"` /
+    /// `"params"` offload, and the `zero_optimization` knobs they set (absent: DeepSpeed's
+    /// defaults).
+    #[serde(default)]
+    pub offload: Option<String>,
+    #[serde(default)]
+    pub reduce_bucket_size: Option<u64>,
+    #[serde(default)]
+    pub allgather_bucket_size: Option<u64>,
+    #[serde(default)]
+    pub overlap_comm: Option<bool>,
+    #[serde(default)]
+    pub contiguous_gradients: Option<bool>,
+    #[serde(default)]
+    pub stage3_prefetch_bucket_size: Option<u64>,
+    #[serde(default)]
+    pub stage3_max_live_parameters: Option<u64>,
+    #[serde(default)]
+    pub stage3_max_reuse_distance: Option<u64>,
+    #[serde(default)]
+    pub stage3_param_persistence_threshold: Option<u64>,
     /// QLoRA rows: `nf4`, `fp4` or `int8`.
     #[serde(default)]
     pub quant: Option<String>,
@@ -201,6 +222,27 @@ impl Measured {
         }
         if let Some(v) = self.gradient_as_bucket_view {
             d.gradient_as_bucket_view = v;
+        }
+        if let Some(o) = &self.offload {
+            d.offload = o.parse()?;
+        }
+        if let Some(v) = self.reduce_bucket_size {
+            d.zero_bucket_elems = v;
+        }
+        d.allgather_bucket_elems = self.allgather_bucket_size;
+        d.overlap_comm = self.overlap_comm;
+        if let Some(v) = self.contiguous_gradients {
+            d.contiguous_gradients = v;
+        }
+        if let Some(v) = self.stage3_prefetch_bucket_size {
+            d.prefetch_elems = v;
+        }
+        if let Some(v) = self.stage3_max_live_parameters {
+            d.max_live_params = v;
+        }
+        d.max_reuse_distance = self.stage3_max_reuse_distance;
+        if let Some(v) = self.stage3_param_persistence_threshold {
+            d.persistence_threshold = v;
         }
         d.validate()?;
         Ok(d)
@@ -439,6 +481,37 @@ pub fn summary(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deepspeed_runner_rows_carry_their_zero_knobs() {
+        let path = format!(
+            "{}/../../tools/ds_configs.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).expect("rows");
+        let rows = parse_lines(&text);
+        assert_eq!(
+            rows.len(),
+            text.lines().filter(|l| !l.trim().is_empty()).count()
+        );
+        let mut seen = [false; 4];
+        for m in &rows {
+            let d = m.config().expect("config").distributed;
+            assert!(d.strategy.is_deepspeed(), "{}", m.describe());
+            assert_eq!(Some(d.gpus_per_node), m.gpus);
+            seen[0] |= d.prefetch_elems == 0;
+            seen[1] |= d.max_reuse_distance == Some(0) && d.max_live_params == 10_000_000;
+            seen[2] |= d.zero_bucket_elems == 50_000_000 && d.allgather_bucket_elems.is_some();
+            seen[3] |= d.offload == crate::plan::distributed::Offload::Optimizer;
+        }
+        assert_eq!(seen, [true; 4]);
+        let bad = r#"{"model":"gpt2","batch":1,"precision":"bf16","optimizer":"adamw","strategy":"zero2","gpus":2,"offload":"gpu"}"#;
+        let e = parse_lines(bad)[0]
+            .config()
+            .expect_err("offload")
+            .to_string();
+        assert!(e.contains("offload"), "{e}");
+    }
 
     #[test]
     fn median_and_max() {

@@ -182,3 +182,184 @@ fn readme_multi_gpu_table() {
         "README's multi-GPU table differs from the planner's; paste the printed table"
     );
 }
+
+/// (model, precision, checkpointing, world, peak allocated, peak reserved) of ZeRO-3 at
+/// DeepSpeed's defaults as planned before the coordinator (per-block gathering).
+const PER_BLOCK_PLANS: [(&str, Precision, bool, u32, u64, u64); 24] = [
+    ("gpt2", Precision::Fp32, false, 2, 11243872768, 11708399616),
+    ("gpt2", Precision::Fp32, false, 8, 10684104192, 11559501824),
+    ("gpt2", Precision::Fp32, true, 2, 6786376192, 7455375360),
+    ("gpt2", Precision::Fp32, true, 8, 6226607616, 6536822784),
+    ("gpt2", Precision::Bf16, false, 2, 6932627456, 7646216192),
+    ("gpt2", Precision::Bf16, false, 8, 6652749312, 7593787392),
+    ("gpt2", Precision::Bf16, true, 2, 4664557568, 5416943616),
+    ("gpt2", Precision::Bf16, true, 8, 4384679424, 5343543296),
+    (
+        "gpt2-medium",
+        Precision::Fp32,
+        false,
+        2,
+        21237038080,
+        21638414336,
+    ),
+    (
+        "gpt2-medium",
+        Precision::Fp32,
+        false,
+        8,
+        19640816128,
+        20317208576,
+    ),
+    (
+        "gpt2-medium",
+        Precision::Fp32,
+        true,
+        2,
+        9350904832,
+        9988734976,
+    ),
+    (
+        "gpt2-medium",
+        Precision::Fp32,
+        true,
+        8,
+        7754682880,
+        8654946304,
+    ),
+    (
+        "gpt2-medium",
+        Precision::Bf16,
+        false,
+        2,
+        11994963456,
+        12547260416,
+    ),
+    (
+        "gpt2-medium",
+        Precision::Bf16,
+        false,
+        8,
+        11196940288,
+        12413042688,
+    ),
+    (
+        "gpt2-medium",
+        Precision::Bf16,
+        true,
+        2,
+        5947301376,
+        6304038912,
+    ),
+    (
+        "gpt2-medium",
+        Precision::Bf16,
+        true,
+        8,
+        5149278208,
+        6169821184,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Fp32,
+        false,
+        2,
+        40475120640,
+        43304091648,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Fp32,
+        false,
+        8,
+        35525041152,
+        37675335680,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Fp32,
+        true,
+        2,
+        14380602368,
+        17523802112,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Fp32,
+        true,
+        8,
+        8868158464,
+        10500440064,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Bf16,
+        false,
+        2,
+        15181343232,
+        15843983360,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Bf16,
+        false,
+        8,
+        12706303488,
+        13644070912,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Bf16,
+        true,
+        2,
+        7431318016,
+        8554283008,
+    ),
+    (
+        "TinyLlama-1.1B",
+        Precision::Bf16,
+        true,
+        8,
+        4956278272,
+        6023020544,
+    ),
+];
+
+/// ZeRO-3 at DeepSpeed's defaults against the plans before the coordinator was mirrored
+/// (per-block gathering, one block prefetched in backward; these numbers), seq 512 × 8
+/// (GPT-2), 1024 × 4 (the others). Models whose parameters are all gathered by the default
+/// prefetch (under `stage3_max_live_parameters` = 1e9: GPT-2, GPT-2 medium) keep their peak
+/// allocated exactly (reserved within 11 %: gathers now sit on the all-gather stream, per
+/// module). TinyLlama (1.1e9 elements, more than max live) moves up 4.7–27 %: the prefetcher
+/// now runs ahead to 1e9 gathered elements in forward, as `fetch_sub_module` does. Not
+/// measured yet (`tools/ds_configs.jsonl` is waiting for the device).
+#[test]
+fn zero3_defaults_against_the_per_block_plans() {
+    for (model, precision, ckpt, world, alloc, reserved) in PER_BLOCK_PLANS {
+        let preset = find_builtin(model).expect("preset");
+        let (seq, batch) = if model == "gpt2" { (512, 8) } else { (1024, 4) };
+        let cfg = TrainConfig {
+            batch,
+            size: Some(seq),
+            precision,
+            checkpointing: ckpt,
+            distributed: Distributed::new(world, Strategy::Zero3),
+            ..TrainConfig::default()
+        };
+        let p = Planner::new(&preset, &cfg)
+            .expect("planner")
+            .plan(batch)
+            .expect("plan");
+        let a = p.peak_allocated_bytes.0 as f64 / alloc as f64 - 1.0;
+        let r = p.peak_reserved_bytes.0 as f64 / reserved as f64 - 1.0;
+        let what = format!(
+            "{model} {precision:?} ckpt {ckpt} world {world}: alloc {a:+.4}, reserved {r:+.4}"
+        );
+        if model.starts_with("gpt2") {
+            assert_eq!(p.peak_allocated_bytes.0, alloc, "{what}");
+            assert!(r.abs() <= 0.11, "{what}");
+        } else {
+            assert!((0.0..=0.28).contains(&a), "{what}");
+            assert!((0.0..=0.31).contains(&r), "{what}");
+        }
+    }
+}

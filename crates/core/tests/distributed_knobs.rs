@@ -2,9 +2,7 @@
 //! from DeepSpeed 0.19.8's and torch 2.11's source (file:line quoted at each check).
 
 use vramlab_core::model::preset::find_builtin;
-use vramlab_core::plan::distributed::{
-    Distributed, Strategy, ds_keep_after_forward, torch_zero1_owned,
-};
+use vramlab_core::plan::distributed::{Distributed, Strategy, torch_zero1_owned};
 use vramlab_core::plan::{Category, Plan, Planner, Precision, TrainConfig};
 
 fn plan(precision: Precision, d: Distributed) -> Plan {
@@ -164,44 +162,94 @@ fn torch_zero1_is_ddp_with_this_ranks_state() {
     assert!(z.peak_allocated_bytes < ddp.peak_allocated_bytes);
 }
 
-/// `__params_to_release` (partitioned_param_coordinator.py:634-664): a block stays gathered
-/// after its forward when its backward comes within `stage3_max_reuse_distance` elements.
+/// GPT-2's largest module: wte (50257 × 768 = 38 597 376 elements; the tied `lm_head` uses it
+/// too), padded to the world.
+const GPT2_WTE: u64 = 38_597_376;
+
+fn zero3(f: impl FnOnce(&mut Distributed)) -> Plan {
+    plan(Precision::Fp32, zero(4, Strategy::Zero3, f))
+}
+
+fn unsharded(p: &Plan) -> u64 {
+    p.category_bytes(Category::Unsharded).0
+}
+
+/// `__params_to_release` (partitioned_param_coordinator.py:634-664): a parameter stays
+/// gathered after a module's call when it is used again within `stage3_max_reuse_distance`
+/// elements of the trace. GPT-2 (124M elements), no prefetch: with the default 1e9 every
+/// parameter stays from its forward to its backward; with 0 each is released after every
+/// use. (With the default prefetch the distance hardly matters for GPT-2: the prefetcher,
+/// capped by max live 1e9 only, gathers the whole model ahead anyway.)
 #[test]
-fn stage3_reuse_distance_keeps_late_blocks_gathered() {
-    // Blocks of 10, root 5, limit 30: block 2 is next used after 2 × 5 = 10 (kept), block
-    // 1 after 2 × 10 + 10 = 30 (not below 30: released), block 0 after 50.
-    assert_eq!(
-        ds_keep_after_forward(&[10, 10, 10], 5, false, 30),
-        vec![false, false, true]
-    );
-    // Checkpointing fetches the later blocks once more: block 1 after 3 × 10 + 10 = 40.
-    assert_eq!(
-        ds_keep_after_forward(&[10, 10, 10], 5, true, 41),
-        vec![false, true, true]
-    );
-    // GPT-2: blocks of 7 087 872 elements, root 39 385 344 (wte, wpe, ln_f). Under 1e8 the
-    // last block (2R = 78 770 688) and the one before (+ 2B = 92 946 432) stay; block 9
-    // (107 122 176) does not. Under the default 1e9 every block stays (block 0:
-    // 22B + 2R = 234 703 872).
-    let blocks = [7_087_872u64; 12];
-    let keep = ds_keep_after_forward(&blocks, 39_385_344, false, 100_000_000);
-    assert_eq!(keep.iter().filter(|k| **k).count(), 2);
-    assert!(keep[10] && keep[11] && !keep[9]);
-    let all = ds_keep_after_forward(&blocks, 39_385_344, false, 1_000_000_000);
-    assert!(all.iter().all(|k| *k));
-    // In the plan: kept blocks raise the rank's peak; a distance of 0 releases every block
-    // after its forward, as FSDP2 with reshard_after_forward does.
-    let dflt = plan(Precision::Fp32, Distributed::new(4, Strategy::Zero3));
-    let none = plan(
-        Precision::Fp32,
-        zero(4, Strategy::Zero3, |d| d.max_reuse_distance = Some(0)),
-    );
+fn stage3_reuse_distance_keeps_parameters_gathered() {
+    let dflt = zero3(|d| d.prefetch_elems = 0);
+    let none = zero3(|d| {
+        d.prefetch_elems = 0;
+        d.max_reuse_distance = Some(0);
+    });
     assert!(dflt.peak_allocated_bytes > none.peak_allocated_bytes);
-    let unsharded = |p: &Plan| p.category_bytes(Category::Unsharded).0;
+    let prefetched = zero3(|d| d.max_reuse_distance = Some(0));
+    assert!(prefetched.peak_allocated_bytes > none.peak_allocated_bytes);
     // Kept: at least the eleven blocks not being worked on are whole at the peak.
     assert!(
         unsharded(&dflt) >= 11 * 7_087_872 * 4,
         "{}",
         unsharded(&dflt)
     );
+}
+
+/// `fetch_sub_module` (partitioned_param_coordinator.py:353-492): after the current module,
+/// up to `min(max_live − available, stage3_prefetch_bucket_size)` elements of the next
+/// unavailable parameters of the trace are all-gathered — on every module call, so the
+/// gathered set runs ahead until `stage3_max_live_parameters` stops it.
+#[test]
+fn stage3_prefetch_raises_the_peak_monotonically() {
+    let mut last = 0;
+    for pf in [0, 1_000_000, 10_000_000, 50_000_000, 200_000_000] {
+        let p = zero3(|d| {
+            d.prefetch_elems = pf;
+            d.max_reuse_distance = Some(0);
+        });
+        let a = p.peak_allocated_bytes.0;
+        assert!(a >= last, "prefetch {pf}: {a} < {last}");
+        last = a;
+    }
+    let p0 = zero3(|d| {
+        d.prefetch_elems = 0;
+        d.max_reuse_distance = Some(0);
+    });
+    let big = zero3(|d| {
+        d.prefetch_elems = 200_000_000;
+        d.max_reuse_distance = Some(0);
+    });
+    assert!(big.peak_allocated_bytes > p0.peak_allocated_bytes);
+    // Prefetch 0 and distance 0: only the current module is gathered — at most wte (the
+    // largest), fp32.
+    assert!(unsharded(&p0) <= GPT2_WTE * 4, "{}", unsharded(&p0));
+}
+
+/// `stage3_max_live_parameters` caps the prefetch (`max_params_to_prefetch` goes ≤ 0), never
+/// the current module: `__all_gather_params(params_to_fetch)` runs first, unconditionally.
+/// Below one module the plan still gathers each module when it runs, as DeepSpeed does.
+#[test]
+fn stage3_max_live_below_one_module_still_gathers_it() {
+    let tiny = zero3(|d| {
+        d.max_live_params = 1;
+        d.max_reuse_distance = Some(0);
+    });
+    let p0 = zero3(|d| {
+        d.prefetch_elems = 0;
+        d.max_reuse_distance = Some(0);
+    });
+    // No prefetch at all: the same plan as prefetch 0.
+    assert_eq!(tiny.peak_allocated_bytes, p0.peak_allocated_bytes);
+    assert!(unsharded(&tiny) > 0);
+    // A cap between: at most the cap plus the last prefetched parameter (and the current
+    // module) beyond prefetch 0.
+    let capped = zero3(|d| {
+        d.max_live_params = 20_000_000;
+        d.max_reuse_distance = Some(0);
+    });
+    let extra = capped.peak_allocated_bytes.0 - p0.peak_allocated_bytes.0;
+    assert!(extra <= (20_000_000 + GPT2_WTE) * 4, "{extra}");
 }

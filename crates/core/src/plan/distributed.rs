@@ -53,13 +53,17 @@ impl Strategy {
         Strategy::Zero3,
         Strategy::Fsdp2,
     ];
-    /// The strategies of a world of more than one GPU.
-    pub const MULTI: [Strategy; 5] = [
+    /// The strategies of a world of more than one GPU, simplest first (what the searches
+    /// prefer on a tie): DDP, PyTorch's ZeRO-1 (DDP + `ZeroRedundancyOptimizer`: one
+    /// wrapper more), DeepSpeed's stages 1, 2, 3, then FSDP2 (the model rewrapped per
+    /// block, a mixed-precision policy of its own).
+    pub const MULTI: [Strategy; 6] = [
         Strategy::Ddp,
+        Strategy::TorchZero1,
         Strategy::Zero1,
         Strategy::Zero2,
-        Strategy::Fsdp2,
         Strategy::Zero3,
+        Strategy::Fsdp2,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -579,34 +583,6 @@ pub fn torch_zero1_owned(elems: &[u64], trainable: &[bool], world: u64) -> Vec<b
         owned[p] = rank == 0;
     }
     owned
-}
-
-/// Which blocks DeepSpeed ZeRO-3 keeps gathered from their forward to their backward:
-/// `__params_to_release` (`runtime/zero/partitioned_param_coordinator.py:634-664`) keeps a
-/// module's parameters when they are used again within `stage3_max_reuse_distance`
-/// elements of the traced step. After block `u`'s forward the step runs the later blocks'
-/// forward (`Σ_{v>u} B_v`), the root's modules at the end of forward and first in
-/// backward (`2 R`: the head, tied to the embedding), and the later blocks' backward
-/// (`Σ_{v>u} B_v`, twice with checkpointing: the recomputed forward fetches them again)
-/// before block `u` is used again: kept when that sum is below `max_reuse`. Counted per
-/// block (DeepSpeed counts per leaf module: a block's own later modules are left out).
-pub fn ds_keep_after_forward(
-    block_elems: &[u64],
-    root_elems: u64,
-    checkpointing: bool,
-    max_reuse: u64,
-) -> Vec<bool> {
-    let per_later = if checkpointing { 3u64 } else { 2 };
-    let mut later = 0u64;
-    let mut keep = vec![false; block_elems.len()];
-    for u in (0..block_elems.len()).rev() {
-        let dist = later
-            .saturating_mul(per_later)
-            .saturating_add(root_elems.saturating_mul(2));
-        keep[u] = dist < max_reuse;
-        later = later.saturating_add(block_elems[u]);
-    }
-    keep
 }
 
 /// The part of each model state one rank holds.

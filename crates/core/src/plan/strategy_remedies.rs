@@ -20,7 +20,18 @@ pub fn candidates(cfg: &TrainConfig) -> Vec<(&'static str, String, TrainConfig)>
         c.distributed.offload = Offload::None;
         c
     };
+    // In `Strategy::MULTI` order (DDP itself is never a saving; ZeRO-3 is FSDP2's memory).
+    let zro = if d.strategy == Strategy::Ddp {
+        "keep DDP, wrap the optimizer in ZeroRedundancyOptimizer (each rank holds the state of its own parameters)"
+    } else {
+        "DDP + ZeroRedundancyOptimizer (PyTorch's ZeRO-1: each rank holds the optimizer state of its own whole parameters; parameters and gradients replicated)"
+    };
     for (st, name, what) in [
+        (
+            Strategy::TorchZero1,
+            "ZeroRedundancyOptimizer (same GPUs)",
+            zro,
+        ),
         (
             Strategy::Zero1,
             "ZeRO-1 (same GPUs)",
@@ -48,17 +59,6 @@ pub fn candidates(cfg: &TrainConfig) -> Vec<(&'static str, String, TrainConfig)>
             "FSDP2 bf16 MixedPrecisionPolicy",
             "MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): bf16 gathered copies and activations, fp32 sharded state."
                 .to_string(),
-            c,
-        ));
-    }
-    if d.strategy == Strategy::Ddp {
-        let mut c = *cfg;
-        c.distributed.strategy = Strategy::TorchZero1;
-        out.push((
-            "ZeroRedundancyOptimizer (same GPUs)",
-            format!(
-                "On {world} GPUs: keep DDP, wrap the optimizer in ZeroRedundancyOptimizer (each rank holds the state of its own parameters)."
-            ),
             c,
         ));
     }
@@ -94,6 +94,21 @@ mod tests {
             names.contains(&"ZeroRedundancyOptimizer (same GPUs)"),
             "{names:?}"
         );
+        // Offered to the DeepSpeed and FSDP2 strategies too, after nothing simpler.
+        let cfg3 = TrainConfig {
+            distributed: Distributed::new(4, Strategy::Zero3),
+            ..TrainConfig::default()
+        };
+        let names3: Vec<&str> = candidates(&cfg3).iter().map(|c| c.0).collect();
+        assert_eq!(
+            names3[..3],
+            [
+                "ZeroRedundancyOptimizer (same GPUs)",
+                "ZeRO-1 (same GPUs)",
+                "ZeRO-2 (same GPUs)"
+            ],
+            "{names3:?}"
+        );
         // PyTorch's ZeRO-1 cannot offload: no offload remedy, every candidate valid.
         let cfg = TrainConfig {
             distributed: Distributed::new(4, Strategy::TorchZero1),
@@ -101,6 +116,11 @@ mod tests {
         };
         let cands = candidates(&cfg);
         assert!(cands.iter().all(|c| c.0 != "Offload optimizer to CPU"));
+        assert!(
+            cands
+                .iter()
+                .all(|c| c.0 != "ZeroRedundancyOptimizer (same GPUs)")
+        );
         for (name, _, c) in &cands {
             assert!(c.validate().is_ok(), "{name}");
         }

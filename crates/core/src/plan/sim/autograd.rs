@@ -484,7 +484,12 @@ impl Sim<'_> {
                 self.forward_unit_hooks(n, true);
             }
             let keep = !self.in_ckpt_block(n);
+            if n == 0 {
+                self.ds_reset();
+            }
+            self.ds_fetch(n);
             self.forward_node(n, keep, consumers);
+            self.ds_release(n);
             if self.dist.units {
                 self.forward_unit_hooks(n, false);
             }
@@ -528,7 +533,9 @@ impl Sim<'_> {
                 }
             }
             self.keep_input_grad(n);
+            self.ds_fetch(n);
             self.backward_node(n, first);
+            self.ds_release(n);
             if let Some(b) = g.nodes[n].block
                 && (n == 0 || g.nodes[n - 1].block != Some(b))
             {

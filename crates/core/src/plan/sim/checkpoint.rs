@@ -122,7 +122,9 @@ impl Sim<'_> {
                     self.retain(buf);
                 }
             }
+            self.ds_fetch(n);
             self.forward_node(n, true, &consumers);
+            self.ds_release(n);
         }
         self.node = NO_NODE;
         for &t in &outputs {

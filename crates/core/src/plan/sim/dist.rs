@@ -17,7 +17,11 @@
 //!   and freed under accumulation). The root's post-backward comes last; the last
 //!   reduce-scatter input is freed at the end of backward.
 //!
-//! ZeRO-3 is planned with the same unit walk. DDP adds the reducer's buckets at
+//! ZeRO-3 reduces gradients with the same unit walk; its parameters are gathered and released
+//! per module call by DeepSpeed's coordinator ([`super::ds_fetch`]: prefetch, max live
+//! parameters, reuse distance), each gather a flat all-gather output (world × the shards,
+//! one buffer per parameter when it gathers one) and a copy per parameter, all on the
+//! all-gather stream. DDP adds the reducer's buckets at
 //! construction (`bucket_cap_mb`, the first bucket 1 MiB, in reverse parameter order);
 //! with `gradient_as_bucket_view` the gradients are views into them. PyTorch's ZeRO-1 is
 //! DDP whose optimizer state exists for this rank's own parameters only
@@ -28,11 +32,10 @@
 //! unit walk (their gradients stay whole too: a few small tensors).
 
 use super::Sim;
+use super::ds_fetch::{Coordinator, Trace};
 use crate::model::ir::Graph;
 use crate::plan::config::DType;
-use crate::plan::distributed::{
-    Distributed, Offload, Strategy, ds_keep_after_forward, torch_zero1_owned,
-};
+use crate::plan::distributed::{Distributed, Offload, Strategy, torch_zero1_owned};
 use crate::plan::events::Category;
 use crate::plan::policy::{ParamPolicy, Shard};
 
@@ -69,9 +72,37 @@ pub(super) struct DistSim {
     pub(super) owned: Option<Vec<bool>>,
     /// DDP's reducer buckets (buffer id, bytes).
     ddp_buckets: Vec<(u32, u64)>,
-    /// ZeRO-3: the blocks kept gathered from forward to backward
-    /// ([`ds_keep_after_forward`]).
-    keep_after_forward: Vec<bool>,
+    /// ZeRO-3: DeepSpeed's parameter coordinator, and each parameter's gathered buffer.
+    pub(super) ds: Option<Coordinator>,
+    ds_bufs: Vec<Option<u32>>,
+}
+
+/// ZeRO-3's module trace of one micro-step, a module being a node with parameters: the
+/// forward in order, then the backward in reverse, a checkpointed block's recomputed
+/// forward before its backward (as [`super::Sim::micro_step`] and `recompute_block` walk).
+fn zero3_trace(g: &Graph, checkpointing: bool) -> Trace {
+    let with_params = |n: usize| !g.nodes[n].params.is_empty();
+    let module = |n: usize| {
+        let mut ps = g.nodes[n].params.to_vec();
+        ps.sort_unstable();
+        ps.dedup();
+        ps
+    };
+    let count = g.nodes.len();
+    let mut trace: Trace = (0..count).filter(|&n| with_params(n)).map(module).collect();
+    for n in (0..count).rev() {
+        if checkpointing
+            && let Some(b) = g.nodes[n].block
+            && (n + 1 == count || g.nodes[n + 1].block != Some(b))
+        {
+            let start = g.nodes.iter().position(|m| m.block == Some(b)).unwrap_or(n);
+            trace.extend((start..=n).filter(|&m| with_params(m)).map(module));
+        }
+        if with_params(n) {
+            trace.push(module(n));
+        }
+    }
+    trace
 }
 
 impl DistSim {
@@ -106,21 +137,18 @@ impl DistSim {
                 unit_params[*u].push(p);
             }
         }
-        let keep_after_forward = if d.strategy == Strategy::Zero3 {
-            // Every parameter counts, persistent ones too (`iter_params`).
-            let mut elems = vec![0u64; blocks + 1];
-            for (p, &u) in unit_of.iter().enumerate() {
-                elems[u] = elems[u].saturating_add(g.params[p].elems);
-            }
-            ds_keep_after_forward(
-                &elems[..blocks],
-                elems[root],
-                checkpointing,
+        let ds = (d.strategy == Strategy::Zero3).then(|| {
+            let numel: Vec<u64> = g.params.iter().map(|p| p.elems).collect();
+            let persistent = (0..g.params.len()).map(persistent).collect();
+            Coordinator::new(
+                zero3_trace(g, checkpointing),
+                numel,
+                persistent,
+                d.prefetch_elems,
+                d.max_live_params,
                 d.max_reuse_distance.unwrap_or(d.max_live_params),
             )
-        } else {
-            Vec::new()
-        };
+        });
         let owned = (d.strategy == Strategy::TorchZero1).then(|| {
             let elems: Vec<u64> = g.params.iter().map(|p| p.elems).collect();
             let trainable: Vec<bool> = (0..g.params.len()).map(|p| policy.trainable(p)).collect();
@@ -158,13 +186,18 @@ impl DistSim {
             grads_dropped: d.strategy == Strategy::Zero2,
             owned,
             ddp_buckets: Vec::new(),
-            keep_after_forward,
+            ds_bufs: if ds.is_some() {
+                vec![None; g.params.len()]
+            } else {
+                Vec::new()
+            },
+            ds,
         }
     }
 
     /// Whether block `b` is resharded after its forward.
-    pub(super) fn reshard_after(&self, b: usize) -> bool {
-        self.reshard && !self.keep_after_forward.get(b).copied().unwrap_or(false)
+    pub(super) fn reshard_after(&self, _b: usize) -> bool {
+        self.reshard
     }
 
     pub(super) fn root(&self) -> usize {
@@ -186,7 +219,11 @@ impl Sim<'_> {
 
     /// `FSDPParamGroup.unshard` of unit `u` (nothing when it is unsharded already).
     pub(super) fn unshard(&mut self, u: usize) {
-        if !self.dist.units || u >= self.dist.live.len() || !self.dist.live[u].is_empty() {
+        if !self.dist.units
+            || self.dist.ds.is_some()
+            || u >= self.dist.live.len()
+            || !self.dist.live[u].is_empty()
+        {
             return;
         }
         let params = self.dist.unit_params[u].clone();
@@ -225,6 +262,99 @@ impl Sim<'_> {
         }
         self.release(out);
         self.dist.live[u] = live;
+    }
+
+    /// ZeRO-3, before node `n` (forward, recomputed forward or backward): DeepSpeed's
+    /// `fetch_sub_module` for its parameters — the all-gather of those not available, then
+    /// the prefetch.
+    pub(super) fn ds_fetch(&mut self, n: usize) {
+        let g = self.g;
+        let params = &g.nodes[n].params;
+        if params.is_empty() {
+            return;
+        }
+        let Some(c) = self.dist.ds.as_mut() else {
+            return;
+        };
+        let (now, ahead) = c.fetch(params);
+        self.ds_gather(&now);
+        self.ds_gather(&ahead);
+    }
+
+    /// ZeRO-3, after node `n`: `release_sub_module`.
+    pub(super) fn ds_release(&mut self, n: usize) {
+        let g = self.g;
+        let params = &g.nodes[n].params;
+        if params.is_empty() {
+            return;
+        }
+        let Some(c) = self.dist.ds.as_mut() else {
+            return;
+        };
+        for p in c.release(params) {
+            if let Some(b) = self.dist.ds_bufs[p].take() {
+                self.release(b);
+            }
+        }
+    }
+
+    /// ZeRO-3: `reset_step` at the start of a forward.
+    pub(super) fn ds_reset(&mut self) {
+        if let Some(c) = self.dist.ds.as_mut() {
+            c.reset_step();
+        }
+    }
+
+    /// ZeRO-3, the end of backward: what is still gathered is released.
+    fn ds_release_all(&mut self) {
+        let Some(c) = self.dist.ds.as_mut() else {
+            return;
+        };
+        for p in c.release_all() {
+            if let Some(b) = self.dist.ds_bufs[p].take() {
+                self.release(b);
+            }
+        }
+    }
+
+    /// `all_gather_coalesced` of `params` (`partition_parameters.py`): one parameter
+    /// gathers into its own padded buffer (`_all_gather_sequential`); several into one
+    /// flat buffer of world × their shards, then each parameter's tensor is copied out
+    /// (`torch.cat` in the handle's `wait`) and the flat buffer dies — all on the
+    /// all-gather stream.
+    fn ds_gather(&mut self, params: &[usize]) {
+        if params.is_empty() {
+            return;
+        }
+        let dt = self.dist.unsharded.unwrap_or(DType::F32);
+        if let [p] = params {
+            let b = self.alloc(
+                0,
+                self.padded(self.g.params[*p].elems) * dt.size(),
+                Category::Unsharded,
+                1,
+            );
+            self.on_side_stream(b);
+            self.dist.ds_bufs[*p] = Some(b);
+            return;
+        }
+        let elems: u64 = params
+            .iter()
+            .map(|&p| self.padded(self.g.params[p].elems))
+            .sum();
+        let flat = self.alloc(0, elems * dt.size(), Category::Communication, 1);
+        self.on_side_stream(flat);
+        for &p in params {
+            let b = self.alloc(
+                0,
+                self.g.params[p].elems * dt.size(),
+                Category::Unsharded,
+                1,
+            );
+            self.on_side_stream(b);
+            self.dist.ds_bufs[p] = Some(b);
+        }
+        self.release(flat);
     }
 
     fn on_side_stream(&mut self, b: u32) {
@@ -292,6 +422,7 @@ impl Sim<'_> {
         }
         let root = self.dist.root();
         self.post_backward(root);
+        self.ds_release_all();
         for u in 0..self.dist.live.len() {
             self.reshard(u);
         }

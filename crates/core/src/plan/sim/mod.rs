@@ -13,6 +13,7 @@
 mod autograd;
 mod checkpoint;
 mod dist;
+mod ds_fetch;
 mod eval_step;
 mod optimizer_step;
 #[cfg(test)]
