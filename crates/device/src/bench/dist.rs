@@ -53,7 +53,7 @@ impl DistEngine {
         let python = python
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "python3".into());
-        let (_, gpus) = probe(&python)?;
+        let (_, gpus) = probe(&python, env)?;
         let world = cfg.distributed.world();
         let mode = pick_mode(world, gpus);
         let dir = TempDir::named("dist")?;

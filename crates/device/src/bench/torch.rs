@@ -30,12 +30,14 @@ pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
 /// Whether `python` can import torch with CUDA (`Ok(version)`), else why not.
 pub fn detect(python: &str) -> Result<String> {
-    probe(python).map(|(version, _)| version)
+    probe(python, &[]).map(|(version, _)| version)
 }
 
-/// PyTorch's version and how many CUDA GPUs it sees, or why it cannot run.
-pub fn probe(python: &str) -> Result<(String, usize)> {
+/// PyTorch's version and how many CUDA GPUs it sees with the extra environment `env`
+/// (`CUDA_VISIBLE_DEVICES`), or why it cannot run.
+pub fn probe(python: &str, env: &[(String, String)]) -> Result<(String, usize)> {
     let out = Command::new(python)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .args([
             "-c",
             "import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())",
