@@ -8,6 +8,7 @@ stdout carries JSON only, one object per line; logging goes to stderr.
   dist_runner.py MODE CONFIGS.jsonl [--out-dir DIR]
       --out-dir: every rank also appends its records to DIR/rank<R>.jsonl (the bench reads
       one file per rank).
+  dist_runner.py selftest             the CUDA-free parts on CPU (no GPU needed)
 
   dist_runner.py fsdp CONFIGS.jsonl   FSDP2 (`fully_shard` per block + root) as rank 0 of a
                                       world of `gpus` under PyTorch's fake process group
@@ -327,7 +328,46 @@ def rank_file(out_dir, rank):
     return os.path.join(out_dir, f"rank{rank}.jsonl")
 
 
+def selftest():
+    """The CUDA-free parts, on CPU: arguments, the torchrun environment, the mode picked,
+    rank files, the fake process group. `dist_runner.py selftest` prints "selftest ok"."""
+    import tempfile
+
+    assert parse_args(["fsdp", "c.jsonl"]) == ("fsdp", "c.jsonl", None)
+    assert parse_args(["ddp", "c.jsonl", "--out-dir", "/x"]) == ("ddp", "c.jsonl", "/x")
+    for bad in (["fsdp"], ["nope", "c"], ["fsdp", "c", "--out-dir"]):
+        try:
+            parse_args(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad}")
+    env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}
+    assert torchrun_env(env) == (1, 1, 2) and torchrun_env({}) is None
+    assert world_mode({"gpus": 2}, "fsdp", env) == "torchrun"
+    assert world_mode({"gpus": 1}, "ddp", {}) == "single"
+    assert world_mode({"gpus": 4}, "ddp", {}) == "emulated"
+    with tempfile.TemporaryDirectory() as t:
+        tr.Emitter(rank_file(t, 3))({"index": 0, "rank": 3})
+        with open(os.path.join(t, "rank3.jsonl")) as f:
+            assert json.loads(f.read()) == {"index": 0, "rank": 3}
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    assert dist.get_world_size() == 4
+    # DDP at world 4 under the fake process group needs the no-op comm hook.
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(nn.Linear(8, 1))
+    ddp.register_comm_hook(None, noop_hook)
+    ddp(torch.randn(2, 8)).sum().backward()
+    dist.destroy_process_group()
+    print("selftest ok")
+    return 0
+
+
 def main(argv):
+    if argv[:1] == ["selftest"]:
+        return selftest()
     if len(argv) >= 2 and argv[0] == "check":
         # Parse every row of a config file without CUDA: `dist_runner.py check MODE FILE`.
         mode, path = argv[1], argv[2]
