@@ -287,3 +287,112 @@ impl Engine for DistEngine {
         trial
     }
 }
+
+/// The process handling without a GPU: a fake `python` answers the probes and plays the
+/// world (ranks that write, a rank that dies, a world that hangs until Cancel).
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    use vramlab_core::model::preset::find_builtin;
+    use vramlab_core::plan::Planner;
+    use vramlab_core::plan::distributed::{Distributed, Strategy};
+
+    const FAKE_PYTHON: &str = r#"#!/bin/sh
+case "$*" in
+  *" -c "*|"-c "*) echo "2.9.0 True ${FAKE_GPUS:-2}"; exit 0;;
+  *--env*) echo '{"versions": {"device_name": "Fake GPU", "device_total_bytes": 1000}}'; exit 0;;
+esac
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "--out-dir" ] && out="$a"; prev="$a"; done
+case "$FAKE_WORLD" in
+  ok) for r in 0 1; do echo "{\"rank\": $r, \"oom\": false, \"peak_allocated\": $((r + 1))000}" > "$out/rank$r.jsonl"; done;;
+  crash) echo '{"rank": 0, "oom": false, "peak_allocated": 5}' > "$out/rank0.jsonl"; echo "rank 1 died" >&2; exit 1;;
+  hang) sleep 60 & echo $! > "$out/sleeper.pid"; wait;;
+esac
+"#;
+
+    fn fake_python(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("python");
+        std::fs::write(&p, FAKE_PYTHON).expect("fake python");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        p
+    }
+
+    /// The trial, and the pid the world's sleeper wrote (read before the engine's folder
+    /// is removed).
+    fn run_world(world: &str, gpus: &str, cancel_after: Option<Duration>) -> (Trial, String) {
+        let tmp = TempDir::named("dist-test").expect("temp dir");
+        let python = fake_python(&tmp.0);
+        let preset = find_builtin("gpt2").expect("gpt2");
+        let cfg = TrainConfig {
+            distributed: Distributed::new(2, Strategy::Fsdp2),
+            ..TrainConfig::default()
+        };
+        let planner = Planner::new(&preset, &cfg).expect("planner");
+        let env = vec![
+            ("FAKE_WORLD".to_string(), world.to_string()),
+            ("FAKE_GPUS".to_string(), gpus.to_string()),
+        ];
+        let mut engine = DistEngine::open(Some(python), 0, &env, &cfg).expect("open");
+        assert_eq!(engine.device().name, "Fake GPU");
+        let cancel = AtomicBool::new(false);
+        let job = TrialJob {
+            preset: &preset,
+            planner: &planner,
+            index: 0,
+            batch: 4,
+            steps: 1,
+        };
+        let trial = std::thread::scope(|s| {
+            if let Some(after) = cancel_after {
+                let flag = &cancel;
+                s.spawn(move || {
+                    std::thread::sleep(after);
+                    flag.store(true, Ordering::Relaxed);
+                });
+            }
+            let mut emit = |_| {};
+            let mut ctl = Control::new(&cancel, &mut emit);
+            engine.trial(&job, &mut ctl)
+        });
+        let pid = std::fs::read_to_string(engine.dir.0.join("trial0/sleeper.pid"));
+        (trial, pid.unwrap_or_default().trim().to_string())
+    }
+
+    #[test]
+    fn torchrun_reads_every_rank() {
+        let (t, _) = run_world("ok", "2", None);
+        assert_eq!(t.outcome, Outcome::Ran, "{:?}", t.outcome);
+        assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Torchrun));
+        assert_eq!(t.peak_allocated, Some(Bytes(1000)));
+        assert_eq!(t.max_rank_allocated(), Some(Bytes(2000)));
+    }
+
+    #[test]
+    fn a_crashed_rank_is_an_error_naming_it() {
+        let (t, _) = run_world("crash", "2", None);
+        let Outcome::Error { message } = &t.outcome else {
+            panic!("{:?}", t.outcome)
+        };
+        assert!(message.contains("no result from rank 1"), "{message}");
+        assert!(message.contains("rank 1 died"), "{message}");
+    }
+
+    #[test]
+    fn one_gpu_emulates_rank_0_and_cancel_kills_the_process_group() {
+        let start = Instant::now();
+        let (t, pid) = run_world("hang", "1", Some(Duration::from_millis(500)));
+        assert_eq!(t.outcome, Outcome::Cancelled);
+        assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Emulated));
+        assert!(start.elapsed() < Duration::from_secs(20));
+        // The world's own child (the sleeper) went with it.
+        assert!(!pid.is_empty());
+        std::thread::sleep(Duration::from_millis(200));
+        let alive =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+        assert!(!alive, "the sleeper {pid} outlived its world");
+    }
+}
