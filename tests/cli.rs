@@ -1729,3 +1729,49 @@ fn lora_merged_flag_is_for_adapter_evaluation_steps() {
         assert!(err.contains("lora_merged"), "{bad:?}: {err}");
     }
 }
+
+/// A multi-GPU bench the engines cannot run is refused before anything starts (no GPU
+/// needed), saying what to do instead.
+#[test]
+fn bench_refuses_worlds_it_cannot_run() {
+    let base = ["bench", "--model", "gpt2", "--batch", "4"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra.iter()).copied().collect()
+    };
+    fails_with(
+        &with(&["--gpus", "4", "--strategy", "fsdp2", "--engine", "native"]),
+        "the native engine runs one GPU; use --engine torch",
+    );
+    let multi = with(&[
+        "--gpus",
+        "4",
+        "--nodes",
+        "2",
+        "--strategy",
+        "ddp",
+        "--engine",
+        "torch",
+    ]);
+    fails_with(
+        &multi,
+        "python -m torch.distributed.run --nnodes 2 --nproc_per_node 4",
+    );
+    fails_with(&multi, "\"strategy\":\"ddp\"");
+    fails_with(
+        &with(&["--gpus", "2", "--strategy", "zero3", "--engine", "torch"]),
+        "DeepSpeed",
+    );
+    fails_with(
+        &with(&[
+            "--gpus",
+            "2",
+            "--strategy",
+            "fsdp2",
+            "--offload",
+            "optimizer",
+            "--engine",
+            "torch",
+        ]),
+        "--offload optimizer",
+    );
+}

@@ -284,3 +284,121 @@ fn torch_runner_killed_mid_trial_is_an_error_and_memory_is_released() {
     let b2 = run.trials[2].baseline_before.expect("baseline").0;
     assert!(b2 <= b0 + TOLERANCE.0, "{b0} -> {b2}");
 }
+
+/// A multi-GPU request: gpt2, fp32, seq 512 (tests/data/distributed.jsonl's rows).
+/// `one_gpu`: only GPU 0 is visible, so the world is emulated whatever the machine has.
+fn dist_request(
+    strategy: vramlab_core::plan::distributed::Strategy,
+    world: u32,
+    batches: Vec<u64>,
+    one_gpu: bool,
+) -> BenchRequest {
+    let mut req = request(
+        "gpt2",
+        Precision::Fp32,
+        EngineKind::Torch,
+        BatchPlan::List(batches),
+    );
+    req.config.size = Some(512);
+    req.config.distributed = vramlab_core::plan::distributed::Distributed::new(world, strategy);
+    if one_gpu {
+        req.runner_env = vec![("CUDA_VISIBLE_DEVICES".into(), "0".into())];
+    }
+    req
+}
+
+/// Prints every trial of a distributed run: the world, rank 0 vs the plan, every rank.
+fn print_dist(what: &str, run: &vramlab_core::record::Run) {
+    for t in &run.trials {
+        let e = t.errors_pct();
+        println!(
+            "{what} b={} {} [{}] rank0 alloc={:?} reserved={:?} nvml={:?} predicted={:?} \
+             err.alloc={:?}% err.res={:?}% max-over-ranks alloc={:?}",
+            t.batch,
+            t.outcome.label(),
+            t.world.as_ref().map(|w| w.describe()).unwrap_or_default(),
+            t.peak_allocated,
+            t.peak_reserved,
+            t.process_bytes,
+            t.predicted,
+            e.allocated.map(|v| (v * 10.0).round() / 10.0),
+            e.reserved.map(|v| (v * 10.0).round() / 10.0),
+            t.max_rank_allocated()
+        );
+        for r in &t.ranks {
+            println!("    rank {r:?}");
+        }
+        if let Outcome::Error { message } | Outcome::Oom { message } = &t.outcome {
+            println!("    {message}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs GPU and PyTorch"]
+fn fsdp2_world_2_emulated_on_one_gpu_matches_the_plan() {
+    use vramlab_core::plan::distributed::Strategy;
+    use vramlab_core::record::WorldMode;
+    let req = dist_request(Strategy::Fsdp2, 2, vec![8], true);
+    let run = run_blocking(&req, &AtomicBool::new(false), &mut |_| {}).expect("run");
+    print_dist("fsdp2×2 emulated", &run);
+    let t = &run.trials[0];
+    assert!(t.outcome.ran(), "{:?}", t.outcome);
+    assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Emulated));
+    assert_eq!(t.ranks.len(), 1);
+    let err = t.errors_pct().allocated.expect("allocated error");
+    assert!(err.abs() <= 5.0, "rank 0 allocated off by {err:.1}%");
+}
+
+#[test]
+#[ignore = "needs GPU and PyTorch"]
+fn ddp_world_1_under_torchrun_reports_every_rank() {
+    use vramlab_core::plan::distributed::Strategy;
+    use vramlab_core::record::WorldMode;
+    let req = dist_request(Strategy::Ddp, 1, vec![8], false);
+    let run = run_blocking(&req, &AtomicBool::new(false), &mut |_| {}).expect("run");
+    print_dist("ddp×1 torchrun", &run);
+    let t = &run.trials[0];
+    assert!(t.outcome.ran(), "{:?}", t.outcome);
+    assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Torchrun));
+    assert_eq!(t.ranks.len(), 1);
+    assert!(t.ranks.iter().all(|r| r.peak_allocated.is_some()));
+}
+
+#[test]
+#[ignore = "needs GPU and PyTorch"]
+fn torch_zero1_world_4_emulated_runs_and_ooms_cleanly() {
+    use vramlab_core::plan::distributed::Strategy;
+    use vramlab_core::record::WorldMode;
+    let req = dist_request(Strategy::TorchZero1, 4, vec![8, 100_000], true);
+    let run = run_blocking(&req, &AtomicBool::new(false), &mut |_| {}).expect("run");
+    print_dist("torch-zero1×4 emulated", &run);
+    let t = &run.trials[0];
+    assert!(t.outcome.ran(), "{:?}", t.outcome);
+    assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Emulated));
+    assert!(
+        matches!(&run.trials[1].outcome, Outcome::Oom { message } if message.starts_with("rank 0")),
+        "{:?}",
+        run.trials[1].outcome
+    );
+}
+
+/// On a machine with two GPUs or more: FSDP2 at world 2 under torchrun, both ranks.
+#[test]
+#[ignore = "needs 2 GPUs and PyTorch"]
+fn fsdp2_world_2_under_torchrun_reports_both_ranks() {
+    use vramlab_core::plan::distributed::Strategy;
+    use vramlab_core::record::WorldMode;
+    let gpus = vramlab_device::gpu::detect_all().map_or(0, |g| g.len());
+    if gpus < 2 {
+        println!("skipped: {gpus} GPU(s) here");
+        return;
+    }
+    let req = dist_request(Strategy::Fsdp2, 2, vec![8], false);
+    let run = run_blocking(&req, &AtomicBool::new(false), &mut |_| {}).expect("run");
+    print_dist("fsdp2×2 torchrun", &run);
+    let t = &run.trials[0];
+    assert!(t.outcome.ran(), "{:?}", t.outcome);
+    assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Torchrun));
+    assert_eq!(t.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
+}

@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
 """vramlab distributed runner: the per-rank memory of one training step under FSDP2 or DDP,
-measured on ONE GPU (tests/data/distributed.jsonl).
+measured on ONE GPU (tests/data/distributed.jsonl), or on every rank of a world under
+torchrun (vramlab's bench: crates/device/src/bench/dist.rs).
 
 stdout carries JSON only, one object per line; logging goes to stderr.
+
+  dist_runner.py MODE CONFIGS.jsonl [--out-dir DIR]
+      --out-dir: every rank also appends its records to DIR/rank<R>.jsonl (the bench reads
+      one file per rank).
+  dist_runner.py selftest             the CUDA-free parts on CPU (no GPU needed)
 
   dist_runner.py fsdp CONFIGS.jsonl   FSDP2 (`fully_shard` per block + root) as rank 0 of a
                                       world of `gpus` under PyTorch's fake process group
                                       (collectives are no-ops, their buffers are allocated)
   dist_runner.py ddp CONFIGS.jsonl    DDP with a real NCCL process group of world size 1
-                                      (the reducer and its buckets exist)
+                                      (the reducer and its buckets exist); `gpus` > 1: rank 0
+                                      of that world under the fake process group with the
+                                      no-op comm hook of `zero1` below
   dist_runner.py zero1 CONFIGS.jsonl  PyTorch's ZeRO-1 ("strategy": "torch-zero1"): DDP +
                                       ZeroRedundancyOptimizer as rank 0 of a world of `gpus`
                                       under the fake process group. DDP's default all-reduce
@@ -19,6 +27,15 @@ stdout carries JSON only, one object per line; logging goes to stderr.
                                       ZeroRedundancyOptimizer partitions the parameters over
                                       the N ranks (rank 0 steps and keeps state for its own)
                                       and its broadcasts are no-ops.
+
+Under torchrun (`python -m torch.distributed.run --standalone --nproc_per_node N
+dist_runner.py MODE CONFIGS.jsonl --out-dir DIR`; RANK / LOCAL_RANK / WORLD_SIZE set) every
+mode runs for real: an NCCL process group of WORLD_SIZE (which must equal the config's
+`gpus`), rank R on GPU LOCAL_RANK, DDP's own all-reduce. Each rank writes its record; a rank
+that runs out of memory or fails exits with status 1 after writing it, so torchrun stops the
+others instead of leaving them waiting in a collective. Every record says how it ran:
+"rank", "world_size", "world_mode" ("torchrun", "emulated" = fake process group, "single" =
+NCCL world of 1 in one process).
 
 A config is torch_runner.py's (model, batch, seq, precision, optimizer, accum, checkpointing,
 attention, loop) plus:
@@ -137,25 +154,21 @@ def build_ddp(cfg, preset, dcfg):
             "param_bytes": int(sum(tr.tensor_bytes(p) for p in params)),
             "checkpointed_blocks": wrapped,
             "applied_gradient_as_bucket_view": bool(dcfg.get("gradient_as_bucket_view", False))}
-    ddp = DDP(model, device_ids=[0], bucket_cap_mb=dcfg.get("bucket_cap_mb", 25),
+    ddp = DDP(model, device_ids=[torch.cuda.current_device()],
+              bucket_cap_mb=dcfg.get("bucket_cap_mb", 25),
               gradient_as_bucket_view=bool(dcfg.get("gradient_as_bucket_view", False)))
+    if dist.get_backend() == "fake":
+        ddp.register_comm_hook(None, noop_hook)
+        info["applied_comm_hook"] = "noop (fake process group)"
+    info["world"] = dist.get_world_size()
     return ddp, info
 
 
 def build_zero1(cfg, preset, dcfg):
-    """DDP (no-op comm hook) + ZeroRedundancyOptimizer: run_step's optimizer is swapped for
-    ZeroRedundancyOptimizer(params, optimizer_class=<the config's optimizer>)."""
-    ddp, info = build_ddp(cfg, preset, dcfg)
-
-    def noop_hook(_state, bucket):
-        fut = torch.futures.Future()
-        fut.set_result(bucket.buffer())
-        return fut
-
-    ddp.register_comm_hook(None, noop_hook)
-    info["applied_comm_hook"] = "noop (fake process group)"
-    info["world"] = dist.get_world_size()
-    return ddp, info
+    """DDP (no-op comm hook under the fake process group) + ZeroRedundancyOptimizer:
+    run_step's optimizer is swapped for ZeroRedundancyOptimizer(params,
+    optimizer_class=<the config's optimizer>)."""
+    return build_ddp(cfg, preset, dcfg)
 
 
 def zero1_optimizer(name, params):
@@ -193,10 +206,36 @@ def parse_row(cfg_in, mode):
     return cfg, preset, extra
 
 
+def torchrun_env(environ=None):
+    """(rank, local_rank, world_size) when launched by torchrun, else None."""
+    env = os.environ if environ is None else environ
+    if not all(k in env for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")):
+        return None
+    return int(env["RANK"]), int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"])
+
+
+def world_mode(cfg, mode, environ=None):
+    """How a config's world runs here: "torchrun", "emulated" (fake process group, rank 0 of
+    `gpus`) or "single" (NCCL world of 1, DDP only)."""
+    if torchrun_env(environ) is not None:
+        return "torchrun"
+    if mode == "ddp" and int(cfg.get("gpus", 1)) == 1:
+        return "single"
+    return "emulated"
+
+
 def init_pg(cfg, mode):
+    how = world_mode(cfg, mode)
+    if how == "torchrun":
+        _, local_rank, world = torchrun_env()
+        if int(cfg.get("gpus", 1)) != world:
+            raise ValueError(f"gpus {cfg.get('gpus')} in a torchrun world of {world}")
+        if not dist.is_initialized():  # one process group for the process's life
+            dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+        return how
     if dist.is_initialized():
         dist.destroy_process_group()
-    if mode in ("fsdp", "zero1"):
+    if how == "emulated":
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=int(cfg["gpus"]))
@@ -204,11 +243,23 @@ def init_pg(cfg, mode):
         os.environ.setdefault("MASTER_ADDR", "localhost")
         os.environ.setdefault("MASTER_PORT", "29517")
         dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    return how
+
+
+def noop_hook(_state, bucket):
+    """The fake process group's all-reduce returns None; this returns the bucket itself
+    (what the in-place all-reduce would return: no extra memory)."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def measure(cfg_in, index, mode, dev, emit):
+    """Runs one config; emits its record; returns it."""
     rec = {"index": index}
-    extra = {k: cfg_in[k] for k in DIST_KEYS if k in cfg_in}
+    tr_env = torchrun_env()
+    rec["rank"] = tr_env[0] if tr_env else 0
+    rec["world_size"] = tr_env[2] if tr_env else int(cfg_in.get("gpus", 1) or 1)
     model = None
     err = oom = None
     try:
@@ -216,7 +267,7 @@ def measure(cfg_in, index, mode, dev, emit):
         rec.update(cfg)
         rec.update(extra)
         rec["model_id"] = preset["id"]
-        init_pg(cfg_in, mode)
+        rec["world_mode"] = init_pg(cfg_in, mode)
         t0 = time.time()
         # The distributed keys (kept out of torch_runner's config) drive the wrapping.
         build = {"fsdp": build_fsdp, "ddp": build_ddp, "zero1": build_zero1}[mode]
@@ -240,6 +291,8 @@ def measure(cfg_in, index, mode, dev, emit):
     if oom is not None:
         rec["oom"] = True
         rec["message"] = oom
+        rec["peak_allocated_before_oom"] = dev.peak()
+        rec["peak_reserved_before_oom"] = dev.peak_reserved()
     if err is not None:
         rec["error"] = err
     if model is not None:
@@ -250,11 +303,71 @@ def measure(cfg_in, index, mode, dev, emit):
     torch.cuda.empty_cache()
     rec["versions"] = tr.versions()
     emit(rec)
-    log(f"{index}: {mode} {rec.get('model_id')} gpus={cfg_in.get('gpus')} "
+    log(f"{index}: {mode} rank {rec['rank']} {rec.get('model_id')} gpus={cfg_in.get('gpus')} "
         f"alloc={rec.get('peak_allocated')} reserved={rec.get('peak_reserved')} err={err} oom={oom}")
+    return rec
+
+
+def parse_args(argv):
+    """(mode, configs path, out dir or None); raises ValueError naming what is wrong."""
+    rest = list(argv)
+    out_dir = None
+    if "--out-dir" in rest:
+        i = rest.index("--out-dir")
+        if i + 1 >= len(rest):
+            raise ValueError("--out-dir needs a folder")
+        out_dir = rest[i + 1]
+        del rest[i:i + 2]
+    if len(rest) != 2 or rest[0] not in ("fsdp", "ddp", "zero1"):
+        raise ValueError("usage: dist_runner.py fsdp|ddp|zero1 CONFIGS.jsonl [--out-dir DIR]")
+    return rest[0], rest[1], out_dir
+
+
+def rank_file(out_dir, rank):
+    """Where rank `rank` writes its records under --out-dir."""
+    return os.path.join(out_dir, f"rank{rank}.jsonl")
+
+
+def selftest():
+    """The CUDA-free parts, on CPU: arguments, the torchrun environment, the mode picked,
+    rank files, the fake process group. `dist_runner.py selftest` prints "selftest ok"."""
+    import tempfile
+
+    assert parse_args(["fsdp", "c.jsonl"]) == ("fsdp", "c.jsonl", None)
+    assert parse_args(["ddp", "c.jsonl", "--out-dir", "/x"]) == ("ddp", "c.jsonl", "/x")
+    for bad in (["fsdp"], ["nope", "c"], ["fsdp", "c", "--out-dir"]):
+        try:
+            parse_args(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad}")
+    env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}
+    assert torchrun_env(env) == (1, 1, 2) and torchrun_env({}) is None
+    assert world_mode({"gpus": 2}, "fsdp", env) == "torchrun"
+    assert world_mode({"gpus": 1}, "ddp", {}) == "single"
+    assert world_mode({"gpus": 4}, "ddp", {}) == "emulated"
+    with tempfile.TemporaryDirectory() as t:
+        tr.Emitter(rank_file(t, 3))({"index": 0, "rank": 3})
+        with open(os.path.join(t, "rank3.jsonl")) as f:
+            assert json.loads(f.read()) == {"index": 0, "rank": 3}
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    assert dist.get_world_size() == 4
+    # DDP at world 4 under the fake process group needs the no-op comm hook.
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(nn.Linear(8, 1))
+    ddp.register_comm_hook(None, noop_hook)
+    ddp(torch.randn(2, 8)).sum().backward()
+    dist.destroy_process_group()
+    print("selftest ok")
+    return 0
 
 
 def main(argv):
+    if argv[:1] == ["selftest"]:
+        return selftest()
     if len(argv) >= 2 and argv[0] == "check":
         # Parse every row of a config file without CUDA: `dist_runner.py check MODE FILE`.
         mode, path = argv[1], argv[2]
@@ -264,20 +377,29 @@ def main(argv):
             cfg, preset, extra = parse_row(row, mode)
             print(json.dumps({"index": i, "ok": True, "model_id": preset["id"], **extra}))
         return 0
-    if len(argv) < 2 or argv[0] not in ("fsdp", "ddp", "zero1"):
+    try:
+        mode, path, out_dir = parse_args(argv)
+    except ValueError as e:
         print(__doc__, file=sys.stderr)
+        log(str(e))
         return 2
-    mode, path = argv[0], argv[1]
     with open(path) as f:
         configs = [json.loads(line) for line in f if line.strip() and not line.startswith("#")]
     dev = tr.Device("cuda")
-    emit = tr.Emitter()
-    torch.cuda.set_device(0)
+    tr_env = torchrun_env()
+    rank, local_rank = (tr_env[0], tr_env[1]) if tr_env else (0, 0)
+    emit = tr.Emitter(rank_file(out_dir, rank) if out_dir else None)
+    torch.cuda.set_device(local_rank)
     if mode == "zero1":
         # run_step builds its optimizer with torch_runner.make_optimizer.
         tr.make_optimizer = zero1_optimizer
     for i, cfg in enumerate(configs):
-        measure(cfg, i, mode, dev, emit)
+        rec = measure(cfg, i, mode, dev, emit)
+        if tr_env is not None and (rec.get("oom") or "error" in rec):
+            # The other ranks may wait in a collective for this one: end the world now
+            # (torchrun stops them when a worker exits non-zero).
+            sys.stdout.flush()
+            os._exit(1)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

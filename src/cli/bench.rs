@@ -28,6 +28,8 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "sweep")]
     pub batch: Option<String>,
     /// Find the largest batch that runs: start at the predicted max batch, then bisect.
+    /// With --gpus N --strategy S: the largest per-rank micro-batch (an OOM on any rank is
+    /// an OOM).
     #[arg(long)]
     pub sweep: bool,
     /// Largest batch a sweep tries.
@@ -95,6 +97,15 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
     }
     let (preset, cfg) = resolve_model(&a.train)?;
     let planner = Planner::new(&preset, &cfg)?;
+    if let Err(e) = vramlab_device::bench::world::check_config(engine, &cfg) {
+        if e.contains("--nnodes") {
+            // The command needs a config file: give its line.
+            let line =
+                vramlab_device::bench::world::dist_config_line(&preset, &cfg, planner.size, 1)?;
+            bail!("{e}\nCONFIG.jsonl (one line; set \"batch\"):\n{line}");
+        }
+        bail!("{e}");
+    }
     let predicted = predicted_max(&planner, &a.train)?;
     let batches = match (&a.batch, a.sweep) {
         (Some(list), false) => BatchPlan::parse_list(list).map_err(anyhow::Error::msg)?,
@@ -130,6 +141,19 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
                     engine.label(),
                     device.name,
                     device.total_bytes
+                )
+            }
+            BenchEvent::TrialDone { trial } if trial.world.is_some() => {
+                let world = trial
+                    .world
+                    .as_ref()
+                    .map(|w| w.describe())
+                    .unwrap_or_default();
+                eprintln!(
+                    "[bench] batch {}: {} ({world}; {} rank(s) reported)",
+                    trial.batch,
+                    trial.outcome.label(),
+                    trial.ranks.len()
                 )
             }
             BenchEvent::Progress {
@@ -202,6 +226,21 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         run.device.total_bytes,
         run.device.driver.as_deref().unwrap_or("?")
     )?;
+    let d = &run.config.distributed;
+    if d.active() {
+        let how = run
+            .trials
+            .iter()
+            .find_map(|t| t.world.as_ref())
+            .map_or("no trial ran".to_string(), |w| w.describe());
+        writeln!(
+            out,
+            "world {} · strategy {} · {how}; the headline peaks are rank 0's (what the plan \
+             predicts)",
+            d.world(),
+            d.strategy.as_str()
+        )?;
+    }
     if run.engine == EngineKind::Native {
         write_native_trials(run, out)?;
     } else {
@@ -324,6 +363,32 @@ fn write_torch_trials(run: &Run, out: &mut dyn Write) -> Result<()> {
         if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
             writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
         }
+        write_ranks(t, out)?;
+    }
+    Ok(())
+}
+
+/// One line per rank of a multi-GPU trial, and the max over the ranks.
+fn write_ranks(t: &vramlab_core::record::Trial, out: &mut dyn Write) -> Result<()> {
+    for r in &t.ranks {
+        writeln!(
+            out,
+            "       rank {:>3}: alloc {} GiB, reserved {} GiB, nvml {} GiB{}",
+            r.rank,
+            gib(r.peak_allocated),
+            gib(r.peak_reserved),
+            gib(r.nvml_used),
+            if r.oom { " (OOM)" } else { "" }
+        )?;
+    }
+    if t.ranks.len() > 1 {
+        writeln!(
+            out,
+            "       max over {} ranks: alloc {} GiB, reserved {} GiB",
+            t.ranks.len(),
+            gib(t.max_rank_allocated()),
+            gib(t.max_rank_reserved())
+        )?;
     }
     Ok(())
 }
@@ -413,5 +478,44 @@ mod tests {
             "{torch}"
         );
         assert!(!torch.contains("used/pred"), "{torch}");
+        assert!(!torch.contains("rank"), "{torch}");
+    }
+
+    /// A multi-GPU run says its world, how it ran, and every rank.
+    #[test]
+    fn a_distributed_run_prints_the_world_and_every_rank() {
+        use vramlab_core::plan::distributed::{Distributed, Strategy};
+        use vramlab_core::record::{RankPeak, WorldMode, WorldRun};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/bench/gpt2-torch.json");
+        let bytes = std::fs::read(path).expect("saved run");
+        let mut run = vramlab_core::export::results::run_from_json(&bytes).expect("run");
+        run.config.distributed = Distributed::new(2, Strategy::Fsdp2);
+        run.trials.truncate(1);
+        let t = &mut run.trials[0];
+        t.world = Some(WorldRun {
+            mode: WorldMode::Torchrun,
+            size: 2,
+            strategy: "fsdp2".into(),
+        });
+        t.ranks = (0..2)
+            .map(|rank| RankPeak {
+                rank,
+                peak_allocated: Some(Bytes((u64::from(rank) + 1) << 30)),
+                peak_reserved: Some(Bytes(3 << 30)),
+                nvml_used: None,
+                oom: false,
+            })
+            .collect();
+        let mut out = Vec::new();
+        write_run(&run, &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.contains("world 2 · strategy fsdp2 · world 2 · fsdp2 · torchrun: 2 processes"),
+            "{text}"
+        );
+        assert!(text.contains("rank   0: alloc 1.00 GiB"), "{text}");
+        assert!(text.contains("rank   1: alloc 2.00 GiB"), "{text}");
+        assert!(text.contains("max over 2 ranks: alloc 2.00 GiB"), "{text}");
     }
 }

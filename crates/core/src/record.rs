@@ -151,6 +151,77 @@ pub struct Trial {
     pub predicted: Option<Predicted>,
     #[serde(default)]
     pub timeline: Vec<MemSample>,
+    /// How a multi-GPU world ran (absent: one GPU, no strategy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<WorldRun>,
+    /// Every rank's measurement, rank 0 first (empty: one GPU). The trial's headline
+    /// peaks are rank 0's, the rank the planner plans.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankPeak>,
+}
+
+/// How the ranks of a multi-GPU trial ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorldMode {
+    /// One process per rank under `torchrun` (real NCCL), every rank measured.
+    Torchrun,
+    /// Rank 0 of the world alone on one GPU under PyTorch's fake process group
+    /// (collectives are no-ops, their buffers are allocated).
+    Emulated,
+}
+
+impl WorldMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldMode::Torchrun => "torchrun",
+            WorldMode::Emulated => "emulated",
+        }
+    }
+}
+
+/// The world a trial ran: its size, the strategy and how the ranks ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorldRun {
+    pub mode: WorldMode,
+    /// Ranks in the world (`nodes × gpus_per_node`).
+    pub size: u64,
+    /// The strategy's name (`fsdp2`, `ddp`, `torch-zero1`, …).
+    pub strategy: String,
+}
+
+impl WorldRun {
+    /// "world 4 · fsdp2 · torchrun: 4 processes on 4 GPUs, NCCL" or "… rank 0 of 4
+    /// emulated on 1 GPU, collectives are no-ops".
+    pub fn describe(&self) -> String {
+        let how = match self.mode {
+            WorldMode::Torchrun => {
+                format!("torchrun: {n} processes on {n} GPUs, NCCL", n = self.size)
+            }
+            WorldMode::Emulated => format!(
+                "rank 0 of {} emulated on 1 GPU, collectives are no-ops",
+                self.size
+            ),
+        };
+        format!("world {} · {} · {how}", self.size, self.strategy)
+    }
+}
+
+/// What one rank measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPeak {
+    pub rank: u32,
+    /// `max_memory_allocated` on this rank (before the OOM where it ran out).
+    #[serde(default)]
+    pub peak_allocated: Option<Bytes>,
+    #[serde(default)]
+    pub peak_reserved: Option<Bytes>,
+    /// NVML memory of this rank's process, where pynvml is installed.
+    #[serde(default)]
+    pub nvml_used: Option<Bytes>,
+    /// Whether this rank ran out of memory.
+    #[serde(default)]
+    pub oom: bool,
 }
 
 impl Trial {
@@ -171,7 +242,28 @@ impl Trial {
             tflops: None,
             predicted: None,
             timeline: Vec::new(),
+            world: None,
+            ranks: Vec::new(),
         }
+    }
+
+    /// The largest peak allocated over the ranks (rank 0's alone for one GPU or an
+    /// emulated world).
+    pub fn max_rank_allocated(&self) -> Option<Bytes> {
+        self.ranks
+            .iter()
+            .filter_map(|r| r.peak_allocated)
+            .max()
+            .or(self.peak_allocated)
+    }
+
+    /// The largest peak reserved over the ranks.
+    pub fn max_rank_reserved(&self) -> Option<Bytes> {
+        self.ranks
+            .iter()
+            .filter_map(|r| r.peak_reserved)
+            .max()
+            .or(self.peak_reserved)
     }
 
     /// Signed error of the prediction in percent, `(predicted − measured) / measured`,
@@ -290,4 +382,81 @@ pub enum BenchEvent {
     Finished { run: Run },
     /// The engine could not start or failed outside a trial.
     Failed { message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dist_trial() -> Trial {
+        let mut t = Trial::failed(0, 4, Outcome::Ran);
+        t.peak_allocated = Some(Bytes(3 << 30));
+        t.world = Some(WorldRun {
+            mode: WorldMode::Torchrun,
+            size: 2,
+            strategy: "fsdp2".into(),
+        });
+        t.ranks = vec![
+            RankPeak {
+                rank: 0,
+                peak_allocated: Some(Bytes(3 << 30)),
+                peak_reserved: Some(Bytes(4 << 30)),
+                nvml_used: Some(Bytes(5 << 30)),
+                oom: false,
+            },
+            RankPeak {
+                rank: 1,
+                peak_allocated: Some(Bytes(7 << 30)),
+                peak_reserved: Some(Bytes(2 << 30)),
+                nvml_used: None,
+                oom: false,
+            },
+        ];
+        t
+    }
+
+    #[test]
+    fn per_rank_measurements_round_trip_and_give_the_max() {
+        let t = dist_trial();
+        let text = serde_json::to_string(&t).expect("serialise");
+        assert!(text.contains("\"mode\":\"torchrun\""), "{text}");
+        let back: Trial = serde_json::from_str(&text).expect("parse");
+        assert_eq!(back, t);
+        assert_eq!(t.max_rank_allocated(), Some(Bytes(7 << 30)));
+        assert_eq!(t.max_rank_reserved(), Some(Bytes(4 << 30)));
+        let one = Trial::failed(1, 4, Outcome::Ran);
+        let text = serde_json::to_string(&one).expect("serialise");
+        assert!(!text.contains("ranks") && !text.contains("world"), "{text}");
+    }
+
+    #[test]
+    fn a_run_file_from_before_the_ranks_still_loads() {
+        let old = include_str!("../../../tests/data/bench/gpt2-torch.json");
+        assert!(!old.contains("\"ranks\""));
+        let run =
+            crate::export::results::run_from_json(old.as_bytes()).expect("an old run file loads");
+        assert!(!run.trials.is_empty());
+        assert!(
+            run.trials
+                .iter()
+                .all(|t| t.ranks.is_empty() && t.world.is_none())
+        );
+        let t = &run.trials[0];
+        assert_eq!(t.max_rank_allocated(), t.peak_allocated);
+    }
+
+    #[test]
+    fn the_world_says_how_it_ran() {
+        let mut w = WorldRun {
+            mode: WorldMode::Emulated,
+            size: 4,
+            strategy: "torch-zero1".into(),
+        };
+        assert_eq!(
+            w.describe(),
+            "world 4 · torch-zero1 · rank 0 of 4 emulated on 1 GPU, collectives are no-ops"
+        );
+        w.mode = WorldMode::Torchrun;
+        assert!(w.describe().contains("torchrun: 4 processes on 4 GPUs"));
+    }
 }

@@ -154,6 +154,8 @@ fn synthetic_run() -> Run {
                 tflops: Some(flops / (step_ms / 1000.0) / 1e12),
                 predicted,
                 timeline,
+                world: None,
+                ranks: Vec::new(),
             }
         })
         .collect();
@@ -735,4 +737,44 @@ fn write_run_screenshots() {
     let img = h.render().expect("render");
     img.save(dir.join("monitor.png")).expect("save png");
     println!("wrote {}", dir.join("monitor.png").display());
+}
+
+/// A multi-GPU run (recorded, no GPU) shows how its world ran and every rank's peaks.
+#[test]
+fn a_distributed_run_shows_its_world_and_every_rank() {
+    use vramlab_core::plan::distributed::{Distributed, Strategy};
+    use vramlab_core::record::{RankPeak, WorldMode, WorldRun};
+    let mut run = synthetic_run();
+    run.engine = EngineKind::Torch;
+    run.config.distributed = Distributed::new(2, Strategy::Fsdp2);
+    run.trials.truncate(2);
+    for t in &mut run.trials {
+        t.world = Some(WorldRun {
+            mode: WorldMode::Torchrun,
+            size: 2,
+            strategy: "fsdp2".into(),
+        });
+        t.ranks = (0..2u32)
+            .map(|rank| RankPeak {
+                rank,
+                peak_allocated: Some(Bytes::gib(u64::from(rank) + 1)),
+                peak_reserved: Some(Bytes::gib(3)),
+                nvml_used: None,
+                oom: false,
+            })
+            .collect();
+    }
+    let (mut app, _) = replay_app(vec![]);
+    app.show_run(run, "recorded-fsdp2.run.json");
+    let mut h = harness(app);
+    h.run();
+    open_tab(&mut h, Tab::Run);
+    h.run();
+    assert_shows(
+        &h,
+        "world 2 · fsdp2 · torchrun: 2 processes on 2 GPUs, NCCL",
+    );
+    assert_shows(&h, "rank 0: allocated 1.00 GiB · reserved 3.00 GiB");
+    assert_shows(&h, "rank 1: allocated 2.00 GiB");
+    assert_shows(&h, "max over 2 ranks: allocated 2.00 GiB");
 }

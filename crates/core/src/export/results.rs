@@ -55,7 +55,7 @@ pub fn run_from_json(bytes: &[u8]) -> Result<Run, RunFileError> {
 }
 
 /// The CSV header of [`run_to_csv`].
-pub const CSV_COLUMNS: [&str; 21] = [
+pub const CSV_COLUMNS: [&str; 28] = [
     "trial",
     "batch",
     "outcome",
@@ -77,6 +77,13 @@ pub const CSV_COLUMNS: [&str; 21] = [
     "baseline_after_bytes",
     "memory_returned",
     "timeline_samples",
+    "world_mode",
+    "world_size",
+    "ranks_reported",
+    "max_rank_peak_allocated_bytes",
+    "max_rank_peak_reserved_bytes",
+    "rank_peak_allocated_bytes",
+    "rank_peak_reserved_bytes",
 ];
 
 /// One row per trial under a header ([`CSV_COLUMNS`]); empty cells where nothing was
@@ -131,7 +138,30 @@ fn trial_row(t: &Trial) -> Vec<String> {
             .map(|r| r.to_string())
             .unwrap_or_default(),
         t.timeline.len().to_string(),
+        t.world
+            .as_ref()
+            .map(|w| w.mode.as_str().to_string())
+            .unwrap_or_default(),
+        t.world
+            .as_ref()
+            .map(|w| w.size.to_string())
+            .unwrap_or_default(),
+        t.ranks.len().to_string(),
+        bytes(t.max_rank_allocated()),
+        bytes(t.max_rank_reserved()),
+        rank_list(t, |r| r.peak_allocated),
+        rank_list(t, |r| r.peak_reserved),
     ]
+}
+
+/// One byte figure per rank in rank order, `;`-separated (an empty item where the rank
+/// did not report it).
+fn rank_list(t: &Trial, field: impl Fn(&crate::record::RankPeak) -> Option<Bytes>) -> String {
+    t.ranks
+        .iter()
+        .map(|r| field(r).map(|b| b.0.to_string()).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 /// Quotes a field when it holds a comma, quote or line break (RFC 4180).
@@ -267,6 +297,40 @@ mod tests {
             lines[3]
         );
         assert!(lines[3].contains(",OOM,"));
+        // One GPU: no world, no ranks, the max over ranks is rank 0's (the headline).
+        assert_eq!(row[21], "");
+        assert_eq!(row[23], "0");
+        assert_eq!(row[24], row[4]);
+    }
+
+    #[test]
+    fn csv_and_json_carry_every_rank() {
+        use crate::record::{RankPeak, WorldMode, WorldRun};
+        let mut r = run();
+        let t = &mut r.trials[0];
+        t.world = Some(WorldRun {
+            mode: WorldMode::Torchrun,
+            size: 2,
+            strategy: "ddp".into(),
+        });
+        t.ranks = (0..2)
+            .map(|rank| RankPeak {
+                rank,
+                peak_allocated: Some(Bytes(100 + u64::from(rank))),
+                peak_reserved: Some(Bytes(200 + u64::from(rank))),
+                nvml_used: None,
+                oom: false,
+            })
+            .collect();
+        let back = run_from_json(run_to_json(&r).as_bytes()).expect("parses");
+        assert_eq!(back, r);
+        let csv = run_to_csv(&r);
+        let row: Vec<&str> = csv.lines().nth(1).expect("row").split(',').collect();
+        assert_eq!(row.len(), CSV_COLUMNS.len());
+        assert_eq!(
+            &row[21..],
+            ["torchrun", "2", "2", "101", "201", "100;101", "200;201"]
+        );
     }
 
     #[test]

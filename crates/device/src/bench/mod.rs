@@ -1,19 +1,23 @@
 //! Bench: checks a plan on a real GPU. Engines behind one trait ([`engine::Engine`]):
 //! [`native`] runs the planned step as real device buffers and cuBLAS GEMMs through
-//! cudarc, [`torch`] runs the reference model in the user's PyTorch. `schedule` and `runner` are
+//! cudarc, [`torch`] runs the reference model in the user's PyTorch, [`dist`] runs a
+//! multi-GPU world of it (torchrun, or rank 0 emulated; the pure logic in [`world`]). `schedule` and `runner` are
 //! pure logic (run records and sweep plans live in the core) (tested in CI without a GPU); `native`,
 //! `torch` and `profile` touch the device and explain clearly when they cannot.
 
 pub mod cuda;
+pub mod dist;
 pub mod engine;
 pub mod native;
 pub mod profile;
 pub mod runner;
 pub mod schedule;
 pub mod torch;
+pub mod world;
 
 pub use runner::{BenchHandle, BenchRequest, spawn};
 pub use vramlab_core::record::{
-    BenchEvent, DeviceInfo, EngineKind, MemSample, Outcome, Run, Trial,
+    BenchEvent, DeviceInfo, EngineKind, MemSample, Outcome, RankPeak, Run, Trial, WorldMode,
+    WorldRun,
 };
 pub use vramlab_core::sweep::BatchPlan;

@@ -44,6 +44,9 @@ pub struct BenchRequest {
 
 /// Opens the engine a request names (a clear error without a GPU / CUDA / PyTorch).
 pub fn open_engine(req: &BenchRequest) -> Result<Box<dyn Engine>> {
+    // A world the engine cannot run is refused before anything starts (native + a
+    // strategy, DeepSpeed, several nodes).
+    super::world::check_config(req.engine, &req.config).map_err(anyhow::Error::msg)?;
     match req.engine {
         EngineKind::Native => Ok(Box::new(super::native::NativeEngine::open(
             req.device_index,
@@ -60,6 +63,14 @@ pub fn open_engine(req: &BenchRequest) -> Result<Box<dyn Engine>> {
             }
             if !conf.is_empty() {
                 env.push(("PYTORCH_CUDA_ALLOC_CONF".into(), conf.join(",")));
+            }
+            if req.config.distributed.active() {
+                return Ok(Box::new(super::dist::DistEngine::open(
+                    req.python.clone(),
+                    req.device_index,
+                    &env,
+                    &req.config,
+                )?));
             }
             Ok(Box::new(super::torch::TorchEngine::open(
                 req.python.clone(),

@@ -26,14 +26,21 @@ pub const RUNNER: &str = include_str!("../../../../tools/torch_runner.py");
 /// Longest a single trial may take before the subprocess is killed.
 pub const TRIAL_TIMEOUT: Duration = Duration::from_secs(900);
 /// How often NVML is sampled during a trial.
-const SAMPLE_EVERY: Duration = Duration::from_millis(20);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
 /// Whether `python` can import torch with CUDA (`Ok(version)`), else why not.
 pub fn detect(python: &str) -> Result<String> {
+    probe(python, &[]).map(|(version, _)| version)
+}
+
+/// PyTorch's version and how many CUDA GPUs it sees with the extra environment `env`
+/// (`CUDA_VISIBLE_DEVICES`), or why it cannot run.
+pub fn probe(python: &str, env: &[(String, String)]) -> Result<(String, usize)> {
     let out = Command::new(python)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .args([
             "-c",
-            "import torch; print(torch.__version__, torch.cuda.is_available())",
+            "import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())",
         ])
         .output()
         .with_context(|| {
@@ -52,7 +59,8 @@ pub fn detect(python: &str) -> Result<String> {
             "PyTorch {version} in `{python}` cannot see a CUDA GPU (torch.cuda.is_available() is False)"
         );
     }
-    Ok(version)
+    let count = parts.next().and_then(|c| c.parse().ok()).unwrap_or(1);
+    Ok((version, count))
 }
 
 /// A running `torch_runner.py serve`.
@@ -73,13 +81,18 @@ pub struct TorchEngine {
 }
 
 /// A private temporary folder, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new() -> Result<TempDir> {
+    pub(crate) fn new() -> Result<TempDir> {
+        TempDir::named("torch")
+    }
+
+    /// `vramlab-<what>-<pid>-<n>` in the system's temporary folder.
+    pub(crate) fn named(what: &str) -> Result<TempDir> {
         let base = std::env::temp_dir();
         for i in 0..100u32 {
-            let p = base.join(format!("vramlab-torch-{}-{i}", std::process::id()));
+            let p = base.join(format!("vramlab-{what}-{}-{i}", std::process::id()));
             if std::fs::create_dir(&p).is_ok() {
                 return Ok(TempDir(p));
             }
@@ -91,6 +104,19 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The device a runner's `versions()` object describes.
+pub(crate) fn device_info(versions: &Value) -> DeviceInfo {
+    DeviceInfo {
+        name: versions["device_name"]
+            .as_str()
+            .unwrap_or("CUDA device")
+            .into(),
+        total_bytes: Bytes(versions["device_total_bytes"].as_u64().unwrap_or(0)),
+        driver: versions["driver"].as_str().map(str::to_string),
+        versions: versions_map(versions),
     }
 }
 
@@ -180,16 +206,7 @@ impl TorchEngine {
         let v: Value = serde_json::from_str(&ready)
             .with_context(|| format!("the runner's first line is not JSON: {ready}"))?;
         engine.pid = v["pid"].as_u64().unwrap_or(0) as u32;
-        let versions = &v["versions"];
-        engine.info = DeviceInfo {
-            name: versions["device_name"]
-                .as_str()
-                .unwrap_or("CUDA device")
-                .into(),
-            total_bytes: Bytes(versions["device_total_bytes"].as_u64().unwrap_or(0)),
-            driver: versions["driver"].as_str().map(str::to_string),
-            versions: versions_map(versions),
-        };
+        engine.info = device_info(&v["versions"]);
         Ok(engine)
     }
 

@@ -202,6 +202,7 @@ impl VramApp {
             predicted_max,
             gpu_name: &gpu_name,
             message: self.message.as_ref(),
+            world: self.run_world(),
         };
         let left = egui::Panel::left("run_controls")
             .resizable(true)
@@ -274,6 +275,13 @@ impl VramApp {
         Ok(parts.join(" · "))
     }
 
+    /// "world 4 · fsdp2" for a multi-GPU plan.
+    fn run_world(&self) -> Option<String> {
+        let d = &self.state.config.distributed;
+        d.active()
+            .then(|| format!("world {} · {}", d.world(), d.strategy.as_str()))
+    }
+
     fn predicted_max(&self) -> Option<u64> {
         self.derived
             .max_batch()
@@ -330,20 +338,26 @@ impl VramApp {
             }
         };
         let python = settings.python.trim();
+        // A multi-GPU plan runs its world with the PyTorch engine (the native engine
+        // runs one GPU).
+        let engine = if self.state.config.distributed.active() {
+            EngineKind::Torch
+        } else {
+            settings.engine
+        };
         let req = BenchRequest {
             preset: preset.clone(),
             config: self.state.config,
-            engine: settings.engine,
+            engine,
             batches,
             steps: settings.steps.max(1),
-            python: (settings.engine == EngineKind::Torch && !python.is_empty())
-                .then(|| python.into()),
+            python: (engine == EngineKind::Torch && !python.is_empty()).then(|| python.into()),
             device_index: 0,
             predicted_max_batch: predicted_max,
             runner_env: Vec::new(),
         };
         let skel = skeleton(
-            settings.engine,
+            engine,
             &preset.id,
             self.state.config,
             planner.size,

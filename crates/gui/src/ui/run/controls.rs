@@ -20,6 +20,9 @@ pub struct RunContext<'a> {
     pub gpu_name: &'a str,
     /// The app's status line (saved / opened / errors).
     pub message: Option<&'a Message>,
+    /// "world 4 · fsdp2" when the plan is a multi-GPU world (it runs with the PyTorch
+    /// engine).
+    pub world: Option<String>,
 }
 
 /// The whole left panel of the Run tab.
@@ -71,7 +74,7 @@ fn form_ui(
                     }
                 });
                 ui.end_row();
-                if s.engine == EngineKind::Torch {
+                if s.engine == EngineKind::Torch || cx.world.is_some() {
                     let l = ui.label("Python").on_hover_text(
                         "Interpreter with PyTorch (CUDA build) for the reference model",
                     );
@@ -106,6 +109,11 @@ fn form_ui(
                 ui.end_row();
             });
     });
+    if let Some(w) = &cx.world {
+        ui.label(RichText::new(format!(
+            "Multi-GPU plan ({w}): runs with the PyTorch engine, under torchrun when the GPUs are here, else rank 0 emulated on GPU 0."
+        )).small());
+    }
     match s.batch_plan(cx.predicted_max, crate::ui::derived::BATCH_LIMIT) {
         Err(e) => {
             ui.colored_label(red, e);

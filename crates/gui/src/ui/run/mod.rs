@@ -5,6 +5,7 @@
 
 pub mod controls;
 pub mod plots;
+pub mod ranks;
 pub mod results;
 pub mod session;
 pub mod table;

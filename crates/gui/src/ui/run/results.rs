@@ -80,6 +80,7 @@ pub fn results_ui(session: &RunSession, ui: &mut Ui) -> Option<RunCommand> {
                 facts.push(format!("{k} {v}"));
             }
             ui.label(RichText::new(facts.join(" · ")).weak());
+            super::ranks::world_ui(run, shown.shown_trial(), ui);
             if let Some(s) = run.stopped.as_deref().filter(|s| *s != "cancelled") {
                 ui.colored_label(error_color(dark), format!("Stopped early: {s}"));
             }
