@@ -124,3 +124,52 @@ fn primed_pytorch_trials_return_to_baseline_even_after_an_oom() {
         );
     }
 }
+
+/// `vramlab bench --engine torch --gpus N --strategy …` on the H200 (session 10): FSDP2 ×2,
+/// DDP ×4 and torch-zero1 ×4 as rank 0 emulated on one GPU, DDP ×1 under torchrun with NCCL,
+/// and an FSDP2 ×2 sweep to the first OOM. Every trial says how its world ran and reports
+/// rank 0; today's per-rank plan is within 2 % of every measured rank-0 peak.
+#[test]
+fn distributed_bench_runs_report_their_ranks_and_match_the_plan() {
+    use vramlab_core::record::WorldMode;
+    let cases = [
+        ("gpt2-torch-fsdp2_w2", 2, WorldMode::Emulated),
+        ("gpt2-torch-ddp_w1", 1, WorldMode::Torchrun),
+        ("gpt2-torch-ddp_w4", 4, WorldMode::Emulated),
+        ("gpt2-torch-zero1_w4", 4, WorldMode::Emulated),
+        ("gpt2-torch-fsdp2_sweep", 2, WorldMode::Emulated),
+    ];
+    for (name, world, mode) in cases {
+        let run = load(name);
+        assert_eq!(run.config.distributed.world(), world, "{name}");
+        let preset = find_builtin(&run.model).expect("preset");
+        let planner = Planner::new(&preset, &run.config).expect("planner");
+        let mut ran = 0;
+        for t in &run.trials {
+            let w = t
+                .world
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name}: no world"));
+            assert_eq!((w.size, w.mode), (world, mode), "{name}");
+            assert!(
+                t.ranks.iter().any(|r| r.rank == 0),
+                "{name} b={}: rank 0 reported",
+                t.batch
+            );
+            if !t.outcome.ran() {
+                assert!(
+                    t.ranks.iter().any(|r| r.oom),
+                    "{name} b={}: an OOM rank",
+                    t.batch
+                );
+                continue;
+            }
+            ran += 1;
+            let p = planner.peaks(t.batch).expect("peaks");
+            let m = t.peak_allocated.expect("measured").0 as f64;
+            let e = (p.allocated.0 as f64 - m) / m * 100.0;
+            assert!(e.abs() <= 2.0, "{name} b={}: allocated {e:+.2} %", t.batch);
+        }
+        assert!(ran > 0, "{name}: a trial ran");
+    }
+}
