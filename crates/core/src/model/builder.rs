@@ -441,6 +441,14 @@ impl GraphBuilder {
     }
 
     /// A contiguous copy of `x`.
+    /// `x.chunk(parts, dim=-1)`: `parts` views of equal size ([`Op::Chunk`]).
+    pub fn chunks(&mut self, x: TensorId, parts: u64, name: &str) -> Vec<TensorId> {
+        let n = self.elems(x) / parts.max(1);
+        (0..parts)
+            .map(|i| self.op(Op::Chunk, &[x], n, &[], &format!("{name}.{i}")))
+            .collect()
+    }
+
     pub fn copy(&mut self, x: TensorId, name: &str) -> TensorId {
         let n = self.elems(x);
         self.op(Op::Copy, &[x], n, &[], name)

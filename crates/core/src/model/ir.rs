@@ -130,6 +130,10 @@ pub enum Op {
     Concat,
     /// A view (reshape of contiguous data, transpose, slice): no allocation.
     View,
+    /// One output of `torch.chunk` / `split` (a view, no allocation). In backward autograd's
+    /// split node waits for every chunk's gradient and concatenates them into one new
+    /// gradient of the whole input (`cat`, zeros for a chunk without gradient).
+    Chunk,
     /// A copy (`.contiguous()`, `.expand().reshape()`, `clone`): saves nothing.
     Copy,
     /// `attn_output.permute(2, 0, 1, 3).contiguous()` in `nn.MultiheadAttention` after SDPA:

@@ -89,7 +89,7 @@ pub fn forward(g: &Graph, node: &Node, batch: u64) -> Work {
     let input_per_sample = node.inputs.first().map_or(0, |&t| g.tensors[t].per_sample);
     let weight_elems = node.params.first().map_or(0, |&p| g.params[p].elems);
     match node.op {
-        Op::Input | Op::View | Op::Constant => Work::None,
+        Op::Input | Op::View | Op::Chunk | Op::Constant => Work::None,
         Op::Linear {
             in_features,
             out_features,

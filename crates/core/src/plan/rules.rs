@@ -93,6 +93,9 @@ pub enum GradFlow {
     PassThrough,
     /// The loss: `nll_loss` backward, then `log_softmax` backward (and a cast back).
     Loss,
+    /// An output of `torch.chunk`: its gradient waits for its siblings'; the first chunk
+    /// (the last one reached in backward) concatenates them into the input's gradient.
+    Chunk,
 }
 
 /// Bytes of the workspaces cuDNN takes for one convolution's backward: `per_sample` scales
@@ -130,6 +133,8 @@ pub fn backward_rule(g: &Graph, node: &Node, r: &mut Rule, dtypes: &[DType]) {
     r.fused_qkv_grad = matches!(node.op, Op::Sdpa { .. }) && node.inputs.len() == 1;
     r.grad = if matches!(node.op, Op::CrossEntropy { .. }) {
         GradFlow::Loss
+    } else if node.op == Op::Chunk {
+        GradFlow::Chunk
     } else if matches!(node.op, Op::View | Op::CacheAppend | Op::SumTopK)
         || (r.alias
             && matches!(
@@ -595,7 +600,7 @@ pub fn rule(
             let d = inputs.iter().fold(in0, |a, &b| promote(a, b));
             Rule::new(params_promote(d))
         }
-        Op::View => {
+        Op::View | Op::Chunk => {
             let mut r = Rule::new(in0);
             r.alias = true;
             r

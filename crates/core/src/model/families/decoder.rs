@@ -164,19 +164,11 @@ pub fn build(
         let m = if let Some(moe) = p.moe.as_ref().filter(|m| m.is_sparse(l)) {
             super::moe::block(&mut b, p, moe, x, seq, moe_imbalance, &act)
         } else if p.fused_projections {
-            // gate_up_proj → chunk(2): `up * act(gate)` reads two views of one tensor.
+            // gate_up_proj → `gate, up = chunk(2, dim=-1)`; `up * act(gate)`.
             let gu = b.linear(x, seq, c, 2 * inter, p.mlp_bias, "mlp.gate_up_proj");
-            let g = activation(&mut b, p, gu, seq * inter, "mlp.activation_fn");
-            let m = b.op(
-                Op::Pointwise {
-                    f: Pointwise::Mul,
-                    inplace: false,
-                },
-                &[gu, g],
-                seq * inter,
-                &[],
-                "mlp.mul",
-            );
+            let parts = b.chunks(gu, 2, "mlp.chunk");
+            let g = activation(&mut b, p, parts[0], seq * inter, "mlp.activation_fn");
+            let m = b.binary(parts[1], g, Pointwise::Mul, false, "mlp.mul");
             b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
         } else {
             let g = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.gate_proj");

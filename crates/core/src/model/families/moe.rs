@@ -228,18 +228,10 @@ pub fn block(
         "mlp.experts.gate_up_proj",
     );
     let gu = b.copy(gu, "mlp.experts.masked_fill");
-    // `act(gate) * up` reads two views of one tensor.
-    let g = act(b, gu, rows * inter, "mlp.experts.act_fn");
-    let h = b.op(
-        Op::Pointwise {
-            f: Pointwise::Mul,
-            inplace: false,
-        },
-        &[gu, g],
-        rows * inter,
-        &[],
-        "mlp.experts.mul",
-    );
+    // `gate, up = gate_up.chunk(2, dim=-1)`; `act(gate) * up`.
+    let parts = b.chunks(gu, 2, "mlp.experts.chunk");
+    let g = act(b, parts[0], rows * inter, "mlp.experts.act_fn");
+    let h = b.binary(g, parts[1], Pointwise::Mul, false, "mlp.experts.mul");
     let w2 = b.param(e * c * inter, Some((c, inter)));
     let d = b.op(
         Op::GroupedMm {

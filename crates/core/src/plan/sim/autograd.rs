@@ -219,7 +219,9 @@ impl Sim<'_> {
         let gout = self.gbuf[node.output].take();
         let has_grad_path = gout.is_some() || node.op == Op::Input;
         let is_loss = r.grad == GradFlow::Loss;
-        if (has_grad_path || is_loss) && node.op != Op::Input {
+        if r.grad == GradFlow::Chunk {
+            self.chunk_backward(n, gout);
+        } else if (has_grad_path || is_loss) && node.op != Op::Input {
             if r.grad == GradFlow::Alias {
                 if let (Some(go), Some(&t)) = (gout, node.inputs.first()) {
                     if self.requires_grad[t] {
@@ -263,6 +265,47 @@ impl Sim<'_> {
             }
         }
         self.release_saved(n);
+    }
+
+    /// A `torch.chunk` output's backward: its gradient waits; at the first chunk of the
+    /// input (the last one backward reaches) autograd's split node concatenates the waiting
+    /// gradients into one new gradient of the whole input and frees them.
+    fn chunk_backward(&mut self, n: usize, gout: Option<u32>) {
+        let g = self.g;
+        let Some(&base) = g.nodes[n].inputs.first() else {
+            if let Some(go) = gout {
+                self.release(go);
+            }
+            return;
+        };
+        if let Some(go) = gout {
+            self.chunk_grads.push((base, go));
+        }
+        let first = !g.nodes[..n]
+            .iter()
+            .any(|m| m.op == Op::Chunk && m.inputs.first() == Some(&base));
+        if !first {
+            return;
+        }
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.chunk_grads)
+            .into_iter()
+            .partition(|&(t, _)| t == base);
+        self.chunk_grads = rest;
+        if mine.is_empty() {
+            return;
+        }
+        if self.requires_grad[base] {
+            let (ps, fx) = self.tensor_bytes(base, self.dtypes[base]);
+            let whole = self.alloc(ps, fx, Category::Transient, 1);
+            for (_, b) in mine {
+                self.release(b);
+            }
+            self.grad_for(base, whole);
+        } else {
+            for (_, b) in mine {
+                self.release(b);
+            }
+        }
     }
 
     /// Drops what node `n` saved for its backward.

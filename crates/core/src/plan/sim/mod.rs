@@ -84,6 +84,8 @@ struct Sim<'g> {
     /// block's inner backward (the recomputed outputs and their incoming gradients).
     reentrant: bool,
     reentrant_held: Vec<u32>,
+    /// Gradients of `torch.chunk` outputs waiting for their split node: (input tensor, buffer).
+    chunk_grads: Vec<(usize, u32)>,
     /// Embedding lookups whose output `enable_input_require_grads` makes require grad.
     input_grad_nodes: Vec<usize>,
     /// An evaluation step with merged adapters: each node's role (empty otherwise).
@@ -330,6 +332,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         reentrant: cfg.checkpointing && cfg.checkpoint_reentrant,
         reentrant_held: Vec::new(),
+        chunk_grads: Vec::new(),
         input_grad_nodes: input_grads,
         merged,
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
@@ -578,5 +581,53 @@ mod tests {
             (false, A), // x itself, whose last reader this was
         ];
         assert_eq!(seq, expect);
+    }
+
+    /// `gate, up = gate_up.chunk(2, dim=-1)` (Phi-3's fused MLP, the MoE experts): the
+    /// activation and the product give half-size gradients, and the split node concatenates
+    /// them into one new gradient of the whole `gate_up` at the first chunk (the order of
+    /// the `mul`, `mul`, `silu_backward`, `cat` allocations in the per-op trace of Mixtral's
+    /// experts, H200, PyTorch 2.11).
+    #[test]
+    fn chunk_gradients_are_halves_then_one_cat() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/hf_configs_device/Phi-3-mini-4k-instruct-L3.json"
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        let p = crate::model::hf::from_config_text(&text, "phi3").expect("preset");
+        let g = p.build(64, AttnImpl::Sdpa).expect("graph");
+        let cfg = TrainConfig {
+            precision: Precision::Fp32,
+            ..TrainConfig::default()
+        };
+        let ev = generate(
+            &g,
+            &cfg,
+            &ParamPolicy::full(&g, cfg.precision),
+            &Constants::default(),
+        );
+        let chunks: Vec<usize> = (0..g.nodes.len())
+            .filter(|&i| g.nodes[i].op == Op::Chunk)
+            .collect();
+        assert_eq!(chunks.len(), 2 * 3, "two chunks per layer");
+        let whole = g.tensors[g.nodes[chunks[0]].inputs[0]].per_sample * 4;
+        let half = whole / 2;
+        let bwd_allocs = |node: usize| -> Vec<u64> {
+            ev.events[ev.measured_start..]
+                .iter()
+                .filter(|e| e.alloc && e.phase == Phase::Backward && e.node == node as u32)
+                .map(|e| ev.buffers[e.buffer as usize].per_sample)
+                .collect()
+        };
+        // the first chunk of the first layer: the one cat
+        assert_eq!(bwd_allocs(chunks[0]), vec![whole]);
+        assert!(bwd_allocs(chunks[1]).is_empty());
+        // between the chunks and the down projection nothing allocates a whole gradient
+        for n in chunks[1] + 1..chunks[1] + 3 {
+            let a = bwd_allocs(n);
+            assert!(a.iter().all(|&x| x <= half), "node {n}: {a:?}");
+            assert!(!a.is_empty(), "node {n} computes a gradient");
+        }
     }
 }
