@@ -244,9 +244,10 @@ fn moe_rows_within_targets_per_model_type() {
 
 /// MoE rows whose planned peak is in backward (`tools/moe_backward_configs.jsonl`, H200,
 /// session 9): the routed activations, gathered rows and grouped-GEMM inputs alive at the
-/// peak. Allocated within the issue's targets; reserved is over-predicted on Mixtral
-/// (+8.6 %, +10.5 %: the allocator model keeps more of backward's expert-sized blocks
-/// apart than PyTorch does) — a known miss, bounded here so it cannot grow unnoticed.
+/// peak. Until session 10 Mixtral's reserved was over-predicted here (+8.6 %, +10.5 %):
+/// the experts' `gate, up = chunk(2)` got two whole-size gradients in the plan where
+/// autograd makes two half-size ones and one `cat` (per-op trace, `Op::Chunk`); now +0.4 %,
+/// +2.1 %. With the t5_moe.jsonl rows, the issue's targets hold per MoE `model_type`.
 #[test]
 fn moe_backward_peak_rows() {
     std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
@@ -271,5 +272,17 @@ fn moe_backward_peak_rows() {
         am <= 2.0 && aw <= 8.0,
         "allocated median {am:.2} % worst {aw:.2} %"
     );
-    assert!(rw <= 12.0, "reserved worst {rw:.2} %");
+    assert!(rw <= 4.0, "reserved worst {rw:.2} %");
+    // Per model_type over both files (the MoE rows of t5_moe.jsonl and these).
+    let t5_moe = std::fs::read_to_string(crate::data("t5_moe.jsonl")).expect("t5_moe.jsonl");
+    let more = compare(&parse_lines(&t5_moe)).expect("every row plans");
+    for t in MOE {
+        let fam: Vec<_> = rows
+            .iter()
+            .chain(more.iter())
+            .filter(|r| r.family == t)
+            .collect();
+        assert!(fam.len() >= 6, "{t}: only {} rows", fam.len());
+        crate::accuracy::assert_within(t, fam.iter().copied(), crate::accuracy::ISSUE);
+    }
 }
