@@ -14,7 +14,7 @@ const MAX_GPUS_PER_NODE: u32 = 64;
 /// Largest node count the drag value offers.
 const MAX_NODES: u32 = 1024;
 
-const TIP_STRATEGY: &str = "DDP replicates everything; ZeRO-1 partitions optimizer state; ZeRO-2 also gradients; ZeRO-3 / FSDP2 also parameters, gathered one block at a time. Peaks are per rank.";
+const TIP_STRATEGY: &str = "DDP replicates everything; torch-zero1 (ZeroRedundancyOptimizer) and ZeRO-1 partition optimizer state; ZeRO-2 also gradients; ZeRO-3 and FSDP2 also parameters: FSDP2 gathers one block at a time (plus the prefetched next), ZeRO-3 the running module plus what its prefetcher brings in, up to stage3_max_live_parameters. Peaks are per rank.";
 const TIP_OFFLOAD: &str = "Keep optimizer state (and with params, the parameters) in host RAM: less GPU memory, host RAM per rank instead (ZeRO / FSDP2 only).";
 const TIP_RESHARD: &str = "FSDP2 reshard_after_forward: free each block's gathered parameters after its forward (off keeps them until backward, like ZeRO-2).";
 const TIP_MP: &str = "FSDP2 MixedPrecisionPolicy(param_dtype, reduce_dtype=float32): fp32 shards, 16-bit gathered copies and activations.";
