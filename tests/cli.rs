@@ -1611,9 +1611,10 @@ fn deepspeed_knobs_and_torch_zero1_flags() {
     );
 }
 
-/// `--checkpointing-reentrant`: plans more than non-reentrant for LoRA (held outputs, the
-/// embedding gradient), needs `--checkpointing` (the error names the field), is saved in
-/// `.vramlab.json` and exported as `use_reentrant: True`.
+/// `--checkpointing-reentrant`: plans at least as much as non-reentrant for LoRA (held block
+/// outputs; transformers hooks the embedding gradient under both, so on GPT-2 the peaks are
+/// equal), needs `--checkpointing` (the error names the field), is saved in `.vramlab.json`
+/// and exported as `use_reentrant: True`.
 #[test]
 fn reentrant_checkpointing_flag_plans_saves_and_is_checked() {
     let base = [
@@ -1637,7 +1638,7 @@ fn reentrant_checkpointing_flag_plans_saves_and_is_checked() {
     };
     let plain = peak(&[]);
     let reentrant = peak(&["--checkpointing-reentrant"]);
-    assert!(reentrant > plain, "{reentrant} <= {plain}");
+    assert!(reentrant >= plain, "{reentrant} < {plain}");
     let (code, _, err) = vramlab_code(&[
         "plan",
         "--model",
