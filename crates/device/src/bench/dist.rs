@@ -21,8 +21,8 @@ use super::py_import::{IMPORT_TIMEOUT, check_import};
 use super::torch::{RUNNER, SAMPLE_EVERY, TRIAL_TIMEOUT, TempDir, device_info, probe};
 use super::world::{
     DIST_RUNNER, DS_RUNNER, LaunchSpec, Runner, WorldResult, check_config,
-    deepspeed_missing_message, dist_config_line, launch, parse_ranks, pick_mode,
-    rank_file_name, runner_for,
+    deepspeed_missing_message, dist_config_line, launch, parse_ranks, pick_mode, rank_file_name,
+    runner_for,
 };
 use crate::gpu::nvml;
 use vramlab_core::plan::TrainConfig;
@@ -414,7 +414,10 @@ esac
         );
         let (t, _, argv) = run_world_of(Strategy::Zero3, "ok", "1", None);
         assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Emulated));
-        assert!(argv.starts_with("-u ") && argv.contains("/ds_runner.py measure "), "{argv}");
+        assert!(
+            argv.starts_with("-u ") && argv.contains("/ds_runner.py measure "),
+            "{argv}"
+        );
         // Emulated: one process, rank 0's file is the one read.
         assert_eq!(t.ranks.len(), 1);
         assert_eq!(t.peak_allocated, Some(Bytes(1000)));

@@ -88,7 +88,10 @@ mod tests {
     #[test]
     fn an_import_that_works_fails_or_hangs() {
         let tmp = super::super::torch::TempDir::named("import-test").expect("temp dir");
-        let ok = script(&tmp.0, "[ \"$2\" = \"import deepspeed\" ] && exit 0; exit 3");
+        let ok = script(
+            &tmp.0,
+            "[ \"$2\" = \"import deepspeed\" ] && exit 0; exit 3",
+        );
         assert_eq!(
             check_import(&ok, &[], "deepspeed", Duration::from_secs(20)),
             Ok(())
@@ -104,13 +107,13 @@ mod tests {
         );
         let env = vec![("FAKE_EXIT".to_string(), "4".to_string())];
         let silent = script(&tmp.0, "exit $FAKE_EXIT");
-        let e = check_import(&silent, &env, "deepspeed", Duration::from_secs(20))
-            .expect_err("exit 4");
+        let e =
+            check_import(&silent, &env, "deepspeed", Duration::from_secs(20)).expect_err("exit 4");
         assert!(e.contains("failed") && e.contains('4'), "{e}");
         let hang = script(&tmp.0, "exec sleep 30");
         let start = Instant::now();
-        let e = check_import(&hang, &[], "deepspeed", Duration::from_millis(300))
-            .expect_err("hang");
+        let e =
+            check_import(&hang, &[], "deepspeed", Duration::from_millis(300)).expect_err("hang");
         assert!(e.contains("no answer"), "{e}");
         assert!(start.elapsed() < Duration::from_secs(10));
         let e = check_import("/nonexistent/python3", &[], "deepspeed", IMPORT_TIMEOUT)

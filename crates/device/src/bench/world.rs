@@ -226,7 +226,13 @@ pub fn dist_config_line(
     let line = super::torch::config_line(preset, cfg, size, batch)?;
     let mut v: Value = serde_json::from_str(&line).context("the runner's config line")?;
     let d = &cfg.distributed;
-    v["gpus"] = json!(d.world());
+    // dist_runner.py reads `gpus` as the world (torchrun's WORLD_SIZE); ds_runner.py, like
+    // the measured rows (`vramlab validate`), as GPUs per node, the world gpus × nodes.
+    v["gpus"] = if d.strategy.is_deepspeed() {
+        json!(d.gpus_per_node)
+    } else {
+        json!(d.world())
+    };
     v["nodes"] = json!(d.nodes);
     v["strategy"] = json!(d.strategy.as_str());
     if d.strategy == Strategy::Fsdp2 {
@@ -489,6 +495,15 @@ mod tests {
         multi.distributed.nodes = 2;
         let e = check_config(EngineKind::Torch, &multi).expect_err("multi-node");
         assert!(e.contains("tools/ds_runner.py measure CONFIG.jsonl"), "{e}");
+        // Its config line: 2 nodes × 4 GPUs, the world gpus × nodes as ds_runner reads it.
+        let preset = vramlab_core::model::preset::find_builtin("gpt2").expect("gpt2");
+        let v: Value =
+            serde_json::from_str(&dist_config_line(&preset, &multi, 128, 1).expect("line"))
+                .expect("json");
+        assert_eq!(
+            (v["gpus"].as_u64(), v["nodes"].as_u64()),
+            (Some(4), Some(2))
+        );
         let e = check_config(EngineKind::Native, &cfg(2, Strategy::Zero1)).expect_err("native");
         assert!(e.contains("--engine torch"), "{e}");
         let m = deepspeed_missing_message("/venv/bin/python", "No module named 'deepspeed'");
