@@ -402,3 +402,24 @@ fn fsdp2_world_2_under_torchrun_reports_both_ranks() {
     assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Torchrun));
     assert_eq!(t.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
 }
+
+/// DeepSpeed ZeRO-2 at world 2, rank 0 emulated on one GPU (`tools/ds_runner.py`). Needs
+/// DeepSpeed in the Python the bench uses (`python3`): on the device, install the carried
+/// wheels as `tools/run_ds_on_device.sh` does (`pip install --no-index --no-deps --target
+/// /tmp/dssite .whl/ds/*.whl`) and run with `PYTHONPATH=/tmp/dssite`. Prints measured vs
+/// predicted; no accuracy assertion (the DeepSpeed plans are being reworked).
+#[test]
+#[ignore = "needs GPU"]
+fn deepspeed_zero2_world_2_emulated_reports_rank_0() {
+    use vramlab_core::plan::distributed::Strategy;
+    use vramlab_core::record::WorldMode;
+    let req = dist_request(Strategy::Zero2, 2, vec![8], true);
+    let run = run_blocking(&req, &AtomicBool::new(false), &mut |_| {}).expect("run");
+    print_dist("zero2×2 emulated (DeepSpeed)", &run);
+    let t = &run.trials[0];
+    assert!(t.outcome.ran(), "{:?}", t.outcome);
+    assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Emulated));
+    assert_eq!(t.world.as_ref().map(|w| w.strategy.as_str()), Some("zero2"));
+    assert_eq!(t.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0]);
+    assert!(t.peak_allocated.is_some() && t.predicted.is_some());
+}

@@ -308,8 +308,12 @@ def measure(cfg_in, index, mode, dev, emit):
     return rec
 
 
-def parse_args(argv):
-    """(mode, configs path, out dir or None); raises ValueError naming what is wrong."""
+MODES = ("fsdp", "ddp", "zero1")
+
+
+def parse_args(argv, modes=MODES, prog="dist_runner.py"):
+    """(mode, configs path, out dir or None); raises ValueError naming what is wrong.
+    `modes` / `prog`: another runner's (ds_runner.py: "measure")."""
     rest = list(argv)
     out_dir = None
     if "--out-dir" in rest:
@@ -318,8 +322,8 @@ def parse_args(argv):
             raise ValueError("--out-dir needs a folder")
         out_dir = rest[i + 1]
         del rest[i:i + 2]
-    if len(rest) != 2 or rest[0] not in ("fsdp", "ddp", "zero1"):
-        raise ValueError("usage: dist_runner.py fsdp|ddp|zero1 CONFIGS.jsonl [--out-dir DIR]")
+    if len(rest) != 2 or rest[0] not in modes:
+        raise ValueError(f"usage: {prog} {'|'.join(modes)} CONFIGS.jsonl [--out-dir DIR]")
     return rest[0], rest[1], out_dir
 
 

@@ -4,9 +4,29 @@ GPU (tests/data/distributed_deepspeed.jsonl once measured).
 
 stdout carries JSON only, one object per line; logging goes to stderr.
 
-  ds_runner.py measure CONFIGS.jsonl [--device cuda|cpu]
+  ds_runner.py measure CONFIGS.jsonl [--device cuda|cpu] [--out-dir DIR]
+      --out-dir: every rank also appends its records to DIR/rank<R>.jsonl (the bench,
+      crates/device/src/bench/dist.rs, reads one file per rank; dist_runner.py's format)
   ds_runner.py check CONFIGS.jsonl     parse every row and validate its DeepSpeed config with
                                        DeepSpeed's own DeepSpeedConfig (no GPU, no process group)
+  ds_runner.py selftest                the GPU-free parts on CPU (arguments, rank files, the
+                                       config a bench line gives, the torchrun world check)
+
+Two ways to run a world (every record says which: "rank", "world_size", "world_mode"):
+  emulated  (no torchrun environment): rank 0 of a world of N under the fake process group,
+            as below; one config per process is safest.
+  torchrun  (`python -m torch.distributed.run --standalone --nproc_per_node N ds_runner.py
+            measure CONFIGS.jsonl --out-dir DIR`; RANK / LOCAL_RANK / WORLD_SIZE set):
+            `deepspeed.init_distributed(dist_backend="nccl")` builds the real process group
+            (once per process; WORLD_SIZE must equal the row's gpus × nodes), rank R on GPU
+            LOCAL_RANK. A rank that runs out of memory or fails writes its record and exits
+            with status 1, so torchrun stops the others instead of leaving them waiting in a
+            collective (dist_runner.py's behaviour; its helpers are imported, not copied).
+An OOM record carries "message", "peak_allocated_before_oom" and "peak_reserved_before_oom".
+Host memory (what CPU offload costs): "host_rss_start_bytes" (before the model is built),
+"host_rss_end_bytes" (after the measured step), "host_rss_delta_bytes" and
+"host_peak_rss_bytes" (the process's maximum resident set, getrusage) — psutil when installed,
+else /proc/self/statm; null where neither answers.
 
 A config is torch_runner.py's (model, batch, seq, precision, optimizer, accum, checkpointing,
 attention, loop) plus:
@@ -52,6 +72,7 @@ does that): DeepSpeed keeps hooks and groups in module globals.
 import gc
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -60,6 +81,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dist_runner as dr  # noqa: E402  (torchrun_env, rank_file, parse_args)
 import torch_runner as tr  # noqa: E402
 
 DS_KEYS = ("gpus", "nodes", "strategy", "offload", "reduce_bucket_size", "allgather_bucket_size",
@@ -162,6 +184,16 @@ def parse_row(cfg_in):
     return cfg, preset, extra, ds_config(cfg, extra)
 
 
+def _deepspeed_no_shm():
+    """deepspeed, with TorchBackend's CPU shared-memory all-reduce op switched off: the CPU
+    accelerator offers it as a JIT build with ninja, for CPU inference only."""
+    import deepspeed
+
+    # (`import deepspeed.comm.torch` would give PyTorch: deepspeed.comm re-exports `torch`.)
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    return deepspeed
+
+
 def init_pg(world, device):
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -171,15 +203,55 @@ def init_pg(world, device):
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ["WORLD_SIZE"] = str(world)
-    import deepspeed
+    _deepspeed_no_shm().init_distributed(dist_backend="nccl" if device == "cuda" else "gloo",
+                                         auto_mpi_discovery=False)
 
-    # (`import deepspeed.comm.torch` would give PyTorch: deepspeed.comm re-exports `torch`.)
-    ds_torch = sys.modules["deepspeed.comm.torch"]
-    # TorchBackend builds the CPU shared-memory all-reduce op when the accelerator offers
-    # it (the CPU accelerator does): a JIT build with ninja, for CPU inference only.
-    ds_torch.build_shm_op = lambda: None
-    deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo",
-                               auto_mpi_discovery=False)
+
+def check_torchrun_world(world, tr_env):
+    """Raises ValueError when the row's world is not torchrun's."""
+    if world != tr_env[2]:
+        raise ValueError(f"gpus × nodes = {world} in a torchrun world of {tr_env[2]}")
+
+
+def init_torchrun(world, device, tr_env):
+    """The real process group from torchrun's environment, once for the process's life."""
+    check_torchrun_world(world, tr_env)
+    if dist.is_initialized():
+        return
+    _deepspeed_no_shm().init_distributed(dist_backend="nccl" if device == "cuda" else "gloo",
+                                         auto_mpi_discovery=False)
+
+
+def host_rss():
+    """This process's resident host memory in bytes (psutil, else /proc/self/statm), or None."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:
+        pass
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except Exception:
+        return None
+
+
+def host_peak_rss():
+    """The process's maximum resident set in bytes (Linux reports KiB), or None."""
+    try:
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except Exception:
+        return None
+    return int(kib) * (1 if sys.platform == "darwin" else 1024)
+
+
+def _world_of(cfg_in):
+    """gpus × nodes of a row, 1 where unreadable (parse_row says why)."""
+    try:
+        return max(1, int(cfg_in.get("gpus", 1) or 1)) * max(1, int(cfg_in.get("nodes", 1) or 1))
+    except (TypeError, ValueError):
+        return 1
 
 
 def build(cfg, preset, dev):
@@ -237,6 +309,11 @@ def run(engine, cfg, preset, dev, rec):
     rec["peak_reserved"] = dev.peak_reserved()
     rec["allocated_end"] = dev.allocated()
     rec["reserved_end"] = dev.reserved()
+    rss = host_rss()
+    rec["host_rss_end_bytes"] = rss
+    start = rec.get("host_rss_start_bytes")
+    rec["host_rss_delta_bytes"] = rss - start if rss is not None and start is not None else None
+    rec["host_peak_rss_bytes"] = host_peak_rss()
     proc, used = tr.nvml_readings()
     rec["nvml_process_bytes"] = proc
     rec["nvml_device_used_bytes"] = used
@@ -244,8 +321,14 @@ def run(engine, cfg, preset, dev, rec):
     rec["global_steps"] = int(engine.global_steps)
 
 
-def measure(cfg_in, index, dev, emit):
-    rec = {"index": index}
+def measure(cfg_in, index, dev, emit, tr_env=None):
+    """Runs one config (`tr_env`: dist_runner.torchrun_env() read at start, else emulated);
+    emits its record; returns it."""
+    rec = {"index": index,
+           "rank": tr_env[0] if tr_env else 0,
+           "world_size": tr_env[2] if tr_env else _world_of(cfg_in),
+           "world_mode": "torchrun" if tr_env else "emulated",
+           "host_rss_start_bytes": host_rss()}
     engine = model = None
     err = oom = None
     try:
@@ -255,7 +338,10 @@ def measure(cfg_in, index, dev, emit):
         rec["model_id"] = preset["id"]
         rec["ds_config"] = dsc
         world = int(extra.get("gpus", 1)) * int(extra.get("nodes", 1))
-        init_pg(world, dev.kind)
+        if tr_env:
+            init_torchrun(world, dev.kind, tr_env)
+        else:
+            init_pg(world, dev.kind)
         import deepspeed
 
         t0 = time.time()
@@ -280,6 +366,8 @@ def measure(cfg_in, index, dev, emit):
     if oom is not None:
         rec["oom"] = True
         rec["message"] = oom
+        rec["peak_allocated_before_oom"] = dev.peak()
+        rec["peak_reserved_before_oom"] = dev.peak_reserved()
     if err is not None:
         rec["error"] = err
     engine = model = None
@@ -288,8 +376,10 @@ def measure(cfg_in, index, dev, emit):
         torch.cuda.empty_cache()
     rec["versions"] = ds_versions()
     emit(rec)
-    log(f"{index}: {cfg_in.get('strategy')} {rec.get('model_id')} gpus={cfg_in.get('gpus')} "
-        f"alloc={rec.get('peak_allocated')} reserved={rec.get('peak_reserved')} err={err} oom={oom}")
+    log(f"{index}: {cfg_in.get('strategy')} rank {rec['rank']} {rec.get('model_id')} "
+        f"gpus={cfg_in.get('gpus')} alloc={rec.get('peak_allocated')} "
+        f"reserved={rec.get('peak_reserved')} err={err} oom={oom}")
+    return rec
 
 
 def check(path):
@@ -325,27 +415,113 @@ def read(path):
         return [json.loads(line) for line in f if line.strip() and not line.startswith("#")]
 
 
+def parse_args(argv):
+    """(configs path, device kind, out dir or None); raises ValueError naming what is wrong."""
+    rest = list(argv)
+    kind = "cuda"
+    if "--device" in rest:
+        i = rest.index("--device")
+        if i + 1 >= len(rest) or rest[i + 1] not in ("cuda", "cpu"):
+            raise ValueError("--device needs cuda or cpu")
+        kind = rest[i + 1]
+        del rest[i:i + 2]
+    _, path, out_dir = dr.parse_args(rest, modes=("measure",), prog="ds_runner.py")
+    return path, kind, out_dir
+
+
+def make_emit(json_out, out_dir, rank):
+    """Writes each record as one JSON line to `json_out` and, with --out-dir, to this rank's
+    file (dist_runner.rank_file)."""
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    rank_out = open(dr.rank_file(out_dir, rank), "a") if out_dir else None
+
+    def emit(rec):
+        line = json.dumps(rec, allow_nan=True) + "\n"
+        for f in (json_out, rank_out):
+            if f is not None:
+                f.write(line)
+                f.flush()
+
+    return emit
+
+
+def selftest():
+    """The GPU-free parts on CPU; prints "selftest ok"."""
+    import io
+    import tempfile
+
+    assert parse_args(["measure", "c.jsonl"]) == ("c.jsonl", "cuda", None)
+    assert parse_args(["measure", "c.jsonl", "--out-dir", "/o", "--device", "cpu"]) == \
+        ("c.jsonl", "cpu", "/o")
+    for bad in (["fsdp", "c"], ["measure"], ["measure", "c", "--device"], ["measure", "c", "--out-dir"]):
+        try:
+            parse_args(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad}")
+    with tempfile.TemporaryDirectory() as t:
+        out = io.StringIO()
+        make_emit(out, t, 1)({"index": 0, "rank": 1})
+        with open(os.path.join(t, "rank1.jsonl")) as f:
+            assert json.loads(f.read()) == json.loads(out.getvalue()) == {"index": 0, "rank": 1}
+    # A bench line (world.rs dist_config_line): absent knobs are DeepSpeed's defaults, a null
+    # offload is none.
+    line = {"model": "gpt2", "batch": 4, "seq": 128, "precision": "amp-bf16", "optimizer": "adamw",
+            "accum": 2, "checkpointing": False, "attention": "sdpa", "loop": "plain", "gpus": 4,
+            "nodes": 1, "strategy": "zero3", "offload": None, "reduce_bucket_size": 500000000,
+            "contiguous_gradients": True, "stage3_prefetch_bucket_size": 50000000,
+            "stage3_max_live_parameters": 1000000000, "stage3_param_persistence_threshold": 100000}
+    cfg, _, extra, dsc = parse_row(line)
+    z = dsc["zero_optimization"]
+    assert dsc["train_batch_size"] == 4 * 2 * 4 and dsc["bf16"] == {"enabled": True}
+    assert z["stage"] == 3 and z["overlap_comm"] is True and "offload_optimizer" not in z
+    assert z["stage3_max_reuse_distance"] == 1000000000
+    assert dsc["optimizer"]["params"]["torch_adam"] is True
+    line.update(strategy="zero2", offload="optimizer")
+    z = parse_row(line)[3]["zero_optimization"]
+    assert z["stage"] == 2 and z["overlap_comm"] is False and z["offload_optimizer"]["device"] == "cpu"
+    assert _world_of({"gpus": 4, "nodes": 2}) == 8 and _world_of({"gpus": "x"}) == 1
+    check_torchrun_world(2, (0, 0, 2))
+    try:
+        check_torchrun_world(4, (1, 1, 2))
+        raise AssertionError("a world of 4 under torchrun of 2")
+    except ValueError as e:
+        assert "torchrun world of 2" in str(e)
+    rss = host_rss()
+    assert rss is None or rss > 0
+    print("selftest ok")
+    return 0
+
+
 def main(argv):
+    if argv[:1] == ["selftest"]:
+        return selftest()
     if len(argv) >= 2 and argv[0] == "check":
         return check(argv[1])
-    if len(argv) < 2 or argv[0] != "measure":
+    try:
+        path, kind, out_dir = parse_args(argv)
+    except ValueError as e:
         print(__doc__, file=sys.stderr)
+        log(str(e))
         return 2
-    kind = argv[argv.index("--device") + 1] if "--device" in argv else "cuda"
+    # Read before anything runs: the emulated world sets RANK / LOCAL_RANK / WORLD_SIZE.
+    tr_env = dr.torchrun_env()
+    rank, local_rank = (tr_env[0], tr_env[1]) if tr_env else (0, 0)
     dev = tr.Device(kind)
     # DeepSpeed logs to stdout: the JSON lines get the real stdout, everything else stderr.
     json_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-
-    def emit(rec):
-        json_out.write(json.dumps(rec, allow_nan=True) + "\n")
-        json_out.flush()
-
+    emit = make_emit(json_out, out_dir, rank)
     if dev.cuda:
-        torch.cuda.set_device(0)
-    for i, cfg in enumerate(read(argv[1])):
-        measure(cfg, i, dev, emit)
+        torch.cuda.set_device(local_rank)
+    for i, cfg in enumerate(read(path)):
+        rec = measure(cfg, i, dev, emit, tr_env)
+        if tr_env is not None and (rec.get("oom") or "error" in rec):
+            # The other ranks may wait in a collective for this one: end the world now
+            # (torchrun stops them when a worker exits non-zero).
+            os._exit(1)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

@@ -1,5 +1,7 @@
 //! The PyTorch engine for a multi-GPU world: each trial starts `tools/dist_runner.py`
-//! (embedded, next to `torch_runner.py` which it imports) with one config, either under
+//! (FSDP2, DDP, torch-zero1) or `tools/ds_runner.py` (DeepSpeed ZeRO-1/2/3; DeepSpeed must
+//! be importable, checked before anything starts) — both embedded, next to
+//! `torch_runner.py` which they import — with one config, either under
 //! `torchrun` with one rank per GPU (real NCCL, every rank measured) or as one process,
 //! rank 0 of the world emulated on one GPU under PyTorch's fake process group. Every rank
 //! writes its record to `rank<R>.jsonl` in the trial's folder; the engine reads them all
@@ -15,10 +17,12 @@ use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 
 use super::engine::{Control, Engine, TrialJob, cancelled_trial};
+use super::py_import::{IMPORT_TIMEOUT, check_import};
 use super::torch::{RUNNER, SAMPLE_EVERY, TRIAL_TIMEOUT, TempDir, device_info, probe};
 use super::world::{
-    DIST_RUNNER, LaunchSpec, Runner, WorldResult, check_config, dist_config_line, launch,
-    parse_ranks, pick_mode, rank_file_name, runner_for,
+    DIST_RUNNER, DS_RUNNER, LaunchSpec, Runner, WorldResult, check_config,
+    deepspeed_missing_message, dist_config_line, launch, parse_ranks, pick_mode, rank_file_name,
+    runner_for,
 };
 use crate::gpu::nvml;
 use vramlab_core::plan::TrainConfig;
@@ -53,11 +57,23 @@ impl DistEngine {
         let python = python
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "python3".into());
+        if runner.deepspeed {
+            // Before the GPU probe: a Python without DeepSpeed is refused in words that
+            // say so, whatever else it lacks.
+            let mut ds_env = env.to_vec();
+            ds_env.push(("DS_ACCELERATOR".into(), "cuda".into()));
+            check_import(&python, &ds_env, "deepspeed", IMPORT_TIMEOUT)
+                .map_err(|detail| anyhow!(deepspeed_missing_message(&python, &detail)))?;
+        }
         let (_, gpus) = probe(&python, env)?;
         let world = cfg.distributed.world();
         let mode = pick_mode(world, gpus);
         let dir = TempDir::named("dist")?;
-        for (name, text) in [("torch_runner.py", RUNNER), ("dist_runner.py", DIST_RUNNER)] {
+        for (name, text) in [
+            ("torch_runner.py", RUNNER),
+            ("dist_runner.py", DIST_RUNNER),
+            ("ds_runner.py", DS_RUNNER),
+        ] {
             let p = dir.0.join(name);
             std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
         }
@@ -301,11 +317,14 @@ mod tests {
 
     const FAKE_PYTHON: &str = r#"#!/bin/sh
 case "$*" in
+  *"import deepspeed"*) [ -n "$FAKE_NO_DS" ] || exit 0
+    echo "ModuleNotFoundError: No module named 'deepspeed'" >&2; exit 1;;
   *" -c "*|"-c "*) echo "2.9.0 True ${FAKE_GPUS:-2}"; exit 0;;
   *--env*) echo '{"versions": {"device_name": "Fake GPU", "device_total_bytes": 1000}}'; exit 0;;
 esac
 out=""; prev=""
 for a in "$@"; do [ "$prev" = "--out-dir" ] && out="$a"; prev="$a"; done
+echo "$* DS_ACCELERATOR=$DS_ACCELERATOR" > "$out/argv.txt"
 case "$FAKE_WORLD" in
   ok) for r in 0 1; do echo "{\"rank\": $r, \"oom\": false, \"peak_allocated\": $((r + 1))000}" > "$out/rank$r.jsonl"; done;;
   crash) echo '{"rank": 0, "oom": false, "peak_allocated": 5}' > "$out/rank0.jsonl"; echo "rank 1 died" >&2; exit 1;;
@@ -324,11 +343,22 @@ esac
     /// The trial, and the pid the world's sleeper wrote (read before the engine's folder
     /// is removed).
     fn run_world(world: &str, gpus: &str, cancel_after: Option<Duration>) -> (Trial, String) {
+        let (t, pid, _) = run_world_of(Strategy::Fsdp2, world, gpus, cancel_after);
+        (t, pid)
+    }
+
+    /// `run_world` for `strategy`, also giving the command line the world was started with.
+    fn run_world_of(
+        strategy: Strategy,
+        world: &str,
+        gpus: &str,
+        cancel_after: Option<Duration>,
+    ) -> (Trial, String, String) {
         let tmp = TempDir::named("dist-test").expect("temp dir");
         let python = fake_python(&tmp.0);
         let preset = find_builtin("gpt2").expect("gpt2");
         let cfg = TrainConfig {
-            distributed: Distributed::new(2, Strategy::Fsdp2),
+            distributed: Distributed::new(2, strategy),
             ..TrainConfig::default()
         };
         let planner = Planner::new(&preset, &cfg).expect("planner");
@@ -359,7 +389,65 @@ esac
             engine.trial(&job, &mut ctl)
         });
         let pid = std::fs::read_to_string(engine.dir.0.join("trial0/sleeper.pid"));
-        (trial, pid.unwrap_or_default().trim().to_string())
+        let argv = std::fs::read_to_string(engine.dir.0.join("trial0/argv.txt"));
+        let embedded = std::fs::read_to_string(engine.dir.0.join("ds_runner.py"));
+        assert_eq!(embedded.ok().as_deref(), Some(DS_RUNNER));
+        (
+            trial,
+            pid.unwrap_or_default().trim().to_string(),
+            argv.unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn deepspeed_runs_ds_runner_under_torchrun_and_emulated() {
+        let (t, _, argv) = run_world_of(Strategy::Zero2, "ok", "2", None);
+        assert_eq!(t.outcome, Outcome::Ran, "{:?}", t.outcome);
+        assert_eq!(t.world.as_ref().map(|w| w.strategy.as_str()), Some("zero2"));
+        assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Torchrun));
+        assert_eq!(t.max_rank_allocated(), Some(Bytes(2000)));
+        assert!(
+            argv.contains("-m torch.distributed.run --standalone --nproc_per_node 2")
+                && argv.contains("/ds_runner.py measure ")
+                && argv.contains("DS_ACCELERATOR=cuda"),
+            "{argv}"
+        );
+        let (t, _, argv) = run_world_of(Strategy::Zero3, "ok", "1", None);
+        assert_eq!(t.world.as_ref().map(|w| w.mode), Some(WorldMode::Emulated));
+        assert!(
+            argv.starts_with("-u ") && argv.contains("/ds_runner.py measure "),
+            "{argv}"
+        );
+        // Emulated: one process, rank 0's file is the one read.
+        assert_eq!(t.ranks.len(), 1);
+        assert_eq!(t.peak_allocated, Some(Bytes(1000)));
+    }
+
+    #[test]
+    fn deepspeed_missing_from_the_python_is_refused_before_anything_runs() {
+        let tmp = TempDir::named("dist-test").expect("temp dir");
+        let python = fake_python(&tmp.0);
+        let cfg = TrainConfig {
+            distributed: Distributed::new(2, Strategy::Zero2),
+            ..TrainConfig::default()
+        };
+        let env = vec![("FAKE_NO_DS".to_string(), "1".to_string())];
+        let e = DistEngine::open(Some(python.clone()), 0, &env, &cfg)
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(
+            e.contains("DeepSpeed is not importable in")
+                && e.contains("No module named 'deepspeed'")
+                && e.contains("-m pip install deepspeed"),
+            "{e}"
+        );
+        // FSDP2 does not need DeepSpeed.
+        let fsdp = TrainConfig {
+            distributed: Distributed::new(2, Strategy::Fsdp2),
+            ..TrainConfig::default()
+        };
+        assert!(DistEngine::open(Some(python), 0, &env, &fsdp).is_ok());
     }
 
     #[test]

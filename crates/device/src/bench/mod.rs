@@ -1,7 +1,8 @@
 //! Bench: checks a plan on a real GPU. Engines behind one trait ([`engine::Engine`]):
 //! [`native`] runs the planned step as real device buffers and cuBLAS GEMMs through
 //! cudarc, [`torch`] runs the reference model in the user's PyTorch, [`dist`] runs a
-//! multi-GPU world of it (torchrun, or rank 0 emulated; the pure logic in [`world`]). `schedule` and `runner` are
+//! multi-GPU world of it (torchrun, or rank 0 emulated; `dist_runner.py` or DeepSpeed's
+//! `ds_runner.py`; the pure logic in [`world`], the import check in [`py_import`]). `schedule` and `runner` are
 //! pure logic (run records and sweep plans live in the core) (tested in CI without a GPU); `native`,
 //! `torch` and `profile` touch the device and explain clearly when they cannot.
 
@@ -10,6 +11,7 @@ pub mod dist;
 pub mod engine;
 pub mod native;
 pub mod profile;
+pub mod py_import;
 pub mod runner;
 pub mod schedule;
 pub mod torch;

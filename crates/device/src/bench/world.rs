@@ -1,9 +1,10 @@
 //! A multi-GPU world for the PyTorch engine, as pure logic (tested without a GPU): which
-//! runner measures a strategy ([`runner_for`], the seam where DeepSpeed plugs in), whether
-//! a configuration can run at all ([`check_config`]), how the world runs on this machine
-//! ([`pick_mode`]: `torchrun` with N GPUs, else rank 0 emulated), the command that starts
-//! it ([`launch`]), the config line ([`dist_config_line`]) and the per-rank result files
-//! turned into a trial ([`parse_ranks`]). `dist.rs` runs the processes.
+//! runner measures a strategy ([`runner_for`]: `dist_runner.py` for FSDP2 / DDP /
+//! torch-zero1, `ds_runner.py` for DeepSpeed's ZeRO-1/2/3), whether a configuration can run
+//! at all ([`check_config`]), how the world runs on this machine ([`pick_mode`]: `torchrun`
+//! with N GPUs, else rank 0 emulated), the command that starts it ([`launch`]), the config
+//! line ([`dist_config_line`]) and the per-rank result files turned into a trial
+//! ([`parse_ranks`]). `dist.rs` runs the processes.
 
 use std::path::Path;
 
@@ -12,6 +13,7 @@ use serde_json::{Value, json};
 
 use vramlab_core::model::Preset;
 use vramlab_core::plan::TrainConfig;
+use vramlab_core::plan::config::Optimizer;
 use vramlab_core::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
 use vramlab_core::record::{EngineKind, Outcome, RankPeak, Trial, WorldMode, WorldRun};
 use vramlab_core::units::Bytes;
@@ -20,6 +22,9 @@ use vramlab_core::units::Bytes;
 /// imports).
 pub const DIST_RUNNER: &str = include_str!("../../../../tools/dist_runner.py");
 
+/// The DeepSpeed runner, shipped next to the other two (it imports both).
+pub const DS_RUNNER: &str = include_str!("../../../../tools/ds_runner.py");
+
 /// The script that measures a strategy and its mode argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Runner {
@@ -27,29 +32,41 @@ pub struct Runner {
     pub script: &'static str,
     /// Its first argument.
     pub mode: &'static str,
+    /// Whether it runs DeepSpeed (which must be importable in the engine's Python).
+    pub deepspeed: bool,
 }
 
-/// Which runner measures `strategy`. DeepSpeed's stages need `tools/ds_runner.py`, not
-/// plugged in yet: this is the one place that maps a strategy to a runner.
+/// Which runner measures `strategy`: the one place that maps a strategy to a runner.
 pub fn runner_for(strategy: Strategy) -> Result<Runner, String> {
     let dist = |mode| {
         Ok(Runner {
             script: "dist_runner.py",
             mode,
+            deepspeed: false,
         })
     };
     match strategy {
         Strategy::Fsdp2 => dist("fsdp"),
         Strategy::Ddp => dist("ddp"),
         Strategy::TorchZero1 => dist("zero1"),
-        Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => Err(format!(
-            "strategy {s} runs under DeepSpeed, and the bench has no DeepSpeed runner yet \
-             (tools/ds_runner.py is not plugged in); bench fsdp2, ddp or torch-zero1, or plan \
-             {s} without running it",
-            s = strategy.as_str()
-        )),
+        Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => Ok(Runner {
+            script: "ds_runner.py",
+            mode: "measure",
+            deepspeed: true,
+        }),
         Strategy::None => Err("no strategy: one GPU runs with the single-GPU runner".into()),
     }
+}
+
+/// Why DeepSpeed cannot run in `python` (`detail`: the import's last message), and how to
+/// get it.
+pub fn deepspeed_missing_message(python: &str, detail: &str) -> String {
+    format!(
+        "DeepSpeed is not importable in `{python}` ({detail}); the bench runs zero1/zero2/zero3 \
+         with DeepSpeed in that Python. Install it there: `{python} -m pip install deepspeed` \
+         (DS_BUILD_OPS=0, the default, builds no CUDA ops: the runner needs none), or give \
+         --python a Python that has it"
+    )
 }
 
 /// Whether `engine` can run `cfg`'s world (no GPU needed); the error says what to do.
@@ -70,11 +87,25 @@ pub fn check_config(engine: EngineKind, cfg: &TrainConfig) -> Result<(), String>
     if d.nodes > 1 {
         return Err(multi_node_message(d, runner));
     }
-    if d.offload != Offload::None {
+    if d.offload != Offload::None && !runner.deepspeed {
         return Err(format!(
-            "--offload {}: the distributed runner does not offload to the CPU; bench without \
-             offload",
-            d.offload.as_str()
+            "--offload {}: the bench offloads to the CPU under DeepSpeed only (zero1/zero2/\
+             zero3); bench {} without offload",
+            d.offload.as_str(),
+            d.strategy.as_str()
+        ));
+    }
+    if d.offload == Offload::Params && d.strategy != Strategy::Zero3 {
+        return Err(format!(
+            "--offload params: DeepSpeed offloads parameters under zero3 only, not {}",
+            d.strategy.as_str()
+        ));
+    }
+    if runner.deepspeed && !matches!(cfg.optimizer, Optimizer::Adam | Optimizer::AdamW) {
+        return Err(format!(
+            "--optimizer {}: the DeepSpeed runner steps DeepSpeed's Adam / AdamW (the optimizer \
+             block of vramlab's DeepSpeed export); bench adam or adamw",
+            cfg.optimizer.as_str()
         ));
     }
     if !cfg.finetune.trains_everything() {
@@ -152,6 +183,10 @@ pub fn launch(s: &LaunchSpec<'_>) -> Launch {
         s.out_dir.display().to_string(),
     ];
     let mut env = vec![("PYTHONUNBUFFERED".to_string(), "1".to_string())];
+    if s.runner.deepspeed {
+        // DeepSpeed picks CUDA itself when torch sees a GPU; say so (no CPU op builders).
+        env.push(("DS_ACCELERATOR".to_string(), "cuda".to_string()));
+    }
     let (mut args, ranks) = match s.mode {
         WorldMode::Torchrun => (
             vec![
@@ -191,7 +226,13 @@ pub fn dist_config_line(
     let line = super::torch::config_line(preset, cfg, size, batch)?;
     let mut v: Value = serde_json::from_str(&line).context("the runner's config line")?;
     let d = &cfg.distributed;
-    v["gpus"] = json!(d.world());
+    // dist_runner.py reads `gpus` as the world (torchrun's WORLD_SIZE); ds_runner.py, like
+    // the measured rows (`vramlab validate`), as GPUs per node, the world gpus × nodes.
+    v["gpus"] = if d.strategy.is_deepspeed() {
+        json!(d.gpus_per_node)
+    } else {
+        json!(d.world())
+    };
     v["nodes"] = json!(d.nodes);
     v["strategy"] = json!(d.strategy.as_str());
     if d.strategy == Strategy::Fsdp2 {
@@ -205,7 +246,36 @@ pub fn dist_config_line(
         v["bucket_cap_mb"] = json!(d.bucket_cap_mb);
         v["gradient_as_bucket_view"] = json!(d.gradient_as_bucket_view);
     }
+    if d.strategy.is_deepspeed() {
+        deepspeed_keys(d, &mut v);
+    }
     Ok(v.to_string())
+}
+
+/// DeepSpeed's knobs as `ds_runner.py` reads them (it builds the `zero_optimization` block
+/// `vramlab export --format deepspeed` writes); an absent optional knob is DeepSpeed's
+/// default there too.
+fn deepspeed_keys(d: &Distributed, v: &mut Value) {
+    v["offload"] = match d.offload {
+        Offload::None => Value::Null,
+        o => json!(o.as_str()),
+    };
+    v["reduce_bucket_size"] = json!(d.zero_bucket_elems);
+    v["contiguous_gradients"] = json!(d.contiguous_gradients);
+    if let Some(a) = d.allgather_bucket_elems {
+        v["allgather_bucket_size"] = json!(a);
+    }
+    if let Some(o) = d.overlap_comm {
+        v["overlap_comm"] = json!(o);
+    }
+    if d.strategy == Strategy::Zero3 {
+        v["stage3_prefetch_bucket_size"] = json!(d.prefetch_elems);
+        v["stage3_max_live_parameters"] = json!(d.max_live_params);
+        v["stage3_param_persistence_threshold"] = json!(d.persistence_threshold);
+        if let Some(r) = d.max_reuse_distance {
+            v["stage3_max_reuse_distance"] = json!(r);
+        }
+    }
 }
 
 /// The name of rank `rank`'s result file under the trial's folder (`dist_runner.py`
@@ -376,17 +446,73 @@ mod tests {
     }
 
     #[test]
-    fn strategies_map_to_runners_and_deepspeed_is_refused() {
+    fn strategies_map_to_runners() {
         assert_eq!(runner_for(Strategy::Fsdp2).map(|r| r.mode), Ok("fsdp"));
         assert_eq!(runner_for(Strategy::Ddp).map(|r| r.mode), Ok("ddp"));
         assert_eq!(
             runner_for(Strategy::TorchZero1).map(|r| r.mode),
             Ok("zero1")
         );
-        for s in [Strategy::Zero1, Strategy::Zero2, Strategy::Zero3] {
-            let e = runner_for(s).expect_err("DeepSpeed");
-            assert!(e.contains("DeepSpeed") && e.contains(s.as_str()), "{e}");
+        for s in [Strategy::Fsdp2, Strategy::Ddp, Strategy::TorchZero1] {
+            let r = runner_for(s).expect("torch");
+            assert_eq!((r.script, r.deepspeed), ("dist_runner.py", false));
         }
+        for s in [Strategy::Zero1, Strategy::Zero2, Strategy::Zero3] {
+            assert_eq!(
+                runner_for(s),
+                Ok(Runner {
+                    script: "ds_runner.py",
+                    mode: "measure",
+                    deepspeed: true
+                })
+            );
+        }
+        assert!(runner_for(Strategy::None).is_err());
+        // The embedded runner is the one that writes rank files under torchrun.
+        assert!(DS_RUNNER.contains("--out-dir") && DS_RUNNER.contains("init_distributed"));
+    }
+
+    #[test]
+    fn deepspeed_worlds_are_checked_and_may_offload() {
+        for s in [Strategy::Zero1, Strategy::Zero2, Strategy::Zero3] {
+            assert_eq!(check_config(EngineKind::Torch, &cfg(2, s)), Ok(()));
+            let mut off = cfg(2, s);
+            off.distributed.offload = Offload::Optimizer;
+            assert_eq!(check_config(EngineKind::Torch, &off), Ok(()), "{s}");
+        }
+        let mut params = cfg(2, Strategy::Zero3);
+        params.distributed.offload = Offload::Params;
+        assert_eq!(check_config(EngineKind::Torch, &params), Ok(()));
+        params.distributed.strategy = Strategy::Zero2;
+        let e = check_config(EngineKind::Torch, &params).expect_err("params under zero2");
+        assert!(e.contains("--offload params") && e.contains("zero2"), "{e}");
+        let mut sgd = cfg(2, Strategy::Zero2);
+        sgd.optimizer = Optimizer::Sgd;
+        let e = check_config(EngineKind::Torch, &sgd).expect_err("sgd");
+        assert!(e.contains("--optimizer sgd") && e.contains("adamw"), "{e}");
+        // The other refusals stand for DeepSpeed too.
+        let mut multi = cfg(4, Strategy::Zero3);
+        multi.distributed.nodes = 2;
+        let e = check_config(EngineKind::Torch, &multi).expect_err("multi-node");
+        assert!(e.contains("tools/ds_runner.py measure CONFIG.jsonl"), "{e}");
+        // Its config line: 2 nodes × 4 GPUs, the world gpus × nodes as ds_runner reads it.
+        let preset = vramlab_core::model::preset::find_builtin("gpt2").expect("gpt2");
+        let v: Value =
+            serde_json::from_str(&dist_config_line(&preset, &multi, 128, 1).expect("line"))
+                .expect("json");
+        assert_eq!(
+            (v["gpus"].as_u64(), v["nodes"].as_u64()),
+            (Some(4), Some(2))
+        );
+        let e = check_config(EngineKind::Native, &cfg(2, Strategy::Zero1)).expect_err("native");
+        assert!(e.contains("--engine torch"), "{e}");
+        let m = deepspeed_missing_message("/venv/bin/python", "No module named 'deepspeed'");
+        assert!(
+            m.contains("DeepSpeed is not importable in `/venv/bin/python`")
+                && m.contains("/venv/bin/python -m pip install deepspeed")
+                && m.contains("DS_BUILD_OPS=0"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -414,13 +540,11 @@ mod tests {
         assert!(e.contains("--gpus 8"), "{e}");
         let mut off = cfg(4, Strategy::Fsdp2);
         off.distributed.offload = Offload::Optimizer;
+        let e = check_config(EngineKind::Torch, &off).expect_err("offload");
         assert!(
-            check_config(EngineKind::Torch, &off)
-                .expect_err("offload")
-                .contains("--offload optimizer")
+            e.contains("--offload optimizer") && e.contains("DeepSpeed only"),
+            "{e}"
         );
-        let e = check_config(EngineKind::Torch, &cfg(4, Strategy::Zero3)).expect_err("zero3");
-        assert!(e.contains("DeepSpeed"), "{e}");
     }
 
     #[test]
@@ -446,6 +570,7 @@ mod tests {
             runner: Runner {
                 script: "dist_runner.py",
                 mode: "fsdp",
+                deepspeed: false,
             },
             scripts: &scripts,
             config: &config,
@@ -487,6 +612,131 @@ mod tests {
         assert!(
             e.env
                 .contains(&("CUDA_VISIBLE_DEVICES".to_string(), "2".to_string()))
+        );
+    }
+
+    #[test]
+    fn deepspeed_launches_ds_runner_in_both_modes() {
+        let (scripts, config, out) = (
+            PathBuf::from("/t"),
+            PathBuf::from("/t/c.jsonl"),
+            PathBuf::from("/t/o"),
+        );
+        let runner = runner_for(Strategy::Zero2).expect("zero2");
+        let spec = |mode| LaunchSpec {
+            python: "/venv/py",
+            mode,
+            world: 2,
+            runner,
+            scripts: &scripts,
+            config: &config,
+            out_dir: &out,
+            device_index: 1,
+        };
+        let t = launch(&spec(WorldMode::Torchrun));
+        assert_eq!(t.program, "/venv/py");
+        assert_eq!(
+            t.args,
+            [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                "/t/ds_runner.py",
+                "measure",
+                "/t/c.jsonl",
+                "--out-dir",
+                "/t/o"
+            ]
+        );
+        assert_eq!(t.ranks, 2);
+        let ds = ("DS_ACCELERATOR".to_string(), "cuda".to_string());
+        assert!(t.env.contains(&ds), "{:?}", t.env);
+        assert!(!t.env.iter().any(|(k, _)| k == "CUDA_VISIBLE_DEVICES"));
+        let e = launch(&spec(WorldMode::Emulated));
+        assert_eq!(
+            e.args,
+            [
+                "-u",
+                "/t/ds_runner.py",
+                "measure",
+                "/t/c.jsonl",
+                "--out-dir",
+                "/t/o"
+            ]
+        );
+        assert_eq!(e.ranks, 1);
+        assert!(e.env.contains(&ds));
+        assert!(
+            e.env
+                .contains(&("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string()))
+        );
+    }
+
+    #[test]
+    fn the_deepspeed_config_line_carries_the_zero_knobs() {
+        let preset = find_builtin("gpt2").expect("gpt2");
+        let line = |c: &TrainConfig| -> Value {
+            serde_json::from_str(&dist_config_line(&preset, c, 128, 8).expect("line"))
+                .expect("json")
+        };
+        let v = line(&cfg(2, Strategy::Zero2));
+        assert_eq!(v["strategy"], "zero2");
+        assert_eq!(v["gpus"], 2);
+        assert_eq!(v["offload"], Value::Null);
+        assert_eq!(v["reduce_bucket_size"], 500_000_000);
+        assert_eq!(v["contiguous_gradients"], true);
+        // Absent: DeepSpeed's defaults (overlap_comm False for stage 1/2).
+        assert!(v.get("overlap_comm").is_none() && v.get("allgather_bucket_size").is_none());
+        assert!(v.get("stage3_max_live_parameters").is_none());
+        assert!(v.get("bucket_cap_mb").is_none() && v.get("fsdp_mixed_precision").is_none());
+        let mut c = cfg(4, Strategy::Zero3);
+        c.distributed.offload = Offload::Params;
+        c.distributed.overlap_comm = Some(false);
+        c.distributed.max_reuse_distance = Some(123);
+        c.distributed.prefetch_elems = 7;
+        let v = line(&c);
+        assert_eq!(v["offload"], "params");
+        assert_eq!(v["overlap_comm"], false);
+        assert_eq!(v["stage3_prefetch_bucket_size"], 7);
+        assert_eq!(v["stage3_max_live_parameters"], 1_000_000_000);
+        assert_eq!(v["stage3_param_persistence_threshold"], 100_000);
+        assert_eq!(v["stage3_max_reuse_distance"], 123);
+    }
+
+    /// A record `ds_runner.py` writes (the fields the bench reads, plus DeepSpeed's own).
+    #[test]
+    fn a_ds_runner_record_parses_like_the_others() {
+        let rec = "{\"index\": 0, \"rank\": 0, \"world_size\": 2, \"world_mode\": \"emulated\", \
+                   \"strategy\": \"zero2\", \"zero_stage\": 2, \"ds_optimizer\": \"DeepSpeedZeroOptimizer\", \
+                   \"ds_config\": {\"zero_optimization\": {\"stage\": 2}}, \"oom\": false, \
+                   \"peak_allocated\": 2000, \"peak_reserved\": 3000, \"nvml_process_bytes\": null, \
+                   \"step_ms\": 40.25, \"host_rss_delta_bytes\": 123, \
+                   \"versions\": {\"deepspeed\": \"0.19.8\"}}\n";
+        let t = parse(&[(0, Some(rec.into()))]);
+        assert_eq!(t.outcome, Outcome::Ran, "{:?}", t.outcome);
+        assert_eq!(t.peak_allocated, Some(Bytes(2000)));
+        assert_eq!(t.peak_reserved, Some(Bytes(3000)));
+        assert_eq!(t.process_bytes, None);
+        assert_eq!(t.step_ms, Some(40.25));
+        let oom = "{\"index\": 0, \"rank\": 1, \"world_mode\": \"torchrun\", \"oom\": true, \
+                   \"message\": \"CUDA out of memory. Tried to allocate 2.00 GiB\", \
+                   \"peak_allocated_before_oom\": 9000, \"peak_reserved_before_oom\": 9500}\n";
+        let t = parse(&[(0, Some(rec.into())), (1, Some(oom.into()))]);
+        assert!(
+            matches!(&t.outcome, Outcome::Oom { message } if message.starts_with("rank 1: CUDA out of memory")),
+            "{:?}",
+            t.outcome
+        );
+        assert_eq!(t.ranks[1].peak_reserved, Some(Bytes(9500)));
+        let err = "{\"index\": 0, \"rank\": 0, \"oom\": false, \
+                   \"error\": \"ValueError: optimizer 'sgd': the runner uses DeepSpeed's Adam / AdamW\"}\n";
+        let t = parse(&[(0, Some(err.into()))]);
+        assert!(
+            matches!(&t.outcome, Outcome::Error { message } if message.starts_with("rank 0: ValueError")),
+            "{:?}",
+            t.outcome
         );
     }
 
