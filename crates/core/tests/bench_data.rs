@@ -173,3 +173,34 @@ fn distributed_bench_runs_report_their_ranks_and_match_the_plan() {
         assert!(ran > 0, "{name}: a trial ran");
     }
 }
+
+/// `vramlab bench --gpus N --strategy zero2|zero3` through `tools/ds_runner.py` on the H200
+/// (session 10, DeepSpeed 0.19.8): ZeRO-2 ×2 and ZeRO-3 ×4 as rank 0 emulated, ZeRO-2 ×1
+/// under torchrun with NCCL. Each trial ran, says how its world ran and reports rank 0
+/// (how close the DeepSpeed plans are is asserted over `distributed_deepspeed*.jsonl`).
+#[test]
+fn deepspeed_bench_runs_report_rank_0() {
+    use vramlab_core::record::WorldMode;
+    for (name, world, mode) in [
+        ("gpt2-torch-zero2_w2", 2, WorldMode::Emulated),
+        ("gpt2-torch-zero3_w4", 4, WorldMode::Emulated),
+        ("gpt2-torch-zero2_w1_torchrun", 1, WorldMode::Torchrun),
+    ] {
+        let run = load(name);
+        assert_eq!(run.config.distributed.world(), world, "{name}");
+        assert!(!run.trials.is_empty(), "{name}");
+        for t in &run.trials {
+            assert!(t.outcome.ran(), "{name} b={}", t.batch);
+            let w = t
+                .world
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name}: no world"));
+            assert_eq!((w.size, w.mode), (world, mode), "{name}");
+            let r0 = t.ranks.iter().find(|r| r.rank == 0).expect("rank 0");
+            assert_eq!(
+                r0.peak_allocated, t.peak_allocated,
+                "{name}: headline is rank 0's"
+            );
+        }
+    }
+}
