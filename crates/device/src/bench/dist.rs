@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
@@ -299,10 +299,32 @@ impl Engine for DistEngine {
         trial.world = Some(self.world_run());
         trial.timeline = samples;
         trial.baseline_before = baseline;
-        trial.baseline_after = nvml::device_used(device);
+        trial.baseline_after = settled_used(device, baseline);
         trial
     }
 }
+
+/// The device's used memory once the world's processes are gone: the driver tears a CUDA
+/// context down shortly after its process exits, so an immediate reading can still hold it
+/// (seen on the H200: 1.6 GiB above the baseline right after a rank exited). Polls for up to
+/// [`SETTLE`] until the reading is back at `baseline`, then returns the last reading.
+fn settled_used(device: u32, baseline: Option<Bytes>) -> Option<Bytes> {
+    let start = Instant::now();
+    loop {
+        let now = nvml::device_used(device);
+        let back = match (now, baseline) {
+            (Some(n), Some(b)) => n.0 <= b.0,
+            _ => true,
+        };
+        if back || start.elapsed() >= SETTLE {
+            return now;
+        }
+        std::thread::sleep(SAMPLE_EVERY);
+    }
+}
+
+/// Longest wait for the device memory of an exited world to come back.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// The process handling without a GPU: a fake `python` answers the probes and plays the
 /// world (ranks that write, a rank that dies, a world that hangs until Cancel).
