@@ -33,6 +33,7 @@
 
 use super::Sim;
 use super::ds_fetch::{Coordinator, Trace};
+use super::ds_zero::DsZero;
 use crate::model::ir::Graph;
 use crate::plan::config::DType;
 use crate::plan::distributed::{Distributed, Offload, Strategy, torch_zero1_owned};
@@ -66,8 +67,8 @@ pub(super) struct DistSim {
     pub(super) offload_params: bool,
     /// DDP with `gradient_as_bucket_view`: gradients live in the buckets.
     pub(super) grads_in_buckets: bool,
-    /// ZeRO-2: full gradients are reduced through the bucket and dropped.
-    pub(super) grads_dropped: bool,
+    /// DeepSpeed ZeRO-1/2/3: the optimizer's model states and gradient path.
+    pub(super) zero: Option<DsZero>,
     /// PyTorch's ZeRO-1: the parameters whose optimizer state this rank (0) holds.
     pub(super) owned: Option<Vec<bool>>,
     /// DDP's reducer buckets (buffer id, bytes).
@@ -183,7 +184,7 @@ impl DistSim {
             offload_state: d.offload != Offload::None,
             offload_params: d.offload == Offload::Params,
             grads_in_buckets: d.strategy.uses_ddp() && d.gradient_as_bucket_view,
-            grads_dropped: d.strategy == Strategy::Zero2,
+            zero: DsZero::new(g, d, policy),
             owned,
             ddp_buckets: Vec::new(),
             ds_bufs: if ds.is_some() {
@@ -378,6 +379,10 @@ impl Sim<'_> {
             return;
         }
         self.reshard(u);
+        if self.dist.zero.is_some() {
+            // ZeRO-3: each gradient went to the IPG bucket when it was ready.
+            return;
+        }
         let params = self.dist.unit_params[u].clone();
         let with_grad: Vec<usize> = params
             .iter()
@@ -417,6 +422,7 @@ impl Sim<'_> {
 
     /// The end of backward: the root's post-backward, the last reduce-scatter waited for.
     pub(super) fn finish_backward(&mut self) {
+        self.ds_epilogue();
         if !self.dist.units {
             return;
         }
@@ -455,24 +461,13 @@ impl Sim<'_> {
         }
     }
 
-    /// Buffers a strategy creates with the model: DDP's reducer buckets, DeepSpeed's IPG
-    /// reduce buckets and ZeRO-2's partitioned gradients.
+    /// Buffers a strategy creates with the model: DDP's reducer buckets, DeepSpeed's
+    /// optimizer buffers ([`super::ds_zero`]).
     pub(super) fn setup_buffers(&mut self) {
         let g = self.g;
-        let d = self.cfg.distributed;
-        if d.ipg_buffers() > 0 {
-            let dt = if self.policy.is_empty() {
-                DType::F32
-            } else {
-                self.policy.state(0).storage
-            };
-            for _ in 0..d.ipg_buffers() {
-                let bytes = d.zero_bucket_elems.saturating_mul(dt.size());
-                self.alloc(0, bytes, Category::Communication, 1);
-            }
-        }
-        match self.dist.strategy {
-            Strategy::Ddp | Strategy::TorchZero1 => {
+        self.ds_setup();
+        if self.dist.strategy.uses_ddp() {
+            {
                 let cap = self.cfg.distributed.bucket_cap_mb.saturating_mul(1 << 20);
                 let mut limit = DDP_FIRST_BUCKET;
                 let mut size = 0u64;
@@ -493,21 +488,6 @@ impl Sim<'_> {
                     self.dist.ddp_buckets.push((b, size));
                 }
             }
-            Strategy::Zero2 => {
-                let total: u64 = (0..g.params.len())
-                    .filter(|&p| self.policy.trainable(p))
-                    .map(|p| g.params[p].elems)
-                    .sum();
-                let dt = if self.policy.is_empty() {
-                    DType::F32
-                } else {
-                    self.policy.state(0).storage
-                };
-                // `grads_in_partition` (stage_1_and_2.py:2192): this rank's gradients.
-                let shard = self.dist.grad_shard.unwrap_or(Shard::WHOLE);
-                self.alloc(0, shard.of(total * dt.size()), Category::Gradients, 1);
-            }
-            _ => {}
         }
     }
 }
