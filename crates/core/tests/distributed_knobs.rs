@@ -26,9 +26,14 @@ fn zero(world: u32, st: Strategy, f: impl FnOnce(&mut Distributed)) -> Distribut
     d
 }
 
-/// `setup_buckets` (runtime/zero/stage_1_and_2.py:3260-3278): with `contiguous_gradients`
+/// `setup_buckets` (runtime/zero/stage_1_and_2.py:3256-3280): with `contiguous_gradients`
 /// one IPG buffer of `reduce_bucket_size` elements in the 16-bit gradient dtype, a second
-/// with `overlap_comm`. bf16, 5e8 elements: 1e9 bytes each, held from the first backward.
+/// with `overlap_comm`. bf16, 5e8 elements: 1e9 bytes each, allocated by the first
+/// gradient hook of a backward and freed by its epilogue (`_release_ipg_buffers`), so
+/// live at the peak of a small step (GPT-2, batch 1, sequence 64). With `overlap_comm`
+/// stage 1 also moves each gradient into the bucket as it is ready (`process_gradients`),
+/// so the second buffer adds less than its size to the peak; without
+/// `contiguous_gradients` there is no buffer and the gradients stay autograd's.
 #[test]
 fn stage_1_and_2_ipg_buffers() {
     for st in [Strategy::Zero1, Strategy::Zero2] {
@@ -50,16 +55,15 @@ fn stage_1_and_2_ipg_buffers() {
         assert_eq!(comm(&overlap), 2_000_000_000, "{st}");
         assert_eq!(comm(&none), 0, "{st}");
         assert_eq!(comm(&small), 200_000_000, "{st}");
-        assert_eq!(
-            overlap.peak_allocated_bytes.0 - base.peak_allocated_bytes.0,
-            1_000_000_000,
-            "{st}"
-        );
-        assert_eq!(
-            base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0,
-            1_000_000_000,
-            "{st}"
-        );
+        let grow = overlap.peak_allocated_bytes.0 - base.peak_allocated_bytes.0;
+        if st == Strategy::Zero2 {
+            // Stage 2 moves gradients as they come either way: the second buffer adds its size.
+            assert_eq!(grow, 1_000_000_000, "{st}");
+        } else {
+            assert!(grow > 0 && grow < 1_000_000_000, "{st}: {grow}");
+        }
+        let saved = base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0;
+        assert!(saved > 0 && saved <= 1_000_000_000, "{st}: {saved}");
     }
 }
 

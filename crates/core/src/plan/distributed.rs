@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::PlanError;
-use super::config::DType;
+use super::config::{DType, Precision};
 use super::policy::Shard;
 use crate::units::Bytes;
 
@@ -482,6 +482,20 @@ impl Distributed {
             Strategy::Zero1 | Strategy::Zero2 => 1 + u64::from(self.overlap_comm_effective()),
             Strategy::Zero3 => 1,
             _ => 0,
+        }
+    }
+
+    /// The precision the module trains in. DeepSpeed's `bf16` / `fp16` blocks (what the
+    /// DeepSpeed export writes for `amp-bf16` / `amp-fp16`) hold the module itself in 16
+    /// bits, with no autocast and fp32 only in the optimizer's master partition
+    /// (`engine.py` `_configure_zero_optimizer`; `tools/ds_runner.py` casts the model as
+    /// DeepSpeed expects): planned as `bf16` (fp16 takes the same bytes). Others: `p`.
+    pub fn module_precision(&self, p: Precision) -> Precision {
+        match p {
+            Precision::AmpBf16 | Precision::AmpFp16 if self.strategy.is_deepspeed() => {
+                Precision::Bf16
+            }
+            _ => p,
         }
     }
 

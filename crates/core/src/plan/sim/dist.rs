@@ -61,7 +61,6 @@ pub(super) struct DistSim {
     rs_pending: Option<u32>,
     /// The sharded gradients of each unit (one flat reduce-scatter output).
     sharded_grad: Vec<Option<u32>>,
-    pub(super) grad_shard: Option<Shard>,
     pub(super) state_shard: Option<Shard>,
     pub(super) offload_state: bool,
     pub(super) offload_params: bool,
@@ -179,7 +178,6 @@ impl DistSim {
             live: vec![Vec::new(); blocks + 1],
             rs_pending: None,
             sharded_grad: vec![None; blocks + 1],
-            grad_shard: (sh.grads != Shard::WHOLE).then_some(sh.grads),
             state_shard: (sh.state != Shard::WHOLE && owned.is_none()).then_some(sh.state),
             offload_state: d.offload != Offload::None,
             offload_params: d.offload == Offload::Params,

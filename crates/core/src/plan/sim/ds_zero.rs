@@ -79,6 +79,9 @@ pub(super) struct DsZero {
     bucket_params: Vec<usize>,
     bucket_used: u64,
     grads_in_partition: Option<u32>,
+    /// Without `contiguous_gradients`: autograd's gradients of the partition's parameters,
+    /// held by `averaged_gradients` until the step.
+    held: Vec<u32>,
 }
 
 impl DsZero {
@@ -136,6 +139,7 @@ impl DsZero {
             bucket_params: Vec::new(),
             bucket_used: 0,
             grads_in_partition: None,
+            held: Vec::new(),
         })
     }
 
@@ -214,10 +218,14 @@ impl Sim<'_> {
         let Some(z) = self.dist.zero.as_ref() else {
             return;
         };
+        let contiguous = z.contiguous;
         if z.bucket_used + elems > z.bucket {
             self.ds_reduce_bucket();
         }
-        if let Some(b) = self.param_grad[p].take() {
+        // Without `contiguous_gradients` the bucket lists autograd's tensor instead.
+        if contiguous
+            && let Some(b) = self.param_grad[p].take()
+        {
             self.release(b);
         }
         if let Some(z) = self.dist.zero.as_mut() {
@@ -238,7 +246,7 @@ impl Sim<'_> {
         if params.is_empty() {
             return;
         }
-        let (stage, dt, world) = (z.stage, z.dtype, z.world);
+        let (stage, dt, world, contiguous) = (z.stage, z.dtype, z.world, z.contiguous);
         if stage == 3 {
             let padded: u64 = params
                 .iter()
@@ -246,6 +254,31 @@ impl Sim<'_> {
                 .sum();
             let b = self.alloc(0, padded * dt.size(), Category::Communication, 1);
             self.release(b);
+            for &p in &params {
+                if let Some(b) = self.param_grad[p].take() {
+                    self.release(b);
+                }
+            }
+            return;
+        }
+        if !contiguous {
+            // The reduced gradients stay autograd's: the partition's are kept for the step
+            // (`averaged_gradients`), the others dropped.
+            let inside: Vec<bool> = params
+                .iter()
+                .map(|&p| z.in_partition.get(p).copied().unwrap_or(false))
+                .collect();
+            for (&p, inside) in params.iter().zip(inside) {
+                if let Some(b) = self.param_grad[p].take() {
+                    if inside {
+                        if let Some(z) = self.dist.zero.as_mut() {
+                            z.held.push(b);
+                        }
+                    } else {
+                        self.release(b);
+                    }
+                }
+            }
             return;
         }
         // Offloaded: the partition's gradients go to the CPU's fp32 buffer.
