@@ -138,7 +138,10 @@ fn deepspeed_phases_within_three_quarters_of_a_percent() {
             let meas = v[key].as_u64().unwrap_or_else(|| panic!("{key}")) as f64;
             let err = (planned as f64 - meas) / peak;
             line.push_str(&format!("  {name} {:+.2} %", 100.0 * err));
-            assert!(err.abs() <= limit, "{line}: {name} planned {planned}, measured {meas}");
+            assert!(
+                err.abs() <= limit,
+                "{line}: {name} planned {planned}, measured {meas}"
+            );
             if !known {
                 worst = worst.max(err.abs());
             }
@@ -176,7 +179,10 @@ fn deepspeed_per_rank_within_targets() {
         "zero1×2", "zero1×8", "zero2×4", "zero2×8", "zero3×2", "zero3×4", "zero3×8", " fp32 ",
         " ckpt ", "accum2",
     ] {
-        assert!(rows.iter().any(|r| r.config.contains(needle)), "no {needle} row");
+        assert!(
+            rows.iter().any(|r| r.config.contains(needle)),
+            "no {needle} row"
+        );
     }
     assert!(ms.iter().any(|m| m.offload.is_some()), "no offload row");
     let alloc_median = median_abs(rows.iter().map(|r| r.allocated_error()));
@@ -187,5 +193,8 @@ fn deepspeed_per_rank_within_targets() {
     );
     assert!(alloc_median <= 0.3, "allocated median {alloc_median:.2} %");
     assert!(alloc_worst <= 2.0, "allocated worst {alloc_worst:.2} %");
-    assert!(reserved_median <= 4.5, "reserved median {reserved_median:.2} %");
+    assert!(
+        reserved_median <= 4.5,
+        "reserved median {reserved_median:.2} %"
+    );
 }

@@ -470,10 +470,10 @@ impl Distributed {
 
     /// How many IPG (reduce bucket) buffers of `reduce_bucket_size` elements, in the
     /// gradient dtype, DeepSpeed allocates on each rank. Stages 1/2
-    /// (`runtime/zero/stage_1_and_2.py:3260-3278`, `setup_buckets`): one when
-    /// `contiguous_gradients`, a second when `overlap_comm` too ("double buffers"); stage 3
-    /// (`runtime/zero/stage3.py:780-784`): one when `contiguous_gradients`. Other
-    /// strategies: none.
+    /// (`runtime/zero/stage_1_and_2.py:3256-3280`, `setup_buckets`, at the first gradient of
+    /// each backward, freed by its epilogue): one when `contiguous_gradients`, a second when
+    /// `overlap_comm` too ("double buffers"); stage 3 (`runtime/zero/stage3.py:780-784`, at
+    /// initialisation, kept): one when `contiguous_gradients`. Other strategies: none.
     pub fn ipg_buffers(&self) -> u64 {
         if !self.contiguous_gradients {
             return 0;

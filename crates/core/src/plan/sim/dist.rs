@@ -17,19 +17,18 @@
 //!   and freed under accumulation). The root's post-backward comes last; the last
 //!   reduce-scatter input is freed at the end of backward.
 //!
-//! ZeRO-3 reduces gradients with the same unit walk; its parameters are gathered and released
-//! per module call by DeepSpeed's coordinator ([`super::ds_fetch`]: prefetch, max live
-//! parameters, reuse distance), each gather a flat all-gather output (world × the shards,
-//! one buffer per parameter when it gathers one) and a copy per parameter, all on the
-//! all-gather stream. DDP adds the reducer's buckets at
-//! construction (`bucket_cap_mb`, the first bucket 1 MiB, in reverse parameter order);
-//! with `gradient_as_bucket_view` the gradients are views into them. PyTorch's ZeRO-1 is
-//! DDP whose optimizer state exists for this rank's own parameters only
-//! ([`torch_zero1_owned`]). DeepSpeed ZeRO-1/2 partition the optimizer state (and, stage 2,
-//! the gradients, into a contiguous partition) and hold the IPG reduce buckets
-//! ([`Distributed::ipg_buffers`]); ZeRO-3's parameters of at most
-//! `stage3_param_persistence_threshold` elements are whole on every rank and outside the
-//! unit walk (their gradients stay whole too: a few small tensors).
+//! ZeRO-3 walks the same units; its parameters are gathered and released per module call by
+//! DeepSpeed's coordinator ([`super::ds_fetch`]: prefetch, max live parameters, reuse
+//! distance), each gather a flat all-gather output (world × the shards, one buffer per
+//! parameter when it gathers one) and a copy per parameter, all on the all-gather stream;
+//! its gradients take DeepSpeed's path, not the unit's reduce-scatter. DDP adds the
+//! reducer's buckets at construction (`bucket_cap_mb`, the first bucket 1 MiB, in reverse
+//! parameter order); with `gradient_as_bucket_view` the gradients are views into them.
+//! PyTorch's ZeRO-1 is DDP whose optimizer state exists for this rank's own parameters only
+//! ([`torch_zero1_owned`]). DeepSpeed's ZeRO-1/2/3 optimizers (fp32 master partition, IPG
+//! buckets, gradient partitions, each gradient's hook) are [`super::ds_zero`]'s; ZeRO-3's
+//! parameters of at most `stage3_param_persistence_threshold` elements are whole on every
+//! rank and outside the unit walk.
 
 use super::Sim;
 use super::ds_fetch::{Coordinator, Trace};

@@ -218,14 +218,13 @@ impl Sim<'_> {
         let Some(z) = self.dist.zero.as_ref() else {
             return;
         };
-        let contiguous = z.contiguous;
+        // A gradient larger than the bucket, and every gradient without
+        // `contiguous_gradients`, stays autograd's tensor until the bucket is reduced.
+        let copied = z.contiguous && elems <= z.bucket;
         if z.bucket_used + elems > z.bucket {
             self.ds_reduce_bucket();
         }
-        // Without `contiguous_gradients` the bucket lists autograd's tensor instead.
-        if contiguous
-            && let Some(b) = self.param_grad[p].take()
-        {
+        if copied && let Some(b) = self.param_grad[p].take() {
             self.release(b);
         }
         if let Some(z) = self.dist.zero.as_mut() {
@@ -292,6 +291,12 @@ impl Sim<'_> {
             let b = self.alloc(0, bytes, Category::Gradients, 1);
             if let Some(z) = self.dist.zero.as_mut() {
                 z.grads_in_partition = Some(b);
+            }
+        }
+        // An oversized gradient reduced in place: copied into the partition or dropped.
+        for &p in &params {
+            if let Some(b) = self.param_grad[p].take() {
+                self.release(b);
             }
         }
     }
