@@ -68,7 +68,10 @@ fn stage_1_and_2_ipg_buffers() {
 }
 
 /// Stage 3 allocates one IPG buffer when `contiguous_gradients`, `overlap_comm` or not
-/// (runtime/zero/stage3.py:780-784): fp32, 5e8 elements = 2e9 bytes.
+/// (runtime/zero/stage3.py:780-784): fp32, 5e8 elements = 2e9 bytes, kept from
+/// `deepspeed.initialize` on. Without it the gradients wait as autograd's tensors for the
+/// bucket's reduce-scatter (`__add_grad_to_ipg_bucket` copies nothing), so the peak drops by
+/// less than the buffer.
 #[test]
 fn stage3_ipg_buffer_ignores_overlap() {
     let base = plan(Precision::Fp32, Distributed::new(4, Strategy::Zero3));
@@ -81,10 +84,11 @@ fn stage3_ipg_buffer_ignores_overlap() {
         zero(4, Strategy::Zero3, |d| d.contiguous_gradients = false),
     );
     assert_eq!(base.peak_allocated_bytes, no_overlap.peak_allocated_bytes);
-    assert_eq!(
-        base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0,
-        2_000_000_000
-    );
+    let comm = |p: &Plan| p.category_bytes(Category::Communication).0;
+    assert!(comm(&base) >= 2_000_000_000, "{}", comm(&base));
+    assert!(comm(&none) < 2_000_000_000, "{}", comm(&none));
+    let saved = base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0;
+    assert!(saved > 0 && saved <= 2_000_000_000, "{saved}");
 }
 
 /// `ds_persist` when `ds_numel <= param_persistence_threshold`
