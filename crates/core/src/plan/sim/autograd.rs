@@ -359,8 +359,9 @@ impl Sim<'_> {
             } else {
                 self.policy.bytes(p, g.params[p].elems)
             };
-            // The unit's post-backward takes the unsharded gradients of every micro-step.
-            let first_micro = first_micro || self.dist.units;
+            // The unit's post-backward takes the unsharded gradients of every micro-step;
+            // DeepSpeed's epilogue leaves no `.grad` between micro-steps.
+            let first_micro = first_micro || self.dist.units || self.dist.zero.is_some();
             let low = if r.casts_params {
                 let lb = g.params[p].elems * self.prec.compute_dtype().size();
                 Some(self.alloc(0, lb, Category::Transient, 1))

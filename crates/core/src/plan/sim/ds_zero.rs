@@ -82,6 +82,9 @@ pub(super) struct DsZero {
     /// Without `contiguous_gradients`: autograd's gradients of the partition's parameters,
     /// held by `averaged_gradients` until the step.
     held: Vec<u32>,
+    /// Before the accumulation boundary: the partition's gradients kept by
+    /// `all_grad_tensors` for the next micro-step to add into.
+    carried: Vec<u32>,
 }
 
 impl DsZero {
@@ -140,6 +143,7 @@ impl DsZero {
             bucket_used: 0,
             grads_in_partition: None,
             held: Vec::new(),
+            carried: Vec::new(),
         })
     }
 
@@ -301,9 +305,13 @@ impl Sim<'_> {
         }
     }
 
-    /// The end of a backward: stage 1 without overlap reduces every gradient at the
-    /// boundary (`reduce_gradients`), then the epilogue reduces the last bucket and frees
-    /// the IPG buffers (`_release_ipg_buffers`); no `.grad` is left (`_clear_param_grad_only`).
+    /// The end of a backward (`independent_gradient_partition_epilogue`). Stage 1 without
+    /// overlap reduces every gradient at the accumulation boundary (`reduce_gradients`);
+    /// the last bucket is reduced; the IPG buffers are freed (`_release_ipg_buffers`) and no
+    /// `.grad` is left (`_clear_param_grad_only`). Before the boundary `all_grad_tensors`
+    /// keeps the partition's gradients (`get_all_grad_tensors`: references, not copies) and
+    /// the others are dropped; at the boundary the new ones are added into those kept and
+    /// freed.
     pub(super) fn ds_epilogue(&mut self) {
         let Some(z) = self.dist.zero.as_ref() else {
             return;
@@ -313,11 +321,7 @@ impl Sim<'_> {
             return;
         }
         let boundary = self.ds_boundary();
-        if !boundary {
-            // Stage 1/2 accumulate into `.grad` (stage 1) or the partition (stage 2).
-            return;
-        }
-        if !z.per_param {
+        if boundary && !z.per_param {
             let order: Vec<usize> = (0..self.g.params.len())
                 .filter(|&p| self.param_grad[p].is_some())
                 .collect();
@@ -326,10 +330,39 @@ impl Sim<'_> {
             }
         }
         self.ds_reduce_bucket();
+        let mut drop = Vec::new();
         if let Some(z) = self.dist.zero.as_mut() {
-            for b in std::mem::take(&mut z.ipg) {
-                self.release(b);
+            drop.append(&mut z.ipg);
+        }
+        // Gradients no bucket took (stage 1 before the boundary).
+        let in_partition: Vec<bool> = self
+            .dist
+            .zero
+            .as_ref()
+            .map(|z| z.in_partition.clone())
+            .unwrap_or_default();
+        for p in 0..self.param_grad.len() {
+            if let Some(b) = self.param_grad[p].take() {
+                let keep = !boundary && in_partition.get(p).copied().unwrap_or(false);
+                match self.dist.zero.as_mut() {
+                    Some(z) if keep => z.carried.push(b),
+                    _ => drop.push(b),
+                }
             }
+        }
+        if let Some(z) = self.dist.zero.as_mut() {
+            if !boundary {
+                z.carried.extend(z.grads_in_partition.take());
+                let held = std::mem::take(&mut z.held);
+                z.carried.extend(held);
+            } else if !z.carried.is_empty() {
+                drop.extend(z.grads_in_partition.take());
+                drop.append(&mut z.held);
+                z.held = std::mem::take(&mut z.carried);
+            }
+        }
+        for b in drop {
+            self.release(b);
         }
     }
 
