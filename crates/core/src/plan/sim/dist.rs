@@ -355,7 +355,7 @@ impl Sim<'_> {
         self.release(flat);
     }
 
-    fn on_side_stream(&mut self, b: u32) {
+    pub(super) fn on_side_stream(&mut self, b: u32) {
         if let Some(buf) = self.buffers.get_mut(b as usize) {
             buf.side_stream = true;
         }

@@ -38,6 +38,10 @@
 //! the bucket when ready (`__add_grad_to_ipg_bucket`) and autograd's tensor dropped; a
 //! full bucket is reduce-scattered (`reduce_scatter_coalesced`: the bucket's gradients
 //! padded to world × their partitions, one transient) into the flat gradient partition.
+//!
+//! With `overlap_comm` the reductions run on a stream of their own (stages 1/2
+//! `reduction_stream`: `grads_in_partition`; stage 3 `reduce_and_partition_stream`: the
+//! reduce-scatter's input), so those buffers come from the side streams' pool.
 
 use super::Sim;
 use crate::model::ir::{Graph, Param};
@@ -69,6 +73,9 @@ pub(super) struct DsZero {
     contiguous: bool,
     /// Gradients go to the bucket as each is ready (stage 2, `overlap_comm`, stage 3).
     per_param: bool,
+    /// `overlap_comm`: the reduction runs on its own stream (stages 1/2 `reduction_stream`,
+    /// stage 3 `reduce_and_partition_stream`), whose allocations come from their own pool.
+    overlap: bool,
     offload: bool,
     world: u64,
     /// The largest parameter (elements): the offload staging buffer.
@@ -131,6 +138,7 @@ impl DsZero {
             ipg_count: d.ipg_buffers(),
             contiguous: d.contiguous_gradients,
             per_param: stage >= 2 || d.overlap_comm_effective(),
+            overlap: d.overlap_comm_effective(),
             offload: d.offload != Offload::None,
             world,
             largest: trainable
@@ -250,12 +258,18 @@ impl Sim<'_> {
             return;
         }
         let (stage, dt, world, contiguous) = (z.stage, z.dtype, z.world, z.contiguous);
+        let side = z.overlap;
         if stage == 3 {
             let padded: u64 = params
                 .iter()
                 .map(|&p| self.g.params[p].elems.div_ceil(world) * world)
                 .sum();
+            // On `reduce_and_partition_stream` (its own stream with `overlap_comm`,
+            // stage3.py:340-341): the side streams' pool.
             let b = self.alloc(0, padded * dt.size(), Category::Communication, 1);
+            if side {
+                self.on_side_stream(b);
+            }
             self.release(b);
             for &p in &params {
                 if let Some(b) = self.param_grad[p].take() {
@@ -292,7 +306,11 @@ impl Sim<'_> {
                 .any(|&p| z.in_partition.get(p).copied().unwrap_or(false));
         if needs {
             let bytes = z.in_partition_elems * dt.size();
+            // Copied under `reduction_stream` with `overlap_comm` (stage_1_and_2.py:2239-2249).
             let b = self.alloc(0, bytes, Category::Gradients, 1);
+            if side {
+                self.on_side_stream(b);
+            }
             if let Some(z) = self.dist.zero.as_mut() {
                 z.grads_in_partition = Some(b);
             }
