@@ -38,6 +38,8 @@
 //! the bucket when ready (`__add_grad_to_ipg_bucket`) and autograd's tensor dropped; a
 //! full bucket is reduce-scattered (`reduce_scatter_coalesced`: the bucket's gradients
 //! padded to world × their partitions, one transient) into the flat gradient partition.
+//! `step` (`_prepare_fp32_grad_for_sub_group`): `flatten(averaged_gradients)` cast to fp32
+//! (the flat copy freed once cast; under fp32 it is the fp32 gradient), the inner step.
 //!
 //! With `overlap_comm` the reductions run on a stream of their own (stages 1/2
 //! `reduction_stream`: `grads_in_partition`; stage 3 `reduce_and_partition_stream`: the
@@ -384,8 +386,8 @@ impl Sim<'_> {
         }
     }
 
-    /// Stages 1/2 before the inner optimizer's step: the flattened gradient partition and
-    /// its fp32 copy (returned, freed after the step); `grads_in_partition` freed.
+    /// Before the inner optimizer's step: the flattened gradient partition and its fp32 copy
+    /// (returned, freed after the step); stages 1/2 free `grads_in_partition` then.
     pub(super) fn ds_step_grads(&mut self) -> Vec<u32> {
         let Some(z) = self.dist.zero.as_ref() else {
             return Vec::new();
@@ -395,11 +397,20 @@ impl Sim<'_> {
         if z.offload {
             return out;
         }
-        if z.stage < 3 {
-            out.push(self.alloc(0, part * dt.size(), Category::Transient, 1));
-        }
+        let stage = z.stage;
+        // `flatten(averaged_gradients)`: kept in a local by stages 1/2's `step`, an
+        // intermediate of stage 3's `_prepare_fp32_grad_for_sub_group` (freed once cast).
+        let flat = self.alloc(0, part * dt.size(), Category::Transient, 1);
         if dt != DType::F32 {
-            out.push(self.alloc(0, part * 4, Category::Transient, 1));
+            let fp32 = self.alloc(0, part * 4, Category::Transient, 1);
+            if stage == 3 {
+                self.release(flat);
+            } else {
+                out.push(flat);
+            }
+            out.push(fp32);
+        } else {
+            out.push(flat);
         }
         if let Some(b) = self
             .dist
