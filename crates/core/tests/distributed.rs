@@ -53,15 +53,15 @@ fn deepspeed_estimators_match_deepspeed() {
     }
 }
 
-/// The planner's per-rank model states (parameters + gradients + optimizer state at the
-/// peak) against DeepSpeed's estimate for ZeRO-2 without offload, pure bf16 training.
-/// DeepSpeed counts 16-bit parameters whole (2 bytes per parameter) and 18 bytes per
-/// parameter partitioned: 16-bit and fp32 gradients, fp32 master weights, Adam's fp32
-/// moments. vramlab plans a bf16 model (`model.to(torch.bfloat16)`, no master copy): bf16
-/// parameters whole (2), bf16 gradients partitioned (2/N) and Adam's bf16 moments
-/// partitioned (4/N): 2 + 6/N. The difference is exactly DeepSpeed's fp32 copies, 12/N
-/// per parameter (fp32 master 4 + fp32 gradient partition 4 + fp32 instead of bf16
-/// moments 4); where both count the same tensors (the 16-bit parameters) they agree.
+/// The planner's per-rank model states against DeepSpeed's estimate for ZeRO-2 without
+/// offload, bf16 training. DeepSpeed's estimator counts the 16-bit parameters whole (2
+/// bytes per parameter) and 18 bytes per parameter partitioned: 16-bit and fp32 gradients,
+/// fp32 master weights, Adam's fp32 moments. vramlab plans what `DeepSpeedZeroOptimizer`
+/// holds between steps (`runtime/zero/stage_1_and_2.py`): the bf16 parameters whole (the
+/// flat `bit16_groups_flat`), the fp32 master partition (`single_partition_of_fp32_groups`)
+/// and Adam's two fp32 moments of it: 2 + 12/N. The gradient partitions (2/N bf16
+/// `grads_in_partition`, 4/N fp32 copy in `step`) are planned where they live, in the
+/// backward and the step, not among the states: the difference is exactly those 6/N.
 #[test]
 fn zero2_model_states_agree_with_deepspeed_where_both_apply() {
     let preset = find_builtin("gpt2").expect("gpt2");
@@ -80,26 +80,22 @@ fn zero2_model_states_agree_with_deepspeed_where_both_apply() {
         let n = plan.params;
         let w = u64::from(world);
         let params = plan.category_bytes(Category::Parameters).0;
-        let states: u64 = [
-            Category::Parameters,
-            Category::Gradients,
-            Category::OptimizerState,
-        ]
-        .iter()
-        .map(|&c| plan.category_bytes(c).0)
-        .sum();
-        let ours = 2 * n + 6 * n / w;
+        let state = plan.category_bytes(Category::OptimizerState).0;
+        // The flat buffer padded to a multiple of 2 × world (`nccl_start_alignment_factor`).
+        let part = n.div_ceil(2 * w) * 2;
         let rel = |a: u64, b: u64| (a as f64 - b as f64).abs() / b as f64;
+        assert_eq!(params, 2 * n, "world {world}");
+        // Three fp32 tensors of the partition, each rounded to 512 bytes.
         assert!(
-            rel(states, ours) < 0.01,
-            "world {world}: {states} vs {ours}"
+            state >= 12 * part && state < 12 * part + 3 * 512,
+            "world {world}: {state} vs {}",
+            12 * part
         );
         let (_, ds_gpu) = ds_zero2_model_states(n, w, 1, false);
-        // The 16-bit parameters: DeepSpeed's whole-model term.
-        assert_eq!(params, 2 * n, "world {world}");
         assert!(
-            rel(ds_gpu - states, 12 * n / w) < 0.01,
-            "world {world}: DeepSpeed {ds_gpu} − vramlab {states} vs 12N/world"
+            rel(ds_gpu - params - state, 6 * n / w) < 0.01,
+            "world {world}: DeepSpeed {ds_gpu} − vramlab {} vs 6N/world",
+            params + state
         );
     }
 }
@@ -181,185 +177,4 @@ fn readme_multi_gpu_table() {
         readme.contains(&table),
         "README's multi-GPU table differs from the planner's; paste the printed table"
     );
-}
-
-/// (model, precision, checkpointing, world, peak allocated, peak reserved) of ZeRO-3 at
-/// DeepSpeed's defaults as planned before the coordinator (per-block gathering).
-const PER_BLOCK_PLANS: [(&str, Precision, bool, u32, u64, u64); 24] = [
-    ("gpt2", Precision::Fp32, false, 2, 11243872768, 11708399616),
-    ("gpt2", Precision::Fp32, false, 8, 10684104192, 11559501824),
-    ("gpt2", Precision::Fp32, true, 2, 6786376192, 7455375360),
-    ("gpt2", Precision::Fp32, true, 8, 6226607616, 6536822784),
-    ("gpt2", Precision::Bf16, false, 2, 6932627456, 7646216192),
-    ("gpt2", Precision::Bf16, false, 8, 6652749312, 7593787392),
-    ("gpt2", Precision::Bf16, true, 2, 4664557568, 5416943616),
-    ("gpt2", Precision::Bf16, true, 8, 4384679424, 5343543296),
-    (
-        "gpt2-medium",
-        Precision::Fp32,
-        false,
-        2,
-        21237038080,
-        21638414336,
-    ),
-    (
-        "gpt2-medium",
-        Precision::Fp32,
-        false,
-        8,
-        19640816128,
-        20317208576,
-    ),
-    (
-        "gpt2-medium",
-        Precision::Fp32,
-        true,
-        2,
-        9350904832,
-        9988734976,
-    ),
-    (
-        "gpt2-medium",
-        Precision::Fp32,
-        true,
-        8,
-        7754682880,
-        8654946304,
-    ),
-    (
-        "gpt2-medium",
-        Precision::Bf16,
-        false,
-        2,
-        11994963456,
-        12547260416,
-    ),
-    (
-        "gpt2-medium",
-        Precision::Bf16,
-        false,
-        8,
-        11196940288,
-        12413042688,
-    ),
-    (
-        "gpt2-medium",
-        Precision::Bf16,
-        true,
-        2,
-        5947301376,
-        6304038912,
-    ),
-    (
-        "gpt2-medium",
-        Precision::Bf16,
-        true,
-        8,
-        5149278208,
-        6169821184,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Fp32,
-        false,
-        2,
-        40475120640,
-        43304091648,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Fp32,
-        false,
-        8,
-        35525041152,
-        37675335680,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Fp32,
-        true,
-        2,
-        14380602368,
-        17523802112,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Fp32,
-        true,
-        8,
-        8868158464,
-        10500440064,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Bf16,
-        false,
-        2,
-        15181343232,
-        15843983360,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Bf16,
-        false,
-        8,
-        12706303488,
-        13644070912,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Bf16,
-        true,
-        2,
-        7431318016,
-        8554283008,
-    ),
-    (
-        "TinyLlama-1.1B",
-        Precision::Bf16,
-        true,
-        8,
-        4956278272,
-        6023020544,
-    ),
-];
-
-/// ZeRO-3 at DeepSpeed's defaults against the plans before the coordinator was mirrored
-/// (per-block gathering, one block prefetched in backward; these numbers), seq 512 × 8
-/// (GPT-2), 1024 × 4 (the others). Models whose parameters are all gathered by the default
-/// prefetch (under `stage3_max_live_parameters` = 1e9: GPT-2, GPT-2 medium) keep their peak
-/// allocated exactly (reserved within 11 %: gathers now sit on the all-gather stream, per
-/// module). TinyLlama (1.1e9 elements, more than max live) moves up 4.7–27 %: the prefetcher
-/// now runs ahead to 1e9 gathered elements in forward, as `fetch_sub_module` does. Not
-/// measured yet (`tools/ds_configs.jsonl` is waiting for the device).
-#[test]
-fn zero3_defaults_against_the_per_block_plans() {
-    for (model, precision, ckpt, world, alloc, reserved) in PER_BLOCK_PLANS {
-        let preset = find_builtin(model).expect("preset");
-        let (seq, batch) = if model == "gpt2" { (512, 8) } else { (1024, 4) };
-        let cfg = TrainConfig {
-            batch,
-            size: Some(seq),
-            precision,
-            checkpointing: ckpt,
-            distributed: Distributed::new(world, Strategy::Zero3),
-            ..TrainConfig::default()
-        };
-        let p = Planner::new(&preset, &cfg)
-            .expect("planner")
-            .plan(batch)
-            .expect("plan");
-        let a = p.peak_allocated_bytes.0 as f64 / alloc as f64 - 1.0;
-        let r = p.peak_reserved_bytes.0 as f64 / reserved as f64 - 1.0;
-        let what = format!(
-            "{model} {precision:?} ckpt {ckpt} world {world}: alloc {a:+.4}, reserved {r:+.4}"
-        );
-        if model.starts_with("gpt2") {
-            assert_eq!(p.peak_allocated_bytes.0, alloc, "{what}");
-            assert!(r.abs() <= 0.11, "{what}");
-        } else {
-            assert!((0.0..=0.28).contains(&a), "{what}");
-            assert!((0.0..=0.31).contains(&r), "{what}");
-        }
-    }
 }

@@ -26,9 +26,14 @@ fn zero(world: u32, st: Strategy, f: impl FnOnce(&mut Distributed)) -> Distribut
     d
 }
 
-/// `setup_buckets` (runtime/zero/stage_1_and_2.py:3260-3278): with `contiguous_gradients`
+/// `setup_buckets` (runtime/zero/stage_1_and_2.py:3256-3280): with `contiguous_gradients`
 /// one IPG buffer of `reduce_bucket_size` elements in the 16-bit gradient dtype, a second
-/// with `overlap_comm`. bf16, 5e8 elements: 1e9 bytes each, held from the first backward.
+/// with `overlap_comm`. bf16, 5e8 elements: 1e9 bytes each, allocated by the first
+/// gradient hook of a backward and freed by its epilogue (`_release_ipg_buffers`), so
+/// live at the peak of a small step (GPT-2, batch 1, sequence 64). With `overlap_comm`
+/// stage 1 also moves each gradient into the bucket as it is ready (`process_gradients`),
+/// so the second buffer adds less than its size to the peak; without
+/// `contiguous_gradients` there is no buffer and the gradients stay autograd's.
 #[test]
 fn stage_1_and_2_ipg_buffers() {
     for st in [Strategy::Zero1, Strategy::Zero2] {
@@ -50,21 +55,23 @@ fn stage_1_and_2_ipg_buffers() {
         assert_eq!(comm(&overlap), 2_000_000_000, "{st}");
         assert_eq!(comm(&none), 0, "{st}");
         assert_eq!(comm(&small), 200_000_000, "{st}");
-        assert_eq!(
-            overlap.peak_allocated_bytes.0 - base.peak_allocated_bytes.0,
-            1_000_000_000,
-            "{st}"
-        );
-        assert_eq!(
-            base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0,
-            1_000_000_000,
-            "{st}"
-        );
+        let grow = overlap.peak_allocated_bytes.0 - base.peak_allocated_bytes.0;
+        if st == Strategy::Zero2 {
+            // Stage 2 moves gradients as they come either way: the second buffer adds its size.
+            assert_eq!(grow, 1_000_000_000, "{st}");
+        } else {
+            assert!(grow > 0 && grow < 1_000_000_000, "{st}: {grow}");
+        }
+        let saved = base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0;
+        assert!(saved > 0 && saved <= 1_000_000_000, "{st}: {saved}");
     }
 }
 
 /// Stage 3 allocates one IPG buffer when `contiguous_gradients`, `overlap_comm` or not
-/// (runtime/zero/stage3.py:780-784): fp32, 5e8 elements = 2e9 bytes.
+/// (runtime/zero/stage3.py:780-784): fp32, 5e8 elements = 2e9 bytes, kept from
+/// `deepspeed.initialize` on. Without it the gradients wait as autograd's tensors for the
+/// bucket's reduce-scatter (`__add_grad_to_ipg_bucket` copies nothing), so the peak drops by
+/// less than the buffer.
 #[test]
 fn stage3_ipg_buffer_ignores_overlap() {
     let base = plan(Precision::Fp32, Distributed::new(4, Strategy::Zero3));
@@ -77,10 +84,11 @@ fn stage3_ipg_buffer_ignores_overlap() {
         zero(4, Strategy::Zero3, |d| d.contiguous_gradients = false),
     );
     assert_eq!(base.peak_allocated_bytes, no_overlap.peak_allocated_bytes);
-    assert_eq!(
-        base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0,
-        2_000_000_000
-    );
+    let comm = |p: &Plan| p.category_bytes(Category::Communication).0;
+    assert!(comm(&base) >= 2_000_000_000, "{}", comm(&base));
+    assert!(comm(&none) < 2_000_000_000, "{}", comm(&none));
+    let saved = base.peak_allocated_bytes.0 - none.peak_allocated_bytes.0;
+    assert!(saved > 0 && saved <= 2_000_000_000, "{saved}");
 }
 
 /// `ds_persist` when `ds_numel <= param_persistence_threshold`

@@ -5,6 +5,7 @@ mod accuracy;
 mod bench_data;
 mod captured;
 mod distributed;
+mod distributed_deepspeed;
 mod distributed_knobs;
 mod invariants;
 mod maxbatch;

@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::PlanError;
-use super::config::DType;
+use super::config::{DType, Precision};
 use super::policy::Shard;
 use crate::units::Bytes;
 
@@ -470,10 +470,10 @@ impl Distributed {
 
     /// How many IPG (reduce bucket) buffers of `reduce_bucket_size` elements, in the
     /// gradient dtype, DeepSpeed allocates on each rank. Stages 1/2
-    /// (`runtime/zero/stage_1_and_2.py:3260-3278`, `setup_buckets`): one when
-    /// `contiguous_gradients`, a second when `overlap_comm` too ("double buffers"); stage 3
-    /// (`runtime/zero/stage3.py:780-784`): one when `contiguous_gradients`. Other
-    /// strategies: none.
+    /// (`runtime/zero/stage_1_and_2.py:3256-3280`, `setup_buckets`, at the first gradient of
+    /// each backward, freed by its epilogue): one when `contiguous_gradients`, a second when
+    /// `overlap_comm` too ("double buffers"); stage 3 (`runtime/zero/stage3.py:780-784`, at
+    /// initialisation, kept): one when `contiguous_gradients`. Other strategies: none.
     pub fn ipg_buffers(&self) -> u64 {
         if !self.contiguous_gradients {
             return 0;
@@ -482,6 +482,20 @@ impl Distributed {
             Strategy::Zero1 | Strategy::Zero2 => 1 + u64::from(self.overlap_comm_effective()),
             Strategy::Zero3 => 1,
             _ => 0,
+        }
+    }
+
+    /// The precision the module trains in. DeepSpeed's `bf16` / `fp16` blocks (what the
+    /// DeepSpeed export writes for `amp-bf16` / `amp-fp16`) hold the module itself in 16
+    /// bits, with no autocast and fp32 only in the optimizer's master partition
+    /// (`engine.py` `_configure_zero_optimizer`; `tools/ds_runner.py` casts the model as
+    /// DeepSpeed expects): planned as `bf16` (fp16 takes the same bytes). Others: `p`.
+    pub fn module_precision(&self, p: Precision) -> Precision {
+        match p {
+            Precision::AmpBf16 | Precision::AmpFp16 if self.strategy.is_deepspeed() => {
+                Precision::Bf16
+            }
+            _ => p,
         }
     }
 

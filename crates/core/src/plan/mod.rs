@@ -193,7 +193,8 @@ impl Planner {
             });
         }
         let graph = preset.build_full(size, cfg.target_seq, attn, cfg.moe_imbalance)?;
-        let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, cfg.precision)?;
+        let precision = cfg.distributed.module_precision(cfg.precision);
+        let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, precision)?;
         let sim_cfg = distributed_sim_config(cfg, &graph, &mut policy);
         let events = sim::generate(&graph, &sim_cfg, &policy, &Constants::default());
         let trainable = policy.trainable_elems(&graph);
@@ -321,6 +322,7 @@ fn distributed_sim_config(
 ) -> TrainConfig {
     let d = cfg.distributed;
     let mut out = *cfg;
+    out.precision = d.module_precision(cfg.precision);
     if d.strategy.shards_params() {
         policy.shard_all(d.shards().params);
     }

@@ -22,7 +22,7 @@ pub fn host_bytes(planner: &Planner) -> Bytes {
     }
     let g = &planner.graph;
     let sh = d.shards();
-    let storage = planner.config.precision.param_dtype();
+    let storage = d.module_precision(planner.config.precision).param_dtype();
     let mut total = 0u64;
     for p in &g.params {
         let state = state_bytes(planner.config.optimizer, p, storage).total();

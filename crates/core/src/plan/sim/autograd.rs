@@ -396,14 +396,15 @@ impl Sim<'_> {
             let bytes = if self.dist.units {
                 // FSDP2 / ZeRO-3: autograd writes the unsharded gradient.
                 self.unsharded_grad_bytes(p)
-            } else if self.dist.grads_in_buckets || self.dist.grads_dropped {
-                // DDP bucket views / ZeRO-2's reduce bucket: no gradient of its own.
+            } else if self.dist.grads_in_buckets {
+                // DDP bucket views: no gradient of its own.
                 0
             } else {
                 self.policy.bytes(p, g.params[p].elems)
             };
-            // The unit's post-backward takes the unsharded gradients of every micro-step.
-            let first_micro = first_micro || self.dist.units;
+            // The unit's post-backward takes the unsharded gradients of every micro-step;
+            // DeepSpeed's epilogue leaves no `.grad` between micro-steps.
+            let first_micro = first_micro || self.dist.units || self.dist.zero.is_some();
             let low = if r.casts_params {
                 let lb = g.params[p].elems * self.prec.compute_dtype().size();
                 Some(self.alloc(0, lb, Category::Transient, 1))
@@ -429,6 +430,10 @@ impl Sim<'_> {
             }
             if let Some(l) = low {
                 self.release(l);
+            }
+            // DeepSpeed's gradient hook, once the gradient of this backward is complete.
+            if self.param_uses[p] <= 1 || self.param_seen[p] == 0 {
+                self.ds_grad_ready(p);
             }
         }
     }

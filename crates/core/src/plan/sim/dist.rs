@@ -17,22 +17,22 @@
 //!   and freed under accumulation). The root's post-backward comes last; the last
 //!   reduce-scatter input is freed at the end of backward.
 //!
-//! ZeRO-3 reduces gradients with the same unit walk; its parameters are gathered and released
-//! per module call by DeepSpeed's coordinator ([`super::ds_fetch`]: prefetch, max live
-//! parameters, reuse distance), each gather a flat all-gather output (world × the shards,
-//! one buffer per parameter when it gathers one) and a copy per parameter, all on the
-//! all-gather stream. DDP adds the reducer's buckets at
-//! construction (`bucket_cap_mb`, the first bucket 1 MiB, in reverse parameter order);
-//! with `gradient_as_bucket_view` the gradients are views into them. PyTorch's ZeRO-1 is
-//! DDP whose optimizer state exists for this rank's own parameters only
-//! ([`torch_zero1_owned`]). DeepSpeed ZeRO-1/2 partition the optimizer state (and, stage 2,
-//! the gradients, into a contiguous partition) and hold the IPG reduce buckets
-//! ([`Distributed::ipg_buffers`]); ZeRO-3's parameters of at most
-//! `stage3_param_persistence_threshold` elements are whole on every rank and outside the
-//! unit walk (their gradients stay whole too: a few small tensors).
+//! ZeRO-3 walks the same units; its parameters are gathered and released per module call by
+//! DeepSpeed's coordinator ([`super::ds_fetch`]: prefetch, max live parameters, reuse
+//! distance), each gather a flat all-gather output (world × the shards, one buffer per
+//! parameter when it gathers one) and a copy per parameter, all on the all-gather stream;
+//! its gradients take DeepSpeed's path, not the unit's reduce-scatter. DDP adds the
+//! reducer's buckets at construction (`bucket_cap_mb`, the first bucket 1 MiB, in reverse
+//! parameter order); with `gradient_as_bucket_view` the gradients are views into them.
+//! PyTorch's ZeRO-1 is DDP whose optimizer state exists for this rank's own parameters only
+//! ([`torch_zero1_owned`]). DeepSpeed's ZeRO-1/2/3 optimizers (fp32 master partition, IPG
+//! buckets, gradient partitions, each gradient's hook) are [`super::ds_zero`]'s; ZeRO-3's
+//! parameters of at most `stage3_param_persistence_threshold` elements are whole on every
+//! rank and outside the unit walk.
 
 use super::Sim;
 use super::ds_fetch::{Coordinator, Trace};
+use super::ds_zero::DsZero;
 use crate::model::ir::Graph;
 use crate::plan::config::DType;
 use crate::plan::distributed::{Distributed, Offload, Strategy, torch_zero1_owned};
@@ -60,14 +60,13 @@ pub(super) struct DistSim {
     rs_pending: Option<u32>,
     /// The sharded gradients of each unit (one flat reduce-scatter output).
     sharded_grad: Vec<Option<u32>>,
-    pub(super) grad_shard: Option<Shard>,
     pub(super) state_shard: Option<Shard>,
     pub(super) offload_state: bool,
     pub(super) offload_params: bool,
     /// DDP with `gradient_as_bucket_view`: gradients live in the buckets.
     pub(super) grads_in_buckets: bool,
-    /// ZeRO-2: full gradients are reduced through the bucket and dropped.
-    pub(super) grads_dropped: bool,
+    /// DeepSpeed ZeRO-1/2/3: the optimizer's model states and gradient path.
+    pub(super) zero: Option<DsZero>,
     /// PyTorch's ZeRO-1: the parameters whose optimizer state this rank (0) holds.
     pub(super) owned: Option<Vec<bool>>,
     /// DDP's reducer buckets (buffer id, bytes).
@@ -178,12 +177,11 @@ impl DistSim {
             live: vec![Vec::new(); blocks + 1],
             rs_pending: None,
             sharded_grad: vec![None; blocks + 1],
-            grad_shard: (sh.grads != Shard::WHOLE).then_some(sh.grads),
             state_shard: (sh.state != Shard::WHOLE && owned.is_none()).then_some(sh.state),
             offload_state: d.offload != Offload::None,
             offload_params: d.offload == Offload::Params,
             grads_in_buckets: d.strategy.uses_ddp() && d.gradient_as_bucket_view,
-            grads_dropped: d.strategy == Strategy::Zero2,
+            zero: DsZero::new(g, d, policy),
             owned,
             ddp_buckets: Vec::new(),
             ds_bufs: if ds.is_some() {
@@ -357,7 +355,7 @@ impl Sim<'_> {
         self.release(flat);
     }
 
-    fn on_side_stream(&mut self, b: u32) {
+    pub(super) fn on_side_stream(&mut self, b: u32) {
         if let Some(buf) = self.buffers.get_mut(b as usize) {
             buf.side_stream = true;
         }
@@ -378,6 +376,10 @@ impl Sim<'_> {
             return;
         }
         self.reshard(u);
+        if self.dist.zero.is_some() {
+            // ZeRO-3: each gradient went to the IPG bucket when it was ready.
+            return;
+        }
         let params = self.dist.unit_params[u].clone();
         let with_grad: Vec<usize> = params
             .iter()
@@ -417,6 +419,7 @@ impl Sim<'_> {
 
     /// The end of backward: the root's post-backward, the last reduce-scatter waited for.
     pub(super) fn finish_backward(&mut self) {
+        self.ds_epilogue();
         if !self.dist.units {
             return;
         }
@@ -455,24 +458,13 @@ impl Sim<'_> {
         }
     }
 
-    /// Buffers a strategy creates with the model: DDP's reducer buckets, DeepSpeed's IPG
-    /// reduce buckets and ZeRO-2's partitioned gradients.
+    /// Buffers a strategy creates with the model: DDP's reducer buckets, DeepSpeed's
+    /// optimizer buffers ([`super::ds_zero`]).
     pub(super) fn setup_buffers(&mut self) {
         let g = self.g;
-        let d = self.cfg.distributed;
-        if d.ipg_buffers() > 0 {
-            let dt = if self.policy.is_empty() {
-                DType::F32
-            } else {
-                self.policy.state(0).storage
-            };
-            for _ in 0..d.ipg_buffers() {
-                let bytes = d.zero_bucket_elems.saturating_mul(dt.size());
-                self.alloc(0, bytes, Category::Communication, 1);
-            }
-        }
-        match self.dist.strategy {
-            Strategy::Ddp | Strategy::TorchZero1 => {
+        self.ds_setup();
+        if self.dist.strategy.uses_ddp() {
+            {
                 let cap = self.cfg.distributed.bucket_cap_mb.saturating_mul(1 << 20);
                 let mut limit = DDP_FIRST_BUCKET;
                 let mut size = 0u64;
@@ -493,21 +485,6 @@ impl Sim<'_> {
                     self.dist.ddp_buckets.push((b, size));
                 }
             }
-            Strategy::Zero2 => {
-                let total: u64 = (0..g.params.len())
-                    .filter(|&p| self.policy.trainable(p))
-                    .map(|p| g.params[p].elems)
-                    .sum();
-                let dt = if self.policy.is_empty() {
-                    DType::F32
-                } else {
-                    self.policy.state(0).storage
-                };
-                // `grads_in_partition` (stage_1_and_2.py:2192): this rank's gradients.
-                let shard = self.dist.grad_shard.unwrap_or(Shard::WHOLE);
-                self.alloc(0, shard.of(total * dt.size()), Category::Gradients, 1);
-            }
-            _ => {}
         }
     }
 }

@@ -14,6 +14,7 @@ mod autograd;
 mod checkpoint;
 mod dist;
 mod ds_fetch;
+mod ds_zero;
 mod eval_step;
 mod optimizer_step;
 #[cfg(test)]

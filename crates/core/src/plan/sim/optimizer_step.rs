@@ -25,6 +25,27 @@ impl Sim<'_> {
                         .is_none_or(|o| o.get(i).copied().unwrap_or(false))
             })
         };
+        // DeepSpeed: the inner optimizer steps one flat fp32 partition.
+        if self.dist.zero.is_some() {
+            let grads = self.ds_step_grads();
+            if let Some(elems) = self.dist.zero.as_ref().and_then(|z| z.state_partition()) {
+                if create_state {
+                    self.ds_state(elems);
+                }
+                let p = crate::model::ir::Param {
+                    elems,
+                    matrix: None,
+                };
+                for _ in step_waves(opt).iter().filter(|w| w.includes(&p)) {
+                    let b = self.alloc(0, elems * 4, Category::Transient, 1);
+                    self.release(b);
+                }
+            }
+            for b in grads {
+                self.release(b);
+            }
+            return;
+        }
         // Offloaded: the state lives and steps on the CPU.
         if self.dist.offload_state {
             return;

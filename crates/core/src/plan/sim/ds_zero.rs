@@ -1,0 +1,437 @@
+//! DeepSpeed 0.19.8's ZeRO optimizers on one rank: the model states they create and the
+//! path a gradient takes, mirrored from `runtime/zero/stage_1_and_2.py`
+//! (`DeepSpeedZeroOptimizer`, stages 1 and 2) and `runtime/zero/stage3.py`
+//! (`DeepSpeedZeroOptimizer_Stage3`). With `bf16.enabled` (or none) and no
+//! `data_types.grad_accum_dtype`, the gradient accumulation dtype is the model's
+//! (`engine.py` `get_data_types`), so neither optimizer keeps fp32 gradients of its own
+//! (`use_grad_accum_attribute` and the compact fp32 partition buffer are off).
+//!
+//! Stages 1/2, at `deepspeed.initialize`:
+//! - the parameters are flattened into one buffer per group (`bit16_groups_flat`, the
+//!   model's parameters become views of it: no second copy), padded to a multiple of
+//!   2 × world; rank 0's partition is its first `padded / world` elements;
+//! - `single_partition_of_fp32_groups`: an fp32 clone of this rank's partition (also
+//!   under fp32 training), the optimizer's only parameter: its state (Adam's two fp32
+//!   moments of the partition) is created lazily by the first step;
+//! - with `offload_optimizer` the master partition and the state live on the CPU and the
+//!   GPU keeps `temp_grad_buffer_for_gpu_offload` (the largest parameter, model dtype).
+//!
+//! Stages 1/2, each backward: the gradient hook's `setup_buckets` allocates the IPG
+//! buffer(s) (`reduce_bucket_size` elements in the model dtype, a second with
+//! `overlap_comm`) when the first gradient is ready. Stage 2 (and stage 1 with
+//! `overlap_comm`) then copies each gradient into the bucket and drops autograd's tensor;
+//! stage 1 without overlap keeps autograd's gradients until `reduce_gradients` after the
+//! backward, which copies them into the bucket. A full bucket is reduced
+//! (`reduce_ipg_grads`): the gradients of the parameters in rank 0's partition are copied
+//! into `grads_in_partition` (allocated at the first such copy: every parameter that
+//! overlaps the partition, whole), the others dropped. The epilogue reduces the last
+//! bucket and frees the IPG buffers; `grads_in_partition` lives until the step.
+//!
+//! Stages 1/2, `step`: `flatten(averaged_gradients)` (the partition, model dtype), its fp32
+//! copy (`.to(float32)`, none under fp32), `grads_in_partition` freed, the inner
+//! optimizer's step on the fp32 partition, the copies freed.
+//!
+//! Stage 3, at `deepspeed.initialize`: the IPG bucket (`reduce_bucket_size`, model dtype),
+//! the fp32 master partition (`fp32_partitioned_groups_flat`: a copy only when the model
+//! is not fp32 already) and `grad_partitions_flat_buffer` (this rank's gradient partition,
+//! model dtype), neither on the GPU with `offload_optimizer`. Each gradient is copied into
+//! the bucket when ready (`__add_grad_to_ipg_bucket`) and autograd's tensor dropped; a
+//! full bucket is reduce-scattered (`reduce_scatter_coalesced`: the bucket's gradients
+//! padded to world × their partitions, one transient) into the flat gradient partition.
+//! `step` (`_prepare_fp32_grad_for_sub_group`): `flatten(averaged_gradients)` cast to fp32
+//! (the flat copy freed once cast; under fp32 it is the fp32 gradient), the inner step.
+//!
+//! With `overlap_comm` the reductions run on a stream of their own (stages 1/2
+//! `reduction_stream`: `grads_in_partition`; stage 3 `reduce_and_partition_stream`: the
+//! reduce-scatter's input), so those buffers come from the side streams' pool.
+
+use super::Sim;
+use crate::model::ir::{Graph, Param};
+use crate::plan::config::DType;
+use crate::plan::distributed::{Distributed, Offload};
+use crate::plan::events::Category;
+use crate::plan::optimizer::state_bytes;
+use crate::plan::policy::ParamPolicy;
+
+/// `nccl_start_alignment_factor` (stage_1_and_2.py): the flat buffer is padded to a
+/// multiple of this × world.
+const NCCL_ALIGNMENT: u64 = 2;
+
+/// One rank's DeepSpeed ZeRO optimizer.
+#[derive(Debug)]
+pub(super) struct DsZero {
+    stage: u8,
+    /// The model's dtype: parameters, gradients, IPG buckets.
+    dtype: DType,
+    /// Elements of this rank's flat partition (fp32 master, optimizer state).
+    partition: u64,
+    /// Stages 1/2: whether each parameter overlaps rank 0's partition.
+    in_partition: Vec<bool>,
+    /// Stages 1/2: elements of `grads_in_partition`.
+    in_partition_elems: u64,
+    /// `reduce_bucket_size` (elements) and the IPG buffers per bucket.
+    bucket: u64,
+    ipg_count: u64,
+    contiguous: bool,
+    /// Gradients go to the bucket as each is ready (stage 2, `overlap_comm`, stage 3).
+    per_param: bool,
+    /// `overlap_comm`: the reduction runs on its own stream (stages 1/2 `reduction_stream`,
+    /// stage 3 `reduce_and_partition_stream`), whose allocations come from their own pool.
+    overlap: bool,
+    offload: bool,
+    world: u64,
+    /// The largest parameter (elements): the offload staging buffer.
+    largest: u64,
+    /// Live IPG buffers (stages 1/2: per backward).
+    ipg: Vec<u32>,
+    /// Parameters in the bucket and their elements.
+    bucket_params: Vec<usize>,
+    bucket_used: u64,
+    grads_in_partition: Option<u32>,
+    /// Without `contiguous_gradients`: autograd's gradients of the partition's parameters,
+    /// held by `averaged_gradients` until the step.
+    held: Vec<u32>,
+    /// Before the accumulation boundary: the partition's gradients kept by
+    /// `all_grad_tensors` for the next micro-step to add into.
+    carried: Vec<u32>,
+}
+
+impl DsZero {
+    /// DeepSpeed's optimizer for `d`, or `None` when `d` is not a DeepSpeed stage.
+    pub(super) fn new(g: &Graph, d: &Distributed, policy: &ParamPolicy) -> Option<DsZero> {
+        if !d.strategy.is_deepspeed() || policy.is_empty() {
+            return None;
+        }
+        let world = d.world().max(1);
+        let trainable: Vec<usize> = (0..g.params.len())
+            .filter(|&p| policy.trainable(p))
+            .collect();
+        let stage = d.strategy.zero_stage();
+        let (partition, in_partition, in_partition_elems) = if stage == 3 {
+            // `partition_numel()` of every parameter: ceil(numel / world).
+            let part = trainable
+                .iter()
+                .map(|&p| g.params[p].elems.div_ceil(world))
+                .sum();
+            (part, Vec::new(), 0)
+        } else {
+            let total: u64 = trainable.iter().map(|&p| g.params[p].elems).sum();
+            let align = NCCL_ALIGNMENT * world;
+            let part = total.div_ceil(align) * align / world;
+            let mut inside = vec![false; g.params.len()];
+            let mut offset = 0u64;
+            let mut elems = 0u64;
+            for &p in &trainable {
+                if offset < part {
+                    inside[p] = true;
+                    elems += g.params[p].elems;
+                }
+                offset += g.params[p].elems;
+            }
+            (part, inside, elems)
+        };
+        Some(DsZero {
+            stage,
+            dtype: policy.state(0).storage,
+            partition,
+            in_partition,
+            in_partition_elems,
+            bucket: d.zero_bucket_elems,
+            ipg_count: d.ipg_buffers(),
+            contiguous: d.contiguous_gradients,
+            per_param: stage >= 2 || d.overlap_comm_effective(),
+            overlap: d.overlap_comm_effective(),
+            offload: d.offload != Offload::None,
+            world,
+            largest: trainable
+                .iter()
+                .map(|&p| g.params[p].elems)
+                .max()
+                .unwrap_or(0),
+            ipg: Vec::new(),
+            bucket_params: Vec::new(),
+            bucket_used: 0,
+            grads_in_partition: None,
+            held: Vec::new(),
+            carried: Vec::new(),
+        })
+    }
+
+    /// Elements of the flat fp32 partition the inner optimizer steps (its only parameter),
+    /// when the state lives on this GPU.
+    pub(super) fn state_partition(&self) -> Option<u64> {
+        (!self.offload).then_some(self.partition)
+    }
+}
+
+impl Sim<'_> {
+    /// The buffers `deepspeed.initialize` leaves on the GPU besides the parameters.
+    pub(super) fn ds_setup(&mut self) {
+        let Some(z) = self.dist.zero.as_ref() else {
+            return;
+        };
+        let (stage, dt, part, offload) = (z.stage, z.dtype, z.partition, z.offload);
+        let (ipg, bucket, largest) = (z.ipg_count, z.bucket, z.largest);
+        if stage == 3 {
+            for _ in 0..ipg {
+                self.alloc(
+                    0,
+                    bucket.saturating_mul(dt.size()),
+                    Category::Communication,
+                    1,
+                );
+            }
+            if !offload {
+                if dt != DType::F32 {
+                    self.alloc(0, part * 4, Category::OptimizerState, 1);
+                }
+                self.alloc(0, part * dt.size(), Category::Gradients, 1);
+            }
+        } else if offload {
+            self.alloc(0, largest * dt.size(), Category::Communication, 1);
+        } else {
+            self.alloc(0, part * 4, Category::OptimizerState, 1);
+        }
+    }
+
+    /// The gradient hook of parameter `p` (`grad_handling_hook` / ZeRO-3's
+    /// `reduce_partition_and_remove_grads`), once its gradient of this backward is complete.
+    pub(super) fn ds_grad_ready(&mut self, p: usize) {
+        let Some(z) = self.dist.zero.as_ref() else {
+            return;
+        };
+        if z.stage < 3 && z.ipg.is_empty() && z.contiguous {
+            // `setup_buckets`.
+            let (n, bytes) = (z.ipg_count, z.bucket.saturating_mul(z.dtype.size()));
+            let bufs: Vec<u32> = (0..n)
+                .map(|_| self.alloc(0, bytes, Category::Communication, 1))
+                .collect();
+            if let Some(z) = self.dist.zero.as_mut() {
+                z.ipg = bufs;
+            }
+        }
+        let boundary = self.ds_boundary();
+        let Some(z) = self.dist.zero.as_ref() else {
+            return;
+        };
+        if z.per_param && (z.stage >= 2 || boundary) {
+            self.ds_bucket_add(p);
+        }
+    }
+
+    /// Whether this micro-step ends the accumulation (DeepSpeed reduces stage 1 then).
+    fn ds_boundary(&self) -> bool {
+        u64::from(self.micro) + 1 >= self.cfg.accum.clamp(1, 2)
+    }
+
+    /// `reduce_independent_p_g_buckets_and_remove_grads` / `__add_grad_to_ipg_bucket`:
+    /// the bucket reduced first when `p` does not fit, then `p`'s gradient copied into it
+    /// and autograd's tensor dropped.
+    fn ds_bucket_add(&mut self, p: usize) {
+        let elems = self.g.params[p].elems;
+        let Some(z) = self.dist.zero.as_ref() else {
+            return;
+        };
+        // A gradient larger than the bucket, and every gradient without
+        // `contiguous_gradients`, stays autograd's tensor until the bucket is reduced.
+        let copied = z.contiguous && elems <= z.bucket;
+        if z.bucket_used + elems > z.bucket {
+            self.ds_reduce_bucket();
+        }
+        if copied && let Some(b) = self.param_grad[p].take() {
+            self.release(b);
+        }
+        if let Some(z) = self.dist.zero.as_mut() {
+            z.bucket_params.push(p);
+            z.bucket_used += elems;
+        }
+    }
+
+    /// `reduce_ipg_grads` (stages 1/2: the partition's gradients into
+    /// `grads_in_partition`) / `__reduce_and_partition_ipg_grads` (stage 3: the
+    /// reduce-scatter's padded input, transient).
+    fn ds_reduce_bucket(&mut self) {
+        let Some(z) = self.dist.zero.as_mut() else {
+            return;
+        };
+        let params = std::mem::take(&mut z.bucket_params);
+        z.bucket_used = 0;
+        if params.is_empty() {
+            return;
+        }
+        let (stage, dt, world, contiguous) = (z.stage, z.dtype, z.world, z.contiguous);
+        let side = z.overlap;
+        if stage == 3 {
+            let padded: u64 = params
+                .iter()
+                .map(|&p| self.g.params[p].elems.div_ceil(world) * world)
+                .sum();
+            // On `reduce_and_partition_stream` (its own stream with `overlap_comm`,
+            // stage3.py:340-341): the side streams' pool.
+            let b = self.alloc(0, padded * dt.size(), Category::Communication, 1);
+            if side {
+                self.on_side_stream(b);
+            }
+            self.release(b);
+            for &p in &params {
+                if let Some(b) = self.param_grad[p].take() {
+                    self.release(b);
+                }
+            }
+            return;
+        }
+        if !contiguous {
+            // The reduced gradients stay autograd's: the partition's are kept for the step
+            // (`averaged_gradients`), the others dropped.
+            let inside: Vec<bool> = params
+                .iter()
+                .map(|&p| z.in_partition.get(p).copied().unwrap_or(false))
+                .collect();
+            for (&p, inside) in params.iter().zip(inside) {
+                if let Some(b) = self.param_grad[p].take() {
+                    if inside {
+                        if let Some(z) = self.dist.zero.as_mut() {
+                            z.held.push(b);
+                        }
+                    } else {
+                        self.release(b);
+                    }
+                }
+            }
+            return;
+        }
+        // Offloaded: the partition's gradients go to the CPU's fp32 buffer.
+        let needs = !z.offload
+            && z.grads_in_partition.is_none()
+            && params
+                .iter()
+                .any(|&p| z.in_partition.get(p).copied().unwrap_or(false));
+        if needs {
+            let bytes = z.in_partition_elems * dt.size();
+            // Copied under `reduction_stream` with `overlap_comm` (stage_1_and_2.py:2239-2249).
+            let b = self.alloc(0, bytes, Category::Gradients, 1);
+            if side {
+                self.on_side_stream(b);
+            }
+            if let Some(z) = self.dist.zero.as_mut() {
+                z.grads_in_partition = Some(b);
+            }
+        }
+        // An oversized gradient reduced in place: copied into the partition or dropped.
+        for &p in &params {
+            if let Some(b) = self.param_grad[p].take() {
+                self.release(b);
+            }
+        }
+    }
+
+    /// The end of a backward (`independent_gradient_partition_epilogue`). Stage 1 without
+    /// overlap reduces every gradient at the accumulation boundary (`reduce_gradients`);
+    /// the last bucket is reduced; the IPG buffers are freed (`_release_ipg_buffers`) and no
+    /// `.grad` is left (`_clear_param_grad_only`). Before the boundary `all_grad_tensors`
+    /// keeps the partition's gradients (`get_all_grad_tensors`: references, not copies) and
+    /// the others are dropped; at the boundary the new ones are added into those kept and
+    /// freed.
+    pub(super) fn ds_epilogue(&mut self) {
+        let Some(z) = self.dist.zero.as_ref() else {
+            return;
+        };
+        if z.stage == 3 {
+            self.ds_reduce_bucket();
+            return;
+        }
+        let boundary = self.ds_boundary();
+        if boundary && !z.per_param {
+            let order: Vec<usize> = (0..self.g.params.len())
+                .filter(|&p| self.param_grad[p].is_some())
+                .collect();
+            for p in order {
+                self.ds_bucket_add(p);
+            }
+        }
+        self.ds_reduce_bucket();
+        let mut drop = Vec::new();
+        if let Some(z) = self.dist.zero.as_mut() {
+            drop.append(&mut z.ipg);
+        }
+        // Gradients no bucket took (stage 1 before the boundary).
+        let in_partition: Vec<bool> = self
+            .dist
+            .zero
+            .as_ref()
+            .map(|z| z.in_partition.clone())
+            .unwrap_or_default();
+        for p in 0..self.param_grad.len() {
+            if let Some(b) = self.param_grad[p].take() {
+                let keep = !boundary && in_partition.get(p).copied().unwrap_or(false);
+                match self.dist.zero.as_mut() {
+                    Some(z) if keep => z.carried.push(b),
+                    _ => drop.push(b),
+                }
+            }
+        }
+        if let Some(z) = self.dist.zero.as_mut() {
+            if !boundary {
+                z.carried.extend(z.grads_in_partition.take());
+                let held = std::mem::take(&mut z.held);
+                z.carried.extend(held);
+            } else if !z.carried.is_empty() {
+                drop.extend(z.grads_in_partition.take());
+                drop.append(&mut z.held);
+                z.held = std::mem::take(&mut z.carried);
+            }
+        }
+        for b in drop {
+            self.release(b);
+        }
+    }
+
+    /// Before the inner optimizer's step: the flattened gradient partition and its fp32 copy
+    /// (returned, freed after the step); stages 1/2 free `grads_in_partition` then.
+    pub(super) fn ds_step_grads(&mut self) -> Vec<u32> {
+        let Some(z) = self.dist.zero.as_ref() else {
+            return Vec::new();
+        };
+        let (dt, part) = (z.dtype, z.partition);
+        let mut out = Vec::new();
+        if z.offload {
+            return out;
+        }
+        let stage = z.stage;
+        // `flatten(averaged_gradients)`: kept in a local by stages 1/2's `step`, an
+        // intermediate of stage 3's `_prepare_fp32_grad_for_sub_group` (freed once cast).
+        let flat = self.alloc(0, part * dt.size(), Category::Transient, 1);
+        if dt != DType::F32 {
+            let fp32 = self.alloc(0, part * 4, Category::Transient, 1);
+            if stage == 3 {
+                self.release(flat);
+            } else {
+                out.push(flat);
+            }
+            out.push(fp32);
+        } else {
+            out.push(flat);
+        }
+        if let Some(b) = self
+            .dist
+            .zero
+            .as_mut()
+            .and_then(|z| z.grads_in_partition.take())
+        {
+            self.release(b);
+        }
+        out
+    }
+
+    /// The inner optimizer's state of the flat fp32 partition (one vector parameter).
+    pub(super) fn ds_state(&mut self, elems: u64) {
+        let opt = self.cfg.optimizer;
+        let p = Param {
+            elems,
+            matrix: None,
+        };
+        for &bytes in state_bytes(opt, &p, DType::F32).parts() {
+            self.alloc(0, bytes, Category::OptimizerState, 1);
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! DeepSpeed ZeRO-1/2/3 per rank (`tools/ds_runner.py`, DeepSpeed 0.19.8, H200, torch 2.11):
+//! rank 0 of an emulated world (PyTorch's fake process group), each phase of the step.
+
+use vramlab_core::model::preset::{Preset, find_builtin};
+use vramlab_core::plan::Planner;
+use vramlab_core::plan::allocator::round_size;
+use vramlab_core::plan::events::Phase;
+use vramlab_core::validate::{Measured, compare, max_abs, median_abs, parse_lines};
+
+/// Planned allocated bytes at the phases the runner records.
+#[derive(Debug, Default, Clone, Copy)]
+struct Phases {
+    after_init: u64,
+    start: u64,
+    after_forward: u64,
+    peak_after_forward: u64,
+    after_backward: u64,
+    peak_after_backward: u64,
+    peak: u64,
+}
+
+fn phases(planner: &Planner, batch: u64) -> Phases {
+    let ev = &planner.events;
+    let size = |b: u32| {
+        let buf = &ev.buffers[b as usize];
+        round_size(buf.per_sample * batch + buf.fixed)
+    };
+    let mut cur = 0u64;
+    let mut out = Phases::default();
+    let mut init_done = false;
+    let last_micro = ev.events[ev.measured_start..]
+        .iter()
+        .map(|e| e.micro)
+        .max()
+        .unwrap_or(0);
+    let mut prev: Option<(Phase, u16)> = None;
+    let mut peak = 0u64;
+    for (i, e) in ev.events.iter().enumerate() {
+        if !init_done && e.phase != Phase::Setup {
+            out.after_init = cur;
+            init_done = true;
+        }
+        if i == ev.measured_start {
+            out.start = cur;
+            peak = cur;
+        }
+        if i >= ev.measured_start {
+            let now = (e.phase, e.micro);
+            if prev == Some((Phase::Forward, last_micro)) && now != (Phase::Forward, last_micro) {
+                out.after_forward = cur;
+                out.peak_after_forward = peak;
+            }
+            if prev == Some((Phase::Backward, last_micro)) && now != (Phase::Backward, last_micro) {
+                out.after_backward = cur;
+                out.peak_after_backward = peak;
+            }
+            prev = Some(now);
+        }
+        if e.alloc {
+            cur += size(e.buffer);
+        } else {
+            cur -= size(e.buffer);
+        }
+        if i >= ev.measured_start {
+            peak = peak.max(cur);
+        }
+    }
+    if prev == Some((Phase::Backward, last_micro)) {
+        out.after_backward = cur;
+        out.peak_after_backward = peak;
+    }
+    out.peak = peak;
+    out
+}
+
+fn model(m: &Measured) -> Preset {
+    if m.model.ends_with(".json") {
+        let text =
+            std::fs::read_to_string(crate::data("../..").join(&m.model)).expect("model file");
+        let stem = std::path::Path::new(&m.model)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("");
+        vramlab_core::model::hf::from_text_if_hf(&text, stem)
+            .expect("hf")
+            .expect("hf")
+    } else {
+        find_builtin(&m.model).expect("preset")
+    }
+}
+
+/// The measured rows with their raw JSON (phase numbers), models resolved from the
+/// repository root.
+fn measured() -> Vec<(Measured, serde_json::Value)> {
+    let text = std::fs::read_to_string(crate::data("distributed_deepspeed.jsonl")).expect("rows");
+    let raw: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rows = parse_lines(&text);
+    assert_eq!(rows.len(), raw.len());
+    rows.into_iter().zip(raw).collect()
+}
+
+/// Each phase the runner records, planned and measured (`after_init`: after
+/// `deepspeed.initialize`, the model states; `start`: the measured step's start, with the
+/// optimizer state; after forward / backward and their peaks): every row within 0.75 % of
+/// its measured step peak, phase by phase (most within 0.1 %; the backward peak of fp32
+/// GPT-2 ZeRO-2 with checkpointing is 31 MB, 0.7 %, under), but two, left as measured:
+/// - fp32 ZeRO-3 (row 7) holds one more partition-sized fp32 buffer (62 MB, −1.0 %) from
+///   `deepspeed.initialize` on, although `_create_fp32_partitions` (stage3.py:1162-1167)
+///   shares the fp32 "fp16" partition as the master copy instead of cloning it;
+/// - GPT-2 ZeRO-3 with `stage3_max_live_parameters` 1e7 and reuse distance 0 (row 9): the
+///   measured backward peak is one bf16 `wte` (77 MB, −1.2 %) above the plan, whose peak
+///   comes before the LM head's pre-backward gathers it again.
+#[test]
+fn deepspeed_phases_within_three_quarters_of_a_percent() {
+    let mut worst = 0.0f64;
+    for (m, v) in measured() {
+        let cfg = m.config().expect("config");
+        let planner = Planner::new(&model(&m), &cfg).expect("planner");
+        let p = phases(&planner, cfg.batch);
+        let peak = v["peak_allocated"].as_u64().expect("peak_allocated") as f64;
+        let fp32_zero3 = m.precision == "fp32" && m.strategy.as_deref() == Some("zero3");
+        let reuse0 = m.stage3_max_reuse_distance == Some(0);
+        let known = fp32_zero3 || reuse0;
+        let limit = if known { 0.0125 } else { 0.0075 };
+        let mut line = format!("{} {}", v["index"], m.describe());
+        for (name, key, planned) in [
+            ("init", "allocated_after_init", p.after_init),
+            ("start", "allocated_start", p.start),
+            ("fwd", "allocated_after_forward", p.after_forward),
+            ("pk_fwd", "peak_after_forward", p.peak_after_forward),
+            ("bwd", "allocated_after_backward", p.after_backward),
+            ("pk_bwd", "peak_after_backward", p.peak_after_backward),
+            ("peak", "peak_allocated", p.peak),
+        ] {
+            let meas = v[key].as_u64().unwrap_or_else(|| panic!("{key}")) as f64;
+            let err = (planned as f64 - meas) / peak;
+            line.push_str(&format!("  {name} {:+.2} %", 100.0 * err));
+            assert!(
+                err.abs() <= limit,
+                "{line}: {name} planned {planned}, measured {meas}"
+            );
+            if !known {
+                worst = worst.max(err.abs());
+            }
+        }
+        println!("{line}");
+    }
+    println!("worst phase error {:.2} % of the peak", 100.0 * worst);
+}
+
+/// DeepSpeed ZeRO-1/2/3 per rank (`tools/ds_runner.py`: DeepSpeed 0.19.8, torch 2.11,
+/// transformers 5.17, H200), rank 0 of an emulated world of 2, 4 or 8 (PyTorch's fake
+/// process group): GPT-2 (12 layers, medium), Llama-3.2-1B (4 layers), TinyLlama; fp32 and
+/// bf16, checkpointing, accumulation, CPU optimizer offload, smaller reduce buckets,
+/// `overlap_comm`, ZeRO-3 prefetch off and a small `stage3_max_live_parameters`. Achieved:
+/// allocated median 0.05 %, worst 1.16 %; reserved median 1.47 % (the targets:
+/// allocated median ≤ 3 %, worst ≤ 10 %, reserved median ≤ 5 %). Bounds: the achieved
+/// numbers with a small margin.
+#[test]
+fn deepspeed_per_rank_within_targets() {
+    std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
+    let all = measured();
+    let ms: Vec<Measured> = all.iter().map(|(m, _)| m.clone()).collect();
+    let rows = compare(&ms).expect("every row plans");
+    assert_eq!(rows.len(), 17);
+    for r in &rows {
+        println!(
+            "{:<52} {:<44} alloc {:+6.2} %  reserved {:+6.2} %",
+            r.model,
+            r.config,
+            r.allocated_error(),
+            r.reserved_error()
+        );
+    }
+    for needle in [
+        "zero1×2", "zero1×8", "zero2×4", "zero2×8", "zero3×2", "zero3×4", "zero3×8", " fp32 ",
+        " ckpt ", "accum2",
+    ] {
+        assert!(
+            rows.iter().any(|r| r.config.contains(needle)),
+            "no {needle} row"
+        );
+    }
+    assert!(ms.iter().any(|m| m.offload.is_some()), "no offload row");
+    let alloc_median = median_abs(rows.iter().map(|r| r.allocated_error()));
+    let alloc_worst = max_abs(rows.iter().map(|r| r.allocated_error()));
+    let reserved_median = median_abs(rows.iter().map(|r| r.reserved_error()));
+    println!(
+        "allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %"
+    );
+    assert!(alloc_median <= 0.3, "allocated median {alloc_median:.2} %");
+    assert!(alloc_worst <= 2.0, "allocated worst {alloc_worst:.2} %");
+    assert!(
+        reserved_median <= 4.5,
+        "reserved median {reserved_median:.2} %"
+    );
+}
