@@ -9,7 +9,7 @@ use crate::plan::TrainConfig;
 use crate::plan::config::Precision;
 use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
 
-use super::py_bool;
+use super::python::py_bool;
 
 /// DeepSpeed's `zero_optimization` for `d` (`{"stage": 0}` for one GPU and DDP).
 pub fn zero_optimization(d: &Distributed) -> Value {

@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 use crate::plan::config::{Attention, LoopShape, Optimizer, Precision};
 use crate::plan::{Plan, TrainConfig};
 
+use super::python::hf_optim;
+
 /// Export formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -134,18 +136,6 @@ fn deepspeed(cfg: &TrainConfig) -> Value {
         super::distributed_exports::zero_optimization(&cfg.distributed),
     );
     Value::Object(o)
-}
-
-/// HF `TrainingArguments.optim` of an optimizer.
-pub(crate) fn hf_optim(o: Optimizer) -> &'static str {
-    match o {
-        Optimizer::Sgd | Optimizer::SgdMomentum => "sgd",
-        Optimizer::Adam | Optimizer::AdamW => "adamw_torch",
-        Optimizer::Adafactor => "adafactor",
-        Optimizer::Adam8bit | Optimizer::AdamW8bit => "adamw_bnb_8bit",
-        Optimizer::PagedAdamW8bit => "paged_adamw_8bit",
-        Optimizer::PagedAdamW => "paged_adamw_32bit",
-    }
 }
 
 fn huggingface(cfg: &TrainConfig) -> Value {

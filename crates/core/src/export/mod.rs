@@ -4,13 +4,9 @@
 pub mod distributed_exports;
 pub mod frameworks;
 pub mod peft;
+pub(crate) mod python;
 pub mod results;
 pub mod vramlab_file;
 
 pub use frameworks::{Format, render};
 pub use vramlab_file::{SCHEMA_VERSION, VramlabConfig};
-
-/// A Python boolean literal, for the generated scripts and configs.
-pub(crate) fn py_bool(b: bool) -> &'static str {
-    if b { "True" } else { "False" }
-}

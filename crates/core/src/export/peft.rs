@@ -7,8 +7,7 @@ use crate::plan::TrainConfig;
 use crate::plan::config::Precision;
 use crate::plan::finetune::{FineTuneMode, LoraTargets, Quant};
 
-use super::frameworks::hf_optim;
-use super::py_bool;
+use super::python::{hf_optim, py_bool};
 
 /// `target_modules=` of a `LoraConfig`: `None` lets peft pick its default per model type
 /// (what `attn` plans).
