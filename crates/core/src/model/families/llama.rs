@@ -55,7 +55,7 @@ pub struct LlamaParams {
     pub fused_projections: bool,
     /// A sparse mixture-of-experts block in place of the MLP (Mixtral, Qwen2/3-MoE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub moe: Option<super::moe::MoeParams>,
+    pub moe: Option<super::moe_params::MoeParams>,
 }
 
 fn is_false(b: &bool) -> bool {

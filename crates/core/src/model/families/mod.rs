@@ -9,6 +9,7 @@ pub mod gpt_neox;
 pub mod llama;
 pub mod mobilenet;
 pub mod moe;
+pub mod moe_params;
 pub mod resnet;
 pub mod segmentation;
 pub mod t5;
