@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use crate::export::Format;
 use crate::names::{Choice, NameError, Partial, Resolved, resolve};
-use crate::plan::PlanError;
+use crate::plan::error::PlanError;
 use crate::plan::config::{Attention, Optimizer, Precision};
 
 /// Precision aliases. `fp16`/`half`/`16-mixed` mean autocast fp16 (`amp-fp16`: pure fp16

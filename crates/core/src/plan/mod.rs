@@ -5,6 +5,7 @@ pub mod allocator;
 pub mod captured;
 pub mod config;
 pub mod distributed;
+pub mod error;
 pub mod eval;
 pub mod events;
 pub mod finetune;
@@ -27,33 +28,14 @@ pub mod timing;
 use serde::Serialize;
 
 pub use config::{Attention, DType, Optimizer, Precision, TrainConfig};
+pub use error::PlanError;
 pub use events::{Category, Constants, Phase};
 pub use gpus::Gpu;
 pub use policy::ParamPolicy;
 
 use crate::model::families::transformer::AttnImpl;
-use crate::model::{Graph, ModelError, Preset};
+use crate::model::{Graph, Preset};
 use crate::units::Bytes;
-
-/// A training configuration that cannot be planned.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PlanError {
-    #[error("{field}: {reason}")]
-    Field { field: &'static str, reason: String },
-    #[error("unknown {field} `{value}` (known: {known})")]
-    Unknown {
-        field: &'static str,
-        value: String,
-        known: &'static str,
-    },
-    #[error("{0}: the byte count overflows 64 bits; reduce the batch or the model size")]
-    Overflow(&'static str),
-    #[error(transparent)]
-    Model(#[from] ModelError),
-    /// A name that did not resolve (with the closest known names) or was ambiguous.
-    #[error(transparent)]
-    Name(#[from] crate::names::NameError),
-}
 
 /// Measured per-process CUDA context + library handles beyond PyTorch's reserved bytes
 /// (H200, driver 580, CUDA 13, PyTorch 2.11; see `tests/data/`).
