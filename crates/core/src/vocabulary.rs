@@ -7,8 +7,8 @@ use std::str::FromStr;
 
 use crate::export::Format;
 use crate::names::{Choice, NameError, Partial, Resolved, resolve};
-use crate::plan::error::PlanError;
 use crate::plan::config::{Attention, Optimizer, Precision};
+use crate::plan::error::PlanError;
 
 /// Precision aliases. `fp16`/`half`/`16-mixed` mean autocast fp16 (`amp-fp16`: pure fp16
 /// training is not modelled); `bfloat16`/`bf16-true` mean pure bf16 (`bf16`,

@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::PlanError;
-use super::config::{DType, Precision};
+use super::numerics::{DType, Precision};
 use super::policy::Shard;
 use crate::units::Bytes;
 

@@ -15,6 +15,7 @@ pub mod free_bins;
 pub mod gpus;
 pub mod kernel_temps;
 pub mod multi_gpu;
+pub mod numerics;
 pub mod optimizer;
 pub mod policy;
 pub mod remedies;

@@ -6,8 +6,8 @@
 use crate::model::Graph;
 
 use super::DType;
-use super::config::Precision;
 use super::finetune_mode::Quant;
+use super::numerics::Precision;
 
 /// The fraction of a tensor one rank holds: `num / den` (1/1 unsharded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

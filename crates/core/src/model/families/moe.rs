@@ -23,7 +23,6 @@
 //! The router logits kept for the auxiliary loss (`output_router_logits`) add one fp32
 //! softmax per MoE layer, saved for backward.
 
-
 use super::llama::LlamaParams;
 pub use super::moe_params::MoeParams;
 use crate::model::builder::GraphBuilder;
