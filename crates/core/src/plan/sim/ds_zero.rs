@@ -67,6 +67,8 @@ pub(super) struct DsZero {
     partition: u64,
     /// Stages 1/2: whether each parameter overlaps rank 0's partition.
     in_partition: Vec<bool>,
+    /// Stages 1/2: each parameter's offset in the flat buffer (`bit16_groups_flat`).
+    offset: Vec<u64>,
     /// Stages 1/2: elements of `grads_in_partition`.
     in_partition_elems: u64,
     /// `reduce_bucket_size` (elements) and the IPG buffers per bucket.
@@ -107,6 +109,7 @@ impl DsZero {
             .filter(|&p| policy.trainable(p))
             .collect();
         let stage = d.strategy.zero_stage();
+        let mut flat_offset = vec![0u64; g.params.len()];
         let (partition, in_partition, in_partition_elems) = if stage == 3 {
             // `partition_numel()` of every parameter: ceil(numel / world).
             let part = trainable
@@ -122,6 +125,7 @@ impl DsZero {
             let mut offset = 0u64;
             let mut elems = 0u64;
             for &p in &trainable {
+                flat_offset[p] = offset;
                 if offset < part {
                     inside[p] = true;
                     elems += g.params[p].elems;
@@ -135,6 +139,7 @@ impl DsZero {
             dtype: policy.state(0).storage,
             partition,
             in_partition,
+            offset: flat_offset,
             in_partition_elems,
             bucket: d.zero_bucket_elems,
             ipg_count: d.ipg_buffers(),
@@ -155,6 +160,53 @@ impl DsZero {
             held: Vec::new(),
             carried: Vec::new(),
         })
+    }
+
+    /// Stages 1/2: the elements of each flat copy `allreduce_bucket` makes (`flatten`, in
+    /// the model dtype, freed before the next) when the bucket of `params` is reduced.
+    /// With `contiguous_gradients`, `average_tensor` (`reduce_scatter`, the default, and
+    /// `use_multi_rank_bucket_allreduce`, the default) slices each gradient at the
+    /// partitions' boundaries of the flat buffer, merging consecutive slices of one
+    /// partition, and `allreduce_and_scatter` flattens the slices gathered until they
+    /// exceed `reduce_bucket_size`, then the rest. Without, `buffered_reduce_fallback`'s
+    /// `allreduce_no_retain` flattens the bucket's gradients at once (its buffer size is the
+    /// bucket's element count).
+    fn flat_chunks(&self, params: &[usize], all: &[Param]) -> Vec<u64> {
+        let elems = |p: usize| all.get(p).map_or(0, |x| x.elems);
+        if !self.contiguous {
+            let total: u64 = params.iter().map(|&p| elems(p)).sum();
+            return if total > 0 { vec![total] } else { Vec::new() };
+        }
+        let part = self.partition.max(1);
+        // (partition, elements) of each slice, consecutive ones of a partition merged.
+        let mut slices: Vec<(u64, u64)> = Vec::new();
+        for &p in params {
+            let start = self.offset.get(p).copied().unwrap_or(0);
+            let end = start + elems(p);
+            let mut pos = start;
+            while pos < end {
+                let id = pos / part;
+                let next = ((id + 1) * part).min(end);
+                match slices.last_mut() {
+                    Some((last, n)) if *last == id => *n += next - pos,
+                    _ => slices.push((id, next - pos)),
+                }
+                pos = next;
+            }
+        }
+        let mut chunks = Vec::new();
+        let mut numel = 0u64;
+        for (_, n) in slices {
+            numel += n;
+            if numel > self.bucket {
+                chunks.push(numel);
+                numel = 0;
+            }
+        }
+        if numel > 0 {
+            chunks.push(numel);
+        }
+        chunks
     }
 
     /// Elements of the flat fp32 partition the inner optimizer steps (its only parameter),
@@ -280,6 +332,18 @@ impl Sim<'_> {
             }
             return;
         }
+        // The reduction's flat copies (`allreduce_bucket`), on `reduction_stream` with
+        // `overlap_comm`.
+        for elems in z.flat_chunks(&params, &self.g.params) {
+            let b = self.alloc(0, elems * dt.size(), Category::Communication, 1);
+            if side {
+                self.on_side_stream(b);
+            }
+            self.release(b);
+        }
+        let Some(z) = self.dist.zero.as_ref() else {
+            return;
+        };
         if !contiguous {
             // The reduced gradients stay autograd's: the partition's are kept for the step
             // (`averaged_gradients`), the others dropped.
@@ -341,6 +405,12 @@ impl Sim<'_> {
             return;
         }
         let boundary = self.ds_boundary();
+        if z.stage == 1 && !boundary {
+            // The engine's `allreduce_gradients` reduces stage 1 only at the boundary and
+            // runs no epilogue before it: the IPG buffers and every `.grad` stay, the next
+            // micro-step's gradients are added into them in place.
+            return;
+        }
         if boundary && !z.per_param {
             let order: Vec<usize> = (0..self.g.params.len())
                 .filter(|&p| self.param_grad[p].is_some())
