@@ -22,10 +22,20 @@
 //! `overlap_comm`) then copies each gradient into the bucket and drops autograd's tensor;
 //! stage 1 without overlap keeps autograd's gradients until `reduce_gradients` after the
 //! backward, which copies them into the bucket. A full bucket is reduced
-//! (`reduce_ipg_grads`): the gradients of the parameters in rank 0's partition are copied
+//! (`reduce_ipg_grads`): `average_tensor` → `allreduce_and_scatter` → `allreduce_bucket`
+//! flattens the bucket's gradient slices into a new tensor (`flatten`: the bucket's
+//! elements, model dtype, freed once copied back: a backward-peak transient as large as
+//! the bucket); then the gradients of the parameters in rank 0's partition are copied
 //! into `grads_in_partition` (allocated at the first such copy: every parameter that
 //! overlaps the partition, whole), the others dropped. The epilogue reduces the last
 //! bucket and frees the IPG buffers; `grads_in_partition` lives until the step.
+//!
+//! Gradient accumulation: the engine's `allreduce_gradients` runs stage 2's epilogue after
+//! every backward, stage 1's (`reduce_gradients`) only at the accumulation boundary. So
+//! before the boundary stage 1 keeps the IPG buffer(s) `setup_buckets` allocated (its
+//! `ready_for_gradients` stays set: the boundary backward reuses them) and every `.grad`,
+//! into which the next micro-step's gradients are added in place; stage 2 keeps the
+//! partition's gradients in `all_grad_tensors`.
 //!
 //! Stages 1/2, `step`: `flatten(averaged_gradients)` (the partition, model dtype), its fp32
 //! copy (`.to(float32)`, none under fp32), `grads_in_partition` freed, the inner
@@ -389,8 +399,9 @@ impl Sim<'_> {
         }
     }
 
-    /// The end of a backward (`independent_gradient_partition_epilogue`). Stage 1 without
-    /// overlap reduces every gradient at the accumulation boundary (`reduce_gradients`);
+    /// The end of a backward (`independent_gradient_partition_epilogue`). Before the
+    /// accumulation boundary stage 1 runs none (the IPG buffers and `.grad` stay). Stage 1
+    /// without overlap reduces every gradient at the boundary (`reduce_gradients`);
     /// the last bucket is reduced; the IPG buffers are freed (`_release_ipg_buffers`) and no
     /// `.grad` is left (`_clear_param_grad_only`). Before the boundary `all_grad_tensors`
     /// keeps the partition's gradients (`get_all_grad_tensors`: references, not copies) and
@@ -424,7 +435,8 @@ impl Sim<'_> {
         if let Some(z) = self.dist.zero.as_mut() {
             drop.append(&mut z.ipg);
         }
-        // Gradients no bucket took (stage 1 before the boundary).
+        // Gradients no bucket took (none: stage 2 takes each when ready, stage 1 at the
+        // boundary).
         let in_partition: Vec<bool> = self
             .dist
             .zero
