@@ -167,20 +167,14 @@ fn phase_errors(m: &Measured, v: &serde_json::Value, limit: f64) -> f64 {
 }
 
 /// The once held-out rows phase by phase (see `deepspeed_held_out_rows`): every phase
-/// within 3 % of the row's peak (most within 0.35 %), but two rows over 1 %, not explained:
-/// - fp32 Llama-3.2-1B (4 layers) ZeRO-2 ×2 (row 4): the backward peak 1.8 % under;
-/// - fp32 GPT-2 ZeRO-2 ×2 without `contiguous_gradients`, bucket 2e8 (row 10): 2.7 % over
-///   from the step's start on (after `deepspeed.initialize` it is exact).
+/// within 0.35 % of the row's peak but fp32 Llama-3.2-1B (4 layers) ZeRO-2 ×2 (row 4), whose
+/// backward peak is 1.8 % (216 MiB) under, not explained.
 #[test]
 fn deepspeed_held_out_phases() {
     let mut worst = 0.0f64;
     for (m, v) in rows_of("distributed_deepspeed_holdout.jsonl") {
         let index = v["index"].as_u64().unwrap_or(0);
-        let limit = if index == 4 || index == 10 {
-            0.03
-        } else {
-            0.0035
-        };
+        let limit = if index == 4 { 0.02 } else { 0.0035 };
         worst = worst.max(phase_errors(&m, &v, limit));
     }
     println!("worst phase error {:.2} % of the peak", 100.0 * worst);
@@ -243,9 +237,11 @@ fn deepspeed_per_rank_within_targets() {
 /// −11.3 % at the backward peak). These two rows were then used to find two fixes, so the
 /// file is no longer held out: stage 1 keeps its IPG buffer and every `.grad` between
 /// micro-steps (the engine runs its epilogue only at the accumulation boundary), and each
-/// reduced stage 1/2 bucket is flattened into a transient copy (`allreduce_bucket`).
-/// Now: allocated median 0.15 %, worst 2.67 %; reserved median 1.70 %. Bounds: those
-/// numbers with a small margin.
+/// reduced stage 1/2 bucket is flattened into a transient copy (`allreduce_bucket`); a
+/// third fix came with them, the partition's gradients freed at the step (`averaged_gradients`
+/// was kept past it without `contiguous_gradients`: +2.7 % on row 10). Now: allocated
+/// median 0.09 %, worst 1.80 %; reserved median 1.70 %. Bounds: those numbers with a
+/// small margin.
 #[test]
 fn deepspeed_held_out_rows() {
     std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
@@ -268,8 +264,8 @@ fn deepspeed_held_out_rows() {
     println!(
         "allocated median {alloc_median:.2} % worst {alloc_worst:.2} %, reserved median {reserved_median:.2} %"
     );
-    assert!(alloc_median <= 0.3, "allocated median {alloc_median:.2} %");
-    assert!(alloc_worst <= 3.0, "allocated worst {alloc_worst:.2} %");
+    assert!(alloc_median <= 0.2, "allocated median {alloc_median:.2} %");
+    assert!(alloc_worst <= 2.0, "allocated worst {alloc_worst:.2} %");
     assert!(
         reserved_median <= 2.5,
         "reserved median {reserved_median:.2} %"

@@ -468,8 +468,13 @@ impl Sim<'_> {
         }
     }
 
-    /// Before the inner optimizer's step: the flattened gradient partition and its fp32 copy
-    /// (returned, freed after the step); stages 1/2 free `grads_in_partition` then.
+    /// Before the inner optimizer's step: the flattened gradient partition cast to fp32
+    /// (returned, freed after the step). `flatten(averaged_gradients)` is freed once cast
+    /// (stages 1/2: `del flat_grad_partition`, stage_1_and_2.py:3119; stage 3: an
+    /// intermediate of `_prepare_fp32_grad_for_sub_group`); under fp32 it is the fp32
+    /// gradient. Stages 1/2 then free the partition's gradients
+    /// (`free_grad_in_param_list`, `averaged_gradients[i] = None`): `grads_in_partition`, or
+    /// autograd's tensors without `contiguous_gradients`.
     pub(super) fn ds_step_grads(&mut self) -> Vec<u32> {
         let Some(z) = self.dist.zero.as_ref() else {
             return Vec::new();
@@ -479,27 +484,20 @@ impl Sim<'_> {
         if z.offload {
             return out;
         }
-        let stage = z.stage;
-        // `flatten(averaged_gradients)`: kept in a local by stages 1/2's `step`, an
-        // intermediate of stage 3's `_prepare_fp32_grad_for_sub_group` (freed once cast).
         let flat = self.alloc(0, part * dt.size(), Category::Transient, 1);
         if dt != DType::F32 {
             let fp32 = self.alloc(0, part * 4, Category::Transient, 1);
-            if stage == 3 {
-                self.release(flat);
-            } else {
-                out.push(flat);
-            }
+            self.release(flat);
             out.push(fp32);
         } else {
             out.push(flat);
         }
-        if let Some(b) = self
-            .dist
-            .zero
-            .as_mut()
-            .and_then(|z| z.grads_in_partition.take())
-        {
+        let mut drop = Vec::new();
+        if let Some(z) = self.dist.zero.as_mut() {
+            drop.extend(z.grads_in_partition.take());
+            drop.append(&mut z.held);
+        }
+        for b in drop {
             self.release(b);
         }
         out
