@@ -30,7 +30,8 @@ fn zero(world: u32, st: Strategy, f: impl FnOnce(&mut Distributed)) -> Distribut
 /// one IPG buffer of `reduce_bucket_size` elements in the 16-bit gradient dtype, a second
 /// with `overlap_comm`. bf16, 5e8 elements: 1e9 bytes each, allocated by the first
 /// gradient hook of a backward and freed by its epilogue (`_release_ipg_buffers`), so
-/// live at the peak of a small step (GPT-2, batch 1, sequence 64). With `overlap_comm`
+/// live at the peak of a small step (GPT-2, batch 1, sequence 64), beside the flat copy
+/// `allreduce_bucket` makes of a bucket it reduces when the peak is there. With `overlap_comm`
 /// stage 1 also moves each gradient into the bucket as it is ready (`process_gradients`),
 /// so the second buffer adds less than its size to the peak; without
 /// `contiguous_gradients` there is no buffer and the gradients stay autograd's.
@@ -50,11 +51,17 @@ fn stage_1_and_2_ipg_buffers() {
             Precision::Bf16,
             zero(4, st, |d| d.zero_bucket_elems = 100_000_000),
         );
-        let comm = |p: &Plan| p.category_bytes(Category::Communication).0;
-        assert_eq!(comm(&base), 1_000_000_000, "{st}");
-        assert_eq!(comm(&overlap), 2_000_000_000, "{st}");
-        assert_eq!(comm(&none), 0, "{st}");
-        assert_eq!(comm(&small), 200_000_000, "{st}");
+        // Communication at the peak: the IPG buffers, plus `allreduce_bucket`'s flat copy of
+        // the bucket when the peak is a reduction (at most GPT-2's 124M bf16 gradients).
+        let flat = 124_439_808 * 2;
+        let comm = |p: &Plan, ipg: u64| {
+            let c = p.category_bytes(Category::Communication).0;
+            assert!(c >= ipg && c - ipg <= flat, "{st}: {c} vs {ipg}");
+        };
+        comm(&base, 1_000_000_000);
+        comm(&overlap, 2_000_000_000);
+        comm(&none, 0);
+        comm(&small, 200_000_000);
         let grow = overlap.peak_allocated_bytes.0 - base.peak_allocated_bytes.0;
         if st == Strategy::Zero2 {
             // Stage 2 moves gradients as they come either way: the second buffer adds its size.

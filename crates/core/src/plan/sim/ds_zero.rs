@@ -22,10 +22,20 @@
 //! `overlap_comm`) then copies each gradient into the bucket and drops autograd's tensor;
 //! stage 1 without overlap keeps autograd's gradients until `reduce_gradients` after the
 //! backward, which copies them into the bucket. A full bucket is reduced
-//! (`reduce_ipg_grads`): the gradients of the parameters in rank 0's partition are copied
+//! (`reduce_ipg_grads`): `average_tensor` → `allreduce_and_scatter` → `allreduce_bucket`
+//! flattens the bucket's gradient slices into a new tensor (`flatten`: the bucket's
+//! elements, model dtype, freed once copied back: a backward-peak transient as large as
+//! the bucket); then the gradients of the parameters in rank 0's partition are copied
 //! into `grads_in_partition` (allocated at the first such copy: every parameter that
 //! overlaps the partition, whole), the others dropped. The epilogue reduces the last
 //! bucket and frees the IPG buffers; `grads_in_partition` lives until the step.
+//!
+//! Gradient accumulation: the engine's `allreduce_gradients` runs stage 2's epilogue after
+//! every backward, stage 1's (`reduce_gradients`) only at the accumulation boundary. So
+//! before the boundary stage 1 keeps the IPG buffer(s) `setup_buckets` allocated (its
+//! `ready_for_gradients` stays set: the boundary backward reuses them) and every `.grad`,
+//! into which the next micro-step's gradients are added in place; stage 2 keeps the
+//! partition's gradients in `all_grad_tensors`.
 //!
 //! Stages 1/2, `step`: `flatten(averaged_gradients)` (the partition, model dtype), its fp32
 //! copy (`.to(float32)`, none under fp32), `grads_in_partition` freed, the inner
@@ -67,6 +77,8 @@ pub(super) struct DsZero {
     partition: u64,
     /// Stages 1/2: whether each parameter overlaps rank 0's partition.
     in_partition: Vec<bool>,
+    /// Stages 1/2: each parameter's offset in the flat buffer (`bit16_groups_flat`).
+    offset: Vec<u64>,
     /// Stages 1/2: elements of `grads_in_partition`.
     in_partition_elems: u64,
     /// `reduce_bucket_size` (elements) and the IPG buffers per bucket.
@@ -107,6 +119,7 @@ impl DsZero {
             .filter(|&p| policy.trainable(p))
             .collect();
         let stage = d.strategy.zero_stage();
+        let mut flat_offset = vec![0u64; g.params.len()];
         let (partition, in_partition, in_partition_elems) = if stage == 3 {
             // `partition_numel()` of every parameter: ceil(numel / world).
             let part = trainable
@@ -122,6 +135,7 @@ impl DsZero {
             let mut offset = 0u64;
             let mut elems = 0u64;
             for &p in &trainable {
+                flat_offset[p] = offset;
                 if offset < part {
                     inside[p] = true;
                     elems += g.params[p].elems;
@@ -135,6 +149,7 @@ impl DsZero {
             dtype: policy.state(0).storage,
             partition,
             in_partition,
+            offset: flat_offset,
             in_partition_elems,
             bucket: d.zero_bucket_elems,
             ipg_count: d.ipg_buffers(),
@@ -155,6 +170,53 @@ impl DsZero {
             held: Vec::new(),
             carried: Vec::new(),
         })
+    }
+
+    /// Stages 1/2: the elements of each flat copy `allreduce_bucket` makes (`flatten`, in
+    /// the model dtype, freed before the next) when the bucket of `params` is reduced.
+    /// With `contiguous_gradients`, `average_tensor` (`reduce_scatter`, the default, and
+    /// `use_multi_rank_bucket_allreduce`, the default) slices each gradient at the
+    /// partitions' boundaries of the flat buffer, merging consecutive slices of one
+    /// partition, and `allreduce_and_scatter` flattens the slices gathered until they
+    /// exceed `reduce_bucket_size`, then the rest. Without, `buffered_reduce_fallback`'s
+    /// `allreduce_no_retain` flattens the bucket's gradients at once (its buffer size is the
+    /// bucket's element count).
+    fn flat_chunks(&self, params: &[usize], all: &[Param]) -> Vec<u64> {
+        let elems = |p: usize| all.get(p).map_or(0, |x| x.elems);
+        if !self.contiguous {
+            let total: u64 = params.iter().map(|&p| elems(p)).sum();
+            return if total > 0 { vec![total] } else { Vec::new() };
+        }
+        let part = self.partition.max(1);
+        // (partition, elements) of each slice, consecutive ones of a partition merged.
+        let mut slices: Vec<(u64, u64)> = Vec::new();
+        for &p in params {
+            let start = self.offset.get(p).copied().unwrap_or(0);
+            let end = start + elems(p);
+            let mut pos = start;
+            while pos < end {
+                let id = pos / part;
+                let next = ((id + 1) * part).min(end);
+                match slices.last_mut() {
+                    Some((last, n)) if *last == id => *n += next - pos,
+                    _ => slices.push((id, next - pos)),
+                }
+                pos = next;
+            }
+        }
+        let mut chunks = Vec::new();
+        let mut numel = 0u64;
+        for (_, n) in slices {
+            numel += n;
+            if numel > self.bucket {
+                chunks.push(numel);
+                numel = 0;
+            }
+        }
+        if numel > 0 {
+            chunks.push(numel);
+        }
+        chunks
     }
 
     /// Elements of the flat fp32 partition the inner optimizer steps (its only parameter),
@@ -280,6 +342,18 @@ impl Sim<'_> {
             }
             return;
         }
+        // The reduction's flat copies (`allreduce_bucket`), on `reduction_stream` with
+        // `overlap_comm`.
+        for elems in z.flat_chunks(&params, &self.g.params) {
+            let b = self.alloc(0, elems * dt.size(), Category::Communication, 1);
+            if side {
+                self.on_side_stream(b);
+            }
+            self.release(b);
+        }
+        let Some(z) = self.dist.zero.as_ref() else {
+            return;
+        };
         if !contiguous {
             // The reduced gradients stay autograd's: the partition's are kept for the step
             // (`averaged_gradients`), the others dropped.
@@ -325,8 +399,9 @@ impl Sim<'_> {
         }
     }
 
-    /// The end of a backward (`independent_gradient_partition_epilogue`). Stage 1 without
-    /// overlap reduces every gradient at the accumulation boundary (`reduce_gradients`);
+    /// The end of a backward (`independent_gradient_partition_epilogue`). Before the
+    /// accumulation boundary stage 1 runs none (the IPG buffers and `.grad` stay). Stage 1
+    /// without overlap reduces every gradient at the boundary (`reduce_gradients`);
     /// the last bucket is reduced; the IPG buffers are freed (`_release_ipg_buffers`) and no
     /// `.grad` is left (`_clear_param_grad_only`). Before the boundary `all_grad_tensors`
     /// keeps the partition's gradients (`get_all_grad_tensors`: references, not copies) and
@@ -341,6 +416,12 @@ impl Sim<'_> {
             return;
         }
         let boundary = self.ds_boundary();
+        if z.stage == 1 && !boundary {
+            // The engine's `allreduce_gradients` reduces stage 1 only at the boundary and
+            // runs no epilogue before it: the IPG buffers and every `.grad` stay, the next
+            // micro-step's gradients are added into them in place.
+            return;
+        }
         if boundary && !z.per_param {
             let order: Vec<usize> = (0..self.g.params.len())
                 .filter(|&p| self.param_grad[p].is_some())
@@ -354,7 +435,8 @@ impl Sim<'_> {
         if let Some(z) = self.dist.zero.as_mut() {
             drop.append(&mut z.ipg);
         }
-        // Gradients no bucket took (stage 1 before the boundary).
+        // Gradients no bucket took (none: stage 2 takes each when ready, stage 1 at the
+        // boundary).
         let in_partition: Vec<bool> = self
             .dist
             .zero
@@ -386,8 +468,13 @@ impl Sim<'_> {
         }
     }
 
-    /// Before the inner optimizer's step: the flattened gradient partition and its fp32 copy
-    /// (returned, freed after the step); stages 1/2 free `grads_in_partition` then.
+    /// Before the inner optimizer's step: the flattened gradient partition cast to fp32
+    /// (returned, freed after the step). `flatten(averaged_gradients)` is freed once cast
+    /// (stages 1/2: `del flat_grad_partition`, stage_1_and_2.py:3119; stage 3: an
+    /// intermediate of `_prepare_fp32_grad_for_sub_group`); under fp32 it is the fp32
+    /// gradient. Stages 1/2 then free the partition's gradients
+    /// (`free_grad_in_param_list`, `averaged_gradients[i] = None`): `grads_in_partition`, or
+    /// autograd's tensors without `contiguous_gradients`.
     pub(super) fn ds_step_grads(&mut self) -> Vec<u32> {
         let Some(z) = self.dist.zero.as_ref() else {
             return Vec::new();
@@ -397,27 +484,20 @@ impl Sim<'_> {
         if z.offload {
             return out;
         }
-        let stage = z.stage;
-        // `flatten(averaged_gradients)`: kept in a local by stages 1/2's `step`, an
-        // intermediate of stage 3's `_prepare_fp32_grad_for_sub_group` (freed once cast).
         let flat = self.alloc(0, part * dt.size(), Category::Transient, 1);
         if dt != DType::F32 {
             let fp32 = self.alloc(0, part * 4, Category::Transient, 1);
-            if stage == 3 {
-                self.release(flat);
-            } else {
-                out.push(flat);
-            }
+            self.release(flat);
             out.push(fp32);
         } else {
             out.push(flat);
         }
-        if let Some(b) = self
-            .dist
-            .zero
-            .as_mut()
-            .and_then(|z| z.grads_in_partition.take())
-        {
+        let mut drop = Vec::new();
+        if let Some(z) = self.dist.zero.as_mut() {
+            drop.extend(z.grads_in_partition.take());
+            drop.append(&mut z.held);
+        }
+        for b in drop {
             self.release(b);
         }
         out
