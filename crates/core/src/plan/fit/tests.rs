@@ -266,3 +266,50 @@ fn search_time() {
         );
     }
 }
+
+/// Everything a one-GPU search returns, as text: the counts and every candidate.
+fn fingerprint(r: &FitReport) -> String {
+    let mut s = format!(
+        "{} {} {} {}\n",
+        r.combinations, r.planned, r.pruned_dead, r.dominated
+    );
+    for c in &r.candidates {
+        s.push_str(&format!(
+            "{} {}x{} {} | {}\n",
+            c.summary(),
+            c.micro_batch,
+            c.accum,
+            c.nvidia_smi.0,
+            c.costs.join(" / ")
+        ));
+    }
+    s
+}
+
+fn one_gpu_fingerprints() -> String {
+    let mut out = String::new();
+    for (model, gpu, batch, accum) in [
+        ("Meta-Llama-3-8B", "rtx-4090", 4, 4),
+        ("gpt2-xl", "rtx-4090", 8, 1),
+        ("gpt2", "rtx-3060", 16, 2),
+    ] {
+        let preset = find_builtin(model).expect("preset");
+        let user = TrainConfig {
+            batch,
+            accum,
+            ..TrainConfig::default()
+        };
+        let r = fit(&preset, &user, &request(gpu)).expect("fit");
+        out.push_str(&format!("## {model} {gpu}\n{}", fingerprint(&r)));
+    }
+    out
+}
+
+/// A one-GPU search is unchanged by the strategy axis: the candidates, their order, words
+/// and the plan counts are those recorded before the axis existed.
+#[test]
+fn one_gpu_searches_are_unchanged_by_the_strategy_axis() {
+    let got = one_gpu_fingerprints();
+    let want = include_str!("testdata/one_gpu_before_strategy_axis.txt");
+    assert_eq!(got, want, "got:\n{got}");
+}
