@@ -380,7 +380,9 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         }
     }
     // Every other strategy that has no candidate yet gets its fastest combinations that are
-    // neither dead nor dominated, up to the plans kept back (possibly past `top`: one each).
+    // neither dead nor dominated, up to the plans kept back (possibly past `top`: one each),
+    // among those whose twin under the user's strategy is known not to fit (a switch nobody
+    // needs is not offered).
     for &st in axes.strategy.iter().skip(1) {
         if out.iter().any(|c| c.config.distributed.strategy == st) {
             continue;
@@ -389,7 +391,14 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
             if s.planned >= req.max_plans {
                 break;
             }
-            if s.presumed_dead(&k) || is_dominated(&accepted, &k, t, &s.user) {
+            let twin = Knobs {
+                strategy: s.user.strategy,
+                ..k
+            };
+            if s.presumed_dead(&k)
+                || !s.presumed_dead(&twin)
+                || is_dominated(&accepted, &k, t, &s.user)
+            {
                 continue;
             }
             if let Some(f) = s.plan(&k)? {
