@@ -342,7 +342,12 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         accepted.push((s.user, c.time.ms_per_sample));
         out.push(c);
     }
-    seed_dead(&mut s, &axes)?;
+    // On more than one GPU, plans kept back for the other strategies (at most a quarter of
+    // the budget); the seeds take at most half of the rest.
+    let others = axes.strategy.len().saturating_sub(1);
+    let reserve = (STRATEGY_RESERVE * others).min(req.max_plans / 4);
+    let main_budget = req.max_plans - reserve;
+    seed_dead(&mut s, &axes, main_budget / 2)?;
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
     for k in &all {
         if *k == s.user || s.presumed_dead(k) {
@@ -353,12 +358,6 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
     }
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let (mut pruned_dead, mut dominated) = (all.len().saturating_sub(ranked.len() + 1), 0usize);
-    // On more than one GPU, plans kept back for the other strategies (two each).
-    let others = axes.strategy.len().saturating_sub(1);
-    let main_budget = req
-        .max_plans
-        .saturating_sub(STRATEGY_RESERVE * others)
-        .max(req.max_plans.min(1));
     let mut skipped: Vec<(f64, Knobs)> = Vec::new();
     for &(t, _, k) in &ranked {
         if out.len() >= req.top.max(1) || s.planned >= main_budget {
@@ -432,8 +431,8 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
 }
 
 /// Plans kept back per other strategy on more than one GPU (out of
-/// [`FitRequest::max_plans`]), so that a search whose budget goes to the user's strategy
-/// still tries the others.
+/// [`FitRequest::max_plans`], at most a quarter of it), so that a search whose budget goes
+/// to the user's strategy still tries the others.
 pub const STRATEGY_RESERVE: usize = 2;
 
 /// Whether an accepted candidate makes a subset of `k`'s changes and is no slower than `t`.
@@ -448,7 +447,7 @@ fn is_dominated(accepted: &[(Knobs, f64)], k: &Knobs, t: f64, user: &Knobs) -> b
 /// (leanest fine-tuning first: the later modes, attention targets, small ranks) and, on more
 /// than one GPU, every strategy (the user's first), so that whole groups die before any of
 /// them is timed.
-fn seed_dead(s: &mut Search<'_>, axes: &Axes) -> Result<(), PlanError> {
+fn seed_dead(s: &mut Search<'_>, axes: &Axes, budget: usize) -> Result<(), PlanError> {
     let mut finetunes = axes.finetune.clone();
     finetunes.sort_by_key(|ft| {
         (
@@ -462,7 +461,7 @@ fn seed_dead(s: &mut Search<'_>, axes: &Axes) -> Result<(), PlanError> {
             for &finetune in &finetunes {
                 for &strategy in &axes.strategy {
                     let k = axes.leanest(precision, attention, finetune, strategy);
-                    if s.presumed_dead(&k) || s.planned >= s.req.max_plans / 2 {
+                    if s.presumed_dead(&k) || s.planned >= budget {
                         continue;
                     }
                     s.plan(&k)?;

@@ -327,7 +327,10 @@ fn gpt2_xl_ddp4() -> (Preset, TrainConfig) {
 
 #[test]
 fn the_strategy_axis_is_the_users_alone_on_one_gpu_and_follows_the_other_settings() {
-    assert_eq!(strategy::strategies(&Distributed::default()), [Strategy::None]);
+    assert_eq!(
+        strategy::strategies(&Distributed::default()),
+        [Strategy::None]
+    );
     // Four GPUs with no strategy: independent replicas, nothing to switch.
     assert_eq!(
         strategy::strategies(&Distributed::new(4, Strategy::None)),
@@ -448,7 +451,12 @@ fn a_fitting_ddp_plan_is_not_offered_a_switch_it_does_not_need() {
     let r = fit(&preset, &user, &req).expect("fit");
     assert!(r.candidates[0].is_user_config);
     for c in &r.candidates {
-        assert_eq!(c.config.distributed.strategy, Strategy::Ddp, "{}", c.summary());
+        assert_eq!(
+            c.config.distributed.strategy,
+            Strategy::Ddp,
+            "{}",
+            c.summary()
+        );
     }
 }
 
@@ -476,10 +484,13 @@ fn pruning_never_drops_the_users_strategy() {
     // come back.
     let (preset, user) = gpt2_xl_ddp4();
     let mut req = request("rtx-4090");
-    req.max_plans = 40;
+    req.max_plans = 20;
     let r = fit(&preset, &user, &req).expect("fit");
-    assert!(r.planned <= 40, "{}", r.planned);
-    for st in [Strategy::Ddp, Strategy::Fsdp2] {
+    assert!(r.planned <= 20, "{}", r.planned);
+    for st in Strategy::MULTI
+        .into_iter()
+        .filter(|&st| st != Strategy::TorchZero1)
+    {
         assert!(
             r.candidates
                 .iter()
@@ -514,7 +525,10 @@ fn strategy_knobs_apply_compare_and_say_their_change() {
     );
     assert!(strategy::cost_words(&user.distributed, Strategy::Ddp).is_empty());
     let z1 = strategy::cost_words(&user.distributed, Strategy::Zero1).join(" ");
-    assert!(z1.contains("same traffic as DDP") && z1.contains("DeepSpeed config"), "{z1}");
+    assert!(
+        z1.contains("same traffic as DDP") && z1.contains("DeepSpeed config"),
+        "{z1}"
+    );
     let mut no_reshard = Distributed::new(4, Strategy::Fsdp2);
     no_reshard.reshard_after_forward = false;
     let f2 = strategy::cost_words(&no_reshard, Strategy::Fsdp2);
