@@ -1853,3 +1853,56 @@ fn bench_deepspeed_needs_deepspeed_in_the_python() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A DDP plan that does not fit is offered the same GPUs under a sharded strategy, in text
+/// (the change and its communication cost) and in JSON (the config's strategy and world).
+#[test]
+fn fit_offers_a_sharded_strategy_to_a_ddp_plan_that_does_not_fit() {
+    let base = [
+        "fit",
+        "--model",
+        "gpt2-xl",
+        "--gpus",
+        "4",
+        "--strategy",
+        "ddp",
+        "--gpu",
+        "rtx-4090",
+        "--batch",
+        "8",
+    ];
+    let (code, out, err) = vramlab_code(&base);
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(
+        out.contains("strategy ddp → zero3 (DeepSpeed ZeRO-3)"),
+        "{out}"
+    );
+    assert!(out.contains("strategy ddp → fsdp2 (FSDP2)"), "{out}");
+    assert!(out.contains("about 1.5× DDP's traffic"), "{out}");
+    let (code, json, err) = vramlab_code(&[&base[..], &["--json"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+    let list = v["candidates"].as_array().expect("candidates");
+    assert_ne!(list[0]["is_user_config"], true);
+    let sharded: Vec<&serde_json::Value> = list
+        .iter()
+        .filter(|c| {
+            c["changes"]
+                .as_array()
+                .expect("changes")
+                .iter()
+                .any(|w| w.as_str().is_some_and(|w| w.starts_with("strategy ddp → ")))
+        })
+        .collect();
+    assert!(!sharded.is_empty(), "{json}");
+    for c in sharded {
+        let d = &c["config"]["distributed"];
+        assert_ne!(d["strategy"], "ddp");
+        assert_eq!(d["gpus_per_node"], 4);
+    }
+    // The user's strategy keeps its own candidates.
+    assert!(
+        list.iter()
+            .any(|c| c["config"]["distributed"]["strategy"] == "ddp")
+    );
+}

@@ -69,7 +69,15 @@ pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
         }
         writeln!(out, "{v}")?;
     } else {
-        write_report(out, &report, &preset.id, &gpu, budget.usable(), search_ms)?;
+        let card = match cfg.distributed.world() {
+            w if w > 1 => format!(
+                "{} ×{w} ({}; memory per GPU)",
+                gpu.name,
+                cfg.distributed.strategy.label()
+            ),
+            _ => gpu.name.clone(),
+        };
+        write_report(out, &report, &preset.id, &card, budget.usable(), search_ms)?;
     }
     if report.candidates.is_empty() {
         return Err(super::Exit {
@@ -88,14 +96,14 @@ fn write_report(
     out: &mut dyn Write,
     r: &FitReport,
     model: &str,
-    gpu: &Gpu,
+    card: &str,
     usable: vramlab_core::units::Bytes,
     search_ms: f64,
 ) -> Result<()> {
     writeln!(
         out,
-        "{model} on {}: {usable} usable · effective batch {} · step time from the {}",
-        gpu.name, r.effective_batch, r.speed_source
+        "{model} on {card}: {usable} usable · effective batch {} · step time from the {}",
+        r.effective_batch, r.speed_source
     )?;
     writeln!(
         out,

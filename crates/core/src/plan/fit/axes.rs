@@ -6,6 +6,7 @@
 use super::super::config::{
     AllocatorConfig, Attention, LoopShape, Optimizer, Precision, TrainConfig,
 };
+use super::super::distributed::Strategy;
 use super::super::finetune_mode::{FineTune, FineTuneMode, LoraTargets};
 use super::super::optimizer::{state_bytes, step_waves};
 use super::super::{DType, Gpu};
@@ -43,6 +44,8 @@ pub struct Knobs {
     pub checkpointing: bool,
     pub loop_shape: LoopShape,
     pub expandable: bool,
+    /// The multi-GPU strategy (the user's other multi-GPU settings kept).
+    pub strategy: Strategy,
 }
 
 impl Knobs {
@@ -55,6 +58,7 @@ impl Knobs {
             checkpointing: cfg.checkpointing,
             loop_shape: cfg.loop_shape,
             expandable: cfg.allocator.expandable_segments,
+            strategy: cfg.distributed.strategy,
         }
     }
 
@@ -67,6 +71,7 @@ impl Knobs {
         c.optimizer = self.optimizer;
         c.checkpointing = self.checkpointing;
         c.loop_shape = self.loop_shape;
+        c.distributed.strategy = self.strategy;
         if self.expandable != base.allocator.expandable_segments {
             c.allocator = AllocatorConfig {
                 expandable_segments: self.expandable,
@@ -92,6 +97,7 @@ impl Knobs {
             self.checkpointing != user.checkpointing,
             self.loop_shape != user.loop_shape,
             self.expandable != user.expandable,
+            self.strategy != user.strategy,
         ];
         for (i, d) in diffs.into_iter().enumerate() {
             if d {
@@ -117,6 +123,7 @@ impl Knobs {
             self.checkpointing == other.checkpointing,
             self.loop_shape == other.loop_shape,
             self.expandable == other.expandable,
+            self.strategy == other.strategy,
         ];
         (0..same.len()).all(|i| mine & (1 << i) == 0 || same[i])
     }
@@ -124,9 +131,12 @@ impl Knobs {
     /// Whether `self` needs at least as much memory as `other` on every axis the planner's
     /// memory is monotone in (same precision and attention; no checkpointing where `other`
     /// has it, a larger optimizer state, the output kept, no expandable segments, more
-    /// trainable adapters). When `other` does not fit at micro-batch 1, neither does `self`.
+    /// trainable adapters; the same multi-GPU strategy: the planner's memory is not proven
+    /// monotone across strategies). When `other` does not fit at micro-batch 1, neither does
+    /// `self`.
     pub fn needs_at_least(&self, other: &Knobs) -> bool {
-        self.precision == other.precision
+        self.strategy == other.strategy
+            && self.precision == other.precision
             && self.attention == other.attention
             && (self.checkpointing <= other.checkpointing)
             && (loop_rank(self.loop_shape) <= loop_rank(other.loop_shape))
@@ -192,6 +202,8 @@ pub struct Axes {
     pub checkpointing: Vec<bool>,
     pub loop_shape: Vec<LoopShape>,
     pub expandable: Vec<bool>,
+    /// The user's strategy, then (on more than one GPU) the others its settings allow.
+    pub strategy: Vec<Strategy>,
 }
 
 fn with_user<T: Copy + PartialEq>(user: T, others: impl IntoIterator<Item = T>) -> Vec<T> {
@@ -218,7 +230,8 @@ impl Axes {
     /// without bf16 tensor cores, unless the user chose it), SDPA when the user runs eager
     /// attention, the user's fine-tuning mode and every later one (LoRA at
     /// [`LORA_RANKS`] × [`LORA_TARGETS`]), the optimizers of the same family with less
-    /// state, checkpointing, the trainer loop and expandable segments.
+    /// state, checkpointing, the trainer loop, expandable segments and, on more than one
+    /// GPU, the other multi-GPU strategies ([`super::strategy::strategies`]).
     pub fn new(user: &TrainConfig, gpu: Option<&Gpu>) -> Axes {
         let lacks_bf16 = gpu.is_some_and(Gpu::lacks_bf16);
         let precision = with_user(
@@ -264,6 +277,7 @@ impl Axes {
             checkpointing: with_user(user.checkpointing, [true]),
             loop_shape: with_user(user.loop_shape, [LoopShape::Trainer]),
             expandable: with_user(user.allocator.expandable_segments, [true]),
+            strategy: super::strategy::strategies(&user.distributed),
         }
     }
 
@@ -277,15 +291,18 @@ impl Axes {
                         for &checkpointing in &self.checkpointing {
                             for &loop_shape in &self.loop_shape {
                                 for &expandable in &self.expandable {
-                                    out.push(Knobs {
-                                        precision,
-                                        attention,
-                                        finetune,
-                                        optimizer,
-                                        checkpointing,
-                                        loop_shape,
-                                        expandable,
-                                    });
+                                    for &strategy in &self.strategy {
+                                        out.push(Knobs {
+                                            precision,
+                                            attention,
+                                            finetune,
+                                            optimizer,
+                                            checkpointing,
+                                            loop_shape,
+                                            expandable,
+                                            strategy,
+                                        });
+                                    }
                                 }
                             }
                         }
@@ -296,8 +313,15 @@ impl Axes {
         out
     }
 
-    /// The most memory-saving settings with this precision, attention and fine-tuning.
-    pub fn leanest(&self, precision: Precision, attention: Attention, finetune: FineTune) -> Knobs {
+    /// The most memory-saving settings with this precision, attention, fine-tuning and
+    /// strategy.
+    pub fn leanest(
+        &self,
+        precision: Precision,
+        attention: Attention,
+        finetune: FineTune,
+        strategy: Strategy,
+    ) -> Knobs {
         let optimizer = self
             .optimizer
             .iter()
@@ -316,6 +340,7 @@ impl Axes {
                 LoopShape::Plain
             },
             expandable: self.expandable.contains(&true),
+            strategy,
         }
     }
 }
@@ -376,6 +401,9 @@ pub fn change_words(k: &Knobs, user: &Knobs) -> Vec<String> {
         } else {
             "expandable segments off".into()
         });
+    }
+    if k.strategy != user.strategy {
+        out.push(super::strategy::change_word(user.strategy, k.strategy));
     }
     out
 }

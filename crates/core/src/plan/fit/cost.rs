@@ -2,6 +2,11 @@
 //! less the weight-gradient GEMMs of frozen weights (LoRA: the base weights need no
 //! gradient, only the input gradient flows through them), plus one more forward of every
 //! checkpointed block (recomputed in backward).
+//!
+//! No communication term: the multi-GPU strategy does not change a candidate's time, so
+//! the strategies of a multi-GPU search rank equal in time and their traffic is said in
+//! words ([`super::strategy::cost_words`]); the ties go to fewer changes (the user's own
+//! strategy).
 
 use serde::Serialize;
 

@@ -10,9 +10,17 @@
 //! only adds remedies to a fitting, no slower one is dropped unplanned, and at most
 //! [`FitRequest::max_plans`] are planned. Batch search per candidate reuses its events
 //! ([`super::search::max_batch`], bounded by the effective batch).
+//!
+//! On more than one GPU the strategy is an axis too ([`strategy`]): the user's strategy and
+//! the others its settings allow. Strategies tie in time (no communication term), so a
+//! switch is offered only where the user's strategy with no more changes does not fit; a
+//! dead combination kills only its own strategy's; [`STRATEGY_RESERVE`] plans per other
+//! strategy are kept back and spent, after the main pass, on each strategy that has no
+//! candidate yet.
 
 pub mod axes;
 pub mod cost;
+pub mod strategy;
 
 use std::collections::HashMap;
 
@@ -268,6 +276,10 @@ impl<'a> Search<'a> {
             ));
         }
         let mut costs = cost_words(&f.knobs, &self.user);
+        costs.extend(strategy::cost_words(
+            &self.user_cfg.distributed,
+            f.knobs.strategy,
+        ));
         if f.knobs.checkpointing && !self.user.checkpointing && time.step_ms > 0.0 {
             costs.insert(
                 0,
@@ -330,7 +342,12 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         accepted.push((s.user, c.time.ms_per_sample));
         out.push(c);
     }
-    seed_dead(&mut s, &axes)?;
+    // On more than one GPU, plans kept back for the other strategies (at most a quarter of
+    // the budget); the seeds take at most half of the rest.
+    let others = axes.strategy.len().saturating_sub(1);
+    let reserve = (STRATEGY_RESERVE * others).min(req.max_plans / 4);
+    let main_budget = req.max_plans - reserve;
+    seed_dead(&mut s, &axes, main_budget / 2)?;
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
     for k in &all {
         if *k == s.user || s.presumed_dead(k) {
@@ -341,19 +358,17 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
     }
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let (mut pruned_dead, mut dominated) = (all.len().saturating_sub(ranked.len() + 1), 0usize);
-    for (t, _, k) in ranked {
-        if out.len() >= req.top.max(1) || s.planned >= req.max_plans {
-            break;
+    let mut skipped: Vec<(f64, Knobs)> = Vec::new();
+    for &(t, _, k) in &ranked {
+        if out.len() >= req.top.max(1) || s.planned >= main_budget {
+            skipped.push((t, k));
+            continue;
         }
         if s.presumed_dead(&k) {
             pruned_dead += 1;
             continue;
         }
-        let tol = t * 1e-9;
-        if accepted
-            .iter()
-            .any(|(a, at)| a.changes_subset_of(&k, &s.user) && *at <= t + tol)
-        {
+        if is_dominated(&accepted, &k, t, &s.user) {
             dominated += 1;
             continue;
         }
@@ -361,6 +376,36 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
             let c = s.candidate(f)?;
             accepted.push((k, c.time.ms_per_sample));
             out.push(c);
+        }
+    }
+    // Every other strategy that has no candidate yet gets its fastest combinations that are
+    // neither dead nor dominated, up to the plans kept back (possibly past `top`: one each),
+    // among those whose twin under the user's strategy is known not to fit (a switch nobody
+    // needs is not offered).
+    for &st in axes.strategy.iter().skip(1) {
+        if out.iter().any(|c| c.config.distributed.strategy == st) {
+            continue;
+        }
+        for &(t, k) in skipped.iter().filter(|(_, k)| k.strategy == st) {
+            if s.planned >= req.max_plans {
+                break;
+            }
+            let twin = Knobs {
+                strategy: s.user.strategy,
+                ..k
+            };
+            if s.presumed_dead(&k)
+                || !s.presumed_dead(&twin)
+                || is_dominated(&accepted, &k, t, &s.user)
+            {
+                continue;
+            }
+            if let Some(f) = s.plan(&k)? {
+                let c = s.candidate(f)?;
+                accepted.push((k, c.time.ms_per_sample));
+                out.push(c);
+                break;
+            }
         }
     }
     // The user's configuration stays first; the rest by time per sample, fewer changes first.
@@ -385,10 +430,24 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
     })
 }
 
+/// Plans kept back per other strategy on more than one GPU (out of
+/// [`FitRequest::max_plans`], at most a quarter of it), so that a search whose budget goes
+/// to the user's strategy still tries the others.
+pub const STRATEGY_RESERVE: usize = 2;
+
+/// Whether an accepted candidate makes a subset of `k`'s changes and is no slower than `t`.
+fn is_dominated(accepted: &[(Knobs, f64)], k: &Knobs, t: f64, user: &Knobs) -> bool {
+    let tol = t * 1e-9;
+    accepted
+        .iter()
+        .any(|(a, at)| a.changes_subset_of(k, user) && *at <= t + tol)
+}
+
 /// Plans the leanest combination of every precision × attention × fine-tuning setting
-/// (leanest fine-tuning first: the later modes, attention targets, small ranks), so that
-/// whole groups die before any of them is timed.
-fn seed_dead(s: &mut Search<'_>, axes: &Axes) -> Result<(), PlanError> {
+/// (leanest fine-tuning first: the later modes, attention targets, small ranks) and, on more
+/// than one GPU, every strategy (the user's first), so that whole groups die before any of
+/// them is timed.
+fn seed_dead(s: &mut Search<'_>, axes: &Axes, budget: usize) -> Result<(), PlanError> {
     let mut finetunes = axes.finetune.clone();
     finetunes.sort_by_key(|ft| {
         (
@@ -400,11 +459,13 @@ fn seed_dead(s: &mut Search<'_>, axes: &Axes) -> Result<(), PlanError> {
     for &precision in &axes.precision {
         for &attention in &axes.attention {
             for &finetune in &finetunes {
-                let k = axes.leanest(precision, attention, finetune);
-                if s.presumed_dead(&k) || s.planned >= s.req.max_plans / 2 {
-                    continue;
+                for &strategy in &axes.strategy {
+                    let k = axes.leanest(precision, attention, finetune, strategy);
+                    if s.presumed_dead(&k) || s.planned >= budget {
+                        continue;
+                    }
+                    s.plan(&k)?;
                 }
-                s.plan(&k)?;
             }
         }
     }
@@ -419,6 +480,13 @@ fn nothing_fits(s: &Search<'_>, axes: &Axes) -> String {
             settings.push(format!("optimizer {}", k.optimizer));
             if k.checkpointing {
                 settings.push("checkpointing".into());
+            }
+            if axes.strategy.len() > 1 {
+                settings.push(format!(
+                    "{} ×{}",
+                    k.strategy.label(),
+                    s.user_cfg.distributed.world()
+                ));
             }
             format!(
                 "nothing fits in {usable} usable: the leanest combination searched ({}) needs \

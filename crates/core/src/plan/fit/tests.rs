@@ -1,6 +1,7 @@
 use super::*;
 use crate::model::preset::find_builtin;
 use crate::plan::config::{Optimizer, Precision};
+use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
 use crate::plan::finetune_mode::FineTuneMode;
 use crate::plan::gpus;
 use crate::plan::search::fits;
@@ -265,4 +266,271 @@ fn search_time() {
             r.candidates.len()
         );
     }
+}
+
+/// Everything a one-GPU search returns, as text: the counts and every candidate.
+fn fingerprint(r: &FitReport) -> String {
+    let mut s = format!(
+        "{} {} {} {}\n",
+        r.combinations, r.planned, r.pruned_dead, r.dominated
+    );
+    for c in &r.candidates {
+        s.push_str(&format!(
+            "{} {}x{} {} | {}\n",
+            c.summary(),
+            c.micro_batch,
+            c.accum,
+            c.nvidia_smi.0,
+            c.costs.join(" / ")
+        ));
+    }
+    s
+}
+
+fn one_gpu_fingerprints() -> String {
+    let mut out = String::new();
+    for (model, gpu, batch, accum) in [
+        ("Meta-Llama-3-8B", "rtx-4090", 4, 4),
+        ("gpt2-xl", "rtx-4090", 8, 1),
+        ("gpt2", "rtx-3060", 16, 2),
+    ] {
+        let preset = find_builtin(model).expect("preset");
+        let user = TrainConfig {
+            batch,
+            accum,
+            ..TrainConfig::default()
+        };
+        let r = fit(&preset, &user, &request(gpu)).expect("fit");
+        out.push_str(&format!("## {model} {gpu}\n{}", fingerprint(&r)));
+    }
+    out
+}
+
+/// A one-GPU search is unchanged by the strategy axis: the candidates, their order, words
+/// and the plan counts are those recorded before the axis existed.
+#[test]
+fn one_gpu_searches_are_unchanged_by_the_strategy_axis() {
+    let got = one_gpu_fingerprints();
+    let want = include_str!("testdata/one_gpu_before_strategy_axis.txt");
+    assert_eq!(got, want, "got:\n{got}");
+}
+
+fn gpt2_xl_ddp4() -> (Preset, TrainConfig) {
+    let preset = find_builtin("gpt2-xl").expect("preset");
+    let user = TrainConfig {
+        batch: 8,
+        distributed: Distributed::new(4, Strategy::Ddp),
+        ..TrainConfig::default()
+    };
+    (preset, user)
+}
+
+#[test]
+fn the_strategy_axis_is_the_users_alone_on_one_gpu_and_follows_the_other_settings() {
+    assert_eq!(
+        strategy::strategies(&Distributed::default()),
+        [Strategy::None]
+    );
+    // Four GPUs with no strategy: independent replicas, nothing to switch.
+    assert_eq!(
+        strategy::strategies(&Distributed::new(4, Strategy::None)),
+        [Strategy::None]
+    );
+    // One GPU under a strategy: nothing to shard over.
+    assert_eq!(
+        strategy::strategies(&Distributed::new(1, Strategy::Ddp)),
+        [Strategy::Ddp]
+    );
+    assert_eq!(
+        strategy::strategies(&Distributed::new(4, Strategy::Ddp)),
+        Strategy::MULTI
+    );
+    let zero3 = strategy::strategies(&Distributed::new(2, Strategy::Zero3));
+    assert_eq!(zero3[0], Strategy::Zero3);
+    assert_eq!(zero3.len(), Strategy::MULTI.len());
+    // Offload: only where state is sharded outside ZeroRedundancyOptimizer.
+    let mut d = Distributed::new(4, Strategy::Zero2);
+    d.offload = Offload::Optimizer;
+    assert_eq!(
+        strategy::strategies(&d),
+        [
+            Strategy::Zero2,
+            Strategy::Zero1,
+            Strategy::Zero3,
+            Strategy::Fsdp2
+        ]
+    );
+    d.strategy = Strategy::Zero3;
+    d.offload = Offload::Params;
+    assert_eq!(strategy::strategies(&d), [Strategy::Zero3, Strategy::Fsdp2]);
+    // FSDP2's options only under FSDP2; DeepSpeed's knobs only under DeepSpeed; DDP's only
+    // under the reducer.
+    let mut f = Distributed::new(4, Strategy::Fsdp2);
+    f.mixed_precision = FsdpMixedPrecision::Bf16;
+    assert_eq!(strategy::strategies(&f), [Strategy::Fsdp2]);
+    let mut z = Distributed::new(4, Strategy::Zero2);
+    z.overlap_comm = Some(true);
+    assert_eq!(
+        strategy::strategies(&z),
+        [Strategy::Zero2, Strategy::Zero1, Strategy::Zero3]
+    );
+    z.allgather_bucket_elems = Some(1 << 20);
+    assert_eq!(strategy::strategies(&z), [Strategy::Zero2, Strategy::Zero1]);
+    let mut b = Distributed::new(4, Strategy::Ddp);
+    b.gradient_as_bucket_view = true;
+    assert_eq!(
+        strategy::strategies(&b),
+        [Strategy::Ddp, Strategy::TorchZero1]
+    );
+    // Every candidate config the axis produces validates.
+    for d in [d, f, z, b] {
+        for st in strategy::strategies(&d) {
+            let c = TrainConfig {
+                distributed: Distributed { strategy: st, ..d },
+                ..TrainConfig::default()
+            };
+            c.validate().expect("valid");
+        }
+    }
+}
+
+#[test]
+fn a_ddp_plan_that_does_not_fit_is_offered_a_sharded_strategy() {
+    let (preset, user) = gpt2_xl_ddp4();
+    let req = request("rtx-4090");
+    let r = fit(&preset, &user, &req).expect("fit");
+    check_candidates(&preset, &user, &req, &r);
+    assert!(!r.candidates.iter().any(|c| c.is_user_config));
+    assert!(r.planned <= req.max_plans, "{}", r.planned);
+    // The user's strategy keeps its candidates (LoRA under DDP).
+    assert!(
+        r.candidates
+            .iter()
+            .any(|c| c.config.distributed.strategy == Strategy::Ddp)
+    );
+    // Full fine-tuning in the user's precision, sharded: one switch, nothing else but the
+    // micro-batch.
+    for st in [Strategy::Zero3, Strategy::Fsdp2] {
+        let c = r
+            .candidates
+            .iter()
+            .find(|c| c.config.distributed.strategy == st)
+            .unwrap_or_else(|| panic!("no {st} candidate"));
+        assert_eq!(c.config.finetune.mode, FineTuneMode::Full);
+        assert_eq!(c.config.precision, user.precision);
+        assert!(
+            c.changes[0].starts_with(&format!("strategy ddp → {st}")),
+            "{:?}",
+            c.changes
+        );
+        assert!(
+            c.costs.iter().any(|w| w.contains("1.5× DDP's traffic")),
+            "{:?}",
+            c.costs
+        );
+        // The other multi-GPU settings stay the user's.
+        assert_eq!(c.config.distributed.world(), 4);
+        assert_eq!(c.config.distributed.offload, Offload::None);
+        // Under DDP the same settings do not fit.
+        let mut twin = c.config;
+        twin.distributed.strategy = Strategy::Ddp;
+        let planner = Planner::new(&preset, &twin).expect("planner");
+        assert!(!fits(&planner, req.budget, 1).expect("fits"));
+    }
+}
+
+#[test]
+fn a_fitting_ddp_plan_is_not_offered_a_switch_it_does_not_need() {
+    let preset = find_builtin("gpt2").expect("preset");
+    let user = TrainConfig {
+        batch: 4,
+        distributed: Distributed::new(2, Strategy::Ddp),
+        ..TrainConfig::default()
+    };
+    let req = request("rtx-4090");
+    let r = fit(&preset, &user, &req).expect("fit");
+    assert!(r.candidates[0].is_user_config);
+    for c in &r.candidates {
+        assert_eq!(
+            c.config.distributed.strategy,
+            Strategy::Ddp,
+            "{}",
+            c.summary()
+        );
+    }
+}
+
+#[test]
+fn pruning_never_drops_the_users_strategy() {
+    let (_, user) = gpt2_xl_ddp4();
+    let axes = Axes::new(&user, gpus::find("rtx-4090").ok().as_ref());
+    assert_eq!(axes.strategy[0], Strategy::Ddp);
+    let all = axes.all();
+    assert_eq!(all.len() % axes.strategy.len(), 0);
+    // A dead combination of another strategy never kills one of the user's.
+    let lean: Vec<Knobs> = axes
+        .strategy
+        .iter()
+        .map(|&st| axes.leanest(user.precision, user.attention, user.finetune, st))
+        .collect();
+    for k in all.iter().step_by(7) {
+        for d in &lean {
+            if d.strategy != k.strategy {
+                assert!(!k.needs_at_least(d) && !d.needs_at_least(k));
+            }
+        }
+    }
+    // With a budget far below the default, the user's strategy and the sharded ones still
+    // come back.
+    let (preset, user) = gpt2_xl_ddp4();
+    let mut req = request("rtx-4090");
+    req.max_plans = 20;
+    let r = fit(&preset, &user, &req).expect("fit");
+    assert!(r.planned <= 20, "{}", r.planned);
+    for st in Strategy::MULTI
+        .into_iter()
+        .filter(|&st| st != Strategy::TorchZero1)
+    {
+        assert!(
+            r.candidates
+                .iter()
+                .any(|c| c.config.distributed.strategy == st),
+            "no {st} candidate in {:?}",
+            r.candidates.iter().map(|c| c.summary()).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn strategy_knobs_apply_compare_and_say_their_change() {
+    let (_, user) = gpt2_xl_ddp4();
+    let u = Knobs::of(&user);
+    let k = Knobs {
+        strategy: Strategy::Zero3,
+        ..u
+    };
+    assert_eq!(k.apply(&user).distributed.strategy, Strategy::Zero3);
+    assert_eq!(k.apply(&user).distributed.world(), 4);
+    assert_eq!(k.changed(&u).count_ones(), 1);
+    assert!(u.changes_subset_of(&k, &u));
+    assert!(!k.changes_subset_of(&u, &u));
+    let f = Knobs {
+        strategy: Strategy::Fsdp2,
+        ..u
+    };
+    assert!(!k.changes_subset_of(&f, &u));
+    assert_eq!(
+        axes::change_words(&k, &u),
+        ["strategy ddp → zero3 (DeepSpeed ZeRO-3)"]
+    );
+    assert!(strategy::cost_words(&user.distributed, Strategy::Ddp).is_empty());
+    let z1 = strategy::cost_words(&user.distributed, Strategy::Zero1).join(" ");
+    assert!(
+        z1.contains("same traffic as DDP") && z1.contains("DeepSpeed config"),
+        "{z1}"
+    );
+    let mut no_reshard = Distributed::new(4, Strategy::Fsdp2);
+    no_reshard.reshard_after_forward = false;
+    let f2 = strategy::cost_words(&no_reshard, Strategy::Fsdp2);
+    assert!(f2.is_empty());
 }
