@@ -5,7 +5,9 @@
 use anyhow::{Result, bail};
 use clap::Args;
 
-use vramlab_core::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
+use vramlab_core::plan::distributed::{
+    Distributed, FsdpMixedPrecision, Offload, Strategy, ZeroKnobs,
+};
 
 /// More than one GPU.
 #[derive(Debug, Args, Clone, Default)]
@@ -133,22 +135,17 @@ impl DistArgs {
             d.bucket_cap_mb = b;
         }
         d.gradient_as_bucket_view = self.gradient_as_bucket_view;
-        if let Some(v) = self.reduce_bucket_size {
-            d.zero_bucket_elems = v;
+        ZeroKnobs {
+            reduce_bucket_size: self.reduce_bucket_size,
+            allgather_bucket_size: self.allgather_bucket_size,
+            overlap_comm: self.overlap_comm,
+            contiguous_gradients: Some(!self.no_contiguous_gradients),
+            stage3_prefetch_bucket_size: self.stage3_prefetch_bucket_size,
+            stage3_max_live_parameters: self.stage3_max_live_parameters,
+            stage3_max_reuse_distance: self.stage3_max_reuse_distance,
+            stage3_param_persistence_threshold: self.stage3_param_persistence_threshold,
         }
-        d.allgather_bucket_elems = self.allgather_bucket_size;
-        d.overlap_comm = self.overlap_comm;
-        d.contiguous_gradients = !self.no_contiguous_gradients;
-        if let Some(v) = self.stage3_prefetch_bucket_size {
-            d.prefetch_elems = v;
-        }
-        if let Some(v) = self.stage3_max_live_parameters {
-            d.max_live_params = v;
-        }
-        d.max_reuse_distance = self.stage3_max_reuse_distance;
-        if let Some(v) = self.stage3_param_persistence_threshold {
-            d.persistence_threshold = v;
-        }
+        .apply(&mut d);
         let fsdp_only = self.no_reshard_after_forward || self.fsdp_mixed_precision.is_some();
         if fsdp_only && d.strategy != Strategy::Fsdp2 {
             bail!(

@@ -7,7 +7,7 @@ use crate::model::ModelError;
 use crate::model::Preset;
 use crate::model::preset::find_builtin;
 use crate::plan::config::AllocatorConfig;
-use crate::plan::distributed::{Distributed, Strategy};
+use crate::plan::distributed::{Distributed, Strategy, ZeroKnobs};
 use crate::plan::finetune::{FineTune, LoraDropout};
 use crate::plan::{PlanError, Planner, TrainConfig};
 
@@ -226,24 +226,17 @@ impl Measured {
         if let Some(o) = &self.offload {
             d.offload = o.parse()?;
         }
-        if let Some(v) = self.reduce_bucket_size {
-            d.zero_bucket_elems = v;
+        ZeroKnobs {
+            reduce_bucket_size: self.reduce_bucket_size,
+            allgather_bucket_size: self.allgather_bucket_size,
+            overlap_comm: self.overlap_comm,
+            contiguous_gradients: self.contiguous_gradients,
+            stage3_prefetch_bucket_size: self.stage3_prefetch_bucket_size,
+            stage3_max_live_parameters: self.stage3_max_live_parameters,
+            stage3_max_reuse_distance: self.stage3_max_reuse_distance,
+            stage3_param_persistence_threshold: self.stage3_param_persistence_threshold,
         }
-        d.allgather_bucket_elems = self.allgather_bucket_size;
-        d.overlap_comm = self.overlap_comm;
-        if let Some(v) = self.contiguous_gradients {
-            d.contiguous_gradients = v;
-        }
-        if let Some(v) = self.stage3_prefetch_bucket_size {
-            d.prefetch_elems = v;
-        }
-        if let Some(v) = self.stage3_max_live_parameters {
-            d.max_live_params = v;
-        }
-        d.max_reuse_distance = self.stage3_max_reuse_distance;
-        if let Some(v) = self.stage3_param_persistence_threshold {
-            d.persistence_threshold = v;
-        }
+        .apply(&mut d);
         d.validate()?;
         Ok(d)
     }

@@ -351,6 +351,46 @@ pub struct Distributed {
     pub max_reuse_distance: Option<u64>,
 }
 
+/// DeepSpeed's `zero_optimization` knobs as a user or a measured row gives them (`None`:
+/// not given). [`ZeroKnobs::apply`] is the one place they land on a [`Distributed`], for
+/// the CLI flags and the measured rows alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ZeroKnobs {
+    pub reduce_bucket_size: Option<u64>,
+    pub allgather_bucket_size: Option<u64>,
+    pub overlap_comm: Option<bool>,
+    pub contiguous_gradients: Option<bool>,
+    pub stage3_prefetch_bucket_size: Option<u64>,
+    pub stage3_max_live_parameters: Option<u64>,
+    pub stage3_max_reuse_distance: Option<u64>,
+    pub stage3_param_persistence_threshold: Option<u64>,
+}
+
+impl ZeroKnobs {
+    /// Sets the given knobs on `d`; the ones `Distributed` keeps optional (all-gather bucket,
+    /// `overlap_comm`, reuse distance) are set as given, absent included.
+    pub fn apply(&self, d: &mut Distributed) {
+        if let Some(v) = self.reduce_bucket_size {
+            d.zero_bucket_elems = v;
+        }
+        d.allgather_bucket_elems = self.allgather_bucket_size;
+        d.overlap_comm = self.overlap_comm;
+        if let Some(v) = self.contiguous_gradients {
+            d.contiguous_gradients = v;
+        }
+        if let Some(v) = self.stage3_prefetch_bucket_size {
+            d.prefetch_elems = v;
+        }
+        if let Some(v) = self.stage3_max_live_parameters {
+            d.max_live_params = v;
+        }
+        d.max_reuse_distance = self.stage3_max_reuse_distance;
+        if let Some(v) = self.stage3_param_persistence_threshold {
+            d.persistence_threshold = v;
+        }
+    }
+}
+
 fn is_true(b: &bool) -> bool {
     *b
 }
