@@ -931,6 +931,11 @@ class Device:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
 
+    def stat(self, key):
+        """A cumulative counter of torch.cuda.memory_stats() (num_alloc_retries: the caching
+        allocator freed its cached blocks and retried cudaMalloc; num_ooms)."""
+        return int(torch.cuda.memory_stats().get(key, 0)) if self.cuda else None
+
     def empty_cache(self):
         gc.collect()
         if self.cuda:
@@ -1215,9 +1220,11 @@ def measure_one(cfg_in, index, holder, dev, emit, extra=None):
     rec["model_id"] = preset["id"]
     oom_msg = None
     err = None
+    retries0 = dev.stat("num_alloc_retries")
     try:
         model, info = holder.get(cfg, preset)
         rec.update(info)
+        retries0 = dev.stat("num_alloc_retries")
         run_step(model, preset["family"], cfg, preset, dev, rec)
         rec["oom"] = False
     except torch.OutOfMemoryError as e:
@@ -1233,6 +1240,10 @@ def measure_one(cfg_in, index, holder, dev, emit, extra=None):
         rec["peak_reserved_before_oom"] = dev.peak_reserved()
     if err is not None:
         rec["error"] = err
+    if dev.cuda:
+        # cache flushes during this config's steps (warm-up included): under a cap, a step that
+        # fits only by freeing cached blocks and retrying cudaMalloc (slower)
+        rec["alloc_retries"] = dev.stat("num_alloc_retries") - retries0
     clear_grads(holder.model)
     if err is not None or cfg.get("lora_merged"):
         # a failed build/step may leave half-initialised state, and merge_and_unload changed
