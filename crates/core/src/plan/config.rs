@@ -182,6 +182,21 @@ pub const MAX_ACCUM: u64 = 1 << 16;
 pub const MIN_MAX_SPLIT_MB: u64 = 20;
 
 impl TrainConfig {
+    /// The precision the step really runs in. QLoRA in "bf16" (the model loaded with
+    /// `dtype=torch.bfloat16`, no autocast) runs in fp32: peft's
+    /// `prepare_model_for_kbit_training` upcasts every fp16/bf16 parameter that is not a
+    /// `Params4bit` to fp32 (peft 0.21 `utils/other.py`), so activations flow in fp32 between
+    /// the 4-bit layers exactly as for a model loaded in fp32.
+    pub fn effective_precision(&self) -> Precision {
+        if self.finetune.mode == super::finetune_mode::FineTuneMode::Qlora
+            && self.precision == Precision::Bf16
+        {
+            Precision::Fp32
+        } else {
+            self.precision
+        }
+    }
+
     /// Checks the numbers; errors name the field.
     pub fn validate(&self) -> Result<(), PlanError> {
         if self.batch == 0 {
@@ -241,14 +256,6 @@ impl TrainConfig {
                      not modelled yet); plan it without --gpus/--strategy",
                     self.step, self.distributed.strategy
                 ),
-            });
-        }
-        if self.finetune.mode == super::finetune_mode::FineTuneMode::Qlora
-            && self.precision == Precision::Bf16
-        {
-            return Err(PlanError::Field {
-                field: "precision",
-                reason: "qlora: prepare_model_for_kbit_training keeps the base in fp32; use amp-bf16 (the closest valid precision)".into(),
             });
         }
         if let Some(mb) = self.allocator.max_split_size_mb

@@ -491,18 +491,14 @@ mod tests {
             ..w
         };
         assert_eq!(int8.bytes(n, 5632), n + 4 * 5632);
-        // Pure bf16 is refused with qlora (the closest valid precision is named).
+        // QLoRA "bf16" (a model loaded in bf16) runs in fp32 after prepare_model_for_kbit_training.
         let cfg = TrainConfig {
             precision: Precision::Bf16,
             finetune: qlora,
             ..TrainConfig::default()
         };
-        assert!(
-            cfg.validate()
-                .expect_err("bf16")
-                .to_string()
-                .contains("amp-bf16")
-        );
+        cfg.validate().expect("qlora in bf16 is planned");
+        assert_eq!(cfg.effective_precision(), Precision::Fp32);
     }
 
     /// `lora_dropout > 0`: every adapted module runs its own `nn.Dropout` on its (cast) input

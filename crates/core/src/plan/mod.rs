@@ -160,6 +160,16 @@ impl Planner {
             return captured::planner(preset, c, cfg);
         }
         cfg.validate()?;
+        let effective;
+        let cfg = if cfg.effective_precision() == cfg.precision {
+            cfg
+        } else {
+            effective = TrainConfig {
+                precision: cfg.effective_precision(),
+                ..cfg.clone()
+            };
+            &effective
+        };
         let size = cfg.size.unwrap_or_else(|| preset.default_size());
         let attn = match cfg.attention {
             Attention::Eager => AttnImpl::Eager,
