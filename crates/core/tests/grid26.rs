@@ -160,3 +160,48 @@ fn grid26_max_batch_under_caps() {
     assert_eq!(flushes.0, flushes.1, "flushed steps planned within the cap");
     assert!(flushes.0 >= 5);
 }
+
+/// The two configs typed for the grid (TinyLlama-1.1B, Llama-2-7b-hf) have transformers'
+/// parameter counts (meta device, `tests/data/grid26/param_counts.jsonl`).
+#[test]
+fn grid26_configs_count_like_transformers() {
+    let text = std::fs::read_to_string(crate::data("grid26/param_counts.jsonl")).expect("counts");
+    let mut n = 0;
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).expect("json");
+        let name = v["config"].as_str().expect("config");
+        let g = preset(&root(&format!("tests/data/grid26/configs/{name}")))
+            .build(
+                128,
+                vramlab_core::model::families::transformer::AttnImpl::Sdpa,
+            )
+            .expect("build");
+        assert_eq!(
+            g.param_count(),
+            v["params"].as_u64().expect("params"),
+            "{name}"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 2);
+}
+
+/// peft has no default LoRA targets for phi3: the grid's Phi-3 rows with `attn` targets
+/// were refused by peft on the device, and the planner refuses them too, naming a fix.
+#[test]
+fn phi3_attn_targets_are_refused_like_peft() {
+    let p = preset(&root("tests/data/hf_configs/Phi-3-mini-4k-instruct.json"));
+    let cfg = vramlab_core::plan::TrainConfig {
+        finetune: vramlab_core::plan::finetune_mode::FineTune {
+            mode: vramlab_core::plan::finetune_mode::FineTuneMode::Lora,
+            ..Default::default()
+        },
+        size: Some(256),
+        ..Default::default()
+    };
+    let err = Planner::new(&p, &cfg).err().expect("refused").to_string();
+    assert!(
+        err.contains("lora_targets") && err.contains("qkv_proj"),
+        "{err}"
+    );
+}

@@ -140,6 +140,15 @@ fn lora(
             nodes.push(node);
             continue;
         }
+        if ft.lora_targets == LoraTargets::Attn && name.rsplit('.').next() == Some("qkv_proj") {
+            // Phi-3's fused projection: peft 0.21's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+            // has no "phi3" entry, so `LoraConfig()` without target_modules raises there.
+            return Err(PlanError::Field {
+                field: "lora_targets",
+                reason: "peft has no default LoRA targets for this model type (phi3):                          LoraConfig() without target_modules raises; name them, e.g.                          qkv_proj (--lora-targets qkv_proj) or all-linear"
+                    .into(),
+            });
+        }
         adapted += 1;
         let mut e = Emit {
             g: &mut g,

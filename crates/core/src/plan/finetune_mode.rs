@@ -26,8 +26,8 @@ pub const LORA_MODULES: [&str; 14] = [
 ];
 
 /// peft's default targets (`LoraConfig()` without `target_modules`) of the families here:
-/// GPT-2 `c_attn`; Llama, Mistral, Qwen `q_proj`, `v_proj`; Phi-3 `qkv_proj`; BERT
-/// `query`, `value`.
+/// GPT-2 `c_attn`; Llama, Mistral, Qwen `q_proj`, `v_proj`; BERT `query`, `value`. Phi-3
+/// has none in peft 0.21 (`qkv_proj` is matched here only to refuse it with a clear error).
 const ATTN_DEFAULT: [&str; 6] = ["c_attn", "q_proj", "v_proj", "qkv_proj", "query", "value"];
 
 /// Which layers get adapters.
