@@ -67,6 +67,7 @@ caps)
 import json, subprocess, sys, time, os
 out = sys.argv[1]
 rows = [json.loads(l) for l in open("tools/grid26_cap_configs.jsonl") if l.strip()]
+rows = [r for r in rows if r["grid_id"] not in os.environ.get("SKIP", "").split()]
 limit = float(os.environ.get("LIMIT", "520"))
 t0 = time.time()
 lanes = {"a": [r for r in rows if r["cap_gib"] == 80], "b": [r for r in rows if r["cap_gib"] != 80]}
@@ -118,4 +119,6 @@ if os.path.exists(f"{out}/rest.jsonl"):
 PYEOF
     ;;
 esac
+# one archive: the device tool brings back a bounded number of files
+tar czf "$OUT/all.tgz" -C "$OUT" --exclude all.tgz . && find "$OUT" -type f ! -name all.tgz -delete
 echo "part ${PART:-steps} done"

@@ -9,17 +9,17 @@ use vramlab_core::validate::{Measured, compare, max_abs, median_abs, parse_lines
 
 /// Planned allocated bytes at the phases the runner records.
 #[derive(Debug, Default, Clone, Copy)]
-struct Phases {
-    after_init: u64,
-    start: u64,
-    after_forward: u64,
-    peak_after_forward: u64,
-    after_backward: u64,
-    peak_after_backward: u64,
-    peak: u64,
+pub struct Phases {
+    pub after_init: u64,
+    pub start: u64,
+    pub after_forward: u64,
+    pub peak_after_forward: u64,
+    pub after_backward: u64,
+    pub peak_after_backward: u64,
+    pub peak: u64,
 }
 
-fn phases(planner: &Planner, batch: u64) -> Phases {
+pub fn phases(planner: &Planner, batch: u64) -> Phases {
     let ev = &planner.events;
     let size = |b: u32| {
         let buf = &ev.buffers[b as usize];

@@ -17,6 +17,11 @@ pub struct Extra {
     pub dtype: DType,
     /// Freed right after the op's forward (workspace, intermediate) instead of saved.
     pub transient: bool,
+    /// Saved only for the gradient of the op's parameters (`weight * x` saves `x` only
+    /// when the weight requires grad, `derivatives.yaml` `mul`): with every parameter of
+    /// the op frozen (LoRA, QLoRA, frozen parts) autograd does not keep it and it dies
+    /// after the op like a temporary.
+    pub for_params: bool,
 }
 
 /// What one op does to memory in forward.
@@ -211,6 +216,7 @@ fn quant_linear(weight: u64, in0: DType, in_elems: u64, out_elems: u64, int8: bo
         fixed: weight,
         dtype: DType::BF16,
         transient: true,
+        for_params: false,
     });
     r.bwd_fixed = weight * DType::BF16.size();
     r
@@ -222,6 +228,15 @@ fn extra(per_sample: u64, dtype: DType) -> Extra {
         fixed: 0,
         dtype,
         transient: false,
+        for_params: false,
+    }
+}
+
+/// A tensor saved only for the parameters' gradient (see [`Extra::for_params`]).
+fn param_saved(per_sample: u64, dtype: DType) -> Extra {
+    Extra {
+        for_params: true,
+        ..extra(per_sample, dtype)
     }
 }
 
@@ -231,6 +246,7 @@ fn temp(per_sample: u64, dtype: DType) -> Extra {
         fixed: 0,
         dtype,
         transient: true,
+        for_params: false,
     }
 }
 
@@ -452,6 +468,7 @@ pub fn rule(
                         fixed: fwd.1,
                         dtype: dt,
                         transient: true,
+                        for_params: false,
                     });
                 }
                 r.conv_ws = ws;
@@ -471,6 +488,7 @@ pub fn rule(
                 fixed: 2 * channels,
                 dtype: DType::F32,
                 transient: false,
+                for_params: false,
             });
             r
         }
@@ -489,13 +507,13 @@ pub fn rule(
             if in0 == DType::F32 {
                 let mut r = Rule::new(params_promote(DType::F32));
                 r.saves_inputs = vec![0];
-                r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
+                r.extras.push(param_saved(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
                 r.extras.push(temp(out_elems, DType::F32)); // pow(2)
                 r
             } else {
                 let mut r = Rule::new(params_promote(in0));
                 r.extras.push(extra(out_elems, DType::F32)); // fp32 copy, saved by pow and mul
-                r.extras.push(extra(out_elems, in0)); // normalised, cast back, saved by weight * x
+                r.extras.push(param_saved(out_elems, in0)); // normalised, cast back, saved by weight * x
                 r.extras.push(temp(out_elems, DType::F32)); // pow(2)
                 r.extras.push(temp(out_elems, DType::F32)); // x * rsqrt before the cast
                 r
@@ -507,11 +525,11 @@ pub fn rule(
             let mut r = Rule::new(in0);
             if in0 == DType::F32 {
                 r.saves_inputs = vec![0];
-                r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by · (1 + w)
+                r.extras.push(param_saved(out_elems, DType::F32)); // x * rsqrt, saved by · (1 + w)
                 r.extras.push(temp(out_elems, DType::F32)); // pow(2)
             } else {
                 r.extras.push(extra(out_elems, DType::F32)); // fp32 copy, saved by pow and mul
-                r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by · (1 + w)
+                r.extras.push(param_saved(out_elems, DType::F32)); // x * rsqrt, saved by · (1 + w)
                 r.extras.push(temp(out_elems, DType::F32)); // pow(2)
                 r.extras.push(temp(out_elems, DType::F32)); // the fp32 product before the cast
             }
@@ -787,10 +805,10 @@ fn t5_layer_norm(in0: DType, pd: DType, out_elems: u64) -> Rule {
     }
     r.extras.push(temp(out_elems, DType::F32)); // pow(2)
     if pd.is_low() {
-        r.extras.push(extra(out_elems, pd)); // normalised, cast to the weight's dtype
+        r.extras.push(param_saved(out_elems, pd)); // normalised, cast to the weight's dtype
         r.extras.push(temp(out_elems, DType::F32)); // x * rsqrt before the cast
     } else {
-        r.extras.push(extra(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
+        r.extras.push(param_saved(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
     }
     r
 }

@@ -287,6 +287,11 @@ impl Axes {
         for &precision in &self.precision {
             for &attention in &self.attention {
                 for &finetune in &self.finetune {
+                    // QLoRA in bf16 runs in fp32 (`TrainConfig::effective_precision`): the
+                    // fp32 combination already stands for it.
+                    if finetune.mode == FineTuneMode::Qlora && precision == Precision::Bf16 {
+                        continue;
+                    }
                     for &optimizer in &self.optimizer {
                         for &checkpointing in &self.checkpointing {
                             for &loop_shape in &self.loop_shape {

@@ -66,7 +66,7 @@ impl Sim<'_> {
                 if let Some(p) = pending.take() {
                     self.release(p);
                 }
-                if e.transient || !keep_saves {
+                if !self.keeps(e, keep_saves) {
                     pending = b;
                 }
             }
@@ -122,7 +122,7 @@ impl Sim<'_> {
         if !r.chain {
             for e in &r.extras {
                 if let Some(b) = self.extra_buffer(e, keep_saves)
-                    && (e.transient || !keep_saves)
+                    && !self.keeps(e, keep_saves)
                 {
                     temps.push(b);
                 }

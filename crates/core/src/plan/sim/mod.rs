@@ -153,6 +153,20 @@ impl<'g> Sim<'g> {
         }
     }
 
+    /// Whether autograd keeps extra `e` of the current node for backward: not a temporary,
+    /// the node saves at all, and, for a tensor only the parameters' gradient reads, some
+    /// parameter of the node trains.
+    fn keeps(&self, e: &Extra, keep_saves: bool) -> bool {
+        !e.transient
+            && keep_saves
+            && (!e.for_params
+                || self
+                    .g
+                    .nodes
+                    .get(self.node as usize)
+                    .is_some_and(|n| n.params.iter().any(|&p| self.policy.trainable(p))))
+    }
+
     /// Allocates one extra of a rule: a temporary (returned for the caller to release), or a
     /// tensor saved for backward (kept in `saved_bufs`). `None` for an empty extra.
     fn extra_buffer(&mut self, e: &Extra, keep_saves: bool) -> Option<u32> {
@@ -161,7 +175,7 @@ impl<'g> Sim<'g> {
         if ps == 0 && fx == 0 {
             return None;
         }
-        if e.transient || !keep_saves {
+        if !self.keeps(e, keep_saves) {
             Some(self.alloc(ps, fx, Category::Transient, 1))
         } else {
             let b = self.alloc(ps, fx, Category::Activations, 1);
