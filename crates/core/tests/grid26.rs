@@ -207,7 +207,10 @@ fn phi3_attn_targets_are_refused_like_peft() {
         size: Some(256),
         ..Default::default()
     };
-    let err = Planner::new(&p, &cfg).err().expect("refused").to_string();
+    let Err(err) = Planner::new(&p, &cfg) else {
+        panic!("phi3 with attn targets planned");
+    };
+    let err = err.to_string();
     assert!(
         err.contains("lora_targets") && err.contains("qkv_proj"),
         "{err}"
