@@ -547,7 +547,11 @@ fn path(name: &str) -> String {
 fn default_stacks_give_no_evaluation_hint_on_a_training_step() {
     for stacks in ["all", "python"] {
         let r = report(&format!("stacks_{stacks}_train"));
-        assert!(r.eval_sites_at_peak.is_empty(), "{stacks}: {:?}", r.eval_sites_at_peak);
+        assert!(
+            r.eval_sites_at_peak.is_empty(),
+            "{stacks}: {:?}",
+            r.eval_sites_at_peak
+        );
         let d = doctor::diagnose(None, Some(&r)).expect("diagnosis");
         assert_eq!(d.cause, Cause::Capacity, "{stacks}: {:?}", d.evidence);
         assert!(!d.validation_without_no_grad, "{stacks}");
@@ -563,8 +567,16 @@ fn default_stacks_give_no_evaluation_hint_on_a_training_step() {
     // The frames that fooled it are there.
     let bytes = std::fs::read(data("stacks_all_train.snapshot.pickle")).expect("snapshot");
     let snap = doctor::read_snapshot(&bytes[..], &mut |_| true).expect("snapshot");
-    assert!(snap.frames.iter().any(|f| f.name == "_PyEval_EvalFrameDefault"));
-    assert!(snap.frames.iter().any(|f| f.name.contains("gather_with_cpp")));
+    assert!(
+        snap.frames
+            .iter()
+            .any(|f| f.name == "_PyEval_EvalFrameDefault")
+    );
+    assert!(
+        snap.frames
+            .iter()
+            .any(|f| f.name.contains("gather_with_cpp"))
+    );
 }
 
 #[test]
@@ -584,7 +596,10 @@ fn sites_name_python_frames_with_default_stacks() {
         let r = report(&format!("stacks_{stacks}_train"));
         let sites: Vec<&str> = r.top_sites.iter().map(|s| s.site.as_str()).collect();
         // The user's frame, past torch's and transformers' frames; never a C++ frame.
-        assert_eq!(sites[0], "project/train.py:41 in train_step", "{stacks}: {sites:?}");
+        assert_eq!(
+            sites[0], "project/train.py:41 in train_step",
+            "{stacks}: {sites:?}"
+        );
         assert!(
             !sites
                 .iter()
@@ -599,15 +614,19 @@ fn sites_name_python_frames_with_default_stacks() {
         assert!(sites.contains(&"project/train.py:70 in main"), "{sites:?}");
         for s in &r.top_sites {
             assert!(
-                s.stack.iter().all(|f| !f.name.contains("gather_with_cpp")
-                    && !f.name.contains("PyEval_EvalFrame")),
+                s.stack
+                    .iter()
+                    .all(|f| !f.name.contains("gather_with_cpp")
+                        && !f.name.contains("PyEval_EvalFrame")),
                 "{stacks}: {:?}",
                 s.stack
             );
         }
         let oom = r.ooms.last().expect("oom");
         assert!(
-            oom.stack.iter().all(|f| !f.name.contains("gather_with_cpp")),
+            oom.stack
+                .iter()
+                .all(|f| !f.name.contains("gather_with_cpp")),
             "{:?}",
             oom.stack
         );
@@ -627,7 +646,10 @@ fn sites_name_python_frames_with_default_stacks() {
         .split("live at the peak, by allocation site:")
         .nth(1)
         .expect("sites listed");
-    assert!(sites.contains("project/train.py:41 in train_step"), "{text}");
+    assert!(
+        sites.contains("project/train.py:41 in train_step"),
+        "{text}"
+    );
     assert!(!sites.contains("memory_snapshot.cpp"), "{text}");
 }
 
@@ -640,7 +662,11 @@ fn fragmentation_under_a_cap_comes_first() {
         "--snapshot",
         &path("stacks_all_frag_cap.snapshot.pickle"),
     ]);
-    assert_eq!(v["diagnosis"], "fragmentation", "{}", v["details"]["evidence"]);
+    assert_eq!(
+        v["diagnosis"], "fragmentation",
+        "{}",
+        v["details"]["evidence"]
+    );
     assert_eq!(v["figures"]["allowed_bytes"], 8u64 << 30);
     let titles: Vec<&str> = v["remedies"]
         .as_array()

@@ -255,7 +255,10 @@ fn the_timeline_is_scaled_to_the_data_not_the_card() {
     let top = s.peak_reserved_bytes.0 as f64 / (1u64 << 30) as f64;
     let (lo, hi) = h.state().doctor.timeline_y_range().expect("plot drawn");
     assert!(lo <= 0.0 && hi >= top, "{lo}..{hi} holds {top}");
-    assert!(hi < top * 1.5, "y runs to {hi} GiB for data up to {top} GiB");
+    assert!(
+        hi < top * 1.5,
+        "y runs to {hi} GiB for data up to {top} GiB"
+    );
     assert!(shows(&h, "GPU capacity: 139.80 GiB (above the chart)"));
     // A run that fills the card still shows the card's line within the plot.
     let text = std::fs::read_to_string(data("fragmentation.message.txt")).expect("message");

@@ -1134,7 +1134,10 @@ mod tests {
         assert!(py("/tmp/ipykernel_77/3349.py", "<module>"));
         assert!(!py("Python/ceval.c", "_PyEval_EvalFrameDefault"));
         assert!(!py("??", "_PyEval_EvalFrameDefault"));
-        assert!(!py("/pytorch/torch/csrc/cuda/memory_snapshot.cpp", "gather_with_cpp"));
+        assert!(!py(
+            "/pytorch/torch/csrc/cuda/memory_snapshot.cpp",
+            "gather_with_cpp"
+        ));
         assert!(!py("??", "??"));
         assert!(!py("", ""));
     }
@@ -1156,7 +1159,11 @@ mod tests {
         ];
         let s = snap_with_stacks(vec![mixed("train_step"), backward]);
         let r = analyze(&s, None).expect("report");
-        assert!(r.eval_sites_at_peak.is_empty(), "{:?}", r.eval_sites_at_peak);
+        assert!(
+            r.eval_sites_at_peak.is_empty(),
+            "{:?}",
+            r.eval_sites_at_peak
+        );
         let sites: Vec<&str> = r.top_sites.iter().map(|x| x.site.as_str()).collect();
         assert!(sites.contains(&"u/train.py:40 in train_step"), "{sites:?}");
         assert!(
@@ -1167,7 +1174,9 @@ mod tests {
         for site in &r.top_sites {
             // Shown frames: Python ones when there are any, never the unwinder's.
             assert!(
-                site.stack.iter().all(|f| !f.name.contains("gather_with_cpp")),
+                site.stack
+                    .iter()
+                    .all(|f| !f.name.contains("gather_with_cpp")),
                 "{:?}",
                 site.stack
             );

@@ -103,8 +103,8 @@ impl SnapshotPlan {
                 ));
             }
         };
-        let id = vramlab_core::vocabulary::model_id(model.trim())
-            .map_err(|e| format!("Model: {e}"))?;
+        let id =
+            vramlab_core::vocabulary::model_id(model.trim()).map_err(|e| format!("Model: {e}"))?;
         let preset = vramlab_core::model::preset::find_builtin(id.value)
             .map_err(|e| format!("Model: {e}"))?;
         let cfg = TrainConfig {
@@ -610,13 +610,11 @@ fn model_box_ui(
 ) -> Option<DoctorCommand> {
     let mut cmd = None;
     ui.horizontal(|ui| {
-        let l = ui
-            .label("Model of this snapshot")
-            .on_hover_text(
-                "The model that ran when the snapshot was recorded (a preset name such as gpt2): \
+        let l = ui.label("Model of this snapshot").on_hover_text(
+            "The model that ran when the snapshot was recorded (a preset name such as gpt2): \
                  its planned step is laid over the timeline. Nothing is laid over it until you \
                  name one.",
-            );
+        );
         ui.add(
             egui::TextEdit::singleline(model)
                 .id_salt("doctor_model")
