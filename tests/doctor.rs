@@ -792,3 +792,140 @@ fn the_doctors_plan_honours_the_cap_and_the_loop() {
     .expect_err("a misspelt loop");
     assert!(e.contains("trainer"), "{e}");
 }
+
+// Real OOMs recorded on an H200 with the default history settings
+// (`tools/oom_cases.py --set stacks`, tests/data/doctor/real_cases.jsonl): stacks="all" for
+// the `all_` cases, stacks="python" for the `py_` ones, written by `_dump_snapshot`.
+
+struct RealCase {
+    name: String,
+    stacks: String,
+    max_allocated: u64,
+    max_reserved: u64,
+}
+
+fn real_cases() -> Vec<RealCase> {
+    let text = std::fs::read_to_string(data("real_cases.jsonl")).expect("real_cases.jsonl");
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+            assert_eq!(v["device"], "NVIDIA H200");
+            assert_eq!(v["torch"], "2.11.0+cu130");
+            assert_eq!(v["driver"], "580.159.04");
+            assert_eq!(v["oom"], true, "{l}");
+            assert_eq!(v["error"], "", "{l}");
+            RealCase {
+                name: v["case"].as_str().expect("case").to_string(),
+                stacks: v["stacks"].as_str().expect("stacks").to_string(),
+                max_allocated: v["max_memory_allocated"].as_u64().expect("alloc"),
+                max_reserved: v["max_memory_reserved"].as_u64().expect("reserved"),
+            }
+        })
+        .collect()
+}
+
+/// The cause each real case must get, and whether it ran evaluation without `no_grad`.
+fn real_expected(case: &str) -> (Cause, bool) {
+    match case.split_once('_').map(|x| x.1).unwrap_or(case) {
+        "eval_unet" => (Cause::Capacity, true),
+        "gpt2" | "capacity" => (Cause::Capacity, false),
+        "frag_cap" | "fragmentation" => (Cause::Fragmentation, false),
+        "optimizer" => (Cause::ProcessCap, false),
+        "outside" => (Cause::OutsideAllocator, false),
+        other => panic!("no expectation for {other}"),
+    }
+}
+
+#[test]
+fn real_default_snapshots_are_diagnosed_right() {
+    let cases = real_cases();
+    assert!(cases.len() >= 8, "{} cases", cases.len());
+    for c in &cases {
+        let (want, eval) = real_expected(&c.name);
+        let text =
+            std::fs::read_to_string(data(&format!("real_{}.message.txt", c.name))).expect("msg");
+        let m = doctor::parse_message(&text).unwrap_or_else(|| panic!("{}: no message", c.name));
+        let r = report(&format!("real_{}", c.name));
+        for (what, d) in [
+            ("message", doctor::diagnose(Some(&m), None)),
+            ("message + snapshot", doctor::diagnose(Some(&m), Some(&r))),
+        ] {
+            let d = d.expect("diagnosis");
+            assert_eq!(d.cause, want, "{} ({what}): {:?}", c.name, d.evidence);
+            assert_eq!(d.validation_without_no_grad, eval, "{} ({what})", c.name);
+            if eval {
+                assert_eq!(d.remedies[0].title, "Run validation without autograd");
+            }
+        }
+        // The snapshot alone: the evaluation hint only where evaluation ran.
+        let d = doctor::diagnose(None, Some(&r)).expect("diagnosis");
+        assert_eq!(d.validation_without_no_grad, eval, "{} (snapshot)", c.name);
+        assert_eq!(r.eval_sites_at_peak.is_empty(), !eval, "{}", c.name);
+    }
+}
+
+#[test]
+fn real_default_snapshots_replay_exactly_and_name_python_sites() {
+    for c in real_cases() {
+        let r = report(&format!("real_{}", c.name));
+        assert_eq!(r.peak_allocated_bytes.0, c.max_allocated, "{}", c.name);
+        assert_eq!(r.peak_reserved_bytes.0, c.max_reserved, "{}", c.name);
+        let bytes =
+            std::fs::read(data(&format!("real_{}.snapshot.pickle", c.name))).expect("snapshot");
+        let snap = doctor::read_snapshot(&bytes[..], &mut |_| true).expect("snapshot");
+        let cpp = snap
+            .frames
+            .iter()
+            .any(|f| f.name.contains("PyEval_EvalFrame"));
+        assert_eq!(cpp, c.stacks == "all", "{}: C++ frames", c.name);
+        for s in &r.top_sites {
+            assert!(
+                s.site.contains(".py:") || s.site.starts_with("(no Python frame"),
+                "{}: {}",
+                c.name,
+                s.site
+            );
+        }
+        // The largest site is the script's own code, past torch's and transformers' frames.
+        assert!(
+            r.top_sites[0].site.contains("oom_cases.py:"),
+            "{}: {:?}",
+            c.name,
+            r.top_sites.iter().map(|s| &s.site).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn real_fragmentation_under_a_cap_puts_the_allocator_settings_first() {
+    for name in ["all_frag_cap", "py_frag_cap"] {
+        let v = doctor_json(&[
+            "--message-file",
+            &path(&format!("real_{name}.message.txt")),
+            "--snapshot",
+            &path(&format!("real_{name}.snapshot.pickle")),
+        ]);
+        assert_eq!(v["diagnosis"], "fragmentation", "{name}");
+        let titles: Vec<&str> = v["remedies"]
+            .as_array()
+            .expect("remedies")
+            .iter()
+            .filter_map(|r| r["title"].as_str())
+            .collect();
+        assert_eq!(titles[0], "Use expandable segments", "{name}: {titles:?}");
+        let cap = titles
+            .iter()
+            .position(|t| *t == "Raise the per-process cap")
+            .expect("the cap follows");
+        assert!(cap >= 2, "{name}: {titles:?}");
+        assert_eq!(v["figures"]["largest_free_block_bytes"], 128u64 << 20);
+    }
+    // AdamW's state under a 6 GiB cap: the cap, and the failing frame is the optimizer's.
+    let r = report("real_all_optimizer");
+    let oom = r.ooms.last().expect("oom");
+    assert!(
+        oom.stack.iter().any(|f| f.name == "_init_group"),
+        "{:?}",
+        oom.stack
+    );
+}

@@ -226,6 +226,7 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
         }
     } else if unalloc.0 > 0
         && (unalloc >= req || sum(Some(unalloc), free).is_some_and(|t| t >= req))
+        && !validation
     {
         evidence.push(format!(
             "{unalloc} is reserved by PyTorch but unallocated{}, yet no free piece holds the \
@@ -298,7 +299,14 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
                 own,
                 free.map_or("?".into(), |b| b.to_string())
             ));
-            if unalloc.0 > 0 {
+            if validation && unalloc >= req {
+                evidence.push(format!(
+                    "{unalloc} is cached but unallocated in pieces, enough for this {req} \
+                     request alone; but an evaluation loop that keeps its graphs grows by a \
+                     batch's activations at every step, so no allocator setting would have \
+                     kept up."
+                ));
+            } else if unalloc.0 > 0 {
                 evidence.push(format!(
                     "Only {unalloc} is cached but unallocated: the cache is not the problem."
                 ));
