@@ -524,3 +524,408 @@ fn cli_lays_the_planned_step_over_a_snapshot() {
     assert_eq!(xs.last().copied(), last);
     assert!(xs.windows(2).all(|w| w[0] <= w[1]), "monotone");
 }
+
+// Snapshots with the stacks PyTorch records by default (`_record_memory_history()`:
+// stacks="all", C++ frames interleaved with Python ones) and with stacks="python";
+// tools/make_doctor_fixtures.py writes them.
+
+fn doctor_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["vramlab", "doctor"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let cli = vramlab::cli::Cli::try_parse_from(all).expect("args");
+    let mut out = Vec::new();
+    vramlab::cli::run(cli.command.expect("command"), &mut out).expect("doctor runs");
+    serde_json::from_slice(&out).expect("json")
+}
+
+fn path(name: &str) -> String {
+    data(name).to_str().expect("path").to_string()
+}
+
+#[test]
+fn default_stacks_give_no_evaluation_hint_on_a_training_step() {
+    for stacks in ["all", "python"] {
+        let r = report(&format!("stacks_{stacks}_train"));
+        assert!(
+            r.eval_sites_at_peak.is_empty(),
+            "{stacks}: {:?}",
+            r.eval_sites_at_peak
+        );
+        let d = doctor::diagnose(None, Some(&r)).expect("diagnosis");
+        assert_eq!(d.cause, Cause::Capacity, "{stacks}: {:?}", d.evidence);
+        assert!(!d.validation_without_no_grad, "{stacks}");
+        assert!(
+            !d.remedies
+                .iter()
+                .any(|m| m.title == "Run validation without autograd"),
+            "{stacks}: {:?}",
+            d.remedies
+        );
+        assert!(!d.evidence.iter().any(|e| e.contains("evaluation code")));
+    }
+    // The frames that fooled it are there.
+    let bytes = std::fs::read(data("stacks_all_train.snapshot.pickle")).expect("snapshot");
+    let snap = doctor::read_snapshot(&bytes[..], &mut |_| true).expect("snapshot");
+    assert!(
+        snap.frames
+            .iter()
+            .any(|f| f.name == "_PyEval_EvalFrameDefault")
+    );
+    assert!(
+        snap.frames
+            .iter()
+            .any(|f| f.name.contains("gather_with_cpp"))
+    );
+}
+
+#[test]
+fn default_stacks_still_find_a_validation_loop_without_no_grad() {
+    for stacks in ["all", "python"] {
+        let r = report(&format!("stacks_{stacks}_eval"));
+        assert_eq!(r.eval_sites_at_peak, ["validate"], "{stacks}");
+        let d = doctor::diagnose(None, Some(&r)).expect("diagnosis");
+        assert!(d.validation_without_no_grad, "{stacks}");
+        assert_eq!(d.remedies[0].title, "Run validation without autograd");
+    }
+}
+
+#[test]
+fn sites_name_python_frames_with_default_stacks() {
+    for stacks in ["all", "python"] {
+        let r = report(&format!("stacks_{stacks}_train"));
+        let sites: Vec<&str> = r.top_sites.iter().map(|s| s.site.as_str()).collect();
+        // The user's frame, past torch's and transformers' frames; never a C++ frame.
+        assert_eq!(
+            sites[0], "project/train.py:41 in train_step",
+            "{stacks}: {sites:?}"
+        );
+        assert!(
+            !sites
+                .iter()
+                .any(|s| s.contains(".cpp") || s.contains("gather_with_cpp")),
+            "{stacks}: {sites:?}"
+        );
+        // Backward on autograd's thread has no Python frame under either setting.
+        assert!(
+            sites.contains(&"(no Python frame: autograd backward or C++)"),
+            "{stacks}: {sites:?}"
+        );
+        assert!(sites.contains(&"project/train.py:70 in main"), "{sites:?}");
+        for s in &r.top_sites {
+            assert!(
+                s.stack
+                    .iter()
+                    .all(|f| !f.name.contains("gather_with_cpp")
+                        && !f.name.contains("PyEval_EvalFrame")),
+                "{stacks}: {:?}",
+                s.stack
+            );
+        }
+        let oom = r.ooms.last().expect("oom");
+        assert!(
+            oom.stack
+                .iter()
+                .all(|f| !f.name.contains("gather_with_cpp")),
+            "{:?}",
+            oom.stack
+        );
+    }
+    // The text output lists the Python site.
+    let cli = vramlab::cli::Cli::try_parse_from([
+        "vramlab",
+        "doctor",
+        "--snapshot",
+        &path("stacks_all_train.snapshot.pickle"),
+    ])
+    .expect("args");
+    let mut out = Vec::new();
+    vramlab::cli::run(cli.command.expect("command"), &mut out).expect("doctor runs");
+    let text = String::from_utf8(out).expect("utf-8");
+    let sites = text
+        .split("live at the peak, by allocation site:")
+        .nth(1)
+        .expect("sites listed");
+    assert!(
+        sites.contains("project/train.py:41 in train_step"),
+        "{text}"
+    );
+    assert!(!sites.contains("memory_snapshot.cpp"), "{text}");
+}
+
+#[test]
+fn fragmentation_under_a_cap_comes_first() {
+    // Issue 27: 8 GiB cap, 3.73 GiB reserved but unallocated, a 1.40 GiB request.
+    let v = doctor_json(&[
+        "--message-file",
+        &path("stacks_frag_cap.message.txt"),
+        "--snapshot",
+        &path("stacks_all_frag_cap.snapshot.pickle"),
+    ]);
+    assert_eq!(
+        v["diagnosis"], "fragmentation",
+        "{}",
+        v["details"]["evidence"]
+    );
+    assert_eq!(v["figures"]["allowed_bytes"], 8u64 << 30);
+    let titles: Vec<&str> = v["remedies"]
+        .as_array()
+        .expect("remedies")
+        .iter()
+        .filter_map(|r| r["title"].as_str())
+        .collect();
+    let settings: Vec<&str> = v["remedies"]
+        .as_array()
+        .expect("remedies")
+        .iter()
+        .filter_map(|r| r["setting"].as_str())
+        .collect();
+    assert_eq!(
+        settings[..2],
+        [
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:1024"
+        ]
+    );
+    let cap = titles
+        .iter()
+        .position(|t| *t == "Raise the per-process cap")
+        .expect("the cap follows");
+    assert!(cap >= 2, "{titles:?}");
+    // The snapshot agrees: the holes are smaller than the request.
+    assert_eq!(v["figures"]["largest_free_block_bytes"], 955u64 << 20);
+    // The real process_cap case (nearly all of the cap allocated) stays a cap OOM.
+    let v = doctor_json(&["--message-file", &path("process_cap.message.txt")]);
+    assert_eq!(v["diagnosis"], "process_cap");
+    // And the message alone gives the same order as with the snapshot.
+    let v = doctor_json(&["--message-file", &path("stacks_frag_cap.message.txt")]);
+    assert_eq!(v["diagnosis"], "fragmentation");
+}
+
+#[test]
+fn the_doctors_plan_honours_the_cap_and_the_loop() {
+    // "34.95 GiB allowed" on a 139.80 GiB card (the real process_cap case).
+    let capped = |extra: &[&str]| {
+        let mut a = vec![
+            "--message-file",
+            "",
+            "--model",
+            "gpt2",
+            "--seq",
+            "1024",
+            "--batch",
+            "32",
+        ];
+        let p = path("process_cap.message.txt");
+        a[1] = &p;
+        a.extend_from_slice(extra);
+        doctor_json(&a)
+    };
+    let v = capped(&[]);
+    let allowed = v["message"]["allowed_bytes"].as_u64().expect("allowed");
+    assert_eq!(v["plan"]["allowed_bytes"].as_u64(), Some(allowed));
+    assert_eq!(
+        v["plan"]["capacity_bytes"],
+        v["message"]["total_capacity_bytes"]
+    );
+    assert_eq!(v["plan"]["loop_shape"], "plain");
+    let max_capped = v["plan"]["max_batch"].as_u64().expect("max batch");
+    // The same model on the whole card (a message without a cap) fits far more.
+    let v_card = doctor_json(&[
+        "--message-file",
+        &path("capacity.message.txt"),
+        "--model",
+        "gpt2",
+        "--seq",
+        "1024",
+        "--batch",
+        "32",
+    ]);
+    assert!(v_card["plan"]["allowed_bytes"].is_null());
+    let max_card = v_card["plan"]["max_batch"].as_u64().expect("max batch");
+    assert!(
+        (max_capped as f64) < max_card as f64 * 0.4,
+        "capped {max_capped} vs card {max_card}"
+    );
+    // The cap is what the planner's max batch is held to: its plan fits under it.
+    let preset = vramlab_core::model::preset::find_builtin("gpt2").expect("gpt2");
+    let cfg = vramlab_core::plan::TrainConfig {
+        batch: max_capped,
+        size: Some(1024),
+        precision: vramlab_core::plan::config::Precision::AmpBf16,
+        ..Default::default()
+    };
+    let plan = vramlab_core::plan::Planner::new(&preset, &cfg)
+        .and_then(|p| p.plan(max_capped))
+        .expect("plan");
+    assert!(
+        plan.peak_allocated_bytes.0 <= allowed,
+        "{} > {allowed}",
+        plan.peak_allocated_bytes
+    );
+    // --loop is accepted and honoured: the trainer loop drops the logits before backward.
+    let t = capped(&["--loop", "trainer"]);
+    assert_eq!(t["plan"]["loop_shape"], "trainer");
+    let plain = v["plan"]["predicted_peak_allocated_bytes"]
+        .as_u64()
+        .expect("peak");
+    let trainer = t["plan"]["predicted_peak_allocated_bytes"]
+        .as_u64()
+        .expect("peak");
+    assert!(trainer < plain, "trainer {trainer} vs plain {plain}");
+    let msg = path("process_cap.message.txt");
+    let e = vramlab::cli::Cli::try_parse_from([
+        "vramlab",
+        "doctor",
+        "--message-file",
+        &msg,
+        "--loop",
+        "trainr",
+        "--model",
+        "gpt2",
+    ])
+    .map_err(|e| e.to_string())
+    .and_then(|cli| {
+        let mut out = Vec::new();
+        vramlab::cli::run(cli.command.expect("command"), &mut out).map_err(|e| format!("{e:#}"))
+    })
+    .expect_err("a misspelt loop");
+    assert!(e.contains("trainer"), "{e}");
+}
+
+// Real OOMs recorded on an H200 with the default history settings
+// (`tools/oom_cases.py --set stacks`, tests/data/doctor/real_cases.jsonl): stacks="all" for
+// the `all_` cases, stacks="python" for the `py_` ones, written by `_dump_snapshot`.
+
+struct RealCase {
+    name: String,
+    stacks: String,
+    max_allocated: u64,
+    max_reserved: u64,
+}
+
+fn real_cases() -> Vec<RealCase> {
+    let text = std::fs::read_to_string(data("real_cases.jsonl")).expect("real_cases.jsonl");
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+            assert_eq!(v["device"], "NVIDIA H200");
+            assert_eq!(v["torch"], "2.11.0+cu130");
+            assert_eq!(v["driver"], "580.159.04");
+            assert_eq!(v["oom"], true, "{l}");
+            assert_eq!(v["error"], "", "{l}");
+            RealCase {
+                name: v["case"].as_str().expect("case").to_string(),
+                stacks: v["stacks"].as_str().expect("stacks").to_string(),
+                max_allocated: v["max_memory_allocated"].as_u64().expect("alloc"),
+                max_reserved: v["max_memory_reserved"].as_u64().expect("reserved"),
+            }
+        })
+        .collect()
+}
+
+/// The cause each real case must get, and whether it ran evaluation without `no_grad`.
+fn real_expected(case: &str) -> (Cause, bool) {
+    match case.split_once('_').map(|x| x.1).unwrap_or(case) {
+        "eval_unet" => (Cause::Capacity, true),
+        "gpt2" | "capacity" => (Cause::Capacity, false),
+        "frag_cap" | "fragmentation" => (Cause::Fragmentation, false),
+        "optimizer" => (Cause::ProcessCap, false),
+        "outside" => (Cause::OutsideAllocator, false),
+        other => panic!("no expectation for {other}"),
+    }
+}
+
+#[test]
+fn real_default_snapshots_are_diagnosed_right() {
+    let cases = real_cases();
+    assert!(cases.len() >= 8, "{} cases", cases.len());
+    for c in &cases {
+        let (want, eval) = real_expected(&c.name);
+        let text =
+            std::fs::read_to_string(data(&format!("real_{}.message.txt", c.name))).expect("msg");
+        let m = doctor::parse_message(&text).unwrap_or_else(|| panic!("{}: no message", c.name));
+        let r = report(&format!("real_{}", c.name));
+        for (what, d) in [
+            ("message", doctor::diagnose(Some(&m), None)),
+            ("message + snapshot", doctor::diagnose(Some(&m), Some(&r))),
+        ] {
+            let d = d.expect("diagnosis");
+            assert_eq!(d.cause, want, "{} ({what}): {:?}", c.name, d.evidence);
+            assert_eq!(d.validation_without_no_grad, eval, "{} ({what})", c.name);
+            if eval {
+                assert_eq!(d.remedies[0].title, "Run validation without autograd");
+            }
+        }
+        // The snapshot alone: the evaluation hint only where evaluation ran.
+        let d = doctor::diagnose(None, Some(&r)).expect("diagnosis");
+        assert_eq!(d.validation_without_no_grad, eval, "{} (snapshot)", c.name);
+        assert_eq!(r.eval_sites_at_peak.is_empty(), !eval, "{}", c.name);
+    }
+}
+
+#[test]
+fn real_default_snapshots_replay_exactly_and_name_python_sites() {
+    for c in real_cases() {
+        let r = report(&format!("real_{}", c.name));
+        assert_eq!(r.peak_allocated_bytes.0, c.max_allocated, "{}", c.name);
+        assert_eq!(r.peak_reserved_bytes.0, c.max_reserved, "{}", c.name);
+        let bytes =
+            std::fs::read(data(&format!("real_{}.snapshot.pickle", c.name))).expect("snapshot");
+        let snap = doctor::read_snapshot(&bytes[..], &mut |_| true).expect("snapshot");
+        let cpp = snap
+            .frames
+            .iter()
+            .any(|f| f.name.contains("PyEval_EvalFrame"));
+        assert_eq!(cpp, c.stacks == "all", "{}: C++ frames", c.name);
+        for s in &r.top_sites {
+            assert!(
+                s.site.contains(".py:") || s.site.starts_with("(no Python frame"),
+                "{}: {}",
+                c.name,
+                s.site
+            );
+        }
+        // The largest site is the script's own code, past torch's and transformers' frames.
+        assert!(
+            r.top_sites[0].site.contains("oom_cases.py:"),
+            "{}: {:?}",
+            c.name,
+            r.top_sites.iter().map(|s| &s.site).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn real_fragmentation_under_a_cap_puts_the_allocator_settings_first() {
+    for name in ["all_frag_cap", "py_frag_cap"] {
+        let v = doctor_json(&[
+            "--message-file",
+            &path(&format!("real_{name}.message.txt")),
+            "--snapshot",
+            &path(&format!("real_{name}.snapshot.pickle")),
+        ]);
+        assert_eq!(v["diagnosis"], "fragmentation", "{name}");
+        let titles: Vec<&str> = v["remedies"]
+            .as_array()
+            .expect("remedies")
+            .iter()
+            .filter_map(|r| r["title"].as_str())
+            .collect();
+        assert_eq!(titles[0], "Use expandable segments", "{name}: {titles:?}");
+        let cap = titles
+            .iter()
+            .position(|t| *t == "Raise the per-process cap")
+            .expect("the cap follows");
+        assert!(cap >= 2, "{name}: {titles:?}");
+        assert_eq!(v["figures"]["largest_free_block_bytes"], 128u64 << 20);
+    }
+    // AdamW's state under a 6 GiB cap: the cap, and the failing frame is the optimizer's.
+    let r = report("real_all_optimizer");
+    let oom = r.ooms.last().expect("oom");
+    assert!(
+        oom.stack.iter().any(|f| f.name == "_init_group"),
+        "{:?}",
+        oom.stack
+    );
+}

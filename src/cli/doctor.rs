@@ -12,7 +12,7 @@ use super::args::{TrainArgs, load_model, resolve_model};
 use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
 use vramlab_core::plan::Planner;
 use vramlab_core::plan::config::MAX_BATCH;
-use vramlab_core::plan::search::{Budget, max_batch};
+use vramlab_core::plan::search::{Budget, max_batch, max_batch_capped};
 use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::units::Bytes;
 
@@ -56,6 +56,10 @@ pub struct DoctorArgs {
     pub checkpointing: bool,
     #[arg(long, default_value = "sdpa")]
     pub attention: String,
+    /// Training-loop shape, as for `plan`: plain (the output stays referenced through
+    /// backward, the default) or trainer (`loss = model(**batch).loss`, HF Trainer, Lightning).
+    #[arg(long = "loop", value_name = "plain|trainer")]
+    pub loop_shape: Option<String>,
     /// The step that failed: train (default), eval (validation under `no_grad`) or eval-grad
     /// (validation without `no_grad`).
     #[arg(long, value_name = "train|eval|eval-grad")]
@@ -84,7 +88,13 @@ pub struct PlannedRemedy {
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanAdvice {
     pub model: String,
+    /// The GPU's memory.
     pub capacity_bytes: Bytes,
+    /// The per-process cap the plan is held to (`set_per_process_memory_fraction`, the
+    /// message's "… allowed"): PyTorch's allocator may reserve at most this.
+    pub allowed_bytes: Option<Bytes>,
+    /// The training-loop shape planned (`--loop`).
+    pub loop_shape: &'static str,
     pub batch: Option<u64>,
     pub predicted_nvidia_smi_bytes: Option<Bytes>,
     pub predicted_peak_allocated_bytes: Option<Bytes>,
@@ -99,8 +109,13 @@ pub struct PlanAdvice {
     pub timeline: Vec<(u32, u64)>,
 }
 
-/// The planner's answer for a model on a GPU of `capacity` bytes.
-pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<PlanAdvice>> {
+/// The planner's answer for a model on a GPU of `capacity` bytes, the allocator held to
+/// `allowed` bytes when the message states a per-process cap.
+pub fn plan_advice(
+    a: &DoctorArgs,
+    capacity: Option<Bytes>,
+    allowed: Option<Bytes>,
+) -> Result<Option<PlanAdvice>> {
     let Some(model) = &a.model else {
         return Ok(None);
     };
@@ -116,7 +131,7 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
         checkpointing: a.checkpointing,
         checkpointing_reentrant: false,
         attention: a.attention.clone(),
-        loop_shape: None,
+        loop_shape: a.loop_shape.clone(),
         step: a.step.clone(),
         finetune: None,
         lora_rank: None,
@@ -152,32 +167,56 @@ pub fn plan_advice(a: &DoctorArgs, capacity: Option<Bytes>) -> Result<Option<Pla
             bail!("--model: give --gpu (no GPU capacity is known from the message or snapshot)")
         }
     };
-    advise(&preset, cfg, capacity, a.margin, a.batch).map(Some)
+    advise(&preset, cfg, capacity, allowed, a.margin, a.batch).map(Some)
 }
 
-/// The planner's answer for `preset` under `cfg` on `capacity` bytes (`batch`: the one
-/// that failed, if known).
+/// The planner's answer for `preset` under `cfg` on `capacity` bytes, PyTorch's allocator
+/// held to `allowed` bytes when a per-process cap is known (`batch`: the one that failed,
+/// if known).
 pub fn advise(
     preset: &vramlab_core::model::Preset,
     mut cfg: vramlab_core::plan::TrainConfig,
     capacity: Bytes,
+    allowed: Option<Bytes>,
     margin: f64,
     batch: Option<u64>,
 ) -> Result<PlanAdvice> {
     if !(0.0..1.0).contains(&margin) {
         bail!("--margin: must be a fraction in [0, 1), got {margin}");
     }
-    let budget = Budget { capacity, margin };
     if let Some(b) = batch {
         cfg.batch = b;
         cfg.validate()?;
     }
     let planner = Planner::new(preset, &cfg)?;
+    // A cap limits what the allocator reserves; the CUDA context lies outside it
+    // (`set_per_process_memory_fraction` checks `total_allocated_memory`, the allocator's
+    // segments). The remedies and the evaluation step are held to the same bytes.
+    let allowed = allowed.filter(|c| *c < capacity);
+    let budget = match allowed {
+        Some(c) => Budget {
+            capacity: Bytes(c.0.saturating_add(planner.context.0)).min(capacity),
+            margin,
+        },
+        None => Budget { capacity, margin },
+    };
     let predicted = match batch {
         Some(b) => Some(planner.plan(b)?),
         None => None,
     };
-    let max = max_batch(&planner, budget, MAX_BATCH)?;
+    let max = match allowed {
+        Some(c) => max_batch_capped(
+            &planner,
+            Budget {
+                capacity: c,
+                margin,
+            }
+            .usable()
+            .min(Budget { capacity, margin }.allocator_cap(planner.context)),
+            MAX_BATCH,
+        )?,
+        None => max_batch(&planner, budget, MAX_BATCH)?,
+    };
     let mut fixes: Vec<PlannedRemedy> =
         vramlab_core::plan::remedies::remedies(preset, &cfg, budget)?
             .into_iter()
@@ -219,6 +258,8 @@ pub fn advise(
     Ok(PlanAdvice {
         model: preset.id.clone(),
         capacity_bytes: capacity,
+        allowed_bytes: allowed,
+        loop_shape: cfg.loop_shape.as_str(),
         batch,
         predicted_nvidia_smi_bytes: predicted.as_ref().map(|p| p.nvidia_smi_bytes),
         predicted_peak_allocated_bytes: predicted.as_ref().map(|p| p.peak_allocated_bytes),
@@ -295,6 +336,7 @@ fn from_run(path: &Path, margin: f64) -> Result<(Option<String>, Option<PlanAdvi
         &preset,
         run.config,
         run.device.total_bytes,
+        None,
         margin,
         oom.as_ref().map(|(b, _)| *b),
     )?;
@@ -384,9 +426,10 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
     };
     let mut details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
     let capacity = message.as_ref().and_then(|m| m.total_capacity_bytes);
+    let allowed = message.as_ref().and_then(|m| m.allowed_bytes);
     let plan = match run_plan {
         Some(p) => Some(p),
-        None => plan_advice(a, capacity)?,
+        None => plan_advice(a, capacity, allowed)?,
     };
     if let (Some(d), Some(p)) = (details.as_mut(), plan.as_ref()) {
         add_plan_verdict(d, p);
@@ -419,18 +462,22 @@ fn add_plan_verdict(d: &mut Diagnosis, p: &PlanAdvice) {
         return;
     };
     let too_big = p.max_batch.is_none_or(|m| m < batch);
+    let under = match p.allowed_bytes {
+        Some(c) => format!("the {c} cap of a {} GPU", p.capacity_bytes),
+        None => format!("a {} GPU", p.capacity_bytes),
+    };
     if !too_big {
         d.evidence.push(format!(
-            "The planner predicts {need} for batch {batch} of {}: it fits {} with the margin, \
-             so the failure is not the model's size.",
-            p.model, p.capacity_bytes
+            "The planner predicts {need} for batch {batch} of {} ({} loop): it fits {under} with \
+             the margin, so the failure is not the model's size.",
+            p.model, p.loop_shape
         ));
         return;
     }
     d.evidence.push(format!(
-        "The planner predicts {need} for batch {batch} of {} on a {} GPU: this batch does not fit \
-         even without fragmentation or other holders.",
-        p.model, p.capacity_bytes
+        "The planner predicts {need} for batch {batch} of {} ({} loop) under {under}: this batch \
+         does not fit even without fragmentation or other holders.",
+        p.model, p.loop_shape
     ));
     let detail = match (p.max_batch, p.accumulation_for_batch) {
         (Some(m), Some(k)) => format!(
@@ -573,7 +620,18 @@ fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
         }
     }
     if let Some(p) = &r.plan {
-        writeln!(out, "\nPlanner ({} on {}):", p.model, p.capacity_bytes)?;
+        match p.allowed_bytes {
+            Some(c) => writeln!(
+                out,
+                "\nPlanner ({}, {} loop, on {} capped at {c} allowed):",
+                p.model, p.loop_shape, p.capacity_bytes
+            )?,
+            None => writeln!(
+                out,
+                "\nPlanner ({}, {} loop, on {}):",
+                p.model, p.loop_shape, p.capacity_bytes
+            )?,
+        }
         if let (Some(b), Some(n)) = (p.batch, p.predicted_nvidia_smi_bytes) {
             writeln!(out, "  batch {b} needs {n} (nvidia-smi)")?;
         }

@@ -172,13 +172,11 @@ fn capacity_shows_the_planner_tab_model() {
     assert!(shows(&h, &format!("Largest micro-batch that fits: {max}")));
 }
 
-#[test]
-fn a_snapshot_gets_the_planned_timeline_of_the_planner_tab() {
-    let mut h = harness();
-    open_doctor(&mut h);
-    let path = data("normal.snapshot.pickle");
+fn open_snapshot(h: &mut Harness<'_, VramApp>, name: &str) {
+    let path = data(name);
+    h.state_mut().doctor.path.clear();
     type_into(
-        &mut h,
+        h,
         Role::TextInput,
         "Snapshot file",
         path.to_str().expect("path"),
@@ -186,24 +184,89 @@ fn a_snapshot_gets_the_planned_timeline_of_the_planner_tab() {
     h.run();
     h.get_by_label("Open snapshot").click();
     h.step();
-    wait_loaded(&mut h);
-    let s = h.state().doctor.snapshot().expect("snapshot");
-    let peak = s.peak_allocated_bytes;
-    // The Planner tab's default model: GPT-2 at batch 8.
-    let hint = vramlab_gui::ui::doctor::PlannerHint::from_derived(h.state().derived())
-        .expect("the planner has an answer");
-    assert!(hint.planned.len() > 10 && hint.planned.len() <= 2001);
-    let planned_peak = hint.planned.iter().map(|p| p.1).max().expect("points");
+    wait_loaded(h);
+    assert!(h.state().doctor.snapshot().is_some(), "{name} did not load");
+}
+
+#[test]
+fn a_snapshot_is_not_overlaid_with_the_planner_tabs_model() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    open_snapshot(&mut h, "normal.snapshot.pickle");
+    // The Planner tab has an answer (GPT-2 at batch 8), but nobody said it ran here.
+    assert!(vramlab_gui::ui::doctor::PlannerHint::from_derived(h.state().derived()).is_some());
+    assert!(h.state().doctor.named_plan().is_none());
+    assert!(!shows(&h, "Planned ("), "no overlay until a model is named");
+    assert!(shows(&h, "Model of this snapshot"));
+}
+
+#[test]
+fn the_overlay_is_planned_for_the_model_named_for_the_snapshot() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    open_snapshot(&mut h, "normal.snapshot.pickle");
+    // A misspelt name: the error names the field and the closest model.
+    type_into(&mut h, Role::TextInput, "Model of this snapshot", "gtp2");
+    h.get_by_label("Plan this model").click();
+    h.run();
+    assert!(h.state().doctor.named_plan().is_none());
+    assert!(shows(&h, "Model: "), "the error names the field");
+    assert!(shows(&h, "gpt2"), "the closest name is offered");
+    h.state_mut().doctor.model.clear();
+    type_into(&mut h, Role::TextInput, "Model of this snapshot", "gpt2");
+    h.get_by_label("Plan this model").click();
+    h.run();
+    let plan = h.state().doctor.named_plan().expect("planned").clone();
+    assert_eq!((plan.model.as_str(), plan.batch), ("gpt2", 8));
+    let peak = h
+        .state()
+        .doctor
+        .snapshot()
+        .expect("snapshot")
+        .peak_allocated_bytes;
+    let planned_peak = plan.planned.iter().map(|p| p.1).max().expect("points");
     assert!(
         shows(
             &h,
             &format!(
-                "Planned ({} at batch {}, the Planner tab's settings): peak allocated {} vs {peak}",
-                hint.model,
-                hint.batch,
+                "Planned (gpt2 at batch 8, plain loop, named for this snapshot): peak allocated \
+                 {} vs {peak}",
                 vramlab_core::units::Bytes(planned_peak)
             )
         ),
         "overlay label"
     );
+    // Another snapshot: the plan named for the first one is not carried over.
+    open_snapshot(&mut h, "fragmentation.snapshot.pickle");
+    assert!(h.state().doctor.named_plan().is_none());
+    assert!(!shows(&h, "Planned ("));
+}
+
+#[test]
+fn the_timeline_is_scaled_to_the_data_not_the_card() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    // A 139.80 GiB card's message beside a run that peaked under 3 GiB.
+    let text = std::fs::read_to_string(data("capacity.message.txt")).expect("message");
+    type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
+    open_snapshot(&mut h, "normal.snapshot.pickle");
+    h.run();
+    let s = h.state().doctor.snapshot().expect("snapshot");
+    let top = s.peak_reserved_bytes.0 as f64 / (1u64 << 30) as f64;
+    let (lo, hi) = h.state().doctor.timeline_y_range().expect("plot drawn");
+    assert!(lo <= 0.0 && hi >= top, "{lo}..{hi} holds {top}");
+    assert!(
+        hi < top * 1.5,
+        "y runs to {hi} GiB for data up to {top} GiB"
+    );
+    assert!(shows(&h, "GPU capacity: 139.80 GiB (above the chart)"));
+    // A run that fills the card still shows the card's line within the plot.
+    let text = std::fs::read_to_string(data("fragmentation.message.txt")).expect("message");
+    h.state_mut().doctor.text.clear();
+    type_into(&mut h, Role::MultilineTextInput, "OOM message", &text);
+    open_snapshot(&mut h, "fragmentation.snapshot.pickle");
+    h.run();
+    let (_, hi) = h.state().doctor.timeline_y_range().expect("plot drawn");
+    assert!((139.0..200.0).contains(&hi), "{hi}");
+    assert!(!shows(&h, "(above the chart)"));
 }

@@ -31,7 +31,8 @@ pub enum DoctorError {
     NoMessage,
 }
 
-/// One Python frame of a stack trace.
+/// One frame of a stack trace: Python or C++ (a snapshot recorded with `stacks="all"` holds
+/// both; [`snapshot::is_python_frame`] tells them apart).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Frame {
     pub filename: String,
@@ -189,18 +190,43 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
     let free = f.device_free_bytes;
     let unalloc = f.reserved_unallocated_bytes.unwrap_or(Bytes::ZERO);
     let mut evidence = Vec::new();
+    // Under a cap, a fragmented cache is the first cause when the request would have fit in
+    // one piece: before it reports an OOM the allocator releases every cached segment with
+    // no live block (`release_cached_blocks` in `CUDACachingAllocator.cpp`), so the
+    // reserved-but-unallocated bytes left are holes between live blocks, and with
+    // `expandable_segments` those holes' pages are reused.
+    let mut also_capped = None;
     let cause = if let (Some(allowed), Some(r), Some(fr)) =
         (f.allowed_bytes, f.reserved_bytes, free)
         && sum(Some(r), Some(req)).is_some_and(|n| n > allowed)
         && fr >= req
     {
-        evidence.push(format!(
-            "PyTorch may use {allowed} (`set_per_process_memory_fraction`); it had reserved {r} \
-             and asked for {req} more, while the GPU still had {fr} free."
-        ));
-        Cause::ProcessCap
+        let headroom = allowed.saturating_sub(r).min(fr);
+        if unalloc.0 > 0 && sum(Some(unalloc), Some(headroom)).is_some_and(|t| t >= req) {
+            evidence.push(format!(
+                "Under the cap of {allowed} (`set_per_process_memory_fraction`) the request \
+                 would have fit in one piece: {unalloc} is reserved but unallocated and {headroom} \
+                 more may still be reserved, against a {req} request. The cached memory is split \
+                 into holes between live blocks, so the allocator asked for a new segment, which \
+                 the cap refused."
+            ));
+            if let Some(l) = f.largest_free_block_bytes {
+                evidence.push(format!(
+                    "The largest free block in the cache is {l}, smaller than the request."
+                ));
+            }
+            also_capped = Some(allowed);
+            Cause::Fragmentation
+        } else {
+            evidence.push(format!(
+                "PyTorch may use {allowed} (`set_per_process_memory_fraction`); it had reserved \
+                 {r} and asked for {req} more, while the GPU still had {fr} free."
+            ));
+            Cause::ProcessCap
+        }
     } else if unalloc.0 > 0
         && (unalloc >= req || sum(Some(unalloc), free).is_some_and(|t| t >= req))
+        && !validation
     {
         evidence.push(format!(
             "{unalloc} is reserved by PyTorch but unallocated{}, yet no free piece holds the \
@@ -273,7 +299,14 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
                 own,
                 free.map_or("?".into(), |b| b.to_string())
             ));
-            if unalloc.0 > 0 {
+            if validation && unalloc >= req {
+                evidence.push(format!(
+                    "{unalloc} is cached but unallocated in pieces, enough for this {req} \
+                     request alone; but an evaluation loop that keeps its graphs grows by a \
+                     batch's activations at every step, so no allocator setting would have \
+                     kept up."
+                ));
+            } else if unalloc.0 > 0 {
                 evidence.push(format!(
                     "Only {unalloc} is cached but unallocated: the cache is not the problem."
                 ));
@@ -300,6 +333,11 @@ pub fn diagnose(msg: Option<&OomMessage>, snap: Option<&SnapshotReport>) -> Opti
         );
     }
     let mut remedies = remedies_for(cause, &f);
+    if also_capped.is_some() {
+        // The cap comes after the fragmentation remedies: it is what refused the new
+        // segment, but an unfragmented pool would have held the request under it.
+        remedies.extend(remedies_for(Cause::ProcessCap, &f));
+    }
     if validation {
         remedies.insert(
             0,
@@ -588,5 +626,47 @@ mod tests {
             Some(Cause::OutsideAllocator)
         );
         assert!(diagnose(None, None).is_none());
+    }
+
+    fn capped(allocated: &str, unallocated: &str) -> OomMessage {
+        msg(&format!(
+            "CUDA out of memory. Tried to allocate 1.40 GiB. GPU 0 has a total capacity of \
+             139.80 GiB of which 120.00 GiB is free. Including non-PyTorch memory, this process \
+             has 8.50 GiB memory in use. 8.00 GiB allowed; Of the allocated memory {allocated} \
+             is allocated by PyTorch, and {unallocated} is reserved by PyTorch but unallocated. \
+             If reserved but unallocated memory is large try setting \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+        ))
+    }
+
+    #[test]
+    fn fragmentation_under_a_cap_comes_before_the_cap() {
+        // Issue 27: 8 GiB cap, 3.73 GiB cached but unallocated, a 1.40 GiB request: in one
+        // piece the request fits under the cap.
+        let d = diagnose(Some(&capped("4.20 GiB", "3.73 GiB")), None).expect("diagnosis");
+        assert_eq!(d.cause, Cause::Fragmentation, "{:?}", d.evidence);
+        let settings: Vec<&str> = d
+            .remedies
+            .iter()
+            .filter_map(|r| r.setting.as_deref())
+            .collect();
+        assert_eq!(
+            settings[..2],
+            [
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:1024"
+            ]
+        );
+        let cap = d
+            .remedies
+            .iter()
+            .position(|r| r.title == "Raise the per-process cap")
+            .expect("the cap is still a remedy");
+        assert!(cap >= 2, "{:?}", d.remedies);
+        assert!(d.evidence[0].contains("would have fit in one piece"));
+        // Nearly all of the cap allocated: the cap itself is the cause.
+        let d = diagnose(Some(&capped("7.90 GiB", "30.00 MiB")), None).expect("diagnosis");
+        assert_eq!(d.cause, Cause::ProcessCap);
+        assert_eq!(d.remedies[0].title, "Raise the per-process cap");
     }
 }

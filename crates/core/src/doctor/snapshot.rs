@@ -329,13 +329,14 @@ pub struct TimelinePoint {
 /// Bytes live at the peak by allocation site.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Site {
-    /// "file:line in function" of the innermost frame outside torch (or the innermost).
+    /// "file:line in function" of the innermost Python frame outside torch, transformers,
+    /// peft and accelerate (else the innermost Python frame); C++ frames are skipped.
     pub site: String,
     pub bytes_at_peak: Bytes,
     pub blocks_at_peak: u64,
     /// Every allocation made there over the trace.
     pub allocations: u64,
-    /// The innermost few frames, innermost first.
+    /// The innermost few Python frames (C++ frames when there is none), innermost first.
     pub stack: Vec<Frame>,
 }
 
@@ -370,7 +371,8 @@ pub struct SnapshotReport {
     pub allocator_settings: serde_json::Value,
     pub expandable_segments: bool,
     pub max_split_size_bytes: Option<Bytes>,
-    /// Frames whose function names suggest evaluation (validate, evaluate, …) at the peak.
+    /// The user's Python functions whose names suggest evaluation (validate, evaluate, …)
+    /// on the stacks of the blocks live at the peak (C++ and library frames never count).
     pub eval_sites_at_peak: Vec<String>,
 }
 
@@ -636,14 +638,63 @@ fn clamp(v: i128) -> u64 {
     u64::try_from(v.max(0)).unwrap_or(u64::MAX)
 }
 
+/// A frame of Python code. A snapshot's stack mixes two kinds of frames without marking
+/// them: with `stacks="all"` (the default of `_record_memory_history`) PyTorch's
+/// `symbolize` (`torch/csrc/profiler/combined_traceback.cpp`) walks the unwound C++ frames
+/// and inserts the Python frame it gathered before each interpreter frame
+/// (`_PyEval_EvalFrameDefault`). Python frames carry the code object's `co_filename` (a
+/// `.py` file, or `<string>`, `<frozen runpy>`, `<eval_with_key>.N` for generated code);
+/// C++ frames carry the symbolizer's source file (`memory_snapshot.cpp`, `ceval.c`, `??`)
+/// or a shared library.
+pub fn is_python_frame(f: &Frame) -> bool {
+    if f.name.contains("PyEval_EvalFrame") {
+        return false;
+    }
+    let file = f.filename.trim();
+    let lower = file.to_ascii_lowercase();
+    lower.ends_with(".py") || lower.ends_with(".pyw") || (file.starts_with('<') && file.len() > 2)
+}
+
+/// The frames PyTorch's own viewers hide (`_frame_filter` in `torch/cuda/_memory_viz.py`,
+/// `frameFilter` in `MemoryViz.js`): the unwinder, the interpreter, the dispatcher's boxing.
+pub fn is_plumbing_frame(f: &Frame) -> bool {
+    const FUNCTIONS: [&str; 8] = [
+        "unwind::unwind",
+        "CapturedTraceback::gather",
+        "gather_with_cpp",
+        "_start",
+        "__libc_start_main",
+        "PyEval_",
+        "PyObject_",
+        "PyFunction_",
+    ];
+    const FILES: [&str; 10] = [
+        "core/boxing",
+        "/Register",
+        "/Redispatch",
+        "pythonrun.c",
+        "Modules/main.c",
+        "Objects/call.c",
+        "Objects/methodobject.c",
+        "pycore_ceval.h",
+        "ceval.c",
+        "cpython/abstract.h",
+    ];
+    FUNCTIONS.iter().any(|n| f.name.contains(n)) || FILES.iter().any(|n| f.filename.contains(n))
+}
+
+/// Packages whose frames are not the user's code.
+const LIBRARIES: [&str; 4] = ["torch", "transformers", "peft", "accelerate"];
+
+/// A Python frame of a library (torch, transformers, peft, accelerate, anything installed in
+/// site-packages) or of generated code (`<eval_with_key>.N`, `<frozen …>`).
 fn is_library_frame(f: &Frame) -> bool {
     let p = f.filename.replace('\\', "/");
-    p.contains("/torch/")
-        || p.contains("/site-packages/")
+    p.contains("/site-packages/")
         || p.contains("/dist-packages/")
+        || p.split('/').any(|part| LIBRARIES.contains(&part))
         || p.starts_with('<')
         || p.is_empty()
-        || p.starts_with("??")
 }
 
 /// Function names that mark evaluation code.
@@ -799,24 +850,40 @@ pub fn analyze(s: &Snapshot, device: Option<usize>) -> Result<SnapshotReport, Do
     })
 }
 
-fn stack_frames(s: &Snapshot, stack: u32, n: usize) -> Vec<Frame> {
+fn all_frames(s: &Snapshot, stack: u32) -> impl Iterator<Item = &Frame> {
     s.stacks
         .get(stack as usize)
-        .map(|ids| {
-            ids.iter()
-                .take(n)
-                .filter_map(|f| s.frames.get(*f as usize).cloned())
-                .collect()
-        })
-        .unwrap_or_default()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|f| s.frames.get(*f as usize))
 }
 
+/// The innermost `n` frames worth showing: the Python frames when the stack has any, else
+/// the C++ frames PyTorch's viewers show (unwinder and interpreter frames left out).
+fn stack_frames(s: &Snapshot, stack: u32, n: usize) -> Vec<Frame> {
+    let python: Vec<Frame> = all_frames(s, stack)
+        .filter(|f| is_python_frame(f))
+        .take(n)
+        .cloned()
+        .collect();
+    if !python.is_empty() {
+        return python;
+    }
+    all_frames(s, stack)
+        .filter(|f| !is_plumbing_frame(f))
+        .take(n)
+        .cloned()
+        .collect()
+}
+
+/// The allocation site of a stack: the innermost Python frame outside the libraries, else
+/// the innermost Python frame; C++ frames are never a site.
 fn site_of(s: &Snapshot, stack: u32) -> String {
-    let frames = stack_frames(s, stack, usize::MAX);
-    let f = frames
-        .iter()
+    let f = all_frames(s, stack)
+        .filter(|f| is_python_frame(f))
         .find(|f| !is_library_frame(f))
-        .or(frames.first());
+        .or_else(|| all_frames(s, stack).find(|f| is_python_frame(f)));
     match f {
         Some(f) => format!("{}:{} in {}", short_path(&f.filename), f.line, f.name),
         None => "(no Python frame: autograd backward or C++)".to_string(),
@@ -842,8 +909,14 @@ fn sites(
         let e = by.entry(site_of(s, *stack)).or_insert((0, 0, 0, *stack));
         e.0 += size;
         e.1 += 1;
-        for f in stack_frames(s, *stack, usize::MAX) {
-            if is_eval_name(&f.name) && !eval.contains(&f.name) {
+        // The user's own Python code only: C++ frames (`_PyEval_EvalFrameDefault` in every
+        // `stacks="all"` snapshot) and library internals say nothing about the loop.
+        for f in all_frames(s, *stack) {
+            if is_python_frame(f)
+                && !is_library_frame(f)
+                && is_eval_name(&f.name)
+                && !eval.contains(&f.name)
+            {
                 eval.push(f.name.clone());
             }
         }
@@ -983,6 +1056,153 @@ mod tests {
         assert_eq!(m.largest_free_block_bytes, Bytes(8 * MIB));
         assert!((m.fragmentation - 0.75).abs() < 1e-9);
         assert_eq!(r.ooms[0].allocated_bytes, Bytes(32 * MIB));
+    }
+
+    fn frame(filename: &str, line: i64, name: &str) -> Frame {
+        Frame {
+            filename: filename.to_string(),
+            line,
+            name: name.to_string(),
+        }
+    }
+
+    /// A stack as `_record_memory_history()` (stacks="all") records it: C++ frames from the
+    /// unwinder, the Python frame gathered for each `_PyEval_EvalFrameDefault` placed before it.
+    fn mixed(user: &str) -> Vec<Frame> {
+        vec![
+            frame("??", 0, "torch::unwind::unwind()"),
+            frame(
+                "/pytorch/torch/csrc/cuda/memory_snapshot.cpp",
+                0,
+                "torch::cuda::(anonymous namespace)::gather_with_cpp()",
+            ),
+            frame(
+                "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+                0,
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+            ),
+            frame(
+                "/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+                125,
+                "forward",
+            ),
+            frame("Python/ceval.c", 0, "_PyEval_EvalFrameDefault"),
+            frame(
+                "/usr/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py",
+                600,
+                "_eval_frame_wrapper",
+            ),
+            frame("??", 0, "_PyEval_EvalFrameDefault"),
+            frame("/home/u/train.py", 40, user),
+            frame("??", 0, "_PyEval_EvalFrameDefault"),
+            frame("/home/u/train.py", 60, "main"),
+            frame("??", 0, "__libc_start_main"),
+        ]
+    }
+
+    fn snap_with_stacks(stacks: Vec<Vec<Frame>>) -> Snapshot {
+        let base = 1 << 40;
+        let mut frames = Vec::new();
+        let mut ids = vec![Vec::new()];
+        for st in &stacks {
+            let mut v = Vec::new();
+            for f in st {
+                v.push(frames.len() as u32);
+                frames.push(f.clone());
+            }
+            ids.push(v);
+        }
+        let mut t = vec![e(Action::SegmentAlloc, base, 64 * MIB)];
+        for (i, _) in stacks.iter().enumerate() {
+            let mut a = e(Action::Alloc, base + i as u64 * 8 * MIB, 8 * MIB);
+            a.stack = i as u32 + 1;
+            t.push(a);
+        }
+        Snapshot {
+            traces: vec![t],
+            stacks: ids,
+            frames,
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn python_frames_are_told_from_cpp_frames() {
+        let py = |f: &str, n: &str| is_python_frame(&frame(f, 1, n));
+        assert!(py("/home/u/train.py", "train_step"));
+        assert!(py("<eval_with_key>.3", "forward"));
+        assert!(py("/tmp/ipykernel_77/3349.py", "<module>"));
+        assert!(!py("Python/ceval.c", "_PyEval_EvalFrameDefault"));
+        assert!(!py("??", "_PyEval_EvalFrameDefault"));
+        assert!(!py(
+            "/pytorch/torch/csrc/cuda/memory_snapshot.cpp",
+            "gather_with_cpp"
+        ));
+        assert!(!py("??", "??"));
+        assert!(!py("", ""));
+    }
+
+    #[test]
+    fn sites_name_the_users_python_frame_and_cpp_frames_never_mark_evaluation() {
+        let backward = vec![
+            frame("??", 0, "torch::unwind::unwind()"),
+            frame(
+                "/pytorch/torch/csrc/cuda/memory_snapshot.cpp",
+                0,
+                "torch::cuda::(anonymous namespace)::gather_with_cpp()",
+            ),
+            frame(
+                "/pytorch/torch/csrc/autograd/engine.cpp",
+                0,
+                "torch::autograd::Engine::thread_main",
+            ),
+        ];
+        let s = snap_with_stacks(vec![mixed("train_step"), backward]);
+        let r = analyze(&s, None).expect("report");
+        assert!(
+            r.eval_sites_at_peak.is_empty(),
+            "{:?}",
+            r.eval_sites_at_peak
+        );
+        let sites: Vec<&str> = r.top_sites.iter().map(|x| x.site.as_str()).collect();
+        assert!(sites.contains(&"u/train.py:40 in train_step"), "{sites:?}");
+        assert!(
+            sites.contains(&"(no Python frame: autograd backward or C++)"),
+            "{sites:?}"
+        );
+        assert!(!sites.iter().any(|x| x.contains("memory_snapshot.cpp")));
+        for site in &r.top_sites {
+            // Shown frames: Python ones when there are any, never the unwinder's.
+            assert!(
+                site.stack
+                    .iter()
+                    .all(|f| !f.name.contains("gather_with_cpp")),
+                "{:?}",
+                site.stack
+            );
+        }
+        let py_site = r
+            .top_sites
+            .iter()
+            .find(|x| x.site.contains("train_step"))
+            .expect("site");
+        assert_eq!(py_site.stack[0].name, "forward");
+        assert!(py_site.stack.iter().all(is_python_frame));
+        // The user's own evaluation function is still found.
+        let r = analyze(&snap_with_stacks(vec![mixed("validate")]), None).expect("report");
+        assert_eq!(r.eval_sites_at_peak, ["validate"]);
+        // Only library Python frames: the innermost Python frame is the site.
+        let lib = vec![
+            frame("??", 0, "gather_with_cpp"),
+            frame(
+                "/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+                125,
+                "forward",
+            ),
+            frame("??", 0, "_PyEval_EvalFrameDefault"),
+        ];
+        let r = analyze(&snap_with_stacks(vec![lib]), None).expect("report");
+        assert_eq!(r.top_sites[0].site, "modules/linear.py:125 in forward");
     }
 
     #[test]

@@ -11,6 +11,8 @@ use egui_plot::{HLine, Legend, Line, Plot, PlotPoints};
 
 use vramlab_core::doctor::snapshot::SegmentMap;
 use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
+use vramlab_core::plan::config::{LoopShape, MAX_BATCH};
+use vramlab_core::plan::{Planner, TrainConfig};
 use vramlab_core::units::Bytes;
 
 /// What the Planner tab says about its current model, shown beside a capacity diagnosis.
@@ -77,6 +79,51 @@ impl PlannerHint {
     }
 }
 
+/// The plan of a model the user named for the open snapshot, laid over its timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotPlan {
+    pub model: String,
+    pub batch: u64,
+    pub loop_shape: LoopShape,
+    /// Planned allocated timeline of one step (event index, bytes), thinned like
+    /// [`PlannerHint::planned`].
+    pub planned: Vec<(u32, u64)>,
+}
+
+impl SnapshotPlan {
+    /// Plans `model` (a preset id or name, forgiving) at `batch` with the default training
+    /// settings and `loop_shape`. Errors name the field and, for a model, the closest name.
+    pub fn new(model: &str, batch: &str, loop_shape: LoopShape) -> Result<SnapshotPlan, String> {
+        let batch: u64 = match batch.trim().parse() {
+            Ok(b) if (1..=MAX_BATCH).contains(&b) => b,
+            _ => {
+                return Err(format!(
+                    "Batch: give a whole number from 1 to {MAX_BATCH}, got \"{}\"",
+                    batch.trim()
+                ));
+            }
+        };
+        let id =
+            vramlab_core::vocabulary::model_id(model.trim()).map_err(|e| format!("Model: {e}"))?;
+        let preset = vramlab_core::model::preset::find_builtin(id.value)
+            .map_err(|e| format!("Model: {e}"))?;
+        let cfg = TrainConfig {
+            batch,
+            loop_shape,
+            ..TrainConfig::default()
+        };
+        let plan = Planner::new(&preset, &cfg)
+            .and_then(|p| p.plan(batch))
+            .map_err(|e| format!("Plan of {} at batch {batch}: {e}", preset.id))?;
+        Ok(SnapshotPlan {
+            model: preset.id.clone(),
+            batch,
+            loop_shape,
+            planned: thin_timeline(&plan.timeline),
+        })
+    }
+}
+
 /// What the Doctor panel asks for.
 #[must_use]
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +138,8 @@ pub enum DoctorCommand {
     Cancel,
     /// Forget the message, the snapshot and the diagnosis.
     Clear,
+    /// Plan the model named in the panel's model box for the open snapshot.
+    PlanModel,
 }
 
 enum Loaded {
@@ -111,8 +160,18 @@ pub struct DoctorPanel {
     pub text: String,
     /// The snapshot path box.
     pub path: String,
+    /// The model that ran when the snapshot was recorded (the overlay's model box).
+    pub model: String,
+    /// Its micro-batch (the overlay's batch box).
+    pub batch: String,
+    /// Its training-loop shape.
+    pub loop_shape: LoopShape,
     message: Option<OomMessage>,
     snapshot: Option<(PathBuf, SnapshotReport)>,
+    /// The plan of the model named for this snapshot (cleared with the snapshot).
+    named_plan: Option<SnapshotPlan>,
+    /// The timeline plot's y range (GiB) as last drawn.
+    timeline_y: Option<(f64, f64)>,
     diagnosis: Option<Diagnosis>,
     error: Option<String>,
     loading: Option<Loading>,
@@ -124,8 +183,13 @@ impl Default for DoctorPanel {
         DoctorPanel {
             text: String::new(),
             path: String::new(),
+            model: String::new(),
+            batch: "8".to_string(),
+            loop_shape: LoopShape::default(),
             message: None,
             snapshot: None,
+            named_plan: None,
+            timeline_y: None,
             diagnosis: None,
             error: None,
             loading: None,
@@ -158,6 +222,16 @@ impl DoctorPanel {
 
     pub fn is_loading(&self) -> bool {
         self.loading.is_some()
+    }
+
+    /// The plan laid over the snapshot, if the user named a model for it.
+    pub fn named_plan(&self) -> Option<&SnapshotPlan> {
+        self.named_plan.as_ref()
+    }
+
+    /// The timeline plot's y range in GiB, as last drawn.
+    pub fn timeline_y_range(&self) -> Option<(f64, f64)> {
+        self.timeline_y
     }
 
     /// Polls the worker, draws, applies the panel's command: what the app calls each frame.
@@ -196,11 +270,23 @@ impl DoctorPanel {
             DoctorCommand::Cancel => {
                 self.loading = None; // the worker stops at its next progress report
             }
+            DoctorCommand::PlanModel => {
+                self.error = None;
+                match SnapshotPlan::new(&self.model, &self.batch, self.loop_shape) {
+                    Ok(p) => self.named_plan = Some(p),
+                    Err(e) => {
+                        self.named_plan = None;
+                        self.error = Some(e);
+                    }
+                }
+            }
             DoctorCommand::Clear => {
                 self.text.clear();
                 self.path.clear();
                 self.message = None;
                 self.snapshot = None;
+                self.named_plan = None;
+                self.timeline_y = None;
                 self.diagnosis = None;
                 self.error = None;
                 self.loading = None;
@@ -260,6 +346,9 @@ impl DoctorPanel {
                     self.loading = None;
                     match r {
                         Ok(rep) => {
+                            // A plan named for the previous snapshot says nothing about this one.
+                            self.named_plan = None;
+                            self.timeline_y = None;
                             self.snapshot = Some((path, rep));
                             self.rediagnose();
                         }
@@ -386,10 +475,26 @@ impl DoctorPanel {
         };
         match &self.snapshot {
             Some((path, s)) => {
+                let mut y = None;
+                let mut plan_cmd = None;
                 ui.columns(2, |cols| {
                     diagnosis(&mut cols[0]);
-                    snapshot_ui(path, s, self.message.as_ref(), hint, &mut cols[1]);
+                    plan_cmd = model_box_ui(
+                        &mut self.model,
+                        &mut self.batch,
+                        &mut self.loop_shape,
+                        &mut cols[1],
+                    );
+                    y = snapshot_ui(
+                        path,
+                        s,
+                        self.message.as_ref(),
+                        self.named_plan.as_ref(),
+                        &mut cols[1],
+                    );
                 });
+                self.timeline_y = y.or(self.timeline_y);
+                cmd = cmd.or(plan_cmd);
             }
             None => diagnosis(ui),
         }
@@ -496,13 +601,73 @@ fn diagnosis_ui(d: &Diagnosis, ui: &mut Ui) {
         });
 }
 
+/// The model that ran when the snapshot was recorded: the overlay is planned for it alone.
+fn model_box_ui(
+    model: &mut String,
+    batch: &mut String,
+    loop_shape: &mut LoopShape,
+    ui: &mut Ui,
+) -> Option<DoctorCommand> {
+    let mut cmd = None;
+    ui.horizontal(|ui| {
+        let l = ui.label("Model of this snapshot").on_hover_text(
+            "The model that ran when the snapshot was recorded (a preset name such as gpt2): \
+                 its planned step is laid over the timeline. Nothing is laid over it until you \
+                 name one.",
+        );
+        ui.add(
+            egui::TextEdit::singleline(model)
+                .id_salt("doctor_model")
+                .hint_text("gpt2")
+                .desired_width(140.0),
+        )
+        .labelled_by(l.id);
+        let l = ui.label("Batch");
+        ui.add(
+            egui::TextEdit::singleline(batch)
+                .id_salt("doctor_batch")
+                .desired_width(50.0),
+        )
+        .labelled_by(l.id);
+        egui::ComboBox::from_label("Loop")
+            .selected_text(loop_shape.as_str())
+            .show_ui(ui, |ui| {
+                for l in LoopShape::ALL {
+                    ui.selectable_value(loop_shape, l, l.as_str());
+                }
+            });
+        if ui.button("Plan this model").clicked() {
+            cmd = Some(DoctorCommand::PlanModel);
+        }
+    });
+    cmd
+}
+
+/// A little above the highest curve of the timeline (GiB): the card's and the cap's lines
+/// are drawn only up to half again as high, so the plot's automatic bounds follow the data.
+pub fn timeline_y_max(s: &SnapshotReport, planned: Option<&[(f64, u64)]>) -> f64 {
+    let data = s
+        .timeline
+        .iter()
+        .map(|p| p.allocated_bytes.max(p.reserved_bytes))
+        .chain(planned.unwrap_or(&[]).iter().map(|p| p.1))
+        .max()
+        .unwrap_or(0);
+    (gib(data) * 1.1).max(1.0 / 1024.0)
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+/// Draws the snapshot's side; returns the timeline plot's y range (GiB).
 fn snapshot_ui(
     path: &std::path::Path,
     s: &SnapshotReport,
     m: Option<&OomMessage>,
-    hint: Option<&PlannerHint>,
+    named: Option<&SnapshotPlan>,
     ui: &mut Ui,
-) {
+) -> Option<(f64, f64)> {
     ui.label(RichText::new("Snapshot").heading())
         .on_hover_text(path.display().to_string());
     ui.label(format!(
@@ -513,7 +678,6 @@ fn snapshot_ui(
         s.expandable_segments,
         s.max_split_size_bytes.map_or("unlimited".into(), |b| b.to_string())
     ));
-    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let alloc: PlotPoints = s
         .timeline
         .iter()
@@ -525,13 +689,14 @@ fn snapshot_ui(
         .map(|p| [p.event as f64, gib(p.reserved_bytes)])
         .collect();
     let planned =
-        hint.and_then(|h| doctor::overlay::overlay(&s.timeline, &h.planned).map(|o| (h, o)));
+        named.and_then(|h| doctor::overlay::overlay(&s.timeline, &h.planned).map(|o| (h, o)));
     if let Some((h, o)) = &planned {
         ui.label(format!(
-            "Planned ({} at batch {}, the Planner tab's settings): peak allocated {} vs {} in \
-             the snapshot ({:+.1} %)",
+            "Planned ({} at batch {}, {} loop, named for this snapshot): peak allocated {} vs {} \
+             in the snapshot ({:+.1} %)",
             h.model,
             h.batch,
+            h.loop_shape.as_str(),
             Bytes(o.planned_peak_allocated_bytes),
             Bytes(o.snapshot_peak_allocated_bytes),
             o.peak_difference_percent
@@ -540,14 +705,33 @@ fn snapshot_ui(
             "The planned step is stretched onto the trace so that the two peaks line up: \
              compare the heights and the shape, not the positions in between. A snapshot far \
              above the plan points at something the step does not explain (a leak, a kept \
-             graph, another model); far below, at other settings than the Planner tab's.",
+             graph, another model); far below, at other settings than planned.",
         );
     }
-    Plot::new("doctor_timeline")
+    let y_max = timeline_y_max(s, planned.as_ref().map(|(_, o)| o.points.as_slice()));
+    // Lines for the card and the cap only where they fall within the data's range: on a
+    // 140 GiB card a 3 GiB run would otherwise be a flat line at the bottom.
+    let mut limits = Vec::new();
+    if let Some(m) = m {
+        for (name, v) in [
+            ("GPU capacity", m.total_capacity_bytes),
+            ("allowed (cap)", m.allowed_bytes),
+        ] {
+            if let Some(b) = v {
+                if gib(b.0) <= y_max * 1.5 {
+                    limits.push((name, gib(b.0)));
+                } else {
+                    ui.label(format!("{name}: {b} (above the chart)"));
+                }
+            }
+        }
+    }
+    let shown = Plot::new("doctor_timeline")
         .height(220.0)
         .legend(Legend::default())
         .x_axis_label("trace entry")
         .y_axis_label("GiB")
+        .include_y(0.0)
         .show(ui, |p| {
             p.line(Line::new("reserved", reserved));
             p.line(Line::new("allocated", alloc));
@@ -557,10 +741,11 @@ fn snapshot_ui(
                     Line::new("planned allocated", pts).style(egui_plot::LineStyle::dashed_loose()),
                 );
             }
-            if let Some(t) = m.and_then(|m| m.total_capacity_bytes) {
-                p.hline(HLine::new("GPU capacity", gib(t.0)));
+            for (name, y) in &limits {
+                p.hline(HLine::new(*name, *y));
             }
         });
+    let b = shown.transform.bounds();
     if let Some(map) = &s.segment_map {
         segment_map_ui(map, ui);
     }
@@ -577,6 +762,7 @@ fn snapshot_ui(
                 }
             });
     }
+    Some((b.min()[1], b.max()[1]))
 }
 
 fn segment_map_ui(map: &SegmentMap, ui: &mut Ui) {
