@@ -419,6 +419,22 @@ def forward_loss(model, kind, x, y, loop):
     return out, F.cross_entropy(logits_of(out), y)
 
 
+_CUDA_POLICY = {}
+
+
+def autocast_region(device, amp_dtype, amp):
+    """The step's autocast region. On the CPU (a machine without a GPU) with CUDA's op lists,
+    not the CPU's (tools/cuda_autocast.py): the graph is the GPU host's."""
+    if device.type == "cuda" or not amp:
+        return torch.autocast(device.type, dtype=amp_dtype, enabled=amp)
+    if amp_dtype not in _CUDA_POLICY:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from cuda_autocast import CudaAutocast
+
+        _CUDA_POLICY[amp_dtype] = CudaAutocast(amp_dtype)
+    return _CUDA_POLICY[amp_dtype].region(True)
+
+
 def train_steps(model, opt, args, kind, size, batch, device, probe, tr, steps):
     amp = args.precision in ("amp-bf16", "amp-fp16")
     amp_dtype = torch.float16 if args.precision == "amp-fp16" else torch.bfloat16
@@ -436,7 +452,7 @@ def train_steps(model, opt, args, kind, size, batch, device, probe, tr, steps):
         if tr:
             tr.phase = "forward"
         x, y = make_batch(args, kind, size, batch, device, target_shape, n_classes, in_dtype)
-        with torch.autocast("cuda" if device.type == "cuda" else "cpu", dtype=amp_dtype, enabled=amp):
+        with autocast_region(device, amp_dtype, amp):
             out, loss = forward_loss(model, kind, x, y, args.loop)
         if tr:
             tr.phase = "backward"
@@ -680,7 +696,8 @@ def main():
     ap.add_argument("--batches", default="2,4,6", help="batch sizes to capture (>= 2; the last is held out)")
     ap.add_argument("--device", default=None,
                     help="the fake device [default: cuda where CUDA is available, else cpu: "
-                         "backward on fake CUDA tensors needs a CUDA driver; cpu applies CPU autocast rules]")
+                         "backward on fake CUDA tensors needs a CUDA driver; on cpu, autocast follows CUDA's "
+                         "op lists (tools/cuda_autocast.py), so the graph is the GPU host's]")
     ap.add_argument("--real-cpu", action="store_true", help="run for real on the CPU instead of fake tensors")
     ap.add_argument("--measure", help="also measure on CUDA at these batches (comma list)")
     ap.add_argument("--measure-out", help="JSON lines file for --measure")

@@ -10,6 +10,9 @@ use clap::Args;
 
 /// The capture helper, embedded so that the binary alone can run it.
 pub const CAPTURE_PY: &str = include_str!("../../tools/capture.py");
+/// CUDA's autocast policy for captures on a machine without a GPU (imported by capture.py
+/// from its own folder).
+pub const CUDA_AUTOCAST_PY: &str = include_str!("../../tools/cuda_autocast.py");
 
 #[derive(Debug, Args)]
 pub struct CaptureArgs {
@@ -84,6 +87,9 @@ pub fn cmd_capture(a: CaptureArgs, out: &mut dyn Write) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let script = dir.join("capture.py");
     std::fs::write(&script, CAPTURE_PY).with_context(|| format!("writing {}", script.display()))?;
+    let policy = dir.join("cuda_autocast.py");
+    std::fs::write(&policy, CUDA_AUTOCAST_PY)
+        .with_context(|| format!("writing {}", policy.display()))?;
     let mut cmd = Command::new(&python);
     cmd.arg(&script);
     let mut opt = |flag: &str, v: Option<String>| {
