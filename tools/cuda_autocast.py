@@ -88,6 +88,16 @@ class CudaAutocast:
     def _install(self, dtype):
         self.dtype = dtype
         self.cache = {}
+        # C++ clears its weight-cast cache whenever the autocast nesting drops to 0
+        # (torch.autocast.__exit__ → torch.clear_autocast_cache), checkpoint's recompute
+        # regions included: so does this cache.
+        clear = torch.clear_autocast_cache
+
+        def clear_both():
+            self.cache.clear()
+            clear()
+
+        torch.clear_autocast_cache = clear_both
         self.lib = torch.library.Library("aten", "IMPL")
         listed = set()
         for name in LOWER:
