@@ -1149,7 +1149,10 @@ fn fit_answers_llama3_8b_on_a_4090_in_text_and_json() {
     assert!(out.contains("ms/sample"), "{out}");
     // At the upper edge of llama/lora/none's reserved band LoRA in bf16 no longer fits 24 GB;
     // QLoRA does.
-    assert!(out.contains("full fine-tuning → QLoRA nf4 r8 on attn"), "{out}");
+    assert!(
+        out.contains("full fine-tuning → QLoRA nf4 r8 on attn"),
+        "{out}"
+    );
     let (code, json, err) = vramlab_code(&[&base[..], &["--json", "--top", "3"]].concat());
     assert_eq!(code, Some(0), "{err}");
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
@@ -1941,16 +1944,30 @@ fn plan_shows_the_measured_error_band_of_its_mode() {
         assert_eq!(e["planned_bytes"].as_u64(), Some(planned));
         let lo = e["lower_bytes"].as_u64().expect("lower");
         let hi = e["upper_bytes"].as_u64().expect("upper");
-        assert!(lo <= planned && planned <= hi, "{peak}: {lo} {planned} {hi}");
-        assert!(e["min_error_pct"].as_f64().expect("min") <= e["max_error_pct"].as_f64().expect("max"));
+        assert!(
+            lo <= planned && planned <= hi,
+            "{peak}: {lo} {planned} {hi}"
+        );
+        assert!(
+            e["min_error_pct"].as_f64().expect("min") <= e["max_error_pct"].as_f64().expect("max")
+        );
     }
     let upper = b["reserved"]["upper_bytes"].as_u64().expect("upper");
     let context = v["cuda_context_bytes"].as_u64().expect("context");
     assert_eq!(v["nvidia_smi_upper_bytes"].as_u64(), Some(upper + context));
     // Nobody measured LoRA under FSDP2.
     let args = [
-        "plan", "--model", "gpt2", "--batch", "4", "--finetune", "lora", "--gpus", "2",
-        "--strategy", "fsdp2",
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--finetune",
+        "lora",
+        "--gpus",
+        "2",
+        "--strategy",
+        "fsdp2",
     ];
     let (ok, out, err) = vramlab(&args);
     assert!(ok, "{err}");

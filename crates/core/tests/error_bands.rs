@@ -93,7 +93,11 @@ fn no_measured_row_is_above_the_upper_edge_of_its_band() {
             let need = upper.0 + context.0;
             let capacity = Bytes((need as f64 / (1.0 - margin)).ceil() as u64 + 1);
             let budget = Budget { capacity, margin };
-            assert!(upper <= budget.allocator_cap(context), "{file} {}", r.config);
+            assert!(
+                upper <= budget.allocator_cap(context),
+                "{file} {}",
+                r.config
+            );
             assert!(
                 measured.0 + context.0 <= budget.usable().0,
                 "{file} {} {}: fits at margin {margin} yet measured above it",
@@ -103,5 +107,8 @@ fn no_measured_row_is_above_the_upper_edge_of_its_band() {
         }
         worst = worst.max(100.0 * (upper.0 as f64 / measured.0 as f64 - 1.0));
     }
-    println!("{} rows; the widest upper edge is {worst:.1} % above its measurement", rows.len());
+    println!(
+        "{} rows; the widest upper edge is {worst:.1} % above its measurement",
+        rows.len()
+    );
 }

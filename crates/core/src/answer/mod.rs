@@ -96,17 +96,15 @@ impl Verdict {
     pub fn new(planner: &Planner, plan: &Plan, budget: Budget) -> Result<Verdict, PlanError> {
         let band = planner.band();
         let error_band = PlanBand::new(plan, &band);
-        let fits = fits_with_reserved(
-            planner,
-            budget,
-            plan.config.batch,
-            plan.peak_reserved_bytes,
-        )?;
+        let fits =
+            fits_with_reserved(planner, budget, plan.config.batch, plan.peak_reserved_bytes)?;
         let nvidia_smi_upper_bytes = error_band
             .reserved
             .upper_bytes
             .checked_add(plan.cuda_context_bytes)
-            .ok_or(PlanError::Overflow("nvidia-smi bytes at the band's upper edge"))?;
+            .ok_or(PlanError::Overflow(
+                "nvidia-smi bytes at the band's upper edge",
+            ))?;
         Ok(Verdict {
             fits,
             usable_bytes: budget.usable(),

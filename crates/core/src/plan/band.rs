@@ -393,7 +393,10 @@ mod tests {
         assert_eq!(g.reserved.max, 3.0);
         // Two rows of bert: the coarser level.
         let b = t.lookup(&key("bert", Full, Strategy::None));
-        assert_eq!((b.source.as_str(), b.rows, b.mode_rows), ("*/full/none", 4, 1));
+        assert_eq!(
+            (b.source.as_str(), b.rows, b.mode_rows),
+            ("*/full/none", 4, 1)
+        );
         assert!(b.measured && !b.widened);
         // No rows at all: widened from the global level, at least the global worst.
         let u = t.lookup(&key("vit", Lora, Strategy::Fsdp2));

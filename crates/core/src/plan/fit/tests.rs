@@ -315,7 +315,10 @@ fn one_gpu_searches_are_unchanged_by_the_strategy_axis() {
     let got = one_gpu_fingerprints();
     let want = include_str!("testdata/one_gpu_before_strategy_axis.txt");
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/plan/fit/testdata/one_gpu_before_strategy_axis.txt");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/plan/fit/testdata/one_gpu_before_strategy_axis.txt"
+        );
         std::fs::write(path, &got).expect("write");
     }
     assert_eq!(got, want, "got:\n{got}");
@@ -417,8 +420,12 @@ fn a_ddp_plan_that_does_not_fit_is_offered_a_sharded_strategy() {
     // A sharded strategy is offered (at the upper edge of the bands: LoRA under ZeRO; full
     // ZeRO-3 at micro-batch 1, 21.2 GiB planned, is over 22.8 GiB usable once gpt2/full/zero3's
     // −9.7 % is applied).
-    assert!(r.candidates.iter().any(|c| c.config.distributed.strategy.shards_params()
-        || c.config.distributed.strategy.is_deepspeed()));
+    assert!(
+        r.candidates
+            .iter()
+            .any(|c| c.config.distributed.strategy.shards_params()
+                || c.config.distributed.strategy.is_deepspeed())
+    );
     // Full fine-tuning in the user's precision, sharded, when offered: one switch, nothing
     // else but the micro-batch.
     for st in [Strategy::Zero3, Strategy::Fsdp2] {
