@@ -586,6 +586,9 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
             "nvidia_smi_bytes": at_max.as_ref().map(|p| p.nvidia_smi_bytes.0),
             "peak_reserved_on_gpu_bytes": capped.map(|b| b.0),
             "nvidia_smi_on_gpu_bytes": capped_smi.map(|b| b.0),
+            "error_band": at_max
+                .as_ref()
+                .map(|p| vramlab_core::answer::PlanBand::new(p, &planner.band())),
         });
         writeln!(out, "{v}")?;
         return Ok(());
@@ -601,6 +604,11 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
                 m,
                 on_gpu,
                 budget.usable()
+            )?;
+            writeln!(
+                out,
+                "judged at the upper edge of the measured reserved band: {}",
+                planner.band().describe()
             )?;
             writeln!(out, "training loop: {}", cfg.loop_shape.describe())?;
             if cfg.step.is_eval() {
