@@ -1147,7 +1147,12 @@ fn fit_answers_llama3_8b_on_a_4090_in_text_and_json() {
     assert_eq!(code, Some(0), "{out} {err}");
     assert!(out.contains("effective batch 16"), "{out}");
     assert!(out.contains("ms/sample"), "{out}");
-    assert!(out.contains("full fine-tuning → LoRA r8 on attn"), "{out}");
+    // At the upper edge of llama/lora/none's reserved band LoRA in bf16 no longer fits 24 GB;
+    // QLoRA does.
+    assert!(
+        out.contains("full fine-tuning → QLoRA nf4 r8 on attn"),
+        "{out}"
+    );
     let (code, json, err) = vramlab_code(&[&base[..], &["--json", "--top", "3"]].concat());
     assert_eq!(code, Some(0), "{err}");
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
@@ -1877,7 +1882,8 @@ fn fit_offers_a_sharded_strategy_to_a_ddp_plan_that_does_not_fit() {
         out.contains("strategy ddp → zero3 (DeepSpeed ZeRO-3)"),
         "{out}"
     );
-    assert!(out.contains("strategy ddp → fsdp2 (FSDP2)"), "{out}");
+    // FSDP2 is no longer offered within the plan budget: LoRA under FSDP2 has no measured row
+    // (its band is widened), and full FSDP2 is planned after the budget runs out.
     assert!(out.contains("about 1.5× DDP's traffic"), "{out}");
     let (code, json, err) = vramlab_code(&[&base[..], &["--json"]].concat());
     assert_eq!(code, Some(0), "{err}");
@@ -1904,5 +1910,79 @@ fn fit_offers_a_sharded_strategy_to_a_ddp_plan_that_does_not_fit() {
     assert!(
         list.iter()
             .any(|c| c["config"]["distributed"]["strategy"] == "ddp")
+    );
+}
+
+/// Every plan shows the measured error band of its mode (a line in the text, `error_band` in
+/// the JSON), and the verdict is judged at the upper edge of the reserved band; a mode with
+/// no measured row says so and gets a wider band.
+#[test]
+fn plan_shows_the_measured_error_band_of_its_mode() {
+    let (ok, out, err) = vramlab(&["plan", "--model", "gpt2", "--batch", "8"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("measured error band (gpt2/full/none, "),
+        "{out}"
+    );
+    assert!(
+        out.contains("judged at the upper edge of the measured band: "),
+        "{out}"
+    );
+    let (ok, json, err) = vramlab(&["plan", "--model", "gpt2", "--batch", "8", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+    let b = &v["error_band"];
+    assert_eq!(b["mode"], "gpt2/full/none");
+    assert_eq!(b["measured"], true);
+    assert_eq!(b["widened"], false);
+    assert!(b["rows"].as_u64().expect("rows") >= 3);
+    for (peak, planned) in [
+        ("allocated", v["peak_allocated_bytes"].as_u64().expect("a")),
+        ("reserved", v["peak_reserved_bytes"].as_u64().expect("r")),
+    ] {
+        let e = &b[peak];
+        assert_eq!(e["planned_bytes"].as_u64(), Some(planned));
+        let lo = e["lower_bytes"].as_u64().expect("lower");
+        let hi = e["upper_bytes"].as_u64().expect("upper");
+        assert!(
+            lo <= planned && planned <= hi,
+            "{peak}: {lo} {planned} {hi}"
+        );
+        assert!(
+            e["min_error_pct"].as_f64().expect("min") <= e["max_error_pct"].as_f64().expect("max")
+        );
+    }
+    let upper = b["reserved"]["upper_bytes"].as_u64().expect("upper");
+    let context = v["cuda_context_bytes"].as_u64().expect("context");
+    assert_eq!(v["nvidia_smi_upper_bytes"].as_u64(), Some(upper + context));
+    // Nobody measured LoRA under FSDP2.
+    let args = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--batch",
+        "4",
+        "--finetune",
+        "lora",
+        "--gpus",
+        "2",
+        "--strategy",
+        "fsdp2",
+    ];
+    let (ok, out, err) = vramlab(&args);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("no measurements for this mode (gpt2/lora/fsdp2)"),
+        "{out}"
+    );
+    let (ok, json, err) = vramlab(&[&args[..], &["--json"]].concat());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+    assert_eq!(v["error_band"]["measured"], false);
+    assert_eq!(v["error_band"]["widened"], true);
+    assert!(
+        v["error_band"]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("no measurements for this mode"))
     );
 }

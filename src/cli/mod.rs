@@ -244,12 +244,8 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     let warnings = args::warnings(&cfg, &gpu);
     let planner = Planner::new(&preset, &cfg)?;
     let plan = planner.plan(cfg.batch)?;
-    let fits = vramlab_core::plan::search::fits_with_reserved(
-        &planner,
-        budget,
-        cfg.batch,
-        plan.peak_reserved_bytes,
-    )?;
+    let verdict = vramlab_core::answer::Verdict::new(&planner, &plan, budget)?;
+    let fits = verdict.fits;
     let max = max_batch(&planner, budget, MAX_BATCH)?;
     let fixes = remedies(&preset, &cfg, budget)?;
     if a.train.json {
@@ -268,6 +264,14 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
             o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
             o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
             o.insert("fits".into(), serde_json::json!(fits));
+            o.insert(
+                "nvidia_smi_upper_bytes".into(),
+                serde_json::json!(verdict.nvidia_smi_upper_bytes.0),
+            );
+            o.insert(
+                "error_band".into(),
+                serde_json::to_value(&verdict.error_band)?,
+            );
             o.insert("max_batch".into(), serde_json::json!(max));
             o.insert(
                 "effective_batch".into(),
@@ -303,7 +307,7 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     }
     extra.extend(warnings.iter().map(|w| format!("warning: {w}")));
     extra.extend(dist_plan::lines(&planner));
-    write_plan(out, &plan, &gpu, budget, fits, max, &extra)?;
+    write_plan(out, &plan, &gpu, budget, &verdict, max, &extra)?;
     writeln!(
         out,
         "\nWhat-if remedies (vs {} nvidia-smi, {} allocated):",
@@ -405,10 +409,11 @@ fn write_plan(
     plan: &Plan,
     gpu: &Gpu,
     budget: Budget,
-    fits: bool,
+    verdict: &vramlab_core::answer::Verdict,
     max: Option<u64>,
     extra: &[String],
 ) -> Result<()> {
+    let fits = verdict.fits;
     let c = &plan.config;
     writeln!(
         out,
@@ -513,6 +518,12 @@ fn write_plan(
         pct(plan.nvidia_smi_bytes, budget.usable()),
         budget.margin * 100.0
     )?;
+    writeln!(
+        out,
+        "  judged at the upper edge of the measured band: {} nvidia-smi",
+        verdict.nvidia_smi_upper_bytes
+    )?;
+    writeln!(out, "  {}", verdict.band_line())?;
     match max {
         Some(m) => writeln!(out, "  largest micro-batch that fits: {m}")?,
         None => writeln!(out, "  even batch 1 does not fit")?,
@@ -575,6 +586,9 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
             "nvidia_smi_bytes": at_max.as_ref().map(|p| p.nvidia_smi_bytes.0),
             "peak_reserved_on_gpu_bytes": capped.map(|b| b.0),
             "nvidia_smi_on_gpu_bytes": capped_smi.map(|b| b.0),
+            "error_band": at_max
+                .as_ref()
+                .map(|p| vramlab_core::answer::PlanBand::new(p, &planner.band())),
         });
         writeln!(out, "{v}")?;
         return Ok(());
@@ -590,6 +604,11 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
                 m,
                 on_gpu,
                 budget.usable()
+            )?;
+            writeln!(
+                out,
+                "judged at the upper edge of the measured reserved band: {}",
+                planner.band().describe()
             )?;
             writeln!(out, "training loop: {}", cfg.loop_shape.describe())?;
             if cfg.step.is_eval() {

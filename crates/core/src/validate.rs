@@ -130,6 +130,10 @@ pub struct Measured {
     /// Evaluation rows with the adapters merged (`merge_and_unload`).
     #[serde(default)]
     pub lora_merged: bool,
+    /// Rows of a captured model (`tests/data/captured.jsonl`): its graph file, relative to
+    /// `tests/data/captured/` (or a path with a `/`, as given).
+    #[serde(default)]
+    pub graph: Option<String>,
 }
 
 fn one() -> u64 {
@@ -155,6 +159,9 @@ pub struct Row {
     /// Trainable parameters (rows that record them: fine-tuning).
     pub measured_trainable: Option<u64>,
     pub predicted_trainable: u64,
+    /// The mode whose error band this row measures.
+    #[serde(skip)]
+    pub mode: Option<crate::plan::band::ModeKey>,
 }
 
 impl Row {
@@ -365,6 +372,85 @@ fn model_file(path: &str) -> Result<Preset, ValidateError> {
     }
 }
 
+/// The training step a graph was captured with, at `batch` (its rows measured that step).
+fn captured_config(
+    c: &crate::model::captured::CapturedGraph,
+    batch: u64,
+) -> Result<TrainConfig, PlanError> {
+    Ok(TrainConfig {
+        batch,
+        precision: crate::vocabulary::precision(&c.settings.precision)?.value,
+        optimizer: crate::vocabulary::optimizer(&c.settings.optimizer)?.value,
+        checkpointing: c.settings.checkpointing,
+        loop_shape: c.settings.loop_shape.parse()?,
+        ..TrainConfig::default()
+    })
+}
+
+/// A captured graph named by a measured row.
+fn captured_file(graph: &str) -> Result<Preset, ValidateError> {
+    let path = if graph.contains('/') {
+        graph.to_string()
+    } else {
+        format!("tests/data/captured/{graph}")
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| ValidateError::ModelFile {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    Preset::from_captured(graph, &text).map_err(|e| ValidateError::ModelFile {
+        path,
+        message: e.to_string(),
+    })
+}
+
+/// Whether a file of `tests/data/` may feed the error bands: every `*.jsonl` except a
+/// pre-registered held-out set (a name with `untouched`), which must stay unseen.
+pub fn feeds_bands(file_name: &str) -> bool {
+    file_name.ends_with(".jsonl") && !file_name.contains("untouched")
+}
+
+/// Every measured row of the `*.jsonl` files in `dir` ([`feeds_bands`]) replayed through
+/// the planner, with the name of its file. Paths inside rows are relative to the repository
+/// root, the working directory this runs in.
+pub fn replay_dir(dir: &std::path::Path) -> Result<Vec<(String, Row)>, ValidateError> {
+    let io = |e: std::io::Error| ValidateError::ModelFile {
+        path: dir.display().to_string(),
+        message: e.to_string(),
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| feeds_bands(n))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let text = std::fs::read_to_string(dir.join(&name)).map_err(io)?;
+        out.extend(
+            compare(&parse_lines(&text))?
+                .into_iter()
+                .map(|r| (name.clone(), r)),
+        );
+    }
+    Ok(out)
+}
+
+/// The rows of [`replay_dir`] as the error bands need them: file, mode, errors.
+pub fn band_rows(rows: &[(String, Row)]) -> Vec<crate::plan::band::BandRow> {
+    rows.iter()
+        .filter_map(|(file, r)| {
+            Some(crate::plan::band::BandRow {
+                file: file.clone(),
+                mode: r.mode.clone()?,
+                allocated_error: r.allocated_error(),
+                reserved_error: r.reserved_error(),
+            })
+        })
+        .collect()
+}
+
 /// Parses runner output (JSON lines; lines that are not measurements are skipped).
 pub fn parse_lines(text: &str) -> Vec<Measured> {
     text.lines()
@@ -377,10 +463,14 @@ pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
     let mut out = Vec::new();
     let mut cache: Vec<(String, Preset)> = Vec::new();
     for m in rows.iter().filter(|m| m.usable()) {
-        let preset = match cache.iter().find(|(id, _)| id == &m.model) {
+        // A captured model can have several graphs (precisions, loop shapes): keyed by file.
+        let id = m.graph.as_ref().unwrap_or(&m.model);
+        let preset = match cache.iter().find(|(k, _)| k == id) {
             Some((_, p)) => p.clone(),
             None => {
-                let p = if m.model.ends_with(".json") {
+                let p = if let Some(g) = &m.graph {
+                    captured_file(g)?
+                } else if m.model.ends_with(".json") {
                     model_file(&m.model)?
                 } else {
                     find_builtin(&m.model).map_err(|source| ValidateError::Model {
@@ -388,7 +478,7 @@ pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
                         source,
                     })?
                 };
-                cache.push((m.model.clone(), p.clone()));
+                cache.push((id.clone(), p.clone()));
                 p
             }
         };
@@ -396,7 +486,10 @@ pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
             row: format!("{} {}", m.model, m.describe()),
             source,
         };
-        let cfg = m.config().map_err(row)?;
+        let cfg = match &preset.spec {
+            crate::model::ModelSpec::Captured(c) => captured_config(c, m.batch).map_err(row)?,
+            _ => m.config().map_err(row)?,
+        };
         let planner = Planner::new(&preset, &cfg).map_err(row)?;
         let p = planner.peaks(cfg.batch).map_err(row)?;
         out.push(Row {
@@ -411,6 +504,7 @@ pub fn compare(rows: &[Measured]) -> Result<Vec<Row>, ValidateError> {
             predicted_nvml: p.nvidia_smi.0,
             measured_trainable: m.trainable_params,
             predicted_trainable: planner.trainable,
+            mode: Some(planner.mode.clone()),
         });
     }
     Ok(out)

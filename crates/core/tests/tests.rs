@@ -7,6 +7,7 @@ mod captured;
 mod distributed;
 mod distributed_deepspeed;
 mod distributed_knobs;
+mod error_bands;
 mod grid26;
 mod invariants;
 mod maxbatch;

@@ -382,14 +382,16 @@ fn open_export(h: &mut Harness<'_, VramApp>) {
 fn export_preview_shows_the_deepspeed_config_of_the_current_batch() {
     let mut h = harness_tall(VramApp::new_for_test(None));
     h.run();
-    set_value(&mut h, "Batch size", 12.0);
+    // A batch that fits at the band's upper edge (GPT-2's largest on the 4090 is 11), so that
+    // no "make it fit" search opens above the export.
+    set_value(&mut h, "Batch size", 10.0);
     open_export(&mut h);
     // The default format is the .vramlab.json document.
     assert_shows(&h, "\"schema_version\": 2");
     h.get_by_label("DeepSpeed").click();
     h.run();
     let batch = h.state().state.config.batch;
-    assert_eq!(batch, 12);
+    assert_eq!(batch, 10);
     assert_shows(&h, &format!("\"train_micro_batch_size_per_gpu\": {batch}"));
     set_value(&mut h, "Batch size", 5.0);
     assert_shows(&h, "\"train_micro_batch_size_per_gpu\": 5");
@@ -835,4 +837,45 @@ fn more_than_one_gpu_plans_one_rank_as_the_core_does() {
     )
     .2;
     assert!(plan.peak_allocated_bytes < single.peak_allocated_bytes);
+}
+
+/// The verdict shows the measured error band it was judged with, as the core computes it
+/// (the same line as `vramlab plan`), at the smallest and at a large window.
+fn band_next_to_the_verdict_at(w: f32, h_px: f32) {
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(w, h_px))
+        .with_theme(egui::Theme::Dark)
+        .with_max_steps(16)
+        .build_ui_state(
+            |ui, app: &mut VramApp| app.ui(ui),
+            VramApp::new_for_test(None),
+        );
+    h.run();
+    let cfg = h.state().state.config;
+    let (_, planner, plan) = core_plan("gpt2", &cfg);
+    let verdict =
+        vramlab_core::answer::Verdict::new(&planner, &plan, rtx4090_budget()).expect("verdict");
+    assert!(verdict.error_band.measured);
+    assert_shows(&h, &verdict.band_line());
+    assert_shows(
+        &h,
+        &format!(
+            "judged at the band's upper edge: {} nvidia-smi",
+            verdict.nvidia_smi_upper_bytes
+        ),
+    );
+    assert_shows(&h, if verdict.fits { "FITS" } else { "DOES NOT FIT" });
+    h.remove_cursor();
+    h.run();
+    h.snapshot(format!("planner-band-{w}x{h_px}"));
+}
+
+#[test]
+fn the_verdict_shows_its_measured_band_small_window() {
+    band_next_to_the_verdict_at(1000.0, 650.0);
+}
+
+#[test]
+fn the_verdict_shows_its_measured_band_large_window() {
+    band_next_to_the_verdict_at(1920.0, 1080.0);
 }

@@ -336,5 +336,6 @@ pub fn planner(
         param_split,
         // Paged optimizers are not captured (the capture runs the optimizer it names).
         paged_bytes: 0,
+        mode: super::mode_key(preset, &cfg),
     })
 }

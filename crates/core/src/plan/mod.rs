@@ -2,6 +2,7 @@
 //! No I/O, no GPU, no UI.
 
 pub mod allocator;
+pub mod band;
 pub mod captured;
 pub mod config;
 pub mod distributed;
@@ -151,6 +152,8 @@ pub struct Planner {
     pub params_override: Option<u64>,
     /// Op names of a captured model, indexed by an event's `node` (empty for built models).
     pub op_labels: Vec<String>,
+    /// The mode whose measured error band this plan is shown with ([`band`]).
+    pub mode: band::ModeKey,
 }
 
 impl Planner {
@@ -215,7 +218,14 @@ impl Planner {
             paged_bytes,
             params_override: None,
             op_labels: Vec::new(),
+            mode: mode_key(preset, cfg),
         })
+    }
+
+    /// The measured error band of this plan's mode (from the embedded
+    /// `presets/error_bands.json`).
+    pub fn band(&self) -> band::ErrorBand {
+        band::ErrorBand::of(&self.mode)
     }
 
     /// Peak allocated, reserved and nvidia-smi bytes at `batch` (no timeline).
@@ -330,6 +340,16 @@ fn distributed_sim_config(
         out.precision = Precision::Bf16;
     }
     out
+}
+
+/// The mode a plan of `preset` under `cfg` is measured in: family × fine-tuning mode ×
+/// strategy.
+pub fn mode_key(preset: &Preset, cfg: &TrainConfig) -> band::ModeKey {
+    band::ModeKey {
+        family: crate::model::hf::family_label(preset),
+        finetune: cfg.finetune.mode,
+        strategy: cfg.distributed.strategy,
+    }
 }
 
 /// Plans `preset` under `cfg` (convenience for one-off plans).

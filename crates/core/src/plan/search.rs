@@ -33,37 +33,52 @@ impl Budget {
     }
 }
 
-/// [`fits`] when the uncapped peak reserved bytes are already known: within the cap the
-/// capped simulation cannot fail, so it only runs when reserved exceeds the cap.
+/// The bytes the simulated caching allocator may reserve for a verdict on `budget`: the
+/// allocator's cap ([`Budget::allocator_cap`]) shrunk by the worst under-prediction of
+/// reserved measured for the planner's mode, so that a plan fits only when the upper edge
+/// of its reserved band does ([`super::band`]).
+pub fn verdict_cap(planner: &Planner, budget: Budget) -> Bytes {
+    planner
+        .band()
+        .reserved
+        .cap_for_upper(budget.allocator_cap(planner.context))
+}
+
+/// [`fits`] when the uncapped peak reserved bytes are already known: when the upper edge of
+/// their band is within the cap the capped simulation cannot fail, so it only runs when it
+/// is not.
 pub fn fits_with_reserved(
     planner: &Planner,
     budget: Budget,
     batch: u64,
     reserved: Bytes,
 ) -> Result<bool, PlanError> {
-    if reserved <= budget.allocator_cap(planner.context) {
+    if planner.band().reserved.upper(reserved) <= budget.allocator_cap(planner.context) {
         return Ok(true);
     }
     fits(planner, budget, batch)
 }
 
-/// Whether `batch` runs on the budget's GPU without a CUDA OOM: the caching allocator is
-/// simulated under the cap, releasing cached segments before failing as PyTorch does.
+/// Whether `batch` runs on the budget's GPU without a CUDA OOM, at the upper edge of the
+/// mode's measured reserved band: the caching allocator is simulated under
+/// [`verdict_cap`], releasing cached segments before failing as PyTorch does.
 pub fn fits(planner: &Planner, budget: Budget, batch: u64) -> Result<bool, PlanError> {
-    match planner.runs_within(batch, budget.allocator_cap(planner.context)) {
+    match planner.runs_within(batch, verdict_cap(planner, budget)) {
         Err(PlanError::Overflow(_)) => Ok(false),
         other => other,
     }
 }
 
-/// The largest batch whose predicted nvidia-smi bytes fit `budget`, or `None` when even
-/// batch 1 does not fit. Exponential search then bisection: O(log n) plans.
+/// The largest batch that fits `budget` at the upper edge of the mode's measured reserved
+/// band ([`verdict_cap`]), or `None` when even batch 1 does not fit. Exponential search then
+/// bisection: O(log n) plans.
 pub fn max_batch(planner: &Planner, budget: Budget, limit: u64) -> Result<Option<u64>, PlanError> {
-    max_batch_capped(planner, budget.allocator_cap(planner.context), limit)
+    max_batch_capped(planner, verdict_cap(planner, budget), limit)
 }
 
 /// The largest batch that runs when the caching allocator may reserve at most `cap` bytes
-/// (what `torch.cuda.set_per_process_memory_fraction` limits; the context is outside it).
+/// (what `torch.cuda.set_per_process_memory_fraction` limits; the context is outside it),
+/// as the estimator simulates it, without the error band ([`max_batch`] applies it).
 pub fn max_batch_capped(
     planner: &Planner,
     cap: Bytes,

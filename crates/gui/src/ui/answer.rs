@@ -14,6 +14,25 @@ pub fn usage_text(smi: vramlab_core::units::Bytes, usable: vramlab_core::units::
     format!("{smi} of {usable} usable ({:.0} %)", pct(smi, usable))
 }
 
+/// The measured error band under the verdict: the upper edge the verdict was judged at,
+/// and the band's basis (or that no measurement covers this mode).
+fn band_ui(v: &vramlab_core::answer::Verdict, ui: &mut Ui) {
+    let b = &v.error_band;
+    let edge = format!(
+        "judged at the band's upper edge: {} nvidia-smi",
+        v.nvidia_smi_upper_bytes
+    );
+    ui.label(RichText::new(edge).strong())
+        .on_hover_text(tips::ERROR_BAND);
+    let text = v.band_line();
+    if b.measured {
+        ui.label(text).on_hover_text(tips::ERROR_BAND);
+    } else {
+        ui.colored_label(error_color(ui.visuals().dark_mode), text)
+            .on_hover_text(tips::ERROR_BAND);
+    }
+}
+
 pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Command> {
     let mut cmd = None;
     let dark = ui.visuals().dark_mode;
@@ -58,6 +77,7 @@ pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Comma
                             .strong(),
                     )
                     .on_hover_text(tips::NVIDIA_SMI);
+                    band_ui(&a.verdict, ui);
                     ui.label(format!(
                         "predicted nvidia-smi at the peak · {} total, {:.0} % safety margin",
                         target.budget.capacity,

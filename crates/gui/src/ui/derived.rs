@@ -61,6 +61,8 @@ pub struct PhaseSegment {
 pub struct Answer {
     pub plan: Plan,
     pub fits: bool,
+    /// The verdict and the measured error band it was judged with (computed in the core).
+    pub verdict: vramlab_core::answer::Verdict,
     pub timeline: Vec<PhaseSegment>,
     pub remedies: Result<Vec<Remedy>, String>,
 }
@@ -347,13 +349,9 @@ impl Derived {
                 .plan(batch)
                 .map_err(|e| format!("{e:#}"))
                 .and_then(|plan| {
-                    let fits = vramlab_core::plan::search::fits_with_reserved(
-                        planner,
-                        budget,
-                        batch,
-                        plan.peak_reserved_bytes,
-                    )
-                    .map_err(|e| format!("{e:#}"))?;
+                    let verdict = vramlab_core::answer::Verdict::new(planner, &plan, budget)
+                        .map_err(|e| format!("{e:#}"))?;
+                    let fits = verdict.fits;
                     let remedies = remedies::candidates(&state.config, is_tokens)
                         .into_iter()
                         .map(|(name, desc, rc)| {
@@ -376,6 +374,7 @@ impl Derived {
                         .collect();
                     Ok(Answer {
                         fits,
+                        verdict,
                         timeline: timeline_segments(&plan.timeline),
                         remedies,
                         plan,

@@ -3,6 +3,7 @@
 pub const ALLOCATED: &str = "Allocated: bytes held by live tensors, what torch.cuda.max_memory_allocated() reports at the peak of the step.";
 pub const RESERVED: &str = "Reserved: memory PyTorch's caching allocator has taken from the driver (torch.cuda.max_memory_reserved()); it is larger than allocated because blocks are rounded up and freed blocks stay cached in segments for reuse, which fragments them.";
 pub const NVIDIA_SMI: &str = "nvidia-smi: what the driver shows for the process, reserved memory plus the CUDA context; this is what must fit on the GPU.";
+pub const ERROR_BAND: &str = "Measured error band: how far planned peaks have been from PyTorch's measured peaks for this mode (model family × fine-tuning mode × strategy) over every measured row in tests/data, computed by code (presets/error_bands.json). The verdict, the largest batch and the fit search use the upper edge of the reserved band. A mode nobody measured gets a wider band.";
 pub const CUDA_CONTEXT: &str = "CUDA context: a fixed per-process cost (driver state, kernels, cuBLAS/cuDNN handles) that PyTorch never reports but nvidia-smi does.";
 pub const ALLOCATOR_OVERHEAD: &str = "Allocator overhead: reserved − allocated, memory cached by the allocator but not holding a tensor at the peak (rounding and fragmentation); expandable_segments shrinks it.";
 pub const ACCUMULATION: &str = "Gradient accumulation runs several micro-batches before each optimizer step: memory follows the micro-batch (plus one set of gradients), while the effective batch is micro-batch × steps.";

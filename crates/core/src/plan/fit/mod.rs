@@ -203,8 +203,24 @@ impl<'a> Search<'a> {
         c
     }
 
+    /// A combination is presumed dead when it needs at least the memory of a dead one and
+    /// its verdict is judged with a band at least as wide (the error band differs per
+    /// fine-tuning mode and strategy, so a leaner combination in a wider band can fail where
+    /// a heavier one in a narrower band fits).
     fn presumed_dead(&self, k: &Knobs) -> bool {
-        self.dead.iter().any(|d| k.needs_at_least(d))
+        self.dead
+            .iter()
+            .any(|d| k.needs_at_least(d) && self.band_factor(k) >= self.band_factor(d))
+    }
+
+    /// The factor from planned reserved to the upper edge of `k`'s measured band.
+    fn band_factor(&self, k: &Knobs) -> f64 {
+        let key = super::band::ModeKey {
+            family: crate::model::hf::family_label(self.preset),
+            finetune: k.finetune.mode,
+            strategy: k.strategy,
+        };
+        super::band::ErrorBand::of(&key).reserved.upper_factor()
     }
 
     /// Plans `k`: `None` when micro-batch 1 does not fit (recorded as dead).

@@ -50,8 +50,11 @@ fn check_candidates(preset: &Preset, user: &TrainConfig, req: &FitRequest, r: &F
     }
 }
 
+/// At the upper edge of the measured reserved band (llama/lora/none under-predicted reserved
+/// by up to 16 % on one row) LoRA in bf16 no longer fits 24 GB at any micro-batch; QLoRA
+/// does, and full fine-tuning never does.
 #[test]
-fn llama3_8b_on_a_4090_fits_with_lora_in_bf16() {
+fn llama3_8b_on_a_4090_fits_with_qlora_at_the_band() {
     let preset = find_builtin("Meta-Llama-3-8B").expect("preset");
     let user = llama3_cfg();
     let req = request("rtx-4090");
@@ -60,14 +63,11 @@ fn llama3_8b_on_a_4090_fits_with_lora_in_bf16() {
     assert!(r.reason.is_none());
     check_candidates(&preset, &user, &req, &r);
     assert!(!r.candidates[0].is_user_config);
-    // Full fine-tuning of 8 B parameters cannot fit 24 GB; every answer is LoRA or QLoRA,
-    // and both are offered.
-    for mode in [FineTuneMode::Lora, FineTuneMode::Qlora] {
-        assert!(
-            r.candidates.iter().any(|c| c.config.finetune.mode == mode),
-            "no {mode:?} candidate"
-        );
-    }
+    assert!(
+        r.candidates
+            .iter()
+            .any(|c| c.config.finetune.mode == FineTuneMode::Qlora)
+    );
     for c in &r.candidates {
         assert_ne!(
             c.config.finetune.mode,
@@ -307,11 +307,20 @@ fn one_gpu_fingerprints() -> String {
 }
 
 /// A one-GPU search is unchanged by the strategy axis: the candidates, their order, words
-/// and the plan counts are those recorded before the axis existed.
+/// and the plan counts are those recorded before the axis existed (re-recorded once when
+/// the verdict moved to the upper edge of the measured error band: Llama-3-8B's LoRA in
+/// bf16 no longer fits a 4090; `UPDATE_GOLDEN=1` rewrites the file).
 #[test]
 fn one_gpu_searches_are_unchanged_by_the_strategy_axis() {
     let got = one_gpu_fingerprints();
     let want = include_str!("testdata/one_gpu_before_strategy_axis.txt");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/plan/fit/testdata/one_gpu_before_strategy_axis.txt"
+        );
+        std::fs::write(path, &got).expect("write");
+    }
     assert_eq!(got, want, "got:\n{got}");
 }
 
@@ -408,15 +417,25 @@ fn a_ddp_plan_that_does_not_fit_is_offered_a_sharded_strategy() {
             .iter()
             .any(|c| c.config.distributed.strategy == Strategy::Ddp)
     );
-    // Full fine-tuning in the user's precision, sharded: one switch, nothing else but the
-    // micro-batch.
+    // A sharded strategy is offered (at the upper edge of the bands: LoRA under ZeRO; full
+    // ZeRO-3 at micro-batch 1, 21.2 GiB planned, is over 22.8 GiB usable once gpt2/full/zero3's
+    // −9.7 % is applied).
+    assert!(
+        r.candidates
+            .iter()
+            .any(|c| c.config.distributed.strategy.shards_params()
+                || c.config.distributed.strategy.is_deepspeed())
+    );
+    // Full fine-tuning in the user's precision, sharded, when offered: one switch, nothing
+    // else but the micro-batch.
     for st in [Strategy::Zero3, Strategy::Fsdp2] {
-        let c = r
+        let Some(c) = r
             .candidates
             .iter()
-            .find(|c| c.config.distributed.strategy == st)
-            .unwrap_or_else(|| panic!("no {st} candidate"));
-        assert_eq!(c.config.finetune.mode, FineTuneMode::Full);
+            .find(|c| c.config.distributed.strategy == st && c.config.finetune.is_full())
+        else {
+            continue;
+        };
         assert_eq!(c.config.precision, user.precision);
         assert!(
             c.changes[0].starts_with(&format!("strategy ddp → {st}")),

@@ -1,0 +1,441 @@
+//! The planner's measured error per mode: how far planned peaks have been from PyTorch's
+//! measured peaks, per model family × fine-tuning mode × strategy, in allocated and in
+//! reserved bytes.
+//!
+//! The table is `presets/error_bands.json`, written by code from every measured row in
+//! `tests/data/*.jsonl` (`validate::band_rows` replays them through the planner; the ignored
+//! test `write_error_bands` writes the file; a normal test recomputes it and fails when the
+//! committed file differs, so it is never stale nor edited by hand). The binary embeds it.
+//!
+//! A plan's band is looked up hierarchically, so every plan finds one: its exact mode
+//! (`gpt2/lora/none`), then its fine-tuning mode × strategy over all families
+//! (`*/lora/none`), then every row (`*/*/*`). A level is used when it holds at least
+//! [`MIN_ROWS`] rows. A mode with no measured row says so and gets a widened band
+//! ([`WIDEN`]).
+//!
+//! The band wraps the estimator: the simulated bytes are unchanged; the verdict ("fits",
+//! max batch, `--gpus auto`, the fit search) uses the upper edge of the reserved band.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use super::distributed::Strategy;
+use super::finetune_mode::FineTuneMode;
+use crate::units::Bytes;
+
+/// The committed table, embedded as the presets are.
+pub const BANDS_JSON: &str = include_str!("../../../../presets/error_bands.json");
+
+/// Rows a level needs before its own band is used (fewer: the next, coarser level). One or
+/// two rows give a band as wide as their spread, which says nothing about the next run.
+pub const MIN_ROWS: u32 = 3;
+
+/// How much wider than the nearest measured level the band of a mode with no measured row
+/// is: its worst under- and over-prediction doubled, and never narrower than the worst of
+/// all rows (`*/*/*`).
+///
+/// Why doubled: issue 26 measured configurations that no file in `tests/data` covers and
+/// found errors several times those of the measured sets (LoRA: 0.37 % median on
+/// `lora.jsonl`, 11.9 % worst elsewhere; captures on a CPU-only host: 25.6 % worst against
+/// 8 % on GPU-host captures). Doubling the nearest measured worst case, with the global worst
+/// as a floor, keeps the reserved upper edge above every miss the issue reports (reserved
+/// under by at most about a quarter of the measured value) while a measured mode keeps its
+/// own, tighter band.
+pub const WIDEN: f64 = 2.0;
+
+/// The key of the level that holds every row.
+pub const GLOBAL_KEY: &str = "*/*/*";
+
+/// What a plan's error is measured per: the model family (`hf::family_label`: a builder's
+/// family or an imported `model_type`), the fine-tuning mode and the multi-GPU strategy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ModeKey {
+    pub family: String,
+    pub finetune: FineTuneMode,
+    pub strategy: Strategy,
+}
+
+impl ModeKey {
+    /// `family/finetune/strategy`, e.g. `gpt2/lora/none`.
+    pub fn exact(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.family,
+            self.finetune.as_str(),
+            self.strategy.as_str()
+        )
+    }
+
+    /// `*/finetune/strategy`: the same fine-tuning mode and strategy over every family.
+    pub fn coarse(&self) -> String {
+        format!("*/{}/{}", self.finetune.as_str(), self.strategy.as_str())
+    }
+}
+
+/// Signed relative errors of one peak over a set of rows, in percent:
+/// (planned − measured) / measured. Negative = the plan was under the measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ErrorStats {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl ErrorStats {
+    /// Median, min and max of `errors` (percent), rounded to 0.01 % outward: the minimum
+    /// down, the maximum up, so the band never becomes narrower by rounding.
+    fn of(errors: &mut [f64]) -> ErrorStats {
+        errors.sort_by(f64::total_cmp);
+        let n = errors.len();
+        if n == 0 {
+            return ErrorStats {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            };
+        }
+        let median = if n % 2 == 1 {
+            errors[n / 2]
+        } else {
+            (errors[n / 2 - 1] + errors[n / 2]) / 2.0
+        };
+        ErrorStats {
+            median: (median * 100.0).round() / 100.0,
+            min: (errors[0] * 100.0).floor() / 100.0,
+            max: (errors[n - 1] * 100.0).ceil() / 100.0,
+        }
+    }
+
+    /// [`WIDEN`]ed, and at least as wide as `floor`.
+    fn widened(self, floor: ErrorStats) -> ErrorStats {
+        ErrorStats {
+            median: self.median,
+            min: (self.min.min(0.0) * WIDEN).min(floor.min),
+            max: (self.max.max(0.0) * WIDEN).max(floor.max),
+        }
+    }
+
+    /// The largest measured value a plan of `planned` bytes has been under: `planned /
+    /// (1 + min)` when the plan was ever under the measurement, else `planned` (the band
+    /// never makes a verdict less conservative than the estimator).
+    pub fn upper(&self, planned: Bytes) -> Bytes {
+        let f = self.upper_factor();
+        Bytes((planned.0 as f64 * f).ceil() as u64)
+    }
+
+    /// The smallest measured value a plan of `planned` bytes has been over: `planned /
+    /// (1 + max)` when the plan was ever over the measurement, else `planned`.
+    pub fn lower(&self, planned: Bytes) -> Bytes {
+        let f = 1.0 + self.max.max(0.0) / 100.0;
+        Bytes((planned.0 as f64 / f).floor() as u64)
+    }
+
+    /// `1 / (1 + worst under-prediction)`, at least 1: planned bytes times this factor are
+    /// the upper edge.
+    pub fn upper_factor(&self) -> f64 {
+        // An error of −100 % would mean a measured peak with nothing planned; a band that
+        // wide is no band, and the divisor is kept positive.
+        let keep = (1.0 + self.min.min(0.0) / 100.0).max(0.01);
+        1.0 / keep
+    }
+
+    /// The bytes a plan may reach so that its upper edge stays within `cap`.
+    pub fn cap_for_upper(&self, cap: Bytes) -> Bytes {
+        Bytes((cap.0 as f64 / self.upper_factor()).floor() as u64)
+    }
+}
+
+/// The measured error of one level: its rows, the two peaks' errors and the files the rows
+/// came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModeBand {
+    pub rows: u32,
+    pub allocated: ErrorStats,
+    pub reserved: ErrorStats,
+    pub files: Vec<String>,
+}
+
+/// One measured row as the band generator needs it.
+#[derive(Debug, Clone)]
+pub struct BandRow {
+    /// The file under `tests/data/` it came from.
+    pub file: String,
+    pub mode: ModeKey,
+    /// Percent, (planned − measured) / measured.
+    pub allocated_error: f64,
+    pub reserved_error: f64,
+}
+
+/// `presets/error_bands.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BandTable {
+    pub about: String,
+    pub regenerate: String,
+    /// Every file that gave rows, sorted.
+    pub sources: Vec<String>,
+    /// Exact modes (`gpt2/full/none`), fine-tuning mode × strategy (`*/lora/none`) and
+    /// every row (`*/*/*`).
+    pub modes: BTreeMap<String, ModeBand>,
+}
+
+impl BandTable {
+    /// The table of `rows`: every exact mode, every fine-tuning mode × strategy, and all.
+    pub fn from_rows(rows: &[BandRow]) -> BandTable {
+        let mut groups: BTreeMap<String, Vec<&BandRow>> = BTreeMap::new();
+        for r in rows {
+            for key in [r.mode.exact(), r.mode.coarse(), GLOBAL_KEY.to_string()] {
+                groups.entry(key).or_default().push(r);
+            }
+        }
+        let modes = groups
+            .into_iter()
+            .map(|(key, rs)| {
+                let mut a: Vec<f64> = rs.iter().map(|r| r.allocated_error).collect();
+                let mut v: Vec<f64> = rs.iter().map(|r| r.reserved_error).collect();
+                let mut files: Vec<String> = rs.iter().map(|r| r.file.clone()).collect();
+                files.sort();
+                files.dedup();
+                let band = ModeBand {
+                    rows: u32::try_from(rs.len()).unwrap_or(u32::MAX),
+                    allocated: ErrorStats::of(&mut a),
+                    reserved: ErrorStats::of(&mut v),
+                    files,
+                };
+                (key, band)
+            })
+            .collect();
+        let mut sources: Vec<String> = rows.iter().map(|r| r.file.clone()).collect();
+        sources.sort();
+        sources.dedup();
+        BandTable {
+            about: "The planner's signed relative error, percent ((planned - measured) / \
+                    measured), of peak allocated and peak reserved per mode (family/finetune/\
+                    strategy; * = any), over every measured row in tests/data/*.jsonl except \
+                    files named *untouched*. Written by code; do not edit."
+                .into(),
+            regenerate: "cargo test -p vramlab-core --test tests -- --ignored write_error_bands"
+                .into(),
+            sources,
+            modes,
+        }
+    }
+
+    /// The file's text (pretty JSON and a final newline).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The embedded table; `None` only when the committed file does not parse (a test
+    /// forbids it).
+    pub fn builtin() -> Option<&'static BandTable> {
+        static TABLE: OnceLock<Option<BandTable>> = OnceLock::new();
+        TABLE
+            .get_or_init(|| serde_json::from_str(BANDS_JSON).ok())
+            .as_ref()
+    }
+
+    /// The band of `key`: its own when it has [`MIN_ROWS`] rows, else the nearest coarser
+    /// level's (widened when the mode has no measured row at all).
+    pub fn lookup(&self, key: &ModeKey) -> ErrorBand {
+        let exact = key.exact();
+        let mode_rows = self.modes.get(&exact).map_or(0, |b| b.rows);
+        let levels = [exact.clone(), key.coarse(), GLOBAL_KEY.to_string()];
+        let used = levels
+            .iter()
+            .find_map(|k| {
+                self.modes
+                    .get(k)
+                    .filter(|b| b.rows >= MIN_ROWS)
+                    .map(|b| (k.clone(), b))
+            })
+            .or_else(|| {
+                self.modes
+                    .get(GLOBAL_KEY)
+                    .map(|b| (GLOBAL_KEY.to_string(), b))
+            });
+        let Some((source, band)) = used else {
+            return ErrorBand::without_table(exact);
+        };
+        let (allocated, reserved) = match self.modes.get(GLOBAL_KEY) {
+            Some(g) if mode_rows == 0 => (
+                band.allocated.widened(g.allocated),
+                band.reserved.widened(g.reserved),
+            ),
+            _ => (band.allocated, band.reserved),
+        };
+        ErrorBand {
+            mode: exact,
+            measured: mode_rows > 0,
+            mode_rows,
+            source,
+            rows: band.rows,
+            widened: mode_rows == 0,
+            allocated,
+            reserved,
+        }
+    }
+}
+
+/// The band a plan is shown with, and that its verdict uses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorBand {
+    /// The plan's mode, `family/finetune/strategy`.
+    pub mode: String,
+    /// Whether any measured row has this exact mode.
+    pub measured: bool,
+    /// Measured rows of this exact mode.
+    pub mode_rows: u32,
+    /// The level whose rows give the band (`mode` itself, `*/finetune/strategy` or `*/*/*`).
+    pub source: String,
+    /// Rows of that level.
+    pub rows: u32,
+    /// Whether the band was widened because the mode has no measured row ([`WIDEN`]).
+    pub widened: bool,
+    pub allocated: ErrorStats,
+    pub reserved: ErrorStats,
+}
+
+impl ErrorBand {
+    /// The band of `key` in the embedded table.
+    pub fn of(key: &ModeKey) -> ErrorBand {
+        match BandTable::builtin() {
+            Some(t) => t.lookup(key),
+            None => ErrorBand::without_table(key.exact()),
+        }
+    }
+
+    /// Only reachable when the embedded table does not parse (a test forbids it): no
+    /// measurement, so a band twice the widest miss issue 26 reports (about a third).
+    fn without_table(mode: String) -> ErrorBand {
+        let wide = ErrorStats {
+            median: 0.0,
+            min: -50.0,
+            max: 50.0,
+        };
+        ErrorBand {
+            mode,
+            measured: false,
+            mode_rows: 0,
+            source: "none".into(),
+            rows: 0,
+            widened: true,
+            allocated: wide,
+            reserved: wide,
+        }
+    }
+
+    /// The words shown under a plan: how many rows back the band, or that none measured
+    /// this mode.
+    pub fn describe(&self) -> String {
+        let basis = if self.source == self.mode {
+            format!("{} measured rows of this mode", self.rows)
+        } else if self.measured {
+            format!(
+                "{} measured row{} of this mode, too few: band of {} ({} rows)",
+                self.mode_rows,
+                if self.mode_rows == 1 { "" } else { "s" },
+                self.source,
+                self.rows
+            )
+        } else {
+            format!(
+                "no measurements for this mode: band of {} ({} rows) widened ×{WIDEN}",
+                self.source, self.rows
+            )
+        };
+        format!(
+            "{}: {basis}; allocated {:+.1} … {:+.1} %, reserved {:+.1} … {:+.1} %",
+            self.mode, self.allocated.min, self.allocated.max, self.reserved.min, self.reserved.max
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(family: &str, ft: FineTuneMode, st: Strategy) -> ModeKey {
+        ModeKey {
+            family: family.into(),
+            finetune: ft,
+            strategy: st,
+        }
+    }
+
+    fn row(family: &str, ft: FineTuneMode, a: f64, r: f64) -> BandRow {
+        BandRow {
+            file: format!("{family}.jsonl"),
+            mode: key(family, ft, Strategy::None),
+            allocated_error: a,
+            reserved_error: r,
+        }
+    }
+
+    #[test]
+    fn levels_and_widening() {
+        use FineTuneMode::*;
+        let rows = vec![
+            row("gpt2", Full, -1.0, -2.0),
+            row("gpt2", Full, 1.0, 3.0),
+            row("gpt2", Full, 0.5, -0.004),
+            row("bert", Full, -4.0, -8.0),
+            row("bert", Lora, 2.0, 1.0),
+        ];
+        let t = BandTable::from_rows(&rows);
+        let g = t.lookup(&key("gpt2", Full, Strategy::None));
+        assert_eq!(g.source, "gpt2/full/none");
+        assert!(g.measured && !g.widened);
+        assert_eq!(g.reserved.min, -2.0);
+        assert_eq!(g.reserved.max, 3.0);
+        // Two rows of bert: the coarser level.
+        let b = t.lookup(&key("bert", Full, Strategy::None));
+        assert_eq!(
+            (b.source.as_str(), b.rows, b.mode_rows),
+            ("*/full/none", 4, 1)
+        );
+        assert!(b.measured && !b.widened);
+        // No rows at all: widened from the global level, at least the global worst.
+        let u = t.lookup(&key("vit", Lora, Strategy::Fsdp2));
+        assert!(!u.measured && u.widened);
+        assert_eq!(u.source, GLOBAL_KEY);
+        assert_eq!(u.reserved.min, -16.0);
+        assert_eq!(u.reserved.max, 6.0);
+        assert!(u.describe().contains("no measurements for this mode"));
+        // Rounding is outward.
+        let s = ErrorStats::of(&mut [-0.004, 0.001]);
+        assert_eq!((s.min, s.max), (-0.01, 0.01));
+        // The JSON round-trips.
+        let back: BandTable = serde_json::from_str(&t.to_json()).expect("json");
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn upper_edge_covers_the_worst_under_prediction() {
+        let s = ErrorStats {
+            median: 0.0,
+            min: -20.0,
+            max: 10.0,
+        };
+        // Planned 80 under by 20 % → measured 100.
+        assert_eq!(s.upper(Bytes(80)), Bytes(100));
+        assert!(s.lower(Bytes(220)).0.abs_diff(200) <= 1);
+        assert_eq!(s.cap_for_upper(Bytes(100)), Bytes(80));
+        let over = ErrorStats {
+            median: 1.0,
+            min: 0.5,
+            max: 2.0,
+        };
+        assert_eq!(over.upper(Bytes(80)), Bytes(80));
+    }
+
+    #[test]
+    fn the_embedded_table_parses_and_has_every_level() {
+        let t = BandTable::builtin().expect("presets/error_bands.json parses");
+        assert!(t.modes.contains_key(GLOBAL_KEY));
+        assert!(t.sources.iter().all(|f| !f.contains("untouched")));
+    }
+}
