@@ -74,7 +74,7 @@ lanes = {"a": [r for r in rows if r["cap_gib"] == 80], "b": [r for r in rows if 
 # lane b first measures the grid's steps that the first call did not reach (a crash of a
 # shard on an invalid row: gpt2 has 1024 positions, so its seq-2048 rows are dropped)
 done = set()
-for f in ("tests/data/grid26/lora_fit.jsonl", "tests/data/grid26/lora_untouched.jsonl"):
+for f in ("tests/data/grid26_lora.jsonl", "tests/data/grid26_lora_untouched.jsonl"):
     if os.path.exists(f):
         done |= {json.loads(l)["grid_id"] for l in open(f) if l.strip()}
 rest = [json.loads(l) for f in ("tools/grid26_fit_configs.jsonl", "tools/grid26_untouched_configs.jsonl")

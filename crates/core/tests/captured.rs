@@ -220,3 +220,47 @@ fn committed_graphs_plan_at_any_batch_and_refuse_other_settings() {
     }
     assert!(n >= 3, "only {n} committed graphs");
 }
+
+/// Graphs captured on a machine without a GPU (`tests/data/captured_cpu/`, torch 2.11.0
+/// from the package registry on a 2-core CPU-only machine, `tools/capture.py` with its
+/// default device, i.e. fake CPU tensors and CUDA's autocast lists from
+/// `tools/cuda_autocast.py`) plan like the same models captured on the H200 host
+/// (`tests/data/captured/`): peak allocated and reserved within 1 % at batches from 1 to 64.
+#[test]
+fn cpu_captures_plan_like_gpu_host_captures() {
+    let dir = data("captured_cpu");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("captured_cpu")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".vramlab-graph.json"))
+        .collect();
+    names.sort();
+    let mut worst = 0f64;
+    for name in &names {
+        let text = std::fs::read_to_string(dir.join(name)).expect("cpu graph");
+        let cpu = Preset::from_captured(name, &text).expect("cpu graph parses");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(doc["capture"]["device"], "cpu", "{name}: captured on the CPU");
+        let gpu = load(name);
+        for batch in [1u64, 8, 32, 64] {
+            let pc = Planner::new(&cpu, &own_config(&cpu, batch))
+                .expect("plan")
+                .peaks(batch)
+                .expect("peaks");
+            let pg = Planner::new(&gpu, &own_config(&gpu, batch))
+                .expect("plan")
+                .peaks(batch)
+                .expect("peaks");
+            let (ea, er) = (
+                err(pc.allocated.0, pg.allocated.0),
+                err(pc.reserved.0, pg.reserved.0),
+            );
+            println!("{name} b{batch}: allocated {ea:+.3} %, reserved {er:+.3} %");
+            worst = worst.max(ea.abs()).max(er.abs());
+            assert!(ea.abs() <= 1.0 && er.abs() <= 1.0, "{name} b{batch}: {ea:+.2} / {er:+.2} %");
+        }
+    }
+    println!("{} models, worst {worst:.3} %", names.len());
+    assert!(names.len() >= 8, "{} CPU captures", names.len());
+}
