@@ -621,8 +621,10 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
             if p.nvidia_smi_bytes > on_gpu {
                 writeln!(
                     out,
-                    "(peak allocated {}; with unlimited memory the cache would grow to {}, \
-                     on this GPU PyTorch frees cached blocks before it runs out)",
+                    "(peak allocated {}; with unlimited memory the cache would grow to {}: \
+                     on this GPU it runs only because PyTorch frees its cached blocks and \
+                     retries before it runs out, slower — num_alloc_retries counts it; \
+                     a smaller batch avoids it)",
                     p.peak_allocated_bytes, p.peak_reserved_bytes
                 )?;
             }
