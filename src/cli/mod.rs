@@ -586,6 +586,11 @@ fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
             "nvidia_smi_bytes": at_max.as_ref().map(|p| p.nvidia_smi_bytes.0),
             "peak_reserved_on_gpu_bytes": capped.map(|b| b.0),
             "nvidia_smi_on_gpu_bytes": capped_smi.map(|b| b.0),
+            // The batch runs only because the allocator frees its cache and retries (slower).
+            "needs_cache_flush": at_max
+                .as_ref()
+                .zip(capped_smi)
+                .map(|(p, c)| p.nvidia_smi_bytes > c),
             "error_band": at_max
                 .as_ref()
                 .map(|p| vramlab_core::answer::PlanBand::new(p, &planner.band())),
