@@ -7,6 +7,7 @@ use egui_plot::{Corner, HLine, Legend, Line, LineStyle, Plot};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::monitor::{MonitorModel, MonitorState, WINDOW_SECS};
 
+use super::hover::{self, Series};
 use super::png::{self, PlotId};
 use super::style::{self, error_color, gib_tick, gib_to_bytes, pct};
 
@@ -68,6 +69,10 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
     });
     let total = r.total.as_gib_f64();
     let h = (ui.available_height() - 360.0).clamp(200.0, 460.0);
+    let used = model.used_points();
+    let util_points = model.util_points();
+    let used_series = [Series::new("used", &used)];
+    let util_series = [Series::new("GPU utilisation", &util_points)];
     let resp = Plot::new("monitor_plot")
         .height(h)
         .link_axis(egui::Id::unique("monitor_x"), [true, false])
@@ -84,11 +89,12 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
         .include_x(0.0)
         .allow_scroll(false)
         .label_formatter(|h| {
-            let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
-            };
-            Some(format!("{:.0} s\n{}", p.x, gib_to_bytes(p.y)))
+            hover::label(
+                h,
+                &used_series,
+                |x| format!("{x:.0} s"),
+                |y| gib_to_bytes(y).to_string(),
+            )
         })
         .show(ui, |plot_ui| {
             plot_ui.hline(
@@ -97,7 +103,7 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
                     .style(LineStyle::dashed_loose()),
             );
             plot_ui.line(
-                Line::new("used", model.used_points())
+                Line::new("used", used)
                     .color(style::SMI_COLOR)
                     .width(2.0)
                     .fill(0.0)
@@ -116,15 +122,16 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
         .include_x(0.0)
         .allow_scroll(false)
         .label_formatter(|h| {
-            let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
-            };
-            Some(format!("{:.0} s\n{:.0} %", p.x, p.y))
+            hover::label(
+                h,
+                &util_series,
+                |x| format!("{x:.0} s"),
+                |y| format!("{y:.0} %"),
+            )
         })
         .show(ui, |plot_ui| {
             plot_ui.line(
-                Line::new("GPU utilisation", model.util_points())
+                Line::new("GPU utilisation", util_points)
                     .color(style::RESERVED_COLOR)
                     .width(1.5),
             );
