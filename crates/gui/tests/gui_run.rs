@@ -311,11 +311,14 @@ fn a_replayed_run_shows_rows_errors_max_batch_and_plots() {
     h.run();
     h.get_by_label("Start").click();
     h.run();
-    // The request is the planner's model and config with the typed batches.
+    // The request is the planner's model and config with the batches in the field: the
+    // plan's proposal (from its max batch) and the typed one.
     let req = reqs.borrow()[0].clone();
     assert_eq!(req.preset.id, "gpt2");
     assert_eq!(req.config, h.state().state.config);
-    assert_eq!(req.batches, BatchPlan::List(vec![4, 8, 16, 32]));
+    let mut want = vramlab_gui::ui::run::proposed_batches(req.predicted_max_batch);
+    want.push(32);
+    assert_eq!(req.batches, BatchPlan::List(want));
     assert_eq!(req.engine, EngineKind::Native);
 
     let runs = h.state().runs();

@@ -133,18 +133,18 @@ pub(crate) fn model_ui(
             emit(cmd, Command::OpenHfConfig);
         }
         if ui
-            .button("Save preset…")
-            .on_hover_text("Write the current model as a preset JSON file (usable with `vramlab plan --model FILE`).")
-            .clicked()
-        {
-            emit(cmd, Command::SavePreset);
-        }
-        if ui
             .button("Open preset…")
             .on_hover_text("Load a vramlab preset JSON file (or a Hugging Face config.json) as a custom model.")
             .clicked()
         {
             emit(cmd, Command::OpenPreset);
+        }
+        if ui
+            .button("Save preset…")
+            .on_hover_text("Write the current model as a preset JSON file (usable with `vramlab plan --model FILE`).")
+            .clicked()
+        {
+            emit(cmd, Command::SavePreset);
         }
         if state.custom.is_some() && ui.button("Reset").on_hover_text("Back to the built-in preset").clicked() {
             emit(cmd, Command::ResetCustom);

@@ -120,9 +120,10 @@ pub fn batch_plot_ui(
     let resp = Plot::new("run_batch_plot")
         .height(height)
         .legend(
-            // Memory grows with the batch: the lower right is empty.
+            // Memory grows with the batch: the upper left is empty (OOM crosses lie on the
+            // x axis, under a legend in the lower right).
             Legend::default()
-                .position(Corner::RightBottom)
+                .position(Corner::LeftTop)
                 .follow_insertion_order(true),
         )
         .x_axis_label("micro-batch size")
