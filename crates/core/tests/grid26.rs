@@ -199,7 +199,7 @@ fn phi3_attn_targets_are_refused_like_peft() {
         size: Some(256),
         ..Default::default()
     };
-    let err = Planner::new(&p, &cfg).err().expect("refused").to_string();
+    let err = Planner::new(&p, &cfg).expect_err("refused").to_string();
     assert!(
         err.contains("lora_targets") && err.contains("qkv_proj"),
         "{err}"

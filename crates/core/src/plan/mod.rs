@@ -166,7 +166,7 @@ impl Planner {
         } else {
             effective = TrainConfig {
                 precision: cfg.effective_precision(),
-                ..cfg.clone()
+                ..*cfg
             };
             &effective
         };

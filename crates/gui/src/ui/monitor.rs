@@ -67,7 +67,39 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
             ui.label(format!("peak in the window {p}"));
         }
     });
-    let total = r.total.as_gib_f64();
+    plots_ui(model, r.total, ui);
+    ui.add_space(6.0);
+    ui.label(RichText::new("Processes on the GPU").heading());
+    if r.processes.is_empty() {
+        ui.label("No process holds GPU memory.");
+    } else {
+        egui::Grid::new("monitor_processes")
+            .striped(true)
+            .num_columns(4)
+            .spacing([16.0, 4.0])
+            .show(ui, |ui| {
+                for head in ["PID", "Name", "GPU memory", "Share"] {
+                    ui.label(RichText::new(head).strong());
+                }
+                ui.end_row();
+                for p in &r.processes {
+                    ui.label(p.pid.to_string());
+                    ui.label(&p.name);
+                    ui.label(p.used.map_or("n/a".into(), |b| b.to_string()));
+                    ui.label(
+                        p.used
+                            .map_or("".into(), |b: Bytes| format!("{:.1} %", pct(b, r.total))),
+                    );
+                    ui.end_row();
+                }
+            });
+    }
+    save
+}
+
+/// Device memory and utilisation over the window, their x axes linked.
+fn plots_ui(model: &MonitorModel, total: Bytes, ui: &mut Ui) {
+    let total_gib = total.as_gib_f64();
     let h = (ui.available_height() - 360.0).clamp(200.0, 460.0);
     let used = model.used_points();
     let util_points = model.util_points();
@@ -85,7 +117,7 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
         .y_axis_formatter(|m, _| gib_tick(m.value, m.step_size))
         .y_axis_min_width(56.0)
         .include_y(0.0)
-        .include_y(total * 1.05)
+        .include_y(total_gib * 1.05)
         .include_x(0.0)
         .allow_scroll(false)
         .label_formatter(|h| {
@@ -98,7 +130,7 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
         })
         .show(ui, |plot_ui| {
             plot_ui.hline(
-                HLine::new(format!("total {}", r.total), total)
+                HLine::new(format!("total {total}"), total_gib)
                     .color(style::CAPACITY_COLOR)
                     .style(LineStyle::dashed_loose()),
             );
@@ -141,33 +173,6 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
         PlotId::Monitor,
         resp.response.rect.union(util.response.rect),
     );
-    ui.add_space(6.0);
-    ui.label(RichText::new("Processes on the GPU").heading());
-    if r.processes.is_empty() {
-        ui.label("No process holds GPU memory.");
-    } else {
-        egui::Grid::new("monitor_processes")
-            .striped(true)
-            .num_columns(4)
-            .spacing([16.0, 4.0])
-            .show(ui, |ui| {
-                for head in ["PID", "Name", "GPU memory", "Share"] {
-                    ui.label(RichText::new(head).strong());
-                }
-                ui.end_row();
-                for p in &r.processes {
-                    ui.label(p.pid.to_string());
-                    ui.label(&p.name);
-                    ui.label(p.used.map_or("n/a".into(), |b| b.to_string()));
-                    ui.label(
-                        p.used
-                            .map_or("".into(), |b: Bytes| format!("{:.1} %", pct(b, r.total))),
-                    );
-                    ui.end_row();
-                }
-            });
-    }
-    save
 }
 
 /// What the tab would show, and why it is empty: no NVIDIA GPU or NVML on this machine.
