@@ -62,7 +62,18 @@ fn rfd_save(name: &str) -> Option<PathBuf> {
 fn rfd_open() -> Option<PathBuf> {
     rfd::FileDialog::new()
         .set_title("Open")
-        .add_filter("JSON (presets, .vramlab.json plans)", &["json"])
+        .add_filter(
+            "JSON (presets, Hugging Face config.json, .vramlab.json plans)",
+            &["json"],
+        )
+        .pick_file()
+}
+
+fn rfd_open_config() -> Option<PathBuf> {
+    rfd::FileDialog::new()
+        .set_title("Open a Hugging Face config.json")
+        .add_filter("Hugging Face config.json (*.json)", &["json"])
+        .set_file_name("config.json")
         .pick_file()
 }
 
@@ -84,6 +95,8 @@ pub struct VramApp {
     message: Option<Message>,
     save_dialog: SaveDialog,
     open_dialog: OpenDialog,
+    /// The open dialog of "Open config.json…" (`None`: the open dialog).
+    open_config_dialog: Option<OpenDialog>,
     detector: Detector,
     style_applied: bool,
     /// The format the Export section shows (not persisted).
@@ -98,6 +111,40 @@ pub struct VramApp {
     pub doctor: crate::ui::doctor::DoctorPanel,
     /// "Open … by path", when the file dialog gave nothing.
     path_prompt: Option<PathPrompt>,
+    /// The message, when it is about one plan (the batch a model switch chose).
+    plan_notice: Option<PlanNotice>,
+}
+
+/// A status line about one plan ("Batch 16 to 1: … does not fit …"): it holds while that
+/// plan is the current one and goes when the plan changes (Apply, another batch or GPU).
+#[derive(Debug, Clone, PartialEq)]
+struct PlanNotice {
+    text: String,
+    plan: PlanKey,
+}
+
+/// What a plan depends on: the model, its training configuration and the target.
+#[derive(Debug, Clone, PartialEq)]
+struct PlanKey {
+    preset_id: String,
+    custom: Option<serde_json::Value>,
+    config: vramlab_core::plan::TrainConfig,
+    gpu: GpuChoice,
+    margin_pct: f64,
+    use_free_memory: bool,
+}
+
+impl PlanKey {
+    fn of(s: &PlannerState) -> PlanKey {
+        PlanKey {
+            preset_id: s.preset_id.clone(),
+            custom: s.custom.clone(),
+            config: s.config,
+            gpu: s.gpu.clone(),
+            margin_pct: s.margin_pct,
+            use_free_memory: s.use_free_memory,
+        }
+    }
 }
 
 /// What a path typed into the fallback window opens.
@@ -106,6 +153,7 @@ enum OpenKind {
     Plan,
     Preset,
     Run,
+    HfConfig,
 }
 
 impl OpenKind {
@@ -114,6 +162,7 @@ impl OpenKind {
             OpenKind::Plan => "a plan (.vramlab.json)",
             OpenKind::Preset => "a preset",
             OpenKind::Run => "a run",
+            OpenKind::HfConfig => "a Hugging Face config.json",
         }
     }
 }
@@ -152,6 +201,7 @@ impl VramApp {
         let mut app = VramApp::with_state(PlannerState::default(), detected.clone());
         app.save_dialog = Box::new(|_| None);
         app.open_dialog = Box::new(|| None);
+        app.open_config_dialog = None;
         app.detector = Box::new(move || detected.clone());
         // What tests draw must not depend on a worker thread's timing.
         app.derived.fit.blocking = true;
@@ -172,6 +222,7 @@ impl VramApp {
             message: None,
             save_dialog: Box::new(rfd_save),
             open_dialog: Box::new(rfd_open),
+            open_config_dialog: Some(Box::new(rfd_open_config)),
             detector: Box::new(gpu::detect),
             style_applied: false,
             export_format: Format::Vramlab,
@@ -183,6 +234,7 @@ impl VramApp {
             pending_shot: None,
             doctor: crate::ui::doctor::DoctorPanel::default(),
             path_prompt: None,
+            plan_notice: None,
         }
     }
 
@@ -190,6 +242,7 @@ impl VramApp {
     pub fn set_dialogs(&mut self, save: SaveDialog, open: OpenDialog) {
         self.save_dialog = save;
         self.open_dialog = open;
+        self.open_config_dialog = None;
     }
 
     /// The derived results as last computed (tests compare them with the core).
@@ -245,6 +298,7 @@ impl VramApp {
             }
             Command::SavePreset => self.save_preset(ctx),
             Command::OpenPreset => self.open_preset(),
+            Command::OpenHfConfig => self.open_hf_config(),
             Command::DismissMessage => self.message = None,
             Command::SetExportFormat(f) => self.export_format = f,
             Command::SaveExport => self.save_export(ctx),
@@ -252,6 +306,22 @@ impl VramApp {
             Command::OpenPlan => self.open_plan(),
             Command::OpenRecent(path) => self.open_recent(&path),
             Command::SavePlot(id) => self.save_plot(id, ctx),
+        }
+        self.follow_plan();
+    }
+
+    /// Drops a notice about a plan that is no longer the current one (after Apply made
+    /// it fit, say), so the Planner and Run tabs never show a stale "does not fit".
+    fn follow_plan(&mut self) {
+        let Some(n) = &self.plan_notice else {
+            return;
+        };
+        if self.message.as_ref().is_none_or(|m| m.text != n.text) {
+            // Another message replaced it.
+            self.plan_notice = None;
+        } else if n.plan != PlanKey::of(&self.state) {
+            self.message = None;
+            self.plan_notice = None;
         }
     }
 
@@ -283,6 +353,10 @@ impl VramApp {
             }
             _ => return,
         };
+        self.plan_notice = Some(PlanNotice {
+            text: text.clone(),
+            plan: PlanKey::of(&self.state),
+        });
         self.message = Some(Message {
             text,
             is_error: false,
@@ -565,6 +639,25 @@ impl VramApp {
         self.open_preset_at(&path);
     }
 
+    /// "Open config.json…": a Hugging Face `config.json` (a preset file works too).
+    fn open_hf_config(&mut self) {
+        let chosen = match &mut self.open_config_dialog {
+            Some(dialog) => dialog(),
+            None => (self.open_dialog)(),
+        };
+        let Some(path) = chosen else {
+            self.message = Some(Message {
+                text: format!(
+                    "{NO_DIALOG} Type its path instead; `vramlab plan --model path/to/config.json` reads it too."
+                ),
+                is_error: false,
+            });
+            self.path_prompt = Some(PathPrompt::new(OpenKind::HfConfig));
+            return;
+        };
+        self.open_preset_at(&path);
+    }
+
     fn open_preset_at(&mut self, path: &Path) {
         if let Ok(text) = std::fs::read_to_string(path)
             && crate::app::captured_file::is_graph(&text)
@@ -638,7 +731,7 @@ impl VramApp {
             self.path_prompt = None;
             match kind {
                 OpenKind::Plan => self.open_plan_at(&path),
-                OpenKind::Preset => self.open_preset_at(&path),
+                OpenKind::Preset | OpenKind::HfConfig => self.open_preset_at(&path),
                 OpenKind::Run => self.open_run_at(&path),
             }
             self.derived.refresh(&self.state);
@@ -657,6 +750,7 @@ impl VramApp {
         let ctx = ui.ctx().clone();
         self.derived.refresh(&self.state);
         self.handle_input(&ctx);
+        self.follow_plan();
         self.poll_background(&ctx);
 
         let top = egui::Panel::top("top_bar")

@@ -3,8 +3,8 @@
 //! (`BenchHandle::replay`), the monitor from fake sources.
 //!
 //! Snapshots: `UPDATE_SNAPSHOTS=1 cargo test --test gui_run`. Screenshots:
-//! `cargo test --test gui_run -- --ignored write_run_screenshots` (set
-//! `VRAMLAB_RUN_JSON=run.json` to draw a saved run instead of the synthetic one).
+//! `cargo test --test gui_run -- --ignored write_run_screenshots` (the recorded H200 runs
+//! of `tests/data/bench/`; set `VRAMLAB_RUN_JSON=run.json` to draw another saved run).
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -311,11 +311,14 @@ fn a_replayed_run_shows_rows_errors_max_batch_and_plots() {
     h.run();
     h.get_by_label("Start").click();
     h.run();
-    // The request is the planner's model and config with the typed batches.
+    // The request is the planner's model and config with the batches in the field: the
+    // plan's proposal (from its max batch) and the typed one.
     let req = reqs.borrow()[0].clone();
     assert_eq!(req.preset.id, "gpt2");
     assert_eq!(req.config, h.state().state.config);
-    assert_eq!(req.batches, BatchPlan::List(vec![4, 8, 16, 32]));
+    let mut want = vramlab_gui::ui::run::proposed_batches(req.predicted_max_batch);
+    want.push(32);
+    assert_eq!(req.batches, BatchPlan::List(want));
     assert_eq!(req.engine, EngineKind::Native);
 
     let runs = h.state().runs();
@@ -695,37 +698,53 @@ fn no_pointer(h: &mut Harness<'_, VramApp>) {
     h.run_steps(2);
 }
 
-/// The run to draw in screenshots: `VRAMLAB_RUN_JSON` (a saved run) or the synthetic one.
-fn screenshot_run() -> Run {
-    match std::env::var_os("VRAMLAB_RUN_JSON") {
-        Some(path) => {
-            let bytes = std::fs::read(&path).expect("VRAMLAB_RUN_JSON is readable");
-            run_from_json(&bytes).expect("VRAMLAB_RUN_JSON is a saved run")
-        }
-        None => synthetic_run(),
-    }
-}
+/// The recorded H200 runs the README shows, as (saved run in `tests/data/bench/`, PNG).
+const RECORDED_SHOTS: [(&str, &str); 2] = [
+    ("vit_b_16-native.json", "run.png"),
+    ("gpt2-torch-primed.json", "run-torch.png"),
+];
 
-/// Writes `screenshots/run.png` and `screenshots/monitor.png` (1400×900).
-#[test]
-#[ignore = "generator: cargo test --test gui_run -- --ignored write_run_screenshots"]
-fn write_run_screenshots() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../screenshots");
-    std::fs::create_dir_all(&dir).expect("screenshots dir");
-    let run = screenshot_run();
+/// Draws the Run tab showing the saved run `json` and writes it to `dir/png`.
+fn write_run_shot(dir: &std::path::Path, json: &std::path::Path, png: &str) {
+    let bytes = std::fs::read(json).expect("the saved run is readable");
+    let run = run_from_json(&bytes).expect("a saved run");
     let mut app = VramApp::new_for_test(None);
     app.state.preset_id = run.model.clone();
     app.state.config = run.config;
     let mut h = harness(app);
     h.run();
-    let source = std::env::var("VRAMLAB_RUN_JSON").unwrap_or_else(|_| "synthetic.run.json".into());
+    let source = json.file_name().map_or_else(
+        || json.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     h.state_mut().show_run(run, &source);
     open_tab(&mut h, Tab::Run);
     no_pointer(&mut h);
     let img = h.render().expect("render");
-    let name = std::env::var("VRAMLAB_RUN_PNG").unwrap_or_else(|_| "run.png".into());
-    img.save(dir.join(&name)).expect("save png");
-    println!("wrote {}", dir.join(&name).display());
+    img.save(dir.join(png)).expect("save png");
+    println!("wrote {} from {}", dir.join(png).display(), json.display());
+}
+
+/// Writes `screenshots/run.png` and `run-torch.png` from the recorded H200 runs in
+/// `tests/data/bench/` (or `VRAMLAB_RUN_JSON` to `VRAMLAB_RUN_PNG`, default `run.png`),
+/// and `screenshots/monitor.png` (demo data, labelled so) at 1400×900.
+#[test]
+#[ignore = "generator: cargo test -p vramlab-gui --test tests -- --ignored write_run_screenshots"]
+fn write_run_screenshots() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = root.join("screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshots dir");
+    match std::env::var_os("VRAMLAB_RUN_JSON") {
+        Some(json) => {
+            let png = std::env::var("VRAMLAB_RUN_PNG").unwrap_or_else(|_| "run.png".into());
+            write_run_shot(&dir, std::path::Path::new(&json), &png);
+        }
+        None => {
+            for (json, png) in RECORDED_SHOTS {
+                write_run_shot(&dir, &root.join("tests/data/bench").join(json), png);
+            }
+        }
+    }
 
     let mut app = VramApp::new_for_test(None);
     app.set_monitor(fake_monitor(true));

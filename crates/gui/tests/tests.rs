@@ -4,5 +4,6 @@
 mod doctor;
 mod gui;
 mod gui_fit;
+mod gui_follow;
 mod gui_hf;
 mod gui_run;

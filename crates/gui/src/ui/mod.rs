@@ -12,6 +12,7 @@ pub mod export_panel;
 pub mod fit;
 pub mod fit_search;
 pub mod gpu_target;
+pub mod hover;
 pub mod inputs;
 pub mod message;
 pub mod model_picker;
@@ -70,6 +71,8 @@ pub enum Command {
     ApplyFit(TrainConfig),
     /// Run the "make it fit" search although the plan fits.
     SearchFit,
+    /// Import a Hugging Face `config.json` (open dialog) as the custom model.
+    OpenHfConfig,
 }
 
 /// Sets `slot` to `cmd` (the last change of a frame wins; users change one widget at a time).

@@ -124,20 +124,27 @@ pub(crate) fn model_ui(
             );
         }
     }
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
+        if ui
+            .button("Open config.json…")
+            .on_hover_text("Import a Hugging Face model's config.json (the model page's \"Files\" tab, or the folder a downloaded model is in) as a custom model. You can also drop it on the window or paste its text.")
+            .clicked()
+        {
+            emit(cmd, Command::OpenHfConfig);
+        }
+        if ui
+            .button("Open preset…")
+            .on_hover_text("Load a vramlab preset JSON file (or a Hugging Face config.json) as a custom model.")
+            .clicked()
+        {
+            emit(cmd, Command::OpenPreset);
+        }
         if ui
             .button("Save preset…")
             .on_hover_text("Write the current model as a preset JSON file (usable with `vramlab plan --model FILE`).")
             .clicked()
         {
             emit(cmd, Command::SavePreset);
-        }
-        if ui
-            .button("Open preset…")
-            .on_hover_text("Load a preset JSON file, or a Hugging Face config.json, as a custom model (you can also drop a config.json on the window or paste its text).")
-            .clicked()
-        {
-            emit(cmd, Command::OpenPreset);
         }
         if state.custom.is_some() && ui.button("Reset").on_hover_text("Back to the built-in preset").clicked() {
             emit(cmd, Command::ResetCustom);

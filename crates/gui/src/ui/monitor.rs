@@ -7,6 +7,7 @@ use egui_plot::{Corner, HLine, Legend, Line, LineStyle, Plot};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::monitor::{MonitorModel, MonitorState, WINDOW_SECS};
 
+use super::hover::{self, Series};
 use super::png::{self, PlotId};
 use super::style::{self, error_color, gib_tick, gib_to_bytes, pct};
 
@@ -66,74 +67,7 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
             ui.label(format!("peak in the window {p}"));
         }
     });
-    let total = r.total.as_gib_f64();
-    let h = (ui.available_height() - 360.0).clamp(200.0, 460.0);
-    let resp = Plot::new("monitor_plot")
-        .height(h)
-        .link_axis(egui::Id::unique("monitor_x"), [true, false])
-        .legend(Legend::default().position(Corner::LeftTop))
-        .x_axis_label(format!(
-            "seconds before now (last {:.0} min kept)",
-            WINDOW_SECS / 60.0
-        ))
-        .y_axis_label("device memory used")
-        .y_axis_formatter(|m, _| gib_tick(m.value, m.step_size))
-        .y_axis_min_width(56.0)
-        .include_y(0.0)
-        .include_y(total * 1.05)
-        .include_x(0.0)
-        .allow_scroll(false)
-        .label_formatter(|h| {
-            let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
-            };
-            Some(format!("{:.0} s\n{}", p.x, gib_to_bytes(p.y)))
-        })
-        .show(ui, |plot_ui| {
-            plot_ui.hline(
-                HLine::new(format!("total {}", r.total), total)
-                    .color(style::CAPACITY_COLOR)
-                    .style(LineStyle::dashed_loose()),
-            );
-            plot_ui.line(
-                Line::new("used", model.used_points())
-                    .color(style::SMI_COLOR)
-                    .width(2.0)
-                    .fill(0.0)
-                    .fill_alpha(0.15),
-            );
-        });
-    let util = Plot::new("monitor_util_plot")
-        .height(130.0)
-        .link_axis(egui::Id::unique("monitor_x"), [true, false])
-        .x_axis_label("seconds before now")
-        .y_axis_label("GPU utilisation")
-        .y_axis_formatter(|m, _| format!("{:.0} %", m.value))
-        .y_axis_min_width(56.0)
-        .include_y(0.0)
-        .include_y(100.0)
-        .include_x(0.0)
-        .allow_scroll(false)
-        .label_formatter(|h| {
-            let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
-            };
-            Some(format!("{:.0} s\n{:.0} %", p.x, p.y))
-        })
-        .show(ui, |plot_ui| {
-            plot_ui.line(
-                Line::new("GPU utilisation", model.util_points())
-                    .color(style::RESERVED_COLOR)
-                    .width(1.5),
-            );
-        });
-    png::remember_rect(
-        ui.ctx(),
-        PlotId::Monitor,
-        resp.response.rect.union(util.response.rect),
-    );
+    plots_ui(model, r.total, ui);
     ui.add_space(6.0);
     ui.label(RichText::new("Processes on the GPU").heading());
     if r.processes.is_empty() {
@@ -161,6 +95,84 @@ pub fn monitor_ui(model: &MonitorModel, ui: &mut Ui) -> Option<PlotId> {
             });
     }
     save
+}
+
+/// Device memory and utilisation over the window, their x axes linked.
+fn plots_ui(model: &MonitorModel, total: Bytes, ui: &mut Ui) {
+    let total_gib = total.as_gib_f64();
+    let h = (ui.available_height() - 360.0).clamp(200.0, 460.0);
+    let used = model.used_points();
+    let util_points = model.util_points();
+    let used_series = [Series::new("used", &used)];
+    let util_series = [Series::new("GPU utilisation", &util_points)];
+    let resp = Plot::new("monitor_plot")
+        .height(h)
+        .link_axis(egui::Id::unique("monitor_x"), [true, false])
+        .legend(Legend::default().position(Corner::LeftTop))
+        .x_axis_label(format!(
+            "seconds before now (last {:.0} min kept)",
+            WINDOW_SECS / 60.0
+        ))
+        .y_axis_label("device memory used")
+        .y_axis_formatter(|m, _| gib_tick(m.value, m.step_size))
+        .y_axis_min_width(56.0)
+        .include_y(0.0)
+        .include_y(total_gib * 1.05)
+        .include_x(0.0)
+        .allow_scroll(false)
+        .label_formatter(|h| {
+            hover::label(
+                h,
+                &used_series,
+                |x| format!("{x:.0} s"),
+                |y| gib_to_bytes(y).to_string(),
+            )
+        })
+        .show(ui, |plot_ui| {
+            plot_ui.hline(
+                HLine::new(format!("total {total}"), total_gib)
+                    .color(style::CAPACITY_COLOR)
+                    .style(LineStyle::dashed_loose()),
+            );
+            plot_ui.line(
+                Line::new("used", used)
+                    .color(style::SMI_COLOR)
+                    .width(2.0)
+                    .fill(0.0)
+                    .fill_alpha(0.15),
+            );
+        });
+    let util = Plot::new("monitor_util_plot")
+        .height(130.0)
+        .link_axis(egui::Id::unique("monitor_x"), [true, false])
+        .x_axis_label("seconds before now")
+        .y_axis_label("GPU utilisation")
+        .y_axis_formatter(|m, _| format!("{:.0} %", m.value))
+        .y_axis_min_width(56.0)
+        .include_y(0.0)
+        .include_y(100.0)
+        .include_x(0.0)
+        .allow_scroll(false)
+        .label_formatter(|h| {
+            hover::label(
+                h,
+                &util_series,
+                |x| format!("{x:.0} s"),
+                |y| format!("{y:.0} %"),
+            )
+        })
+        .show(ui, |plot_ui| {
+            plot_ui.line(
+                Line::new("GPU utilisation", util_points)
+                    .color(style::RESERVED_COLOR)
+                    .width(1.5),
+            );
+        });
+    png::remember_rect(
+        ui.ctx(),
+        PlotId::Monitor,
+        resp.response.rect.union(util.response.rect),
+    );
 }
 
 /// What the tab would show, and why it is empty: no NVIDIA GPU or NVML on this machine.

@@ -10,6 +10,7 @@ use vramlab_core::plan::search::SweepPoint;
 use vramlab_core::units::Bytes;
 
 use super::derived::{Answer, GpuTarget};
+use super::hover::{self, Series};
 use super::style::{self, gib_tick, gib_to_bytes, phase_color};
 
 /// Predicted peak allocated / reserved / nvidia-smi over batch size, with the usable
@@ -33,6 +34,11 @@ pub fn batch_plot_ui(
     let reserved = pts(|p| p.reserved);
     let allocated = pts(|p| p.allocated);
     let usable = target.budget.usable();
+    let series = [
+        Series::new("nvidia-smi", &smi),
+        Series::new("reserved", &reserved),
+        Series::new("allocated", &allocated),
+    ];
     let resp = Plot::new("batch_plot")
         .height(height)
         .legend(
@@ -49,24 +55,12 @@ pub fn batch_plot_ui(
         .include_x(0.0)
         .allow_scroll(false)
         .label_formatter(|h| {
-            let (name, p) = match h {
-                egui_plot::HoverPosition::NearDataPoint {
-                    plot_name,
-                    position,
-                    ..
-                } => (*plot_name, *position),
-                egui_plot::HoverPosition::Elsewhere { position } => ("", *position),
-            };
-            let head = if name.is_empty() {
-                String::new()
-            } else {
-                format!("{name}\n")
-            };
-            Some(format!(
-                "{head}batch {:.0}\n{}",
-                p.x.max(0.0),
-                gib_to_bytes(p.y)
-            ))
+            hover::label(
+                h,
+                &series,
+                |x| format!("batch {:.0}", x.max(0.0)),
+                |y| gib_to_bytes(y).to_string(),
+            )
         })
         .show(ui, |plot_ui| {
             plot_ui.line(
@@ -129,6 +123,11 @@ pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) -> egui::Rect
             }
         }
     });
+    let series: Vec<Series> = answer
+        .timeline
+        .iter()
+        .map(|seg| Series::new(phase_name(seg.phase), &seg.points))
+        .collect();
     let resp = Plot::new("timeline_plot")
         .height(height - 24.0)
         .x_axis_label("allocation event in one training step")
@@ -139,11 +138,12 @@ pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) -> egui::Rect
         .include_y(peak.as_gib_f64() * 1.12)
         .allow_scroll(false)
         .label_formatter(|h| {
-            let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
-            };
-            Some(format!("event {:.0}\n{}", p.x.max(0.0), gib_to_bytes(p.y)))
+            hover::label(
+                h,
+                &series,
+                |x| format!("event {:.0}", x.max(0.0)),
+                |y| gib_to_bytes(y).to_string(),
+            )
         })
         .show(ui, |plot_ui| {
             for seg in &answer.timeline {

@@ -92,13 +92,21 @@ fn form_ui(
                 });
                 ui.end_row();
                 if s.mode == BatchMode::List {
-                    let l = ui.label("Batch list");
-                    ui.add(
-                        egui::TextEdit::singleline(&mut s.batches)
-                            .desired_width(180.0)
-                            .hint_text("4,8,16"),
-                    )
-                    .labelled_by(l.id);
+                    let l = ui.label("Batch list").on_hover_text(
+                        "Proposed from the plan's max batch (a quarter, a half and the max itself); type your own to measure others",
+                    );
+                    let mut text = s.batch_list(cx.predicted_max);
+                    let edit = ui
+                        .add(
+                            egui::TextEdit::singleline(&mut text)
+                                .desired_width(180.0)
+                                .hint_text("4,8,16"),
+                        )
+                        .labelled_by(l.id);
+                    if edit.changed() {
+                        s.batches = text;
+                        s.batches_typed = true;
+                    }
                     ui.end_row();
                 }
                 let l = ui
@@ -113,6 +121,9 @@ fn form_ui(
         ui.label(RichText::new(format!(
             "Multi-GPU plan ({w}): runs with the PyTorch engine, under torchrun when the GPUs are here, else rank 0 emulated on GPU 0."
         )).small());
+    }
+    if s.mode == BatchMode::List && s.batches_typed {
+        list_note_ui(&mut s, cx, ui);
     }
     match s.batch_plan(cx.predicted_max, crate::ui::derived::BATCH_LIMIT) {
         Err(e) => {
@@ -132,6 +143,49 @@ fn form_ui(
     }
     if s != *settings {
         *cmd = Some(RunCommand::SetSettings(s));
+    }
+}
+
+/// Under a typed list: which of its batches the plan expects to run out of memory, and
+/// a way back to the plan's proposal.
+fn list_note_ui(s: &mut RunSettings, cx: &RunContext<'_>, ui: &mut Ui) {
+    if let Ok(vramlab_device::bench::BatchPlan::List(list)) =
+        vramlab_device::bench::BatchPlan::parse_list(&s.batches)
+    {
+        let over: Vec<String> = list
+            .iter()
+            .filter(|&&b| cx.predicted_max.is_none_or(|m| b > m))
+            .map(u64::to_string)
+            .collect();
+        if !over.is_empty() {
+            let max = cx
+                .predicted_max
+                .map_or_else(|| "none fits".to_string(), |m| format!("max batch {m}"));
+            ui.label(
+                RichText::new(format!(
+                    "Typed batches the plan expects to run out of memory ({max} on {}): {}.",
+                    cx.gpu_name,
+                    over.join(", ")
+                ))
+                .small(),
+            );
+        }
+    }
+    let proposal = super::proposed_batches(cx.predicted_max);
+    if !proposal.is_empty()
+        && ui
+            .small_button("Use the plan's batches")
+            .on_hover_text(format!(
+                "{}: a quarter, a half and the plan's max batch",
+                proposal
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ))
+            .clicked()
+    {
+        s.batches_typed = false;
     }
 }
 

@@ -4,6 +4,7 @@
 use egui::{Color32, Ui};
 use egui_plot::{Corner, HLine, Legend, Line, LineStyle, MarkerShape, Plot, Points, VLine};
 
+use crate::ui::hover::{self, Series};
 use crate::ui::style::{self, gib_tick, gib_to_bytes};
 use vramlab_core::record::{MemSample, Outcome, Trial};
 use vramlab_core::units::Bytes;
@@ -34,27 +35,6 @@ fn measured(trials: &[Trial], f: Measure) -> Vec<[f64; 2]> {
         .filter(|t| t.outcome.ran())
         .filter_map(|t| f(t).map(|b| [t.batch as f64, gib(b)]))
         .collect()
-}
-
-fn hover_label(h: &egui_plot::HoverPosition<'_>) -> Option<String> {
-    let (name, p) = match h {
-        egui_plot::HoverPosition::NearDataPoint {
-            plot_name,
-            position,
-            ..
-        } => (*plot_name, *position),
-        egui_plot::HoverPosition::Elsewhere { position } => ("", *position),
-    };
-    let head = if name.is_empty() {
-        String::new()
-    } else {
-        format!("{name}\n")
-    };
-    Some(format!(
-        "{head}batch {:.0}\n{}",
-        p.x.max(0.0),
-        gib_to_bytes(p.y)
-    ))
 }
 
 /// Predicted allocated / reserved / nvidia-smi over the run's batch range, measured
@@ -97,10 +77,11 @@ pub fn batch_plot_ui(
             ]
         }
         None => {
+            // Off-scale probes (an OOM at batch 100 000) would stretch the axes.
             let mut ts: Vec<&Trial> = run
                 .trials
                 .iter()
-                .filter(|t| t.predicted.is_some())
+                .filter(|t| t.predicted.is_some() && !shown.off_scale(t))
                 .collect();
             ts.sort_by_key(|t| t.batch);
             let pts = |f: fn(&vramlab_core::record::Predicted) -> Bytes| {
@@ -129,12 +110,20 @@ pub fn batch_plot_ui(
     };
     let capacity = run.device.total_bytes;
     let top = shown.batch_top() as f64;
+    let mut series: Vec<Series> = predicted
+        .iter()
+        .map(|(name, _, pts)| Series::new(*name, pts))
+        .collect();
+    series.extend(
+        measured_series(run).map(|(name, _, _, f)| Series::new(name, &measured(&run.trials, f))),
+    );
     let resp = Plot::new("run_batch_plot")
         .height(height)
         .legend(
-            // Memory grows with the batch: the lower right is empty.
+            // Memory grows with the batch: the upper left is empty (OOM crosses lie on the
+            // x axis, under a legend in the lower right).
             Legend::default()
-                .position(Corner::RightBottom)
+                .position(Corner::LeftTop)
                 .follow_insertion_order(true),
         )
         .x_axis_label("micro-batch size")
@@ -145,7 +134,24 @@ pub fn batch_plot_ui(
         .include_x(0.0)
         .include_x(top)
         .allow_scroll(false)
-        .label_formatter(hover_label)
+        .label_formatter(|h| match h {
+            // An OOM marker has no memory figure: its y is the axis.
+            egui_plot::HoverPosition::NearDataPoint {
+                plot_name,
+                position,
+                ..
+            } if plot_name.starts_with("out of memory") => Some(if plot_name.contains("(off") {
+                (*plot_name).to_string()
+            } else {
+                format!("out of memory at batch {:.0}", position.x)
+            }),
+            _ => hover::label(
+                h,
+                &series,
+                |x| format!("batch {:.0}", x.max(0.0)),
+                |y| gib_to_bytes(y).to_string(),
+            ),
+        })
         .show(ui, |plot_ui| {
             for (name, color, pts) in predicted {
                 plot_ui.line(
@@ -154,37 +160,7 @@ pub fn batch_plot_ui(
                         .width(1.5),
                 );
             }
-            // The native engine's allocated/reserved are the plan replayed, not measured.
-            let native = run.engine == vramlab_core::record::EngineKind::Native;
-            let series: [(&str, Color32, MarkerShape, Measure); 3] = [
-                (
-                    if native {
-                        "replayed reserved (the plan)"
-                    } else {
-                        "measured reserved"
-                    },
-                    style::RESERVED_COLOR,
-                    MarkerShape::Square,
-                    |t| t.peak_reserved,
-                ),
-                (
-                    if native {
-                        "replayed allocated (the plan)"
-                    } else {
-                        "measured allocated"
-                    },
-                    style::ALLOCATED_COLOR,
-                    MarkerShape::Circle,
-                    |t| t.peak_allocated,
-                ),
-                (
-                    "measured nvidia-smi (process)",
-                    style::SMI_COLOR,
-                    MarkerShape::Diamond,
-                    |t| t.process_bytes,
-                ),
-            ];
-            for (name, color, shape, f) in series {
+            for (name, color, shape, f) in measured_series(run) {
                 plot_ui.points(
                     Points::new(name, measured(&run.trials, f))
                         .shape(shape)
@@ -213,9 +189,10 @@ pub fn batch_plot_ui(
             let ooms: Vec<[f64; 2]> = run
                 .trials
                 .iter()
-                .filter(|t| matches!(t.outcome, Outcome::Oom { .. }))
+                .filter(|t| matches!(t.outcome, Outcome::Oom { .. }) && !shown.off_scale(t))
                 .map(|t| [t.batch as f64, 0.0])
                 .collect();
+            off_scale_ooms(shown, top, plot_ui);
             if !ooms.is_empty() {
                 plot_ui.points(
                     Points::new("out of memory", ooms)
@@ -250,6 +227,67 @@ pub fn batch_plot_ui(
             }
         });
     resp.response.rect
+}
+
+/// The measured series of a run: name, colour, marker and the figure of a trial.
+fn measured_series(
+    run: &vramlab_core::record::Run,
+) -> [(&'static str, Color32, MarkerShape, Measure); 3] {
+    // The native engine's allocated/reserved are the plan replayed, not measured.
+    let native = run.engine == vramlab_core::record::EngineKind::Native;
+    [
+        (
+            if native {
+                "replayed reserved (the plan)"
+            } else {
+                "measured reserved"
+            },
+            style::RESERVED_COLOR,
+            MarkerShape::Square,
+            |t| t.peak_reserved,
+        ),
+        (
+            if native {
+                "replayed allocated (the plan)"
+            } else {
+                "measured allocated"
+            },
+            style::ALLOCATED_COLOR,
+            MarkerShape::Circle,
+            |t| t.peak_allocated,
+        ),
+        (
+            "measured nvidia-smi (process)",
+            style::SMI_COLOR,
+            MarkerShape::Diamond,
+            |t| t.process_bytes,
+        ),
+    ]
+}
+
+/// OOM trials far off the scale (probes such as batch 100 000): a cross at the right
+/// edge of the axis, its batch in the legend, not a point that stretches the axes.
+fn off_scale_ooms(shown: &KeptRun, top: f64, plot_ui: &mut egui_plot::PlotUi<'_>) {
+    let batches: Vec<String> = shown
+        .run
+        .trials
+        .iter()
+        .filter(|t| shown.off_scale(t))
+        .map(|t| t.batch.to_string())
+        .collect();
+    if batches.is_empty() {
+        return;
+    }
+    let what = format!(
+        "out of memory at batch {} (off the scale)",
+        batches.join(", ")
+    );
+    plot_ui.points(
+        Points::new(what, vec![[top, 0.0]])
+            .shape(MarkerShape::Cross)
+            .radius(8.0)
+            .color(OOM_COLOR),
+    );
 }
 
 /// Where a sample goes on the x axis: the planned step's event index when every sample
@@ -288,6 +326,11 @@ pub fn timeline_plot_ui(samples: &[MemSample], what: &str, ui: &mut Ui, height: 
     if samples.is_empty() {
         ui.label(format!("No memory samples for {what}."));
     }
+    let series = [
+        Series::new("measured", &meas),
+        Series::new("predicted allocated", &alloc),
+        Series::new("predicted reserved", &res),
+    ];
     let resp = Plot::new("run_timeline_plot")
         .height(height)
         .legend(
@@ -303,16 +346,13 @@ pub fn timeline_plot_ui(samples: &[MemSample], what: &str, ui: &mut Ui, height: 
         .include_y(0.0)
         .include_y(peak.map_or(1.0, |p| gib(p) * 1.25))
         .allow_scroll(false)
-        .label_formatter(move |h| {
-            let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
-            };
-            Some(format!(
-                "{x_unit} {:.0}\n{}",
-                p.x.max(0.0),
-                gib_to_bytes(p.y)
-            ))
+        .label_formatter(|h| {
+            hover::label(
+                h,
+                &series,
+                |x| format!("{x_unit} {:.0}", x.max(0.0)),
+                |y| gib_to_bytes(y).to_string(),
+            )
         })
         .show(ui, |plot_ui| {
             if !res.is_empty() {

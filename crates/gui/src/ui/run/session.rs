@@ -12,6 +12,8 @@ use vramlab_device::bench::runner::BenchHandle;
 
 /// Runs kept for comparison.
 pub const KEPT_RUNS: usize = 5;
+/// How many times beyond the other trials an OOM trial is drawn off the scale.
+pub const OFF_SCALE: u64 = 4;
 /// Samples of the running trial kept for the live timeline.
 const LIVE_SAMPLES: usize = 20_000;
 
@@ -71,18 +73,36 @@ impl KeptRun {
         self.curve.as_ref()
     }
 
-    /// Top of the batch range the plot shows: a little beyond every trial and the
-    /// predicted max batch.
+    /// Top of the batch range the plot shows: a little beyond every trial on the scale
+    /// ([`Self::off_scale`] ones excepted) and the predicted max batch.
     pub fn batch_top(&self) -> u64 {
         let hi = self
             .run
             .trials
             .iter()
+            .filter(|t| !self.off_scale(t))
             .map(|t| t.batch)
             .chain(self.run.predicted_max_batch)
             .max()
             .unwrap_or(8);
         (hi + hi.div_ceil(8)).max(4)
+    }
+
+    /// An OOM trial far beyond every other trial and the predicted max batch (more than
+    /// [`OFF_SCALE`] times): a probe such as the priming OOM at batch 100 000. Its
+    /// predicted bytes would stretch the axes until the real data is a flat line, so the
+    /// plot marks it at its edge instead.
+    pub fn off_scale(&self, t: &Trial) -> bool {
+        let base = self
+            .run
+            .trials
+            .iter()
+            .filter(|t| !matches!(t.outcome, Outcome::Oom { .. }))
+            .map(|t| t.batch)
+            .chain(self.run.predicted_max_batch)
+            .max();
+        matches!(t.outcome, Outcome::Oom { .. })
+            && base.is_some_and(|b| t.batch > b.saturating_mul(OFF_SCALE))
     }
 
     /// Recomputes the predicted curve when the batch range changed.
@@ -537,5 +557,31 @@ mod tests {
         k.selected_trial = Some(2);
         assert_eq!(k.shown_trial().map(|t| t.batch), Some(16));
         assert_eq!(k.batch_top(), 18);
+    }
+
+    #[test]
+    fn a_probe_oom_far_beyond_the_data_is_off_the_scale() {
+        let oom = |i, b| {
+            Trial::failed(
+                i,
+                b,
+                Outcome::Oom {
+                    message: "CUDA out of memory".into(),
+                },
+            )
+        };
+        let mut r = skel();
+        r.predicted_max_batch = Some(92);
+        r.trials = vec![ran(0, 8), oom(1, 100_000), ran(2, 8)];
+        let k = KeptRun::new(1, r, RunSource::Session, None);
+        assert!(k.off_scale(&k.run.trials[1]));
+        assert!(!k.off_scale(&k.run.trials[0]));
+        assert_eq!(k.batch_top(), 92 + 12);
+        // An OOM at the boundary is data.
+        let mut r = skel();
+        r.trials = vec![ran(0, 78), oom(1, 79)];
+        let k = KeptRun::new(1, r, RunSource::Session, None);
+        assert!(!k.off_scale(&k.run.trials[1]));
+        assert_eq!(k.batch_top(), 79 + 10);
     }
 }
