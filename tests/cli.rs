@@ -115,7 +115,10 @@ fn max_batch_reports_what_the_gpu_really_holds() {
     let uncapped = v["nvidia_smi_bytes"].as_u64().expect("uncapped");
     assert!(on_gpu <= usable, "{on_gpu} > {usable}");
     assert!(uncapped > usable, "the case this test is about");
-    assert_eq!(v["needs_cache_flush"], true, "it runs only by flushing the cache");
+    assert_eq!(
+        v["needs_cache_flush"], true,
+        "it runs only by flushing the cache"
+    );
     let alloc = v["peak_allocated_bytes"].as_u64().expect("allocated");
     assert!(v["peak_reserved_on_gpu_bytes"].as_u64().expect("reserved") >= alloc);
 }
