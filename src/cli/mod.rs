@@ -135,7 +135,8 @@ pub struct ExportArgs {
     #[arg(long, required_unless_present = "config", allow_negative_numbers = true,
           value_parser = args::parse_batch)]
     pub batch: Option<u64>,
-    /// vramlab, deepspeed, hf, lightning, pytorch or env.
+    /// vramlab, deepspeed, hf, lightning, pytorch, env or peft (LoraConfig, QLoRA's
+    /// BitsAndBytesConfig, SFTConfig); with --gpus: accelerate, torchrun or fsdp2.
     #[arg(long)]
     pub format: String,
     /// Write to this file (atomically) instead of standard output.
@@ -724,8 +725,10 @@ fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Writ
     }
     let mut measured = Vec::new();
     for f in files {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let text = vramlab_core::fsutil::read_bounded_string(
+            f,
+            vramlab_core::fsutil::FileKind::Measurements,
+        )?;
         measured.extend(vramlab_core::validate::parse_lines(&text));
     }
     let rows = vramlab_core::validate::compare(&measured)?;
@@ -773,7 +776,9 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         Some(&plan),
     )
     .to_json();
-    let text = vramlab_core::export::render(format, &cfg, &plan, &doc);
+    // A custom preset may reuse a built-in id for other weights: only built-ins name a Hub id.
+    let hub_id = if custom { None } else { preset.hub_id() };
+    let text = vramlab_core::export::render(format, &cfg, &plan, &doc, hub_id)?;
     match &a.output {
         Some(path) => {
             vramlab_core::fsutil::write_atomic(path, text.as_bytes())

@@ -7,6 +7,7 @@ mod captured;
 mod distributed;
 mod distributed_deepspeed;
 mod distributed_knobs;
+mod exports;
 mod invariants;
 mod maxbatch;
 mod moe;

@@ -66,14 +66,9 @@ fn rfd_open() -> Option<PathBuf> {
         .pick_file()
 }
 
-/// Reads at most [`MAX_BYTES`] + 1 bytes (enough for `VramlabConfig::from_bytes` to
-/// reject an oversized file without reading all of it).
-fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    Ok(bytes)
+/// Reads a saved plan: a regular file of at most [`MAX_BYTES`] (`fsutil::read_bounded`).
+fn read_limited(path: &Path) -> Result<Vec<u8>, vramlab_core::fsutil::ReadError> {
+    vramlab_core::fsutil::read_bounded(path, vramlab_core::fsutil::FileKind::SavedPlan)
 }
 
 /// The planner application.
@@ -360,6 +355,13 @@ impl VramApp {
             self.error(format!("Nothing to export: {e}"));
             return;
         };
+        let text = match text {
+            Ok(t) => t,
+            Err(e) => {
+                self.error(format!("Nothing to export: {e:#}"));
+                return;
+            }
+        };
         let name = export_panel::suggested_file_name(format, &preset.id);
         let what = format!("{} export", export_panel::format_label(format));
         self.save_text(ctx, &name, text, &what);
@@ -566,19 +568,23 @@ impl VramApp {
     }
 
     fn open_preset_at(&mut self, path: &Path) {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && crate::app::captured_file::is_graph(&text)
+        let text = vramlab_core::fsutil::read_bounded_string(
+            path,
+            vramlab_core::fsutil::FileKind::Model,
+        );
+        if let Ok(text) = &text
+            && crate::app::captured_file::is_graph(text)
         {
             let source = path.display().to_string();
             self.message = Some(crate::app::captured_file::open(
                 &mut self.state.custom,
                 &source,
-                &text,
+                text,
             ));
             return;
         }
         let name = vramlab_core::model::hf::name_for_path(path);
-        let loaded = std::fs::read_to_string(path)
+        let loaded = text
             .map_err(|e| e.to_string())
             .and_then(
                 |t| match vramlab_core::model::hf::from_text_if_hf(&t, &name) {

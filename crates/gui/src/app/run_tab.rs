@@ -395,12 +395,7 @@ impl VramApp {
 
     pub(super) fn open_run_at(&mut self, path: &std::path::Path) {
         let source = path.display().to_string();
-        let read = std::fs::File::open(path).and_then(|f| {
-            use std::io::Read as _;
-            let mut bytes = Vec::new();
-            f.take(MAX_RUN_BYTES as u64 + 1).read_to_end(&mut bytes)?;
-            Ok(bytes)
-        });
+        let read = vramlab_core::fsutil::read_bounded(path, vramlab_core::fsutil::FileKind::Run);
         match read {
             Ok(bytes) => match run_from_json(&bytes) {
                 Ok(run) => {
