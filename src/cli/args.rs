@@ -65,9 +65,10 @@ pub struct TrainArgs {
     /// autograd keeps the graph).
     #[arg(long, value_name = "train|eval|eval-grad")]
     pub step: Option<String>,
-    /// Fine-tuning: full (every parameter trains; the default) or lora (peft 0.21 LoRA
-    /// adapters in fp32, the base model frozen).
-    #[arg(long, value_name = "full|lora")]
+    /// Fine-tuning: full (every parameter trains; the default), lora (peft 0.21 LoRA
+    /// adapters in fp32, the base model frozen) or qlora (the same adapters on a
+    /// bitsandbytes 4-bit base, see --quant).
+    #[arg(long, value_name = "full|lora|qlora")]
     pub finetune: Option<String>,
     /// LoRA rank r (with --finetune lora) [default: 8].
     #[arg(long)]

@@ -373,7 +373,11 @@ impl Derived {
                             )
                             .map_err(|e| format!("{e:#}"))
                         })
-                        .collect();
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(|mut l| {
+                            remedies::order(&mut l);
+                            l
+                        });
                     Ok(Answer {
                         fits,
                         timeline: timeline_segments(&plan.timeline),
