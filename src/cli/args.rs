@@ -149,7 +149,7 @@ pub fn load_model(name: &str) -> Result<Preset> {
     let path = Path::new(name);
     if name.ends_with(".json") || path.exists() {
         let text = vramlab_core::fsutil::read_bounded_string(path, FileKind::Model)
-            .context("--model")?;
+            .context("--model: reading preset file")?;
         if name.ends_with(vramlab_core::model::captured::SUFFIX)
             || vramlab_core::model::captured::is_graph_text(&text)
         {
@@ -235,7 +235,8 @@ pub(crate) fn resolve(
     batch: Option<u64>,
 ) -> Result<(Preset, TrainConfig, Gpu, Budget, bool)> {
     if let Some(path) = &t.config {
-        let bytes = vramlab_core::fsutil::read_bounded(path, FileKind::SavedPlan).context("--config")?;
+        let bytes = vramlab_core::fsutil::read_bounded(path, FileKind::SavedPlan)
+            .context("--config: reading saved plan")?;
         let doc = vramlab_core::export::VramlabConfig::from_bytes(&bytes)
             .with_context(|| format!("config {}", path.display()))?;
         let preset = doc.preset()?;

@@ -372,10 +372,8 @@ fn next_step(
     match report.candidates.first() {
         Some(c) => writeln!(
             out,
-            "  best combination: {} → micro-batch {} × {} accumulation, {} nvidia-smi, {:.2} ms/sample",
+            "  best combination: {} — {} nvidia-smi, {:.2} ms/sample",
             c.summary(),
-            c.micro_batch,
-            c.accum,
             c.nvidia_smi,
             c.time.ms_per_sample
         )?,

@@ -53,15 +53,15 @@ impl FileKind {
         })
     }
 
-    /// What the file is, for messages.
+    /// What the file is, with its article, for messages.
     pub fn what(self) -> &'static str {
         match self {
-            FileKind::Model => "model file (preset, config.json or captured graph)",
-            FileKind::SavedPlan => "saved plan (.vramlab.json)",
-            FileKind::Run => "run record",
-            FileKind::Snapshot => "memory snapshot",
-            FileKind::OomMessage => "OOM message file",
-            FileKind::Measurements => "measurement file",
+            FileKind::Model => "a model file (preset, config.json or captured graph)",
+            FileKind::SavedPlan => "a saved plan (.vramlab.json)",
+            FileKind::Run => "a run record",
+            FileKind::Snapshot => "a memory snapshot",
+            FileKind::OomMessage => "an OOM message file",
+            FileKind::Measurements => "a measurement file",
         }
     }
 }
@@ -69,28 +69,30 @@ impl FileKind {
 /// A file a user named that cannot be read as its kind.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("{}: {source}", path.display())]
+    // `error`, not `source`: the message says it once (a source would be printed again by
+    // an error chain).
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{}: not a regular file ({found}); a {what} must be a regular file", path.display())]
+    #[error("{}: not a regular file ({found}); {what} must be a regular file", path.display())]
     NotRegular {
         path: PathBuf,
         found: &'static str,
         what: &'static str,
     },
-    #[error("{}: larger than the {limit} limit for a {what}", path.display())]
+    #[error("{}: larger than the {limit} limit for {what}", path.display())]
     TooLarge {
         path: PathBuf,
         limit: Bytes,
         what: &'static str,
     },
-    #[error("{}: not UTF-8 text (a {what} is text): {source}", path.display())]
+    #[error("{}: not UTF-8 text ({what} is text): {error}", path.display())]
     NotText {
         path: PathBuf,
         what: &'static str,
-        source: std::string::FromUtf8Error,
+        error: std::string::FromUtf8Error,
     },
 }
 
@@ -111,7 +113,11 @@ fn file_type_name(t: std::fs::FileType) -> &'static str {
             return "a socket";
         }
     }
-    if t.is_dir() { "a directory" } else { "not a file" }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
 }
 
 /// A reader that fails, instead of stopping, when its source holds more than the limit.
@@ -140,10 +146,13 @@ impl<R: Read> Read for Bounded<R> {
 /// Opens a file a user named as `kind`: refuses anything but a regular file (checked before
 /// opening, so a FIFO never blocks) and a file above the kind's limit; the reader fails if
 /// the file grows past the limit while it is read. Also returns the size, for progress.
-pub fn open_bounded(path: &Path, kind: FileKind) -> Result<(Bounded<std::fs::File>, u64), ReadError> {
-    let io = |source| ReadError::Io {
+pub fn open_bounded(
+    path: &Path,
+    kind: FileKind,
+) -> Result<(Bounded<std::fs::File>, u64), ReadError> {
+    let io = |error| ReadError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let check = |meta: &std::fs::Metadata| {
         if !meta.is_file() {
@@ -192,7 +201,7 @@ pub fn read_bounded(path: &Path, kind: FileKind) -> Result<Vec<u8>, ReadError> {
             },
             _ => ReadError::Io {
                 path: path.to_path_buf(),
-                source: e,
+                error: e,
             },
         }
     })?;
@@ -201,10 +210,10 @@ pub fn read_bounded(path: &Path, kind: FileKind) -> Result<Vec<u8>, ReadError> {
 
 /// [`read_bounded`] as UTF-8 text.
 pub fn read_bounded_string(path: &Path, kind: FileKind) -> Result<String, ReadError> {
-    String::from_utf8(read_bounded(path, kind)?).map_err(|source| ReadError::NotText {
+    String::from_utf8(read_bounded(path, kind)?).map_err(|error| ReadError::NotText {
         path: path.to_path_buf(),
         what: kind.what(),
-        source,
+        error,
     })
 }
 
@@ -218,9 +227,9 @@ pub fn read_stream_string(
     reader
         .take(kind.limit().0.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(|source| ReadError::Io {
+        .map_err(|error| ReadError::Io {
             path: name.to_path_buf(),
-            source,
+            error,
         })?;
     if bytes.len() as u64 > kind.limit().0 {
         return Err(ReadError::TooLarge {
@@ -229,10 +238,10 @@ pub fn read_stream_string(
             what: kind.what(),
         });
     }
-    String::from_utf8(bytes).map_err(|source| ReadError::NotText {
+    String::from_utf8(bytes).map_err(|error| ReadError::NotText {
         path: name.to_path_buf(),
         what: kind.what(),
-        source,
+        error,
     })
 }
 
@@ -277,23 +286,33 @@ mod tests {
         {
             let e = read_bounded(Path::new("/dev/zero"), FileKind::Snapshot).expect_err("device");
             assert!(
-                e.to_string().contains("not a regular file (a character device)"),
+                e.to_string()
+                    .contains("not a regular file (a character device)"),
                 "{e}"
             );
         }
         let small = dir.join("plan.vramlab.json");
         std::fs::write(&small, b"{}").expect("write");
-        assert_eq!(read_bounded_string(&small, FileKind::SavedPlan).expect("read"), "{}");
+        assert_eq!(
+            read_bounded_string(&small, FileKind::SavedPlan).expect("read"),
+            "{}"
+        );
         let big = dir.join("big.vramlab.json");
         let f = std::fs::File::create(&big).expect("create");
-        f.set_len(FileKind::SavedPlan.limit().0 + 1).expect("sparse");
+        f.set_len(FileKind::SavedPlan.limit().0 + 1)
+            .expect("sparse");
         let e = read_bounded(&big, FileKind::SavedPlan).expect_err("big");
         assert!(
-            e.to_string().contains("larger than the 4.00 MiB limit for a saved plan"),
+            e.to_string()
+                .contains("larger than the 4.00 MiB limit for a saved plan"),
             "{e}"
         );
-        let e = read_stream_string(&vec![b'x'; 17 << 20][..], Path::new("-"), FileKind::OomMessage)
-            .expect_err("stdin");
+        let e = read_stream_string(
+            &vec![b'x'; 17 << 20][..],
+            Path::new("-"),
+            FileKind::OomMessage,
+        )
+        .expect_err("stdin");
         assert!(e.to_string().contains("16.00 MiB limit"), "{e}");
         // A reader that meets more bytes than the limit fails rather than stopping short.
         let mut r = Bounded {

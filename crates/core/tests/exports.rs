@@ -24,9 +24,7 @@ enum Kind {
 fn kind(f: Format) -> Kind {
     match f {
         Format::PyTorch | Format::Peft | Format::Fsdp2 => Kind::Python,
-        Format::Vramlab | Format::DeepSpeed | Format::HuggingFace | Format::Lightning => {
-            Kind::Json
-        }
+        Format::Vramlab | Format::DeepSpeed | Format::HuggingFace | Format::Lightning => Kind::Json,
         Format::Env | Format::Torchrun => Kind::Shell,
         Format::Accelerate => Kind::Yaml,
     }
@@ -154,8 +152,7 @@ fn every_export_parses() {
                     }
                 };
                 let doc =
-                    VramlabConfig::new(&preset, false, cfg, "h100", 0.05, Some(&plan))
-                        .to_json();
+                    VramlabConfig::new(&preset, false, cfg, "h100", 0.05, Some(&plan)).to_json();
                 let formats: Vec<Format> = if strategy == Strategy::None {
                     Format::ALL.to_vec()
                 } else {
@@ -206,5 +203,9 @@ fn every_export_parses() {
     assert!(!python_ast_failures(&[("broken".into(), broken.into())]).is_empty());
     let bad = python_ast_failures(&python);
     assert!(bad.is_empty(), "Python exports that do not parse:\n{bad}");
-    assert!(checked > 300 && python.len() > 100, "{checked} checked, {} Python", python.len());
+    assert!(
+        checked > 300 && python.len() > 100,
+        "{checked} checked, {} Python",
+        python.len()
+    );
 }

@@ -11,7 +11,6 @@ mod run_tab;
 
 pub use run_tab::{MonitorOpener, Spawner, Tab};
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use egui::{Key, KeyboardShortcut, Modifiers, RichText, Ui};
@@ -25,7 +24,7 @@ use crate::ui::{
     Command, Derived, GpuChoice, PlannerState, answer, breakdown, export_panel, plots, remedies,
     style, tips,
 };
-use vramlab_core::export::vramlab_file::{MAX_BYTES, ModelRef};
+use vramlab_core::export::vramlab_file::ModelRef;
 use vramlab_core::export::{Format, VramlabConfig};
 use vramlab_core::fsutil::write_atomic;
 use vramlab_core::model::Preset;
@@ -66,7 +65,7 @@ fn rfd_open() -> Option<PathBuf> {
         .pick_file()
 }
 
-/// Reads a saved plan: a regular file of at most [`MAX_BYTES`] (`fsutil::read_bounded`).
+/// Reads a saved plan: a regular file of at most `vramlab_file::MAX_BYTES` (`fsutil::read_bounded`).
 fn read_limited(path: &Path) -> Result<Vec<u8>, vramlab_core::fsutil::ReadError> {
     vramlab_core::fsutil::read_bounded(path, vramlab_core::fsutil::FileKind::SavedPlan)
 }
@@ -568,10 +567,8 @@ impl VramApp {
     }
 
     fn open_preset_at(&mut self, path: &Path) {
-        let text = vramlab_core::fsutil::read_bounded_string(
-            path,
-            vramlab_core::fsutil::FileKind::Model,
-        );
+        let text =
+            vramlab_core::fsutil::read_bounded_string(path, vramlab_core::fsutil::FileKind::Model);
         if let Ok(text) = &text
             && crate::app::captured_file::is_graph(text)
         {

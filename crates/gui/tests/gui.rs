@@ -237,6 +237,40 @@ fn applying_a_remedy_sets_the_config_and_replans() {
     assert_shows(&h, &after);
 }
 
+/// Changes that add memory are listed after the remedies under their own heading, each
+/// marked "cost" instead of a fit mark, in the core's order.
+#[test]
+fn remedies_that_add_memory_are_shown_as_costs() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "llama-2-7b", "Llama 2 7B");
+    pick_combo(&mut h, "Precision", "FP32");
+    set_value(&mut h, "Batch size", 1.0);
+    let cfg = h.state().state.config;
+    let preset = find_builtin("Llama-2-7b-hf").expect("preset");
+    let list = remedies(&preset, &cfg, rtx4090_budget()).expect("remedies");
+    let costs = list.iter().filter(|r| r.adds_memory).count();
+    assert!(
+        costs > 0,
+        "AMP adds bf16 weight copies at batch 1: {list:#?}"
+    );
+    // The core lists the savers first.
+    assert!(
+        list.iter()
+            .skip_while(|r| !r.adds_memory)
+            .all(|r| r.adds_memory)
+    );
+    assert_shows(&h, "Adds memory here (costs, not remedies)");
+    assert_eq!(h.query_all_by_label("cost").count(), costs);
+    for r in list.iter().filter(|r| r.adds_memory) {
+        assert!(
+            r.verdict().contains("a cost, not a remedy"),
+            "{}",
+            r.verdict()
+        );
+    }
+}
+
 #[test]
 fn custom_model_replans_and_shows_model_errors() {
     let mut h = harness(VramApp::new_for_test(None));

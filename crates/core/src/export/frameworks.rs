@@ -426,15 +426,13 @@ mod tests {
             ..TrainConfig::default()
         };
         let p = plan(&cfg);
-        let ds: Value =
-            serde_json::from_str(&r(Format::DeepSpeed, &cfg, &p, "")).expect("json");
+        let ds: Value = serde_json::from_str(&r(Format::DeepSpeed, &cfg, &p, "")).expect("json");
         assert_eq!(ds["train_micro_batch_size_per_gpu"], 6);
         assert_eq!(ds["gradient_accumulation_steps"], 4);
         assert_eq!(ds["train_batch_size"], 24);
         assert_eq!(ds["fp16"]["enabled"], true);
         assert_eq!(ds["optimizer"]["type"], "AdamW");
-        let hf: Value =
-            serde_json::from_str(&r(Format::HuggingFace, &cfg, &p, "")).expect("json");
+        let hf: Value = serde_json::from_str(&r(Format::HuggingFace, &cfg, &p, "")).expect("json");
         assert_eq!(hf["per_device_train_batch_size"], 6);
         assert_eq!(hf["fp16"], true);
         assert_eq!(hf["bf16"], false);
@@ -457,8 +455,7 @@ mod tests {
             py.contains("{\"use_reentrant\": True}") && py.contains("enable_input_require_grads()"),
             "{py}"
         );
-        let pl: Value =
-            serde_json::from_str(&r(Format::Lightning, &cfg, &p, "")).expect("json");
+        let pl: Value = serde_json::from_str(&r(Format::Lightning, &cfg, &p, "")).expect("json");
         assert_eq!(pl["precision"], "16-mixed");
         assert_eq!(pl["accumulate_grad_batches"], 4);
         let py = r(Format::PyTorch, &cfg, &p, "");
@@ -489,7 +486,14 @@ mod tests {
             ..TrainConfig::default()
         };
         let p = plan(&lora);
-        let py = render(Format::PyTorch, &lora, &p, "", Some("openai-community/gpt2")).expect("py");
+        let py = render(
+            Format::PyTorch,
+            &lora,
+            &p,
+            "",
+            Some("openai-community/gpt2"),
+        )
+        .expect("py");
         for want in [
             "MODEL = \"openai-community/gpt2\"",
             "lora_config = LoraConfig(r=8",
@@ -500,11 +504,18 @@ mod tests {
         ] {
             assert!(py.contains(want), "{want} missing in\n{py}");
         }
-        assert_eq!(py.matches("enable_input_require_grads()").count(), 1, "{py}");
+        assert_eq!(
+            py.matches("enable_input_require_grads()").count(),
+            1,
+            "{py}"
+        );
         for f in [Format::HuggingFace, Format::Lightning] {
             let e = render(f, &lora, &p, "", None).expect_err("refused");
             let msg = e.to_string();
-            assert!(msg.contains("--format peft") && msg.contains("LoRA"), "{msg}");
+            assert!(
+                msg.contains("--format peft") && msg.contains("LoRA"),
+                "{msg}"
+            );
         }
         let qlora = TrainConfig {
             finetune: FineTune {

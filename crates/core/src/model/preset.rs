@@ -537,7 +537,10 @@ const HUB_IDS: [(&str, &str); 10] = [
     ("Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-8B"),
     ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
     ("Llama-2-13b-hf", "meta-llama/Llama-2-13b-hf"),
-    ("TinyLlama-1.1B", "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"),
+    (
+        "TinyLlama-1.1B",
+        "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T",
+    ),
 ];
 
 impl Preset {

@@ -16,9 +16,7 @@ use crate::ui::run::RunCommand;
 use crate::ui::run::controls::{RunContext, controls_ui};
 use crate::ui::run::results::results_ui;
 use crate::ui::run::session::{KeptRun, RunSource, skeleton};
-use vramlab_core::export::results::{
-    MAX_RUN_BYTES, run_from_json, run_to_csv, run_to_json, suggested_run_name,
-};
+use vramlab_core::export::results::{run_from_json, run_to_csv, run_to_json, suggested_run_name};
 use vramlab_core::fsutil::write_atomic;
 use vramlab_device::bench::{BenchHandle, BenchRequest, EngineKind};
 use vramlab_device::gpu::monitor::Monitor;
