@@ -17,6 +17,8 @@ struct Run {
     max_rss_kib: i64,
 }
 
+// The child is reaped by `wait4` (which also returns its peak memory), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn run(args: &[&str], stdin: Stdio, dir: &Path) -> Run {
     let err_path = dir.join(format!("stderr-{}", args.join("_").replace('/', "_")));
     let err_file = std::fs::File::create(&err_path).expect("stderr file");
