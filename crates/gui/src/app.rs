@@ -223,7 +223,15 @@ impl VramApp {
             Command::ResetCustom => s.custom = None,
             Command::SetSearch(t) => s.search = t,
             Command::SetFamilyFilter(f) => s.family_filter = f,
-            Command::SetConfig(c) | Command::ApplyRemedy(c) | Command::ApplyFit(c) => s.config = c,
+            Command::SetConfig(c) => s.config = c,
+            Command::ApplyRemedy(c) | Command::ApplyFit(c) => {
+                s.config = c;
+                // The model-switch notice ("does not fit … see the remedies") is stale once a
+                // remedy or a fit is applied; errors stay until dismissed.
+                if self.message.as_ref().is_some_and(|m| !m.is_error) {
+                    self.message = None;
+                }
+            }
             Command::SearchFit => self.derived.fit_wanted = true,
             Command::SetGpu(g) => s.gpu = g,
             Command::SetMarginPct(m) => s.margin_pct = m.clamp(0.0, 50.0),

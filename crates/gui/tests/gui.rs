@@ -271,6 +271,29 @@ fn remedies_that_add_memory_are_shown_as_costs() {
     }
 }
 
+/// The model-switch notice ("does not fit … see the remedies") goes once a remedy is
+/// applied: it described the batch before, not the plan now.
+#[test]
+fn applying_a_remedy_clears_the_model_switch_notice() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "llama-2-7b", "Llama 2 7B");
+    let notice = h
+        .state()
+        .message()
+        .map(|m| m.text.clone())
+        .unwrap_or_default();
+    assert!(notice.contains("see the remedies"), "{notice:?}");
+    assert_shows(&h, &notice);
+    h.get_all_by_label("Apply")
+        .next()
+        .expect("a remedy")
+        .click();
+    h.run();
+    assert!(h.state().message().is_none());
+    assert_eq!(h.query_all_by_label_contains(&notice).count(), 0);
+}
+
 #[test]
 fn custom_model_replans_and_shows_model_errors() {
     let mut h = harness(VramApp::new_for_test(None));
@@ -382,7 +405,7 @@ fn open_preset_loads_a_file_as_the_custom_model() {
     app.set_dialogs(Box::new(|_| None), Box::new(move || Some(p2.clone())));
     let mut h = harness(app);
     h.run();
-    h.get_by_label("Open preset…").click();
+    h.get_by_label("Open preset or config.json…").click();
     h.run();
     assert_shows(&h, "Opened ");
     assert_shows(&h, "My ResNet");

@@ -385,6 +385,36 @@ fn cancel_stops_a_live_run() {
     assert_shows(&h, "Cancelled: 1 trials.");
 }
 
+/// A batch list entirely above the planner's max batch is flagged, with a list up to the
+/// max to use instead (the default 4,8,16 on a model whose max is 2).
+#[test]
+fn a_batch_list_above_the_max_batch_offers_one_that_fits() {
+    let (mut app, _) = replay_app(vec![]);
+    app.state.preset_id = "gpt2-large".into();
+    let mut h = harness(app);
+    h.run();
+    open_tab(&mut h, Tab::Run);
+    let max = h
+        .state()
+        .derived()
+        .max_batch()
+        .and_then(|m| m.clone().ok().flatten())
+        .expect("max batch");
+    assert!(max < 4, "the default list must be above it: max {max}");
+    assert_shows(&h, &format!("above the predicted max batch {max}"));
+    let mut want = vec![(max / 4).max(1), (max / 2).max(1), max];
+    want.dedup();
+    let want = want
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    h.get_by_label(&format!("Use {want}")).click();
+    h.run();
+    assert_eq!(h.state().state.run.batches, want);
+    assert!(!shows(&h, "above the predicted max batch"));
+}
+
 #[test]
 fn batch_list_errors_are_shown_and_block_start() {
     let (app, reqs) = replay_app(vec![]);

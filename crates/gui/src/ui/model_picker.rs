@@ -133,8 +133,8 @@ pub(crate) fn model_ui(
             emit(cmd, Command::SavePreset);
         }
         if ui
-            .button("Open preset…")
-            .on_hover_text("Load a preset JSON file, or a Hugging Face config.json, as a custom model (you can also drop a config.json on the window or paste its text).")
+            .button("Open preset or config.json…")
+            .on_hover_text("Load a preset JSON file, a Hugging Face config.json or a captured graph as a custom model (you can also drop a config.json on the window or paste its text).")
             .clicked()
         {
             emit(cmd, Command::OpenPreset);

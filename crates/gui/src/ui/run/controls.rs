@@ -128,6 +128,9 @@ fn form_ui(
             };
             ui.label(RichText::new(seed).small());
         }
+        Ok(vramlab_core::sweep::BatchPlan::List(list)) => {
+            over_max_ui(&list, cx, &mut s, ui);
+        }
         Ok(_) => {}
     }
     if s != *settings {
@@ -254,5 +257,52 @@ fn runs_ui(session: &RunSession, cx: &RunContext<'_>, ui: &mut Ui, cmd: &mut Opt
             ui.visuals().text_color()
         };
         ui.colored_label(color, m.text.as_str());
+    }
+}
+
+/// A batch list above the plan's max batch: which batches are expected to run out of
+/// memory, and (when every one is) a list up to the max to use instead.
+fn over_max_ui(list: &[u64], cx: &RunContext<'_>, s: &mut RunSettings, ui: &mut Ui) {
+    let over: Vec<String> = list
+        .iter()
+        .filter(|&&b| cx.predicted_max.is_none_or(|m| b > m))
+        .map(u64::to_string)
+        .collect();
+    if over.is_empty() {
+        return;
+    }
+    let text = match cx.predicted_max {
+        Some(m) => format!(
+            "Batch {} above the predicted max batch {m} on {}: expected to run out of memory.",
+            over.join(", "),
+            cx.gpu_name
+        ),
+        None => format!(
+            "Not even batch 1 is predicted to fit on {}: every trial is expected to run out of memory.",
+            cx.gpu_name
+        ),
+    };
+    ui.label(
+        RichText::new(text)
+            .small()
+            .color(error_color(ui.visuals().dark_mode)),
+    );
+    if let Some(m) = cx.predicted_max
+        && over.len() == list.len()
+    {
+        let mut up_to: Vec<u64> = vec![(m / 4).max(1), (m / 2).max(1), m];
+        up_to.dedup();
+        let suggested = up_to
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        if ui
+            .button(format!("Use {suggested}"))
+            .on_hover_text("Batches up to the predicted max batch")
+            .clicked()
+        {
+            s.batches = suggested;
+        }
     }
 }
