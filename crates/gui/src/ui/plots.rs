@@ -12,6 +12,32 @@ use vramlab_core::units::Bytes;
 use super::derived::{Answer, GpuTarget};
 use super::style::{self, gib_tick, gib_to_bytes, phase_color};
 
+/// The hover label away from the curves: the sweep point nearest the pointer's batch `x`
+/// (the curves' values there, not the pointer's height).
+pub fn sweep_label_at(sweep: &[SweepPoint], x: f64) -> Option<String> {
+    let p = sweep.iter().min_by(|a, b| {
+        (a.batch as f64 - x)
+            .abs()
+            .total_cmp(&(b.batch as f64 - x).abs())
+    })?;
+    Some(format!(
+        "batch {}\nnvidia-smi {}\nreserved {}\nallocated {}",
+        p.batch, p.nvidia_smi, p.reserved, p.allocated
+    ))
+}
+
+/// The hover label away from the timeline: the allocated bytes at the point nearest the
+/// pointer's event `x`.
+pub fn timeline_label_at<'a>(
+    segments: impl Iterator<Item = &'a [[f64; 2]]>,
+    x: f64,
+) -> Option<String> {
+    let [ex, y] = segments
+        .flatten()
+        .min_by(|a, b| (a[0] - x).abs().total_cmp(&(b[0] - x).abs()))?;
+    Some(format!("event {:.0}\n{}", ex.max(0.0), gib_to_bytes(*y)))
+}
+
 /// Predicted peak allocated / reserved / nvidia-smi over batch size, with the usable
 /// capacity, the max batch and the current batch.
 pub fn batch_plot_ui(
@@ -55,7 +81,10 @@ pub fn batch_plot_ui(
                     position,
                     ..
                 } => (*plot_name, *position),
-                egui_plot::HoverPosition::Elsewhere { position } => ("", *position),
+                // Off the curves: their values at the pointer's batch, not its height.
+                egui_plot::HoverPosition::Elsewhere { position } => {
+                    return sweep_label_at(sweep, position.x);
+                }
             };
             let head = if name.is_empty() {
                 String::new()
@@ -138,12 +167,17 @@ pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) -> egui::Rect
         .include_y(0.0)
         .include_y(peak.as_gib_f64() * 1.12)
         .allow_scroll(false)
-        .label_formatter(|h| {
-            let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
-            };
-            Some(format!("event {:.0}\n{}", p.x.max(0.0), gib_to_bytes(p.y)))
+        .label_formatter(|h| match h {
+            egui_plot::HoverPosition::NearDataPoint { position, .. } => Some(format!(
+                "event {:.0}\n{}",
+                position.x.max(0.0),
+                gib_to_bytes(position.y)
+            )),
+            // Off the curve: its value at the pointer's event, not the pointer's height.
+            egui_plot::HoverPosition::Elsewhere { position } => timeline_label_at(
+                answer.timeline.iter().map(|s| s.points.as_slice()),
+                position.x,
+            ),
         })
         .show(ui, |plot_ui| {
             for seg in &answer.timeline {
@@ -188,5 +222,32 @@ fn phase_name(p: Phase) -> &'static str {
         Phase::Forward => "forward",
         Phase::Backward => "backward",
         Phase::Optimizer => "optimizer step",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Away from the curves the label gives the curves' values at the pointer's batch or
+    /// event, whatever the pointer's height.
+    #[test]
+    fn hover_labels_follow_the_curves() {
+        let sweep = [1, 2, 4].map(|b| SweepPoint {
+            batch: b,
+            allocated: Bytes::gib(b),
+            reserved: Bytes::gib(b + 1),
+            nvidia_smi: Bytes::gib(b + 2),
+        });
+        let label = sweep_label_at(&sweep, 3.6).expect("label");
+        assert_eq!(
+            label,
+            "batch 4\nnvidia-smi 6.00 GiB\nreserved 5.00 GiB\nallocated 4.00 GiB"
+        );
+        assert!(sweep_label_at(&[], 1.0).is_none());
+        let seg_a = [[0.0, 1.0], [10.0, 2.0]];
+        let seg_b = [[20.0, 3.0]];
+        let label = timeline_label_at([&seg_a[..], &seg_b[..]].into_iter(), 18.0).expect("label");
+        assert_eq!(label, format!("event 20\n{}", gib_to_bytes(3.0)));
     }
 }

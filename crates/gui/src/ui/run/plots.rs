@@ -43,7 +43,10 @@ fn hover_label(h: &egui_plot::HoverPosition<'_>) -> Option<String> {
             position,
             ..
         } => (*plot_name, *position),
-        egui_plot::HoverPosition::Elsewhere { position } => ("", *position),
+        // Off the series: the batch only; the pointer's height is no series' value.
+        egui_plot::HoverPosition::Elsewhere { position } => {
+            return Some(format!("batch {:.0}", position.x.max(0.0)));
+        }
     };
     let head = if name.is_empty() {
         String::new()
@@ -276,6 +279,7 @@ pub fn timeline_plot_ui(samples: &[MemSample], what: &str, ui: &mut Ui, height: 
             .collect()
     };
     let meas = pts(|s| Some(s.measured));
+    let meas_hover = meas.clone();
     let alloc = pts(|s| s.predicted_allocated);
     let res = pts(|s| s.predicted_reserved);
     let peak = samples.iter().map(|s| s.measured).max();
@@ -305,13 +309,22 @@ pub fn timeline_plot_ui(samples: &[MemSample], what: &str, ui: &mut Ui, height: 
         .allow_scroll(false)
         .label_formatter(move |h| {
             let p = match h {
-                egui_plot::HoverPosition::NearDataPoint { position, .. }
-                | egui_plot::HoverPosition::Elsewhere { position } => *position,
+                egui_plot::HoverPosition::NearDataPoint { position, .. } => {
+                    [position.x, position.y]
+                }
+                // Off the curves: the measured value at the pointer's x, not its height.
+                egui_plot::HoverPosition::Elsewhere { position } => {
+                    *meas_hover.iter().min_by(|a, b| {
+                        (a[0] - position.x)
+                            .abs()
+                            .total_cmp(&(b[0] - position.x).abs())
+                    })?
+                }
             };
             Some(format!(
                 "{x_unit} {:.0}\n{}",
-                p.x.max(0.0),
-                gib_to_bytes(p.y)
+                p[0].max(0.0),
+                gib_to_bytes(p[1])
             ))
         })
         .show(ui, |plot_ui| {
