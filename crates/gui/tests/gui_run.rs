@@ -415,6 +415,24 @@ fn a_batch_list_above_the_max_batch_offers_one_that_fits() {
     assert!(!shows(&h, "above the predicted max batch"));
 }
 
+/// A priming OOM far above the sweep (batch 100 000 after batch 8) stays off the batch
+/// plot's range, and the plot says so.
+#[test]
+fn a_priming_oom_does_not_stretch_the_batch_plot() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/bench/gpt2-torch-primed.json");
+    let bytes = std::fs::read(&path).expect("recorded run");
+    let run = run_from_json(&bytes).expect("run");
+    assert!(run.trials.iter().any(|t| t.batch == 100_000));
+    let (mut app, _) = replay_app(vec![]);
+    app.show_run(run, "gpt2-torch-primed.json");
+    let mut h = harness(app);
+    h.run();
+    open_tab(&mut h, Tab::Run);
+    h.run();
+    assert_shows(&h, "Out of memory at batch 100000: off the plot");
+}
+
 #[test]
 fn batch_list_errors_are_shown_and_block_start() {
     let (app, reqs) = replay_app(vec![]);

@@ -1,7 +1,7 @@
 //! Measured vs predicted: peak memory over batch size (predicted lines, measured points
 //! per trial, OOMs marked) and the memory timeline of one trial.
 
-use egui::{Color32, Ui};
+use egui::{Color32, RichText, Ui};
 use egui_plot::{Corner, HLine, Legend, Line, LineStyle, MarkerShape, Plot, Points, VLine};
 
 use crate::ui::style::{self, gib_tick, gib_to_bytes};
@@ -73,6 +73,7 @@ pub fn batch_plot_ui(
     height: f32,
 ) -> egui::Rect {
     let run = &shown.run;
+    let top = shown.batch_top() as f64;
     let predicted: [(&str, Color32, Vec<[f64; 2]>); 3] = match shown.curve() {
         Some(c) => {
             let pts = |f: fn(&vramlab_core::plan::search::SweepPoint) -> Bytes| {
@@ -103,7 +104,7 @@ pub fn batch_plot_ui(
             let mut ts: Vec<&Trial> = run
                 .trials
                 .iter()
-                .filter(|t| t.predicted.is_some())
+                .filter(|t| t.predicted.is_some() && t.batch as f64 <= top)
                 .collect();
             ts.sort_by_key(|t| t.batch);
             let pts = |f: fn(&vramlab_core::record::Predicted) -> Bytes| {
@@ -131,7 +132,6 @@ pub fn batch_plot_ui(
         }
     };
     let capacity = run.device.total_bytes;
-    let top = shown.batch_top() as f64;
     let resp = Plot::new("run_batch_plot")
         .height(height)
         .legend(
@@ -216,7 +216,7 @@ pub fn batch_plot_ui(
             let ooms: Vec<[f64; 2]> = run
                 .trials
                 .iter()
-                .filter(|t| matches!(t.outcome, Outcome::Oom { .. }))
+                .filter(|t| matches!(t.outcome, Outcome::Oom { .. }) && t.batch as f64 <= top)
                 .map(|t| [t.batch as f64, 0.0])
                 .collect();
             if !ooms.is_empty() {
@@ -252,6 +252,20 @@ pub fn batch_plot_ui(
                 );
             }
         });
+    let off = shown.off_range_ooms();
+    if !off.is_empty() {
+        let list = off
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        ui.label(
+            RichText::new(format!(
+                "Out of memory at batch {list}: off the plot (beyond 4× the largest batch that ran)."
+            ))
+            .small(),
+        );
+    }
     resp.response.rect
 }
 

@@ -71,14 +71,41 @@ impl KeptRun {
         self.curve.as_ref()
     }
 
-    /// Top of the batch range the plot shows: a little beyond every trial and the
-    /// predicted max batch.
+    /// The largest batch an OOM trial may have and still set the plot's range: 4× the
+    /// largest batch that ran or the predicted max batch. A far larger one (a priming
+    /// trial at batch 100 000) would stretch the predicted curves to 170 000 GiB.
+    fn oom_range(&self) -> u64 {
+        self.run
+            .trials
+            .iter()
+            .filter(|t| t.outcome.ran())
+            .map(|t| t.batch)
+            .chain(self.run.predicted_max_batch)
+            .max()
+            .map_or(u64::MAX, |b| b.saturating_mul(4))
+    }
+
+    /// OOM trials beyond [`Self::batch_top`]'s range, left off the plot (and said so).
+    pub fn off_range_ooms(&self) -> Vec<u64> {
+        let range = self.oom_range();
+        self.run
+            .trials
+            .iter()
+            .filter(|t| !t.outcome.ran() && t.batch > range)
+            .map(|t| t.batch)
+            .collect()
+    }
+
+    /// Top of the batch range the plot shows: a little beyond every trial (but the
+    /// [`Self::off_range_ooms`]) and the predicted max batch.
     pub fn batch_top(&self) -> u64 {
+        let range = self.oom_range();
         let hi = self
             .run
             .trials
             .iter()
             .map(|t| t.batch)
+            .filter(|&b| b <= range)
             .chain(self.run.predicted_max_batch)
             .max()
             .unwrap_or(8);
