@@ -435,6 +435,28 @@ fn open_export(h: &mut Harness<'_, VramApp>) {
     h.run();
 }
 
+/// A LoRA plan: the peft tab writes the model's Hub id and a `LoraConfig` that parses
+/// (the targets' comment on its own line); the HF tab refuses, naming the formats that
+/// carry the adapters.
+#[test]
+fn a_lora_plan_exports_peft_and_refuses_trainer_arguments() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    h.get_by_role_and_label(Role::RadioButton, "lora").click();
+    h.run();
+    assert!(h.state().state.config.finetune.mode.has_adapters());
+    open_export(&mut h);
+    h.get_by_label("peft / QLoRA").click();
+    h.run();
+    assert_shows(&h, "MODEL = \"openai-community/gpt2\"");
+    assert_shows(&h, "# target_modules=None: peft's default");
+    assert_shows(&h, "target_modules=None, task_type=\"CAUSAL_LM\")");
+    h.get_by_label("HF TrainingArguments").click();
+    h.run();
+    assert_shows(&h, "cannot hold the LoRA adapters");
+    assert_shows(&h, "--format peft");
+}
+
 #[test]
 fn export_preview_shows_the_deepspeed_config_of_the_current_batch() {
     let mut h = harness_tall(VramApp::new_for_test(None));
