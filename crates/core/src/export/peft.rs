@@ -79,22 +79,32 @@ pub(crate) fn model_setup(cfg: &TrainConfig, hub_id: Option<&str>) -> String {
     if ft.mode == FineTuneMode::Lora && reentrant {
         s.push_str("# reentrant checkpointing over a frozen base: the embedding output must require grad\nmodel.enable_input_require_grads()\n");
     }
-    if ft.mode.has_adapters() {
-        if ft.lora_targets == LoraTargets::Attn {
-            // On its own line: a comment inside the call would swallow its closing parenthesis.
-            s.push_str("# target_modules=None: peft's default for the model type (attention projections)\n");
-        }
-        s.push_str(&format!(
-            "lora_config = LoraConfig(r={}, lora_alpha={}, lora_dropout={:?}, target_modules={}, task_type=\"CAUSAL_LM\")\n",
-            ft.lora_rank,
-            2 * ft.lora_rank,
-            ft.lora_dropout.p(),
-            target_modules(ft.lora_targets)
-        ));
+    s.push_str(&adapters(cfg));
+    s
+}
+
+/// The `LoraConfig` and `get_peft_model` lines of a LoRA / QLoRA plan (empty for a full
+/// fine-tune).
+pub(crate) fn adapters(cfg: &TrainConfig) -> String {
+    let ft = &cfg.finetune;
+    let mut s = String::new();
+    if !ft.mode.has_adapters() {
+        return s;
+    }
+    if ft.lora_targets == LoraTargets::Attn {
+        // On its own line: a comment inside the call would swallow its closing parenthesis.
         s.push_str(
-            "model = get_peft_model(model, lora_config)\nmodel.print_trainable_parameters()\n",
+            "# target_modules=None: peft's default for the model type (attention projections)\n",
         );
     }
+    s.push_str(&format!(
+        "lora_config = LoraConfig(r={}, lora_alpha={}, lora_dropout={:?}, target_modules={}, task_type=\"CAUSAL_LM\")\n",
+        ft.lora_rank,
+        2 * ft.lora_rank,
+        ft.lora_dropout.p(),
+        target_modules(ft.lora_targets)
+    ));
+    s.push_str("model = get_peft_model(model, lora_config)\nmodel.print_trainable_parameters()\n");
     s
 }
 
