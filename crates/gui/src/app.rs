@@ -499,7 +499,11 @@ impl VramApp {
         if let Some(file) = &dropped {
             let source = file.path().display().to_string();
             let name = vramlab_core::model::hf::name_for_path(file.path());
-            match file.bytes() {
+            // Bounded: eframe's `DroppedFile::bytes` reads the whole file.
+            match vramlab_core::fsutil::read_bounded(
+                file.path(),
+                vramlab_core::fsutil::FileKind::Model,
+            ) {
                 Ok(bytes) => {
                     let text = std::str::from_utf8(&bytes).unwrap_or_default();
                     if crate::app::captured_file::is_graph(text) {

@@ -287,7 +287,10 @@ impl DoctorPanel {
             if matches!(ext, "pickle" | "pkl") {
                 self.apply(DoctorCommand::OpenSnapshot(path), ctx);
             } else {
-                match f.bytes() {
+                match vramlab_core::fsutil::read_bounded(
+                    &path,
+                    vramlab_core::fsutil::FileKind::OomMessage,
+                ) {
                     Ok(b) => {
                         self.text = String::from_utf8_lossy(&b).into_owned();
                         self.rediagnose();
