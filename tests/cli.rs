@@ -1990,3 +1990,75 @@ fn plan_shows_the_measured_error_band_of_its_mode() {
             .is_some_and(|n| n.contains("no measurements for this mode"))
     );
 }
+
+/// Nothing fits and no single remedy does: `plan` prints the fit search's best answer in
+/// one line, the `vramlab fit` command with the same arguments, and LoRA / QLoRA.
+#[test]
+fn plan_points_to_fit_when_no_remedy_fits() {
+    let args = [
+        "plan",
+        "--model",
+        "Meta-Llama-3-8B",
+        "--seq",
+        "2048",
+        "--batch",
+        "4",
+        "--gpu",
+        "rtx-4090",
+    ];
+    let (ok, out, err) = vramlab(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("DOES NOT FIT"), "{out}");
+    assert!(out.contains("Next step: no single remedy fits."), "{out}");
+    assert!(out.contains("  best combination: "), "{out}");
+    assert!(
+        out.contains("vramlab fit --model Meta-Llama-3-8B --seq 2048 --batch 4 --gpu rtx-4090"),
+        "{out}"
+    );
+    // Remedies that add memory come after the rest, as costs.
+    if let Some(at) = out.find("adds memory here (costs, not remedies):") {
+        let costs = &out[at..out.find("Next step").unwrap_or(out.len())];
+        assert!(!costs.contains(" fits"), "{costs}");
+    }
+    let (ok, out, err) = vramlab(&[&args[..], &["--json"]].concat());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert!(
+        v["fit_command"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("vramlab fit --model Meta-Llama-3-8B")),
+        "{v}"
+    );
+}
+
+/// `export --help` names peft, `plan --help` every fine-tuning mode; a LoRA plan's HF
+/// arguments are refused naming the formats that carry the adapters; known ids are filled.
+#[test]
+fn exports_name_peft_and_carry_or_refuse_adapters() {
+    let (ok, out, _) = vramlab(&["export", "--help"]);
+    assert!(ok && out.contains("peft"), "{out}");
+    let (ok, out, _) = vramlab(&["plan", "--help"]);
+    assert!(ok && out.contains("full|lora|qlora"), "{out}");
+    let lora = [
+        "export",
+        "--model",
+        "Meta-Llama-3-8B",
+        "--batch",
+        "1",
+        "--finetune",
+        "lora",
+        "--format",
+    ];
+    fails_with(&[&lora[..], &["hf"]].concat(), "--format peft");
+    fails_with(&[&lora[..], &["lightning"]].concat(), "--format peft");
+    for f in ["peft", "pytorch"] {
+        let (ok, out, err) = vramlab(&[&lora[..], &[f]].concat());
+        assert!(ok, "{err}");
+        assert!(
+            out.contains("MODEL = \"meta-llama/Meta-Llama-3-8B\"")
+                && out.contains("get_peft_model(model, lora_config)")
+                && !out.contains("your/model-id"),
+            "{out}"
+        );
+    }
+}

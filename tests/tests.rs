@@ -4,6 +4,8 @@
 mod architecture;
 mod cli;
 mod doctor;
+#[cfg(target_os = "linux")]
+mod files;
 mod gpu;
 mod hf_import;
 mod regressions;

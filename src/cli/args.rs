@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+use vramlab_core::fsutil::FileKind;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::TrainConfig;
@@ -64,9 +65,10 @@ pub struct TrainArgs {
     /// autograd keeps the graph).
     #[arg(long, value_name = "train|eval|eval-grad")]
     pub step: Option<String>,
-    /// Fine-tuning: full (every parameter trains; the default) or lora (peft 0.21 LoRA
-    /// adapters in fp32, the base model frozen).
-    #[arg(long, value_name = "full|lora")]
+    /// Fine-tuning: full (every parameter trains; the default), lora (peft 0.21 LoRA
+    /// adapters in fp32, the base model frozen) or qlora (the same adapters on a
+    /// bitsandbytes 4-bit base, see --quant).
+    #[arg(long, value_name = "full|lora|qlora")]
     pub finetune: Option<String>,
     /// LoRA rank r (with --finetune lora) [default: 8].
     #[arg(long)]
@@ -146,8 +148,8 @@ pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
 pub fn load_model(name: &str) -> Result<Preset> {
     let path = Path::new(name);
     if name.ends_with(".json") || path.exists() {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading preset file {}", path.display()))?;
+        let text = vramlab_core::fsutil::read_bounded_string(path, FileKind::Model)
+            .context("--model: reading preset file")?;
         if name.ends_with(vramlab_core::model::captured::SUFFIX)
             || vramlab_core::model::captured::is_graph_text(&text)
         {
@@ -233,8 +235,8 @@ pub(crate) fn resolve(
     batch: Option<u64>,
 ) -> Result<(Preset, TrainConfig, Gpu, Budget, bool)> {
     if let Some(path) = &t.config {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("reading config {}", path.display()))?;
+        let bytes = vramlab_core::fsutil::read_bounded(path, FileKind::SavedPlan)
+            .context("--config: reading saved plan")?;
         let doc = vramlab_core::export::VramlabConfig::from_bytes(&bytes)
             .with_context(|| format!("config {}", path.display()))?;
         let preset = doc.preset()?;

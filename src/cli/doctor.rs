@@ -319,7 +319,8 @@ fn evaluation_advice(
 
 /// The first OOM of a saved bench run, and the planner's answer for its model.
 fn from_run(path: &Path, margin: f64) -> Result<(Option<String>, Option<PlanAdvice>)> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading run {}", path.display()))?;
+    let bytes = vramlab_core::fsutil::read_bounded(path, vramlab_core::fsutil::FileKind::Run)
+        .context("--run: reading run record")?;
     let run = vramlab_core::export::results::run_from_json(&bytes)
         .with_context(|| format!("run file {}", path.display()))?;
     let oom = run
@@ -349,9 +350,9 @@ pub fn load_snapshot(
     device: Option<usize>,
     progress: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<SnapshotReport> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("opening snapshot {}", path.display()))?;
-    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let (file, total) =
+        vramlab_core::fsutil::open_bounded(path, vramlab_core::fsutil::FileKind::Snapshot)
+            .context("--snapshot: reading snapshot")?;
     let snap = doctor::read_snapshot(file, &mut |n| progress(n, total))
         .with_context(|| format!("reading {}", path.display()))?;
     Ok(doctor::analyze(&snap, device)?)
@@ -381,15 +382,17 @@ pub struct DoctorReport {
 pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
     let text = match (&a.message, &a.message_file) {
         (Some(t), _) => Some(t.clone()),
-        (None, Some(p)) if p.as_os_str() == "-" => {
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-                .context("reading the message from standard input")?;
-            Some(s)
-        }
+        (None, Some(p)) if p.as_os_str() == "-" => Some(vramlab_core::fsutil::read_stream_string(
+            std::io::stdin(),
+            p,
+            vramlab_core::fsutil::FileKind::OomMessage,
+        )?),
         (None, Some(p)) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| format!("reading message file {}", p.display()))?,
+            vramlab_core::fsutil::read_bounded_string(
+                p,
+                vramlab_core::fsutil::FileKind::OomMessage,
+            )
+            .context("--message-file: reading OOM message")?,
         ),
         (None, None) => None,
     };

@@ -135,7 +135,8 @@ pub struct ExportArgs {
     #[arg(long, required_unless_present = "config", allow_negative_numbers = true,
           value_parser = args::parse_batch)]
     pub batch: Option<u64>,
-    /// vramlab, deepspeed, hf, lightning, pytorch or env.
+    /// vramlab, deepspeed, hf, lightning, pytorch, env or peft (LoraConfig, QLoRA's
+    /// BitsAndBytesConfig, SFTConfig); with --gpus: accelerate, torchrun or fsdp2.
     #[arg(long)]
     pub format: String,
     /// Write to this file (atomically) instead of standard output.
@@ -278,6 +279,12 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
                 serde_json::json!(cfg.effective_batch()),
             );
             o.insert("remedies".into(), serde_json::to_value(&fixes)?);
+            if !fits && !fixes.iter().any(|r| r.fits) {
+                o.insert(
+                    "fit_command".into(),
+                    serde_json::json!(fit::command_for(&a.train, a.batch)),
+                );
+            }
             dist_plan::json(&planner, o);
             let assumed: serde_json::Map<String, serde_json::Value> = assumed
                 .iter()
@@ -326,7 +333,12 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
         };
         format!("{sign}{}", Bytes(v.unsigned_abs()))
     };
+    let mut costs_header = false;
     for r in &fixes {
+        if r.adds_memory && !costs_header {
+            costs_header = true;
+            writeln!(out, "  adds memory here (costs, not remedies):")?;
+        }
         writeln!(
             out,
             "  {:<36} {:>11}  {:<12} {:<12} {}",
@@ -339,6 +351,62 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
         if let Some(n) = &r.note {
             writeln!(out, "      ({n})")?;
         }
+    }
+    if !fits && !fixes.iter().any(|r| r.fits) {
+        next_step(&a, &preset, &cfg, &gpu, budget, out)?;
+    }
+    Ok(())
+}
+
+/// When neither the plan nor any single remedy fits: the best answer of the fit search in
+/// one line, the `vramlab fit` command for the rest, and LoRA / QLoRA where they apply.
+fn next_step(
+    a: &PlanArgs,
+    preset: &vramlab_core::model::Preset,
+    cfg: &vramlab_core::plan::TrainConfig,
+    gpu: &Gpu,
+    budget: Budget,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut req = vramlab_core::plan::fit::FitRequest::for_gpu(gpu, budget.margin);
+    req.budget = budget;
+    req.top = 1;
+    let report = vramlab_core::plan::fit::fit(preset, cfg, &req)?;
+    writeln!(out, "\nNext step: no single remedy fits.")?;
+    match report.candidates.first() {
+        Some(c) => writeln!(
+            out,
+            "  best combination: {} — {} nvidia-smi, {:.2} ms/sample",
+            c.summary(),
+            c.nvidia_smi,
+            c.time.ms_per_sample
+        )?,
+        None => writeln!(
+            out,
+            "  no combination fits either: {}",
+            report
+                .reason
+                .as_deref()
+                .unwrap_or("even the smallest settings exceed the GPU")
+        )?,
+    }
+    writeln!(
+        out,
+        "  the ranked list and each change's cost: {}",
+        fit::command_for(&a.train, a.batch)
+    )?;
+    let adapters_apply = preset.input.is_tokens()
+        && cfg.finetune.is_full()
+        && !report
+            .candidates
+            .first()
+            .is_some_and(|c| c.config.finetune.mode.has_adapters());
+    if adapters_apply {
+        writeln!(
+            out,
+            "  fine-tuning a pretrained model? --finetune lora or --finetune qlora trains adapters \
+             on a frozen (QLoRA: 4-bit) base: no gradients or optimizer state for the base weights"
+        )?;
     }
     Ok(())
 }
@@ -750,8 +818,10 @@ fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Writ
     }
     let mut measured = Vec::new();
     for f in files {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let text = vramlab_core::fsutil::read_bounded_string(
+            f,
+            vramlab_core::fsutil::FileKind::Measurements,
+        )?;
         measured.extend(vramlab_core::validate::parse_lines(&text));
     }
     let rows = vramlab_core::validate::compare(&measured)?;
@@ -799,7 +869,9 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         Some(&plan),
     )
     .to_json();
-    let text = vramlab_core::export::render(format, &cfg, &plan, &doc);
+    // A custom preset may reuse a built-in id for other weights: only built-ins name a Hub id.
+    let hub_id = if custom { None } else { preset.hub_id() };
+    let text = vramlab_core::export::render(format, &cfg, &plan, &doc, hub_id)?;
     match &a.output {
         Some(path) => {
             vramlab_core::fsutil::write_atomic(path, text.as_bytes())

@@ -361,7 +361,11 @@ fn model_file(path: &str) -> Result<Preset, ValidateError> {
         path: path.to_string(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let text = crate::fsutil::read_bounded_string(
+        std::path::Path::new(path),
+        crate::fsutil::FileKind::Model,
+    )
+    .map_err(|e| err(e.to_string()))?;
     let stem = std::path::Path::new(path)
         .file_stem()
         .and_then(|s| s.to_str())

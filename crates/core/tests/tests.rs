@@ -8,6 +8,7 @@ mod distributed;
 mod distributed_deepspeed;
 mod distributed_knobs;
 mod error_bands;
+mod exports;
 mod grid26;
 mod invariants;
 mod maxbatch;

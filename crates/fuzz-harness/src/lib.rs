@@ -44,7 +44,7 @@ pub fn plan_small(preset: &Preset, cfg: &TrainConfig) {
     if let Ok(plan) = planner.plan(batch) {
         assert!(plan.peak_reserved_bytes >= plan.peak_allocated_bytes);
         for f in Format::ALL {
-            let _ = render(f, cfg, &plan, "{}");
+            let _ = render(f, cfg, &plan, "{}", preset.hub_id());
         }
     }
     let _ = sweep_allocated(&planner, [1, 2, 1 << 20, u64::MAX]);

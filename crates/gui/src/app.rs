@@ -11,7 +11,6 @@ mod run_tab;
 
 pub use run_tab::{MonitorOpener, Spawner, Tab};
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use egui::{Key, KeyboardShortcut, Modifiers, RichText, Ui};
@@ -25,7 +24,7 @@ use crate::ui::{
     Command, Derived, GpuChoice, PlannerState, answer, breakdown, export_panel, plots, remedies,
     style, tips,
 };
-use vramlab_core::export::vramlab_file::{MAX_BYTES, ModelRef};
+use vramlab_core::export::vramlab_file::ModelRef;
 use vramlab_core::export::{Format, VramlabConfig};
 use vramlab_core::fsutil::write_atomic;
 use vramlab_core::model::Preset;
@@ -77,14 +76,9 @@ fn rfd_open_config() -> Option<PathBuf> {
         .pick_file()
 }
 
-/// Reads at most [`MAX_BYTES`] + 1 bytes (enough for `VramlabConfig::from_bytes` to
-/// reject an oversized file without reading all of it).
-fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    Ok(bytes)
+/// Reads a saved plan: a regular file of at most `vramlab_file::MAX_BYTES` (`fsutil::read_bounded`).
+fn read_limited(path: &Path) -> Result<Vec<u8>, vramlab_core::fsutil::ReadError> {
+    vramlab_core::fsutil::read_bounded(path, vramlab_core::fsutil::FileKind::SavedPlan)
 }
 
 /// The planner application.
@@ -434,6 +428,13 @@ impl VramApp {
             self.error(format!("Nothing to export: {e}"));
             return;
         };
+        let text = match text {
+            Ok(t) => t,
+            Err(e) => {
+                self.error(format!("Nothing to export: {e:#}"));
+                return;
+            }
+        };
         let name = export_panel::suggested_file_name(format, &preset.id);
         let what = format!("{} export", export_panel::format_label(format));
         self.save_text(ctx, &name, text, &what);
@@ -564,7 +565,11 @@ impl VramApp {
         if let Some(file) = &dropped {
             let source = file.path().display().to_string();
             let name = vramlab_core::model::hf::name_for_path(file.path());
-            match file.bytes() {
+            // Bounded: eframe's `DroppedFile::bytes` reads the whole file.
+            match vramlab_core::fsutil::read_bounded(
+                file.path(),
+                vramlab_core::fsutil::FileKind::Model,
+            ) {
                 Ok(bytes) => {
                     let text = std::str::from_utf8(&bytes).unwrap_or_default();
                     if crate::app::captured_file::is_graph(text) {
@@ -659,19 +664,21 @@ impl VramApp {
     }
 
     fn open_preset_at(&mut self, path: &Path) {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && crate::app::captured_file::is_graph(&text)
+        let text =
+            vramlab_core::fsutil::read_bounded_string(path, vramlab_core::fsutil::FileKind::Model);
+        if let Ok(text) = &text
+            && crate::app::captured_file::is_graph(text)
         {
             let source = path.display().to_string();
             self.message = Some(crate::app::captured_file::open(
                 &mut self.state.custom,
                 &source,
-                &text,
+                text,
             ));
             return;
         }
         let name = vramlab_core::model::hf::name_for_path(path);
-        let loaded = std::fs::read_to_string(path)
+        let loaded = text
             .map_err(|e| e.to_string())
             .and_then(
                 |t| match vramlab_core::model::hf::from_text_if_hf(&t, &name) {

@@ -237,6 +237,63 @@ fn applying_a_remedy_sets_the_config_and_replans() {
     assert_shows(&h, &after);
 }
 
+/// Changes that add memory are listed after the remedies under their own heading, each
+/// marked "cost" instead of a fit mark, in the core's order.
+#[test]
+fn remedies_that_add_memory_are_shown_as_costs() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "llama-2-7b", "Llama 2 7B");
+    pick_combo(&mut h, "Precision", "FP32");
+    set_value(&mut h, "Batch size", 1.0);
+    let cfg = h.state().state.config;
+    let preset = find_builtin("Llama-2-7b-hf").expect("preset");
+    let list = remedies(&preset, &cfg, rtx4090_budget()).expect("remedies");
+    let costs = list.iter().filter(|r| r.adds_memory).count();
+    assert!(
+        costs > 0,
+        "AMP adds bf16 weight copies at batch 1: {list:#?}"
+    );
+    // The core lists the savers first.
+    assert!(
+        list.iter()
+            .skip_while(|r| !r.adds_memory)
+            .all(|r| r.adds_memory)
+    );
+    assert_shows(&h, "Adds memory here (costs, not remedies)");
+    assert_eq!(h.query_all_by_label("cost").count(), costs);
+    for r in list.iter().filter(|r| r.adds_memory) {
+        assert!(
+            r.verdict().contains("a cost, not a remedy"),
+            "{}",
+            r.verdict()
+        );
+    }
+}
+
+/// The model-switch notice ("does not fit … see the remedies") goes once a remedy is
+/// applied: it described the batch before, not the plan now.
+#[test]
+fn applying_a_remedy_clears_the_model_switch_notice() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    select_preset(&mut h, "llama-2-7b", "Llama 2 7B");
+    let notice = h
+        .state()
+        .message()
+        .map(|m| m.text.clone())
+        .unwrap_or_default();
+    assert!(notice.contains("see the remedies"), "{notice:?}");
+    assert_shows(&h, &notice);
+    h.get_all_by_label("Apply")
+        .next()
+        .expect("a remedy")
+        .click();
+    h.run();
+    assert!(h.state().message().is_none());
+    assert_eq!(h.query_all_by_label_contains(&notice).count(), 0);
+}
+
 #[test]
 fn custom_model_replans_and_shows_model_errors() {
     let mut h = harness(VramApp::new_for_test(None));
@@ -348,7 +405,7 @@ fn open_preset_loads_a_file_as_the_custom_model() {
     app.set_dialogs(Box::new(|_| None), Box::new(move || Some(p2.clone())));
     let mut h = harness(app);
     h.run();
-    h.get_by_label("Open preset…").click();
+    h.get_by_label("Open preset or config.json…").click();
     h.run();
     assert_shows(&h, "Opened ");
     assert_shows(&h, "My ResNet");
@@ -376,6 +433,28 @@ impl egui::DroppedFile for Dropped {
 fn open_export(h: &mut Harness<'_, VramApp>) {
     h.get_by_label("Export").click();
     h.run();
+}
+
+/// A LoRA plan: the peft tab writes the model's Hub id and a `LoraConfig` that parses
+/// (the targets' comment on its own line); the HF tab refuses, naming the formats that
+/// carry the adapters.
+#[test]
+fn a_lora_plan_exports_peft_and_refuses_trainer_arguments() {
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    h.get_by_role_and_label(Role::RadioButton, "lora").click();
+    h.run();
+    assert!(h.state().state.config.finetune.mode.has_adapters());
+    open_export(&mut h);
+    h.get_by_label("peft / QLoRA").click();
+    h.run();
+    assert_shows(&h, "MODEL = \"openai-community/gpt2\"");
+    assert_shows(&h, "# target_modules=None: peft's default");
+    assert_shows(&h, "target_modules=None, task_type=\"CAUSAL_LM\")");
+    h.get_by_label("HF TrainingArguments").click();
+    h.run();
+    assert_shows(&h, "cannot hold the LoRA adapters");
+    assert_shows(&h, "--format peft");
 }
 
 #[test]

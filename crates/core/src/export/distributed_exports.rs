@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use crate::plan::TrainConfig;
 use crate::plan::config::Precision;
 use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
+use crate::plan::finetune::FineTuneMode;
 
 use super::python::py_bool;
 
@@ -146,7 +147,7 @@ dist.init_process_group(\"nccl\")
 rank = dist.get_rank() % torch.cuda.device_count()
 torch.cuda.set_device(rank)
 model = build_model().cuda()  # your model
-model = DDP(model, device_ids=[rank], bucket_cap_mb={cap}, gradient_as_bucket_view={view})
+{adapters}model = DDP(model, device_ids=[rank], bucket_cap_mb={cap}, gradient_as_bucket_view={view})
 # each rank keeps the optimizer state of its own parameters (greedy by size)
 optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
 # micro-batch {micro} per rank x accumulation {accum} x {world} ranks = global batch {global}
@@ -157,7 +158,25 @@ optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.op
         micro = cfg.batch,
         accum = cfg.accum,
         global = cfg.global_batch(),
+        adapters = adapter_lines(cfg),
     )
+}
+
+/// A LoRA / QLoRA plan's adapters, added to `model` before it is wrapped or sharded (the
+/// base frozen, only the adapters train, as planned); empty for a full fine-tune.
+fn adapter_lines(cfg: &TrainConfig) -> String {
+    if !cfg.finetune.mode.has_adapters() {
+        return String::new();
+    }
+    let mut s = String::from("from peft import LoraConfig, get_peft_model\n");
+    if cfg.finetune.mode == FineTuneMode::Qlora {
+        s.push_str(
+            "# QLoRA: build_model() must load the base 4-bit (BitsAndBytesConfig + \
+             prepare_model_for_kbit_training: vramlab export --format peft)\n",
+        );
+    }
+    s.push_str(&super::peft::adapters(cfg));
+    s
 }
 
 /// The `torchrun` command line for the world (`train.py` stands for the user's script).
@@ -208,8 +227,8 @@ dist.init_process_group(\"nccl\")
 torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
 with torch.device(\"meta\"):
     model = build_model()  # your model
-mp = {mp}
-for block in model.model.layers:  # each transformer block is one unit
+{adapters}mp = {mp}
+for block in {layers}:  # each transformer block is one unit
     fully_shard(block, mp_policy=mp, reshard_after_forward={reshard}{offload})
 fully_shard(model, mp_policy=mp, reshard_after_forward={reshard}{offload})
 model.to_empty(device=\"cuda\")
@@ -222,6 +241,13 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         micro = cfg.batch,
         accum = cfg.accum,
         global = cfg.global_batch(),
+        adapters = adapter_lines(cfg),
+        // A PeftModel wraps the model twice (PeftModel → LoraModel → the model).
+        layers = if cfg.finetune.mode.has_adapters() {
+            "model.base_model.model.model.layers"
+        } else {
+            "model.model.layers"
+        },
     )
 }
 
@@ -271,6 +297,26 @@ mod tests {
         let z = fsdp2_snippet(&cfg(Strategy::TorchZero1, 4));
         assert!(z.contains("ZeroRedundancyOptimizer(") && z.contains("bucket_cap_mb=25"));
         assert!(accelerate_yaml(&cfg(Strategy::TorchZero1, 4)).contains("MULTI_GPU"));
+    }
+
+    /// A LoRA plan's multi-GPU snippets add the adapters before wrapping or sharding.
+    #[test]
+    fn snippets_carry_lora_adapters() {
+        let mut c = cfg(Strategy::Fsdp2, 4);
+        c.finetune.mode = FineTuneMode::Lora;
+        let s = fsdp2_snippet(&c);
+        let peft = s
+            .find("model = get_peft_model(model, lora_config)")
+            .expect(&s);
+        assert!(peft < s.find("fully_shard(block").expect(&s), "{s}");
+        assert!(s.contains("model.base_model.model.model.layers"), "{s}");
+        let mut z = cfg(Strategy::TorchZero1, 4);
+        z.finetune.mode = FineTuneMode::Qlora;
+        let s = fsdp2_snippet(&z);
+        let peft = s.find("get_peft_model(model, lora_config)").expect(&s);
+        assert!(peft < s.find("model = DDP(").expect(&s), "{s}");
+        assert!(s.contains("--format peft"), "{s}");
+        assert!(!fsdp2_snippet(&cfg(Strategy::Fsdp2, 4)).contains("peft"));
     }
 
     #[test]

@@ -8,5 +8,5 @@ pub(crate) mod python;
 pub mod results;
 pub mod vramlab_file;
 
-pub use frameworks::{Format, render};
+pub use frameworks::{ExportError, Format, render};
 pub use vramlab_file::{SCHEMA_VERSION, VramlabConfig};

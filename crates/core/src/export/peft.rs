@@ -13,9 +13,7 @@ use super::python::{hf_optim, py_bool};
 /// (what `attn` plans).
 fn target_modules(t: LoraTargets) -> String {
     match t {
-        LoraTargets::Attn => {
-            "None  # peft's default for the model type (attention projections)".into()
-        }
+        LoraTargets::Attn => "None".into(),
         LoraTargets::AllLinear => "\"all-linear\"".into(),
         LoraTargets::Names(_) => {
             let names: Vec<String> = t
@@ -39,27 +37,30 @@ fn bnb_config(q: Quant, double_quant: bool) -> String {
     }
 }
 
-/// The snippet for `cfg`.
-pub fn render(cfg: &TrainConfig) -> String {
+/// The `MODEL = …` line: the Hugging Face id when the plan's model has one.
+pub(crate) fn model_line(hub_id: Option<&str>) -> String {
+    match hub_id {
+        Some(id) => format!("MODEL = \"{id}\"  # the Hugging Face model this plan is for\n"),
+        None => "MODEL = \"your/model-id\"  # the Hugging Face model this plan is for (vramlab does not know its id)\n".into(),
+    }
+}
+
+/// The imports [`model_setup`] needs.
+pub(crate) const SETUP_IMPORTS: &str = "import torch\nfrom peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig\n";
+
+/// Loading the model the way the plan trains it: `MODEL`, the bitsandbytes base and
+/// `prepare_model_for_kbit_training` (QLoRA), the input-grad hook of reentrant checkpointing
+/// over a frozen base (LoRA), the `LoraConfig` and `get_peft_model` (LoRA and QLoRA).
+pub(crate) fn model_setup(cfg: &TrainConfig, hub_id: Option<&str>) -> String {
     let ft = &cfg.finetune;
     let qlora = ft.mode == FineTuneMode::Qlora;
     let reentrant = cfg.checkpointing && cfg.checkpoint_reentrant;
-    let mut s = String::from("import torch\n");
-    s.push_str("from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n");
-    s.push_str("from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n");
-    s.push_str("from trl import SFTConfig  # or transformers.TrainingArguments, same fields\n\n");
-    s.push_str(&format!(
-        "# vramlab plan: micro-batch {} x {} accumulation steps = effective batch {}\n",
-        cfg.batch,
-        cfg.accum,
-        cfg.effective_batch()
-    ));
-    s.push_str("MODEL = \"your/model-id\"  # the Hugging Face model this plan is for\n");
+    let mut s = model_line(hub_id);
     if qlora {
         s.push_str(&bnb_config(ft.quant, ft.double_quant));
         s.push_str("model = AutoModelForCausalLM.from_pretrained(MODEL, quantization_config=bnb_config, dtype=torch.bfloat16, attn_implementation=\"sdpa\")\n");
         if reentrant {
-            s.push_str("model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={\"use_reentrant\": True})  # other params -> fp32; calls enable_input_require_grads\n");
+            s.push_str("# other params -> fp32; calls enable_input_require_grads\nmodel = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={\"use_reentrant\": True})\n");
         } else {
             s.push_str(&format!(
                 "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})  # other params -> fp32\n",
@@ -76,20 +77,50 @@ pub fn render(cfg: &TrainConfig) -> String {
         ));
     }
     if ft.mode == FineTuneMode::Lora && reentrant {
-        s.push_str("model.enable_input_require_grads()  # reentrant checkpointing over a frozen base: the embedding output must require grad\n");
+        s.push_str("# reentrant checkpointing over a frozen base: the embedding output must require grad\nmodel.enable_input_require_grads()\n");
     }
-    if ft.mode.has_adapters() {
-        s.push_str(&format!(
-            "lora_config = LoraConfig(r={}, lora_alpha={}, lora_dropout={:?}, target_modules={}, task_type=\"CAUSAL_LM\")\n",
-            ft.lora_rank,
-            2 * ft.lora_rank,
-            ft.lora_dropout.p(),
-            target_modules(ft.lora_targets)
-        ));
+    s.push_str(&adapters(cfg));
+    s
+}
+
+/// The `LoraConfig` and `get_peft_model` lines of a LoRA / QLoRA plan (empty for a full
+/// fine-tune).
+pub(crate) fn adapters(cfg: &TrainConfig) -> String {
+    let ft = &cfg.finetune;
+    let mut s = String::new();
+    if !ft.mode.has_adapters() {
+        return s;
+    }
+    if ft.lora_targets == LoraTargets::Attn {
+        // On its own line: a comment inside the call would swallow its closing parenthesis.
         s.push_str(
-            "model = get_peft_model(model, lora_config)\nmodel.print_trainable_parameters()\n",
+            "# target_modules=None: peft's default for the model type (attention projections)\n",
         );
     }
+    s.push_str(&format!(
+        "lora_config = LoraConfig(r={}, lora_alpha={}, lora_dropout={:?}, target_modules={}, task_type=\"CAUSAL_LM\")\n",
+        ft.lora_rank,
+        2 * ft.lora_rank,
+        ft.lora_dropout.p(),
+        target_modules(ft.lora_targets)
+    ));
+    s.push_str("model = get_peft_model(model, lora_config)\nmodel.print_trainable_parameters()\n");
+    s
+}
+
+/// The snippet for `cfg` (`hub_id`: the model's Hugging Face id, when known).
+pub fn render(cfg: &TrainConfig, hub_id: Option<&str>) -> String {
+    let qlora = cfg.finetune.mode == FineTuneMode::Qlora;
+    let reentrant = cfg.checkpointing && cfg.checkpoint_reentrant;
+    let mut s = String::from(SETUP_IMPORTS);
+    s.push_str("from trl import SFTConfig  # or transformers.TrainingArguments, same fields\n\n");
+    s.push_str(&format!(
+        "# vramlab plan: micro-batch {} x {} accumulation steps = effective batch {}\n",
+        cfg.batch,
+        cfg.accum,
+        cfg.effective_batch()
+    ));
+    s.push_str(&model_setup(cfg, hub_id));
     let bf16 = matches!(cfg.precision, Precision::AmpBf16 | Precision::Bf16) || qlora;
     s.push_str(&format!(
         "\nargs = SFTConfig(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    gradient_checkpointing_kwargs={{\"use_reentrant\": {}}},\n    optim=\"{}\",\n    bf16={},\n    fp16={},\n)\n",
@@ -110,6 +141,10 @@ pub fn render(cfg: &TrainConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn render_t(cfg: &TrainConfig) -> String {
+        render(cfg, None)
+    }
     use crate::plan::Optimizer;
     use crate::plan::finetune::FineTune;
 
@@ -128,7 +163,7 @@ mod tests {
             },
             ..TrainConfig::default()
         };
-        let s = render(&cfg);
+        let s = render_t(&cfg);
         for want in [
             "bnb_4bit_quant_type=\"nf4\"",
             "bnb_4bit_use_double_quant=True",
@@ -150,7 +185,7 @@ mod tests {
             optimizer: Optimizer::AdamW8bit,
             ..cfg
         };
-        let s = render(&int8);
+        let s = render_t(&int8);
         assert!(s.contains("load_in_8bit=True") && s.contains("optim=\"adamw_bnb_8bit\""));
         let lora = TrainConfig {
             finetune: FineTune {
@@ -160,7 +195,7 @@ mod tests {
             },
             ..TrainConfig::default()
         };
-        let s = render(&lora);
+        let s = render_t(&lora);
         assert!(!s.contains("BitsAndBytesConfig("), "{s}");
         assert!(s.contains("target_modules=[\"q_proj\", \"v_proj\"]"), "{s}");
         let dropout = TrainConfig {
@@ -170,7 +205,7 @@ mod tests {
             },
             ..lora
         };
-        let s = render(&dropout);
+        let s = render_t(&dropout);
         assert!(
             s.contains("lora_alpha=16, lora_dropout=0.05, target"),
             "{s}"
@@ -191,7 +226,7 @@ mod tests {
             },
             ..TrainConfig::default()
         };
-        let s = render(&lora);
+        let s = render_t(&lora);
         let hook = s.find("model.enable_input_require_grads()").expect(&s);
         let peft = s.find("get_peft_model(model").expect(&s);
         assert!(hook < peft, "{s}");
@@ -199,13 +234,13 @@ mod tests {
             s.contains("gradient_checkpointing_kwargs={\"use_reentrant\": True}"),
             "{s}"
         );
-        let plain = render(&TrainConfig {
+        let plain = render_t(&TrainConfig {
             checkpoint_reentrant: false,
             ..lora
         });
         assert!(!plain.contains("enable_input_require_grads"), "{plain}");
         assert!(plain.contains("{\"use_reentrant\": False}"), "{plain}");
-        let q = render(&TrainConfig {
+        let q = render_t(&TrainConfig {
             finetune: FineTune {
                 mode: FineTuneMode::Qlora,
                 ..FineTune::default()

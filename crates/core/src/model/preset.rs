@@ -525,6 +525,36 @@ impl Preset {
     }
 }
 
+/// The Hugging Face Hub ids of the built-in presets that mirror a Hub checkpoint (their
+/// `reference` names the config), for the exports' `from_pretrained(MODEL)`.
+const HUB_IDS: [(&str, &str); 10] = [
+    ("gpt2", "openai-community/gpt2"),
+    ("gpt2-medium", "openai-community/gpt2-medium"),
+    ("gpt2-large", "openai-community/gpt2-large"),
+    ("gpt2-xl", "openai-community/gpt2-xl"),
+    ("bert-base-uncased", "google-bert/bert-base-uncased"),
+    ("bert-large-uncased", "google-bert/bert-large-uncased"),
+    ("Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-8B"),
+    ("Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
+    ("Llama-2-13b-hf", "meta-llama/Llama-2-13b-hf"),
+    (
+        "TinyLlama-1.1B",
+        "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T",
+    ),
+];
+
+impl Preset {
+    /// The Hugging Face Hub id of the checkpoint this preset mirrors, where vramlab knows
+    /// it (the built-in transformer presets); `None` for vision models, custom presets,
+    /// captured graphs and imported `config.json` files.
+    pub fn hub_id(&self) -> Option<&'static str> {
+        HUB_IDS
+            .iter()
+            .find(|(id, _)| *id == self.id)
+            .map(|(_, hub)| *hub)
+    }
+}
+
 /// Finds a built-in preset by id (case-insensitive).
 pub fn find_builtin(id: &str) -> Result<Preset, ModelError> {
     let text = BUILTIN

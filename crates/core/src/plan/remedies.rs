@@ -33,6 +33,10 @@ pub struct Remedy {
     pub fits_up_to: Option<u64>,
     /// Why the nvidia-smi saving differs from the allocated one, where it does markedly.
     pub note: Option<String>,
+    /// Applying it makes the nvidia-smi figure (what the verdict compares) grow: a cost in
+    /// memory, shown apart from the remedies and never with a fit mark (AMP's fp16 weight
+    /// copies, 8-bit Adam's quantization buffers on a model whose state was small, …).
+    pub adds_memory: bool,
 }
 
 impl Remedy {
@@ -46,8 +50,15 @@ impl Remedy {
         c
     }
 
-    /// "fits", "fits at batch ≤ N" or "does not fit even at batch 1".
+    /// "fits", "fits at batch ≤ N" or "does not fit even at batch 1"; for a change that
+    /// adds memory, what it adds.
     pub fn verdict(&self) -> String {
+        if self.adds_memory {
+            return format!(
+                "adds {} on nvidia-smi: a cost, not a remedy",
+                Bytes(self.saving.unsigned_abs())
+            );
+        }
         match (self.fits, self.fits_up_to) {
             (true, _) => "fits".into(),
             (false, Some(b)) => format!("fits at micro-batch up to {b}"),
@@ -117,8 +128,10 @@ pub fn candidates(cfg: &TrainConfig, is_tokens: bool) -> Vec<(&'static str, Stri
         c.checkpointing = true;
         out.push((
             "Activation checkpointing",
-            "Keep only each block's input; recompute the block in backward (~30 % more compute)."
-                .to_string(),
+            format!(
+                "Keep only each block's input; {}.",
+                super::timing::checkpointing_cost(None)
+            ),
             c,
         ));
     }
@@ -211,17 +224,25 @@ pub fn evaluate(
         fits,
         fits_up_to,
         note: cached_note(allocated_saving, saving),
+        adds_memory: saving < 0,
     })
 }
 
+/// Puts the remedies that save memory first and the changes that add memory after them
+/// (each group in its own order): the one order the CLI and the GUI show.
+pub fn order(list: &mut [Remedy]) {
+    list.sort_by_key(|r| r.adds_memory);
+}
+
 /// Plans every applicable remedy for `cfg` against `budget`.
+/// Remedies that save memory come first, changes that add memory after ([`order`]).
 pub fn remedies(
     preset: &Preset,
     cfg: &TrainConfig,
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
     let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
-    candidates(cfg, preset.input.is_tokens())
+    let mut list = candidates(cfg, preset.input.is_tokens())
         .into_iter()
         .filter_map(|(name, description, c)| {
             let planner = match Planner::new(preset, &c) {
@@ -242,5 +263,7 @@ pub fn remedies(
                 budget,
             ))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    order(&mut list);
+    Ok(list)
 }

@@ -44,6 +44,32 @@ impl DeviceProfile {
     }
 }
 
+/// The share of a training step's FLOPs that one forward pass is: backward costs about
+/// twice the forward (the input-gradient and the weight-gradient GEMM per forward GEMM),
+/// so a step is ~3 forwards and activation checkpointing, which runs every checkpointed
+/// block's forward once more in backward, adds up to a third.
+pub const FORWARD_SHARE_OF_STEP: f64 = 1.0 / 3.0;
+
+/// Activation checkpointing's compute cost in words: the one place vramlab quotes it (the
+/// remedies, the fit search's costs, the GUI's tooltip). `estimate`: this model's extra step
+/// time as a fraction, from the timing model (`fit::cost::step_time`'s `recompute_ms`:
+/// the recomputed blocks' GEMM FLOPs and elementwise traffic, so it can exceed the FLOP
+/// share); without one, the FLOP share [`FORWARD_SHARE_OF_STEP`].
+pub fn checkpointing_cost(estimate: Option<f64>) -> String {
+    match estimate {
+        Some(f) => format!(
+            "checkpointing recomputes each block's forward in backward: +{:.0} % step time",
+            100.0 * f
+        ),
+        None => format!(
+            "checkpointing recomputes each block's forward in backward: one more forward pass, \
+             up to +{:.0} % compute (a forward is a third of a training step's FLOPs; `vramlab \
+             fit` estimates the step time per model)",
+            100.0 * FORWARD_SHARE_OF_STEP
+        ),
+    }
+}
+
 /// An estimate of one optimizer step.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StepTime {

@@ -16,9 +16,7 @@ use crate::ui::run::RunCommand;
 use crate::ui::run::controls::{RunContext, controls_ui};
 use crate::ui::run::results::results_ui;
 use crate::ui::run::session::{KeptRun, RunSource, skeleton};
-use vramlab_core::export::results::{
-    MAX_RUN_BYTES, run_from_json, run_to_csv, run_to_json, suggested_run_name,
-};
+use vramlab_core::export::results::{run_from_json, run_to_csv, run_to_json, suggested_run_name};
 use vramlab_core::fsutil::write_atomic;
 use vramlab_device::bench::{BenchHandle, BenchRequest, EngineKind};
 use vramlab_device::gpu::monitor::Monitor;
@@ -395,12 +393,7 @@ impl VramApp {
 
     pub(super) fn open_run_at(&mut self, path: &std::path::Path) {
         let source = path.display().to_string();
-        let read = std::fs::File::open(path).and_then(|f| {
-            use std::io::Read as _;
-            let mut bytes = Vec::new();
-            f.take(MAX_RUN_BYTES as u64 + 1).read_to_end(&mut bytes)?;
-            Ok(bytes)
-        });
+        let read = vramlab_core::fsutil::read_bounded(path, vramlab_core::fsutil::FileKind::Run);
         match read {
             Ok(bytes) => match run_from_json(&bytes) {
                 Ok(run) => {

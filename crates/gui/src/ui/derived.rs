@@ -371,7 +371,11 @@ impl Derived {
                             )
                             .map_err(|e| format!("{e:#}"))
                         })
-                        .collect();
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(|mut l| {
+                            remedies::order(&mut l);
+                            l
+                        });
                     Ok(Answer {
                         fits,
                         verdict,

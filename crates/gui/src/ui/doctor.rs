@@ -376,7 +376,10 @@ impl DoctorPanel {
             if matches!(ext, "pickle" | "pkl") {
                 self.apply(DoctorCommand::OpenSnapshot(path), ctx);
             } else {
-                match f.bytes() {
+                match vramlab_core::fsutil::read_bounded(
+                    &path,
+                    vramlab_core::fsutil::FileKind::OomMessage,
+                ) {
                     Ok(b) => {
                         self.text = String::from_utf8_lossy(&b).into_owned();
                         self.rediagnose();
@@ -508,8 +511,9 @@ fn read_and_analyze(
     path: &std::path::Path,
     progress: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<SnapshotReport, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let (file, total) =
+        vramlab_core::fsutil::open_bounded(path, vramlab_core::fsutil::FileKind::Snapshot)
+            .map_err(|e| e.to_string())?;
     let snap = doctor::read_snapshot(file, &mut |n| progress(n, total))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     doctor::analyze(&snap, None).map_err(|e| format!("{}: {e}", path.display()))

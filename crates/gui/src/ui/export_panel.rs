@@ -5,7 +5,7 @@
 use egui::{RichText, Ui};
 
 use vramlab_core::export::vramlab_file::DetectedCard;
-use vramlab_core::export::{Format, VramlabConfig, render};
+use vramlab_core::export::{ExportError, Format, VramlabConfig, render};
 use vramlab_core::plan::Plan;
 
 use super::derived::TargetKind;
@@ -88,15 +88,21 @@ pub fn vramlab_config(
     Some(doc)
 }
 
-/// The text `format` exports for the current state and `plan`.
+/// The text `format` exports for the current state and `plan` (`None`: the model is
+/// invalid; `Some(Err)`: the format cannot carry this plan, the error says which can).
 pub fn export_text(
     state: &PlannerState,
     d: &Derived,
     plan: &Plan,
     format: Format,
-) -> Option<String> {
+) -> Option<Result<String, ExportError>> {
     let doc = vramlab_config(state, d, Some(plan))?.to_json();
-    Some(render(format, &state.config, plan, &doc))
+    // A custom model may reuse a built-in id for other weights: only built-ins name a Hub id.
+    let hub_id = match state.custom {
+        Some(_) => None,
+        None => d.preset().ok().and_then(|p| p.hub_id()),
+    };
+    Some(render(format, &state.config, plan, &doc, hub_id))
 }
 
 /// The section's body (inside the collapsing header drawn by the caller).
@@ -127,6 +133,16 @@ pub fn export_ui(
             "The model is invalid: nothing to export.",
         );
         return cmd;
+    };
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => {
+            ui.colored_label(
+                super::style::error_color(ui.visuals().dark_mode),
+                format!("{e:#}"),
+            );
+            return cmd;
+        }
     };
     ui.horizontal(|ui| {
         if ui

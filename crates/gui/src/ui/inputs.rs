@@ -203,7 +203,7 @@ fn training_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<
 
     changed |= ui
         .checkbox(&mut cfg.checkpointing, "Activation checkpointing")
-        .on_hover_text(tips::CHECKPOINTING)
+        .on_hover_text(tips::checkpointing())
         .changed();
     if is_tokens {
         ui.horizontal(|ui| {

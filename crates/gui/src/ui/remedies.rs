@@ -1,4 +1,6 @@
-//! What-if remedies: each one planned for real, with an Apply button.
+//! What-if remedies: each one planned for real, with an Apply button. Changes that add
+//! memory (the core's `Remedy::adds_memory`, listed last) are shown as costs, without a
+//! fit mark.
 
 use egui::{RichText, Ui};
 
@@ -47,7 +49,17 @@ pub fn remedies_ui(
             ui.label(RichText::new("Fits").strong());
             ui.label("");
             ui.end_row();
+            let mut costs_header = false;
             for r in list {
+                if r.adds_memory && !costs_header {
+                    costs_header = true;
+                    ui.label(RichText::new("Adds memory here (costs, not remedies)").weak())
+                        .on_hover_text(
+                            "These changes make the nvidia-smi figure grow on this plan; \
+                             apply them for speed or accuracy, not to fit.",
+                        );
+                    ui.end_row();
+                }
                 ui.label(r.name).on_hover_text(r.description.as_str());
                 ui.label(r.nvidia_smi.to_string()).on_hover_text(format!(
                     "peak allocated {} (now {current_allocated}); the verdict uses nvidia-smi, which also counts cached segments",
@@ -58,15 +70,20 @@ pub fn remedies_ui(
                     saving.on_hover_text(n.as_str());
                 }
                 ui.label(saving_text(r.allocated_saving));
-                ui.horizontal(|ui| {
-                    fit_icon(ui, r.fits, 16.0);
-                    if let Some(b) = r.fits_up_to {
-                        ui.label(format!("up to {b}"))
-                            .on_hover_text(format!("fits at micro-batch {b} or less"));
-                    }
-                })
-                .response
-                .on_hover_text(r.verdict());
+                if r.adds_memory {
+                    ui.label(RichText::new("cost").color(error_color(dark)))
+                        .on_hover_text(r.verdict());
+                } else {
+                    ui.horizontal(|ui| {
+                        fit_icon(ui, r.fits, 16.0);
+                        if let Some(b) = r.fits_up_to {
+                            ui.label(format!("up to {b}"))
+                                .on_hover_text(format!("fits at micro-batch {b} or less"));
+                        }
+                    })
+                    .response
+                    .on_hover_text(r.verdict());
+                }
                 let apply_tip = match r.fits_up_to {
                     Some(b) => format!("{} Applied at micro-batch {b}, the largest it allows.", r.description),
                     None => r.description.clone(),

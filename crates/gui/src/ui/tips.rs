@@ -9,7 +9,13 @@ pub const ALLOCATOR_OVERHEAD: &str = "Allocator overhead: reserved − allocated
 pub const ACCUMULATION: &str = "Gradient accumulation runs several micro-batches before each optimizer step: memory follows the micro-batch (plus one set of gradients), while the effective batch is micro-batch × steps.";
 pub const BATCH: &str =
     "Micro-batch size: samples in one forward/backward pass; activations grow linearly with it.";
-pub const CHECKPOINTING: &str = "Activation checkpointing keeps only each block's input and recomputes the block during backward: much less activation memory for ~30 % more compute.";
+/// Activation checkpointing: its cost in the core's words (`timing::checkpointing_cost`).
+pub fn checkpointing() -> String {
+    format!(
+        "Activation checkpointing keeps only each block's input: much less activation memory; {}.",
+        vramlab_core::plan::timing::checkpointing_cost(None)
+    )
+}
 pub const ATTENTION: &str = "Eager attention stores the seq × seq attention probabilities for backward; SDPA (flash / memory-efficient kernels) does not.";
 pub const LOOP: &str = "plain: `out = model(x); loss = criterion(out, y); loss.backward()` keeps the output (logits) alive through backward · trainer: `loss = model(**batch).loss` (HF Trainer, Lightning) frees it before backward.";
 pub const STEP: &str = "train: forward, backward and optimizer step · eval: a validation forward under `torch.no_grad()` after training (weights, gradients and optimizer state stay) · eval-grad: the same without `no_grad`, so autograd keeps every activation until the loss is dropped — the classic validation OOM.";

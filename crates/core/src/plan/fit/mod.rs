@@ -299,10 +299,9 @@ impl<'a> Search<'a> {
         if f.knobs.checkpointing && !self.user.checkpointing && time.step_ms > 0.0 {
             costs.insert(
                 0,
-                format!(
-                    "checkpointing recomputes each block's forward in backward: +{:.0} % step time",
-                    100.0 * time.recompute_ms / (time.step_ms - time.recompute_ms).max(1e-9)
-                ),
+                crate::plan::timing::checkpointing_cost(Some(
+                    time.recompute_ms / (time.step_ms - time.recompute_ms).max(1e-9),
+                )),
             );
         }
         let is_user_config = changes.is_empty();
