@@ -405,7 +405,7 @@ fn open_preset_loads_a_file_as_the_custom_model() {
     app.set_dialogs(Box::new(|_| None), Box::new(move || Some(p2.clone())));
     let mut h = harness(app);
     h.run();
-    h.get_by_label("Open preset or config.json…").click();
+    h.get_by_label("Open preset…").click();
     h.run();
     assert_shows(&h, "Opened ");
     assert_shows(&h, "My ResNet");

@@ -28,13 +28,13 @@ fn custom_model_type(h: &Harness<'_, VramApp>) -> Option<String> {
     custom["params"]["model_type"].as_str().map(str::to_string)
 }
 
-/// A fresh app whose file dialog answers `path`, after a click on "Open preset or config.json…".
+/// A fresh app whose file dialog answers `path`, after a click on "Open preset…".
 fn open_via_dialog(path: std::path::PathBuf) -> Harness<'static, VramApp> {
     let mut app = VramApp::new_for_test(None);
     app.set_dialogs(Box::new(|_| None), Box::new(move || Some(path.clone())));
     let mut h = harness(app);
     h.run();
-    h.get_by_label("Open preset or config.json…").click();
+    h.get_by_label("Open preset…").click();
     h.run();
     h
 }
