@@ -286,6 +286,25 @@ fn grid26_untouched_third() {
             max_abs(res)
         );
     }
+    // The verdict on rows no band was computed from: how many measured above the upper edge
+    // of the reserved band their plan is shown with.
+    let above: Vec<String> = got
+        .iter()
+        .filter(|r| {
+            let band = vramlab_core::plan::band::ErrorBand::of(r.mode.as_ref().expect("mode"));
+            r.measured_reserved > band.reserved.upper(Bytes(r.predicted_reserved)).0
+        })
+        .map(|r| r.config.clone())
+        .collect();
+    println!(
+        "measured above the upper edge of their reserved band: {} of {} {above:?}",
+        above.len(),
+        got.len()
+    );
+    // As it came out: 2 of 24 (GPT-2 LoRA checkpointed, reserved −4.5 %; Qwen2.5-0.5B LoRA
+    // checkpointed, −12.2 %): the bands hold on the rows they were computed from, not on
+    // every stranger's row. Reserved of checkpointed LoRA is the open miss.
+    assert!(above.len() <= 2, "{above:?}");
     assert!(got.len() >= 20, "{} rows", got.len());
     // As it came out (24 rows): allocated 0.15 / 2.96 %, reserved 1.73 / 12.2 %.
     assert!(am <= 0.5 && aw <= 3.5, "allocated {am:.2} / {aw:.2}");
