@@ -356,7 +356,7 @@ impl Measured {
 
 /// A model given by file in a measurement row: a Hugging Face `config.json` (named by its
 /// file stem) or a preset document.
-fn model_file(path: &str) -> Result<Preset, ValidateError> {
+pub fn model_file(path: &str) -> Result<Preset, ValidateError> {
     let err = |message: String| ValidateError::ModelFile {
         path: path.to_string(),
         message,

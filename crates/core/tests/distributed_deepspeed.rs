@@ -5,7 +5,7 @@ use vramlab_core::model::preset::{Preset, find_builtin};
 use vramlab_core::plan::Planner;
 use vramlab_core::plan::allocator::round_size;
 use vramlab_core::plan::events::Phase;
-use vramlab_core::validate::{Measured, compare, max_abs, median_abs, parse_lines};
+use vramlab_core::validate::{Measured, compare, max_abs, median_abs, model_file, parse_lines};
 
 /// Planned allocated bytes at the phases the runner records.
 #[derive(Debug, Default, Clone, Copy)]
@@ -75,15 +75,8 @@ pub fn phases(planner: &Planner, batch: u64) -> Phases {
 
 fn model(m: &Measured) -> Preset {
     if m.model.ends_with(".json") {
-        let text =
-            std::fs::read_to_string(crate::data("../..").join(&m.model)).expect("model file");
-        let stem = std::path::Path::new(&m.model)
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("");
-        vramlab_core::model::hf::from_text_if_hf(&text, stem)
-            .expect("hf")
-            .expect("hf")
+        let path = crate::data("../..").join(&m.model);
+        model_file(path.to_str().expect("utf-8 path")).expect("model file")
     } else {
         find_builtin(&m.model).expect("preset")
     }

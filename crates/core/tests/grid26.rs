@@ -8,7 +8,9 @@ use vramlab_core::model::preset::Preset;
 use vramlab_core::plan::Planner;
 use vramlab_core::plan::search::max_batch_capped;
 use vramlab_core::units::Bytes;
-use vramlab_core::validate::{Measured, compare, max_abs, median_abs, parse_lines};
+use vramlab_core::validate::{
+    Measured, Row, compare, max_abs, median_abs, model_file, parse_lines, summary,
+};
 
 fn root(rel: &str) -> String {
     format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"))
@@ -30,26 +32,13 @@ fn rows(file: &str) -> Vec<Measured> {
 }
 
 fn preset(path: &str) -> Preset {
-    let text = std::fs::read_to_string(path).expect("model file");
-    let stem = std::path::Path::new(path)
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .expect("stem");
-    match vramlab_core::model::hf::from_text_if_hf(&text, stem) {
-        Some(p) => p.expect("config.json"),
-        None => Preset::from_json(&text).expect("preset"),
-    }
+    model_file(path).expect("model file")
 }
 
-/// The fit two-thirds: every valid row is planned (QLoRA in bf16 too: peft upcasts it to
-/// fp32) and the misses are bounded where they stand today, so a change that makes them
-/// worse fails. Rows peft or the model refuses (Phi-3 has no peft default targets) carry an
-/// `error` and are skipped by `usable`.
-#[test]
-fn grid26_fit_rows_are_planned_within_todays_bounds() {
-    let measured = rows("grid26_lora.jsonl");
-    let got = compare(&measured).expect("every usable row plans");
-    for r in &got {
+/// Prints every row and the summary; returns allocated median and worst, reserved median
+/// and worst |error| (%).
+fn report(got: &[Row]) -> (f64, f64, f64, f64) {
+    for r in got {
         println!(
             "{:<34} {:<90} alloc {:+6.1} %  reserved {:+6.1} %",
             r.model.rsplit('/').next().unwrap_or(""),
@@ -58,14 +47,25 @@ fn grid26_fit_rows_are_planned_within_todays_bounds() {
             r.reserved_error()
         );
     }
-    let a = got.iter().map(|r| r.allocated_error());
-    let res = got.iter().map(|r| r.reserved_error());
-    let (am, aw) = (median_abs(a.clone()), max_abs(a));
-    let (rm, rw) = (median_abs(res.clone()), max_abs(res));
-    println!(
-        "{} rows: allocated median {am:.2} %, worst {aw:.2} %; reserved median {rm:.2} %, worst {rw:.2} %",
-        got.len()
-    );
+    println!("{}", summary(got));
+    let a = || got.iter().map(Row::allocated_error);
+    let res = || got.iter().map(Row::reserved_error);
+    (
+        median_abs(a()),
+        max_abs(a()),
+        median_abs(res()),
+        max_abs(res()),
+    )
+}
+
+/// The fit two-thirds: every valid row is planned (QLoRA in bf16 too: peft upcasts it to
+/// fp32) and the misses are bounded where they stand today, so a change that makes them
+/// worse fails. Rows peft or the model refuses (Phi-3 has no peft default targets) carry an
+/// `error` and are skipped by `usable`.
+#[test]
+fn grid26_fit_rows_are_planned_within_todays_bounds() {
+    let got = compare(&rows("grid26_lora.jsonl")).expect("every usable row plans");
+    let (am, aw, rm, rw) = report(&got);
     assert!(got.len() >= 40, "{} rows", got.len());
     // Before the frozen-norm rule (RMSNorm's normalised input is saved only for a trainable
     // weight): allocated 1.14 / 13.0 %, reserved 5.01 / 16.9 %. Now 0.08 / 2.2 %, 1.59 /
@@ -256,35 +256,14 @@ fn grid26_phases() {
 #[test]
 fn grid26_untouched_third() {
     let got = compare(&rows("grid26_lora_untouched.jsonl")).expect("every usable row plans");
-    for r in &got {
-        println!(
-            "{:<34} {:<90} alloc {:+6.1} %  reserved {:+6.1} %",
-            r.model.rsplit('/').next().unwrap_or(""),
-            r.config,
-            r.allocated_error(),
-            r.reserved_error()
-        );
-    }
-    let a = got.iter().map(|r| r.allocated_error());
-    let res = got.iter().map(|r| r.reserved_error());
-    let (am, aw) = (median_abs(a.clone()), max_abs(a));
-    let (rm, rw) = (median_abs(res.clone()), max_abs(res));
-    println!(
-        "{} rows: allocated median {am:.2} %, worst {aw:.2} %; reserved median {rm:.2} %, worst {rw:.2} %",
-        got.len()
-    );
+    let (am, aw, rm, rw) = report(&got);
     for mode in ["qlora", " lora"] {
-        let m: Vec<_> = got.iter().filter(|r| r.config.contains(mode)).collect();
-        let a = m.iter().map(|r| r.allocated_error());
-        let res = m.iter().map(|r| r.reserved_error());
-        println!(
-            "{mode}: {} rows: allocated median {:.2} %, worst {:.2} %; reserved median {:.2} %, worst {:.2} %",
-            m.len(),
-            median_abs(a.clone()),
-            max_abs(a),
-            median_abs(res.clone()),
-            max_abs(res)
-        );
+        let m: Vec<Row> = got
+            .iter()
+            .filter(|r| r.config.contains(mode))
+            .cloned()
+            .collect();
+        println!("{mode}: {}", summary(&m));
     }
     // The verdict on rows no band was computed from: how many measured above the upper edge
     // of the reserved band their plan is shown with.
