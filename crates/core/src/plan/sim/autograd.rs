@@ -173,7 +173,7 @@ impl Sim<'_> {
         for &i in &r.saves_inputs {
             let needed = match saved_for(node, i) {
                 SavedFor::Output => true,
-                SavedFor::Params => node.params.iter().any(|&p| self.policy.trainable(p)),
+                SavedFor::Params => self.trains(node),
                 SavedFor::Input(j) => node.inputs.get(j).is_some_and(|&t| self.requires_grad[t]),
             };
             if !needed {

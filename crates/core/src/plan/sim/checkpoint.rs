@@ -150,7 +150,7 @@ impl Sim<'_> {
             return;
         }
         let node = &self.g.nodes[n];
-        if node.params.iter().any(|&p| self.policy.trainable(p)) {
+        if self.trains(node) {
             return;
         }
         if let Some(gb) = self.gbuf[node.output] {

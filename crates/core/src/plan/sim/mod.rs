@@ -164,7 +164,12 @@ impl<'g> Sim<'g> {
                     .g
                     .nodes
                     .get(self.node as usize)
-                    .is_some_and(|n| n.params.iter().any(|&p| self.policy.trainable(p))))
+                    .is_some_and(|n| self.trains(n)))
+    }
+
+    /// Whether some parameter of `node` trains (its weight gradient is computed).
+    fn trains(&self, node: &crate::model::ir::Node) -> bool {
+        node.params.iter().any(|&p| self.policy.trainable(p))
     }
 
     /// Allocates one extra of a rule: a temporary (returned for the caller to release), or a
