@@ -199,10 +199,12 @@ class CudaAutocast:
         return op(*args, **kwargs)
 
     def _append_dtype(self, target):
+        with_dtype = _op(target)
+
         def policy(op, args, kwargs):
             if not (args and _eligible(args[0])):
                 return op(*args, **kwargs)
-            return _op(target)(*args, dtype=torch.float32, **kwargs)
+            return with_dtype(*args, dtype=torch.float32, **kwargs)
         return policy
 
     def _promote(self, op, args, kwargs):
@@ -220,17 +222,6 @@ class CudaAutocast:
         return op(*args, **kwargs)
 
     def region(self, enabled):
-        """torch.autocast("cpu") with CUDA's policy; the weight cache dies with the region."""
-        policy = self
-
-        class Region:
-            def __enter__(self):
-                self.ac = torch.autocast("cpu", dtype=policy.dtype, enabled=enabled)
-                return self.ac.__enter__()
-
-            def __exit__(self, *exc):
-                r = self.ac.__exit__(*exc)
-                policy.cache.clear()
-                return r
-
-        return Region()
+        """torch.autocast("cpu") with CUDA's policy (the kernels above); the weight cache
+        dies with the region through torch.clear_autocast_cache."""
+        return torch.autocast("cpu", dtype=self.dtype, enabled=enabled)
