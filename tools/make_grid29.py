@@ -18,7 +18,8 @@ eager), batch 1-64, prompt 128-16384 tokens, new tokens 1-1024.
 The constraints (fixed before drawing; a draw that breaks one is drawn again):
 - prompt + new tokens <= the model's max_position_embeddings;
 - a rough memory estimate (weights + KV cache + the prefill's largest transients + logits +
-  eager attention scores) <= 100 GB, so that rows fit on one H200 (141 GB);
+  eager attention scores, SDPA's fp32 math-path scores with grouped kv heads, a static
+  cache's repeated K/V) <= 100 GB, so that rows fit on one H200 (141 GB);
 - a rough time estimate of the two calls (warm-up and measured) <= 60 s, so that the whole
   grid runs in the device's time.
 """
@@ -76,6 +77,12 @@ def estimate(row, s):
     scores = 0
     if row["attention"] == "eager":
         scores = b * s["heads"] * p * (p + n) * (4 + 2 * d)
+    elif d == 4 and s["kvh"] != s["heads"]:
+        # fp32 with grouped kv heads: no fused kernel, SDPA's math path (fp32 scores, softmax)
+        scores = 2 * b * s["heads"] * p * p * 4
+    if row["kv_cache"] == "static":
+        # the attention mask of a static cache: K and V repeated to every head (repeat_kv)
+        scores += 2 * b * s["heads"] * (p + n) * s["hd"] * d
     total = weights + kv + act + logits + scores
     flops = 2 * params(s) * b * p + 4 * b * p * p * s["heads"] * s["hd"] * s["layers"]
     rate = 4e14 if d == 2 else 5e13
