@@ -8,6 +8,7 @@ mod dist_args;
 mod dist_plan;
 pub mod doctor;
 mod fit;
+mod infer;
 mod plan_bench;
 
 use std::io::Write;
@@ -117,8 +118,8 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub train: TrainArgs,
     /// Micro-batch size: samples per forward/backward pass, at least 1 (required unless
-    /// --config gives it).
-    #[arg(long, required_unless_present = "config", allow_negative_numbers = true,
+    /// --config gives it; inference steps: sequences, default 1).
+    #[arg(long, required_unless_present_any = ["config", "step"], allow_negative_numbers = true,
           value_parser = args::parse_batch)]
     pub batch: Option<u64>,
     /// Include the allocated-bytes timeline of the step in the JSON output.
@@ -239,6 +240,9 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
+    if infer::is_inference(&a.train) {
+        return infer::cmd_plan(&a.train, a.batch, out);
+    }
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, a.batch)?;
     let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
     let assumed = a.train.assumed();
@@ -600,6 +604,9 @@ fn write_plan(
 }
 
 fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
+    if infer::is_inference(&a.train) {
+        return infer::cmd_max_batch(&a.train, out);
+    }
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
     // `--gpus auto`: the fewest GPUs where micro-batch 1 fits.
     let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;

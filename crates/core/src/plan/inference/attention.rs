@@ -1,0 +1,160 @@
+//! What one attention call allocates under `torch.no_grad()` (transformers 5.17
+//! `integrations/sdpa_attention.py` and `eager_attention_forward`; PyTorch 2.11's
+//! `scaled_dot_product_attention` dispatch):
+//!
+//! - SDPA without a 4-D mask: grouped kv heads go to the kernel as they are
+//!   (`enable_gqa=True`). 16-bit: the flash kernel (output, fp32 logsumexp). fp32 with
+//!   grouped heads: no fused kernel takes it, so the math path
+//!   (`_scaled_dot_product_attention_math`): `q·√s`, k and v repeated, `kᵀ·√s`, the fp32
+//!   scores, then `_safe_softmax` (softmax, an `eq(-inf)` bool, `where`), the output, copied
+//!   by `transpose(1, 2).contiguous()`. fp32 without grouping: the memory-efficient kernel.
+//! - SDPA with a 4-D bool mask (a static cache's decode steps, sliding layers past their
+//!   window): `repeat_kv` copies k and v to every head; PyTorch converts the mask to the
+//!   query's dtype (`convert_boolean_attn_mask`: zeros of its shape and a `logical_not`), the
+//!   memory-efficient kernel pads its last dimension to a multiple of 16 (`preprocess_mask`).
+//! - Eager: `repeat_kv`, `q @ kᵀ`, `* scaling`, `+ mask`, `softmax(dtype=float32)`,
+//!   `.to(dtype)`, `@ v`, `transpose(1, 2).contiguous()`; the probabilities are returned and
+//!   held by the decoder layer's `_` until the layer returns.
+
+use super::program::{Buf, Prog};
+use super::shape::DecoderShape;
+use crate::plan::config::Attention;
+
+/// One attention call: `t` query tokens over `kv` key/value tokens of one sequence.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnCall {
+    pub t: u64,
+    pub kv: u64,
+    /// Whether a 4-D mask reaches the kernel.
+    pub mask: bool,
+    /// Bytes of the dtype.
+    pub d: u64,
+    pub imp: Attention,
+}
+
+/// The attention output (`b × t × heads × head_dim`) and a tensor held until the decoder
+/// layer returns (eager's probabilities).
+#[derive(Debug, Clone, Copy)]
+pub struct AttnOut {
+    pub out: Buf,
+    pub held: Buf,
+}
+
+/// Emits the attention call's allocations.
+pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
+    let (t, k, d) = (c.t, c.kv, c.d);
+    let heads = s.heads;
+    let hd = s.head_dim;
+    let rep = heads * k * hd * d;
+    let out_bytes = t * heads * hd * d;
+    let scores = heads * t * k;
+    match c.imp {
+        Attention::Eager => {
+            let (kr, vr) = repeat_kv(p, s, rep);
+            let raw = p.act(scores * d);
+            let scaled = p.act(scores * d);
+            p.free(raw);
+            let masked = p.act(scores * d);
+            p.free(scaled);
+            let p32 = p.act(scores * 4);
+            p.free(masked);
+            let probs = if d == 4 {
+                p32
+            } else {
+                let pd = p.act(scores * d);
+                p.free(p32);
+                pd
+            };
+            let o = p.act(out_bytes);
+            let o2 = p.act(out_bytes);
+            p.free(o);
+            p.free(kr);
+            p.free(vr);
+            AttnOut {
+                out: o2,
+                held: probs,
+            }
+        }
+        Attention::Sdpa if c.mask => {
+            let (kr, vr) = repeat_kv(p, s, rep);
+            let fm = p.act(t * k * d);
+            let not = p.act(t * k);
+            p.free(not);
+            let padded = if k.is_multiple_of(16) {
+                Buf::NONE
+            } else {
+                p.act(t * k.div_ceil(16) * 16 * d)
+            };
+            let out = p.act(out_bytes);
+            p.free(padded);
+            p.free(fm);
+            p.free(kr);
+            p.free(vr);
+            AttnOut {
+                out,
+                held: Buf::NONE,
+            }
+        }
+        Attention::Sdpa if d == 4 && s.grouped() => {
+            // The math path with enable_gqa.
+            let q_s = p.act(t * heads * hd * 4);
+            let causal = if t > 1 {
+                let ones = p.fixed(t * k);
+                let tril = p.fixed(t * k);
+                p.free(ones);
+                let fm = p.fixed(t * k * 4);
+                let not = p.fixed(t * k);
+                p.free(not);
+                p.free(tril);
+                fm
+            } else {
+                Buf::NONE
+            };
+            let kr = p.act(k * heads * hd * 4);
+            let vr = p.act(k * heads * hd * 4);
+            let ks = p.act(k * heads * hd * 4);
+            let raw = p.act(scores * 4);
+            p.free(ks);
+            let soft = p.act(scores * 4);
+            let eq = p.act(scores);
+            let not = p.act(scores);
+            p.free(not);
+            let probs = p.act(scores * 4);
+            p.free(eq);
+            p.free(soft);
+            p.free(raw);
+            let o = p.act(out_bytes);
+            p.free(probs);
+            p.free(kr);
+            p.free(vr);
+            p.free(q_s);
+            p.free(causal);
+            let o2 = p.act(out_bytes);
+            p.free(o);
+            AttnOut {
+                out: o2,
+                held: Buf::NONE,
+            }
+        }
+        Attention::Sdpa => {
+            let out = p.act(out_bytes);
+            if d != 4 {
+                // flash: the fp32 logsumexp (batch, heads, t)
+                p.scratch(heads * t * 4, 0);
+            }
+            AttnOut {
+                out,
+                held: Buf::NONE,
+            }
+        }
+    }
+}
+
+/// `repeat_kv(key)`, `repeat_kv(value)`: copies when kv heads are shared.
+fn repeat_kv(p: &mut Prog, s: &DecoderShape, bytes: u64) -> (Buf, Buf) {
+    if s.grouped() {
+        (p.act(bytes), p.act(bytes))
+    } else {
+        (Buf::NONE, Buf::NONE)
+    }
+}
