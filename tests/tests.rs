@@ -3,6 +3,7 @@
 
 mod architecture;
 mod cli;
+mod cli_infer;
 mod doctor;
 #[cfg(target_os = "linux")]
 mod files;
