@@ -205,3 +205,166 @@ fn category_key(c: Category) -> String {
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::config::{AllocatorConfig, Attention, DType};
+    use crate::plan::events::Event;
+
+    fn preset(name: &str) -> Preset {
+        let path = format!(
+            "{}/../../tests/data/hf_configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        crate::model::hf::from_config_text(&text, name).expect("preset")
+    }
+
+    fn cfg(step: InferStep, kv_cache: KvCache, prompt: u64, new_tokens: u64) -> InferConfig {
+        InferConfig {
+            step,
+            batch: 2,
+            prompt,
+            new_tokens,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache,
+            allocator: AllocatorConfig::default(),
+        }
+    }
+
+    fn measured(p: &InferPlanner) -> &[Event] {
+        &p.events.events[p.events.measured_start..]
+    }
+
+    fn kv_allocs(p: &InferPlanner) -> Vec<(u32, u64)> {
+        measured(p)
+            .iter()
+            .filter(|e| e.alloc)
+            .map(|e| (e.node, p.events.buffers[e.buffer as usize]))
+            .filter(|(_, b)| b.category == Category::KvCache)
+            .map(|(n, b)| (n, b.per_sample))
+            .collect()
+    }
+
+    /// Every buffer is allocated once and freed once; each call frees what it allocated.
+    #[test]
+    fn calls_free_what_they_allocate() {
+        for (name, step, cache, new) in [
+            ("Llama-3.2-1B", InferStep::Generate, KvCache::Dynamic, 5),
+            ("gemma-3-1b-pt", InferStep::Generate, KvCache::Static, 5),
+            (
+                "Phi-3-mini-4k-instruct",
+                InferStep::Generate,
+                KvCache::Dynamic,
+                3,
+            ),
+            ("Qwen3-0.6B", InferStep::Prefill, KvCache::Dynamic, 0),
+        ] {
+            for attention in [Attention::Sdpa, Attention::Eager] {
+                for dtype in [DType::BF16, DType::F32] {
+                    let c = InferConfig {
+                        attention,
+                        dtype,
+                        ..cfg(step, cache, 700, new)
+                    };
+                    let p = InferPlanner::new(&preset(name), &c).expect("planner");
+                    let ev = &p.events;
+                    let mut state = vec![0u8; ev.buffers.len()];
+                    for e in &ev.events {
+                        let s = &mut state[e.buffer as usize];
+                        assert_eq!(*s, u8::from(!e.alloc), "{name}: buffer {}", e.buffer);
+                        *s += 1;
+                    }
+                    // left allocated: weights, buffers, the prompt and the cuBLAS workspace
+                    let live = state.iter().filter(|&&s| s == 1).count();
+                    let params = p.shape.layers as usize; // at least one weight per layer
+                    assert!(live > params, "{name}");
+                    let live_in_call = measured(&p)
+                        .iter()
+                        .filter(|e| e.alloc && state[e.buffer as usize] == 1)
+                        .count();
+                    assert_eq!(live_in_call, 0, "{name} {attention:?} {dtype:?}");
+                }
+            }
+        }
+    }
+
+    /// `torch.cat` of a dynamic cache: every forward allocates each layer's keys and values
+    /// anew, one token longer, while the old ones still exist; a static cache allocates
+    /// them once, in the prefill, to prompt + new tokens.
+    #[test]
+    fn dynamic_cache_grows_by_cat_static_is_preallocated() {
+        let llama = preset("Llama-3.2-1B");
+        let row = 2 * 8 * 64; // kv_heads × head_dim × bf16 bytes
+        let d = InferPlanner::new(&llama, &cfg(InferStep::Generate, KvCache::Dynamic, 100, 4))
+            .expect("dynamic");
+        let allocs = kv_allocs(&d);
+        assert_eq!(allocs.len(), 16 * 2 * 4, "K and V per layer per forward");
+        for (forward, size) in &allocs {
+            assert_eq!(*size, (100 + u64::from(*forward)) * row);
+        }
+        // the old K of a layer is freed after its new K is allocated
+        let ev = measured(&d);
+        let first_decode = ev
+            .iter()
+            .position(|e| {
+                e.alloc
+                    && e.node == 1
+                    && d.events.buffers[e.buffer as usize].category == Category::KvCache
+            })
+            .expect("a decode step's cat");
+        let next = ev[first_decode + 1];
+        assert!(!next.alloc, "the old keys go right after the cat");
+        assert_eq!(d.events.buffers[next.buffer as usize].per_sample, 100 * row);
+        let s = InferPlanner::new(&llama, &cfg(InferStep::Generate, KvCache::Static, 100, 4))
+            .expect("static");
+        let allocs = kv_allocs(&s);
+        assert_eq!(allocs.len(), 16 * 2);
+        assert!(allocs.iter().all(|&(f, size)| f == 0 && size == 104 * row));
+    }
+
+    /// A sliding layer (Gemma 3: five of six layers, window 512) keeps the prompt after the
+    /// prefill, then at most the window; the full layers grow with every token.
+    #[test]
+    fn sliding_layers_shrink_to_the_window() {
+        let g = InferPlanner::new(
+            &preset("gemma-3-1b-pt"),
+            &cfg(InferStep::Generate, KvCache::Dynamic, 2000, 3),
+        )
+        .expect("gemma3");
+        let row = 256 * 2; // one kv head of 256, bf16
+        let sizes: Vec<u64> = kv_allocs(&g)
+            .iter()
+            .filter(|(f, _)| *f == 2)
+            .map(|(_, s)| s / row)
+            .collect();
+        assert_eq!(sizes.len(), 26 * 2);
+        let full = sizes.iter().filter(|&&t| t == 2002).count();
+        let sliding = sizes.iter().filter(|&&t| t == 512).count();
+        assert_eq!((full, sliding), (2 * 4, 2 * 22), "{sizes:?}");
+    }
+
+    /// `logits_to_keep=1`: generate's prefill computes one position's logits; a plain forward
+    /// all of them.
+    #[test]
+    fn generate_keeps_the_last_positions_logits() {
+        let llama = preset("Llama-3.2-1B");
+        let vocab_row = 128_256 * 2;
+        let largest = |p: &InferPlanner| {
+            measured(p)
+                .iter()
+                .filter(|e| e.alloc)
+                .map(|e| p.events.buffers[e.buffer as usize].per_sample)
+                .max()
+                .unwrap_or(0)
+        };
+        let g = InferPlanner::new(&llama, &cfg(InferStep::Generate, KvCache::Dynamic, 64, 1))
+            .expect("generate");
+        let f = InferPlanner::new(&llama, &cfg(InferStep::Prefill, KvCache::Dynamic, 64, 0))
+            .expect("prefill");
+        assert_eq!(largest(&f), 64 * vocab_row);
+        assert!(largest(&g) < 64 * vocab_row / 4, "{}", largest(&g));
+    }
+}
