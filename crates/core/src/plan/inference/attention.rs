@@ -56,8 +56,8 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
             p.free(raw);
             let masked = p.act(scores * d);
             p.free(scaled);
+            // `softmax(w, dtype=float32).to(dtype)`: the scores go when the result is bound
             let p32 = p.act(scores * 4);
-            p.free(masked);
             let probs = if d == 4 {
                 p32
             } else {
@@ -65,6 +65,7 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
                 p.free(p32);
                 pd
             };
+            p.free(masked);
             let o = p.act(out_bytes);
             let o2 = p.act(out_bytes);
             p.free(o);

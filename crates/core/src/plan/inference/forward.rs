@@ -100,9 +100,10 @@ fn rms_norm(p: &mut Prog, s: &DecoderShape, n: u64, rows: u64, d: u64) -> Buf {
     let var = p.act(rows * 4);
     p.free(sq);
     let normed = p.act(n * 4);
-    p.free(var);
-    p.free(up);
     if s.gemma {
+        // `_norm` returns; its argument `x.float()` goes
+        p.free(var);
+        p.free(up);
         let scaled = p.act(n * 4);
         p.free(normed);
         if d == 4 {
@@ -112,18 +113,14 @@ fn rms_norm(p: &mut Prog, s: &DecoderShape, n: u64, rows: u64, d: u64) -> Buf {
         p.free(scaled);
         out
     } else {
-        let cast = if d == 4 {
-            Buf::NONE
-        } else {
-            let c = p.act(n * d);
-            p.free(normed);
-            c
-        };
+        // `hidden_states = hidden_states * rsqrt(...)` replaces the fp32 copy; `variance` and
+        // the normalised tensor live until `return self.weight * hidden_states.to(dtype)`
+        p.free(up);
+        let cast = if d == 4 { Buf::NONE } else { p.act(n * d) };
         let out = p.act(n * d);
-        if d == 4 {
-            p.free(normed);
-        }
         p.free(cast);
+        p.free(normed);
+        p.free(var);
         out
     }
 }
@@ -248,6 +245,9 @@ pub fn forward(
         p.free(h);
         h = scaled;
     }
+    // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding until
+    // the model's forward returns.
+    let embeds = h;
     // Masks, one per kind of layer present (full / sliding), built once per forward.
     let mut masks: Vec<(Option<u64>, u64, bool, Buf)> = Vec::new();
     for &w in &s.windows {
@@ -328,7 +328,6 @@ pub fn forward(
         };
         let h2 = p.act(h_bytes);
         p.free(a);
-        p.free(h);
         let x2 = rms_norm(p, s, t * s.hidden, t, d);
         let m = mlp(p, proc, s, x2, t, d);
         let m = if s.sandwich_norm {
@@ -342,6 +341,10 @@ pub fn forward(
         p.free(m);
         p.free(h2);
         p.free(held);
+        // the layer returns: the caller's `hidden_states` (its input) is replaced
+        if h != embeds {
+            p.free(h);
+        }
         h = h3;
     }
     cache.seen = cached + t;
@@ -354,6 +357,9 @@ pub fn forward(
     }
     let hn = rms_norm(p, s, t * s.hidden, t, d);
     p.free(h);
+    if h != embeds {
+        p.free(embeds);
+    }
     let mut logits = linear(p, proc, c.keep * s.vocab * d);
     if s.final_softcap {
         // logits / cap, tanh, * cap
