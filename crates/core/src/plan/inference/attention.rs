@@ -29,6 +29,8 @@ pub struct AttnCall {
     pub mask: bool,
     /// Bytes of the dtype.
     pub d: u64,
+    /// bf16 (fp16 has its own half-to-float softmax kernel; bf16 is converted first).
+    pub bf16: bool,
     pub imp: Attention,
 }
 
@@ -51,13 +53,27 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
     match c.imp {
         Attention::Eager => {
             let (kr, vr) = repeat_kv(p, s, rep);
+            // `matmul(q, kᵀ)`: q (a transposed view of the RoPE output) is copied contiguous
+            // for the batched GEMM when it has more than one position; an MQA key (a stride-0
+            // expand) is materialised for the call
+            let qc = if t > 1 { p.act(out_bytes) } else { Buf::NONE };
+            let kc = if s.kv_heads == 1 && s.heads > 1 {
+                p.act(rep)
+            } else {
+                Buf::NONE
+            };
             let raw = p.act(scores * d);
+            p.free(qc);
+            p.free(kc);
             let scaled = p.act(scores * d);
             p.free(raw);
             let masked = p.act(scores * d);
             p.free(scaled);
-            // `softmax(w, dtype=float32).to(dtype)`: the scores go when the result is bound
+            // `softmax(w, dtype=float32).to(dtype)`: ATen converts bf16 scores to fp32 first
+            // (fp16 has a half-to-float kernel); the scores go when the result is bound
+            let conv = if c.bf16 { p.act(scores * 4) } else { Buf::NONE };
             let p32 = p.act(scores * 4);
+            p.free(conv);
             let probs = if d == 4 {
                 p32
             } else {
@@ -66,7 +82,13 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
                 pd
             };
             p.free(masked);
+            let vc = if s.kv_heads == 1 && s.heads > 1 {
+                p.act(rep)
+            } else {
+                Buf::NONE
+            };
             let o = p.act(out_bytes);
+            p.free(vc);
             let o2 = p.act(out_bytes);
             p.free(o);
             p.free(kr);
@@ -99,6 +121,7 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
         Attention::Sdpa if d == 4 && s.grouped() => {
             // The math path with enable_gqa.
             let q_s = p.act(t * heads * hd * 4);
+            let qc = if t > 1 { p.act(t * heads * hd * 4) } else { Buf::NONE };
             let causal = if t > 1 {
                 let ones = p.fixed(t * k);
                 let tril = p.fixed(t * k);
@@ -115,6 +138,7 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
             let vr = p.act(k * heads * hd * 4);
             let ks = p.act(k * heads * hd * 4);
             let raw = p.act(scores * 4);
+            p.free(qc);
             p.free(ks);
             let soft = p.act(scores * 4);
             let eq = p.act(scores);
@@ -151,9 +175,10 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
     }
 }
 
-/// `repeat_kv(key)`, `repeat_kv(value)`: copies when kv heads are shared.
+/// `repeat_kv(key)`, `repeat_kv(value)`: `expand(...).reshape(...)` copies when several kv
+/// heads are shared; one kv head (MQA) reshapes to a stride-0 view.
 fn repeat_kv(p: &mut Prog, s: &DecoderShape, bytes: u64) -> (Buf, Buf) {
-    if s.grouped() {
+    if s.grouped() && s.kv_heads > 1 {
         (p.act(bytes), p.act(bytes))
     } else {
         (Buf::NONE, Buf::NONE)

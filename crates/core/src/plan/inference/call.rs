@@ -54,6 +54,7 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
         keep,
         padding_mask,
         d,
+        bf16: cfg.dtype == crate::plan::config::DType::BF16,
         imp: cfg.attention,
     };
     let pr = cfg.prompt;

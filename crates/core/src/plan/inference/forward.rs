@@ -68,6 +68,7 @@ pub struct Call {
     /// have a batch dimension.
     pub padding_mask: bool,
     pub d: u64,
+    pub bf16: bool,
     pub imp: Attention,
 }
 
@@ -307,6 +308,7 @@ pub fn forward(
                 kv: kv_len,
                 mask: mask_on,
                 d,
+                bf16: c.bf16,
                 imp: c.imp,
             },
         );
