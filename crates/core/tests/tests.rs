@@ -23,3 +23,4 @@ pub fn data(rel: &str) -> std::path::PathBuf {
         .join("../../tests/data")
         .join(rel)
 }
+mod zz_dump;

@@ -109,6 +109,11 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
                 p.act(t * k.div_ceil(16) * 16 * d)
             };
             let out = p.act(out_bytes);
+            // the memory-efficient kernel keeps an fp32 output accumulator when one pass
+            // over the keys does not hold a head (head_dim > 128) and the output is 16-bit
+            if d != 4 && hd > 128 {
+                p.scratch(t * heads * hd * 4, 0);
+            }
             p.free(padded);
             p.free(fm);
             p.free(kr);
