@@ -300,6 +300,13 @@ pub fn forward(
             p.free(k_e);
         }
         p.free(v);
+        // SDPA's causal path without a mask slices the keys to the query's length (a
+        // static cache's prefill)
+        let kv_len = if c.imp == Attention::Sdpa && !mask_on && t > 1 {
+            kv_len.min(t)
+        } else {
+            kv_len
+        };
         let AttnOut { out, held } = attention(
             p,
             s,
