@@ -145,8 +145,7 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
     let (gpu, budget) = t.budget()?;
     let planner = InferPlanner::new(&preset, &cfg)?;
     let plan = planner.plan(cfg.batch)?;
-    let fits = planner.fits(budget, cfg.batch)?;
-    let max = planner.max_batch(budget, MAX_BATCH)?;
+    let fits = plan.nvidia_smi_bytes <= budget.usable();
     let assumed = assumed(t, batch.is_some());
     if t.json {
         let mut v = serde_json::to_value(&plan)?;
@@ -162,7 +161,6 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
             o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
             o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
             o.insert("fits".into(), serde_json::json!(fits));
-            o.insert("max_batch".into(), serde_json::json!(max));
             let assumed: serde_json::Map<String, serde_json::Value> = assumed
                 .iter()
                 .map(|(f, v)| (f.trim_start_matches('-').to_string(), serde_json::json!(v)))
@@ -172,7 +170,7 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
     }
-    write_plan(out, &plan, &gpu.name, budget, fits, max)?;
+    write_plan(out, &plan, &gpu.name, budget, fits)?;
     if !assumed.is_empty() {
         let list: Vec<String> = assumed.iter().map(|(f, v)| format!("{f} {v}")).collect();
         writeln!(out, "  assumed (not given): {}", list.join(", "))?;
@@ -186,7 +184,6 @@ fn write_plan(
     gpu: &str,
     budget: Budget,
     fits: bool,
-    max: Option<u64>,
 ) -> Result<()> {
     let c = &p.config;
     writeln!(
@@ -229,9 +226,9 @@ fn write_plan(
     let verdict = if fits { "fits" } else { "does NOT fit" };
     writeln!(
         out,
-        "  on {gpu} ({} usable): {verdict}; largest batch: {}",
+        "  on {gpu} ({} usable): {verdict} (largest batch: vramlab max-batch --step {})",
         budget.usable(),
-        max.map_or("none (batch 1 does not fit)".to_string(), |m| m.to_string())
+        c.step
     )?;
     Ok(())
 }
