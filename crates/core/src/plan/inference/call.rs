@@ -70,6 +70,14 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
         InferStep::Generate => {
             let mut cache = Cache::new(cfg.kv_cache, cfg.total_tokens(), s.layers);
             let mut mask = p.act(pr * 8);
+            // position_ids = attention_mask.cumsum(-1) - 1, masked_fill(attention_mask == 0, 0)
+            let cumsum = p.act(pr * 8);
+            let minus = p.act(pr * 8);
+            p.free(cumsum);
+            let eq = p.act(pr);
+            let mut positions = p.act(pr * 8);
+            p.free(eq);
+            p.free(minus);
             let ids_clone = p.act(pr * 8);
             let mut logits = forward(p, proc, s, &mut cache, call(pr, 1, true));
             p.free(ids_clone);
@@ -80,6 +88,11 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
                     p.forward = u16::try_from(i - 1).unwrap_or(u16::MAX);
                     logits = forward(p, proc, s, &mut cache, call(1, 1, true));
                 }
+                // `_update_model_kwargs_for_generation`: position_ids and attention_mask
+                // grow by one column (torch.cat)
+                let grown = p.act((pr + i) * 8);
+                p.free(positions);
+                positions = grown;
                 let grown = p.act((pr + i) * 8);
                 p.free(mask);
                 mask = grown;
@@ -109,6 +122,7 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
             p.free(next_logits);
             p.free(scores);
             p.free(mask);
+            p.free(positions);
             // the returned sequences, dropped by the caller
             p.free(ids);
         }

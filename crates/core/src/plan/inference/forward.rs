@@ -64,8 +64,8 @@ pub struct Call {
     pub t: u64,
     /// Positions whose logits are computed (`logits_to_keep`; `t` for all).
     pub keep: u64,
-    /// Whether a 2-D `attention_mask` is passed (generate passes one): masks built from it
-    /// have a batch dimension.
+    /// Whether generate's 2-D `attention_mask` and (batch, t) `position_ids` are passed:
+    /// masks and the rotary embedding built from them have a batch dimension.
     pub padding_mask: bool,
     pub d: u64,
     pub bf16: bool,
@@ -140,30 +140,41 @@ fn rope(p: &mut Prog, x_bytes: u64) -> Buf {
     out
 }
 
-/// The rotary embedding's `cos`, `sin` for `t` positions (`position_ids` of shape (1, t):
-/// batch-independent), computed in fp32 and cast to the dtype.
-fn rotary(p: &mut Prog, s: &DecoderShape, t: u64, d: u64) -> (Buf, Buf) {
+/// The rotary embedding's `cos`, `sin` for `t` positions, computed in fp32 and cast to the
+/// dtype: batch-independent for `position_ids` of shape (1, t) (a plain forward), per
+/// sequence for generate's (batch, t) ids (`_prepare_position_ids_for_generation`).
+fn rotary(p: &mut Prog, s: &DecoderShape, c: &Call) -> (Buf, Buf) {
+    let (t, d) = (c.t, c.d);
     let hd = s.head_dim;
-    let freqs = p.fixed(t * hd / 2 * 4);
-    let emb = p.fixed(t * hd * 4);
+    let alloc = |p: &mut Prog, bytes: u64| {
+        if c.padding_mask {
+            p.act(bytes)
+        } else {
+            p.fixed(bytes)
+        }
+    };
+    let pos = alloc(p, t * 4);
+    let freqs = alloc(p, t * hd / 2 * 4);
+    let emb = alloc(p, t * hd * 4);
     let mut pair = [Buf::NONE; 2];
     for slot in pair.iter_mut() {
-        let raw = p.fixed(t * hd * 4);
-        let scaled = p.fixed(t * hd * 4);
+        let raw = alloc(p, t * hd * 4);
+        let scaled = alloc(p, t * hd * 4);
         p.free(raw);
         *slot = scaled;
     }
     let out = if d == 4 {
         (pair[0], pair[1])
     } else {
-        let c = p.fixed(t * hd * d);
-        let sn = p.fixed(t * hd * d);
+        let cos = alloc(p, t * hd * d);
+        let sin = alloc(p, t * hd * d);
         p.free(pair[0]);
         p.free(pair[1]);
-        (c, sn)
+        (cos, sin)
     };
     p.free(emb);
     p.free(freqs);
+    p.free(pos);
     out
 }
 
@@ -263,9 +274,9 @@ pub fn forward(
         };
         masks.push((w, kv, on, b));
     }
-    let mut rotaries = vec![rotary(p, s, t, d)];
+    let mut rotaries = vec![rotary(p, s, &c)];
     if s.two_rotaries {
-        rotaries.push(rotary(p, s, t, d));
+        rotaries.push(rotary(p, s, &c));
     }
     let cached = cache.seen;
     for l in 0..s.layers as usize {
