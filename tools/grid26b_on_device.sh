@@ -65,6 +65,8 @@ captures)
 import json, os, subprocess, time
 out, py, limit = os.environ["OUT"], os.environ["PY"], float(os.environ["LIMIT"])
 rows = [json.loads(l) for l in open("tools/grid26b_captures.jsonl") if l.strip()]
+ids = os.environ.get("ONLY", "").split()
+rows = [r for r in rows if not ids or r["grid_id"] in ids]
 os.makedirs(f"{out}/g", exist_ok=True)
 t0 = time.time()
 def cmd(r):
@@ -124,5 +126,7 @@ print("caps done", round(time.time() - t0), "s")
 PYEOF
     ;;
 esac
-tar czf "$OUT/all.tgz" -C "$OUT" --exclude all.tgz . && find "$OUT" -mindepth 1 ! -name all.tgz -delete
+# archived outside OUT, then moved in (tar of a folder it writes into fails "file changed")
+ARC=$(mktemp -u /tmp/all.XXXX.tgz)
+tar czf "$ARC" -C "$OUT" . ; find "$OUT" -mindepth 1 -delete ; mv "$ARC" "$OUT/all.tgz"
 echo "part ${PART:-ranks} done"
