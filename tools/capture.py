@@ -539,6 +539,13 @@ def capture_one(args, factory, kind, size, batch, device_name):
 
     real = args.real_cpu
     device = torch.device("cpu" if real else device_name)
+    if device.type == "cpu" and not real:
+        # fake CPU tensors stand for the GPU host's: its SDPA backends and fused dropout
+        # (tools/cuda_composites.py)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import cuda_composites
+
+        cuda_composites.install()
     tr = Tracker()
     ctx = None if real else FakeTensorMode(allow_non_fake_inputs=True)
     if ctx:
