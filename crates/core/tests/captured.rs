@@ -28,7 +28,7 @@ fn load(graph: &str) -> Preset {
 }
 
 /// The training config the graph was captured with, at `batch`.
-fn own_config(p: &Preset, batch: u64) -> TrainConfig {
+pub fn own_config(p: &Preset, batch: u64) -> TrainConfig {
     let ModelSpec::Captured(c) = &p.spec else {
         panic!("not captured")
     };

@@ -219,13 +219,15 @@ fn phi3_attn_targets_are_refused_like_peft() {
 }
 
 /// Diagnosis: each phase the runner records (start, after forward and its peak, after
-/// backward and its peak), planned against measured, for every fit row.
+/// backward and its peak), planned against measured, for every fit row
+/// (`PHASES_FILE=grid26b_ranks.jsonl` for another file under tests/data).
 #[test]
 #[ignore = "diagnosis: prints the phases of every fit row"]
 fn grid26_phases() {
-    let text = std::fs::read_to_string(crate::data("grid26_lora.jsonl")).expect("grid file");
+    let file = std::env::var("PHASES_FILE").unwrap_or_else(|_| "grid26_lora.jsonl".into());
+    let text = std::fs::read_to_string(crate::data(&file)).expect("grid file");
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    for (l, m) in text.lines().zip(rows("grid26_lora.jsonl")) {
+    for (l, m) in text.lines().zip(rows(&file)) {
         let v: serde_json::Value = serde_json::from_str(l).expect("json");
         if !m.usable() {
             continue;

@@ -10,6 +10,7 @@ mod distributed_knobs;
 mod error_bands;
 mod exports;
 mod grid26;
+mod grid26b;
 mod invariants;
 mod maxbatch;
 mod moe;
