@@ -111,6 +111,16 @@ fn by_family(files: &[MeasuredFile], keep: impl Fn(&str) -> bool, label: &str) -
     s
 }
 
+/// The summary over every file but the untouched ones (the README quotes it).
+pub fn overall(files: &[MeasuredFile]) -> String {
+    let all: Vec<Row> = files
+        .iter()
+        .filter(|f| crate::validate::feeds_bands(&f.name))
+        .flat_map(|f| f.rows.iter().cloned())
+        .collect();
+    summary(&all)
+}
+
 /// The built-in presets' calibration and holdout sets.
 fn preset_set(name: &str) -> bool {
     name.starts_with("calibration") || name.starts_with("holdout")
@@ -134,15 +144,10 @@ pub fn tables(files: &[MeasuredFile]) -> String {
             prov.join("; ")
         );
     }
-    let all: Vec<Row> = files
-        .iter()
-        .filter(|f| crate::validate::feeds_bands(&f.name))
-        .flat_map(|f| f.rows.iter().cloned())
-        .collect();
     let _ = write!(
         s,
         "\nAll files but the untouched ones: {}.\n\n",
-        summary(&all)
+        overall(files)
     );
     s.push_str("### Built-in presets by family (`calibration.jsonl`, `holdout*.jsonl`)\n\n");
     s.push_str(&by_family(files, preset_set, "family"));

@@ -1,18 +1,28 @@
 //! `docs/accuracy.md`'s tables are generated from `tests/data` (vramlab_core::accuracy) and
 //! cannot go stale: the committed page must equal the regeneration byte for byte.
 
-use vramlab_core::accuracy::{END, REGENERATE, measured_files, splice, tables};
+use std::sync::OnceLock;
+
+use vramlab_core::accuracy::{END, MeasuredFile, REGENERATE, measured_files, overall, splice, tables};
 
 fn page_path() -> std::path::PathBuf {
     crate::data("../../docs/accuracy.md")
 }
 
+/// Every measured file, replayed once per test binary.
+fn files() -> &'static [MeasuredFile] {
+    static FILES: OnceLock<Vec<MeasuredFile>> = OnceLock::new();
+    FILES.get_or_init(|| {
+        // Rows of imported models name their config.json relative to the repository root.
+        std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
+        let files = measured_files(std::path::Path::new("tests/data")).expect("every row plans");
+        assert!(files.len() >= 25, "only {} measured files", files.len());
+        files
+    })
+}
+
 fn regenerated(page: &str) -> String {
-    // Rows of imported models name their config.json relative to the repository root.
-    std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
-    let files = measured_files(std::path::Path::new("tests/data")).expect("every row plans");
-    assert!(files.len() >= 25, "only {} measured files", files.len());
-    splice(page, &tables(&files))
+    splice(page, &tables(files()))
         .unwrap_or_else(|| panic!("docs/accuracy.md lacks the accuracy markers (… {END})"))
 }
 
@@ -51,4 +61,15 @@ fn splice_replaces_only_between_the_markers() {
     assert_eq!(new, format!("intro\n{BEGIN}\n\nnew table\n\n{END}\noutro\n"));
     assert_ne!(splice(&new, "old table\n"), Some(new.clone()));
     assert_eq!(splice("no markers", "x"), None);
+}
+
+/// The README's one accuracy sentence is the generated overall summary.
+#[test]
+fn readme_quotes_the_generated_overall_summary() {
+    let readme = std::fs::read_to_string(crate::data("../../README.md")).expect("README.md");
+    let line = overall(files());
+    assert!(
+        readme.contains(&line),
+        "README.md's accuracy summary differs from tests/data; paste this line into its Accuracy section: {line}"
+    );
 }
