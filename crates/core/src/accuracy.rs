@@ -79,7 +79,8 @@ fn provenance(line: &str) -> Option<String> {
     Some(s)
 }
 
-const HEAD: &str = "| rows | allocated median \\|error\\| | worst | reserved median \\|error\\| | worst |";
+const HEAD: &str =
+    "| rows | allocated median \\|error\\| | worst | reserved median \\|error\\| | worst |";
 const RULE: &str = "|---:|---:|---:|---:|---:|";
 
 /// "| n | a % | b % | c % | d % |" over `rows`.

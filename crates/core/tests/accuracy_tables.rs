@@ -3,7 +3,9 @@
 
 use std::sync::OnceLock;
 
-use vramlab_core::accuracy::{END, MeasuredFile, REGENERATE, measured_files, overall, splice, tables};
+use vramlab_core::accuracy::{
+    END, MeasuredFile, REGENERATE, measured_files, overall, splice, tables,
+};
 
 fn page_path() -> std::path::PathBuf {
     crate::data("../../docs/accuracy.md")
@@ -58,7 +60,10 @@ fn splice_replaces_only_between_the_markers() {
     use vramlab_core::accuracy::BEGIN;
     let page = format!("intro\n{BEGIN}\n\nold table\n{END}\noutro\n");
     let new = splice(&page, "new table\n").expect("markers");
-    assert_eq!(new, format!("intro\n{BEGIN}\n\nnew table\n\n{END}\noutro\n"));
+    assert_eq!(
+        new,
+        format!("intro\n{BEGIN}\n\nnew table\n\n{END}\noutro\n")
+    );
     assert_ne!(splice(&new, "old table\n"), Some(new.clone()));
     assert_eq!(splice("no markers", "x"), None);
 }
