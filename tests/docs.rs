@@ -266,3 +266,49 @@ fn architecture_names_every_source_file() {
             .join("\n")
     );
 }
+
+/// The README's outputs are real: each `$ vramlab …` block is this build's output (a JSON
+/// block may be abridged: every field it shows must equal the real one).
+#[test]
+fn the_readme_outputs_are_this_builds() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let mut blocks = 0;
+    for block in readme.split("```").skip(1).step_by(2) {
+        let block = block.trim_start_matches(|c: char| c.is_alphanumeric());
+        let block = block.trim_start_matches('\n');
+        let Some(command) = block
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("$ vramlab "))
+        else {
+            continue;
+        };
+        blocks += 1;
+        let shown: String = block.lines().skip(1).collect::<Vec<_>>().join("\n");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramlab"))
+            .args(command.split_whitespace())
+            .current_dir(root())
+            .output()
+            .expect("run vramlab");
+        assert!(out.status.success(), "`vramlab {command}` failed");
+        let real = String::from_utf8(out.stdout).expect("utf-8");
+        if command.contains("--json") {
+            let shown: serde_json::Value = serde_json::from_str(&shown).expect("README JSON");
+            let real: serde_json::Value = serde_json::from_str(&real).expect("real JSON");
+            for (k, v) in shown.as_object().expect("an object") {
+                assert_eq!(
+                    Some(v),
+                    real.get(k),
+                    "README.md's `vramlab {command}` shows {k} = {v}; this build prints another"
+                );
+            }
+        } else {
+            assert_eq!(
+                shown.trim_end(),
+                real.trim_end(),
+                "README.md's `vramlab {command}` output differs from this build's; paste it again"
+            );
+        }
+    }
+    assert_eq!(blocks, 3, "the README shows three real outputs");
+}
