@@ -267,11 +267,21 @@ fn architecture_names_every_source_file() {
     );
 }
 
-/// The README's outputs are real: each `$ vramlab …` block is this build's output (a JSON
-/// block may be abridged: every field it shows must equal the real one).
+/// The outputs README.md and docs/cli.md show are real: each `$ vramlab …` block is this
+/// build's output (a JSON block may be abridged: every field it shows must equal the real one).
 #[test]
 fn the_readme_outputs_are_this_builds() {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    assert_eq!(
+        shown_outputs_are_real("README.md"),
+        3,
+        "the README shows three real outputs"
+    );
+    assert_eq!(shown_outputs_are_real("docs/cli.md"), 3);
+}
+
+/// Checks every `$ vramlab …` block of `page`; returns how many there are.
+fn shown_outputs_are_real(page: &str) -> usize {
+    let readme = std::fs::read_to_string(root().join(page)).expect(page);
     let mut blocks = 0;
     for block in readme.split("```").skip(1).step_by(2) {
         let block = block.trim_start_matches(|c: char| c.is_alphanumeric());
@@ -299,16 +309,16 @@ fn the_readme_outputs_are_this_builds() {
                 assert_eq!(
                     Some(v),
                     real.get(k),
-                    "README.md's `vramlab {command}` shows {k} = {v}; this build prints another"
+                    "{page}'s `vramlab {command}` shows {k} = {v}; this build prints another"
                 );
             }
         } else {
             assert_eq!(
                 shown.trim_end(),
                 real.trim_end(),
-                "README.md's `vramlab {command}` output differs from this build's; paste it again"
+                "{page}'s `vramlab {command}` output differs from this build's; paste it again"
             );
         }
     }
-    assert_eq!(blocks, 3, "the README shows three real outputs");
+    blocks
 }
