@@ -3,6 +3,7 @@
 
 mod architecture;
 mod cli;
+mod docs;
 mod doctor;
 #[cfg(target_os = "linux")]
 mod files;

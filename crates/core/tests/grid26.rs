@@ -254,7 +254,7 @@ fn grid26_phases() {
 
 /// The untouched third, as it came out: drawn with the grid, measured in the same device
 /// calls, and read first after the fixes above were made (session 11). Its numbers are
-/// quoted in the README; this test keeps them from getting worse.
+/// quoted in docs/accuracy.md; this test keeps them from getting worse.
 #[test]
 fn grid26_untouched_third() {
     let got = compare(&rows("grid26_lora_untouched.jsonl")).expect("every usable row plans");

@@ -2,6 +2,7 @@
 //! One test binary, linked once, without any GUI or GPU crate.
 
 mod accuracy;
+mod accuracy_tables;
 mod bench_data;
 mod captured;
 mod distributed;
