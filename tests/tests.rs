@@ -8,4 +8,5 @@ mod doctor;
 mod files;
 mod gpu;
 mod hf_import;
+mod plan_report;
 mod regressions;
