@@ -8,5 +8,5 @@ mod doctor;
 mod files;
 mod gpu;
 mod hf_import;
-mod plan_report;
+mod cli_outputs;
 mod regressions;

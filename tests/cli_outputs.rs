@@ -1,15 +1,15 @@
-//! `vramlab plan`'s text and `--json` outputs, byte for byte, for a table of configurations
-//! (one GPU and several, fine-tuning modes, warnings, nothing fits, a captured graph, an
-//! encoder-decoder). `tests/data/plan_report/cases.jsonl` was written by `capture.sh` beside
-//! it from the binary before the plan report moved into the core: the report must print as
-//! the CLI printed it.
+//! The text and `--json` outputs of `plan`, `doctor` and `max-batch`, byte for byte, for a
+//! table of configurations (one GPU and several, fine-tuning modes, warnings, nothing fits,
+//! a captured graph, an encoder-decoder, OOM messages, a snapshot, a bench run).
+//! `tests/data/cli_outputs/cases.jsonl` was written by `capture.sh` beside it from the binary
+//! before the answers moved into the core: they must print as the CLI printed them.
 
 use std::process::Command;
 
 #[test]
 fn plan_outputs_are_unchanged() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/tests/data/plan_report/cases.jsonl"))
+    let text = std::fs::read_to_string(format!("{root}/tests/data/cli_outputs/cases.jsonl"))
         .expect("cases.jsonl");
     let mut checked = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -36,6 +36,11 @@ fn plan_outputs_are_unchanged() {
                 "{name} ({kind}): stdout differs"
             );
             assert_eq!(
+                String::from_utf8_lossy(&out.stderr),
+                expected["stderr"].as_str().expect("stderr"),
+                "{name} ({kind}): stderr differs"
+            );
+            assert_eq!(
                 i64::from(out.status.code().unwrap_or(-1)),
                 expected["status"].as_i64().expect("status"),
                 "{name} ({kind}): exit status differs; stderr {}",
@@ -44,5 +49,5 @@ fn plan_outputs_are_unchanged() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 46, "every case, text and JSON");
+    assert_eq!(checked, 60, "every case, text and JSON");
 }
