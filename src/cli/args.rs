@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+use vramlab_core::answer::report::Assumed;
 use vramlab_core::fsutil::FileKind;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
@@ -213,21 +214,6 @@ fn detect_gpu() -> Option<Gpu> {
     None
 }
 
-/// Warnings about a configuration the planner plans but the card runs badly or not at all.
-pub fn warnings(cfg: &TrainConfig, gpu: &Gpu) -> Vec<String> {
-    let mut w = Vec::new();
-    if cfg.precision.compute_dtype() == vramlab_core::plan::config::DType::BF16 && gpu.lacks_bf16()
-    {
-        w.push(format!(
-            "{} has no bf16 tensor cores (pre-Ampere): {} runs bf16 matmuls emulated and slowly, \
-             or not at all (torch.cuda.is_bf16_supported() is False); amp-fp16 is the usual choice there",
-            gpu.name,
-            cfg.precision.label()
-        ));
-    }
-    w
-}
-
 /// Model, training config and budget from the flags, or from `--config FILE`
 /// (`--batch` still overrides the file's batch).
 pub(crate) fn resolve(
@@ -424,21 +410,20 @@ impl TrainArgs {
         Ok(r.value)
     }
 
-    /// What the plan assumed because a flag was not given (flag, value).
-    pub fn assumed(&self) -> Vec<(&'static str, &'static str)> {
+    /// What the plan assumed because a flag was not given.
+    pub fn assumed(&self) -> Vec<Assumed> {
         if self.config.is_some() {
             return Vec::new();
         }
         let mut a = Vec::new();
-        if self.gpu.is_none() {
-            a.push(("--gpu", DEFAULT_GPU));
-        }
-        if self.precision.is_none() {
-            a.push(("--precision", "amp-bf16"));
-        }
-        if self.optimizer.is_none() {
-            a.push(("--optimizer", "adamw"));
-        }
+        let mut default = |setting, given: bool, value| {
+            if !given {
+                a.push(Assumed { setting, value });
+            }
+        };
+        default("--gpu", self.gpu.is_some(), DEFAULT_GPU);
+        default("--precision", self.precision.is_some(), "amp-bf16");
+        default("--optimizer", self.optimizer.is_some(), "adamw");
         a
     }
 

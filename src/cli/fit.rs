@@ -48,7 +48,7 @@ pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
         Some(1)
     });
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, batch)?;
-    for w in args::warnings(&cfg, &gpu) {
+    for w in vramlab_core::answer::warnings::for_config(&cfg, &gpu) {
         eprintln!("warning: {w}");
     }
     let mut req = FitRequest::for_gpu(&gpu, budget.margin);

@@ -9,6 +9,7 @@ mod dist_plan;
 pub mod doctor;
 mod fit;
 mod plan_bench;
+mod plan_text;
 
 use std::io::Write;
 
@@ -18,12 +19,13 @@ use clap::{Args, Parser, Subcommand};
 use args::resolve;
 pub use args::{TrainArgs, load_model, resolve_model};
 
+use vramlab_core::answer::PlanReport;
+use vramlab_core::answer::report::PlanRequest;
 use vramlab_core::model::preset::builtin_presets;
+use vramlab_core::plan::Planner;
 use vramlab_core::plan::config::{MAX_ACCUM, MAX_BATCH};
 use vramlab_core::plan::gpus::{self, Gpu};
-use vramlab_core::plan::remedies::remedies;
 use vramlab_core::plan::search::{Budget, accumulation_for, max_batch};
-use vramlab_core::plan::{Plan, Planner};
 use vramlab_core::units::Bytes;
 
 /// vramlab — will this training run fit on my GPU, and with which batch size?
@@ -203,14 +205,6 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     }
 }
 
-fn pct(part: Bytes, whole: Bytes) -> f64 {
-    if whole.0 == 0 {
-        0.0
-    } else {
-        100.0 * part.0 as f64 / whole.0 as f64
-    }
-}
-
 /// Exit status of `max-batch` when even batch 1 does not fit (documented in the README).
 pub const EXIT_NOTHING_FITS: u8 = 3;
 
@@ -241,369 +235,28 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, a.batch)?;
     let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
-    let assumed = a.train.assumed();
-    let warnings = args::warnings(&cfg, &gpu);
-    let planner = Planner::new(&preset, &cfg)?;
-    let plan = planner.plan(cfg.batch)?;
-    let verdict = vramlab_core::answer::Verdict::new(&planner, &plan, budget)?;
-    let fits = verdict.fits;
-    let max = max_batch(&planner, budget, MAX_BATCH)?;
-    let fixes = remedies(&preset, &cfg, budget)?;
+    let report = PlanReport::new(PlanRequest {
+        preset: &preset,
+        config: cfg,
+        gpu,
+        budget,
+        assumed: a.train.assumed(),
+        fit_command: fit::command_for(&a.train, a.batch),
+        search_next_step: !a.train.json,
+        timeline_in_json: a.timeline,
+    })?;
     if a.train.json {
-        let mut v = serde_json::to_value(&plan)?;
-        if let Some(o) = v.as_object_mut() {
-            if !a.timeline {
-                o.remove("timeline");
-            }
-            let breakdown: serde_json::Map<String, serde_json::Value> = plan
-                .breakdown
-                .iter()
-                .map(|s| (s.category.clone(), serde_json::json!(s.bytes.0)))
-                .collect();
-            o.insert("breakdown".into(), breakdown.into());
-            o.insert("gpu".into(), serde_json::json!(gpu.id));
-            o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
-            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
-            o.insert("fits".into(), serde_json::json!(fits));
-            o.insert(
-                "nvidia_smi_upper_bytes".into(),
-                serde_json::json!(verdict.nvidia_smi_upper_bytes.0),
-            );
-            o.insert(
-                "error_band".into(),
-                serde_json::to_value(&verdict.error_band)?,
-            );
-            o.insert("max_batch".into(), serde_json::json!(max));
-            o.insert(
-                "effective_batch".into(),
-                serde_json::json!(cfg.effective_batch()),
-            );
-            o.insert("remedies".into(), serde_json::to_value(&fixes)?);
-            if !fits && !fixes.iter().any(|r| r.fits) {
-                o.insert(
-                    "fit_command".into(),
-                    serde_json::json!(fit::command_for(&a.train, a.batch)),
-                );
-            }
-            dist_plan::json(&planner, o);
-            let assumed: serde_json::Map<String, serde_json::Value> = assumed
-                .iter()
-                .map(|(flag, v)| {
-                    (
-                        flag.trim_start_matches('-').to_string(),
-                        serde_json::json!(v),
-                    )
-                })
-                .collect();
-            o.insert("assumed".into(), assumed.into());
-            o.insert("warnings".into(), serde_json::json!(warnings));
-        }
-        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
         return Ok(());
     }
-    let mut extra = Vec::new();
-    if !assumed.is_empty() {
-        extra.push(format!(
-            "assumed (not given): {}",
-            assumed
-                .iter()
-                .map(|(flag, v)| format!("{flag} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    extra.extend(warnings.iter().map(|w| format!("warning: {w}")));
-    extra.extend(dist_plan::lines(&planner));
-    write_plan(out, &plan, &gpu, budget, &verdict, max, &extra)?;
-    writeln!(
-        out,
-        "\nWhat-if remedies (vs {} nvidia-smi, {} allocated):",
-        plan.nvidia_smi_bytes, plan.peak_allocated_bytes
-    )?;
-    writeln!(
-        out,
-        "  {:<36} {:>11}  {:<12} {:<12} verdict",
-        "remedy", "nvidia-smi", "saving", "allocated"
-    )?;
-    let signed = |v: i64| {
-        let sign = match v {
-            0 => "±",
-            1.. => "−",
-            _ => "+",
-        };
-        format!("{sign}{}", Bytes(v.unsigned_abs()))
-    };
-    let mut costs_header = false;
-    for r in &fixes {
-        if r.adds_memory && !costs_header {
-            costs_header = true;
-            writeln!(out, "  adds memory here (costs, not remedies):")?;
-        }
-        writeln!(
-            out,
-            "  {:<36} {:>11}  {:<12} {:<12} {}",
-            r.name,
-            r.nvidia_smi.to_string(),
-            signed(r.saving),
-            signed(r.allocated_saving),
-            r.verdict()
-        )?;
-        if let Some(n) = &r.note {
-            writeln!(out, "      ({n})")?;
-        }
-    }
-    if !fits && !fixes.iter().any(|r| r.fits) {
-        next_step(&a, &preset, &cfg, &gpu, budget, out)?;
-    }
-    Ok(())
-}
-
-/// When neither the plan nor any single remedy fits: the best answer of the fit search in
-/// one line, the `vramlab fit` command for the rest, and LoRA / QLoRA where they apply.
-fn next_step(
-    a: &PlanArgs,
-    preset: &vramlab_core::model::Preset,
-    cfg: &vramlab_core::plan::TrainConfig,
-    gpu: &Gpu,
-    budget: Budget,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let mut req = vramlab_core::plan::fit::FitRequest::for_gpu(gpu, budget.margin);
-    req.budget = budget;
-    req.top = 1;
-    let report = vramlab_core::plan::fit::fit(preset, cfg, &req)?;
-    writeln!(out, "\nNext step: no single remedy fits.")?;
-    match report.candidates.first() {
-        Some(c) => writeln!(
-            out,
-            "  best combination: {} — {} nvidia-smi, {:.2} ms/sample",
-            c.summary(),
-            c.nvidia_smi,
-            c.time.ms_per_sample
-        )?,
-        None => writeln!(
-            out,
-            "  no combination fits either: {}",
-            report
-                .reason
-                .as_deref()
-                .unwrap_or("even the smallest settings exceed the GPU")
-        )?,
-    }
-    writeln!(
-        out,
-        "  the ranked list and each change's cost: {}",
-        fit::command_for(&a.train, a.batch)
-    )?;
-    let adapters_apply = preset.input.is_tokens()
-        && cfg.finetune.is_full()
-        && !report
-            .candidates
-            .first()
-            .is_some_and(|c| c.config.finetune.mode.has_adapters());
-    if adapters_apply {
-        writeln!(
-            out,
-            "  fine-tuning a pretrained model? --finetune lora or --finetune qlora trains adapters \
-             on a frozen (QLoRA: 4-bit) base: no gradients or optimizer state for the base weights"
-        )?;
-    }
-    Ok(())
-}
-
-/// The fine-tuning line of a plan: LoRA / QLoRA with their trainable count, or a partial
-/// full fine-tuning (frozen embeddings / blocks).
-fn write_finetune(
-    out: &mut dyn Write,
-    c: &vramlab_core::plan::TrainConfig,
-    plan: &Plan,
-) -> Result<()> {
-    if let Some(t) = plan.trainable_params.filter(|_| c.finetune.is_full()) {
-        let mut what = Vec::new();
-        if c.finetune.freeze_embeddings {
-            what.push("embeddings".to_string());
-        }
-        if c.finetune.freeze_blocks > 0 {
-            what.push(format!("the first {} blocks", c.finetune.freeze_blocks));
-        }
-        writeln!(
-            out,
-            "  fine-tuning: full, with {} frozen (no gradient, no optimizer state) · trainable \
-         params: {t} of {} ({:.4} %)",
-            what.join(" and "),
-            plan.params,
-            100.0 * t as f64 / plan.params.max(1) as f64
-        )?;
-    } else if let Some(t) = plan.trainable_params {
-        writeln!(
-            out,
-            "  fine-tuning: {} r{} on {}{} (peft 0.21, fp32 adapters, base frozen) · trainable params: {t} of {} ({:.4} %)",
-            match c.finetune.mode {
-                vramlab_core::plan::finetune::FineTuneMode::Qlora => format!(
-                    "QLoRA {}{} (bitsandbytes 0.50, bf16 compute)",
-                    c.finetune.quant,
-                    if c.finetune.double_quant && c.finetune.quant.is_4bit() {
-                        " + double quant"
-                    } else {
-                        ""
-                    }
-                ),
-                _ => "LoRA".to_string(),
-            },
-            c.finetune.lora_rank,
-            c.finetune.lora_targets,
-            if c.finetune.lora_dropout.is_zero() {
-                String::new()
-            } else {
-                format!(", dropout {}", c.finetune.lora_dropout)
-            },
-            plan.params,
-            100.0 * t as f64 / plan.params.max(1) as f64
-        )?;
-        if c.finetune.lora_merged {
-            writeln!(
-                out,
-                "  adapters merged for this evaluation (merge_and_unload): no adapter ops in the \
-                 forward; their parameters, gradients and optimizer state stay while the \
-                 optimizer holds them (not yet measured on a GPU)"
-            )?;
-        }
-    }
-    Ok(())
-}
-
-fn write_plan(
-    out: &mut dyn Write,
-    plan: &Plan,
-    gpu: &Gpu,
-    budget: Budget,
-    verdict: &vramlab_core::answer::Verdict,
-    max: Option<u64>,
-    extra: &[String],
-) -> Result<()> {
-    let fits = verdict.fits;
-    let c = &plan.config;
-    writeln!(
-        out,
-        "{} ({:.1} M params) · batch {} × accum {} = {} · size {} · {} · {}{}{}",
-        plan.model,
-        plan.params as f64 / 1e6,
-        c.batch,
-        c.accum,
-        c.effective_batch(),
-        plan.size,
-        c.precision.label(),
-        c.optimizer.label(),
-        if c.checkpointing {
-            " · checkpointing"
-        } else {
-            ""
-        },
-        if c.attention == vramlab_core::plan::Attention::Eager {
-            " · eager attention"
-        } else {
-            ""
-        },
-    )?;
-    if let Some(t) = plan.target_seq {
-        writeln!(
-            out,
-            "  encoder-decoder: source {} tokens (--seq) · target {t} tokens ({})",
-            plan.size,
-            if c.target_seq.is_some() {
-                "--target-seq"
-            } else {
-                "default; set --target-seq"
-            }
-        )?;
-    }
-    writeln!(out, "  training loop: {}", c.loop_shape.describe())?;
-    if c.step.is_eval() {
-        writeln!(out, "  step planned: {}", c.step.describe())?;
-    }
-    write_finetune(out, c, plan)?;
-    if plan.paged_optimizer_bytes.0 > 0 {
-        writeln!(
-            out,
-            "  paged optimizer: {} of state in unified memory (cudaMallocManaged) — evictable to host RAM, not in torch.cuda.memory_allocated() nor in the peaks above",
-            plan.paged_optimizer_bytes
-        )?;
-    }
-    for line in extra {
-        writeln!(out, "  {line}")?;
-    }
-    writeln!(out)?;
-    writeln!(
-        out,
-        "  peak allocated   {:>12}   (torch.cuda.max_memory_allocated)",
-        plan.peak_allocated_bytes.to_string()
-    )?;
-    writeln!(
-        out,
-        "  peak reserved    {:>12}   (torch.cuda.max_memory_reserved)",
-        plan.peak_reserved_bytes.to_string()
-    )?;
-    writeln!(
-        out,
-        "  nvidia-smi       {:>12}   (reserved + CUDA context)",
-        plan.nvidia_smi_bytes.to_string()
-    )?;
-    writeln!(
-        out,
-        "  peak during      {} {}",
-        plan.peak_phase.label(),
-        plan.peak_layer
-    )?;
-    writeln!(out)?;
-    writeln!(out, "  breakdown at the peak:")?;
-    for s in &plan.breakdown {
-        writeln!(
-            out,
-            "    {:<42} {:>12}  {:>5.1} %",
-            s.label,
-            s.bytes.to_string(),
-            pct(s.bytes, plan.nvidia_smi_bytes)
-        )?;
-        if s.category == "parameters"
-            && let Some(w) = plan.weights_split
-        {
-            for (what, b) in [
-                ("frozen weights", w.frozen_bytes),
-                ("trainable weights", w.trainable_bytes),
-            ] {
-                writeln!(out, "      {what:<40} {:>12}", b.to_string())?;
-            }
-        }
-    }
-    writeln!(out)?;
-    writeln!(
-        out,
-        "  {} on {}: {} of {} usable ({:.0} %, margin {:.0} %)",
-        if fits { "FITS" } else { "DOES NOT FIT" },
-        gpu.name,
-        plan.nvidia_smi_bytes,
-        budget.usable(),
-        pct(plan.nvidia_smi_bytes, budget.usable()),
-        budget.margin * 100.0
-    )?;
-    writeln!(
-        out,
-        "  judged at the upper edge of the measured band: {} nvidia-smi",
-        verdict.nvidia_smi_upper_bytes
-    )?;
-    writeln!(out, "  {}", verdict.band_line())?;
-    match max {
-        Some(m) => writeln!(out, "  largest micro-batch that fits: {m}")?,
-        None => writeln!(out, "  even batch 1 does not fit")?,
-    }
-    Ok(())
+    plan_text::write(out, &report)
 }
 
 fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
     // `--gpus auto`: the fewest GPUs where micro-batch 1 fits.
     let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
-    for w in args::warnings(&cfg, &gpu) {
+    for w in vramlab_core::answer::warnings::for_config(&cfg, &gpu) {
         eprintln!("warning: {w}");
     }
     let planner = Planner::new(&preset, &cfg)?;
