@@ -3,10 +3,10 @@
 
 mod architecture;
 mod cli;
+mod cli_outputs;
 mod doctor;
 #[cfg(target_os = "linux")]
 mod files;
 mod gpu;
 mod hf_import;
-mod cli_outputs;
 mod regressions;

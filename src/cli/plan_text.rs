@@ -121,11 +121,7 @@ fn write_next_step(out: &mut dyn Write, n: &NextStep) -> Result<()> {
 
 /// The fine-tuning line of a plan: LoRA / QLoRA with their trainable count, or a partial
 /// full fine-tuning (frozen embeddings / blocks).
-fn write_finetune(
-    out: &mut dyn Write,
-    c: &TrainConfig,
-    plan: &Plan,
-) -> Result<()> {
+fn write_finetune(out: &mut dyn Write, c: &TrainConfig, plan: &Plan) -> Result<()> {
     if let Some(t) = plan.trainable_params.filter(|_| c.finetune.is_full()) {
         let mut what = Vec::new();
         if c.finetune.freeze_embeddings {

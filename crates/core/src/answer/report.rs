@@ -105,9 +105,9 @@ impl PlanReport {
         if report.nothing_fits() {
             report.next_step = Some(NextStep {
                 fit_command: req.fit_command,
-                search: req.search_next_step.then(|| {
-                    FitSuggestion::search(req.preset, &cfg, &report.gpu, report.budget)
-                }),
+                search: req
+                    .search_next_step
+                    .then(|| FitSuggestion::search(req.preset, &cfg, &report.gpu, report.budget)),
             });
         }
         Ok(report)

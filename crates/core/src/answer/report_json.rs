@@ -121,3 +121,79 @@ impl Serialize for PlanReport {
             .serialize(serializer)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::report::{Assumed, PlanRequest};
+    use super::*;
+    use crate::model::preset::find_builtin;
+    use crate::plan::distributed::{Distributed, Strategy};
+    use crate::plan::gpus::find;
+    use crate::plan::search::Budget;
+
+    fn report_json(cfg: TrainConfig, timeline: bool) -> (crate::plan::Plan, serde_json::Value) {
+        let preset = find_builtin("gpt2").expect("gpt2");
+        let gpu = find("rtx-4090").expect("gpu");
+        let budget = Budget {
+            capacity: gpu.memory(),
+            margin: 0.05,
+        };
+        let r = PlanReport::new(PlanRequest {
+            preset: &preset,
+            config: cfg,
+            gpu,
+            budget,
+            assumed: vec![Assumed {
+                setting: "--optimizer",
+                value: "adamw",
+            }],
+            fit_command: "vramlab fit".into(),
+            search_next_step: false,
+            timeline_in_json: timeline,
+        })
+        .expect("report");
+        let v = serde_json::to_value(&r).expect("json");
+        (r.plan, v)
+    }
+
+    /// A field added to `Plan` must reach `plan --json` (the view lists every key).
+    #[test]
+    fn every_field_of_the_plan_is_in_the_json() {
+        let cfg = TrainConfig {
+            batch: 2,
+            size: Some(128),
+            ..TrainConfig::default()
+        };
+        let (plan, v) = report_json(cfg, true);
+        let plan_json = serde_json::to_value(&plan).expect("plan json");
+        let keys = plan_json.as_object().expect("an object");
+        for (k, value) in keys {
+            let got = v.get(k).unwrap_or_else(|| panic!("plan --json lacks {k}"));
+            if k != "breakdown" {
+                assert_eq!(got, value, "{k}");
+            }
+        }
+        assert_eq!(v["assumed"]["optimizer"], "adamw");
+        assert_eq!(v["effective_batch"], 2);
+        assert!(v.get("world").is_none(), "one GPU: no per-rank fields");
+        let (_, v) = report_json(cfg, false);
+        assert!(v.get("timeline").is_none());
+        assert!(v.get("fit_command").is_none(), "gpt2 at batch 2 fits");
+    }
+
+    #[test]
+    fn a_multi_gpu_plan_has_its_per_rank_fields() {
+        let cfg = TrainConfig {
+            batch: 2,
+            size: Some(128),
+            distributed: Distributed::new(4, Strategy::Ddp),
+            ..TrainConfig::default()
+        };
+        let (_, v) = report_json(cfg, false);
+        assert_eq!(v["world"], 4);
+        assert_eq!(v["strategy"], "ddp");
+        assert_eq!(v["per_rank"], true);
+        assert_eq!(v["global_batch"], 8);
+        assert!(v["nccl_buffer_bytes"].as_u64().is_some_and(|b| b > 0));
+    }
+}

@@ -38,7 +38,10 @@ mod tests {
         };
         let w = for_config(&bf16, &t4);
         assert_eq!(w.len(), 1);
-        assert!(w[0].starts_with("NVIDIA T4 has no bf16 tensor cores"), "{w:?}");
+        assert!(
+            w[0].starts_with("NVIDIA T4 has no bf16 tensor cores"),
+            "{w:?}"
+        );
         assert!(for_config(&fp16, &t4).is_empty());
         assert!(for_config(&bf16, &a10).is_empty());
     }
