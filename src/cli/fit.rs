@@ -80,8 +80,8 @@ pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
         write_report(out, &report, &preset.id, &card, budget.usable(), search_ms)?;
     }
     if report.candidates.is_empty() {
-        return Err(super::Exit {
-            code: super::EXIT_NOTHING_FITS,
+        return Err(super::exit::Exit {
+            code: super::exit::EXIT_NOTHING_FITS,
             message: report
                 .reason
                 .clone()
