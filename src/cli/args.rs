@@ -214,12 +214,21 @@ fn detect_gpu() -> Option<Gpu> {
     None
 }
 
+/// What the model and training flags (or a saved `--config` file) resolve to.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub preset: Preset,
+    pub config: TrainConfig,
+    pub gpu: Gpu,
+    pub budget: Budget,
+    /// The model is not a built-in one (a file, or a custom model in the saved plan): it
+    /// may reuse a built-in id for other weights, so exports name no Hub id for it.
+    pub custom: bool,
+}
+
 /// Model, training config and budget from the flags, or from `--config FILE`
 /// (`--batch` still overrides the file's batch).
-pub(crate) fn resolve(
-    t: &TrainArgs,
-    batch: Option<u64>,
-) -> Result<(Preset, TrainConfig, Gpu, Budget, bool)> {
+pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
     if let Some(path) = &t.config {
         let bytes = vramlab_core::fsutil::read_bounded(path, FileKind::SavedPlan)
             .context("--config: reading saved plan")?;
@@ -264,7 +273,13 @@ pub(crate) fn resolve(
             doc.model,
             vramlab_core::export::vramlab_file::ModelRef::Custom(_)
         );
-        return Ok((preset, cfg, gpu, budget, custom));
+        return Ok(Resolved {
+            preset,
+            config: cfg,
+            gpu,
+            budget,
+            custom,
+        });
     }
     let name = t
         .model
@@ -274,14 +289,20 @@ pub(crate) fn resolve(
     let custom = find_builtin(name).is_err();
     let cfg = t.config(&preset, batch.context("--batch is required")?)?;
     let (gpu, budget) = t.budget()?;
-    Ok((preset, cfg, gpu, budget, custom))
+    Ok(Resolved {
+        preset,
+        config: cfg,
+        gpu,
+        budget,
+        custom,
+    })
 }
 
 /// Model and training config from the flags or `--config` (the batch comes elsewhere).
 pub fn resolve_model(t: &TrainArgs) -> Result<(Preset, TrainConfig)> {
     let batch = if t.config.is_some() { None } else { Some(1) };
-    let (preset, cfg, ..) = resolve(t, batch)?;
-    Ok((preset, cfg))
+    let r = resolve(t, batch)?;
+    Ok((r.preset, r.config))
 }
 
 impl TrainArgs {

@@ -11,7 +11,7 @@ use vramlab_core::plan::fit::cost::Speed;
 use vramlab_core::plan::fit::{FitCandidate, FitReport, FitRequest, fit};
 use vramlab_core::plan::gpus::Gpu;
 
-use super::args::{self, TrainArgs, resolve};
+use super::args::{self, Resolved, TrainArgs, resolve};
 
 #[derive(Debug, Args)]
 pub struct FitArgs {
@@ -47,7 +47,13 @@ pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         Some(1)
     });
-    let (preset, cfg, gpu, budget, _) = resolve(&a.train, batch)?;
+    let Resolved {
+        preset,
+        config: cfg,
+        gpu,
+        budget,
+        ..
+    } = resolve(&a.train, batch)?;
     for w in vramlab_core::answer::warnings::for_config(&cfg, &gpu) {
         eprintln!("warning: {w}");
     }

@@ -17,7 +17,7 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use args::resolve;
+use args::{Resolved, resolve};
 pub use args::{TrainArgs, load_model, resolve_model};
 pub use exit::{EXIT_NOTHING_FITS, Exit, is_broken_pipe};
 
@@ -208,7 +208,13 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
 }
 
 fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
-    let (preset, cfg, gpu, budget, _) = resolve(&a.train, a.batch)?;
+    let Resolved {
+        preset,
+        config: cfg,
+        gpu,
+        budget,
+        ..
+    } = resolve(&a.train, a.batch)?;
     let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
     let report = PlanReport::new(PlanRequest {
         preset: &preset,
@@ -228,7 +234,13 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
-    let (preset, cfg, gpu, budget, _) = resolve(&a.train, Some(1))?;
+    let Resolved {
+        preset,
+        config: cfg,
+        gpu,
+        budget,
+        ..
+    } = resolve(&a.train, Some(1))?;
     // `--gpus auto`: the fewest GPUs where micro-batch 1 fits.
     let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
     for w in vramlab_core::answer::warnings::for_config(&cfg, &gpu) {
@@ -481,7 +493,13 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         args::note(n);
     }
     let format = format.value;
-    let (preset, mut cfg, gpu, budget, custom) = resolve(&a.train, a.batch)?;
+    let Resolved {
+        preset,
+        config: mut cfg,
+        gpu,
+        budget,
+        custom,
+    } = resolve(&a.train, a.batch)?;
     // HF Trainer, Lightning and the exported PyTorch loop release the model output before
     // backward: what they run is the trainer loop shape, whatever was planned.
     if let Some(loop_shape) = vramlab_core::export::frameworks::implied_loop(format) {
