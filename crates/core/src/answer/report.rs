@@ -23,6 +23,16 @@ pub struct Assumed {
     pub value: &'static str,
 }
 
+/// A remedy that makes the plan fit, and at which micro-batch.
+#[derive(Debug, Clone, Copy)]
+pub struct FittingRemedy<'a> {
+    pub remedy: &'a Remedy,
+    /// The micro-batch it fits at: the configured one, or the largest it allows.
+    pub micro_batch: u64,
+    /// It fits at the configured micro-batch (else only up to `micro_batch`).
+    pub as_configured: bool,
+}
+
 /// What a front end asks for: the configuration and what only it knows (its spelling of
 /// the fit search, what the user left to defaults).
 #[derive(Debug, Clone)]
@@ -146,6 +156,29 @@ impl PlanReport {
         &self.plan.config
     }
 
+    /// The remedies that make the plan fit, each with its micro-batch (in the remedies'
+    /// order; none when they could not be planned).
+    pub fn fitting_remedies(&self) -> Vec<FittingRemedy<'_>> {
+        let Ok(list) = &self.remedies else {
+            return Vec::new();
+        };
+        list.iter()
+            .filter_map(|r| match (r.fits, r.fits_up_to) {
+                (true, _) => Some(FittingRemedy {
+                    remedy: r,
+                    micro_batch: r.config.batch,
+                    as_configured: true,
+                }),
+                (false, Some(b)) => Some(FittingRemedy {
+                    remedy: r,
+                    micro_batch: b,
+                    as_configured: false,
+                }),
+                (false, None) => None,
+            })
+            .collect()
+    }
+
     /// Neither the plan nor any single remedy fits: the fit search is the next step.
     pub fn nothing_fits(&self) -> bool {
         !self.fits()
@@ -153,5 +186,55 @@ impl PlanReport {
                 .remedies
                 .as_ref()
                 .is_ok_and(|l| l.iter().any(|r| r.fits))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::preset::find_builtin;
+    use crate::plan::gpus::find;
+    use crate::plan::{Optimizer, Precision};
+
+    /// GPT-2 Large in fp32 at micro-batch 64 on a 12 GiB card: nothing fits as configured;
+    /// the remedies that fit do so only at a smaller micro-batch, and the next step points
+    /// at the fit search.
+    #[test]
+    fn remedies_that_fit_only_at_a_smaller_batch_and_the_next_step() {
+        let preset = find_builtin("gpt2-large").expect("preset");
+        let gpu = find("rtx-3060").expect("gpu");
+        let budget = Budget {
+            capacity: gpu.memory(),
+            margin: 0.05,
+        };
+        let r = PlanReport::new(PlanRequest {
+            preset: &preset,
+            config: TrainConfig {
+                batch: 64,
+                size: Some(1024),
+                precision: Precision::Fp32,
+                optimizer: Optimizer::Sgd,
+                ..TrainConfig::default()
+            },
+            gpu,
+            budget,
+            assumed: Vec::new(),
+            fit_command: "vramlab fit …".into(),
+            search_next_step: false,
+            timeline_in_json: false,
+        })
+        .expect("report");
+        assert!(!r.fits());
+        let fitting = r.fitting_remedies();
+        assert!(!fitting.is_empty());
+        for f in &fitting {
+            assert!(!f.as_configured, "{}", f.remedy.name);
+            assert!(f.micro_batch < 64 && f.micro_batch >= 1);
+            assert_eq!(f.remedy.fits_up_to, Some(f.micro_batch));
+        }
+        assert!(r.nothing_fits());
+        let next = r.next_step.as_ref().expect("a next step");
+        assert_eq!(next.fit_command, "vramlab fit …");
+        assert!(next.search.is_none(), "not searched unless asked");
     }
 }

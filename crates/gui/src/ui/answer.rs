@@ -178,15 +178,22 @@ fn max_batch_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option
 /// What to say when even batch 1 does not fit: which remedies would fit, and at which
 /// micro-batch (each remedy is planned, and searched for the largest batch it allows).
 pub fn nothing_fits_text(d: &Derived) -> String {
-    let Some(Ok(list)) = d.answer().map(|a| &a.report.remedies) else {
+    let Some(a) = d.answer() else {
         return "Even batch 1 does not fit.".into();
     };
-    let fitting: Vec<String> = list
+    if a.report.remedies.is_err() {
+        return "Even batch 1 does not fit.".into();
+    }
+    let fitting: Vec<String> = a
+        .report
+        .fitting_remedies()
         .iter()
-        .filter_map(|r| match (r.fits, r.fits_up_to) {
-            (true, _) => Some(format!("{} (at micro-batch {})", r.name, r.config.batch)),
-            (false, Some(b)) => Some(format!("{} (at micro-batch up to {b})", r.name)),
-            (false, None) => None,
+        .map(|f| {
+            let up_to = if f.as_configured { "" } else { "up to " };
+            format!(
+                "{} (at micro-batch {up_to}{})",
+                f.remedy.name, f.micro_batch
+            )
         })
         .collect();
     if fitting.is_empty() {
