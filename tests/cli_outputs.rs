@@ -49,5 +49,5 @@ fn plan_outputs_are_unchanged() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 60, "every case, text and JSON");
+    assert_eq!(checked, 72, "every case, text and JSON");
 }
