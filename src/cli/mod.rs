@@ -9,6 +9,7 @@ mod dist_plan;
 pub mod doctor;
 mod exit;
 mod fit;
+mod max_batch;
 mod plan_bench;
 mod plan_text;
 
@@ -25,10 +26,7 @@ use vramlab_core::answer::PlanReport;
 use vramlab_core::answer::report::PlanRequest;
 use vramlab_core::model::preset::builtin_presets;
 use vramlab_core::plan::Planner;
-use vramlab_core::plan::config::{MAX_ACCUM, MAX_BATCH};
-use vramlab_core::plan::gpus::{self, Gpu};
-use vramlab_core::plan::search::{Budget, accumulation_for, max_batch};
-use vramlab_core::units::Bytes;
+use vramlab_core::plan::gpus;
 
 /// vramlab — will this training run fit on my GPU, and with which batch size?
 #[derive(Debug, Parser)]
@@ -45,7 +43,7 @@ pub enum Command {
     /// Write the plan as a vramlab config or a framework config.
     Export(ExportArgs),
     /// Find the largest micro-batch that fits a GPU.
-    MaxBatch(MaxBatchArgs),
+    MaxBatch(max_batch::MaxBatchArgs),
     /// Search combinations of remedies that make the configuration fit a GPU, ranked by
     /// predicted time per sample.
     Fit(fit::FitArgs),
@@ -148,15 +146,6 @@ pub struct ExportArgs {
     pub output: Option<std::path::PathBuf>,
 }
 
-#[derive(Debug, Args)]
-pub struct MaxBatchArgs {
-    #[command(flatten)]
-    pub train: TrainArgs,
-    /// Effective batch to reach with accumulation (prints the steps needed).
-    #[arg(long)]
-    pub target_batch: Option<u64>,
-}
-
 /// Runs a subcommand; output goes to `out`.
 pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
     match cmd {
@@ -170,7 +159,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
         #[cfg(feature = "app")]
         Command::Profile { device, json } => bench::cmd_profile(device, json, out),
         Command::Export(a) => cmd_export(a, out),
-        Command::MaxBatch(a) => cmd_max_batch(a, out),
+        Command::MaxBatch(a) => max_batch::cmd_max_batch(a, out),
         Command::Fit(a) => fit::cmd_fit(a, out),
         Command::Presets { json } => cmd_presets(json, out),
         Command::Validate { files, markdown } => cmd_validate(&files, markdown, out),
@@ -231,180 +220,6 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
         return Ok(());
     }
     plan_text::write(out, &report)
-}
-
-fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
-    let Resolved {
-        preset,
-        config: cfg,
-        gpu,
-        budget,
-        ..
-    } = resolve(&a.train, Some(1))?;
-    // `--gpus auto`: the fewest GPUs where micro-batch 1 fits.
-    let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
-    for w in vramlab_core::answer::warnings::for_config(&cfg, &gpu) {
-        eprintln!("warning: {w}");
-    }
-    let planner = Planner::new(&preset, &cfg)?;
-    let max = max_batch(&planner, budget, MAX_BATCH)?;
-    if max.is_none() {
-        return nothing_fits(&a, &planner, &preset.id, &gpu, budget, out);
-    }
-    if a.target_batch == Some(0) {
-        bail!("--target-batch: must be at least 1");
-    }
-    let accum = match (a.target_batch, max) {
-        (Some(t), Some(m)) => {
-            let steps = accumulation_for(t, m);
-            if steps > MAX_ACCUM {
-                bail!(
-                    "--target-batch: {t} needs {steps} accumulation steps of micro-batch {m}, more than the limit {MAX_ACCUM}"
-                );
-            }
-            Some(steps)
-        }
-        _ => None,
-    };
-    let at_max = match max {
-        Some(m) => Some(planner.plan(m)?),
-        None => None,
-    };
-    // What the cache really reaches on this GPU: near its limit PyTorch frees cached
-    // segments instead of reserving more, so the uncapped figure can exceed the card.
-    let cap = budget.allocator_cap(planner.context);
-    let capped = match max {
-        Some(m) => planner.reserved_within(m, cap)?,
-        None => None,
-    };
-    let capped_smi = capped.and_then(|r| r.checked_add(planner.context));
-    if a.train.json {
-        let v = serde_json::json!({
-            "model": preset.id,
-            "loop": cfg.loop_shape,
-            "target_seq": planner.target_seq,
-            "gpu": gpu.id,
-            "gpu_memory_bytes": gpu.memory().0,
-            "usable_bytes": budget.usable().0,
-            "max_batch": max,
-            "accumulation_steps": accum,
-            "target_batch": a.target_batch,
-            "peak_allocated_bytes": at_max.as_ref().map(|p| p.peak_allocated_bytes.0),
-            "peak_reserved_bytes": at_max.as_ref().map(|p| p.peak_reserved_bytes.0),
-            "nvidia_smi_bytes": at_max.as_ref().map(|p| p.nvidia_smi_bytes.0),
-            "peak_reserved_on_gpu_bytes": capped.map(|b| b.0),
-            "nvidia_smi_on_gpu_bytes": capped_smi.map(|b| b.0),
-            // The batch runs only because the allocator frees its cache and retries (slower).
-            "needs_cache_flush": at_max
-                .as_ref()
-                .zip(capped_smi)
-                .map(|(p, c)| p.nvidia_smi_bytes > c),
-            "error_band": at_max
-                .as_ref()
-                .map(|p| vramlab_core::answer::PlanBand::new(p, &planner.band())),
-        });
-        writeln!(out, "{v}")?;
-        return Ok(());
-    }
-    match (max, at_max) {
-        (Some(m), Some(p)) => {
-            let on_gpu = capped_smi.unwrap_or(p.nvidia_smi_bytes);
-            writeln!(
-                out,
-                "{} on {}: largest micro-batch {} ({} of {} usable)",
-                preset.id,
-                gpu.name,
-                m,
-                on_gpu,
-                budget.usable()
-            )?;
-            writeln!(
-                out,
-                "judged at the upper edge of the measured reserved band: {}",
-                planner.band().describe()
-            )?;
-            writeln!(out, "training loop: {}", cfg.loop_shape.describe())?;
-            if cfg.step.is_eval() {
-                writeln!(
-                    out,
-                    "step planned: {} (training at the same batch before it)",
-                    cfg.step.describe()
-                )?;
-            }
-            if p.nvidia_smi_bytes > on_gpu {
-                writeln!(
-                    out,
-                    "(peak allocated {}; with unlimited memory the cache would grow to {}: \
-                     on this GPU it runs only because PyTorch frees its cached blocks and \
-                     retries before it runs out, slower — num_alloc_retries counts it; \
-                     a smaller batch avoids it)",
-                    p.peak_allocated_bytes, p.peak_reserved_bytes
-                )?;
-            }
-            if let (Some(t), Some(k)) = (a.target_batch, accum) {
-                writeln!(
-                    out,
-                    "effective batch {t}: micro-batch {m} × {k} accumulation steps"
-                )?;
-            }
-        }
-        _ => writeln!(
-            out,
-            "{} does not fit on {} even at batch 1",
-            preset.id, gpu.name
-        )?,
-    }
-    Ok(())
-}
-
-/// `max-batch` when even batch 1 does not fit: its requirement and the shortfall, then exit
-/// status [`EXIT_NOTHING_FITS`].
-fn nothing_fits(
-    a: &MaxBatchArgs,
-    planner: &Planner,
-    model: &str,
-    gpu: &Gpu,
-    budget: Budget,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let p1 = planner.plan(1)?;
-    let usable = budget.usable();
-    let short = Bytes(p1.nvidia_smi_bytes.0.saturating_sub(usable.0));
-    if a.train.json {
-        let v = serde_json::json!({
-            "model": model,
-            "gpu": gpu.id,
-            "gpu_memory_bytes": gpu.memory().0,
-            "usable_bytes": usable.0,
-            "max_batch": null,
-            "batch1_peak_allocated_bytes": p1.peak_allocated_bytes.0,
-            "batch1_nvidia_smi_bytes": p1.nvidia_smi_bytes.0,
-            "shortfall_bytes": short.0,
-            "fit_command": fit::command_for(&a.train, None),
-        });
-        writeln!(out, "{v}")?;
-    } else {
-        writeln!(
-            out,
-            "{model} does not fit on {} even at batch 1: batch 1 needs {} (nvidia-smi; peak \
-             allocated {}) of {} usable, {} short",
-            gpu.name, p1.nvidia_smi_bytes, p1.peak_allocated_bytes, usable, short
-        )?;
-        writeln!(
-            out,
-            "to search combinations of remedies that fit (precision, checkpointing, LoRA, \
-             optimizer, micro-batch with accumulation): {}",
-            fit::command_for(&a.train, None)
-        )?;
-    }
-    Err(Exit {
-        code: EXIT_NOTHING_FITS,
-        message: format!(
-            "nothing fits: {model} at batch 1 is {short} over {}",
-            gpu.name
-        ),
-    }
-    .into())
 }
 
 fn cmd_presets(json: bool, out: &mut dyn Write) -> Result<()> {

@@ -2,6 +2,7 @@
 //! Python bindings only display them.
 //!
 //! - [`verdict`]: whether a plan fits, judged at the upper edge of its measured error band.
+//! - [`max_batch`]: the largest micro-batch that fits (`vramlab max-batch`).
 //! - [`report`]: the plan report — everything `vramlab plan` and the GUI's planner show
 //!   (`plan --json` is its serialisation, [`report_json`]).
 //! - [`warnings`]: settings the planner plans but the card runs badly or not at all.
@@ -11,6 +12,7 @@
 //! - [`doctor_advice`]: what the planner says about a model that ran out of memory.
 
 pub mod doctor_advice;
+pub mod max_batch;
 pub mod next_step;
 pub mod per_rank;
 pub mod remedy_planners;
