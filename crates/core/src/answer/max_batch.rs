@@ -29,7 +29,7 @@ pub struct MaxBatchReport {
 /// Whether any micro-batch fits.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    Fits(Largest),
+    Fits(Box<Largest>),
     /// Even batch 1 does not fit.
     NothingFits(BatchOne),
 }
@@ -93,14 +93,14 @@ impl MaxBatchReport {
                 let plan = planner.plan(m)?;
                 let reserved_on_gpu =
                     planner.reserved_within(m, budget.allocator_cap(planner.context))?;
-                Outcome::Fits(Largest {
+                Outcome::Fits(Box::new(Largest {
                     max_batch: m,
                     target: target_batch.map(|t| (t, accumulation_for(t, m))),
                     nvidia_smi_on_gpu: reserved_on_gpu.and_then(|r| r.checked_add(planner.context)),
                     reserved_on_gpu,
                     error_band: PlanBand::new(&plan, &planner.band()),
                     plan,
-                })
+                }))
             }
         };
         Ok(MaxBatchReport {
