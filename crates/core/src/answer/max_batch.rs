@@ -31,7 +31,7 @@ pub struct MaxBatchReport {
 pub enum Outcome {
     Fits(Box<Largest>),
     /// Even batch 1 does not fit.
-    NothingFits(BatchOne),
+    NothingFits(Box<BatchOne>),
 }
 
 /// The largest micro-batch that fits, and the step at it.
@@ -83,11 +83,11 @@ impl MaxBatchReport {
             None => {
                 let plan = planner.plan(1)?;
                 let shortfall = plan.nvidia_smi_bytes.saturating_sub(budget.usable());
-                Outcome::NothingFits(BatchOne {
+                Outcome::NothingFits(Box::new(BatchOne {
                     plan,
                     shortfall,
                     fit_command,
-                })
+                }))
             }
             Some(m) => {
                 let plan = planner.plan(m)?;
