@@ -4,9 +4,9 @@
 mod architecture;
 mod cli;
 mod cli_infer;
+mod cli_outputs;
+mod docs;
 mod doctor;
-#[cfg(target_os = "linux")]
-mod files;
 mod gpu;
 mod hf_import;
 mod regressions;

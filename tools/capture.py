@@ -168,10 +168,16 @@ class _Ckpt(nn.Module):
 
 
 def enable_checkpointing(model):
-    """Wraps the blocks: HF models through gradient_checkpointing_enable, others: the
-    children of the longest nn.Sequential/ModuleList of repeated blocks."""
+    """Wraps the blocks: HF models through gradient_checkpointing_enable, timm models through
+    their own set_grad_checkpointing (what a timm user calls; it checkpoints where the model's
+    author says blocks may be recomputed — wrapping arbitrary children breaks models whose
+    blocks modify their input in place, NFNet's), others: the children of the longest
+    nn.Sequential/ModuleList of repeated blocks."""
     if hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return 1
+    if hasattr(model, "set_grad_checkpointing") and hasattr(model, "default_cfg"):
+        model.set_grad_checkpointing(True)
         return 1
     best = None
     for name, m in model.named_modules():
@@ -480,16 +486,25 @@ def probe_output(model, args, kind, size, device):
     return (shape[2:], shape[1])
 
 
-def build_model(factory, device, fake, tr):
+def build_model(factory, device, fake, tr, dtype=None):
     """The model on the (fake) device. Under fake tensors first; a factory that reads tensor
     values while it builds (timm's drop-path rates: `.item()`) is built for real on the CPU
-    and moved onto the fake device (to_empty: fresh storages, allocated in module order)."""
+    and moved onto the fake device (to_empty: fresh storages, allocated in module order).
+    dtype (pure bf16): the parameters are made in it (the default dtype while the factory
+    runs, as `from_pretrained(dtype=...)` does; on the CPU path `.to(dtype)` before
+    `to_empty`) — `module.to(dtype)` on fake parameters the tracker holds weak references to
+    cannot swap them ("_apply(): Couldn't swap Conv2d.weight")."""
+    prev = torch.get_default_dtype()
     try:
+        if dtype is not None:
+            torch.set_default_dtype(dtype)
         with torch.device(device):
             return factory()
     except Exception as e:
         if fake is None:
             fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+    finally:
+        torch.set_default_dtype(prev)
     tr.events.clear()
     tr.live.clear()
     tr.refs.clear()
@@ -500,7 +515,17 @@ def build_model(factory, device, fake, tr):
                 model = factory()
         except Exception as e:
             fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+        if dtype is not None:
+            model.to(dtype)
     return model.to_empty(device=device)
+
+
+def to_precision(model, dtype):
+    """`model.to(dtype)` for what the build left in another floating dtype (tensors a module
+    creates with an explicit dtype); nothing when every floating tensor is in it already."""
+    ts = list(model.parameters()) + list(model.buffers())
+    if any(t.is_floating_point() and t.dtype != dtype for t in ts):
+        model.to(dtype)
 
 
 def describe_unsupported(e):
@@ -514,15 +539,23 @@ def capture_one(args, factory, kind, size, batch, device_name):
 
     real = args.real_cpu
     device = torch.device("cpu" if real else device_name)
+    if device.type == "cpu" and not real:
+        # fake CPU tensors stand for the GPU host's: its SDPA backends and fused dropout
+        # (tools/cuda_composites.py)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import cuda_composites
+
+        cuda_composites.install()
     tr = Tracker()
     ctx = None if real else FakeTensorMode(allow_non_fake_inputs=True)
     if ctx:
         ctx.__enter__()
     try:
         with tr:
-            model = build_model(factory, device, ctx, tr)
-            if args.precision == "bf16":
-                model.to(torch.bfloat16)
+            bf16 = args.precision == "bf16"
+            model = build_model(factory, device, ctx, tr, torch.bfloat16 if bf16 else None)
+            if bf16:
+                to_precision(model, torch.bfloat16)
             if args.checkpointing and enable_checkpointing(model) == 0:
                 fail(2, "--checkpointing: no block list found in the model to checkpoint")
             model.train()

@@ -530,30 +530,33 @@ def _hf_model(config_cls, model_cls, params, attention):
     return model
 
 
-def build_gpt2(preset, size, attention="sdpa"):
+def build_gpt2(preset, size, attention="sdpa", dtype=None):  # dtype: cast after (small presets)
     from transformers import GPT2Config, GPT2LMHeadModel
 
     p = _check_keys(preset, GPT2_KEYS)
     return _hf_model(GPT2Config, GPT2LMHeadModel, p, attention)
 
 
-def build_bert(preset, size, attention="sdpa"):
+def build_bert(preset, size, attention="sdpa", dtype=None):
     from transformers import BertConfig, BertForMaskedLM
 
     p = _check_keys(preset, BERT_KEYS)
     return _hf_model(BertConfig, BertForMaskedLM, p, attention)
 
 
-def build_llama(preset, size, attention="sdpa"):
+def build_llama(preset, size, attention="sdpa", dtype=None):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     p = _check_keys(preset, LLAMA_KEYS)
     return _hf_model(LlamaConfig, LlamaForCausalLM, p, attention)
 
 
-def build_hf(preset, size, attention="sdpa"):
+def build_hf(preset, size, attention="sdpa", dtype=None):
     """AutoConfig.for_model(model_type, **config) → AutoModelForCausalLM (MaskedLM for
-    bert/roberta) .from_config, random init, no download."""
+    bert/roberta) .from_config, random init, no download. dtype: the parameters' dtype at
+    construction (fp32 when None); pure-bf16 rows build in bf16 directly, as
+    `from_pretrained(..., dtype=torch.bfloat16)` does, so that a 7B model under a 24 GiB cap
+    is never materialised in fp32 first."""
     from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM,
                               AutoModelForSeq2SeqLM)
 
@@ -570,7 +573,7 @@ def build_hf(preset, size, attention="sdpa"):
         cls = AutoModelForMaskedLM
     else:
         cls = AutoModelForCausalLM
-    model = cls.from_config(config, attn_implementation=attention, dtype=torch.float32)
+    model = cls.from_config(config, attn_implementation=attention, dtype=dtype or torch.float32)
     got = getattr(model.config, "_attn_implementation", None)
     if got != attention:
         raise RuntimeError(f"attn_implementation {attention!r} did not take effect (got {got!r})")
@@ -593,7 +596,7 @@ BUILDERS = {
 }
 
 
-def build_reference(preset, size=None, attention="sdpa"):
+def build_reference(preset, size=None, attention="sdpa", dtype=None):
     """Constructs the reference nn.Module of a preset dict (or id / path).
 
     size: image_size (only ViT's parameters depend on it) or seq_len (no effect on the
@@ -607,7 +610,7 @@ def build_reference(preset, size=None, attention="sdpa"):
     if fam in HF_FAMILIES:
         if attention not in ATTENTIONS:
             raise ValueError(f"unknown attention {attention!r}")
-        return BUILDERS[fam](preset, size, attention=attention)
+        return BUILDERS[fam](preset, size, attention=attention, dtype=dtype)
     return BUILDERS[fam](preset, size)
 
 
@@ -971,7 +974,8 @@ class ModelHolder:
         size = cfg.get("image") if fam in IMAGE_FAMILIES else cfg.get("seq")
         t0 = time.time()
         with torch.device(self.dev.torch_device):
-            model = build_reference(preset, size, attention=cfg["attention"])
+            model = build_reference(preset, size, attention=cfg["attention"],
+                                    dtype=torch.bfloat16 if cfg["precision"] == "bf16" else None)
         if cfg["precision"] == "bf16":
             model = model.to(torch.bfloat16)
         reentrant = cfg.get("checkpoint_reentrant", False)

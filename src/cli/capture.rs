@@ -13,6 +13,8 @@ pub const CAPTURE_PY: &str = include_str!("../../tools/capture.py");
 /// CUDA's autocast policy for captures on a machine without a GPU (imported by capture.py
 /// from its own folder).
 pub const CUDA_AUTOCAST_PY: &str = include_str!("../../tools/cuda_autocast.py");
+/// CUDA's SDPA backend and fused dropout mirrored on the CPU (capture.py imports it beside itself).
+pub const CUDA_COMPOSITES_PY: &str = include_str!("../../tools/cuda_composites.py");
 
 #[derive(Debug, Args)]
 pub struct CaptureArgs {
@@ -90,6 +92,9 @@ pub fn cmd_capture(a: CaptureArgs, out: &mut dyn Write) -> Result<()> {
     let policy = dir.join("cuda_autocast.py");
     std::fs::write(&policy, CUDA_AUTOCAST_PY)
         .with_context(|| format!("writing {}", policy.display()))?;
+    let composites = dir.join("cuda_composites.py");
+    std::fs::write(&composites, CUDA_COMPOSITES_PY)
+        .with_context(|| format!("writing {}", composites.display()))?;
     let mut cmd = Command::new(&python);
     cmd.arg(&script);
     let mut opt = |flag: &str, v: Option<String>| {

@@ -7,6 +7,7 @@
 //! serde_json, serde_path_to_error and thiserror only (checked by a test at the root).
 //! The only I/O is [`fsutil::write_atomic`].
 
+pub mod accuracy;
 pub mod answer;
 pub mod doctor;
 pub mod export;

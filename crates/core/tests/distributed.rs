@@ -138,14 +138,14 @@ fn fewest_gpus_finds_a_world_and_sharding_shrinks_the_rank() {
     }
 }
 
-/// The README's multi-GPU table, regenerated here: Llama-2-7B and Llama-3-8B full training
+/// `docs/multi-gpu.md`'s table, regenerated here: Llama-2-7B and Llama-3-8B full training
 /// (AMP bf16, AdamW, activation checkpointing, sequence 2048, trainer loop; FSDP2 with
 /// `MixedPrecisionPolicy(bf16, reduce fp32)`) on 1–8 × 24 / 40 / 80 GB cards, the best
-/// strategy and its largest micro-batch per GPU. The README
-/// holds exactly this output (`cargo test -p vramlab-core --test tests readme_multi_gpu_table
+/// strategy and its largest micro-batch per GPU. The page
+/// holds exactly this output (`cargo test -p vramlab-core --test tests docs_multi_gpu_table
 /// -- --nocapture` prints it).
 #[test]
-fn readme_multi_gpu_table() {
+fn docs_multi_gpu_table() {
     use vramlab_core::plan::config::LoopShape;
     use vramlab_core::plan::gpus;
     let models: Vec<_> = ["Llama-2-7b-hf", "Meta-Llama-3-8B"]
@@ -172,9 +172,9 @@ fn readme_multi_gpu_table() {
         vramlab_core::plan::multi_gpu::fit_table(&models, &cards, &[1, 2, 4, 8], &cfg, 0.05)
             .expect("table");
     println!("{table}");
-    let readme = std::fs::read_to_string(crate::data("../../README.md")).expect("README");
+    let page = std::fs::read_to_string(crate::data("../../docs/multi-gpu.md")).expect("page");
     assert!(
-        readme.contains(&table),
-        "README's multi-GPU table differs from the planner's; paste the printed table"
+        page.contains(&table),
+        "docs/multi-gpu.md's table differs from the planner's; paste the printed table"
     );
 }

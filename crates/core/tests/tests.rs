@@ -2,6 +2,7 @@
 //! One test binary, linked once, without any GUI or GPU crate.
 
 mod accuracy;
+mod accuracy_tables;
 mod bench_data;
 mod captured;
 mod distributed;
@@ -10,6 +11,7 @@ mod distributed_knobs;
 mod error_bands;
 mod exports;
 mod grid26;
+mod grid26b;
 mod invariants;
 mod maxbatch;
 mod moe;

@@ -698,7 +698,7 @@ fn no_pointer(h: &mut Harness<'_, VramApp>) {
     h.run_steps(2);
 }
 
-/// The recorded H200 runs the README shows, as (saved run in `tests/data/bench/`, PNG).
+/// The recorded H200 runs docs/bench.md shows, as (saved run in `tests/data/bench/`, PNG).
 const RECORDED_SHOTS: [(&str, &str); 2] = [
     ("vit_b_16-native.json", "run.png"),
     ("gpt2-torch-primed.json", "run-torch.png"),

@@ -543,6 +543,8 @@ impl Sim<'_> {
             }
         }
         self.node = NO_NODE;
+        // FSDP2: the root's post-forward.
+        self.free_all_gather_state();
         // `loss = model(**batch).loss`: the output object dies with the expression.
         if self.cfg.loop_shape == LoopShape::Trainer {
             for b in std::mem::take(&mut self.output_refs) {

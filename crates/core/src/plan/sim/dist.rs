@@ -36,7 +36,7 @@ use super::ds_zero::DsZero;
 use crate::model::ir::Graph;
 use crate::plan::config::DType;
 use crate::plan::distributed::{Distributed, Offload, Strategy, torch_zero1_owned};
-use crate::plan::events::Category;
+use crate::plan::events::{Category, Phase};
 use crate::plan::policy::{ParamPolicy, Shard};
 
 /// DDP's first bucket (`dist._DEFAULT_FIRST_BUCKET_BYTES`).
@@ -58,6 +58,10 @@ pub(super) struct DistSim {
     /// Live unsharded parameter buffers per unit.
     live: Vec<Vec<u32>>,
     rs_pending: Option<u32>,
+    /// FSDP2's `comm_ctx.all_gather_state`: in forward, a unit's all-gather output is kept
+    /// after its copy-out until the next unit's `wait_for_unshard` (to overlap that copy-out
+    /// with the next all-gather) or the root's post-forward.
+    ag_state: Option<u32>,
     /// The sharded gradients of each unit (one flat reduce-scatter output).
     sharded_grad: Vec<Option<u32>>,
     pub(super) state_shard: Option<Shard>,
@@ -176,6 +180,7 @@ impl DistSim {
             reshard: d.reshard_after_forward || d.strategy == Strategy::Zero3,
             live: vec![Vec::new(); blocks + 1],
             rs_pending: None,
+            ag_state: None,
             sharded_grad: vec![None; blocks + 1],
             state_shard: (sh.state != Shard::WHOLE && owned.is_none()).then_some(sh.state),
             offload_state: d.offload != Offload::None,
@@ -249,6 +254,12 @@ impl Sim<'_> {
         if let Some(c) = cast {
             self.release(c);
         }
+        // `wait_for_unshard` in forward (implicit prefetch): the previous unit's all-gather
+        // result is freed before this copy-out (`_fsdp_param_group.py` `wait_for_unshard`).
+        let deferred = self.phase == Phase::Forward && self.dist.world > 1;
+        if deferred && let Some(prev) = self.dist.ag_state.take() {
+            self.release(prev);
+        }
         let mut live = Vec::with_capacity(params.len());
         for &p in &params {
             live.push(self.alloc(
@@ -258,8 +269,20 @@ impl Sim<'_> {
                 1,
             ));
         }
-        self.release(out);
+        if deferred {
+            self.dist.ag_state = Some(out);
+        } else {
+            self.release(out);
+        }
         self.dist.live[u] = live;
+    }
+
+    /// The root's post-forward frees the last all-gather result kept in forward
+    /// (`_fsdp_state.py` `_post_forward`: `all_gather_state = None`).
+    pub(super) fn free_all_gather_state(&mut self) {
+        if let Some(b) = self.dist.ag_state.take() {
+            self.release(b);
+        }
     }
 
     /// ZeRO-3, before node `n` (forward, recomputed forward or backward): DeepSpeed's

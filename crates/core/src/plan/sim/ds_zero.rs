@@ -42,8 +42,8 @@
 //! optimizer's step on the fp32 partition, the copies freed.
 //!
 //! Stage 3, at `deepspeed.initialize`: the IPG bucket (`reduce_bucket_size`, model dtype),
-//! the fp32 master partition (`fp32_partitioned_groups_flat`: a copy only when the model
-//! is not fp32 already) and `grad_partitions_flat_buffer` (this rank's gradient partition,
+//! the fp32 master partition (`fp32_partitioned_groups_flat`: a copy, fp32 models included —
+//! the reuse test compares a `torch.device` with a string) and `grad_partitions_flat_buffer` (this rank's gradient partition,
 //! model dtype), neither on the GPU with `offload_optimizer`. Each gradient is copied into
 //! the bucket when ready (`__add_grad_to_ipg_bucket`) and autograd's tensor dropped; a
 //! full bucket is reduce-scattered (`reduce_scatter_coalesced`: the bucket's gradients
@@ -244,9 +244,13 @@ impl Sim<'_> {
                 );
             }
             if !offload {
-                if dt != DType::F32 {
-                    self.alloc(0, part * 4, Category::OptimizerState, 1);
-                }
+                // Always a copy, fp32 models included: `_create_fp32_partitions` reuses the
+                // partition only when `partition.device == self.device`, and `self.device` is
+                // the string `current_device_name()` ("cuda:0"), which a `torch.device` never
+                // equals — `.to(...).clone()` runs (DeepSpeed 0.19.8 stage3.py:333, :1162).
+                // Measured: fp32 ZeRO-3 rows held exactly one more fp32 partition (TinyLlama
+                // ×4: 1.03 GiB; Qwen2.5-0.5B-L4 ×4: 0.18 GiB; GPT-2 ×8: 0.06 GiB).
+                self.alloc(0, part * 4, Category::OptimizerState, 1);
                 self.alloc(0, part * dt.size(), Category::Gradients, 1);
             }
         } else if offload {
