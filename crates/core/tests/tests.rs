@@ -11,6 +11,7 @@ mod distributed_knobs;
 mod error_bands;
 mod exports;
 mod grid26;
+mod inference;
 mod grid26b;
 mod invariants;
 mod maxbatch;
@@ -25,4 +26,3 @@ pub fn data(rel: &str) -> std::path::PathBuf {
         .join("../../tests/data")
         .join(rel)
 }
-mod zz_dump;
