@@ -6,8 +6,9 @@
 //!   (`enable_gqa=True`). 16-bit: the flash kernel (output, fp32 logsumexp). fp32 with
 //!   grouped heads: no fused kernel takes it, so the math path
 //!   (`_scaled_dot_product_attention_math`): `q·√s`, k and v repeated, `kᵀ·√s`, the fp32
-//!   scores, then `_safe_softmax` (softmax, an `eq(-inf)` bool, `where`), the output, copied
-//!   by `transpose(1, 2).contiguous()`. fp32 without grouping: the memory-efficient kernel.
+//!   scores, then `_safe_softmax` (softmax, an `isneginf` bool, `where_out` into the
+//!   softmax's storage), the output, copied by `transpose(1, 2).contiguous()`. fp32 without
+//!   grouping: the memory-efficient kernel.
 //! - SDPA with a 4-D bool mask (a static cache's decode steps, sliding layers past their
 //!   window): `repeat_kv` copies k and v to every head; PyTorch converts the mask to the
 //!   query's dtype (`convert_boolean_attn_mask`: zeros of its shape and a `logical_not`), the
@@ -145,13 +146,14 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
             let raw = p.act(scores * 4);
             p.free(qc);
             p.free(ks);
-            let soft = p.act(scores * 4);
-            let eq = p.act(scores);
-            let not = p.act(scores);
-            p.free(not);
+            // `_safe_softmax`: `softmax` (a new tensor), `isneginf` (a bool of the scores'
+            // shape), `all(.., keepdim)` per row, then `where_out(out, rows, 0, out)` into the
+            // softmax's own storage; the raw scores go when `attn` is reassigned
             let probs = p.act(scores * 4);
-            p.free(eq);
-            p.free(soft);
+            let neginf = p.act(scores);
+            let rows = p.act(heads * t);
+            p.free(rows);
+            p.free(neginf);
             p.free(raw);
             let o = p.act(out_bytes);
             p.free(probs);
