@@ -192,6 +192,9 @@ impl Run<'_> {
                     .max(self.allocator.reserved + self.side.reserved);
             } else {
                 self.slots.handles[b] = self.allocator.malloc_rounded(size);
+                if self.ev.whole_blocks {
+                    self.current = self.allocator.allocated;
+                }
             }
         } else {
             self.current -= size;
@@ -200,6 +203,9 @@ impl Run<'_> {
                 self.side.free(self.slots.handles[b]);
             } else {
                 self.allocator.free(self.slots.handles[b]);
+                if self.ev.whole_blocks {
+                    self.current = self.allocator.allocated;
+                }
             }
         }
         Ok(())

@@ -153,6 +153,11 @@ pub struct Events {
     pub measured_start: usize,
     /// Whether any buffer is on a side stream (evaluation then runs a second pool).
     pub side_streams: bool,
+    /// Whether allocated bytes are the allocator's blocks, as `memory_allocated()` counts
+    /// them: a large block cut from a segment whose remainder is 1 MiB or less is not split,
+    /// so the remainder counts as allocated (`CUDACachingAllocator.cpp`, `should_split`).
+    /// Otherwise the sum of the requests, each rounded to 512 bytes.
+    pub whole_blocks: bool,
 }
 
 impl Events {

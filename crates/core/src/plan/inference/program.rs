@@ -84,6 +84,8 @@ impl Prog {
             events: self.events,
             measured_start: self.measured_start,
             side_streams: false,
+            // `memory_allocated()` as PyTorch reports it (see `Events::whole_blocks`)
+            whole_blocks: true,
         }
     }
 }
