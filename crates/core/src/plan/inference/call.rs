@@ -38,6 +38,12 @@ pub fn session(s: &DecoderShape, cfg: &InferConfig, params: &[u64], buffers: &[u
     for &e in buffers {
         p.alloc(0, e * 4, Category::Parameters);
     }
+    if s.tied {
+        // `nn.Linear(hidden, vocab)`'s own weight, dropped when `post_init` ties `lm_head` to
+        // the embedding: its segment stays cached (reserved after the build)
+        let own = p.alloc(0, s.vocab * s.hidden * d, Category::Transient);
+        p.free(own);
+    }
     p.alloc(cfg.prompt * 8, 0, Category::Activations);
     let mut proc = Process::default();
     p.phase = Some(Phase::Forward);

@@ -88,6 +88,7 @@ mod tests {
             fused: false,
             two_rotaries: false,
             final_softcap: false,
+            tied: false,
             eos: true,
         }
     }

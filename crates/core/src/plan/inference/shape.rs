@@ -30,6 +30,9 @@ pub struct DecoderShape {
     /// Gemma 3: separate rotary embeddings for local and global layers.
     pub two_rotaries: bool,
     pub final_softcap: bool,
+    /// `tie_word_embeddings`: `lm_head` is created with its own weight, then `post_init`'s
+    /// `tie_weights` replaces it with the embedding's (the first one is freed).
+    pub tied: bool,
     /// Whether `generate` runs a logits processor over the vocabulary (`min_new_tokens`
     /// masks the EOS token: the config has one).
     pub eos: bool,
@@ -89,6 +92,7 @@ impl DecoderShape {
             fused: p.fused_projections,
             two_rotaries: model_type == "gemma3_text",
             final_softcap: p.final_logit_softcapping.is_some(),
+            tied: p.tie_word_embeddings,
             eos: true,
             model_type,
         })
