@@ -444,14 +444,30 @@ fn update(
         KvCache::Dynamic => {
             let tokens = dynamic_tokens(window, cached, t);
             let old = cache.layers[l];
-            let k = p.alloc(tokens * row, 0, Category::KvCache);
-            if let Some(o) = old {
-                p.free(o.k);
-            }
-            let v = p.alloc(tokens * row, 0, Category::KvCache);
-            if let Some(o) = old {
-                p.free(o.v);
-            }
+            let (k, v) = if window.is_some() {
+                // `DynamicSlidingWindowLayer.update`: `full_key_states = cat(...)`,
+                // `full_value_states = cat(...)`, then `self.keys` / `self.values` become
+                // views of them: both old tensors go after both new ones exist
+                let k = p.alloc(tokens * row, 0, Category::KvCache);
+                let v = p.alloc(tokens * row, 0, Category::KvCache);
+                if let Some(o) = old {
+                    p.free(o.k);
+                    p.free(o.v);
+                }
+                (k, v)
+            } else {
+                // `DynamicLayer.update`: `self.keys = cat(...)` drops the old keys before the
+                // values are concatenated
+                let k = p.alloc(tokens * row, 0, Category::KvCache);
+                if let Some(o) = old {
+                    p.free(o.k);
+                }
+                let v = p.alloc(tokens * row, 0, Category::KvCache);
+                if let Some(o) = old {
+                    p.free(o.v);
+                }
+                (k, v)
+            };
             cache.layers[l] = Some(LayerKv { k, v });
             (tokens, false)
         }
