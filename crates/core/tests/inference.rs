@@ -1,5 +1,6 @@
 //! Issue 29's pre-registered inference grid (`tools/make_grid29.py`, measured on an H200 by
-//! `tools/grid29_on_device.sh` → `tools/infer_runner.py`): `generate` and no_grad prefill
+//! `tools/grid29_lanes_on_device.sh` → `tools/infer_runner.py`, one process per row, several
+//! side by side on the GPU; memory stats are per process): `generate` and no_grad prefill
 //! calls drawn at random over model types, caches, dtypes, attention, batch, prompt and new
 //! tokens. The plan of every measured fit row is compared with the device; the untouched
 //! third (`tests/data/infer/grid29_untouched.jsonl`) is read once, after the fixes
@@ -24,9 +25,7 @@ struct Compared {
 impl Compared {
     /// Signed relative errors (plan − measured) / measured of allocated and reserved.
     fn errors(&self) -> [f64; 2] {
-        [0, 1].map(|i| {
-            (self.planned[i] as f64 - self.measured[i] as f64) / self.measured[i] as f64
-        })
+        [0, 1].map(|i| (self.planned[i] as f64 - self.measured[i] as f64) / self.measured[i] as f64)
     }
 }
 
@@ -76,7 +75,10 @@ fn compare(file: &str) -> Vec<Compared> {
             groups: [
                 format!("step {}", cfg.step),
                 format!("cache {}", cfg.kv_cache.as_str()),
-                format!("attention {}", row["attention"].as_str().unwrap_or_default()),
+                format!(
+                    "attention {}",
+                    row["attention"].as_str().unwrap_or_default()
+                ),
                 format!("model {}", row["model_type"].as_str().unwrap_or_default()),
             ],
             what: format!(
@@ -159,14 +161,37 @@ fn report(rows: &[Compared]) -> [[f64; 2]; 2] {
     stats(&all)
 }
 
-/// The fit rows (what the planner was fixed against): allocated within the issue's bounds
-/// (median ≤ 2 %, worst ≤ 8 %), reserved median ≤ 4 %.
+/// The fit rows (what the planner was fixed against, 32 rows): allocated within the issue's
+/// bounds (median ≤ 2 %, worst ≤ 8 %), reserved median ≤ 4 %. After the fixes: allocated
+/// median 0.00 %, worst 1.26 % (g29-001, gemma3 bf16 generate b32 n336); reserved median
+/// 0.18 %, worst 12.13 % (g29-008, qwen2 bf16 static-cache generate b32: the allocator model
+/// fragments the measured call's 436 MiB MLP blocks where the device reuses the warm-up's), so
+/// reserved worst is bounded at 13 %.
 #[test]
 fn grid29_fit_rows() {
     let rows = compare("infer/grid29.jsonl");
-    assert!(rows.len() >= 25, "{} measured rows", rows.len());
+    assert_eq!(rows.len(), 32, "the fit rows ran 32 rows");
     let [alloc, reserved] = report(&rows);
     assert!(alloc[0] <= 0.02, "allocated median {alloc:?}");
     assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
     assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
+    assert!(reserved[1] <= 0.13, "reserved worst {reserved:?}");
+}
+
+/// The untouched third (`tests/data/infer/grid29_untouched.jsonl`, 16 rows: llama, qwen3,
+/// phi3, gemma, gemma3; dynamic and static caches; fp32 / bf16 / fp16; one eager), read once
+/// after the fixes (2026-12-04). As it came out: allocated median 0.00 %, worst 0.16 %
+/// (g29-044, gemma3 fp16 generate b1, −0.16 %); reserved median 0.05 %, worst 6.89 % (g29-033,
+/// qwen3 bf16 generate b64 p2535, planned −6.89 %). The bounds are the issue's (allocated
+/// median ≤ 2 %, worst ≤ 8 %; reserved median ≤ 4 %) and reserved worst ≤ 8 %, all of which
+/// held.
+#[test]
+fn grid29_untouched_third() {
+    let rows = compare("infer/grid29_untouched.jsonl");
+    assert_eq!(rows.len(), 16, "the untouched third ran 16 rows");
+    let [alloc, reserved] = report(&rows);
+    assert!(alloc[0] <= 0.02, "allocated median {alloc:?}");
+    assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
+    assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
+    assert!(reserved[1] <= 0.08, "reserved worst {reserved:?}");
 }
