@@ -127,7 +127,11 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
         Attention::Sdpa if d == 4 && s.grouped() => {
             // The math path with enable_gqa.
             let q_s = p.act(t * heads * hd * 4);
-            let qc = if t > 1 { p.act(t * heads * hd * 4) } else { Buf::NONE };
+            let qc = if t > 1 {
+                p.act(t * heads * hd * 4)
+            } else {
+                Buf::NONE
+            };
             let causal = if t > 1 {
                 let ones = p.fixed(t * k);
                 let tril = p.fixed(t * k);
