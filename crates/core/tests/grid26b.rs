@@ -109,7 +109,7 @@ fn graph(path: &str) -> Preset {
     Preset::from_captured(path, &text).expect("graph parses")
 }
 
-/// The same model captured on the CPU-only machine (`tools/cuda_autocast.py`,
+/// The same model captured on the CPU-only machine (`runners/cuda_autocast.py`,
 /// `tools/cuda_sdpa.py`) and on the H200 host plans alike: within 1 % at batches 1 to 64,
 /// the TinyViT whose learned attention biases sent the CPU's SDPA to its math path (+13 %
 /// before `cuda_sdpa`) included.
