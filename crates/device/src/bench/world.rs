@@ -245,7 +245,7 @@ pub fn dist_config_line(
         deepspeed_keys(d, &mut v);
         // The config itself, as `vramlab export --format deepspeed` writes it for this
         // micro-batch: the runner takes it as it is instead of rebuilding it.
-        let mut at = cfg.clone();
+        let mut at = *cfg;
         at.batch = batch;
         v["ds_config"] = vramlab_core::export::frameworks::deepspeed_config(&at);
     }
