@@ -152,14 +152,7 @@ pub(crate) fn say(r: Remark) {
 
 /// `--batch`: a whole number of samples of at least 1, explained when it is not.
 pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
-    const WHAT: &str = "the batch is the number of samples in one forward/backward pass \
-                        (the micro-batch; --accum multiplies it into the effective batch), \
-                        a whole number of at least 1";
-    match s.trim().parse::<i128>() {
-        Ok(n) if n >= 1 => u64::try_from(n).map_err(|_| format!("{n} is too large; {WHAT}")),
-        Ok(n) => Err(format!("must be at least 1, got {n}: {WHAT}")),
-        Err(_) => Err(format!("`{s}` is not a whole number: {WHAT}")),
-    }
+    words::parse_batch(s)
 }
 
 /// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`) or

@@ -92,13 +92,22 @@ fn get<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyR
                 .name()
                 .map_or_else(|_| "?".to_string(), |n| n.to_string());
             PyTypeError::new_err(format!(
-                "{key}: expected {}, got {got} `{}`",
-                std::any::type_name::<T>()
-                    .replace("alloc::string::", "")
-                    .replace("std::path::", ""),
+                "{key}: expected {}, got {got} {}",
+                python_type(std::any::type_name::<T>()),
                 v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string())
             ))
         }),
+    }
+}
+
+/// The Python name of the Rust type a setting is read as.
+fn python_type(rust: &str) -> &'static str {
+    match rust.rsplit("::").next().unwrap_or(rust) {
+        "u64" | "u32" => "a whole number (int) of at least 0",
+        "f64" => "a number (float)",
+        "bool" => "True or False",
+        "PathBuf" => "a path (str or os.PathLike)",
+        _ => "a str",
     }
 }
 
@@ -202,17 +211,22 @@ fn remark_text(r: Remark) -> String {
 fn plan_json(
     py: Python<'_>,
     settings: &Bound<'_, PyDict>,
-    batch: Option<u64>,
+    batch: Option<&Bound<'_, PyAny>>,
     timeline: bool,
 ) -> PyResult<(String, Vec<String>)> {
     let w = words_of(settings)?;
-    if batch == Some(0) {
-        return Err(PyValueError::new_err(
-            "batch: must be at least 1, got 0: the batch is the number of samples in one \
-             forward/backward pass (the micro-batch; accum multiplies it into the effective \
-             batch)",
-        ));
-    }
+    let batch = match batch {
+        Some(b) if !b.is_none() => {
+            let n: i128 = b.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "batch: expected a whole number (int) of at least 1, got {}",
+                    b.repr().map_or_else(|_| "?".to_string(), |r| r.to_string())
+                ))
+            })?;
+            Some(words::batch_of(n).map_err(|e| PyValueError::new_err(format!("batch: {e}")))?)
+        }
+        _ => None,
+    };
     py.detach(|| {
         let mut said = Vec::new();
         let report = w

@@ -720,6 +720,28 @@ pub fn check_target_batch(
     Ok(())
 }
 
+/// What a batch is, said when one is refused.
+const BATCH_IS: &str = "the batch is the number of samples in one forward/backward pass \
+                        (the micro-batch; --accum multiplies it into the effective batch), \
+                        a whole number of at least 1";
+
+/// A micro-batch of at least 1, explained when it is not (the CLI's `--batch`, the
+/// bindings' `batch=`).
+pub fn batch_of(n: i128) -> Result<u64, String> {
+    match n {
+        1.. => u64::try_from(n).map_err(|_| format!("{n} is too large; {BATCH_IS}")),
+        _ => Err(format!("must be at least 1, got {n}: {BATCH_IS}")),
+    }
+}
+
+/// `--batch` as typed: a whole number of at least 1.
+pub fn parse_batch(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<i128>() {
+        Ok(n) => batch_of(n),
+        Err(_) => Err(format!("`{s}` is not a whole number: {BATCH_IS}")),
+    }
+}
+
 /// The name given (with a note when it was an alias) or the default.
 fn name_or_default<T>(
     given: Option<&str>,
