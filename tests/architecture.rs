@@ -90,7 +90,10 @@ fn the_device_crate_depends_on_no_gui_crate() {
 #[test]
 fn the_python_bindings_depend_on_the_core_only() {
     let tree = reachable(&lock_graph(), "vramlab-python");
-    assert!(tree.contains("pyo3"), "vramlab-python not found in Cargo.lock");
+    assert!(
+        tree.contains("pyo3"),
+        "vramlab-python not found in Cargo.lock"
+    );
     assert!(tree.contains("vramlab-core"));
     let bad: Vec<_> = FORBIDDEN_IN_CORE
         .iter()

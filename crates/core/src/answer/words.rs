@@ -567,8 +567,8 @@ impl TrainWords {
 
     /// The GPU and the budget on it.
     pub fn budget(&self, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, Budget), WordsError> {
-        let (gpu, _) = find_gpu(self.gpu.as_deref().unwrap_or(DEFAULT_GPU), detect, sink)
-            .ctx("--gpu")?;
+        let (gpu, _) =
+            find_gpu(self.gpu.as_deref().unwrap_or(DEFAULT_GPU), detect, sink).ctx("--gpu")?;
         let budget = Budget {
             capacity: gpu.memory(),
             margin: self.margin,
@@ -967,9 +967,14 @@ mod tests {
             model: Some("/nonexistent/dir/config.json".into()),
             ..TrainWords::default()
         };
-        let e = w.resolve(Some(1), &no_gpu, &mut |_| {}).expect_err("no file");
+        let e = w
+            .resolve(Some(1), &no_gpu, &mut |_| {})
+            .expect_err("no file");
         assert!(e.file, "{e}");
-        assert!(e.message().starts_with("--model: reading preset file"), "{e}");
+        assert!(
+            e.message().starts_with("--model: reading preset file"),
+            "{e}"
+        );
         let w = TrainWords {
             model: Some("gpt2".into()),
             ..TrainWords::default()
