@@ -134,21 +134,28 @@ def _settings(**kw: Any) -> Dict[str, Any]:
 class Plan:
     """One planned training step on one GPU: ``vramlab plan``'s answer.
 
-    The attributes are ``plan --json``'s keys, typed; :meth:`to_json` is that JSON.
-    ``notes`` holds what the CLI would print on standard error (aliases read as their
-    canonical name, fallbacks)."""
+    The attributes are ``plan --json``'s keys, typed; :meth:`to_json` is that JSON. The
+    peaks, the breakdown, the band and :meth:`fits` are planned at once; the largest
+    micro-batch and the remedies (``max_batch``, ``remedies``, ``fit_command``,
+    :meth:`to_json`) plan the configuration many times more, on first use. ``notes`` holds
+    what the CLI would print on standard error (aliases read as their canonical name,
+    fallbacks)."""
 
-    __slots__ = ("_json", "_data", "_settings", "_batch", "_timeline", "notes")
+    __slots__ = ("_handle", "_data", "_report", "_settings", "_batch", "_timeline", "notes")
 
-    def __init__(
-        self, text: str, notes: List[str], settings: Dict[str, Any], batch: Optional[int]
-    ) -> None:
-        self._json = text
-        self._data: Dict[str, Any] = json.loads(text)
+    def __init__(self, handle: Any, settings: Dict[str, Any], batch: Optional[int]) -> None:
+        self._handle = handle
+        self._data: Dict[str, Any] = json.loads(handle.summary_json())
+        self._report: Optional[Dict[str, Any]] = None
         self._settings = settings
         self._batch = batch
         self._timeline: Optional[List[TimelinePoint]] = None
-        self.notes: List[str] = notes
+        self.notes: List[str] = handle.notes
+
+    def _full(self) -> Dict[str, Any]:
+        if self._report is None:
+            self._report = json.loads(self._handle.report_json())
+        return self._report
 
     # Peaks ---------------------------------------------------------------------------
     @property
@@ -198,15 +205,12 @@ class Plan:
 
     @property
     def timeline(self) -> List[TimelinePoint]:
-        """Allocated bytes after every event of the step (planned again with
-        ``timeline=True`` when this plan was made without it)."""
+        """Allocated bytes after every event of the step (in :meth:`to_json` only with
+        ``timeline=True``, as ``--timeline``)."""
         if self._timeline is None:
-            points = self._data.get("timeline")
-            if points is None:
-                text, _ = _vramlab.plan_json(self._settings, self._batch, True)
-                points = json.loads(text)["timeline"]
             self._timeline = [
-                TimelinePoint(p["index"], p["phase"], p["micro"], p["allocated"]) for p in points
+                TimelinePoint(p["index"], p["phase"], p["micro"], p["allocated"])
+                for p in json.loads(self._handle.timeline_json())
             ]
         return list(self._timeline)
 
@@ -255,12 +259,12 @@ class Plan:
     @property
     def max_batch(self) -> Optional[int]:
         """The largest micro-batch that fits this GPU (``None``: not even 1)."""
-        return self._data["max_batch"]
+        return self._full()["max_batch"]
 
     @property
     def remedies(self) -> List[Remedy]:
         """Every applicable remedy, planned: those that save memory first."""
-        return [Remedy._of(r) for r in self._data["remedies"]]
+        return [Remedy._of(r) for r in self._full()["remedies"]]
 
     @property
     def warnings(self) -> List[str]:
@@ -275,7 +279,7 @@ class Plan:
     @property
     def fit_command(self) -> Optional[str]:
         """When neither the plan nor a single remedy fits: the ``vramlab fit`` command."""
-        return self._data.get("fit_command")
+        return self._full().get("fit_command")
 
     def fits(self, gpu: Optional[str] = None, *, margin: Optional[float] = None) -> bool:
         """Whether the step fits, judged at the upper edge of the measured band.
@@ -289,16 +293,17 @@ class Plan:
             s["gpu"] = gpu
         if margin is not None:
             s["margin"] = margin
-        text, _ = _vramlab.plan_json(s, self._batch, False)
-        return bool(json.loads(text)["fits"])
+        other = _vramlab.plan(s, self._batch, False)
+        return bool(json.loads(other.summary_json())["fits"])
 
     def to_json(self) -> str:
         """``vramlab plan … --json``'s line (without its newline)."""
-        return self._json
+        return self._handle.report_json()
 
     def to_dict(self) -> Dict[str, Any]:
-        """``to_json()`` parsed."""
-        return json.loads(self._json)
+        """``to_json()`` parsed: every key of ``plan --json`` (the multi-GPU ones too:
+        ``world``, ``global_batch``, ``host_ram_per_rank_bytes``, …)."""
+        return json.loads(self._handle.report_json())
 
     def __repr__(self) -> str:
         gib = 1 << 30
@@ -468,8 +473,7 @@ def plan(
         offload=offload,
         **distributed,
     )
-    text, notes = _vramlab.plan_json(settings, batch, timeline)
-    return Plan(text, notes, settings, batch)
+    return Plan(_vramlab.plan(settings, batch, timeline), settings, batch)
 
 
 def max_batch(

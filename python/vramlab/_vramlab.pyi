@@ -7,6 +7,22 @@ from typing import Any, Dict, List, Optional, Tuple
 __version__: str
 KEYWORDS: List[str]
 
+class Planned:
+    """A planned step: the plan and its verdict; the whole report made on first use."""
+
+    notes: List[str]
+    def summary_json(self) -> str:
+        """The keys of ``plan --json`` that need no search, as JSON text."""
+    def report_json(self) -> str:
+        """``vramlab plan … --json``'s line (the max-batch search and remedies run once)."""
+    def timeline_json(self) -> str:
+        """The allocated bytes after every event of the step, as JSON text."""
+
+def plan(
+    settings: Dict[str, Any], batch: Optional[int] = None, timeline: bool = False
+) -> Planned:
+    """Plans the settings: the plan and its verdict at once, the rest on first use."""
+
 def plan_json(
     settings: Dict[str, Any], batch: Optional[int] = None, timeline: bool = False
 ) -> Tuple[str, List[str]]:

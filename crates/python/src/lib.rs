@@ -6,12 +6,14 @@
 //! answers their typed attributes.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyDictMethods};
 
 use vramlab_core::answer::max_batch::Outcome;
+use vramlab_core::answer::report::PlanStart;
 use vramlab_core::answer::words::{self, Remark, TrainWords, WordsError};
 use vramlab_core::names;
 
@@ -203,9 +205,80 @@ fn remark_text(r: Remark) -> String {
     }
 }
 
-/// `vramlab plan … --json` for the settings: (the JSON text, the notes and warnings said
-/// on the way). `batch`: the micro-batch (`None`: the saved config's); `timeline`: keep the
-/// allocated timeline (`--timeline`).
+/// A planned step: the plan and its verdict, made at once; the whole `plan --json` report
+/// (the max-batch search, the remedies) made on first use and kept.
+#[pyclass(frozen, module = "vramlab._vramlab")]
+struct Planned {
+    start: PlanStart,
+    notes: Vec<String>,
+    report: OnceLock<String>,
+}
+
+#[pymethods]
+impl Planned {
+    /// The keys of `plan --json` that need no search (peaks, breakdown, verdict and band,
+    /// configuration, GPU, assumed settings, warnings) as JSON text.
+    fn summary_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.start.summary_json())
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// `vramlab plan … --json`'s line: the whole report (made on the first call).
+    fn report_json(&self, py: Python<'_>) -> PyResult<String> {
+        if let Some(j) = self.report.get() {
+            return Ok(j.clone());
+        }
+        let json = py.detach(|| {
+            let report = self
+                .start
+                .finish()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))
+        })?;
+        Ok(self.report.get_or_init(|| json).clone())
+    }
+
+    /// The allocated bytes after every event of the step, as JSON text (`--timeline`'s).
+    fn timeline_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.start.plan.timeline)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// What the CLI would say on standard error (`note: …`), in order.
+    #[getter]
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+}
+
+/// Plans the settings at `batch` (`None`: the saved config's); `timeline`: keep the
+/// allocated timeline in the report's JSON (`--timeline`).
+#[pyfunction]
+#[pyo3(signature = (settings, batch=None, timeline=false))]
+fn plan(
+    py: Python<'_>,
+    settings: &Bound<'_, PyDict>,
+    batch: Option<&Bound<'_, PyAny>>,
+    timeline: bool,
+) -> PyResult<Planned> {
+    let w = words_of(settings)?;
+    let batch = batch_arg(batch)?;
+    py.detach(|| {
+        let mut said = Vec::new();
+        let start = w
+            .plan_start(batch, timeline, false, &no_detection, &mut |r| {
+                said.push(remark_text(r));
+            })
+            .map_err(|e| to_py(&e))?;
+        Ok(Planned {
+            start,
+            notes: said,
+            report: OnceLock::new(),
+        })
+    })
+}
+
+/// `vramlab plan … --json` for the settings: (the JSON text, the notes said on the way).
 #[pyfunction]
 #[pyo3(signature = (settings, batch=None, timeline=false))]
 fn plan_json(
@@ -214,8 +287,13 @@ fn plan_json(
     batch: Option<&Bound<'_, PyAny>>,
     timeline: bool,
 ) -> PyResult<(String, Vec<String>)> {
-    let w = words_of(settings)?;
-    let batch = match batch {
+    let planned = plan(py, settings, batch, timeline)?;
+    Ok((planned.report_json(py)?, planned.notes))
+}
+
+/// `batch=`: a whole number of at least 1, or `None`.
+fn batch_arg(batch: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    match batch {
         Some(b) if !b.is_none() => {
             let n: i128 = b.extract().map_err(|_| {
                 PyTypeError::new_err(format!(
@@ -223,21 +301,12 @@ fn plan_json(
                     b.repr().map_or_else(|_| "?".to_string(), |r| r.to_string())
                 ))
             })?;
-            Some(words::batch_of(n).map_err(|e| PyValueError::new_err(format!("batch: {e}")))?)
+            words::batch_of(n)
+                .map(Some)
+                .map_err(|e| PyValueError::new_err(format!("batch: {e}")))
         }
-        _ => None,
-    };
-    py.detach(|| {
-        let mut said = Vec::new();
-        let report = w
-            .plan_report(batch, timeline, false, &no_detection, &mut |r| {
-                said.push(remark_text(r));
-            })
-            .map_err(|e| to_py(&e))?;
-        let json =
-            serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok((json, said))
-    })
+        _ => Ok(None),
+    }
 }
 
 /// `vramlab max-batch … --json` for the settings: (the JSON text, the notes and warnings).
@@ -284,6 +353,8 @@ fn model_ids() -> PyResult<Vec<String>> {
 /// The native module.
 #[pymodule]
 fn _vramlab(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Planned>()?;
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(plan_json, m)?)?;
     m.add_function(wrap_pyfunction!(max_batch_json, m)?)?;
     m.add_function(wrap_pyfunction!(gpus_json, m)?)?;

@@ -12,7 +12,7 @@ use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 use super::max_batch::{MaxBatchReport, Outcome};
-use super::report::{Assumed, PlanReport, PlanRequest};
+use super::report::{Assumed, PlanReport, PlanRequest, PlanStart};
 use super::warnings;
 use crate::fsutil::FileKind;
 use crate::model::Preset;
@@ -643,6 +643,21 @@ impl TrainWords {
         detect: Detect<'_>,
         sink: Sink<'_>,
     ) -> Result<PlanReport, WordsError> {
+        self.plan_start(batch, timeline, search_next_step, detect, sink)?
+            .finish()
+            .plain()
+    }
+
+    /// The first part of [`TrainWords::plan_report`]: the words resolved, the plan and its
+    /// verdict ([`PlanStart::finish`] gives the whole report).
+    pub fn plan_start(
+        &self,
+        batch: Option<u64>,
+        timeline: bool,
+        search_next_step: bool,
+        detect: Detect<'_>,
+        sink: Sink<'_>,
+    ) -> Result<PlanStart, WordsError> {
         let Resolved {
             preset,
             config: cfg,
@@ -651,7 +666,7 @@ impl TrainWords {
             ..
         } = self.resolve(batch, detect, sink)?;
         let cfg = self.dist.resolve_auto(&preset, cfg, budget, sink)?;
-        PlanReport::new(PlanRequest {
+        PlanStart::new(PlanRequest {
             preset: &preset,
             config: cfg,
             gpu,
