@@ -26,11 +26,13 @@ from . import _vramlab
 
 __all__ = [
     "Band",
+    "Doctor",
     "ErrorBand",
     "MaxBatch",
     "Plan",
     "Remedy",
     "TimelinePoint",
+    "doctor",
     "gpus",
     "max_batch",
     "models",
@@ -493,6 +495,89 @@ def max_batch(
         settings["config"] = str(settings["config"])
     text, notes = _vramlab.max_batch_json(_settings(**settings), target_batch)
     return MaxBatch(text, notes)
+
+
+class Doctor:
+    """What ``vramlab doctor`` found in an OOM message and/or a memory snapshot: the cause
+    (``diagnosis``: capacity, fragmentation, outside_allocator, other_processes,
+    process_cap; ``None`` when the snapshot records no OOM), the evidence, the remedies
+    (most useful first) and the figures. :meth:`to_json` is ``doctor --json``'s line."""
+
+    __slots__ = ("_json", "_data")
+
+    def __init__(self, text: str) -> None:
+        self._json = text
+        self._data: Dict[str, Any] = json.loads(text)
+
+    @property
+    def diagnosis(self) -> Optional[str]:
+        return self._data["diagnosis"]
+
+    @property
+    def summary(self) -> Optional[str]:
+        d = self._data["details"]
+        return None if d is None else d["summary"]
+
+    @property
+    def evidence(self) -> List[str]:
+        d = self._data["details"]
+        return [] if d is None else list(d["evidence"])
+
+    @property
+    def remedies(self) -> List[Dict[str, Any]]:
+        """Each with ``title``, ``detail`` and the ``setting`` to change (or ``None``)."""
+        return json.loads(json.dumps(self._data["remedies"]))
+
+    @property
+    def figures(self) -> Optional[Dict[str, Any]]:
+        f = self._data["figures"]
+        return None if f is None else dict(f)
+
+    @property
+    def message(self) -> Optional[Dict[str, Any]]:
+        """The OOM message as read (requested, capacity, free, allocated, reserved bytes)."""
+        return self._data["message"]
+
+    @property
+    def snapshot(self) -> Optional[Dict[str, Any]]:
+        """The snapshot's analysis (peaks, segment map, allocation sites at the peak)."""
+        return self._data["snapshot"]
+
+    def to_json(self) -> str:
+        """``vramlab doctor … --json``'s line (without its newline)."""
+        return self._json
+
+    def to_dict(self) -> Dict[str, Any]:
+        return json.loads(self._json)
+
+    def __repr__(self) -> str:
+        return f"<vramlab.Doctor {self.diagnosis}: {self.summary}>"
+
+
+def doctor(
+    message_or_exception: Union[str, BaseException, None] = None,
+    snapshot: Optional[Union[str, "os.PathLike[str]"]] = None,
+    *,
+    device: Optional[int] = None,
+    timeline: bool = False,
+) -> Doctor:
+    """Explains a CUDA out-of-memory error: ``vramlab doctor`` (without ``--model``).
+
+    ``message_or_exception``: the error's text (the whole traceback is fine) or the
+    exception itself (``torch.OutOfMemoryError`` caught in the training loop).
+    ``snapshot``: a ``torch.cuda.memory._dump_snapshot`` pickle; ``device``: the device whose
+    trace to replay; ``timeline``: keep the snapshot's timeline in :meth:`Doctor.to_json`."""
+    text: Optional[str]
+    if isinstance(message_or_exception, BaseException):
+        import traceback
+
+        text = "".join(
+            traceback.format_exception_only(type(message_or_exception), message_or_exception)
+        )
+    else:
+        text = message_or_exception
+    path = None if snapshot is None else os.fspath(snapshot)
+    return Doctor(_vramlab.doctor_json(text, path, device, timeline))
 
 
 def gpus() -> List[Dict[str, Any]]:

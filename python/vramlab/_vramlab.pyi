@@ -33,6 +33,14 @@ def max_batch_json(
 ) -> Tuple[str, List[str]]:
     """``vramlab max-batch … --json`` for the settings, and the notes said on the way."""
 
+def doctor_json(
+    message: Optional[str] = None,
+    snapshot: Optional[str] = None,
+    device: Optional[int] = None,
+    timeline: bool = False,
+) -> str:
+    """``vramlab doctor … --json`` (without a model) for an OOM message and/or a snapshot."""
+
 def gpus_json() -> str:
     """The GPU catalog as JSON text."""
 

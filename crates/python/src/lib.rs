@@ -12,6 +12,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyDictMethods};
 
+use vramlab_core::answer::doctor_report::{self, DoctorReport};
 use vramlab_core::answer::max_batch::Outcome;
 use vramlab_core::answer::report::PlanStart;
 use vramlab_core::answer::words::{self, Remark, TrainWords, WordsError};
@@ -335,6 +336,40 @@ fn max_batch_json(
     })
 }
 
+/// `vramlab doctor --message TEXT --snapshot FILE --json` (without `--model`): the OOM
+/// message and/or the memory snapshot diagnosed, as JSON text. `device`: the snapshot's
+/// device to replay; `timeline`: keep the snapshot's timeline (`--timeline`).
+#[pyfunction]
+#[pyo3(signature = (message=None, snapshot=None, device=None, timeline=false))]
+fn doctor_json(
+    py: Python<'_>,
+    message: Option<String>,
+    snapshot: Option<PathBuf>,
+    device: Option<usize>,
+    timeline: bool,
+) -> PyResult<String> {
+    if message.is_none() && snapshot.is_none() {
+        return Err(PyValueError::new_err(
+            "doctor: give the OOM message (its text or the exception) or a snapshot file",
+        ));
+    }
+    py.detach(|| {
+        let message = message
+            .as_deref()
+            .map(doctor_report::parse_message)
+            .transpose()
+            .map_err(|e| to_py(&e))?;
+        let snapshot = snapshot
+            .as_deref()
+            .map(|p| doctor_report::load_snapshot(p, device, &mut |_, _| true))
+            .transpose()
+            .map_err(|e| to_py(&e))?;
+        let r = DoctorReport::new(message, snapshot, None);
+        let r = if timeline { r } else { r.without_timelines() };
+        serde_json::to_string(&r).map_err(|e| PyValueError::new_err(e.to_string()))
+    })
+}
+
 /// The catalog: `vramlab presets --json`'s GPUs (id, name, memory) as JSON text.
 #[pyfunction]
 fn gpus_json() -> PyResult<String> {
@@ -357,6 +392,7 @@ fn _vramlab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(plan_json, m)?)?;
     m.add_function(wrap_pyfunction!(max_batch_json, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor_json, m)?)?;
     m.add_function(wrap_pyfunction!(gpus_json, m)?)?;
     m.add_function(wrap_pyfunction!(model_ids, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -76,7 +76,7 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Turns any error into a [`WordsError`], with a context in front.
-trait Ctx<T> {
+pub(crate) trait Ctx<T> {
     fn plain(self) -> Result<T, WordsError>;
     fn ctx(self, context: impl Display) -> Result<T, WordsError>;
 }
