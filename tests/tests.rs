@@ -3,6 +3,7 @@
 
 mod architecture;
 mod cli;
+mod cli_outputs;
 mod docs;
 mod doctor;
 #[cfg(target_os = "linux")]

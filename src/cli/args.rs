@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+use vramlab_core::answer::report::Assumed;
 use vramlab_core::fsutil::FileKind;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::find_builtin;
@@ -213,27 +214,21 @@ fn detect_gpu() -> Option<Gpu> {
     None
 }
 
-/// Warnings about a configuration the planner plans but the card runs badly or not at all.
-pub fn warnings(cfg: &TrainConfig, gpu: &Gpu) -> Vec<String> {
-    let mut w = Vec::new();
-    if cfg.precision.compute_dtype() == vramlab_core::plan::config::DType::BF16 && gpu.lacks_bf16()
-    {
-        w.push(format!(
-            "{} has no bf16 tensor cores (pre-Ampere): {} runs bf16 matmuls emulated and slowly, \
-             or not at all (torch.cuda.is_bf16_supported() is False); amp-fp16 is the usual choice there",
-            gpu.name,
-            cfg.precision.label()
-        ));
-    }
-    w
+/// What the model and training flags (or a saved `--config` file) resolve to.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub preset: Preset,
+    pub config: TrainConfig,
+    pub gpu: Gpu,
+    pub budget: Budget,
+    /// The model is not a built-in one (a file, or a custom model in the saved plan): it
+    /// may reuse a built-in id for other weights, so exports name no Hub id for it.
+    pub custom: bool,
 }
 
 /// Model, training config and budget from the flags, or from `--config FILE`
 /// (`--batch` still overrides the file's batch).
-pub(crate) fn resolve(
-    t: &TrainArgs,
-    batch: Option<u64>,
-) -> Result<(Preset, TrainConfig, Gpu, Budget, bool)> {
+pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
     if let Some(path) = &t.config {
         let bytes = vramlab_core::fsutil::read_bounded(path, FileKind::SavedPlan)
             .context("--config: reading saved plan")?;
@@ -278,7 +273,13 @@ pub(crate) fn resolve(
             doc.model,
             vramlab_core::export::vramlab_file::ModelRef::Custom(_)
         );
-        return Ok((preset, cfg, gpu, budget, custom));
+        return Ok(Resolved {
+            preset,
+            config: cfg,
+            gpu,
+            budget,
+            custom,
+        });
     }
     let name = t
         .model
@@ -288,14 +289,20 @@ pub(crate) fn resolve(
     let custom = find_builtin(name).is_err();
     let cfg = t.config(&preset, batch.context("--batch is required")?)?;
     let (gpu, budget) = t.budget()?;
-    Ok((preset, cfg, gpu, budget, custom))
+    Ok(Resolved {
+        preset,
+        config: cfg,
+        gpu,
+        budget,
+        custom,
+    })
 }
 
 /// Model and training config from the flags or `--config` (the batch comes elsewhere).
 pub fn resolve_model(t: &TrainArgs) -> Result<(Preset, TrainConfig)> {
     let batch = if t.config.is_some() { None } else { Some(1) };
-    let (preset, cfg, ..) = resolve(t, batch)?;
-    Ok((preset, cfg))
+    let r = resolve(t, batch)?;
+    Ok((r.preset, r.config))
 }
 
 impl TrainArgs {
@@ -424,21 +431,20 @@ impl TrainArgs {
         Ok(r.value)
     }
 
-    /// What the plan assumed because a flag was not given (flag, value).
-    pub fn assumed(&self) -> Vec<(&'static str, &'static str)> {
+    /// What the plan assumed because a flag was not given.
+    pub fn assumed(&self) -> Vec<Assumed> {
         if self.config.is_some() {
             return Vec::new();
         }
         let mut a = Vec::new();
-        if self.gpu.is_none() {
-            a.push(("--gpu", DEFAULT_GPU));
-        }
-        if self.precision.is_none() {
-            a.push(("--precision", "amp-bf16"));
-        }
-        if self.optimizer.is_none() {
-            a.push(("--optimizer", "adamw"));
-        }
+        let mut default = |setting, given: bool, value| {
+            if !given {
+                a.push(Assumed { setting, value });
+            }
+        };
+        default("--gpu", self.gpu.is_some(), DEFAULT_GPU);
+        default("--precision", self.precision.is_some(), "amp-bf16");
+        default("--optimizer", self.optimizer.is_some(), "adamw");
         a
     }
 

@@ -1,12 +1,13 @@
 //! What the planning commands add for more than one GPU: `--gpus auto` (the fewest GPUs of
-//! the card that fit), and the per-rank lines and JSON fields (world, global batch, host
-//! memory for offload, the sharded and unsharded parts).
+//! the card that fit), and the per-rank lines (world, global batch, host memory for
+//! offload, NCCL buffers) of the core's [`PerRank`] figures.
 
 use anyhow::{Result, bail};
 
+use vramlab_core::answer::per_rank::PerRank;
 use vramlab_core::model::Preset;
 use vramlab_core::plan::search::Budget;
-use vramlab_core::plan::{Planner, TrainConfig, multi_gpu};
+use vramlab_core::plan::{TrainConfig, multi_gpu};
 
 use super::dist_args::DistArgs;
 
@@ -47,13 +48,9 @@ pub fn resolve_auto(
     }
 }
 
-/// The per-rank lines of a multi-GPU plan (empty for one GPU).
-pub fn lines(planner: &Planner) -> Vec<String> {
-    let c = &planner.config;
-    let d = c.distributed;
-    if !d.active() {
-        return Vec::new();
-    }
+/// The per-rank lines of a multi-GPU plan of `c`.
+pub fn lines(p: &PerRank, c: &TrainConfig) -> Vec<String> {
+    let d = p.distributed;
     let mut v = vec![
         format!("parallel: {} · peaks below are per rank", d.describe()),
         format!(
@@ -61,39 +58,20 @@ pub fn lines(planner: &Planner) -> Vec<String> {
             c.batch,
             c.accum,
             d.world(),
-            c.global_batch()
+            p.global_batch
         ),
     ];
-    let nccl = d.nccl_bytes();
-    if nccl.0 > 0 {
+    if p.nccl_buffers.0 > 0 {
         v.push(format!(
-            "NCCL buffers outside the caching allocator: {nccl} (a documented figure, in the CUDA context line)"
+            "NCCL buffers outside the caching allocator: {} (a documented figure, in the CUDA context line)",
+            p.nccl_buffers
         ));
     }
-    let host = multi_gpu::host_bytes(planner);
-    if host.0 > 0 {
-        v.push(format!("host RAM per rank for offload: {host}"));
+    if p.host_ram_per_rank.0 > 0 {
+        v.push(format!(
+            "host RAM per rank for offload: {}",
+            p.host_ram_per_rank
+        ));
     }
     v
-}
-
-/// The JSON fields of a multi-GPU plan (none for one GPU).
-pub fn json(planner: &Planner, o: &mut serde_json::Map<String, serde_json::Value>) {
-    let c = &planner.config;
-    let d = c.distributed;
-    if !d.active() {
-        return;
-    }
-    o.insert("world".into(), serde_json::json!(d.world()));
-    o.insert("strategy".into(), serde_json::json!(d.strategy.as_str()));
-    o.insert("per_rank".into(), serde_json::json!(true));
-    o.insert("global_batch".into(), serde_json::json!(c.global_batch()));
-    o.insert(
-        "host_ram_per_rank_bytes".into(),
-        serde_json::json!(multi_gpu::host_bytes(planner).0),
-    );
-    o.insert(
-        "nccl_buffer_bytes".into(),
-        serde_json::json!(d.nccl_bytes().0),
-    );
 }

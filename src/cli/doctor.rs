@@ -9,11 +9,8 @@ use clap::Args;
 use serde::Serialize;
 
 use super::args::{TrainArgs, load_model, resolve_model};
+use vramlab_core::answer::doctor_advice::{PlanAdvice, advise};
 use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
-use vramlab_core::plan::Planner;
-use vramlab_core::plan::config::MAX_BATCH;
-use vramlab_core::plan::search::{Budget, max_batch, max_batch_capped};
-use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::units::Bytes;
 
 #[derive(Debug, Args, Clone, Default)]
@@ -74,41 +71,6 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-/// A planned remedy, as the doctor reports it.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlannedRemedy {
-    pub name: String,
-    pub description: String,
-    pub nvidia_smi_bytes: Bytes,
-    pub saving_bytes: i64,
-    pub fits: bool,
-}
-
-/// What the planner says about the model that ran out of memory.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlanAdvice {
-    pub model: String,
-    /// The GPU's memory.
-    pub capacity_bytes: Bytes,
-    /// The per-process cap the plan is held to (`set_per_process_memory_fraction`, the
-    /// message's "… allowed"): PyTorch's allocator may reserve at most this.
-    pub allowed_bytes: Option<Bytes>,
-    /// The training-loop shape planned (`--loop`).
-    pub loop_shape: &'static str,
-    pub batch: Option<u64>,
-    pub predicted_nvidia_smi_bytes: Option<Bytes>,
-    pub predicted_peak_allocated_bytes: Option<Bytes>,
-    pub max_batch: Option<u64>,
-    /// Accumulation steps that keep the failing batch as the effective batch.
-    pub accumulation_for_batch: Option<u64>,
-    pub remedies: Vec<PlannedRemedy>,
-    /// The evaluation step with and without `torch.no_grad()`.
-    pub evaluation: Option<EvalAdvice>,
-    /// The planned allocated timeline at the failing batch (event index, bytes).
-    #[serde(skip)]
-    pub timeline: Vec<(u32, u64)>,
-}
-
 /// The planner's answer for a model on a GPU of `capacity` bytes, the allocator held to
 /// `allowed` bytes when the message states a per-process cap.
 pub fn plan_advice(
@@ -167,154 +129,18 @@ pub fn plan_advice(
             bail!("--model: give --gpu (no GPU capacity is known from the message or snapshot)")
         }
     };
-    advise(&preset, cfg, capacity, allowed, a.margin, a.batch).map(Some)
+    check_margin(a.margin)?;
+    Ok(Some(advise(
+        &preset, cfg, capacity, allowed, a.margin, a.batch,
+    )?))
 }
 
-/// The planner's answer for `preset` under `cfg` on `capacity` bytes, PyTorch's allocator
-/// held to `allowed` bytes when a per-process cap is known (`batch`: the one that failed,
-/// if known).
-pub fn advise(
-    preset: &vramlab_core::model::Preset,
-    mut cfg: vramlab_core::plan::TrainConfig,
-    capacity: Bytes,
-    allowed: Option<Bytes>,
-    margin: f64,
-    batch: Option<u64>,
-) -> Result<PlanAdvice> {
+/// `--margin`: a fraction in [0, 1).
+fn check_margin(margin: f64) -> Result<()> {
     if !(0.0..1.0).contains(&margin) {
         bail!("--margin: must be a fraction in [0, 1), got {margin}");
     }
-    if let Some(b) = batch {
-        cfg.batch = b;
-        cfg.validate()?;
-    }
-    let planner = Planner::new(preset, &cfg)?;
-    // A cap limits what the allocator reserves; the CUDA context lies outside it
-    // (`set_per_process_memory_fraction` checks `total_allocated_memory`, the allocator's
-    // segments). The remedies and the evaluation step are held to the same bytes.
-    let allowed = allowed.filter(|c| *c < capacity);
-    let budget = match allowed {
-        Some(c) => Budget {
-            capacity: Bytes(c.0.saturating_add(planner.context.0)).min(capacity),
-            margin,
-        },
-        None => Budget { capacity, margin },
-    };
-    let predicted = match batch {
-        Some(b) => Some(planner.plan(b)?),
-        None => None,
-    };
-    let max = match allowed {
-        Some(c) => max_batch_capped(
-            &planner,
-            Budget {
-                capacity: c,
-                margin,
-            }
-            .usable()
-            .min(Budget { capacity, margin }.allocator_cap(planner.context)),
-            MAX_BATCH,
-        )?,
-        None => max_batch(&planner, budget, MAX_BATCH)?,
-    };
-    let mut fixes: Vec<PlannedRemedy> =
-        vramlab_core::plan::remedies::remedies(preset, &cfg, budget)?
-            .into_iter()
-            .map(|r| PlannedRemedy {
-                name: r.name.to_string(),
-                description: r.description,
-                nvidia_smi_bytes: r.nvidia_smi,
-                saving_bytes: r.saving,
-                fits: r.fits,
-            })
-            .collect();
-    let evaluation = evaluation_advice(preset, &cfg, budget)?;
-    if let Some(e) = &evaluation
-        && cfg.step != StepKind::Eval
-        && e.no_grad.peak_allocated_bytes < e.with_grad.peak_allocated_bytes
-    {
-        let (with, without) = (
-            e.with_grad.peak_allocated_bytes,
-            e.no_grad.peak_allocated_bytes,
-        );
-        fixes.push(PlannedRemedy {
-            name: "eval-no-grad".into(),
-            description: format!(
-                "if it failed in validation: run evaluation under `torch.no_grad()` (or \
-                 `torch.inference_mode()`) and accumulate `loss.item()`, not `loss` — at batch {} \
-                 an evaluation step after training peaks at {with} allocated with autograd on, \
-                 {without} without",
-                e.batch,
-            ),
-            nvidia_smi_bytes: e.no_grad.nvidia_smi_bytes,
-            saving_bytes: with.0 as i64 - without.0 as i64,
-            fits: e.no_grad.fits,
-        });
-    }
-    let accumulation_for_batch = match (batch, max) {
-        (Some(b), Some(m)) if m < b => Some(vramlab_core::plan::search::accumulation_for(b, m)),
-        _ => None,
-    };
-    Ok(PlanAdvice {
-        model: preset.id.clone(),
-        capacity_bytes: capacity,
-        allowed_bytes: allowed,
-        loop_shape: cfg.loop_shape.as_str(),
-        batch,
-        predicted_nvidia_smi_bytes: predicted.as_ref().map(|p| p.nvidia_smi_bytes),
-        predicted_peak_allocated_bytes: predicted.as_ref().map(|p| p.peak_allocated_bytes),
-        max_batch: max,
-        accumulation_for_batch,
-        remedies: fixes,
-        evaluation,
-        timeline: predicted
-            .as_ref()
-            .map(|p| {
-                p.timeline
-                    .iter()
-                    .map(|t| (t.index, t.allocated.0))
-                    .collect()
-            })
-            .unwrap_or_default(),
-    })
-}
-
-/// One planned evaluation step.
-#[derive(Debug, Clone, Serialize)]
-pub struct EvalPlan {
-    pub peak_allocated_bytes: Bytes,
-    pub nvidia_smi_bytes: Bytes,
-    pub fits: bool,
-}
-
-/// The evaluation step after training, with and without `torch.no_grad()` (the seed
-/// articles' validation OOM), at the configured batch.
-#[derive(Debug, Clone, Serialize)]
-pub struct EvalAdvice {
-    pub batch: u64,
-    pub no_grad: EvalPlan,
-    pub with_grad: EvalPlan,
-}
-
-fn evaluation_advice(
-    preset: &vramlab_core::model::Preset,
-    cfg: &vramlab_core::plan::TrainConfig,
-    budget: Budget,
-) -> Result<Option<EvalAdvice>> {
-    let plan_of = |step: StepKind| -> Result<EvalPlan> {
-        let c = vramlab_core::plan::TrainConfig { step, ..*cfg };
-        let p = Planner::new(preset, &c)?.plan(cfg.batch)?;
-        Ok(EvalPlan {
-            peak_allocated_bytes: p.peak_allocated_bytes,
-            nvidia_smi_bytes: p.nvidia_smi_bytes,
-            fits: p.nvidia_smi_bytes <= budget.usable(),
-        })
-    };
-    Ok(Some(EvalAdvice {
-        batch: cfg.batch,
-        no_grad: plan_of(StepKind::Eval)?,
-        with_grad: plan_of(StepKind::EvalGrad)?,
-    }))
+    Ok(())
 }
 
 /// The first OOM of a saved bench run, and the planner's answer for its model.
@@ -333,6 +159,7 @@ fn from_run(path: &Path, margin: f64) -> Result<(Option<String>, Option<PlanAdvi
         .min_by_key(|(b, _)| *b);
     let preset =
         load_model(&run.model).with_context(|| format!("run file {}: model", path.display()))?;
+    check_margin(margin)?;
     let advice = advise(
         &preset,
         run.config,
@@ -435,7 +262,7 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         None => plan_advice(a, capacity, allowed)?,
     };
     if let (Some(d), Some(p)) = (details.as_mut(), plan.as_ref()) {
-        add_plan_verdict(d, p);
+        p.add_verdict_to(d);
     }
     let planned_overlay = match (&snapshot, &plan) {
         (Some(s), Some(p)) => doctor::overlay::overlay(&s.timeline, &p.timeline),
@@ -456,49 +283,6 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         plan,
         planned_overlay,
     })
-}
-
-/// When the planner says the failing batch does not fit this GPU at all, fixing the
-/// allocator alone cannot help: say so, and put the batch that fits first.
-fn add_plan_verdict(d: &mut Diagnosis, p: &PlanAdvice) {
-    let (Some(batch), Some(need)) = (p.batch, p.predicted_nvidia_smi_bytes) else {
-        return;
-    };
-    let too_big = p.max_batch.is_none_or(|m| m < batch);
-    let under = match p.allowed_bytes {
-        Some(c) => format!("the {c} cap of a {} GPU", p.capacity_bytes),
-        None => format!("a {} GPU", p.capacity_bytes),
-    };
-    if !too_big {
-        d.evidence.push(format!(
-            "The planner predicts {need} for batch {batch} of {} ({} loop): it fits {under} with \
-             the margin, so the failure is not the model's size.",
-            p.model, p.loop_shape
-        ));
-        return;
-    }
-    d.evidence.push(format!(
-        "The planner predicts {need} for batch {batch} of {} ({} loop) under {under}: this batch \
-         does not fit even without fragmentation or other holders.",
-        p.model, p.loop_shape
-    ));
-    let detail = match (p.max_batch, p.accumulation_for_batch) {
-        (Some(m), Some(k)) => format!(
-            "The largest micro-batch that fits is {m}; {k} gradient-accumulation steps of {} \
-             keep the effective batch of {batch}.",
-            batch.div_ceil(k)
-        ),
-        (Some(m), None) => format!("The largest micro-batch that fits is {m}."),
-        _ => "Even batch 1 does not fit: see the planned remedies.".to_string(),
-    };
-    d.remedies.insert(
-        0,
-        doctor::Remedy {
-            title: "Use a batch that fits (planner)".to_string(),
-            detail,
-            setting: p.max_batch.map(|m| format!("batch_size={m}")),
-        },
-    );
 }
 
 /// `vramlab doctor`.
@@ -528,23 +312,8 @@ fn write_text(r: &DoctorReport, out: &mut dyn Write) -> Result<()> {
             writeln!(out, "  - {e}")?;
         }
         writeln!(out, "\nFigures:")?;
-        let f = &d.figures;
-        for (label, v) in [
-            ("requested", f.requested_bytes),
-            ("GPU total capacity", f.total_capacity_bytes),
-            ("GPU free", f.device_free_bytes),
-            ("allowed (fraction cap)", f.allowed_bytes),
-            ("allocated by PyTorch", f.allocated_bytes),
-            ("reserved by PyTorch", f.reserved_bytes),
-            ("reserved but unallocated", f.reserved_unallocated_bytes),
-            ("largest free cached block", f.largest_free_block_bytes),
-            ("this process (NVML)", f.this_process_bytes),
-            ("outside the allocator", f.outside_allocator_bytes),
-            ("other processes", f.other_processes_bytes),
-        ] {
-            if let Some(b) = v {
-                writeln!(out, "  {label:<28} {:>12}", b.to_string())?;
-            }
+        for (label, b) in d.figures.labelled() {
+            writeln!(out, "  {label:<28} {:>12}", b.to_string())?;
         }
         writeln!(out, "\nWhat to change (most useful first):")?;
         for (i, m) in d.remedies.iter().enumerate() {

@@ -11,7 +11,7 @@ use vramlab_core::plan::fit::cost::Speed;
 use vramlab_core::plan::fit::{FitCandidate, FitReport, FitRequest, fit};
 use vramlab_core::plan::gpus::Gpu;
 
-use super::args::{self, TrainArgs, resolve};
+use super::args::{self, Resolved, TrainArgs, resolve};
 
 #[derive(Debug, Args)]
 pub struct FitArgs {
@@ -47,8 +47,14 @@ pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         Some(1)
     });
-    let (preset, cfg, gpu, budget, _) = resolve(&a.train, batch)?;
-    for w in args::warnings(&cfg, &gpu) {
+    let Resolved {
+        preset,
+        config: cfg,
+        gpu,
+        budget,
+        ..
+    } = resolve(&a.train, batch)?;
+    for w in vramlab_core::answer::warnings::for_config(&cfg, &gpu) {
         eprintln!("warning: {w}");
     }
     let mut req = FitRequest::for_gpu(&gpu, budget.margin);
@@ -80,8 +86,8 @@ pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
         write_report(out, &report, &preset.id, &card, budget.usable(), search_ms)?;
     }
     if report.candidates.is_empty() {
-        return Err(super::Exit {
-            code: super::EXIT_NOTHING_FITS,
+        return Err(super::exit::Exit {
+            code: super::exit::EXIT_NOTHING_FITS,
             message: report
                 .reason
                 .clone()

@@ -403,7 +403,7 @@ impl VramApp {
 
     /// Ctrl+S: the current plan as a `.vramlab.json`.
     fn save_plan(&mut self, ctx: &egui::Context) {
-        let plan = self.derived.answer().map(|a| &a.plan);
+        let plan = self.derived.answer().map(|a| &a.report.plan);
         let doc = export_panel::vramlab_config(&self.state, &self.derived, plan);
         let (Some(doc), Ok(preset)) = (doc, self.derived.preset()) else {
             let e = self.derived.error().unwrap_or("no model").to_string();
@@ -419,10 +419,9 @@ impl VramApp {
     /// The Export section's Save…: the previewed text.
     fn save_export(&mut self, ctx: &egui::Context) {
         let format = self.export_format;
-        let text = self
-            .derived
-            .answer()
-            .and_then(|a| export_panel::export_text(&self.state, &self.derived, &a.plan, format));
+        let text = self.derived.answer().and_then(|a| {
+            export_panel::export_text(&self.state, &self.derived, &a.report.plan, format)
+        });
         let (Some(text), Ok(preset)) = (text, self.derived.preset()) else {
             let e = self.derived.error().unwrap_or("no plan").to_string();
             self.error(format!("Nothing to export: {e}"));
@@ -773,7 +772,7 @@ impl VramApp {
             Tab::Run => self.run_tab_ui(ui),
             Tab::Monitor => self.monitor_tab_ui(ui),
             Tab::Doctor => {
-                let hint = crate::ui::doctor::PlannerHint::from_derived(&self.derived);
+                let hint = crate::ui::doctor::planner_advice(&self.derived);
                 self.doctor.show(ui, hint.as_ref());
             }
         }
@@ -877,8 +876,8 @@ impl VramApp {
                 let plot_h = ((ui.available_height() - 110.0) / 2.0).clamp(200.0, 420.0);
                 let breakdown = |l: &mut Ui| {
                     section(l, "Where the memory goes at the peak", tips::NVIDIA_SMI);
-                    breakdown::breakdown_bar_ui(&a.plan, self.derived.target(), l, 96.0);
-                    breakdown::breakdown_table_ui(&a.plan, l);
+                    breakdown::breakdown_bar_ui(&a.report.plan, self.derived.target(), l, 96.0);
+                    breakdown::breakdown_table_ui(&a.report.plan, l);
                 };
                 let batch_plot = |r: &mut Ui, cmd: &mut Option<Command>| {
                     if section_with_png(
@@ -897,7 +896,7 @@ impl VramApp {
                         self.derived.target(),
                         max,
                         self.state.config.batch,
-                        a.plan.nvidia_smi_bytes,
+                        a.report.plan.nvidia_smi_bytes,
                         r,
                         plot_h,
                     );
@@ -927,13 +926,17 @@ impl VramApp {
                     .id_salt("remedies_scroll")
                     .show(ui, |ui| {
                         if let Some(c) =
-                            remedies::remedies_ui(&a.remedies, a.plan.peak_allocated_bytes, ui)
+                            remedies::remedies_ui(
+                                &a.report.remedies,
+                                a.report.plan.peak_allocated_bytes,
+                                ui,
+                            )
                         {
                             cmd = Some(c);
                         }
                     });
                 ui.add_space(6.0);
-                if let Some(c) = fit_section(&self.derived, a.fits, ui) {
+                if let Some(c) = fit_section(&self.derived, a.report.fits(), ui) {
                     cmd = Some(c);
                 }
                 ui.add_space(6.0);
@@ -954,7 +957,7 @@ impl VramApp {
                         export_panel::export_ui(
                             &self.state,
                             &self.derived,
-                            &a.plan,
+                            &a.report.plan,
                             self.export_format,
                             ui,
                         )

@@ -194,7 +194,7 @@ fn a_snapshot_is_not_overlaid_with_the_planner_tabs_model() {
     open_doctor(&mut h);
     open_snapshot(&mut h, "normal.snapshot.pickle");
     // The Planner tab has an answer (GPT-2 at batch 8), but nobody said it ran here.
-    assert!(vramlab_gui::ui::doctor::PlannerHint::from_derived(h.state().derived()).is_some());
+    assert!(vramlab_gui::ui::doctor::planner_advice(h.state().derived()).is_some());
     assert!(h.state().doctor.named_plan().is_none());
     assert!(!shows(&h, "Planned ("), "no overlay until a model is named");
     assert!(shows(&h, "Model of this snapshot"));

@@ -101,7 +101,7 @@ fn applying_a_remedy_drops_the_does_not_fit_notice() {
             .state()
             .derived()
             .answer()
-            .and_then(|a| a.remedies.as_ref().ok())
+            .and_then(|a| a.report.remedies.as_ref().ok())
             .and_then(|list| {
                 list.iter().find_map(|r| match (r.fits, r.fits_up_to) {
                     (true, _) => Some(r.config),

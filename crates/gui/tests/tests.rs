@@ -7,3 +7,4 @@ mod gui_fit;
 mod gui_follow;
 mod gui_hf;
 mod gui_run;
+mod gui_warnings;

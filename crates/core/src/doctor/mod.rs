@@ -114,6 +114,29 @@ pub struct Figures {
     pub other_processes_bytes: Option<Bytes>,
 }
 
+impl Figures {
+    /// The figures that are known, with the words every front end shows them under, in
+    /// the order shown.
+    pub fn labelled(&self) -> Vec<(&'static str, Bytes)> {
+        [
+            ("requested", self.requested_bytes),
+            ("GPU total capacity", self.total_capacity_bytes),
+            ("GPU free", self.device_free_bytes),
+            ("allowed (fraction cap)", self.allowed_bytes),
+            ("allocated by PyTorch", self.allocated_bytes),
+            ("reserved by PyTorch", self.reserved_bytes),
+            ("reserved but unallocated", self.reserved_unallocated_bytes),
+            ("largest free cached block", self.largest_free_block_bytes),
+            ("this process (NVML)", self.this_process_bytes),
+            ("outside the allocator", self.outside_allocator_bytes),
+            ("other processes", self.other_processes_bytes),
+        ]
+        .into_iter()
+        .filter_map(|(label, v)| v.map(|b| (label, b)))
+        .collect()
+    }
+}
+
 /// The doctor's answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Diagnosis {

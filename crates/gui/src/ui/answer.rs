@@ -33,6 +33,13 @@ fn band_ui(v: &vramlab_core::answer::Verdict, ui: &mut Ui) {
     }
 }
 
+/// The report's warnings (settings the card runs badly or not at all), one line each.
+fn warnings_ui(warnings: &[String], ui: &mut Ui) {
+    for w in warnings {
+        ui.colored_label(ui.visuals().warn_fg_color, format!("Warning: {w}"));
+    }
+}
+
 pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Command> {
     let mut cmd = None;
     let dark = ui.visuals().dark_mode;
@@ -50,10 +57,11 @@ pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Comma
         });
         return None;
     };
-    let plan = &a.plan;
+    let r = &a.report;
+    let plan = &r.plan;
     let target = d.target();
     let usable = target.budget.usable();
-    let color = verdict_color(a.fits, dark);
+    let color = verdict_color(r.fits(), dark);
     let fill = Color32::from_rgba_unmultiplied(color.r(), color.g(), color.b(), 28);
 
     egui::Frame::group(ui.style())
@@ -65,9 +73,9 @@ pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Comma
             ui.horizontal_top(|ui| {
                 ui.vertical(|ui| {
                     ui.set_width((ui.available_width() * 0.6).max(360.0));
-                    let verdict = if a.fits { "FITS" } else { "DOES NOT FIT" };
+                    let verdict = if r.fits() { "FITS" } else { "DOES NOT FIT" };
                     ui.horizontal(|ui| {
-                        fit_icon(ui, a.fits, 30.0);
+                        fit_icon(ui, r.fits(), 30.0);
                         ui.label(RichText::new(verdict).size(32.0).strong().color(color));
                         ui.label(RichText::new(format!("on {}", target.gpu.name)).size(18.0));
                     });
@@ -77,7 +85,7 @@ pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Comma
                             .strong(),
                     )
                     .on_hover_text(tips::NVIDIA_SMI);
-                    band_ui(&a.verdict, ui);
+                    band_ui(&r.verdict, ui);
                     ui.label(format!(
                         "predicted nvidia-smi at the peak · {} total, {:.0} % safety margin",
                         target.budget.capacity,
@@ -101,6 +109,7 @@ pub fn answer_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) -> Option<Comma
                     };
                     ui.label(format!("Peak during {}{layer}", plan.peak_phase.label()))
                         .on_hover_text(tips::PEAK_PHASE);
+                    warnings_ui(&r.warnings, ui);
                 });
                 ui.add_space(16.0);
                 ui.vertical(|ui| {
@@ -158,7 +167,7 @@ fn max_batch_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option
             ui.label(nothing_fits_text(d));
         }
         Some(Err(e)) => {
-            ui.colored_label(error_color(dark), e.as_str());
+            ui.colored_label(error_color(dark), format!("{e:#}"));
         }
         None => {
             ui.weak("—");
@@ -169,15 +178,22 @@ fn max_batch_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option
 /// What to say when even batch 1 does not fit: which remedies would fit, and at which
 /// micro-batch (each remedy is planned, and searched for the largest batch it allows).
 pub fn nothing_fits_text(d: &Derived) -> String {
-    let Some(Ok(list)) = d.answer().map(|a| &a.remedies) else {
+    let Some(a) = d.answer() else {
         return "Even batch 1 does not fit.".into();
     };
-    let fitting: Vec<String> = list
+    if a.report.remedies.is_err() {
+        return "Even batch 1 does not fit.".into();
+    }
+    let fitting: Vec<String> = a
+        .report
+        .fitting_remedies()
         .iter()
-        .filter_map(|r| match (r.fits, r.fits_up_to) {
-            (true, _) => Some(format!("{} (at micro-batch {})", r.name, r.config.batch)),
-            (false, Some(b)) => Some(format!("{} (at micro-batch up to {b})", r.name)),
-            (false, None) => None,
+        .map(|f| {
+            let up_to = if f.as_configured { "" } else { "up to " };
+            format!(
+                "{} (at micro-batch {up_to}{})",
+                f.remedy.name, f.micro_batch
+            )
         })
         .collect();
     if fitting.is_empty() {

@@ -3,11 +3,13 @@
 //! search and batch sweep (per planner and budget), and the plan at the current batch.
 //! Never persisted.
 
+use vramlab_core::answer::PlanReport;
+use vramlab_core::answer::remedy_planners::RemedyPlanners;
+use vramlab_core::answer::report::ReportParts;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::builtin_presets;
-use vramlab_core::plan::remedies::{self, Remedy};
 use vramlab_core::plan::search::{Budget, SweepPoint, max_batch, sweep};
-use vramlab_core::plan::{Phase, Plan, Planner, TimelinePoint, gpus};
+use vramlab_core::plan::{Phase, PlanError, Planner, TimelinePoint, gpus};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::DetectedGpu;
 
@@ -56,22 +58,17 @@ pub struct PhaseSegment {
     pub points: Vec<[f64; 2]>,
 }
 
-/// The plan at the current batch and what follows from it.
+/// The plan at the current batch and what follows from it: the core's report, and its
+/// timeline as plot segments.
 #[derive(Debug, Clone)]
 pub struct Answer {
-    pub plan: Plan,
-    pub fits: bool,
-    /// The verdict and the measured error band it was judged with (computed in the core).
-    pub verdict: vramlab_core::answer::Verdict,
+    pub report: PlanReport,
     pub timeline: Vec<PhaseSegment>,
-    pub remedies: Result<Vec<Remedy>, String>,
 }
 
 /// Largest batch that fits (`Ok(None)`: not even batch 1), or why the search failed.
-pub type MaxBatch = Result<Option<u64>, String>;
+pub type MaxBatch = Result<Option<u64>, PlanError>;
 type AnswerResult = Result<Answer, String>;
-/// A remedy's name and the planner of its config.
-type RemedyPlanner = (&'static str, Result<Planner, String>);
 
 #[derive(Debug, Clone, PartialEq)]
 struct ModelKey {
@@ -98,7 +95,7 @@ pub struct Derived {
     answer: Option<((u64, u64, Budget), AnswerResult)>,
     /// Planners of the remedy configs, per planner generation: a batch change then only
     /// re-evaluates them.
-    remedy_planners: Option<(u64, Vec<RemedyPlanner>)>,
+    remedy_planners: Option<(u64, RemedyPlanners)>,
     target: GpuTarget,
     /// The "make it fit" search (runs when the plan does not fit, or when asked for).
     pub fit: super::fit_search::FitSearch,
@@ -309,7 +306,7 @@ impl Derived {
         let budget = self.target.budget;
         let gen_ = self.generation;
         if self.max_batch.as_ref().map(|(k, _)| *k) != Some((gen_, budget)) {
-            let m = max_batch(planner, budget, BATCH_LIMIT).map_err(|e| format!("{e:#}"));
+            let m = max_batch(planner, budget, BATCH_LIMIT);
             self.max_batch = Some(((gen_, budget), m));
         }
         let max = self
@@ -323,67 +320,32 @@ impl Derived {
         }
 
         let batch = state.config.batch;
-        let is_tokens = preset.input.is_tokens();
         if self.remedy_planners.as_ref().map(|(g, _)| *g) != Some(gen_) {
-            // batch ≥ 2 so that the batch-dependent remedy (half micro-batch) is included.
-            let mut c = state.config;
-            c.batch = c.batch.max(2);
-            let list = remedies::candidates(&c, is_tokens)
-                .into_iter()
-                .map(|(name, _, rc)| {
-                    (
-                        name,
-                        Planner::new(preset, &rc).map_err(|e| format!("{e:#}")),
-                    )
-                })
-                .collect();
-            self.remedy_planners = Some((gen_, list));
+            self.remedy_planners = Some((gen_, RemedyPlanners::new(preset, &state.config)));
         }
         if self.answer.as_ref().map(|(k, _)| *k) != Some((gen_, batch, budget)) {
-            let planners = self
-                .remedy_planners
-                .as_ref()
-                .map(|(_, l)| l.as_slice())
-                .unwrap_or(&[]);
+            let max_batch = self.max_batch.as_ref().map_or(Ok(None), |(_, m)| m.clone());
             let answer = planner
                 .plan(batch)
-                .map_err(|e| format!("{e:#}"))
                 .and_then(|plan| {
-                    let verdict = vramlab_core::answer::Verdict::new(planner, &plan, budget)
-                        .map_err(|e| format!("{e:#}"))?;
-                    let fits = verdict.fits;
-                    let remedies = remedies::candidates(&state.config, is_tokens)
-                        .into_iter()
-                        .map(|(name, desc, rc)| {
-                            let p = planners
-                                .iter()
-                                .find(|(n, _)| *n == name)
-                                .ok_or_else(|| format!("no planner for remedy {name}"))?;
-                            let p = p.1.as_ref().map_err(Clone::clone)?;
-                            remedies::evaluate(
-                                name,
-                                desc,
-                                rc,
-                                p,
-                                plan.peak_allocated_bytes,
-                                plan.nvidia_smi_bytes,
-                                budget,
-                            )
-                            .map_err(|e| format!("{e:#}"))
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                        .map(|mut l| {
-                            remedies::order(&mut l);
-                            l
-                        });
-                    Ok(Answer {
-                        fits,
-                        verdict,
-                        timeline: timeline_segments(&plan.timeline),
-                        remedies,
+                    let remedies = match &self.remedy_planners {
+                        Some((_, r)) => r.evaluate(&state.config, &plan, budget),
+                        None => Ok(Vec::new()),
+                    };
+                    PlanReport::from_parts(ReportParts {
+                        planner,
                         plan,
+                        gpu: self.target.gpu.clone(),
+                        budget,
+                        max_batch,
+                        remedies,
                     })
-                });
+                })
+                .map(|report| Answer {
+                    timeline: timeline_segments(&report.plan.timeline),
+                    report,
+                })
+                .map_err(|e| format!("{e:#}"));
             self.answer = Some(((gen_, batch, budget), answer));
         }
     }
@@ -395,7 +357,7 @@ impl Derived {
             return;
         };
         let fits = match &self.answer {
-            Some((_, Ok(a))) => a.fits,
+            Some((_, Ok(a))) => a.report.fits(),
             _ => return,
         };
         if fits && !self.fit_wanted {

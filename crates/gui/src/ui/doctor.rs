@@ -9,28 +9,12 @@ use std::sync::mpsc::{Receiver, TryRecvError, channel};
 use egui::{Color32, RichText, Sense, Ui, vec2};
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints};
 
+use vramlab_core::answer::PlanAdvice;
 use vramlab_core::doctor::snapshot::SegmentMap;
 use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
 use vramlab_core::plan::config::{LoopShape, MAX_BATCH};
 use vramlab_core::plan::{Planner, TrainConfig};
 use vramlab_core::units::Bytes;
-
-/// What the Planner tab says about its current model, shown beside a capacity diagnosis.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlannerHint {
-    pub model: String,
-    pub batch: u64,
-    pub nvidia_smi: Bytes,
-    pub gpu: String,
-    pub usable: Bytes,
-    /// `None`: not even batch 1 fits (or the search failed).
-    pub max_batch: Option<u64>,
-    /// Planned remedies: name, nvidia-smi bytes, fits.
-    pub remedies: Vec<(String, Bytes, bool)>,
-    /// The planned allocated timeline of one step (event index, bytes), thinned to at most
-    /// [`OVERLAY_POINTS`] points (the peak kept), for the overlay on a snapshot.
-    pub planned: Vec<(u32, u64)>,
-}
 
 /// Most planned points laid over a snapshot's timeline.
 pub const OVERLAY_POINTS: usize = 2000;
@@ -51,32 +35,10 @@ fn thin_timeline(points: &[vramlab_core::plan::TimelinePoint]) -> Vec<(u32, u64)
         .collect()
 }
 
-impl PlannerHint {
-    /// From the planner's derived results (`None` while it has no answer).
-    pub fn from_derived(d: &crate::ui::Derived) -> Option<PlannerHint> {
-        let a = d.answer()?;
-        let t = d.target();
-        Some(PlannerHint {
-            model: a.plan.model.clone(),
-            batch: a.plan.config.batch,
-            nvidia_smi: a.plan.nvidia_smi_bytes,
-            gpu: t.gpu.name.clone(),
-            usable: t.budget.usable(),
-            max_batch: d
-                .max_batch()
-                .and_then(|m| m.as_ref().ok().copied().flatten()),
-            remedies: a
-                .remedies
-                .as_ref()
-                .map(|r| {
-                    r.iter()
-                        .map(|r| (r.name.to_string(), r.nvidia_smi, r.fits))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            planned: thin_timeline(&a.plan.timeline),
-        })
-    }
+/// What the planner says about the Planner tab's current model (the core's doctor advice),
+/// shown beside a capacity diagnosis; `None` while it has no answer.
+pub fn planner_advice(d: &crate::ui::Derived) -> Option<PlanAdvice> {
+    d.answer().map(|a| PlanAdvice::from_report(&a.report))
 }
 
 /// The plan of a model the user named for the open snapshot, laid over its timeline.
@@ -85,8 +47,8 @@ pub struct SnapshotPlan {
     pub model: String,
     pub batch: u64,
     pub loop_shape: LoopShape,
-    /// Planned allocated timeline of one step (event index, bytes), thinned like
-    /// [`PlannerHint::planned`].
+    /// Planned allocated timeline of one step (event index, bytes), thinned to at most
+    /// [`OVERLAY_POINTS`] points (the peak kept).
     pub planned: Vec<(u32, u64)>,
 }
 
@@ -236,7 +198,7 @@ impl DoctorPanel {
 
     /// Polls the worker, draws, applies the panel's command: what the app calls each frame.
     /// `hint`: the Planner tab's model, shown with a capacity diagnosis.
-    pub fn show(&mut self, ui: &mut Ui, hint: Option<&PlannerHint>) {
+    pub fn show(&mut self, ui: &mut Ui, hint: Option<&PlanAdvice>) {
         let ctx = ui.ctx().clone();
         self.poll(&ctx);
         self.handle_drops(&ctx);
@@ -391,7 +353,7 @@ impl DoctorPanel {
     }
 
     /// Draws the panel; returns what the user asked for.
-    pub fn ui(&mut self, ui: &mut Ui, hint: Option<&PlannerHint>) -> Option<DoctorCommand> {
+    pub fn ui(&mut self, ui: &mut Ui, hint: Option<&PlanAdvice>) -> Option<DoctorCommand> {
         let mut cmd = None;
         ui.label(RichText::new("OOM doctor").heading()).on_hover_text(
             "Paste the \"CUDA out of memory\" error, or open a torch.cuda.memory._dump_snapshot \
@@ -519,25 +481,29 @@ fn read_and_analyze(
     doctor::analyze(&snap, None).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn hint_ui(h: &PlannerHint, ui: &mut Ui) {
+fn hint_ui(h: &PlanAdvice, ui: &mut Ui) {
     ui.add_space(4.0);
     ui.label(RichText::new("The planner, for the Planner tab's model").strong())
         .on_hover_text(
             "Set the model, precision and GPU that ran out of memory on the Planner tab.",
         );
-    ui.label(format!(
-        "{} at batch {} needs {} (nvidia-smi) on {} ({} usable).",
-        h.model, h.batch, h.nvidia_smi, h.gpu, h.usable
-    ));
+    if let (Some(batch), Some(need)) = (h.batch, h.predicted_nvidia_smi_bytes) {
+        let gpu = h
+            .gpu_name
+            .clone()
+            .unwrap_or_else(|| format!("a {} GPU", h.capacity_bytes));
+        ui.label(format!(
+            "{} at batch {batch} needs {need} (nvidia-smi) on {gpu} ({} usable).",
+            h.model, h.usable_bytes
+        ));
+    }
     ui.label(match h.max_batch {
         Some(m) => format!("Largest micro-batch that fits: {m}"),
         None => "Even batch 1 does not fit this GPU.".to_string(),
     });
     let fitting: Vec<String> = h
-        .remedies
-        .iter()
-        .filter(|r| r.2)
-        .map(|r| format!("{} ({})", r.0, r.1))
+        .fitting_remedies()
+        .map(|r| format!("{} ({})", r.name, r.nvidia_smi_bytes))
         .collect();
     if !fitting.is_empty() {
         ui.label(format!("Planned remedies that fit: {}", fitting.join(", ")));
@@ -582,24 +548,10 @@ fn diagnosis_ui(d: &Diagnosis, ui: &mut Ui) {
             egui::Grid::new("doctor_figures_grid")
                 .striped(true)
                 .show(ui, |ui| {
-                    for (label, v) in [
-                        ("requested", f.requested_bytes),
-                        ("GPU total capacity", f.total_capacity_bytes),
-                        ("GPU free", f.device_free_bytes),
-                        ("allowed (fraction cap)", f.allowed_bytes),
-                        ("allocated by PyTorch", f.allocated_bytes),
-                        ("reserved by PyTorch", f.reserved_bytes),
-                        ("reserved but unallocated", f.reserved_unallocated_bytes),
-                        ("largest free cached block", f.largest_free_block_bytes),
-                        ("this process (NVML)", f.this_process_bytes),
-                        ("outside the allocator", f.outside_allocator_bytes),
-                        ("other processes", f.other_processes_bytes),
-                    ] {
-                        if let Some(b) = v {
-                            ui.label(label);
-                            ui.label(b.to_string());
-                            ui.end_row();
-                        }
+                    for (label, b) in f.labelled() {
+                        ui.label(label);
+                        ui.label(b.to_string());
+                        ui.end_row();
                     }
                 });
         });

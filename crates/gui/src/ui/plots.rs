@@ -108,7 +108,7 @@ pub fn batch_plot_ui(
 
 /// Allocated bytes through one step (x = event index), coloured by phase.
 pub fn timeline_plot_ui(answer: &Answer, ui: &mut Ui, height: f32) -> egui::Rect {
-    let peak = answer.plan.peak_allocated_bytes;
+    let peak = answer.report.plan.peak_allocated_bytes;
     // The legend is a row above the plot: inside, it would hide the curve's top.
     ui.horizontal_wrapped(|ui| {
         for phase in PHASES {

@@ -4,6 +4,7 @@
 
 use egui::{RichText, Ui};
 
+use vramlab_core::plan::PlanError;
 use vramlab_core::plan::remedies::Remedy;
 use vramlab_core::units::Bytes;
 
@@ -12,7 +13,7 @@ use super::{Command, emit};
 
 /// The remedies table; `current_allocated` is the current plan's peak allocated bytes.
 pub fn remedies_ui(
-    remedies: &Result<Vec<Remedy>, String>,
+    remedies: &Result<Vec<Remedy>, PlanError>,
     current_allocated: Bytes,
     ui: &mut Ui,
 ) -> Option<Command> {
@@ -21,7 +22,7 @@ pub fn remedies_ui(
     let list = match remedies {
         Ok(l) => l,
         Err(e) => {
-            ui.colored_label(error_color(dark), e.as_str());
+            ui.colored_label(error_color(dark), format!("{e:#}"));
             return None;
         }
     };

@@ -1,0 +1,48 @@
+//! Warnings about a configuration the planner plans but the card runs badly or not at all:
+//! shown beside the plan by every front end (`warnings` of `plan --json`).
+
+use crate::plan::config::DType;
+use crate::plan::{Gpu, TrainConfig};
+
+/// The warnings for `cfg` on `gpu`, one sentence each (empty when there is nothing to say).
+pub fn for_config(cfg: &TrainConfig, gpu: &Gpu) -> Vec<String> {
+    let mut w = Vec::new();
+    if cfg.precision.compute_dtype() == DType::BF16 && gpu.lacks_bf16() {
+        w.push(format!(
+            "{} has no bf16 tensor cores (pre-Ampere): {} runs bf16 matmuls emulated and slowly, \
+             or not at all (torch.cuda.is_bf16_supported() is False); amp-fp16 is the usual choice there",
+            gpu.name,
+            cfg.precision.label()
+        ));
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Precision;
+    use crate::plan::gpus::find;
+
+    #[test]
+    fn bf16_on_a_pre_ampere_card_is_warned_about() {
+        let t4 = find("t4").expect("t4");
+        let a10 = find("a10").expect("a10");
+        let bf16 = TrainConfig {
+            precision: Precision::AmpBf16,
+            ..TrainConfig::default()
+        };
+        let fp16 = TrainConfig {
+            precision: Precision::AmpFp16,
+            ..TrainConfig::default()
+        };
+        let w = for_config(&bf16, &t4);
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].starts_with("NVIDIA T4 has no bf16 tensor cores"),
+            "{w:?}"
+        );
+        assert!(for_config(&fp16, &t4).is_empty());
+        assert!(for_config(&bf16, &a10).is_empty());
+    }
+}
