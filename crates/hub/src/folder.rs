@@ -1,0 +1,308 @@
+//! A model folder (a `git clone` of a Hub repository, a `save_pretrained` output): its
+//! `config.json`, the stored dtypes its safetensors headers list, and whether its
+//! `quantization_config` says the checkpoint is pre-quantized.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use vramlab_core::fsutil::{self, FileKind};
+
+use crate::HubError;
+
+/// The most bytes of a safetensors header read (the `safetensors` library's
+/// `MAX_HEADER_SIZE`: a header above it is refused there too).
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// What a model folder holds.
+#[derive(Debug, Clone)]
+pub struct Folder {
+    pub config_path: PathBuf,
+    pub text: String,
+    /// The folder's name (the repository's name in a clone).
+    pub name: String,
+    /// The safetensors weights, when the folder has them.
+    pub weights: Option<Weights>,
+    /// The config's `quantization_config`, when it has one.
+    pub prequantized: Option<Prequantized>,
+}
+
+/// The tensors the safetensors headers list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Weights {
+    pub files: usize,
+    pub tensors: u64,
+    /// Elements stored per safetensors dtype name (`BF16`, `F32`, `U8`, …).
+    pub elements: BTreeMap<String, u64>,
+    /// Bytes stored per dtype name (the tensors' data, headers excluded).
+    pub bytes: BTreeMap<String, u64>,
+}
+
+/// A checkpoint whose weights are stored quantized (`quantization_config.quant_method`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prequantized {
+    /// bitsandbytes 4-bit: `bnb_4bit_quant_type` (nf4 or fp4) and
+    /// `bnb_4bit_use_double_quant`.
+    Bnb4 {
+        quant_type: String,
+        double_quant: bool,
+    },
+    /// bitsandbytes LLM.int8.
+    Bnb8,
+    /// Any other method (gptq, awq, fp8, compressed-tensors, …), by name.
+    Other(String),
+}
+
+impl std::fmt::Display for Prequantized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Prequantized::Bnb4 {
+                quant_type,
+                double_quant,
+            } => write!(
+                f,
+                "bitsandbytes 4-bit {quant_type}{}",
+                if *double_quant {
+                    ", double quantization"
+                } else {
+                    ""
+                }
+            ),
+            Prequantized::Bnb8 => f.write_str("bitsandbytes 8-bit (LLM.int8)"),
+            Prequantized::Other(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+fn folder_err(path: &Path, reason: impl Into<String>) -> HubError {
+    HubError::Folder {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Reads a model folder: `config.json` (required, with a `model_type`), then the
+/// safetensors headers of `model.safetensors.index.json`'s files or of `model.safetensors`.
+pub fn read(dir: &Path) -> Result<Folder, HubError> {
+    let config_path = dir.join("config.json");
+    if !config_path.is_file() {
+        return Err(folder_err(
+            dir,
+            "a model folder must hold a config.json (the transformers model config); this one \
+             has none",
+        ));
+    }
+    let text = fsutil::read_bounded_string(&config_path, FileKind::Model)
+        .map_err(|e| HubError::Cache(e.to_string()))?;
+    crate::check_config(&text, &config_path.display().to_string())?;
+    let name = dir
+        .canonicalize()
+        .ok()
+        .as_deref()
+        .unwrap_or(dir)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("model")
+        .to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| folder_err(&config_path, e.to_string()))?;
+    Ok(Folder {
+        prequantized: prequantized(&v),
+        weights: weights(dir)?,
+        config_path,
+        text,
+        name,
+    })
+}
+
+/// The config's `quantization_config`, read as transformers' quantizers read it.
+pub fn prequantized(config: &serde_json::Value) -> Option<Prequantized> {
+    let q = config.get("quantization_config")?;
+    let method = q
+        .get("quant_method")
+        .and_then(|m| m.as_str())
+        .unwrap_or("unknown")
+        .to_string();
+    let flag = |k: &str| {
+        q.get(k)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    };
+    Some(match method.as_str() {
+        "bitsandbytes" if flag("load_in_4bit") => Prequantized::Bnb4 {
+            quant_type: q
+                .get("bnb_4bit_quant_type")
+                .and_then(|t| t.as_str())
+                .unwrap_or("fp4")
+                .to_string(),
+            double_quant: flag("bnb_4bit_use_double_quant"),
+        },
+        "bitsandbytes" if flag("load_in_8bit") => Prequantized::Bnb8,
+        _ => Prequantized::Other(method),
+    })
+}
+
+/// The safetensors files of the folder: the index's shards, else `model.safetensors`.
+fn weights(dir: &Path) -> Result<Option<Weights>, HubError> {
+    let index = dir.join("model.safetensors.index.json");
+    let files: Vec<PathBuf> = if index.is_file() {
+        let text = fsutil::read_bounded_string(&index, FileKind::Model)
+            .map_err(|e| HubError::Cache(e.to_string()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| folder_err(&index, e.to_string()))?;
+        let map = v
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| folder_err(&index, "no `weight_map` object"))?;
+        let mut names = BTreeSet::new();
+        for (tensor, file) in map {
+            let file = file.as_str().ok_or_else(|| {
+                folder_err(&index, format!("weight_map.{tensor}: not a file name"))
+            })?;
+            // A shard is a file of this folder: a path elsewhere is refused.
+            if file.contains(['/', '\\']) || file == ".." || file == "." {
+                return Err(folder_err(
+                    &index,
+                    format!("weight_map.{tensor}: `{file}` is not a file name in this folder"),
+                ));
+            }
+            names.insert(file.to_string());
+        }
+        names.into_iter().map(|n| dir.join(n)).collect()
+    } else if dir.join("model.safetensors").is_file() {
+        vec![dir.join("model.safetensors")]
+    } else {
+        return Ok(None);
+    };
+    let mut w = Weights {
+        files: files.len(),
+        ..Weights::default()
+    };
+    for f in &files {
+        add_header(f, &mut w)?;
+    }
+    Ok(Some(w))
+}
+
+/// Adds one file's tensors: an 8-byte little-endian header length, then that many bytes of
+/// JSON (`{"name": {"dtype", "shape", "data_offsets"}, "__metadata__": {…}}`).
+fn add_header(path: &Path, w: &mut Weights) -> Result<(), HubError> {
+    let file = std::fs::File::open(path).map_err(|e| folder_err(path, e.to_string()))?;
+    let mut file = file.take(8 + MAX_HEADER_BYTES);
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|e| folder_err(path, format!("not a safetensors file ({e})")))?;
+    let n = u64::from_le_bytes(len);
+    if n > MAX_HEADER_BYTES {
+        return Err(folder_err(
+            path,
+            format!("safetensors header of {n} bytes is above the {MAX_HEADER_BYTES} limit"),
+        ));
+    }
+    let mut header = Vec::new();
+    (&mut file)
+        .take(n)
+        .read_to_end(&mut header)
+        .map_err(|e| folder_err(path, e.to_string()))?;
+    if header.len() as u64 != n {
+        return Err(folder_err(path, "safetensors header cut short"));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&header)
+        .map_err(|e| folder_err(path, format!("safetensors header is not JSON: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| folder_err(path, "safetensors header is not a JSON object"))?;
+    for (name, t) in obj.iter().filter(|(k, _)| *k != "__metadata__") {
+        let bad = |what: &str| folder_err(path, format!("tensor {name}: {what}"));
+        let dtype = t
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .ok_or_else(|| bad("no dtype"))?;
+        let shape = t
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .ok_or_else(|| bad("no shape"))?;
+        let elements = shape.iter().try_fold(1u64, |acc, d| {
+            d.as_u64()
+                .and_then(|d| acc.checked_mul(d))
+                .ok_or_else(|| bad("shape is not a list of sizes"))
+        })?;
+        let bytes = match t
+            .get("data_offsets")
+            .and_then(|o| o.as_array())
+            .map(Vec::as_slice)
+        {
+            Some([a, b]) => match (a.as_u64(), b.as_u64()) {
+                (Some(a), Some(b)) if b >= a => b - a,
+                _ => return Err(bad("data_offsets are not [start, end]")),
+            },
+            _ => return Err(bad("no data_offsets")),
+        };
+        w.tensors += 1;
+        let e = w.elements.entry(dtype.to_string()).or_default();
+        *e = e.saturating_add(elements);
+        let b = w.bytes.entry(dtype.to_string()).or_default();
+        *b = b.saturating_add(bytes);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn safetensors(header: &str) -> Vec<u8> {
+        let mut b = (header.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(header.as_bytes());
+        b
+    }
+
+    #[test]
+    fn folders_report_stored_dtypes_and_quantization() {
+        let dir = std::env::temp_dir().join(format!("vramlab-folder-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        assert!(read(&dir).is_err());
+        std::fs::write(
+            dir.join("config.json"),
+            r#"{"model_type":"llama","quantization_config":{"quant_method":"bitsandbytes",
+                "load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_use_double_quant":true}}"#,
+        )
+        .expect("config");
+        std::fs::write(
+            dir.join("a.safetensors"),
+            safetensors(
+                r#"{"__metadata__":{"format":"pt"},"w":{"dtype":"BF16","shape":[4,8],"data_offsets":[0,64]},
+                    "q":{"dtype":"U8","shape":[16,1],"data_offsets":[64,80]}}"#,
+            ),
+        )
+        .expect("shard");
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            r#"{"weight_map":{"w":"a.safetensors","q":"a.safetensors"}}"#,
+        )
+        .expect("index");
+        let f = read(&dir).expect("folder");
+        let w = f.weights.expect("weights");
+        assert_eq!((w.files, w.tensors), (1, 2));
+        assert_eq!(w.elements.get("BF16"), Some(&32));
+        assert_eq!(w.bytes.get("U8"), Some(&16));
+        assert_eq!(
+            f.prequantized,
+            Some(Prequantized::Bnb4 {
+                quant_type: "nf4".into(),
+                double_quant: true
+            })
+        );
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            r#"{"weight_map":{"w":"../a.safetensors"}}"#,
+        )
+        .expect("index");
+        assert!(read(&dir).is_err());
+        std::fs::write(dir.join("config.json"), r#"{"architectures":["X"]}"#).expect("config");
+        let e = read(&dir).expect_err("no model_type").to_string();
+        assert!(e.contains("no `model_type`"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
