@@ -20,7 +20,8 @@ use vramlab_core::{names, vocabulary};
 /// Model and training settings shared by the planning commands.
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
-    /// Preset id (see `vramlab presets`) or path to a preset JSON file.
+    /// Preset id (see `vramlab presets`), a preset / config.json / captured-graph file, a
+    /// model folder (its config.json), or a Hugging Face Hub id ORG/NAME[@REVISION].
     #[arg(long, required_unless_present = "config")]
     pub model: Option<String>,
     /// A saved `.vramlab.json` config (model, training settings, GPU, margin).
@@ -144,33 +145,75 @@ pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`) or
-/// from a file path.
+/// A `--model` read: the preset, whether it is not a built-in one, and a pre-quantized
+/// checkpoint's storage (a model folder's or Hub config's `quantization_config`).
+#[derive(Debug, Clone)]
+pub(crate) struct LoadedModel {
+    pub preset: Preset,
+    pub custom: bool,
+    pub prequantized: Option<vramlab_hub::Prequantized>,
+}
+
+/// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`), from
+/// a file path or a model folder, or from a Hugging Face Hub id (`ORG/NAME[@REVISION]`).
 pub fn load_model(name: &str) -> Result<Preset> {
+    Ok(load_source(name)?.preset)
+}
+
+/// [`load_model`] with where the model came from. An existing path wins, then a preset
+/// name; `ORG/NAME` that is neither is a Hub id.
+pub(crate) fn load_source(name: &str) -> Result<LoadedModel> {
     let path = Path::new(name);
-    if name.ends_with(".json") || path.exists() {
-        let text = vramlab_core::fsutil::read_bounded_string(path, FileKind::Model)
-            .context("--model: reading preset file")?;
-        if name.ends_with(vramlab_core::model::captured::SUFFIX)
-            || vramlab_core::model::captured::is_graph_text(&text)
-        {
-            let id = vramlab_core::model::hf::name_for_path(path);
-            return Preset::from_captured(id.trim_end_matches(".vramlab-graph"), &text)
-                .with_context(|| format!("captured graph {}", path.display()));
-        }
-        if let Some(p) = vramlab_core::model::hf::from_text_if_hf(
-            &text,
-            &vramlab_core::model::hf::name_for_path(path),
-        ) {
-            return p.with_context(|| format!("Hugging Face config {}", path.display()));
-        }
-        return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
+    let sourced = |s: super::model_source::Sourced| LoadedModel {
+        preset: s.preset,
+        custom: true,
+        prequantized: s.prequantized,
+    };
+    if path.is_dir() {
+        return super::model_source::from_folder(path).map(sourced);
     }
-    let id = vocabulary::model_id(name)?;
+    if name.ends_with(".json") || path.exists() {
+        return Ok(LoadedModel {
+            preset: load_file(path, name)?,
+            custom: true,
+            prequantized: None,
+        });
+    }
+    let id = match vocabulary::model_id(name) {
+        Ok(id) => id,
+        Err(_) if vramlab_hub::HubId::looks_like(name) => {
+            return super::model_source::from_hub(name).map(sourced);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if let Some(n) = &id.note {
         note(n);
     }
-    Ok(find_builtin(id.value)?)
+    Ok(LoadedModel {
+        preset: find_builtin(id.value)?,
+        custom: find_builtin(name).is_err(),
+        prequantized: None,
+    })
+}
+
+/// A preset document, a Hugging Face `config.json` or a captured graph.
+fn load_file(path: &Path, name: &str) -> Result<Preset> {
+    let text = vramlab_core::fsutil::read_bounded_string(path, FileKind::Model)
+        .context("--model: reading preset file")?;
+    if name.ends_with(vramlab_core::model::captured::SUFFIX)
+        || vramlab_core::model::captured::is_graph_text(&text)
+    {
+        let id = vramlab_core::model::hf::name_for_path(path);
+        return Preset::from_captured(id.trim_end_matches(".vramlab-graph"), &text)
+            .with_context(|| format!("captured graph {}", path.display()));
+    }
+    if let Some(p) = vramlab_core::model::hf::from_text_if_hf(
+        &text,
+        &vramlab_core::model::hf::name_for_path(path),
+    ) {
+        return p.with_context(|| format!("Hugging Face config {}", path.display()));
+    }
+    Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()))
 }
 
 /// Whether `id` asks for the GPU of this machine.
@@ -285,8 +328,12 @@ pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
         .model
         .as_deref()
         .context("--model or --config is required")?;
-    let preset = load_model(name)?;
-    let custom = find_builtin(name).is_err();
+    let LoadedModel {
+        preset,
+        custom,
+        prequantized,
+    } = load_source(name)?;
+    let t = super::model_source::as_stored(t, prequantized.as_ref(), name)?;
     let cfg = t.config(&preset, batch.context("--batch is required")?)?;
     let (gpu, budget) = t.budget()?;
     Ok(Resolved {

@@ -10,6 +10,7 @@ pub mod doctor;
 mod exit;
 mod fit;
 mod max_batch;
+mod model_source;
 mod plan_bench;
 mod plan_text;
 
