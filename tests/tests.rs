@@ -10,4 +10,5 @@ mod doctor;
 mod files;
 mod gpu;
 mod hf_import;
+mod hub;
 mod regressions;

@@ -23,7 +23,9 @@ pub(crate) struct Sourced {
 
 /// `reference` of an imported config, naming where it came from (saved plans keep it).
 fn set_reference(p: &mut Preset, from: &str) {
-    p.reference = p.reference.replace("(config.json)", &format!("(config.json of {from})"));
+    p.reference = p
+        .reference
+        .replace("(config.json)", &format!("(config.json of {from})"));
 }
 
 /// A Hub id's config: from the Hugging Face cache, else downloaded into it. The preset is
