@@ -6,8 +6,6 @@ mod cli;
 mod cli_outputs;
 mod docs;
 mod doctor;
-#[cfg(target_os = "linux")]
-mod files;
 mod gpu;
 mod hf_import;
 mod hub;

@@ -146,7 +146,14 @@ fn grid26b_cpu_and_gpu_host_captures_plan_alike() {
             // MobileNetV3 at batch 1: one 2 MiB segment (reserved −1.08 %): the capture's
             // fp32 shape probe runs cuDNN's batch norm on CUDA (allocation order output,
             // reserve) and the native one on the CPU; the training step itself is identical.
-            if !(name.starts_with("x26b-06") && batch == 1) {
+            // nfnet_l0 (session 13, untouched, read as it came out): the CPU capture holds two
+            // allocations the CUDA one has not — an out-of-place `silu` output (1.6 MB and
+            // 230 kB at the capture's batch 2) in the warm-up, where the CUDA capture records
+            // none — and plans reserved +14.9 % at batch 32 (allocated alike). Not yet
+            // explained; kept visible here rather than fitted.
+            if name.starts_with("x26b-05") && batch == 32 {
+                assert!(er.abs() <= 15.0, "{name} b32 reserved {er:+.3} %");
+            } else if !(name.starts_with("x26b-06") && batch == 1) {
                 worst = worst.max(er.abs());
             } else {
                 assert!(er.abs() <= 1.1, "{name} b1 reserved {er:+.3} %");
@@ -193,7 +200,10 @@ fn grid26b_untouched_third() {
     // was not measured): allocated 0.13 / 0.56 %, reserved 1.16 / 10.0 % (DLA-34 at batch 8).
     // One of ten ranks (FSDP2 ×8 with a bf16 MixedPrecisionPolicy) and one of six captured
     // rows (DLA-34 b8) measured above the upper edge of their reserved band.
-    assert_eq!((ranks.len(), captured.len()), (10, 6));
+    // Session 13 measured nfnet_l0 (amp-bf16, checkpointed; captured on the CPU in session
+    // 12), as it came out: allocated −1.20 % at b8, −4.72 % at b16 (planned under), reserved
+    // +0.49 / +1.12 %; the eight rows together: allocated 0.35 / 4.72 %, reserved 1.04 / 10.0 %.
+    assert_eq!((ranks.len(), captured.len()), (10, 8));
     assert!(
         r.0 <= 0.1 && r.1 <= 2.0,
         "ranks allocated {:.2} / {:.2}",
@@ -207,13 +217,13 @@ fn grid26b_untouched_third() {
         r.3
     );
     assert!(
-        c.0 <= 0.2 && c.1 <= 0.6,
+        c.0 <= 0.4 && c.1 <= 4.8,
         "captured allocated {:.2} / {:.2}",
         c.0,
         c.1
     );
     assert!(
-        c.2 <= 1.2 && c.3 <= 10.0,
+        c.2 <= 1.1 && c.3 <= 10.0,
         "captured reserved {:.2} / {:.2}",
         c.2,
         c.3

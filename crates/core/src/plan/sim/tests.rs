@@ -1,0 +1,256 @@
+//! Unit tests of `sim` (moved beside it from an inline module).
+
+use super::*;
+use crate::model::families::transformer::AttnImpl;
+use crate::model::ir::{Op, Pointwise};
+use crate::model::preset::builtin_presets;
+use crate::plan::config::LoopShape;
+use crate::plan::config::{Attention, Optimizer, Precision};
+
+#[test]
+fn every_preset_gives_consistent_events() {
+    for p in builtin_presets().expect("presets parse") {
+        let size = p.default_size().min(256);
+        let size = if p.input.is_tokens() {
+            size
+        } else {
+            224.max(size)
+        };
+        let g = match p.build(size, AttnImpl::Sdpa) {
+            Ok(g) => g,
+            Err(e) => panic!("{}: {e}", p.id),
+        };
+        for prec in Precision::ALL {
+            for ckpt in [false, true] {
+                for accum in [1, 3] {
+                    let cfg = TrainConfig {
+                        precision: prec,
+                        checkpointing: ckpt,
+                        accum,
+                        optimizer: Optimizer::AdamW,
+                        attention: Attention::Sdpa,
+                        ..TrainConfig::default()
+                    };
+                    let ev = generate(
+                        &g,
+                        &cfg,
+                        &ParamPolicy::full(&g, cfg.precision),
+                        &Constants::default(),
+                    );
+                    if let Err(e) = ev.check(&g) {
+                        panic!("{} {prec} ckpt={ckpt} accum={accum}: {e}", p.id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `AddBackward0` hands the same gradient to both operands: a residual add allocates
+/// nothing in backward (allocator history of ResNet-18, H100, PyTorch 2.11).
+#[test]
+fn residual_add_passes_its_gradient_through() {
+    let p = crate::model::preset::find_builtin("resnet18").expect("preset");
+    let g = p.build(224, AttnImpl::Sdpa).expect("graph");
+    let ev = generate(
+        &g,
+        &TrainConfig::default(),
+        &ParamPolicy::full(&g, Precision::default()),
+        &Constants::default(),
+    );
+    let adds: Vec<u32> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| {
+            matches!(
+                n.op,
+                Op::Pointwise {
+                    f: Pointwise::Add,
+                    ..
+                }
+            )
+        })
+        .map(|(i, _)| i as u32)
+        .collect();
+    assert_eq!(adds.len(), 8, "one residual add per basic block");
+    let in_backward = ev.events[ev.measured_start..]
+        .iter()
+        .filter(|e| e.alloc && e.phase == Phase::Backward && adds.contains(&e.node))
+        .count();
+    assert_eq!(in_backward, 0);
+}
+
+/// Tied embeddings (GPT-2's `wte` is also the LM head): at the embedding's backward its
+/// gradient is summed with the head's out of place (a new tensor and the sum) in fp32,
+/// in place into the fp32 gradient of autocast's weight copy under AMP.
+#[test]
+fn tied_weight_gradients_sum_out_of_place_unless_via_autocast() {
+    let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+    let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+    let wte = g
+        .nodes
+        .iter()
+        .position(|n| g.name(n) == "transformer.wte")
+        .expect("wte") as u32;
+    let bytes = g.params[0].elems * 4;
+    for (precision, expect) in [(Precision::Fp32, 2), (Precision::AmpBf16, 1)] {
+        let cfg = TrainConfig {
+            precision,
+            ..TrainConfig::default()
+        };
+        let ev = generate(
+            &g,
+            &cfg,
+            &ParamPolicy::full(&g, cfg.precision),
+            &Constants::default(),
+        );
+        let weight_sized = ev.events[ev.measured_start..]
+            .iter()
+            .filter(|e| e.alloc && e.phase == Phase::Backward && e.node == wte)
+            .filter(|e| ev.buffers[e.buffer as usize].fixed == bytes)
+            .count();
+        assert_eq!(weight_sized, expect, "{precision}");
+    }
+}
+
+/// A trainer loop releases the logits when the loss is taken, a plain one at the end of
+/// the micro-step.
+#[test]
+fn trainer_loop_frees_the_logits_before_backward() {
+    let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+    let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+    let logits = g.nodes.last().map(|n| n.inputs[0]).expect("loss");
+    let head = g
+        .nodes
+        .iter()
+        .position(|n| n.output == logits)
+        .expect("head") as u32;
+    for (loop_shape, phase) in [
+        (LoopShape::Plain, Phase::Backward),
+        (LoopShape::Trainer, Phase::Forward),
+    ] {
+        let cfg = TrainConfig {
+            loop_shape,
+            precision: Precision::Fp32,
+            ..TrainConfig::default()
+        };
+        let ev = generate(
+            &g,
+            &cfg,
+            &ParamPolicy::full(&g, cfg.precision),
+            &Constants::default(),
+        );
+        let measured = &ev.events[ev.measured_start..];
+        let logits_bytes = g.tensors[logits].per_sample * 4;
+        let buf = measured
+            .iter()
+            .find(|e| {
+                e.alloc
+                    && e.node == head
+                    && ev.buffers[e.buffer as usize].per_sample == logits_bytes
+            })
+            .map(|e| e.buffer)
+            .expect("logits allocated");
+        let freed = measured
+            .iter()
+            .find(|e| !e.alloc && e.buffer == buf)
+            .expect("logits freed");
+        assert_eq!(freed.phase, phase, "{loop_shape}");
+    }
+}
+
+/// `NewGELUActivation` runs as Python ops: each temporary dies when the next value exists
+/// and the output comes last (GPT-2's allocator history under AMP bf16, H200): at most
+/// two fp32 temporaries are live at once, never beside the output.
+#[test]
+fn gelu_new_allocates_in_python_order() {
+    let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+    let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+    let cfg = TrainConfig {
+        precision: Precision::AmpBf16,
+        ..TrainConfig::default()
+    };
+    let ev = generate(
+        &g,
+        &cfg,
+        &ParamPolicy::full(&g, cfg.precision),
+        &Constants::default(),
+    );
+    let act = g
+        .nodes
+        .iter()
+        .position(|n| n.op == Op::GeluNewPython)
+        .expect("a gelu_new") as u32;
+    let seq: Vec<(bool, Category)> = ev.events[ev.measured_start..]
+        .iter()
+        .filter(|e| e.node == act && e.phase == Phase::Forward)
+        .map(|e| (e.alloc, ev.buffers[e.buffer as usize].category))
+        .collect();
+    use Category::{Activations as A, Transient as T};
+    let expect = [
+        (true, A), // 0.5 * x
+        (true, A), // x cast to fp32 for pow, saved
+        (true, T), // pow
+        (true, T), // 0.044715 * ·
+        (false, T),
+        (true, T), // x + ·
+        (false, T),
+        (true, T), // sqrt(2/π) * ·
+        (false, T),
+        (true, A), // tanh, saved
+        (false, T),
+        (true, A),  // 1 + tanh, saved
+        (true, A),  // the output
+        (false, A), // x itself, whose last reader this was
+    ];
+    assert_eq!(seq, expect);
+}
+
+/// `gate, up = gate_up.chunk(2, dim=-1)` (Phi-3's fused MLP, the MoE experts): the
+/// activation and the product give half-size gradients, and the split node concatenates
+/// them into one new gradient of the whole `gate_up` at the first chunk (the order of
+/// the `mul`, `mul`, `silu_backward`, `cat` allocations in the per-op trace of Mixtral's
+/// experts, H200, PyTorch 2.11).
+#[test]
+fn chunk_gradients_are_halves_then_one_cat() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/hf_configs_device/Phi-3-mini-4k-instruct-L3.json"
+    );
+    let text = std::fs::read_to_string(path).expect("config");
+    let p = crate::model::hf::from_config_text(&text, "phi3").expect("preset");
+    let g = p.build(64, AttnImpl::Sdpa).expect("graph");
+    let cfg = TrainConfig {
+        precision: Precision::Fp32,
+        ..TrainConfig::default()
+    };
+    let ev = generate(
+        &g,
+        &cfg,
+        &ParamPolicy::full(&g, cfg.precision),
+        &Constants::default(),
+    );
+    let chunks: Vec<usize> = (0..g.nodes.len())
+        .filter(|&i| g.nodes[i].op == Op::Chunk)
+        .collect();
+    assert_eq!(chunks.len(), 2 * 3, "two chunks per layer");
+    let whole = g.tensors[g.nodes[chunks[0]].inputs[0]].per_sample * 4;
+    let half = whole / 2;
+    let bwd_allocs = |node: usize| -> Vec<u64> {
+        ev.events[ev.measured_start..]
+            .iter()
+            .filter(|e| e.alloc && e.phase == Phase::Backward && e.node == node as u32)
+            .map(|e| ev.buffers[e.buffer as usize].per_sample)
+            .collect()
+    };
+    // the first chunk of the first layer: the one cat
+    assert_eq!(bwd_allocs(chunks[0]), vec![whole]);
+    assert!(bwd_allocs(chunks[1]).is_empty());
+    // between the chunks and the down projection nothing allocates a whole gradient
+    for n in chunks[1] + 1..chunks[1] + 3 {
+        let a = bwd_allocs(n);
+        assert!(a.iter().all(|&x| x <= half), "node {n}: {a:?}");
+        assert!(!a.is_empty(), "node {n} computes a gradient");
+    }
+}

@@ -1,0 +1,126 @@
+//! `bench` refusals that need no GPU: worlds it cannot run, DeepSpeed missing.
+
+use super::{fails_with, vramlab};
+
+/// A multi-GPU bench the engines cannot run is refused before anything starts (no GPU
+/// needed), saying what to do instead.
+#[test]
+fn bench_refuses_worlds_it_cannot_run() {
+    let base = ["bench", "--model", "gpt2", "--batch", "4"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra.iter()).copied().collect()
+    };
+    fails_with(
+        &with(&["--gpus", "4", "--strategy", "fsdp2", "--engine", "native"]),
+        "the native engine runs one GPU; use --engine torch",
+    );
+    let multi = with(&[
+        "--gpus",
+        "4",
+        "--nodes",
+        "2",
+        "--strategy",
+        "ddp",
+        "--engine",
+        "torch",
+    ]);
+    fails_with(
+        &multi,
+        "python -m torch.distributed.run --nnodes 2 --nproc_per_node 4",
+    );
+    fails_with(&multi, "\"strategy\":\"ddp\"");
+    fails_with(
+        &with(&["--gpus", "2", "--strategy", "zero3", "--engine", "torch"]),
+        "DeepSpeed",
+    );
+    fails_with(
+        &with(&[
+            "--gpus",
+            "2",
+            "--strategy",
+            "fsdp2",
+            "--offload",
+            "optimizer",
+            "--engine",
+            "torch",
+        ]),
+        "--offload optimizer",
+    );
+}
+
+/// DeepSpeed's stages go to the DeepSpeed runner: a Python without DeepSpeed is refused
+/// before anything starts, saying how to install it; offload is no longer refused under
+/// DeepSpeed; its own limits are (no GPU needed: a fake Python answers).
+#[cfg(unix)]
+#[test]
+fn bench_deepspeed_needs_deepspeed_in_the_python() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("vramlab-cli-ds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let python = dir.join("python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'deepspeed'\" >&2\nexit 1\n",
+    )
+    .expect("fake python");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let py = python.display().to_string();
+    let base = [
+        "bench", "--model", "gpt2", "--batch", "4", "--engine", "torch",
+    ];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter()
+            .chain(extra.iter())
+            .map(|s| s.to_string())
+            .chain(["--python".to_string(), py.clone()])
+            .collect()
+    };
+    let run = |args: Vec<String>, needle: &str| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&refs, needle);
+    };
+    for s in ["zero1", "zero2", "zero3"] {
+        run(
+            with(&["--gpus", "2", "--strategy", s]),
+            "DeepSpeed is not importable in",
+        );
+    }
+    run(
+        with(&["--gpus", "2", "--strategy", "zero2"]),
+        "-m pip install deepspeed",
+    );
+    run(
+        with(&[
+            "--gpus",
+            "4",
+            "--strategy",
+            "zero3",
+            "--offload",
+            "optimizer",
+        ]),
+        "No module named 'deepspeed'",
+    );
+    run(
+        with(&["--gpus", "2", "--strategy", "zero2", "--optimizer", "sgd"]),
+        "--optimizer sgd",
+    );
+    // FSDP2 still refuses offload, and does not ask for DeepSpeed.
+    let (ok, _, err) = vramlab(
+        &with(&[
+            "--gpus",
+            "2",
+            "--strategy",
+            "fsdp2",
+            "--offload",
+            "optimizer",
+        ])
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    );
+    assert!(
+        !ok && err.contains("DeepSpeed only") && !err.contains("not importable"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
