@@ -164,13 +164,13 @@ pub fn load_model(name: &str) -> Result<Preset> {
 /// name; `ORG/NAME` that is neither is a Hub id.
 pub(crate) fn load_source(name: &str) -> Result<LoadedModel> {
     let path = Path::new(name);
-    let sourced = |s: super::model_source::Sourced| LoadedModel {
+    let sourced = |s: vramlab_hub::Source| LoadedModel {
         preset: s.preset,
         custom: true,
         prequantized: s.prequantized,
     };
     if path.is_dir() {
-        return super::model_source::from_folder(path).map(sourced);
+        return super::model_source::load(name).map(sourced);
     }
     if name.ends_with(".json") || path.exists() {
         return Ok(LoadedModel {
@@ -181,8 +181,8 @@ pub(crate) fn load_source(name: &str) -> Result<LoadedModel> {
     }
     let id = match vocabulary::model_id(name) {
         Ok(id) => id,
-        Err(_) if vramlab_hub::HubId::looks_like(name) => {
-            return super::model_source::from_hub(name).map(sourced);
+        Err(_) if vramlab_hub::source::is_source(name) => {
+            return super::model_source::load(name).map(sourced);
         }
         Err(e) => return Err(e.into()),
     };

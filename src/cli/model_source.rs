@@ -3,97 +3,21 @@
 //! where the planner models its storage.
 
 use std::borrow::Cow;
-use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use vramlab_core::model::Preset;
-use vramlab_core::model::hf;
-use vramlab_core::units::Bytes;
-use vramlab_hub::{HubEnv, HubId, Origin, Prequantized};
+use vramlab_hub::{HubEnv, Prequantized, Source};
 
 use super::args::{TrainArgs, note};
 
-/// A model read from a folder or the Hub: its preset and its stored quantization.
-#[derive(Debug, Clone)]
-pub(crate) struct Sourced {
-    pub preset: Preset,
-    pub prequantized: Option<Prequantized>,
-}
-
-/// `reference` of an imported config, naming where it came from (saved plans keep it).
-fn set_reference(p: &mut Preset, from: &str) {
-    p.reference = p
-        .reference
-        .replace("(config.json)", &format!("(config.json of {from})"));
-}
-
-/// A Hub id's config: from the Hugging Face cache, else downloaded into it. The preset is
-/// named after the repository (`Qwen2.5-1.5B`), as a clone's `config.json` would be.
-pub(crate) fn from_hub(name: &str) -> Result<Sourced> {
-    let id = HubId::parse(name).context("--model")?;
-    let env = HubEnv::from_env();
-    let r = vramlab_hub::resolve(&id, &env).context("--model")?;
-    if let Some(w) = &r.warning {
-        note(w);
+/// A model folder or a Hub id, read by `vramlab-hub` (the function the GUI's model picker
+/// calls too), its notes said on standard error.
+pub(crate) fn load(name: &str) -> Result<Source> {
+    let s = vramlab_hub::source::load(name, &HubEnv::from_env()).context("--model")?;
+    for n in &s.notes {
+        note(&format!("--model {n}"));
     }
-    note(&format!(
-        "--model {id}: config.json at commit {}, {} {}",
-        r.commit,
-        match r.origin {
-            Origin::Cache => "from the Hugging Face cache",
-            Origin::Downloaded => "downloaded into the Hugging Face cache",
-        },
-        r.path.display()
-    ));
-    let mut preset = hf::from_config_text(&r.text, id.name())
-        .with_context(|| format!("Hugging Face config of {id} ({})", r.path.display()))?;
-    set_reference(
-        &mut preset,
-        &format!("{} at {}, commit {}", id.repo, id.revision(), r.commit),
-    );
-    let v: serde_json::Value = serde_json::from_str(&r.text).context("config.json")?;
-    Ok(Sourced {
-        preset,
-        prequantized: vramlab_hub::folder::prequantized(&v),
-    })
-}
-
-/// A model folder: its `config.json`, named after the folder, with the stored dtypes of
-/// its safetensors said on standard error.
-pub(crate) fn from_folder(dir: &Path) -> Result<Sourced> {
-    let f = vramlab_hub::folder::read(dir).context("--model")?;
-    let mut preset = hf::from_config_text(&f.text, &f.name)
-        .with_context(|| format!("Hugging Face config {}", f.config_path.display()))?;
-    set_reference(&mut preset, &dir.display().to_string());
-    match &f.weights {
-        Some(w) => {
-            let stored: Vec<String> = w
-                .elements
-                .iter()
-                .map(|(dtype, n)| {
-                    let bytes = Bytes(w.bytes.get(dtype).copied().unwrap_or(0));
-                    format!("{dtype} {n} elements ({bytes})")
-                })
-                .collect();
-            note(&format!(
-                "--model {}: {} tensors in {} safetensors file(s), stored as {}; the plan holds \
-                 the weights in the dtype --precision gives (bf16 keeps bf16 weights)",
-                dir.display(),
-                w.tensors,
-                w.files,
-                stored.join(", ")
-            ));
-        }
-        None => note(&format!(
-            "--model {}: no model.safetensors(.index.json): stored dtypes unknown",
-            dir.display()
-        )),
-    }
-    Ok(Sourced {
-        preset,
-        prequantized: f.prequantized,
-    })
+    Ok(s)
 }
 
 /// The flags with a pre-quantized checkpoint planned as it is stored: a bitsandbytes 4-bit

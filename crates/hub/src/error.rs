@@ -115,4 +115,10 @@ pub enum HubError {
     NoDownload { id: String },
     #[error("{}: {reason}", path.display())]
     Folder { path: PathBuf, reason: String },
+    #[error("{what}: {error}")]
+    Import {
+        what: String,
+        #[source]
+        error: vramlab_core::model::ModelError,
+    },
 }

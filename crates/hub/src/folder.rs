@@ -3,7 +3,7 @@
 //! `quantization_config` says the checkpoint is pre-quantized.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read as _;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use vramlab_core::fsutil::{self, FileKind};
@@ -93,7 +93,7 @@ pub fn read(dir: &Path) -> Result<Folder, HubError> {
         ));
     }
     let text = fsutil::read_bounded_string(&config_path, FileKind::Model)
-        .map_err(|e| HubError::Cache(e.to_string()))?;
+        .map_err(|e| folder_err(&config_path, e.to_string()))?;
     crate::check_config(&text, &config_path.display().to_string())?;
     let name = dir
         .canonicalize()
@@ -142,33 +142,41 @@ pub fn prequantized(config: &serde_json::Value) -> Option<Prequantized> {
     })
 }
 
+/// The shard names `model.safetensors.index.json` lists (its `weight_map` values), each a
+/// file name in the folder (a path elsewhere is refused), sorted and without repeats.
+pub fn parse_index(text: &str) -> Result<Vec<String>, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or("no `weight_map` object")?;
+    let mut names = BTreeSet::new();
+    for (tensor, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| format!("weight_map.{tensor}: not a file name"))?;
+        // A shard is a file of this folder: a path elsewhere is refused.
+        if file.is_empty() || file.contains(['/', '\\', '\0']) || file == ".." || file == "." {
+            return Err(format!(
+                "weight_map.{tensor}: `{file}` is not a file name in this folder"
+            ));
+        }
+        names.insert(file.to_string());
+    }
+    Ok(names.into_iter().collect())
+}
+
 /// The safetensors files of the folder: the index's shards, else `model.safetensors`.
 fn weights(dir: &Path) -> Result<Option<Weights>, HubError> {
     let index = dir.join("model.safetensors.index.json");
     let files: Vec<PathBuf> = if index.is_file() {
         let text = fsutil::read_bounded_string(&index, FileKind::Model)
-            .map_err(|e| HubError::Cache(e.to_string()))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| folder_err(&index, e.to_string()))?;
-        let map = v
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| folder_err(&index, "no `weight_map` object"))?;
-        let mut names = BTreeSet::new();
-        for (tensor, file) in map {
-            let file = file.as_str().ok_or_else(|| {
-                folder_err(&index, format!("weight_map.{tensor}: not a file name"))
-            })?;
-            // A shard is a file of this folder: a path elsewhere is refused.
-            if file.contains(['/', '\\']) || file == ".." || file == "." {
-                return Err(folder_err(
-                    &index,
-                    format!("weight_map.{tensor}: `{file}` is not a file name in this folder"),
-                ));
-            }
-            names.insert(file.to_string());
-        }
-        names.into_iter().map(|n| dir.join(n)).collect()
+            .map_err(|e| folder_err(&index, e.to_string()))?;
+        parse_index(&text)
+            .map_err(|e| folder_err(&index, e))?
+            .into_iter()
+            .map(|n| dir.join(n))
+            .collect()
     } else if dir.join("model.safetensors").is_file() {
         vec![dir.join("model.safetensors")]
     } else {
@@ -179,41 +187,45 @@ fn weights(dir: &Path) -> Result<Option<Weights>, HubError> {
         ..Weights::default()
     };
     for f in &files {
-        add_header(f, &mut w)?;
+        let file = std::fs::File::open(f).map_err(|e| folder_err(f, e.to_string()))?;
+        parse_header(file, &mut w).map_err(|e| folder_err(f, e))?;
     }
     Ok(Some(w))
 }
 
-/// Adds one file's tensors: an 8-byte little-endian header length, then that many bytes of
-/// JSON (`{"name": {"dtype", "shape", "data_offsets"}, "__metadata__": {…}}`).
-fn add_header(path: &Path, w: &mut Weights) -> Result<(), HubError> {
-    let file = std::fs::File::open(path).map_err(|e| folder_err(path, e.to_string()))?;
-    let mut file = file.take(8 + MAX_HEADER_BYTES);
+/// Adds one safetensors file's tensors to `w`, reading at most `8 + MAX_HEADER_BYTES`
+/// bytes of it: an 8-byte little-endian header length, then that many bytes of JSON
+/// (`{"name": {"dtype", "shape", "data_offsets"}, "__metadata__": {…}}`).
+pub fn parse_header(r: impl Read, w: &mut Weights) -> Result<(), String> {
+    let mut file = r.take(8 + MAX_HEADER_BYTES);
     let mut len = [0u8; 8];
     file.read_exact(&mut len)
-        .map_err(|e| folder_err(path, format!("not a safetensors file ({e})")))?;
+        .map_err(|e| format!("not a safetensors file (no 8-byte header length: {e})"))?;
     let n = u64::from_le_bytes(len);
     if n > MAX_HEADER_BYTES {
-        return Err(folder_err(
-            path,
-            format!("safetensors header of {n} bytes is above the {MAX_HEADER_BYTES} limit"),
+        return Err(format!(
+            "not a safetensors file: its header length says {n} bytes, above the \
+             {MAX_HEADER_BYTES}-byte limit safetensors itself sets"
         ));
     }
     let mut header = Vec::new();
     (&mut file)
         .take(n)
         .read_to_end(&mut header)
-        .map_err(|e| folder_err(path, e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     if header.len() as u64 != n {
-        return Err(folder_err(path, "safetensors header cut short"));
+        return Err(format!(
+            "safetensors header cut short: {} of the {n} bytes its length says",
+            header.len()
+        ));
     }
     let v: serde_json::Value = serde_json::from_slice(&header)
-        .map_err(|e| folder_err(path, format!("safetensors header is not JSON: {e}")))?;
+        .map_err(|e| format!("safetensors header is not JSON: {e}"))?;
     let obj = v
         .as_object()
-        .ok_or_else(|| folder_err(path, "safetensors header is not a JSON object"))?;
+        .ok_or("safetensors header is not a JSON object")?;
     for (name, t) in obj.iter().filter(|(k, _)| *k != "__metadata__") {
-        let bad = |what: &str| folder_err(path, format!("tensor {name}: {what}"));
+        let bad = |what: &str| format!("tensor {name}: {what}");
         let dtype = t
             .get("dtype")
             .and_then(|d| d.as_str())
@@ -304,5 +316,76 @@ mod tests {
         let e = read(&dir).expect_err("no model_type").to_string();
         assert!(e.contains("no `model_type`"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_headers_are_clear_errors_read_within_the_bound() {
+        let mut w = Weights::default();
+        // A length above the limit: refused before anything is read.
+        let huge = u64::MAX.to_le_bytes();
+        let e = parse_header(&huge[..], &mut w).expect_err("huge");
+        assert!(e.contains("above the 100000000-byte limit"), "{e}");
+        let e = parse_header(&[1u8, 2][..], &mut w).expect_err("short");
+        assert!(e.contains("no 8-byte header length"), "{e}");
+        let mut cut = 100u64.to_le_bytes().to_vec();
+        cut.extend_from_slice(b"{}");
+        let e = parse_header(&cut[..], &mut w).expect_err("cut");
+        assert!(e.contains("cut short: 2 of the 100 bytes"), "{e}");
+        let e = parse_header(&safetensors("{\"a\":")[..], &mut w).expect_err("json");
+        assert!(e.contains("not JSON"), "{e}");
+        let e = parse_header(&safetensors("[]")[..], &mut w).expect_err("array");
+        assert!(e.contains("not a JSON object"), "{e}");
+        for (bad, says) in [
+            (
+                r#"{"t":{"shape":[1],"data_offsets":[0,2]}}"#,
+                "tensor t: no dtype",
+            ),
+            (
+                r#"{"t":{"dtype":"F16","shape":[-1],"data_offsets":[0,2]}}"#,
+                "not a list of sizes",
+            ),
+            (
+                r#"{"t":{"dtype":"F16","shape":[4294967296,4294967296],"data_offsets":[0,2]}}"#,
+                "not a list of sizes",
+            ),
+            (
+                r#"{"t":{"dtype":"F16","shape":[1],"data_offsets":[2,0]}}"#,
+                "not [start, end]",
+            ),
+            (r#"{"t":{"dtype":"F16","shape":[1]}}"#, "no data_offsets"),
+        ] {
+            let e = parse_header(&safetensors(bad)[..], &mut w).expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!(
+            w,
+            Weights::default(),
+            "nothing counted from refused headers"
+        );
+        // A header of exactly its length, data after it not read.
+        let mut ok = safetensors(r#"{"t":{"dtype":"F16","shape":[3],"data_offsets":[0,6]}}"#);
+        ok.extend_from_slice(&[0xff; 6]);
+        parse_header(&ok[..], &mut w).expect("header");
+        assert_eq!((w.tensors, w.elements.get("F16")), (1, Some(&3)));
+        // The index: shards of this folder only.
+        assert_eq!(
+            parse_index(
+                r#"{"weight_map":{"a":"x.safetensors","b":"x.safetensors","c":"y.safetensors"}}"#
+            ),
+            Ok(vec![
+                "x.safetensors".to_string(),
+                "y.safetensors".to_string()
+            ])
+        );
+        for bad in [
+            "{}",
+            "[",
+            r#"{"weight_map":{"a":3}}"#,
+            r#"{"weight_map":{"a":""}}"#,
+            r#"{"weight_map":{"a":"/etc/passwd"}}"#,
+            r#"{"weight_map":{"a":"..\\x"}}"#,
+        ] {
+            assert!(parse_index(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod fetch;
 pub mod folder;
 pub mod id;
+pub mod source;
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ pub use env::HubEnv;
 pub use error::HubError;
 pub use folder::{Folder, Prequantized, Weights};
 pub use id::HubId;
+pub use source::Source;
 
 /// Where a Hub config came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

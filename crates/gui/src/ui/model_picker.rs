@@ -57,6 +57,15 @@ pub(crate) fn model_ui(
             emit(cmd, Command::SetSearch(search));
         }
     });
+    // A Hub id or a model folder typed in the search field loads as `--model` does.
+    if let Some(label) = crate::app::model_source::button_label(&state.search) {
+        if ui.button(label).on_hover_text(tips::HUB_MODEL).clicked() {
+            emit(
+                cmd,
+                Command::LoadModelSource(state.search.trim().to_string()),
+            );
+        }
+    }
 
     let needle = state.search.to_lowercase();
     let shown: Vec<_> = d
