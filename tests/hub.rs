@@ -119,6 +119,14 @@ fn serve(stream: TcpStream) {
         "/gated/Llama-3.2-1B/resolve/main/config.json" => {
             if auth.as_deref() == Some(&format!("Bearer {TOKEN}")) {
                 ok(&file("Llama-3.2-1B.json"));
+            } else if auth.is_some() {
+                // Signed in, the terms not accepted: the Hub answers 403.
+                respond(
+                    stream,
+                    "403 Forbidden",
+                    &[("X-Error-Code", "GatedRepo")],
+                    b"",
+                );
             } else {
                 respond(
                     stream,
@@ -127,6 +135,26 @@ fn serve(stream: TcpStream) {
                     b"",
                 );
             }
+        }
+        // Private (or, to an anonymous request, missing): 401 without a gate.
+        "/private/model/resolve/main/config.json" => respond(
+            stream,
+            "401 Unauthorized",
+            &[("X-Error-Code", "RepoNotFound")],
+            b"",
+        ),
+        "/broken/model/resolve/main/config.json" => respond(
+            stream,
+            "500 Internal Server Error",
+            &[(
+                "X-Error-Message",
+                "Internal Error - We're working hard to fix this",
+            )],
+            b"",
+        ),
+        // Not the Hub: a 200 without the headers that place the file in the cache.
+        "/proxy/model/resolve/main/config.json" => {
+            respond(stream, "200 OK", &[], &file("Qwen2.5-1.5B.json"))
         }
         "/sentence/encoder/resolve/main/config.json" => ok(br#"{"architectures": ["X"]}"#),
         "/slow/model/resolve/main/config.json" => std::thread::sleep(Duration::from_secs(4)),
@@ -300,7 +328,47 @@ fn a_gated_repository_needs_the_token() {
     let hub = Hub::start();
     let (ok, _, err) = plan(&home.0, &hub.endpoint, &[], "gated/Llama-3.2-1B");
     assert!(!ok);
-    assert!(err.contains("gated") && err.contains("HF_TOKEN"), "{err}");
+    assert!(
+        err.contains("refused access (HTTP 401): the repository is gated")
+            && err.contains("export HF_TOKEN=hf_")
+            && err.contains(&format!("({}/gated/Llama-3.2-1B)", hub.endpoint)),
+        "{err}"
+    );
+    // A token without access to the gate: 403, the same advice.
+    let (ok, _, err) = plan(
+        &home.0,
+        &hub.endpoint,
+        &[("HF_TOKEN", "hf_otheraccount")],
+        "gated/Llama-3.2-1B",
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("refused access (HTTP 403): the repository is gated")
+            && err.contains("set HF_TOKEN"),
+        "{err}"
+    );
+    // Private without a token: HF_TOKEN named; with a token the server refuses: said so.
+    let (ok, _, err) = plan(&home.0, &hub.endpoint, &[], "private/model");
+    assert!(!ok);
+    assert!(
+        err.contains("answered HTTP 401 without a token") && err.contains("set HF_TOKEN"),
+        "{err}"
+    );
+    let (ok, _, err) = plan(
+        &home.0,
+        &hub.endpoint,
+        &[("HF_TOKEN", TOKEN)],
+        "private/model",
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("refused the token (HTTP 401)") && err.contains("HF_TOKEN"),
+        "{err}"
+    );
+    assert!(
+        !home.0.join("hub").exists(),
+        "nothing cached from a refusal"
+    );
     let (ok, out, err) = plan(
         &home.0,
         &hub.endpoint,
@@ -349,6 +417,19 @@ fn hub_errors_say_what_to_do() {
         err.contains(&format!("no answer from {} within 1 s", hub.endpoint)),
         "{err}"
     );
+    let (ok, _, err) = plan(&home.0, &hub.endpoint, &[], "broken/model");
+    assert!(!ok);
+    assert!(
+        err.contains("answered HTTP 500: Internal Error - We're working hard to fix this"),
+        "{err}"
+    );
+    let (ok, _, err) = plan(&home.0, &hub.endpoint, &[], "proxy/model");
+    assert!(!ok);
+    assert!(
+        err.contains("does not answer like the Hugging Face Hub (no X-Repo-Commit header)")
+            && err.contains("check HF_ENDPOINT"),
+        "{err}"
+    );
     let (ok, _, err) = plan(&home.0, &hub.endpoint, &[], "org/bad name");
     assert!(!ok);
     assert!(err.contains("not a Hub model id"), "{err}");
@@ -361,4 +442,235 @@ fn hub_errors_say_what_to_do() {
     );
     assert!(ok, "{err}");
     assert!(out.contains("vit_b_16"), "{out}");
+}
+
+/// `HF_HUB_CACHE` wins over `HF_HOME`; a saved plan keeps the whole model, so it plans again
+/// with no cache and no server; the doctor's `--model` takes the Hub id too.
+#[test]
+fn the_cache_variable_saved_plans_and_the_doctor() {
+    let home = Home::new("cachevar");
+    let cache = home.0.join("elsewhere");
+    let hub = Hub::start();
+    let local = format!("{DIR}/Qwen2.5-1.5B.json");
+    let (ok, want, err) = plan(&home.0, &hub.endpoint, &[], &local);
+    assert!(ok, "{err}");
+    let with_cache = [("HF_HUB_CACHE", cache.to_str().expect("utf-8"))];
+    let (ok, got, err) = plan(&home.0, &hub.endpoint, &with_cache, "Qwen/Qwen2.5-1.5B");
+    assert!(ok, "{err}");
+    assert_eq!(got, want);
+    assert!(
+        cache
+            .join("models--Qwen--Qwen2.5-1.5B/snapshots")
+            .join(COMMIT)
+            .join("config.json")
+            .is_file()
+    );
+    assert!(!home.0.join("hub").exists(), "HF_HOME/hub is not used");
+
+    // The doctor, offline from that cache, answers as for the local file.
+    let endpoint = hub.endpoint.clone();
+    drop(hub);
+    let message = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/doctor/capacity.message.txt"
+    );
+    let doctor = |model: &str, extra: &[(&str, &str)]| {
+        vramlab(
+            &home.0,
+            &endpoint,
+            extra,
+            &[
+                "doctor",
+                "--message-file",
+                message,
+                "--model",
+                model,
+                "--batch",
+                "8",
+                "--seq",
+                "512",
+                "--json",
+            ],
+        )
+    };
+    let offline_cache = [with_cache[0], ("HF_HUB_OFFLINE", "1")];
+    let (ok, from_file, err) = doctor(&local, &[]);
+    assert!(ok, "{err}");
+    let (ok, from_hub, err) = doctor("Qwen/Qwen2.5-1.5B", &offline_cache);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&from_hub).expect("json");
+    assert_eq!(v["plan"]["model"], "Qwen2.5-1.5B", "{from_hub}");
+    assert!(v["plan"]["max_batch"].as_u64().is_some_and(|b| b > 0));
+    assert_eq!(from_hub, from_file, "the doctor's --model reads the Hub id");
+
+    // A saved plan of the Hub id, reopened with no cache and no server.
+    let saved = home.0.join("qwen.vramlab.json");
+    let (ok, _, err) = vramlab(
+        &home.0,
+        &endpoint,
+        &offline_cache,
+        &[
+            "export",
+            "--model",
+            "Qwen/Qwen2.5-1.5B",
+            "--batch",
+            "4",
+            "--seq",
+            "512",
+            "--format",
+            "vramlab",
+            "-o",
+            saved.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(ok, "{err}");
+    let doc = std::fs::read_to_string(&saved).expect("saved plan");
+    assert!(
+        doc.contains(&format!("Qwen/Qwen2.5-1.5B at main, commit {COMMIT}")),
+        "the saved plan names the Hub commit: {doc}"
+    );
+    std::fs::remove_dir_all(&cache).expect("empty the cache");
+    let (ok, reopened, err) = vramlab(
+        &home.0,
+        &endpoint,
+        &[("HF_HUB_OFFLINE", "1")],
+        &["plan", "--json", "--config", saved.to_str().expect("utf-8")],
+    );
+    assert!(ok, "{err}");
+    let (a, b): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(&reopened).expect("json"),
+        serde_json::from_str(&want).expect("json"),
+    );
+    assert_eq!(
+        a["peak_allocated_bytes"], b["peak_allocated_bytes"],
+        "{reopened}"
+    );
+    assert_eq!(a["peak_reserved_bytes"], b["peak_reserved_bytes"]);
+}
+
+fn safetensors(header: &str) -> Vec<u8> {
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend_from_slice(header.as_bytes());
+    b
+}
+
+/// A model folder: its config.json plans like the file, the index's shards' headers give
+/// the stored dtypes, a bitsandbytes checkpoint plans as stored, and a huge, cut or
+/// malformed header is a clear error (no panic, no read past the bound).
+#[test]
+fn model_folders_read_their_safetensors_headers() {
+    let home = Home::new("folder");
+    let dir = home.0.join("Qwen2.5-1.5B");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = std::fs::read_to_string(format!("{DIR}/Qwen2.5-1.5B.json")).expect("config");
+    std::fs::write(dir.join("config.json"), &config).expect("config");
+    let folder = dir.to_str().expect("utf-8");
+    let endpoint = "http://127.0.0.1:9";
+    let (ok, want, err) = plan(&home.0, endpoint, &[], &format!("{folder}/config.json"));
+    assert!(ok, "{err}");
+    let (ok, got, err) = plan(&home.0, endpoint, &[], folder);
+    assert!(ok, "{err}");
+    assert_eq!(got, want);
+    assert!(err.contains("stored dtypes unknown"), "{err}");
+
+    std::fs::write(
+        dir.join("model-00001-of-00002.safetensors"),
+        safetensors(r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[1536,8960],"data_offsets":[0,27525120]}}"#),
+    )
+    .expect("shard");
+    std::fs::write(
+        dir.join("model-00002-of-00002.safetensors"),
+        safetensors(r#"{"b":{"dtype":"BF16","shape":[1536],"data_offsets":[0,3072]},"c":{"dtype":"F32","shape":[4],"data_offsets":[3072,3088]}}"#),
+    )
+    .expect("shard");
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        r#"{"metadata":{"total_size":27528208},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors","c":"model-00002-of-00002.safetensors"}}"#,
+    )
+    .expect("index");
+    let (ok, got, err) = plan(&home.0, endpoint, &[], folder);
+    assert!(ok, "{err}");
+    assert_eq!(
+        got, want,
+        "stored dtypes are said, the plan is the config's"
+    );
+    assert!(
+        err.contains(
+            "3 tensors in 2 safetensors file(s), stored as BF16 13764096 elements (26.25 MiB)"
+        ) && err.contains("F32 4 elements"),
+        "{err}"
+    );
+
+    // Bad shards: each a clear error naming the file.
+    let shard = dir.join("model-00002-of-00002.safetensors");
+    for (bytes, says) in [
+        (
+            u64::MAX.to_le_bytes().to_vec(),
+            "above the 100000000-byte limit",
+        ),
+        (
+            (1u64 << 20).to_le_bytes().to_vec(),
+            "cut short: 0 of the 1048576 bytes",
+        ),
+        (safetensors("{\"b\": {\"dtype\""), "header is not JSON"),
+        (
+            safetensors(r#"{"b":{"dtype":"BF16","shape":[1536]}}"#),
+            "tensor b: no data_offsets",
+        ),
+        (vec![1, 2, 3], "not a safetensors file"),
+    ] {
+        std::fs::write(&shard, &bytes).expect("shard");
+        let (ok, _, err) = plan(&home.0, endpoint, &[], folder);
+        assert!(!ok);
+        assert!(
+            err.contains("model-00002-of-00002.safetensors") && err.contains(says),
+            "{says}: {err}"
+        );
+    }
+    std::fs::remove_file(&shard).expect("remove");
+    let (ok, _, err) = plan(&home.0, endpoint, &[], folder);
+    assert!(
+        !ok && err.contains("model-00002-of-00002.safetensors"),
+        "{err}"
+    );
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        r#"{"weight_map":{"a":"../../etc/passwd"}}"#,
+    )
+    .expect("index");
+    let (ok, _, err) = plan(&home.0, endpoint, &[], folder);
+    assert!(
+        !ok && err.contains("is not a file name in this folder"),
+        "{err}"
+    );
+    std::fs::remove_file(dir.join("model.safetensors.index.json")).expect("remove");
+
+    // A bitsandbytes 4-bit checkpoint plans as stored: QLoRA on an nf4 base.
+    let mut v: serde_json::Value = serde_json::from_str(&config).expect("json");
+    v["quantization_config"] = serde_json::json!({
+        "quant_method": "bitsandbytes", "load_in_4bit": true,
+        "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true
+    });
+    std::fs::write(dir.join("config.json"), v.to_string()).expect("config");
+    let (ok, got, err) = plan(&home.0, endpoint, &[], folder);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("planned as stored: --finetune qlora --quant nf4"),
+        "{err}"
+    );
+    let mut qlora = PLAN.to_vec();
+    qlora.pop();
+    qlora.extend(["--finetune", "qlora", "--quant", "nf4", "--model"]);
+    let local = format!("{DIR}/Qwen2.5-1.5B.json");
+    qlora.push(&local);
+    let (ok, want_q, err) = vramlab(&home.0, endpoint, &[], &qlora);
+    assert!(ok, "{err}");
+    assert_eq!(got, want_q);
+    let (ok, _, err) = {
+        let mut full = PLAN.to_vec();
+        full.pop();
+        full.extend(["--finetune", "full", "--model", folder]);
+        vramlab(&home.0, endpoint, &[], &full)
+    };
+    assert!(!ok && err.contains("is pre-quantized"), "{err}");
 }
