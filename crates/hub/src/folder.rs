@@ -388,4 +388,55 @@ mod tests {
             assert!(parse_index(bad).is_err(), "{bad}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Any bytes: stored dtypes or an error, never a panic (a length prefix may claim
+        /// anything).
+        #[test]
+        fn any_bytes_are_an_answer_or_an_error(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..96),
+            claimed in proptest::prelude::any::<u64>(),
+        ) {
+            let mut w = Weights::default();
+            let _ = parse_header(&data[..], &mut w);
+            let mut prefixed = claimed.to_le_bytes().to_vec();
+            prefixed.extend_from_slice(&data);
+            let _ = parse_header(&prefixed[..], &mut w);
+            let _ = parse_index(&String::from_utf8_lossy(&data));
+        }
+
+        /// Headers written as safetensors writes them read back: every tensor counted, its
+        /// elements and bytes summed per dtype.
+        #[test]
+        fn written_headers_read_back(
+            tensors in proptest::collection::vec(
+                (0..3usize, proptest::collection::vec(0u64..50, 0..4)),
+                0..8,
+            ),
+        ) {
+            const DTYPES: [(&str, u64); 3] = [("BF16", 2), ("F32", 4), ("U8", 1)];
+            let mut entries = vec![r#""__metadata__":{"format":"pt"}"#.to_string()];
+            let mut want = Weights { files: 0, ..Weights::default() };
+            let mut offset = 0u64;
+            for (i, (d, shape)) in tensors.iter().enumerate() {
+                let (dtype, size) = DTYPES[*d];
+                let n: u64 = shape.iter().product();
+                entries.push(format!(
+                    r#""t{i}":{{"dtype":"{dtype}","shape":{shape:?},"data_offsets":[{offset},{}]}}"#,
+                    offset + n * size
+                ));
+                offset += n * size;
+                want.tensors += 1;
+                *want.elements.entry(dtype.to_string()).or_default() += n;
+                *want.bytes.entry(dtype.to_string()).or_default() += n * size;
+            }
+            let mut file = safetensors(&format!("{{{}}}", entries.join(",")));
+            file.extend(std::iter::repeat_n(0u8, offset as usize));
+            let mut got = Weights::default();
+            proptest::prop_assert_eq!(parse_header(&file[..], &mut got), Ok(()));
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 }
