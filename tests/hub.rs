@@ -503,6 +503,34 @@ fn the_cache_variable_saved_plans_and_the_doctor() {
     assert!(v["plan"]["max_batch"].as_u64().is_some_and(|b| b > 0));
     assert_eq!(from_hub, from_file, "the doctor's --model reads the Hub id");
 
+    // Exports name the Hub id given (a local file's id is not known).
+    let peft = |model: &str, extra: &[(&str, &str)]| {
+        vramlab(
+            &home.0,
+            &endpoint,
+            extra,
+            &[
+                "export",
+                "--model",
+                model,
+                "--batch",
+                "4",
+                "--seq",
+                "512",
+                "--finetune",
+                "lora",
+                "--format",
+                "peft",
+            ],
+        )
+    };
+    let (ok, script, err) = peft("Qwen/Qwen2.5-1.5B", &offline_cache);
+    assert!(ok, "{err}");
+    assert!(script.contains("MODEL = \"Qwen/Qwen2.5-1.5B\""), "{script}");
+    let (ok, script, err) = peft(&local, &[]);
+    assert!(ok, "{err}");
+    assert!(script.contains("MODEL = \"your/model-id\""), "{script}");
+
     // A saved plan of the Hub id, reopened with no cache and no server.
     let saved = home.0.join("qwen.vramlab.json");
     let (ok, _, err) = vramlab(

@@ -152,6 +152,8 @@ pub(crate) struct LoadedModel {
     pub preset: Preset,
     pub custom: bool,
     pub prequantized: Option<vramlab_hub::Prequantized>,
+    /// The Hub repository (`ORG/NAME`) of a Hub id.
+    pub hub_repo: Option<String>,
 }
 
 /// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`), from
@@ -168,6 +170,7 @@ pub(crate) fn load_source(name: &str) -> Result<LoadedModel> {
         preset: s.preset,
         custom: true,
         prequantized: s.prequantized,
+        hub_repo: s.hub_repo,
     };
     if path.is_dir() {
         return super::model_source::load(name).map(sourced);
@@ -177,6 +180,7 @@ pub(crate) fn load_source(name: &str) -> Result<LoadedModel> {
             preset: load_file(path, name)?,
             custom: true,
             prequantized: None,
+            hub_repo: None,
         });
     }
     let id = match vocabulary::model_id(name) {
@@ -193,6 +197,7 @@ pub(crate) fn load_source(name: &str) -> Result<LoadedModel> {
         preset: find_builtin(id.value)?,
         custom: find_builtin(name).is_err(),
         prequantized: None,
+        hub_repo: None,
     })
 }
 
@@ -267,6 +272,8 @@ pub(crate) struct Resolved {
     /// The model is not a built-in one (a file, or a custom model in the saved plan): it
     /// may reuse a built-in id for other weights, so exports name no Hub id for it.
     pub custom: bool,
+    /// The Hub repository a `--model ORG/NAME` came from: exports name it.
+    pub hub_repo: Option<String>,
 }
 
 /// Model, training config and budget from the flags, or from `--config FILE`
@@ -322,6 +329,7 @@ pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
             gpu,
             budget,
             custom,
+            hub_repo: None,
         });
     }
     let name = t
@@ -332,6 +340,7 @@ pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
         preset,
         custom,
         prequantized,
+        hub_repo,
     } = load_source(name)?;
     let t = super::model_source::as_stored(t, prequantized.as_ref(), name)?;
     let cfg = t.config(&preset, batch.context("--batch is required")?)?;
@@ -342,6 +351,7 @@ pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
         gpu,
         budget,
         custom,
+        hub_repo,
     })
 }
 

@@ -315,6 +315,7 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         gpu,
         budget,
         custom,
+        hub_repo,
     } = resolve(&a.train, a.batch)?;
     // HF Trainer, Lightning and the exported PyTorch loop release the model output before
     // backward: what they run is the trainer loop shape, whatever was planned.
@@ -331,8 +332,13 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         Some(&plan),
     )
     .to_json();
-    // A custom preset may reuse a built-in id for other weights: only built-ins name a Hub id.
-    let hub_id = if custom { None } else { preset.hub_id() };
+    // A custom preset may reuse a built-in id for other weights: only built-ins, and a model
+    // given by its Hub id, name a Hub id.
+    let hub_id = match &hub_repo {
+        Some(repo) => Some(repo.as_str()),
+        None if custom => None,
+        None => preset.hub_id(),
+    };
     let text = vramlab_core::export::render(format, &cfg, &plan, &doc, hub_id)?;
     match &a.output {
         Some(path) => {
