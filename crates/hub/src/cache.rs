@@ -26,8 +26,12 @@ pub fn snapshot_path(cache: &Path, id: &HubId, commit: &str) -> PathBuf {
 pub fn cached(cache: &Path, id: &HubId) -> Option<(PathBuf, String)> {
     let rev = id.revision();
     let ref_file = repo_dir(cache, id).join("refs").join(rev);
-    let commit = match std::fs::read_to_string(&ref_file) {
-        Ok(text) => text.trim().to_string(),
+    // A ref holds one commit hash: a larger file is not a ref (nor read whole).
+    let commit = match std::fs::metadata(&ref_file) {
+        Ok(m) if m.is_file() && m.len() <= 256 => std::fs::read_to_string(&ref_file)
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default(),
+        Ok(_) => return None,
         Err(_) => rev.to_string(),
     };
     if !safe_name(&commit) {
