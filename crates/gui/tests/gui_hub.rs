@@ -7,7 +7,10 @@ use egui_kittest::kittest::Queryable;
 use vramlab_gui::app::VramApp;
 use vramlab_hub::{HubEnv, HubId};
 
-const CONFIGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/hf_configs");
+const QWEN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/data/hub/Qwen2.5-1.5B.json"
+);
 const COMMIT: &str = "8faed761d45a263340a0528343f099c05c9a4323";
 
 fn harness(app: VramApp) -> Harness<'static, VramApp> {
@@ -59,7 +62,7 @@ fn typed(cache: &std::path::Path, typed: &str) -> Harness<'static, VramApp> {
 }
 
 fn qwen_params() -> serde_json::Value {
-    let text = std::fs::read_to_string(format!("{CONFIGS}/Qwen2.5-1.5B.json")).expect("config");
+    let text = std::fs::read_to_string(QWEN).expect("config");
     let p = vramlab_core::model::hf::from_config_text(&text, "Qwen2.5-1.5B").expect("import");
     serde_json::to_value(&p).expect("json")["params"].clone()
 }
@@ -67,7 +70,7 @@ fn qwen_params() -> serde_json::Value {
 #[test]
 fn a_hub_id_typed_in_the_picker_loads_from_the_cache() {
     let cache = Temp::new("cache");
-    let bytes = std::fs::read(format!("{CONFIGS}/Qwen2.5-1.5B.json")).expect("config");
+    let bytes = std::fs::read(QWEN).expect("config");
     let id = HubId::parse("Qwen/Qwen2.5-1.5B").expect("id");
     vramlab_hub::cache::store(&cache.0, &id, COMMIT, "abc123", &bytes).expect("store");
     let mut h = typed(&cache.0, "Qwen/Qwen2.5-1.5B");
@@ -128,11 +131,7 @@ fn a_model_folder_typed_in_the_picker_opens() {
     let dir = Temp::new("folder");
     let folder = dir.0.join("Qwen2.5-1.5B");
     std::fs::create_dir_all(&folder).expect("folder");
-    std::fs::copy(
-        format!("{CONFIGS}/Qwen2.5-1.5B.json"),
-        folder.join("config.json"),
-    )
-    .expect("copy");
+    std::fs::copy(QWEN, folder.join("config.json")).expect("copy");
     let name = folder.display().to_string();
     let mut h = typed(&dir.0, &name);
     h.get_by_label(&format!("Open model folder {name}")).click();
@@ -152,5 +151,5 @@ fn a_model_folder_typed_in_the_picker_opens() {
     h.get_by_label(&format!("Open model folder {name}")).click();
     h.run();
     let m = message(&h);
-    assert!(m.contains("must hold a config.json"), "{m}");
+    assert!(m.contains("a directory without a config.json"), "{m}");
 }

@@ -88,8 +88,8 @@ pub fn read(dir: &Path) -> Result<Folder, HubError> {
     if !config_path.is_file() {
         return Err(folder_err(
             dir,
-            "a model folder must hold a config.json (the transformers model config); this one \
-             has none",
+            "a directory without a config.json: a model folder must hold one (the \
+             transformers model config: a clone or `save_pretrained` output of a Hub model)",
         ));
     }
     let text = fsutil::read_bounded_string(&config_path, FileKind::Model)
