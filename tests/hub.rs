@@ -245,7 +245,7 @@ fn a_hub_id_plans_like_the_local_file_then_from_the_cache_and_offline() {
     // The same config as a local clone's config.json, and as the clone's folder.
     let clone = home.0.join("clone/Qwen2.5-1.5B");
     std::fs::create_dir_all(&clone).expect("clone");
-    std::fs::copy(QWEN.to_string(), clone.join("config.json")).expect("copy");
+    std::fs::copy(QWEN, clone.join("config.json")).expect("copy");
     let hub = Hub::start();
     let local_file = clone.join("config.json");
     let (ok, local, err) = plan(
