@@ -403,7 +403,7 @@ fn fsdp2_world_2_under_torchrun_reports_both_ranks() {
     assert_eq!(t.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
 }
 
-/// DeepSpeed ZeRO-2 at world 2, rank 0 emulated on one GPU (`tools/ds_runner.py`). Needs
+/// DeepSpeed ZeRO-2 at world 2, rank 0 emulated on one GPU (`crates/device/runners/ds_runner.py`). Needs
 /// DeepSpeed in the Python the bench uses (`python3`): on the device, install the carried
 /// wheels as `tools/run_ds_on_device.sh` does (`pip install --no-index --no-deps --target
 /// /tmp/dssite .whl/ds/*.whl`) and run with `PYTHONPATH=/tmp/dssite`. Prints measured vs

@@ -13,7 +13,7 @@ PY="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 BNB=$(mktemp -d)
 "$PY" -m pip install -q --no-deps --target "$BNB" .whl/bitsandbytes-0.50.2-*.whl > "$OUT/bnb_install.log" 2>&1
-export PYTHONPATH="$BNB:$(pwd)/tools${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$BNB:$(pwd)/crates/device/runners:$(pwd)/tools${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 LIMIT="${LIMIT:-520}"
 case "${PART:-steps}" in
@@ -44,7 +44,7 @@ for i, r in enumerate(rows):
     open(sys.argv[1] + f"/shard{i % 3}.jsonl", "a").write(json.dumps(r) + "\n")
 ' "$SH"
     for s in 0 1 2; do
-        timeout -k 5 "$LIMIT" "$PY" tools/torch_runner.py measure "$SH/shard$s.jsonl" > "$SH/out$s.jsonl" 2> "$OUT/shard$s.log" &
+        timeout -k 5 "$LIMIT" "$PY" crates/device/runners/torch_runner.py measure "$SH/shard$s.jsonl" > "$SH/out$s.jsonl" 2> "$OUT/shard$s.log" &
     done
     wait
     cat "$SH"/out*.jsonl | "$PY" -c '
@@ -93,12 +93,12 @@ def start(lane):
     if left < 20:
         return None
     if r["grid_id"] == "rest":
-        return subprocess.Popen(["timeout", "-k", "5", str(int(left)), sys.executable, "tools/torch_runner.py",
+        return subprocess.Popen(["timeout", "-k", "5", str(int(left)), sys.executable, "crates/device/runners/torch_runner.py",
                                  "measure", f"{out}/rest_configs.jsonl"],
                                 stdout=open(f"{out}/rest.jsonl", "w"), stderr=open(f"{out}/rest.log", "w"))
     cfg = {k: v for k, v in r.items() if k not in ("cap_gib",)}
     f = open(f"{out}/cap_{r['grid_id']}.jsonl", "w")
-    p = subprocess.Popen(["timeout", "-k", "5", str(int(left)), sys.executable, "tools/torch_runner.py", "max-batch",
+    p = subprocess.Popen(["timeout", "-k", "5", str(int(left)), sys.executable, "crates/device/runners/torch_runner.py", "max-batch",
                           "--config", json.dumps(cfg), "--cap-gib", str(r["cap_gib"]), "--limit", "96"],
                          stdout=f, stderr=open(f"{out}/cap_{r['grid_id']}.log", "w"))
     return p

@@ -4,7 +4,7 @@
 #   PART=captures OUT=/some/dir bash tools/grid26b_on_device.sh  # 12 models: captured on the GPU host and measured
 #   PART=caps     OUT=/some/dir bash tools/grid26b_on_device.sh  # max-batch searches under caps
 # Ranks: FSDP2 / PyTorch ZeRO-1 as rank 0 of a world of N under the fake process group and DDP
-# at world 1 under NCCL (tools/dist_runner.py), DeepSpeed ZeRO-1/2/3 (tools/ds_runner.py, the
+# at world 1 under NCCL (crates/device/runners/dist_runner.py), DeepSpeed ZeRO-1/2/3 (crates/device/runners/ds_runner.py, the
 # wheels in .whl/ds/). Caps: the grid's 8 new searches and the 6 of tools/grid26_cap_configs.jsonl
 # that did not complete in session 11 (three built in fp32 under 24 GiB; three not reached).
 # Everything comes back in one archive (the device tool returns a bounded number of files).
@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1
 SITE=$(mktemp -d)
 "$PY" -m pip install -q --no-deps --no-compile --target "$SITE" .whl/bitsandbytes-0.50.2-*.whl .whl/ds/*.whl \
     > "$OUT/pip.log" 2>&1 || echo "pip install failed (see pip.log)"
-export PYTHONPATH="$SITE:$(pwd)/tools${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$SITE:$(pwd)/crates/device/runners:$(pwd)/tools${PYTHONPATH:+:$PYTHONPATH}"
 export DS_ACCELERATOR=cuda
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 LIMIT="${LIMIT:-540}"
@@ -47,7 +47,7 @@ def start(k):
     open(one, "w").write(json.dumps(r) + "\n")
     script, m = mode[r["strategy"]]
     env = dict(os.environ, MASTER_PORT=str(29600 + k))
-    return subprocess.Popen(["timeout", "-k", "5", str(int(min(left, 150))), py, f"tools/{script}", m, one],
+    return subprocess.Popen(["timeout", "-k", "5", str(int(min(left, 150))), py, f"crates/device/runners/{script}", m, one],
                             stdout=open(f"{out}/rank_{r['grid_id']}.jsonl", "w"),
                             stderr=open(f"{out}/rank_{r['grid_id']}.log", "w"), env=env, stdin=subprocess.DEVNULL)
 for k in range(3):
@@ -76,7 +76,7 @@ def cmd(r):
     a += ["--input", r["input"]] if "input" in r else ["--image", str(r["image"])]
     a += ["-o", f"{out}/g/{r['grid_id']}.vramlab-graph.json",
           "--measure", ",".join(map(str, r["measure"])), "--measure-out", f"{out}/g/{r['grid_id']}.measured.jsonl"]
-    return [py, "tools/capture.py"] + a
+    return [py, "runners/capture.py"] + a
 queue = list(rows)
 procs = []
 while queue or procs:
@@ -112,7 +112,7 @@ def start(k):
     if left < 30:
         return None
     cfg = {k2: v for k2, v in r.items() if k2 not in ("cap_gib", "split")}
-    return subprocess.Popen(["timeout", "-k", "5", str(int(left)), py, "tools/torch_runner.py", "max-batch",
+    return subprocess.Popen(["timeout", "-k", "5", str(int(left)), py, "crates/device/runners/torch_runner.py", "max-batch",
                              "--config", json.dumps(cfg), "--cap-gib", str(r["cap_gib"]), "--limit", "96"],
                             stdout=open(f"{out}/cap_{r['grid_id']}.jsonl", "w"),
                             stderr=open(f"{out}/cap_{r['grid_id']}.log", "w"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Large-batch diagnostics on the GPU machine: allocator traces (tools/trace.py memory) of
 # configurations where the planner missed at large batch, and phase readings
-# (tools/torch_runner.py measure) over batch sizes. Results under $OUT/t, tarred.
+# (crates/device/runners/torch_runner.py measure) over batch sizes. Results under $OUT/t, tarred.
 set -u
 OUT=${OUT:-./device_out}
 mkdir -p "$OUT/t"
@@ -17,5 +17,5 @@ trace fcn_fp32_b8 '{"model":"fcn_resnet50","batch":8,"precision":"fp32","optimiz
 : > "$OUT/t/configs.jsonl"
 for b in 64 256 1024 2006; do echo "{\"model\":\"vit_b_16\",\"batch\":$b,\"precision\":\"amp-bf16\",\"optimizer\":\"adamw\"}" >> "$OUT/t/configs.jsonl"; done
 for b in 8 32 64 76; do echo "{\"model\":\"gpt2\",\"batch\":$b,\"seq\":1024,\"precision\":\"amp-bf16\",\"optimizer\":\"adamw\"}" >> "$OUT/t/configs.jsonl"; done
-timeout 200 python3 tools/torch_runner.py measure "$OUT/t/configs.jsonl" > "$OUT/t/large_batch.jsonl" 2>> "$OUT/t/trace.log"
+timeout 200 python3 crates/device/runners/torch_runner.py measure "$OUT/t/configs.jsonl" > "$OUT/t/large_batch.jsonl" 2>> "$OUT/t/trace.log"
 tar czf "$OUT/traces.tgz" -C "$OUT" t && rm -rf "$OUT/t"

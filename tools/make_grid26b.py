@@ -13,14 +13,14 @@ Parts:
 - ranks (30): strategy (FSDP2, DDP, PyTorch ZeRO-1, DeepSpeed ZeRO-1/2/3), world size, model,
   precision, checkpointing, loop shape, batch x sequence, accumulation, the strategy's own
   knobs (FSDP2 reshard_after_forward / MixedPrecisionPolicy, DDP bucket view). Rank 0 of a
-  world of N under the fake process group (DDP: world 1 under NCCL), as tools/dist_runner.py
-  and tools/ds_runner.py run them. Constraint fixed before drawing: tokens per micro-batch
+  world of N under the fake process group (DDP: world 1 under NCCL), as crates/device/runners/dist_runner.py
+  and crates/device/runners/ds_runner.py run them. Constraint fixed before drawing: tokens per micro-batch
   <= 8192.
 - captures (12): models not in tests/data/captured yet (timm, torchvision) and two new
   hand-written modules (tools/handwritten_models.py), with precision, loop shape,
   checkpointing (timm only), image side and two measured batches drawn. Captured on the
   CPU-only machine with `vramlab capture` defaults; captured again and measured on the GPU
-  host with tools/capture.py --measure.
+  host with runners/capture.py --measure.
 - caps (8): LoRA / QLoRA max-batch searches under 24 / 48 / 80 GiB caps (at least three of
   them checkpointed LoRA and two QLoRA, forced before drawing the rest of the row).
 """

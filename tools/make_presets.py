@@ -2,7 +2,7 @@
 """Writes presets/models/<id>.json for the built-in model presets.
 
 Standard library only. The values mirror torchvision's builder functions
-(weights=None) and the well-known Hugging Face configs; tools/torch_runner.py
+(weights=None) and the well-known Hugging Face configs; crates/device/runners/torch_runner.py
 `count` checks them against the real PyTorch modules.
 
     python3 tools/make_presets.py            # (re)write all preset files
@@ -126,7 +126,7 @@ def presets():
         "id": "unet",
         "family": "unet",
         "display_name": "U-Net",
-        "reference": "tools/torch_runner.py UNet (see presets/README.md, UNet reference)",
+        "reference": "crates/device/runners/torch_runner.py UNet (see presets/README.md, UNet reference)",
         "input": image(256),
         "params": {"depth": 4, "base_channels": 64, "in_channels": 3, "num_classes": 2},
     })

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What fake tensors cannot see: the memory each ATen op allocates for itself on a real GPU.
 
-Runs the training step of tools/capture.py (same model factories, same loop) for real on
+Runs the training step of runners/capture.py (same model factories, same loop) for real on
 CUDA, and during the third (measured) step wraps every ATen op in a TorchDispatchMode that
 reads the caching allocator around it:
 

@@ -20,7 +20,7 @@ run_each() {  # MODE CONFIGS OUTNAME: one process per config (a DDP reducer outl
   while IFS= read -r line; do
     [ -z "$line" ] && continue
     printf '%s\n' "$line" > "$OUT/one.jsonl"
-    timeout -k 5 "${LIMIT_DDP_ONE:-60}" "$PY" tools/dist_runner.py "$1" "$OUT/one.jsonl" \
+    timeout -k 5 "${LIMIT_DDP_ONE:-60}" "$PY" crates/device/runners/dist_runner.py "$1" "$OUT/one.jsonl" \
         < /dev/null 2>> "$OUT/$3.log" \
       | sed "s/^{\"index\": 0,/{\"index\": $i,/" >> "$OUT/$3.jsonl"
     i=$((i + 1))
@@ -32,7 +32,7 @@ if [ -n "${ZERO1_ONLY:-}" ]; then
   run_each zero1 "${ZERO1_CONFIGS:-tools/dist_zero_configs.jsonl}" zero1
   exit 0
 fi
-timeout -k 5 "${LIMIT_FSDP:-300}" "$PY" tools/dist_runner.py fsdp "${FSDP_CONFIGS:-tools/dist_fsdp_configs.jsonl}" > "$OUT/fsdp.jsonl" 2> "$OUT/fsdp.log"
+timeout -k 5 "${LIMIT_FSDP:-300}" "$PY" crates/device/runners/dist_runner.py fsdp "${FSDP_CONFIGS:-tools/dist_fsdp_configs.jsonl}" > "$OUT/fsdp.jsonl" 2> "$OUT/fsdp.log"
 echo "fsdp rc=$? lines=$(wc -l < "$OUT/fsdp.jsonl")"
 # DDP: one process per config (a DDP model's reducer outlives it in the process: the next
 # row's memory would carry the previous model's buckets).
@@ -41,7 +41,7 @@ i=0
 while IFS= read -r line; do
   [ -z "$line" ] && continue
   printf '%s\n' "$line" > "$OUT/ddp_one.jsonl"
-  timeout -k 5 "${LIMIT_DDP_ONE:-60}" "$PY" tools/dist_runner.py ddp "$OUT/ddp_one.jsonl" \
+  timeout -k 5 "${LIMIT_DDP_ONE:-60}" "$PY" crates/device/runners/dist_runner.py ddp "$OUT/ddp_one.jsonl" \
       < /dev/null 2>> "$OUT/ddp.log" \
     | sed "s/^{\"index\": 0,/{\"index\": $i,/" >> "$OUT/ddp.jsonl"
   i=$((i + 1))

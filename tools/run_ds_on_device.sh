@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DeepSpeed ZeRO-1/2/3 per-rank measurements on one GPU (tools/ds_runner.py): rank 0 of a world
+# DeepSpeed ZeRO-1/2/3 per-rank measurements on one GPU (crates/device/runners/ds_runner.py): rank 0 of a world
 # of N under PyTorch's fake process group, one process per config (DeepSpeed keeps groups and
 # hooks in module globals). The device has no DeepSpeed and no internet: the wheels travel in
 # .whl/ds/ (deepspeed 0.19.8 built with DS_BUILD_OPS=0 DS_ACCELERATOR=cuda, and its pure /
@@ -29,7 +29,7 @@ i=0
 while IFS= read -r line; do
   [ -z "$line" ] && continue
   printf '%s\n' "$line" > "$OUT/one.jsonl"
-  timeout -k 5 "${LIMIT_DS_ONE:-120}" "$PY" tools/ds_runner.py measure "$OUT/one.jsonl" \
+  timeout -k 5 "${LIMIT_DS_ONE:-120}" "$PY" crates/device/runners/ds_runner.py measure "$OUT/one.jsonl" \
       < /dev/null 2>> "$OUT/ds.log" \
     | sed "s/^{\"index\": 0,/{\"index\": $i,/" >> "$OUT/ds.jsonl"
   i=$((i + 1))

@@ -9,5 +9,5 @@ mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
-timeout -k 5 "${LIMIT:-300}" "$PY" tools/torch_runner.py measure "${CONFIGS:-tools/eval_configs.jsonl}" > "$OUT/eval_step.jsonl" 2> "$OUT/eval_step.log"
+timeout -k 5 "${LIMIT:-300}" "$PY" crates/device/runners/torch_runner.py measure "${CONFIGS:-tools/eval_configs.jsonl}" > "$OUT/eval_step.jsonl" 2> "$OUT/eval_step.log"
 echo "eval rc=$? lines=$(wc -l < "$OUT/eval_step.jsonl")"

@@ -7,7 +7,7 @@ cd "${REPO_ROOT:-$(dirname "$0")/..}"
 OUT="${OUT:-./device_out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-RUNNER="${RUNNER:-tools/torch_runner.py}"
+RUNNER="${RUNNER:-crates/device/runners/torch_runner.py}"
 CONFIGS="${CONFIGS:-tools/lora_configs.jsonl}"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1

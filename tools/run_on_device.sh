@@ -26,14 +26,14 @@ elapsed() { echo $(( $(date +%s) - START )); }
 
 echo "== versions"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1 | tee "$OUT/nvidia-smi.txt"
-timeout 30 "$PY" tools/torch_runner.py --env 2> "$OUT/env.log" | tee "$OUT/env.json"
+timeout 30 "$PY" crates/device/runners/torch_runner.py --env 2> "$OUT/env.log" | tee "$OUT/env.json"
 
 echo "== calibration ($(wc -l < "$CAL") configs, timeout ${T_CAL}s) at $(elapsed)s"
-timeout -k 5 "$T_CAL" "$PY" tools/torch_runner.py measure "$CAL" > "$OUT/calibration.jsonl" 2> "$OUT/calibration.log"
+timeout -k 5 "$T_CAL" "$PY" crates/device/runners/torch_runner.py measure "$CAL" > "$OUT/calibration.jsonl" 2> "$OUT/calibration.log"
 echo "   rc=$? lines=$(wc -l < "$OUT/calibration.jsonl") at $(elapsed)s"
 
 echo "== holdout ($(wc -l < "$HOLD") configs, timeout ${T_HOLD}s) at $(elapsed)s"
-timeout -k 5 "$T_HOLD" "$PY" tools/torch_runner.py measure "$HOLD" > "$OUT/holdout.jsonl" 2> "$OUT/holdout.log"
+timeout -k 5 "$T_HOLD" "$PY" crates/device/runners/torch_runner.py measure "$HOLD" > "$OUT/holdout.jsonl" 2> "$OUT/holdout.log"
 echo "   rc=$? lines=$(wc -l < "$OUT/holdout.jsonl") at $(elapsed)s"
 
 echo "== max-batch under --cap-gib 24 (timeout ${T_MAX}s each) at $(elapsed)s"
@@ -43,7 +43,7 @@ for cfg in \
     '{"model": "resnet50", "precision": "fp32", "optimizer": "adamw"}' \
     '{"model": "gpt2", "precision": "amp-bf16", "optimizer": "adamw", "attention": "sdpa"}' \
     '{"model": "TinyLlama-1.1B", "precision": "bf16", "optimizer": "adamw", "attention": "sdpa"}'; do
-    timeout -k 5 "$T_MAX" "$PY" tools/torch_runner.py max-batch --config "$cfg" --cap-gib 24 \
+    timeout -k 5 "$T_MAX" "$PY" crates/device/runners/torch_runner.py max-batch --config "$cfg" --cap-gib 24 \
         >> "$OUT/maxbatch.jsonl" 2>> "$OUT/maxbatch.log"
     echo "   rc=$? $cfg at $(elapsed)s"
 done

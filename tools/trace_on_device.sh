@@ -21,5 +21,5 @@ done
 timeout 90 python3 tools/trace.py memory --config '{"model":"resnet18","batch":128,"precision":"fp32","optimizer":"adamw"}' > "$OUT/mem_resnet18.json" 2>> "$OUT/trace.log"
 timeout 90 python3 tools/trace.py memory --config '{"model":"unet","batch":16,"precision":"fp32","optimizer":"adamw"}' > "$OUT/mem_unet.json" 2>> "$OUT/trace.log"
 timeout 90 python3 tools/trace.py memory --config '{"model":"bert-base-uncased","batch":8,"seq":512,"precision":"amp-bf16","optimizer":"adamw"}' > "$OUT/mem_bert.json" 2>> "$OUT/trace.log"
-timeout 150 python3 tools/torch_runner.py measure tools/holdout2_configs.jsonl > "$OUT/holdout2.jsonl" 2>> "$OUT/trace.log"
+timeout 150 python3 crates/device/runners/torch_runner.py measure tools/holdout2_configs.jsonl > "$OUT/holdout2.jsonl" 2>> "$OUT/trace.log"
 ls -la "$OUT"; tail -5 "$OUT/trace.log"

@@ -1,4 +1,4 @@
-//! `vramlab capture`: runs the embedded `tools/capture.py` with the user's Python to record
+//! `vramlab capture`: runs the embedded `runners/capture.py` with the user's Python to record
 //! one training step of a PyTorch model on fake tensors (`*.vramlab-graph.json`).
 
 use std::io::Write;
@@ -9,12 +9,12 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 /// The capture helper, embedded so that the binary alone can run it.
-pub const CAPTURE_PY: &str = include_str!("../../tools/capture.py");
+pub const CAPTURE_PY: &str = include_str!("../../runners/capture.py");
 /// CUDA's autocast policy for captures on a machine without a GPU (imported by capture.py
 /// from its own folder).
-pub const CUDA_AUTOCAST_PY: &str = include_str!("../../tools/cuda_autocast.py");
+pub const CUDA_AUTOCAST_PY: &str = include_str!("../../runners/cuda_autocast.py");
 /// CUDA's SDPA backend and fused dropout mirrored on the CPU (capture.py imports it beside itself).
-pub const CUDA_COMPOSITES_PY: &str = include_str!("../../tools/cuda_composites.py");
+pub const CUDA_COMPOSITES_PY: &str = include_str!("../../runners/cuda_composites.py");
 
 #[derive(Debug, Args)]
 pub struct CaptureArgs {

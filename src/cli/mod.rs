@@ -53,7 +53,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Compare the planner with measured runs (JSON lines from tools/torch_runner.py).
+    /// Compare the planner with measured runs (JSON lines from crates/device/runners/torch_runner.py).
     Validate {
         /// Measurement files.
         files: Vec<std::path::PathBuf>,

@@ -16,7 +16,7 @@ use crate::units::Bytes;
 pub enum EngineKind {
     /// vramlab's own synthetic training step on cudarc + cuBLAS.
     Native,
-    /// The reference model in the user's PyTorch (`tools/torch_runner.py`).
+    /// The reference model in the user's PyTorch (`crates/device/runners/torch_runner.py`).
     Torch,
 }
 

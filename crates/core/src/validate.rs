@@ -1,5 +1,5 @@
 //! Compares the planner with measured training steps (JSON lines written by
-//! `tools/torch_runner.py measure`).
+//! `crates/device/runners/torch_runner.py measure`).
 
 use serde::{Deserialize, Serialize};
 
@@ -78,7 +78,7 @@ pub struct Measured {
     /// peft's `get_nb_trainable_parameters()` on the measured model.
     #[serde(default)]
     pub trainable_params: Option<u64>,
-    /// Distributed rows (`tools/dist_runner.py`): the world this rank belongs to.
+    /// Distributed rows (`crates/device/runners/dist_runner.py`): the world this rank belongs to.
     #[serde(default)]
     pub gpus: Option<u32>,
     #[serde(default)]
@@ -95,7 +95,7 @@ pub struct Measured {
     pub bucket_cap_mb: Option<u64>,
     #[serde(default)]
     pub gradient_as_bucket_view: Option<bool>,
-    /// DeepSpeed rows (`tools/ds_runner.py`, strategy `zero1`-`zero3`): `"optimizer"` /
+    /// DeepSpeed rows (`crates/device/runners/ds_runner.py`, strategy `zero1`-`zero3`): `"optimizer"` /
     /// `"params"` offload, and the `zero_optimization` knobs they set (absent: DeepSpeed's
     /// defaults).
     #[serde(default)]

@@ -338,7 +338,7 @@ fn eval_step_within_targets_and_no_grad_saving_measured() {
     assert!(pairs >= 8, "only {pairs} eval / eval-grad pairs");
 }
 
-/// More than one GPU, per rank (`tools/dist_runner.py`, H200, PyTorch 2.11): FSDP2
+/// More than one GPU, per rank (`crates/device/runners/dist_runner.py`, H200, PyTorch 2.11): FSDP2
 /// (`fully_shard` per block + root) as rank 0 of a world of 2, 4 and 8 under the fake
 /// process group, GPT-2 and Llama-style configs, with and without checkpointing,
 /// `MixedPrecisionPolicy` and `reshard_after_forward` on and off, both loop shapes; DDP at

@@ -174,7 +174,7 @@ fn distributed_bench_runs_report_their_ranks_and_match_the_plan() {
     }
 }
 
-/// `vramlab bench --gpus N --strategy zero2|zero3` through `tools/ds_runner.py` on the H200
+/// `vramlab bench --gpus N --strategy zero2|zero3` through `crates/device/runners/ds_runner.py` on the H200
 /// (session 10, DeepSpeed 0.19.8): ZeRO-2 ×2 and ZeRO-3 ×4 as rank 0 emulated, ZeRO-2 ×1
 /// under torchrun with NCCL. Each trial ran, says how its world ran and reports rank 0
 /// (how close the DeepSpeed plans are is asserted over `distributed_deepspeed*.jsonl`).

@@ -1,4 +1,4 @@
-//! Captured graphs (`tests/data/captured/*.vramlab-graph.json`, written by `tools/capture.py`
+//! Captured graphs (`tests/data/captured/*.vramlab-graph.json`, written by `runners/capture.py`
 //! on the H200 machine on fake tensors) planned by the core and compared with the same
 //! training step run for real on the H200 (`tests/data/captured.jsonl`, written by
 //! `tools/capture_on_device.sh`). CI has no torch: the graphs are committed.
@@ -222,11 +222,11 @@ fn committed_graphs_plan_at_any_batch_and_refuse_other_settings() {
 }
 
 /// Graphs captured on a machine without a GPU (`tests/data/captured_cpu/`, torch 2.11.0
-/// from the package registry on a 2-core CPU-only machine, `tools/capture.py` with its
+/// from the package registry on a 2-core CPU-only machine, `runners/capture.py` with its
 /// default device, i.e. fake CPU tensors and CUDA's autocast lists from
-/// `tools/cuda_autocast.py`) plan like the same models captured on the H200 host
+/// `runners/cuda_autocast.py`) plan like the same models captured on the H200 host
 /// (`tests/data/captured/`): peak allocated and reserved within 1 % at batches from 1 to 64
-/// (MobileViT too, since tools/cuda_composites.py mirrors CUDA's SDPA backend choice).
+/// (MobileViT too, since runners/cuda_composites.py mirrors CUDA's SDPA backend choice).
 #[test]
 fn cpu_captures_plan_like_gpu_host_captures() {
     let dir = data("captured_cpu");
@@ -262,7 +262,7 @@ fn cpu_captures_plan_like_gpu_host_captures() {
             );
             println!("{name} b{batch}: allocated {ea:+.3} %, reserved {er:+.3} %");
             // MobileViT's attention heads are not a multiple of 8 wide: CUDA's flash kernel
-            // pads q/k/v (`constant_pad_nd`, `slice_backward`); tools/cuda_composites.py
+            // pads q/k/v (`constant_pad_nd`, `slice_backward`); runners/cuda_composites.py
             // mirrors that choice on the CPU (it planned 2.5 % low before).
             worst = worst.max(ea.abs()).max(er.abs());
             assert!(

@@ -1,4 +1,4 @@
-//! DeepSpeed ZeRO-1/2/3 per rank (`tools/ds_runner.py`, DeepSpeed 0.19.8, H200, torch 2.11):
+//! DeepSpeed ZeRO-1/2/3 per rank (`crates/device/runners/ds_runner.py`, DeepSpeed 0.19.8, H200, torch 2.11):
 //! rank 0 of an emulated world (PyTorch's fake process group), each phase of the step.
 
 use vramlab_core::model::preset::{Preset, find_builtin};
@@ -173,7 +173,7 @@ fn deepspeed_held_out_phases() {
     println!("worst phase error {:.2} % of the peak", 100.0 * worst);
 }
 
-/// DeepSpeed ZeRO-1/2/3 per rank (`tools/ds_runner.py`: DeepSpeed 0.19.8, torch 2.11,
+/// DeepSpeed ZeRO-1/2/3 per rank (`crates/device/runners/ds_runner.py`: DeepSpeed 0.19.8, torch 2.11,
 /// transformers 5.17, H200), rank 0 of an emulated world of 2, 4 or 8 (PyTorch's fake
 /// process group): GPT-2 (12 layers, medium), Llama-3.2-1B (4 layers), TinyLlama; fp32 and
 /// bf16, checkpointing, accumulation, CPU optimizer offload, smaller reduce buckets,

@@ -87,7 +87,7 @@ struct Caps {
     searches: Vec<(String, u64, u64)>,
 }
 
-/// Plans every search in `lines` (max-batch outputs of `tools/torch_runner.py max-batch`)
+/// Plans every search in `lines` (max-batch outputs of `crates/device/runners/torch_runner.py max-batch`)
 /// with the free-and-retry allocator model and prints it beside the largest batch that ran.
 /// Searches whose model build itself ran out of memory under the cap are reported, not
 /// checked; ids in `skip` (searches run again later) are left out.

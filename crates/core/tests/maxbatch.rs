@@ -1,5 +1,5 @@
 //! Predicted largest batch against the largest batch that really ran under a memory cap
-//! (`tools/torch_runner.py max-batch --cap-gib 24` on an H200, tests/data/maxbatch.jsonl).
+//! (`crates/device/runners/torch_runner.py max-batch --cap-gib 24` on an H200, tests/data/maxbatch.jsonl).
 //! The planned max batch is judged at the upper edge of the mode's measured reserved band,
 //! as `max-batch` plans it: it must never exceed the largest batch that ran.
 

@@ -1,5 +1,5 @@
 //! A captured model: the storage allocations and frees of one training step of any PyTorch
-//! model, recorded by `tools/capture.py` on fake tensors at several batch sizes
+//! model, recorded by `runners/capture.py` on fake tensors at several batch sizes
 //! (`model.vramlab-graph.json`). Parsing fits every allocation as `per_sample × batch + fixed`
 //! from two batches and checks the fit on the others; what does not scale is refused, naming
 //! the op. [`crate::plan::captured`] turns the result into planner events.

@@ -2,7 +2,7 @@
 //! kernels allocate temporaries of their own through the caching allocator — reductions'
 //! cross-block staging buffers, `roll`'s and softmax backward's extra copies, layer norm's
 //! contiguous copies, the attention backward kernels' fp32 accumulators. Fake tensors do
-//! not see them; `tools/capture.py` records the sizes the rules need
+//! not see them; `runners/capture.py` records the sizes the rules need
 //! ([`crate::plan::kernel_temps`]) as `per_sample × batch + fixed` pairs.
 //!
 //! One call: `[event, op, phase, {feature: [per_sample, fixed] | bool}]`, the event after

@@ -46,7 +46,7 @@ pub enum ModelSpec {
     /// An encoder-decoder (`T5ForConditionalGeneration`): source length from the plan's
     /// size, target length from `target_seq`.
     T5(t5::T5Params),
-    /// A training step captured by `tools/capture.py` (`*.vramlab-graph.json`): planned from
+    /// A training step captured by `runners/capture.py` (`*.vramlab-graph.json`): planned from
     /// its events, not built (see [`super::captured`]).
     Captured(Box<super::captured::CapturedGraph>),
 }

@@ -252,7 +252,7 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
         return Err(PlanError::Field {
             field: "checkpoint_reentrant",
             reason: format!(
-                "{} was captured with non-reentrant checkpointing (tools/capture.py); \
+                "{} was captured with non-reentrant checkpointing (runners/capture.py); \
                  reentrant checkpointing is planned for built models only",
                 c.model
             ),

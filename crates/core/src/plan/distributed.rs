@@ -528,7 +528,7 @@ impl Distributed {
     /// The precision the module trains in. DeepSpeed's `bf16` / `fp16` blocks (what the
     /// DeepSpeed export writes for `amp-bf16` / `amp-fp16`) hold the module itself in 16
     /// bits, with no autocast and fp32 only in the optimizer's master partition
-    /// (`engine.py` `_configure_zero_optimizer`; `tools/ds_runner.py` casts the model as
+    /// (`engine.py` `_configure_zero_optimizer`; `crates/device/runners/ds_runner.py` casts the model as
     /// DeepSpeed expects): planned as `bf16` (fp16 takes the same bytes). Others: `p`.
     pub fn module_precision(&self, p: Precision) -> Precision {
         match p {

@@ -1,5 +1,5 @@
-//! The PyTorch engine for a multi-GPU world: each trial starts `tools/dist_runner.py`
-//! (FSDP2, DDP, torch-zero1) or `tools/ds_runner.py` (DeepSpeed ZeRO-1/2/3; DeepSpeed must
+//! The PyTorch engine for a multi-GPU world: each trial starts `crates/device/runners/dist_runner.py`
+//! (FSDP2, DDP, torch-zero1) or `crates/device/runners/ds_runner.py` (DeepSpeed ZeRO-1/2/3; DeepSpeed must
 //! be importable, checked before anything starts) — both embedded, next to
 //! `torch_runner.py` which they import — with one config, either under
 //! `torchrun` with one rank per GPU (real NCCL, every rank measured) or as one process,
@@ -18,11 +18,10 @@ use serde_json::Value;
 
 use super::engine::{Control, Engine, TrialJob, cancelled_trial};
 use super::py_import::{IMPORT_TIMEOUT, check_import};
-use super::torch::{RUNNER, SAMPLE_EVERY, TRIAL_TIMEOUT, TempDir, device_info, probe};
+use super::torch::{SAMPLE_EVERY, TRIAL_TIMEOUT, TempDir, device_info, probe};
 use super::world::{
-    DIST_RUNNER, DS_RUNNER, LaunchSpec, Runner, WorldResult, check_config,
-    deepspeed_missing_message, dist_config_line, launch, parse_ranks, pick_mode, rank_file_name,
-    runner_for,
+    LaunchSpec, Runner, WorldResult, check_config, deepspeed_missing_message, dist_config_line,
+    launch, parse_ranks, pick_mode, rank_file_name, runner_for,
 };
 use crate::gpu::nvml;
 use vramlab_core::plan::TrainConfig;
@@ -69,14 +68,7 @@ impl DistEngine {
         let world = cfg.distributed.world();
         let mode = pick_mode(world, gpus);
         let dir = TempDir::named("dist")?;
-        for (name, text) in [
-            ("torch_runner.py", RUNNER),
-            ("dist_runner.py", DIST_RUNNER),
-            ("ds_runner.py", DS_RUNNER),
-        ] {
-            let p = dir.0.join(name);
-            std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
-        }
+        super::runners::write_all(&dir.0, "torch_runner.py")?;
         let mut cmd = Command::new(&python);
         cmd.arg(dir.0.join("torch_runner.py")).arg("--env");
         if mode == WorldMode::Emulated {
@@ -413,7 +405,10 @@ esac
         let pid = std::fs::read_to_string(engine.dir.0.join("trial0/sleeper.pid"));
         let argv = std::fs::read_to_string(engine.dir.0.join("trial0/argv.txt"));
         let embedded = std::fs::read_to_string(engine.dir.0.join("ds_runner.py"));
-        assert_eq!(embedded.ok().as_deref(), Some(DS_RUNNER));
+        assert_eq!(
+            embedded.ok().as_deref(),
+            Some(super::super::runners::DS_RUNNER)
+        );
         (
             trial,
             pid.unwrap_or_default().trim().to_string(),

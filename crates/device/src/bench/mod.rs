@@ -13,6 +13,7 @@ pub mod native;
 pub mod profile;
 pub mod py_import;
 pub mod runner;
+pub mod runners;
 pub mod schedule;
 pub mod torch;
 pub mod world;

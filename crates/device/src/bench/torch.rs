@@ -1,6 +1,6 @@
 //! The PyTorch engine: runs the same configuration with the reference implementation
 //! (torchvision / transformers, random init) in the user's Python, through
-//! `tools/torch_runner.py serve` (embedded in the binary). One subprocess per run keeps
+//! `crates/device/runners/torch_runner.py serve` (embedded in the binary). One subprocess per run keeps
 //! the model between trials; each trial is one JSON line in and one out. NVML samples
 //! the subprocess's memory while a trial runs. Cancel kills the subprocess.
 
@@ -20,8 +20,8 @@ use vramlab_core::plan::TrainConfig;
 use vramlab_core::record::{DeviceInfo, MemSample, Outcome, Trial};
 use vramlab_core::units::Bytes;
 
-/// The reference runner, shipped inside the binary.
-pub const RUNNER: &str = include_str!("../../../../tools/torch_runner.py");
+/// The reference runner, shipped inside the binary (with its siblings: [`super::runners`]).
+pub const RUNNER: &str = super::runners::TORCH_RUNNER;
 
 /// Longest a single trial may take before the subprocess is killed.
 pub const TRIAL_TIMEOUT: Duration = Duration::from_secs(900);
@@ -146,8 +146,7 @@ impl TorchEngine {
             .unwrap_or_else(|| "python3".into());
         detect(&python)?;
         let dir = TempDir::new()?;
-        let script = dir.0.join("torch_runner.py");
-        std::fs::write(&script, RUNNER).with_context(|| format!("writing {}", script.display()))?;
+        let script = super::runners::write_all(&dir.0, "torch_runner.py")?;
         let mut child = Command::new(&python)
             .arg("-u")
             .arg(&script)
@@ -325,7 +324,7 @@ pub fn config_line(preset: &Preset, cfg: &TrainConfig, size: u64, batch: u64) ->
     };
     c[key] = json!(size);
     if let Some(t) = preset.target_seq(cfg.target_seq) {
-        // Encoder-decoder: labels of their own length (tools/torch_runner.py).
+        // Encoder-decoder: labels of their own length (crates/device/runners/torch_runner.py).
         c["target_seq"] = json!(t);
     }
     let ft = &cfg.finetune;

@@ -18,12 +18,7 @@ use vramlab_core::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, 
 use vramlab_core::record::{EngineKind, Outcome, RankPeak, Trial, WorldMode, WorldRun};
 use vramlab_core::units::Bytes;
 
-/// The distributed runner, shipped inside the binary next to `torch_runner.py` (which it
-/// imports).
-pub const DIST_RUNNER: &str = include_str!("../../../../tools/dist_runner.py");
-
-/// The DeepSpeed runner, shipped next to the other two (it imports both).
-pub const DS_RUNNER: &str = include_str!("../../../../tools/ds_runner.py");
+pub use super::runners::{DIST_RUNNER, DS_RUNNER};
 
 /// The script that measures a strategy and its mode argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +119,7 @@ fn multi_node_message(d: &Distributed, runner: Runner) -> String {
         "a world of {} nodes × {} GPUs is not launched by the bench. Run the runner under \
          torchrun on each node yourself (node_rank 0..{}):\n  python -m torch.distributed.run \
          --nnodes {} --nproc_per_node {} --node_rank <this node> --rdzv_backend c10d \
-         --rdzv_endpoint <node 0 host>:29500 tools/{} {} CONFIG.jsonl --out-dir results\n\
+         --rdzv_endpoint <node 0 host>:29500 crates/device/runners/{} {} CONFIG.jsonl --out-dir results\n\
          (every rank writes results/rank<R>.jsonl); or plan --nodes 1 --gpus {} to measure \
          rank 0 of the same world emulated on one GPU",
         d.nodes,

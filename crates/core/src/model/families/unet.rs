@@ -1,4 +1,4 @@
-//! The reference UNet of `tools/torch_runner.py` (see presets/README.md, "UNet reference").
+//! The reference UNet of `crates/device/runners/torch_runner.py` (see presets/README.md, "UNet reference").
 //!
 //! - `DoubleConv(cin, cout)` = (Conv2d 3×3 pad 1 no bias → BatchNorm2d → ReLU(inplace)) × 2;
 //! - `inc = DoubleConv(in_channels, c)`; `depth` × `Down` = MaxPool2d(2) → DoubleConv(c·2^i, c·2^(i+1));
@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn param_counts_match_the_reference() {
-        // sum(p.numel() for p in tools/torch_runner.py UNet(...).parameters()).
+        // sum(p.numel() for p in crates/device/runners/torch_runner.py UNet(...).parameters()).
         assert_eq!(build(&preset(), 256).unwrap().param_count(), 31_037_698);
         let p = UnetParams {
             depth: 3,

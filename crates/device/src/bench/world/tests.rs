@@ -90,7 +90,10 @@ fn deepspeed_worlds_are_checked_and_may_offload() {
     let mut multi = cfg(4, Strategy::Zero3);
     multi.distributed.nodes = 2;
     let e = check_config(EngineKind::Torch, &multi).expect_err("multi-node");
-    assert!(e.contains("tools/ds_runner.py measure CONFIG.jsonl"), "{e}");
+    assert!(
+        e.contains("crates/device/runners/ds_runner.py measure CONFIG.jsonl"),
+        "{e}"
+    );
     // Its config line: 2 nodes × 4 GPUs, the world gpus × nodes as ds_runner reads it.
     let preset = vramlab_core::model::preset::find_builtin("gpt2").expect("gpt2");
     let v: Value = serde_json::from_str(&dist_config_line(&preset, &multi, 128, 1).expect("line"))

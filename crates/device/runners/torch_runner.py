@@ -32,7 +32,7 @@ Measurement config (one JSON object per line):
    ("attn": peft's default targets, c_attn / q_proj,v_proj; "all-linear": peft's, no lm_head);
    rows get "trainable_params" / "all_params" (peft's get_nb_trainable_parameters)
    "finetune": "qlora", "quant": "nf4" | "fp4" | "int8", "double_quant": true   -- bitsandbytes
-   base layers, prepare_model_for_kbit_training, then LoRA as above (tools/torch_qlora.py);
+   base layers, prepare_model_for_kbit_training, then LoRA as above (crates/device/runners/torch_qlora.py);
    rows get "quant_bytes" and, for the paged optimizers, "paged_state_bytes"
    "freeze_embeddings": true, "freeze_blocks": N   -- full fine-tuning of part of the model:
    every nn.Embedding and the first N blocks of the longest nn.ModuleList get

@@ -13,7 +13,7 @@ torch 2.11's `aten/src/ATen/native/transformers/attention.cpp` (`scaled_dot_prod
 checks, in the priority order of an sm90 device with cuDNN 9.15 or newer — the H100 / H200
 class: cuDNN, flash, memory-efficient, math; on sm8x flash comes first, which keeps the
 same tensors). The fused ops run on fake tensors through their meta kernels; autograd records
-their own backward nodes, as on the GPU. Autocast (tools/cuda_autocast.py, CUDA's lists:
+their own backward nodes, as on the GPU. Autocast (runners/cuda_autocast.py, CUDA's lists:
 `scaled_dot_product_attention` is lower-precision) casts the inputs before this kernel runs,
 as CUDA's autocast key does before the composite.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vramlab capture: record the tensor allocations of one training step of any PyTorch model.
 
-Runs the training step vramlab plans (the loop of tools/torch_runner.py) on fake tensors
+Runs the training step vramlab plans (the loop of crates/device/runners/torch_runner.py) on fake tensors
 (torch._subclasses.FakeTensorMode: no GPU, no weights, no data) and records every storage
 allocation (raw bytes, dtype, the op and module that made it) and every free (a weakref
 finalizer on the storage, as torch/distributed/_tools/mem_tracker.py does), at several batch
@@ -430,7 +430,7 @@ _CUDA_POLICY = {}
 
 def autocast_region(device, amp_dtype, amp):
     """The step's autocast region. On the CPU (a machine without a GPU) with CUDA's op lists,
-    not the CPU's (tools/cuda_autocast.py): the graph is the GPU host's."""
+    not the CPU's (runners/cuda_autocast.py): the graph is the GPU host's."""
     if device.type == "cuda" or not amp:
         return torch.autocast(device.type, dtype=amp_dtype, enabled=amp)
     if amp_dtype not in _CUDA_POLICY:
@@ -541,7 +541,7 @@ def capture_one(args, factory, kind, size, batch, device_name):
     device = torch.device("cpu" if real else device_name)
     if device.type == "cpu" and not real:
         # fake CPU tensors stand for the GPU host's: its SDPA backends and fused dropout
-        # (tools/cuda_composites.py)
+        # (runners/cuda_composites.py)
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import cuda_composites
 
@@ -730,7 +730,7 @@ def main():
     ap.add_argument("--device", default=None,
                     help="the fake device [default: cuda where CUDA is available, else cpu: "
                          "backward on fake CUDA tensors needs a CUDA driver; on cpu, autocast follows CUDA's "
-                         "op lists (tools/cuda_autocast.py), so the graph is the GPU host's]")
+                         "op lists (runners/cuda_autocast.py), so the graph is the GPU host's]")
     ap.add_argument("--real-cpu", action="store_true", help="run for real on the CPU instead of fake tensors")
     ap.add_argument("--measure", help="also measure on CUDA at these batches (comma list)")
     ap.add_argument("--measure-out", help="JSON lines file for --measure")

@@ -1,4 +1,4 @@
-"""QLoRA / LLM.int8 base layers and the bitsandbytes optimizers, for tools/torch_runner.py.
+"""QLoRA / LLM.int8 base layers and the bitsandbytes optimizers, for crates/device/runners/torch_runner.py.
 
 The base model is built in fp32 (random init), then every Linear / GPT-2 Conv1D except the
 output embedding is replaced the way transformers' bitsandbytes integration loads a
