@@ -116,6 +116,13 @@ fn serve(stream: TcpStream) {
     };
     match path.as_str() {
         "/Qwen/Qwen2.5-1.5B/resolve/main/config.json" => ok(&std::fs::read(QWEN).expect("config")),
+        // A renamed repository: a relative redirect to the new name, as the Hub answers.
+        "/Qwen/Qwen2.5-1.5B-old/resolve/main/config.json" => respond(
+            stream,
+            "307 Temporary Redirect",
+            &[("Location", "/Qwen/Qwen2.5-1.5B/resolve/main/config.json")],
+            b"",
+        ),
         "/Qwen/Qwen2.5-1.5B/resolve/nope/config.json" => respond(
             stream,
             "404 Not Found",
@@ -419,6 +426,14 @@ fn hub_errors_say_what_to_do() {
         err.contains(&format!("no answer from {} within 1 s", hub.endpoint)),
         "{err}"
     );
+    let (ok, out, err) = plan(&home.0, &hub.endpoint, &[], "Qwen/Qwen2.5-1.5B-old");
+    assert!(ok, "a renamed repository's redirect is followed: {err}");
+    let (_, local, _) = plan(&home.0, &hub.endpoint, &[], QWEN);
+    let (a, b): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(&out).expect("json"),
+        serde_json::from_str(&local).expect("json"),
+    );
+    assert_eq!(a["peak_allocated_bytes"], b["peak_allocated_bytes"]);
     let (ok, _, err) = plan(&home.0, &hub.endpoint, &[], "broken/model");
     assert!(!ok);
     assert!(

@@ -43,6 +43,9 @@ pub fn config(id: &HubId, env: &HubEnv) -> Result<Downloaded, HubError> {
             .timeout_global(Some(env.timeout))
             .timeout_connect(Some(env.timeout.min(Duration::from_secs(10))))
             .http_status_as_error(false)
+            // A renamed repository answers with a redirect to its new name on the same Hub:
+            // the token goes along there (over HTTPS), never to another host.
+            .redirect_auth_headers(ureq::config::RedirectAuthHeaders::SameHost)
             .user_agent(concat!("vramlab/", env!("CARGO_PKG_VERSION")))
             .build(),
     );
