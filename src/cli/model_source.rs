@@ -37,21 +37,15 @@ pub(crate) fn as_stored<'a>(
     let Some(q) = q else {
         return Ok(Cow::Borrowed(t));
     };
-    let (quant, double) = match q {
-        Prequantized::Bnb4 {
-            quant_type,
-            double_quant,
-        } if matches!(quant_type.as_str(), "nf4" | "fp4") => (quant_type.as_str(), *double_quant),
-        Prequantized::Bnb8 => ("int8", false),
-        other => {
-            note(&format!(
-                "--model {model}: quantization_config says the checkpoint is pre-quantized \
-                 ({other}); that storage is not modelled: the plan holds unquantized weights in \
-                 the dtype --precision gives"
-            ));
-            return Ok(Cow::Borrowed(t));
-        }
+    let Some((quant, double)) = q.qlora_base() else {
+        note(&format!(
+            "--model {model}: quantization_config says the checkpoint is pre-quantized ({q}); \
+             that storage is not modelled: the plan holds unquantized weights in the dtype \
+             --precision gives"
+        ));
+        return Ok(Cow::Borrowed(t));
     };
+    let quant = quant.as_str();
     match t.finetune.as_deref() {
         None => {
             let mut planned = t.clone();

@@ -143,6 +143,37 @@ fn a_model_folder_typed_in_the_picker_opens() {
     );
     let custom = h.state().state.custom.clone().expect("a custom model");
     assert_eq!(custom["params"], qwen_params());
+    assert_eq!(
+        h.state().state.config.finetune.mode,
+        vramlab_core::plan::finetune_mode::FineTuneMode::Full
+    );
+    // A bitsandbytes 4-bit checkpoint plans as stored: QLoRA on its nf4 base.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(QWEN).expect("config")).expect("json");
+    v["quantization_config"] = serde_json::json!({
+        "quant_method": "bitsandbytes", "load_in_4bit": true,
+        "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": false
+    });
+    std::fs::write(folder.join("config.json"), v.to_string()).expect("config");
+    let name = folder.display().to_string();
+    let mut h = typed(&dir.0, &name);
+    h.get_by_label(&format!("Open model folder {name}")).click();
+    h.run();
+    let m = message(&h);
+    assert!(
+        m.contains("planned as stored, QLoRA adapters on the nf4 base"),
+        "{m}"
+    );
+    let ft = h.state().state.config.finetune;
+    assert_eq!(
+        (ft.mode, ft.quant, ft.double_quant),
+        (
+            vramlab_core::plan::finetune_mode::FineTuneMode::Qlora,
+            vramlab_core::plan::finetune_mode::Quant::Nf4,
+            false
+        )
+    );
+    assert!(h.state().derived().planner().is_some(), "it plans");
     // A folder without a config.json says so.
     let empty = dir.0.join("empty");
     std::fs::create_dir_all(&empty).expect("empty");

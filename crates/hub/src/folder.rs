@@ -53,6 +53,26 @@ pub enum Prequantized {
     Other(String),
 }
 
+impl Prequantized {
+    /// The QLoRA base this storage is, with its double quantization: bitsandbytes 4-bit
+    /// (`nf4` / `fp4`) or LLM.int8; `None` for storage the planner does not model.
+    pub fn qlora_base(&self) -> Option<(vramlab_core::plan::finetune_mode::Quant, bool)> {
+        use vramlab_core::plan::finetune_mode::Quant;
+        match self {
+            Prequantized::Bnb4 {
+                quant_type,
+                double_quant,
+            } => match quant_type.as_str() {
+                "nf4" => Some((Quant::Nf4, *double_quant)),
+                "fp4" => Some((Quant::Fp4, *double_quant)),
+                _ => None,
+            },
+            Prequantized::Bnb8 => Some((Quant::Int8, false)),
+            Prequantized::Other(_) => None,
+        }
+    }
+}
+
 impl std::fmt::Display for Prequantized {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

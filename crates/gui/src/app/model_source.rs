@@ -7,6 +7,7 @@
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
+use vramlab_core::plan::finetune_mode::FineTuneMode;
 use vramlab_hub::{HubEnv, Prequantized, Source};
 
 use super::VramApp;
@@ -90,7 +91,7 @@ impl VramApp {
                 self.state.custom = Some(doc);
                 let mut text = format!("Loaded {name}. {}", s.notes.join(" "));
                 if let Some(q) = &s.prequantized {
-                    text.push_str(&prequantized_note(q));
+                    text.push_str(&self.as_stored(q));
                 }
                 self.message = Some(Message {
                     text,
@@ -101,22 +102,26 @@ impl VramApp {
         }
         true
     }
-}
 
-/// What a pre-quantized checkpoint means for the plan shown.
-fn prequantized_note(q: &Prequantized) -> String {
-    match q {
-        Prequantized::Bnb4 { quant_type, .. } => format!(
-            " The checkpoint is stored quantized ({q}): it trains as QLoRA's base; choose \
-             Fine-tuning QLoRA with {quant_type} to plan it as stored."
-        ),
-        Prequantized::Bnb8 => format!(
-            " The checkpoint is stored quantized ({q}): it trains as QLoRA's base; choose \
-             Fine-tuning QLoRA with int8 to plan it as stored."
-        ),
-        Prequantized::Other(_) => format!(
-            " The checkpoint is stored quantized ({q}); that storage is not modelled: the plan \
-             holds unquantized weights."
-        ),
+    /// A pre-quantized checkpoint planned as it is stored, as `--model` plans it: a
+    /// bitsandbytes 4-bit or 8-bit base is QLoRA's base (the only way such a base trains);
+    /// other storage is said not to be modelled. The sentence for the status line.
+    fn as_stored(&mut self, q: &Prequantized) -> String {
+        match q.qlora_base() {
+            Some((quant, double)) => {
+                let ft = &mut self.state.config.finetune;
+                ft.mode = FineTuneMode::Qlora;
+                ft.quant = quant;
+                ft.double_quant = double;
+                format!(
+                    " The checkpoint is stored quantized ({q}): planned as stored, QLoRA \
+                     adapters on the {quant} base."
+                )
+            }
+            None => format!(
+                " The checkpoint is stored quantized ({q}); that storage is not modelled: the \
+                 plan holds unquantized weights."
+            ),
+        }
     }
 }
