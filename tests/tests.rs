@@ -3,6 +3,7 @@
 
 mod architecture;
 mod cli;
+mod cli_infer;
 mod cli_outputs;
 mod docs;
 mod doctor;

@@ -64,9 +64,23 @@ pub struct TrainArgs {
     pub loop_shape: Option<String>,
     /// The step to plan: train (the default), eval (a validation forward under
     /// `torch.no_grad()` after training) or eval-grad (the same forward without `no_grad`:
-    /// autograd keeps the graph).
-    #[arg(long, value_name = "train|eval|eval-grad")]
+    /// autograd keeps the graph); inference: prefill (`model(input_ids)` under no_grad, every
+    /// position's logits) or generate (`model.generate()`, --seq prompt tokens, --new-tokens).
+    #[arg(long, value_name = "train|eval|eval-grad|prefill|generate")]
     pub step: Option<String>,
+    /// With --step generate: tokens generated per sequence (max_new_tokens), at least 1.
+    #[arg(long, value_name = "N")]
+    pub new_tokens: Option<u64>,
+    /// With --step generate: the KV cache, dynamic (DynamicCache, the default) or static
+    /// (StaticCache preallocated to prompt + new tokens).
+    #[arg(long, value_name = "dynamic|static")]
+    pub kv_cache: Option<String>,
+    /// Inference with accelerate's device_map (not modelled yet: refused with a message).
+    #[arg(long, value_name = "auto")]
+    pub device_map: Option<String>,
+    /// With --device-map: the GPU's max_memory (not modelled yet: refused with a message).
+    #[arg(long, value_name = "SIZE")]
+    pub max_gpu_memory: Option<String>,
     /// Fine-tuning: full (every parameter trains; the default), lora (peft 0.21 LoRA
     /// adapters in fp32, the base model frozen) or qlora (the same adapters on a
     /// bitsandbytes 4-bit base, see --quant).

@@ -25,6 +25,9 @@ pub struct MaxBatchArgs {
 }
 
 pub fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
+    if super::infer::is_inference(&a.train) {
+        return super::infer::cmd_max_batch(&a.train, out);
+    }
     let Resolved {
         preset,
         config: cfg,

@@ -9,6 +9,7 @@ mod dist_plan;
 pub mod doctor;
 mod exit;
 mod fit;
+mod infer;
 mod max_batch;
 mod model_source;
 mod plan_bench;
@@ -120,8 +121,8 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub train: TrainArgs,
     /// Micro-batch size: samples per forward/backward pass, at least 1 (required unless
-    /// --config gives it).
-    #[arg(long, required_unless_present = "config", allow_negative_numbers = true,
+    /// --config gives it; inference steps: sequences, default 1).
+    #[arg(long, required_unless_present_any = ["config", "step"], allow_negative_numbers = true,
           value_parser = args::parse_batch)]
     pub batch: Option<u64>,
     /// Include the allocated-bytes timeline of the step in the JSON output.
@@ -198,6 +199,9 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
 }
 
 fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
+    if infer::is_inference(&a.train) {
+        return infer::cmd_plan(&a.train, a.batch, out);
+    }
     let Resolved {
         preset,
         config: cfg,

@@ -12,6 +12,7 @@ mod error_bands;
 mod exports;
 mod grid26;
 mod grid26b;
+mod inference;
 mod invariants;
 mod maxbatch;
 mod moe;

@@ -447,7 +447,33 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         },
         fused_projections: model_type == "phi3",
         moe: moe_params(k, model_type)?,
+        sliding_window: sliding_window(k, model_type)?,
+        full_attention_every: match model_type {
+            "gemma2" => Some(2),
+            "gemma3_text" => Some(k.req_or("sliding_window_pattern", 6)?),
+            _ => None,
+        },
     })
+}
+
+/// The sliding window of the config classes (transformers 5.17): Mistral's defaults to 4096
+/// (an explicit `null` turns it off, as in v0.2+), Gemma 2/3's to 4096, Phi-3's and
+/// Mixtral's to none; Qwen's (only with `use_sliding_window`, on the layers from
+/// `max_window_layers` on) is not modelled: those layers are planned as full attention.
+fn sliding_window(k: &Keys, model_type: &str) -> Result<Option<u64>, ModelError> {
+    let default = match model_type {
+        "mistral" | "gemma2" | "gemma3_text" => Some(4096.0),
+        "phi3" | "mixtral" => None,
+        _ => return Ok(None),
+    };
+    match k.nullable_f64("sliding_window", default)? {
+        None => Ok(None),
+        Some(w) if w >= 1.0 && w.fract() == 0.0 => Ok(Some(w as u64)),
+        Some(w) => Err(invalid(
+            "sliding_window",
+            format!("must be a positive integer or null, got {w}"),
+        )),
+    }
 }
 
 /// The MoE keys of `mixtral`, `qwen2_moe` and `qwen3_moe` (transformers 5.17 config

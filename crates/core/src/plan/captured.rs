@@ -110,6 +110,7 @@ pub fn events(c: &CapturedGraph, k: &Constants, batch: u64) -> Events {
     emit(&mut events, &mut buffers, start..c.events.len());
     Events {
         side_streams: false,
+        whole_blocks: false,
         buffers,
         events,
         measured_start,

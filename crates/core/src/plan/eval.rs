@@ -3,7 +3,7 @@
 
 use super::allocator::{CachingAllocator, round_size};
 use super::config::AllocatorConfig;
-use super::events::{Buffer, Event, Events, Phase};
+use super::events::{Buffer, Category, Event, Events, Phase};
 use super::{PlanError, TimelinePoint};
 use crate::units::Bytes;
 
@@ -15,7 +15,7 @@ pub struct Evaluation {
     pub peak_phase: Phase,
     pub peak_node: Option<u32>,
     /// Bytes per [`Category`] live at the peak.
-    pub breakdown: [u64; 8],
+    pub breakdown: [u64; Category::COUNT],
     pub timeline: Vec<TimelinePoint>,
 }
 
@@ -162,7 +162,7 @@ struct Run<'e> {
     /// Peak of the two pools' reserved bytes together.
     side_peak: u64,
     current: u64,
-    live: [u64; 8],
+    live: [u64; Category::COUNT],
 }
 
 impl Run<'_> {
@@ -192,6 +192,9 @@ impl Run<'_> {
                     .max(self.allocator.reserved + self.side.reserved);
             } else {
                 self.slots.handles[b] = self.allocator.malloc_rounded(size);
+                if self.ev.whole_blocks {
+                    self.current = self.allocator.allocated;
+                }
             }
         } else {
             self.current -= size;
@@ -200,6 +203,9 @@ impl Run<'_> {
                 self.side.free(self.slots.handles[b]);
             } else {
                 self.allocator.free(self.slots.handles[b]);
+                if self.ev.whole_blocks {
+                    self.current = self.allocator.allocated;
+                }
             }
         }
         Ok(())
@@ -220,7 +226,7 @@ pub fn evaluate(
         side: CachingAllocator::new(alloc_cfg),
         side_peak: 0,
         current: 0,
-        live: [0; 8],
+        live: [0; Category::COUNT],
     };
     let start = ev.measured_start.min(ev.events.len());
     let (before, measured) = ev.events.split_at(start);

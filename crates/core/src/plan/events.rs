@@ -26,10 +26,16 @@ pub enum Category {
     /// Collective buffers: all-gather outputs, reduce-scatter inputs, DDP reducer buckets,
     /// ZeRO reduce buckets.
     Communication,
+    /// Inference: the key/value cache of `generate` and of a forward with `use_cache`
+    /// (transformers' `DynamicCache` / `StaticCache`).
+    KvCache,
 }
 
 impl Category {
-    pub const ALL: [Category; 8] = [
+    /// The number of categories (the length of per-category arrays).
+    pub const COUNT: usize = 9;
+
+    pub const ALL: [Category; Category::COUNT] = [
         Category::Parameters,
         Category::Gradients,
         Category::OptimizerState,
@@ -38,11 +44,17 @@ impl Category {
         Category::Transient,
         Category::Unsharded,
         Category::Communication,
+        Category::KvCache,
     ];
 
     /// The categories only a multi-GPU strategy fills (left out of single-GPU breakdowns).
     pub fn distributed_only(self) -> bool {
         matches!(self, Category::Unsharded | Category::Communication)
+    }
+
+    /// The categories only inference fills (left out of training-step breakdowns).
+    pub fn inference_only(self) -> bool {
+        self == Category::KvCache
     }
 
     pub fn label(self) -> &'static str {
@@ -55,6 +67,7 @@ impl Category {
             Category::Transient => "Transient / workspace",
             Category::Unsharded => "Unsharded params + grads (FSDP)",
             Category::Communication => "Collective buffers",
+            Category::KvCache => "KV cache",
         }
     }
 
@@ -140,6 +153,11 @@ pub struct Events {
     pub measured_start: usize,
     /// Whether any buffer is on a side stream (evaluation then runs a second pool).
     pub side_streams: bool,
+    /// Whether allocated bytes are the allocator's blocks, as `memory_allocated()` counts
+    /// them: a large block cut from a segment whose remainder is 1 MiB or less is not split,
+    /// so the remainder counts as allocated (`CUDACachingAllocator.cpp`, `should_split`).
+    /// Otherwise the sum of the requests, each rounded to 512 bytes.
+    pub whole_blocks: bool,
 }
 
 impl Events {

@@ -14,6 +14,7 @@ pub mod finetune_mode;
 pub mod fit;
 pub mod free_bins;
 pub mod gpus;
+pub mod inference;
 pub mod kernel_temps;
 pub mod multi_gpu;
 pub mod numerics;
@@ -257,6 +258,7 @@ impl Planner {
             .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
         let mut breakdown: Vec<Share> = Category::ALL
             .iter()
+            .filter(|c| !c.inference_only())
             .filter(|c| cfg.distributed.active() || !c.distributed_only())
             .map(|&c| Share {
                 category: category_key(c),

@@ -56,6 +56,16 @@ pub struct LlamaParams {
     /// A sparse mixture-of-experts block in place of the MLP (Mixtral, Qwen2/3-MoE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<super::moe_params::MoeParams>,
+    /// The attention window of the sliding layers (`sliding_window`: Mistral v0.1, Phi-3,
+    /// Gemma 2/3); absent: every layer attends to every position. Training memory ignores it
+    /// (see `decoder.rs`); inference keeps a sliding layer's KV cache within it
+    /// (`plan::inference`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<u64>,
+    /// With `sliding_window`: layer `i` attends fully when `(i + 1) % N == 0` (Gemma 2: 2,
+    /// Gemma 3: `sliding_window_pattern`, 6); absent: every layer slides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_attention_every: Option<u64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -118,6 +128,12 @@ pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
     if let Some(m) = &p.moe {
         m.validate()?;
     }
+    if let Some(w) = p.sliding_window {
+        check_positive("params.sliding_window", w)?;
+    }
+    if let Some(n) = p.full_attention_every {
+        check_positive("params.full_attention_every", n)?;
+    }
     for (field, v) in [
         ("params.attn_logit_softcapping", p.attn_logit_softcapping),
         ("params.final_logit_softcapping", p.final_logit_softcapping),
@@ -132,6 +148,18 @@ pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
         }
     }
     Ok(())
+}
+
+impl LlamaParams {
+    /// The sliding window of layer `layer`, or `None` when it attends to every position
+    /// (transformers' `layer_types`: `"sliding_attention"` / `"full_attention"`).
+    pub fn layer_window(&self, layer: u64) -> Option<u64> {
+        let w = self.sliding_window?;
+        match self.full_attention_every {
+            Some(n) if n > 0 && (layer + 1).is_multiple_of(n) => None,
+            _ => Some(w),
+        }
+    }
 }
 
 /// Width of one attention head.

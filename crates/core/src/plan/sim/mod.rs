@@ -391,6 +391,7 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         events: sim.events,
         measured_start,
         side_streams,
+        whole_blocks: false,
     }
 }
 

@@ -1,0 +1,370 @@
+//! Inference (issue 29): the GPU memory of `model.generate()` and of a plain forward under
+//! `torch.no_grad()` for the decoders of the Llama lineage, simulated op by op through the
+//! same caching-allocator model as training steps.
+//!
+//! - [`setting`]: what is planned (`InferConfig`: step, batch, prompt, new tokens, dtype,
+//!   attention, KV cache);
+//! - [`shape`]: the decoder's sizes and what is refused as not modelled yet;
+//! - [`kv`]: the KV cache's tokens per layer and bytes;
+//! - [`forward`] and [`attention`]: one forward's allocations, op by op;
+//! - [`call`]: weights, prompt, the warm-up and the measured `generate` / forward;
+//! - [`program`]: the event list under construction.
+//!
+//! The model is loaded directly in its dtype (`from_pretrained(..., dtype=...)`) and runs in
+//! `model.eval()`; nothing trains, so there are no gradients, optimizer state or autocast
+//! copies.
+
+pub mod attention;
+pub mod call;
+pub mod forward;
+pub mod kv;
+pub mod program;
+pub mod setting;
+pub mod shape;
+
+use serde::Serialize;
+
+pub use setting::{InferConfig, InferStep, KvCache};
+pub use shape::DecoderShape;
+
+use super::events::{Category, Events};
+use super::search::Budget;
+use super::{DEFAULT_CUDA_CONTEXT, PlanError, Share, eval};
+use crate::model::Preset;
+use crate::model::families::transformer::AttnImpl;
+use crate::units::Bytes;
+
+/// The prediction for one inference call.
+#[derive(Debug, Clone, Serialize)]
+pub struct InferPlan {
+    pub model: String,
+    pub model_type: String,
+    pub params: u64,
+    pub config: InferConfig,
+    /// `torch.cuda.max_memory_allocated()` over the measured call.
+    pub peak_allocated_bytes: Bytes,
+    /// `torch.cuda.max_memory_reserved()` over the measured call.
+    pub peak_reserved_bytes: Bytes,
+    /// What `nvidia-smi` shows for the process: reserved + CUDA context.
+    pub nvidia_smi_bytes: Bytes,
+    pub cuda_context_bytes: Bytes,
+    /// The KV cache at its largest (all layers, the whole batch).
+    pub kv_cache_bytes: Bytes,
+    /// The weights (and the model's buffers) in their dtype.
+    pub weights_bytes: Bytes,
+    /// Where the peak is: `prefill` or `decode step k`.
+    pub peak_at: String,
+    /// Bytes per category at the peak, then allocator overhead and CUDA context.
+    pub breakdown: Vec<Share>,
+}
+
+/// A model + inference config with its event list built once; evaluating a batch is a pass
+/// of the allocator model.
+#[derive(Debug, Clone)]
+pub struct InferPlanner {
+    pub model: String,
+    pub shape: DecoderShape,
+    pub config: InferConfig,
+    pub params: u64,
+    pub weights: Bytes,
+    pub events: Events,
+    pub context: Bytes,
+}
+
+impl InferPlanner {
+    /// Builds the event list of `cfg` (its batch is a default for [`InferPlanner::plan`]).
+    pub fn new(preset: &Preset, cfg: &InferConfig) -> Result<InferPlanner, PlanError> {
+        cfg.validate()?;
+        let shape = DecoderShape::of(preset)?;
+        if cfg.total_tokens() > shape.max_positions {
+            return Err(PlanError::Field {
+                field: "seq",
+                reason: format!(
+                    "prompt {} + new tokens {} = {} is beyond {}'s max_position_embeddings {}",
+                    cfg.prompt,
+                    cfg.new_tokens,
+                    cfg.total_tokens(),
+                    preset.id,
+                    shape.max_positions
+                ),
+            });
+        }
+        let graph = preset.build(1, AttnImpl::Sdpa)?;
+        let params: Vec<u64> = graph.params.iter().map(|p| p.elems).collect();
+        let rotaries = if shape.two_rotaries { 2 } else { 1 };
+        // `inv_freq` and `original_inv_freq` per rotary embedding (fp32).
+        let buffers = vec![shape.head_dim / 2; 2 * rotaries];
+        let weights =
+            params.iter().sum::<u64>() * cfg.dtype.size() + buffers.iter().sum::<u64>() * 4;
+        let events = call::session(&shape, cfg, &params, &buffers);
+        Ok(InferPlanner {
+            model: preset.id.clone(),
+            params: params.iter().sum(),
+            weights: Bytes(weights),
+            shape,
+            config: *cfg,
+            events,
+            context: DEFAULT_CUDA_CONTEXT,
+        })
+    }
+
+    /// Peak allocated, reserved and nvidia-smi bytes at `batch`.
+    pub fn peaks(&self, batch: u64) -> Result<eval::Peaks, PlanError> {
+        eval::peaks(&self.events, batch, self.config.allocator, self.context)
+    }
+
+    /// The plan at `batch`.
+    pub fn plan(&self, batch: u64) -> Result<InferPlan, PlanError> {
+        let mut cfg = self.config;
+        cfg.batch = batch;
+        cfg.validate()?;
+        let e = eval::evaluate(&self.events, batch, cfg.allocator, false)?;
+        let smi = e
+            .peak_reserved
+            .checked_add(self.context)
+            .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
+        let mut breakdown: Vec<Share> = [
+            Category::Parameters,
+            Category::KvCache,
+            Category::Activations,
+            Category::Transient,
+        ]
+        .iter()
+        .map(|&c| Share {
+            category: category_key(c),
+            label: c.label(),
+            bytes: Bytes(e.breakdown[c.index()]),
+        })
+        .collect();
+        breakdown.push(Share {
+            category: "allocator_overhead".into(),
+            label: "Allocator overhead (reserved − allocated)",
+            bytes: e.peak_reserved.saturating_sub(e.peak_allocated),
+        });
+        breakdown.push(Share {
+            category: "cuda_context".into(),
+            label: "CUDA context",
+            bytes: self.context,
+        });
+        let peak_at = match e.peak_node {
+            Some(0) | None => "prefill".to_string(),
+            Some(k) => format!("decode step {k}"),
+        };
+        Ok(InferPlan {
+            model: self.model.clone(),
+            model_type: self.shape.model_type.clone(),
+            params: self.params,
+            config: cfg,
+            peak_allocated_bytes: e.peak_allocated,
+            peak_reserved_bytes: e.peak_reserved,
+            nvidia_smi_bytes: smi,
+            cuda_context_bytes: self.context,
+            kv_cache_bytes: Bytes(kv::peak_cache_bytes(&self.shape, &cfg)),
+            weights_bytes: self.weights,
+            peak_at,
+            breakdown,
+        })
+    }
+
+    /// Whether `batch` runs without a CUDA OOM on `budget`'s GPU.
+    pub fn fits(&self, budget: Budget, batch: u64) -> Result<bool, PlanError> {
+        let cap = budget.allocator_cap(self.context);
+        match eval::runs_within(&self.events, batch, self.config.allocator, cap) {
+            Err(PlanError::Overflow(_)) => Ok(false),
+            other => other,
+        }
+    }
+
+    /// The largest batch (≤ `limit`) that runs on `budget`'s GPU, `None` when 1 does not.
+    pub fn max_batch(&self, budget: Budget, limit: u64) -> Result<Option<u64>, PlanError> {
+        if !self.fits(budget, 1)? {
+            return Ok(None);
+        }
+        let mut lo = 1u64;
+        let mut hi = 2u64;
+        while hi <= limit && self.fits(budget, hi)? {
+            lo = hi;
+            hi = hi.saturating_mul(2);
+        }
+        let mut bad = hi.min(limit.saturating_add(1));
+        while bad - lo > 1 {
+            let mid = lo + (bad - lo) / 2;
+            if self.fits(budget, mid)? {
+                lo = mid;
+            } else {
+                bad = mid;
+            }
+        }
+        Ok(Some(lo))
+    }
+}
+
+fn category_key(c: Category) -> String {
+    serde_json::to_value(c)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::config::{AllocatorConfig, Attention, DType};
+    use crate::plan::events::Event;
+
+    fn preset(name: &str) -> Preset {
+        let path = format!(
+            "{}/../../tests/data/hf_configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        crate::model::hf::from_config_text(&text, name).expect("preset")
+    }
+
+    fn cfg(step: InferStep, kv_cache: KvCache, prompt: u64, new_tokens: u64) -> InferConfig {
+        InferConfig {
+            step,
+            batch: 2,
+            prompt,
+            new_tokens,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache,
+            allocator: AllocatorConfig::default(),
+        }
+    }
+
+    fn measured(p: &InferPlanner) -> &[Event] {
+        &p.events.events[p.events.measured_start..]
+    }
+
+    fn kv_allocs(p: &InferPlanner) -> Vec<(u32, u64)> {
+        measured(p)
+            .iter()
+            .filter(|e| e.alloc)
+            .map(|e| (e.node, p.events.buffers[e.buffer as usize]))
+            .filter(|(_, b)| b.category == Category::KvCache)
+            .map(|(n, b)| (n, b.per_sample))
+            .collect()
+    }
+
+    /// Every buffer is allocated once and freed once; each call frees what it allocated.
+    #[test]
+    fn calls_free_what_they_allocate() {
+        for (name, step, cache, new) in [
+            ("Llama-3.2-1B", InferStep::Generate, KvCache::Dynamic, 5),
+            ("gemma-3-1b-pt", InferStep::Generate, KvCache::Static, 5),
+            (
+                "Phi-3-mini-4k-instruct",
+                InferStep::Generate,
+                KvCache::Dynamic,
+                3,
+            ),
+            ("Qwen3-0.6B", InferStep::Prefill, KvCache::Dynamic, 0),
+        ] {
+            for attention in [Attention::Sdpa, Attention::Eager] {
+                for dtype in [DType::BF16, DType::F32] {
+                    let c = InferConfig {
+                        attention,
+                        dtype,
+                        ..cfg(step, cache, 700, new)
+                    };
+                    let p = InferPlanner::new(&preset(name), &c).expect("planner");
+                    let ev = &p.events;
+                    let mut state = vec![0u8; ev.buffers.len()];
+                    for e in &ev.events {
+                        let s = &mut state[e.buffer as usize];
+                        assert_eq!(*s, u8::from(!e.alloc), "{name}: buffer {}", e.buffer);
+                        *s += 1;
+                    }
+                    // left allocated: weights, buffers, the prompt and the cuBLAS workspace
+                    let live = state.iter().filter(|&&s| s == 1).count();
+                    let params = p.shape.layers as usize; // at least one weight per layer
+                    assert!(live > params, "{name}");
+                    let live_in_call = measured(&p)
+                        .iter()
+                        .filter(|e| e.alloc && state[e.buffer as usize] == 1)
+                        .count();
+                    assert_eq!(live_in_call, 0, "{name} {attention:?} {dtype:?}");
+                }
+            }
+        }
+    }
+
+    /// `torch.cat` of a dynamic cache: every forward allocates each layer's keys and values
+    /// anew, one token longer, while the old ones still exist; a static cache allocates
+    /// them once, in the prefill, to prompt + new tokens.
+    #[test]
+    fn dynamic_cache_grows_by_cat_static_is_preallocated() {
+        let llama = preset("Llama-3.2-1B");
+        let row = 2 * 8 * 64; // kv_heads × head_dim × bf16 bytes
+        let d = InferPlanner::new(&llama, &cfg(InferStep::Generate, KvCache::Dynamic, 100, 4))
+            .expect("dynamic");
+        let allocs = kv_allocs(&d);
+        assert_eq!(allocs.len(), 16 * 2 * 4, "K and V per layer per forward");
+        for (forward, size) in &allocs {
+            assert_eq!(*size, (100 + u64::from(*forward)) * row);
+        }
+        // the old K of a layer is freed after its new K is allocated
+        let ev = measured(&d);
+        let first_decode = ev
+            .iter()
+            .position(|e| {
+                e.alloc
+                    && e.node == 1
+                    && d.events.buffers[e.buffer as usize].category == Category::KvCache
+            })
+            .expect("a decode step's cat");
+        let next = ev[first_decode + 1];
+        assert!(!next.alloc, "the old keys go right after the cat");
+        assert_eq!(d.events.buffers[next.buffer as usize].per_sample, 100 * row);
+        let s = InferPlanner::new(&llama, &cfg(InferStep::Generate, KvCache::Static, 100, 4))
+            .expect("static");
+        let allocs = kv_allocs(&s);
+        assert_eq!(allocs.len(), 16 * 2);
+        assert!(allocs.iter().all(|&(f, size)| f == 0 && size == 104 * row));
+    }
+
+    /// A sliding layer (Gemma 3: five of six layers, window 512) keeps the prompt after the
+    /// prefill, then at most the window; the full layers grow with every token.
+    #[test]
+    fn sliding_layers_shrink_to_the_window() {
+        let g = InferPlanner::new(
+            &preset("gemma-3-1b-pt"),
+            &cfg(InferStep::Generate, KvCache::Dynamic, 2000, 3),
+        )
+        .expect("gemma3");
+        let row = 256 * 2; // one kv head of 256, bf16
+        let sizes: Vec<u64> = kv_allocs(&g)
+            .iter()
+            .filter(|(f, _)| *f == 2)
+            .map(|(_, s)| s / row)
+            .collect();
+        assert_eq!(sizes.len(), 26 * 2);
+        let full = sizes.iter().filter(|&&t| t == 2002).count();
+        let sliding = sizes.iter().filter(|&&t| t == 512).count();
+        assert_eq!((full, sliding), (2 * 4, 2 * 22), "{sizes:?}");
+    }
+
+    /// `logits_to_keep=1`: generate's prefill computes one position's logits; a plain forward
+    /// all of them.
+    #[test]
+    fn generate_keeps_the_last_positions_logits() {
+        let llama = preset("Llama-3.2-1B");
+        let vocab_row = 128_256 * 2;
+        let largest = |p: &InferPlanner| {
+            measured(p)
+                .iter()
+                .filter(|e| e.alloc)
+                .map(|e| p.events.buffers[e.buffer as usize].per_sample)
+                .max()
+                .unwrap_or(0)
+        };
+        let g = InferPlanner::new(&llama, &cfg(InferStep::Generate, KvCache::Dynamic, 64, 1))
+            .expect("generate");
+        let f = InferPlanner::new(&llama, &cfg(InferStep::Prefill, KvCache::Dynamic, 64, 0))
+            .expect("prefill");
+        assert_eq!(largest(&f), 64 * vocab_row);
+        assert!(largest(&g) < 64 * vocab_row / 4, "{}", largest(&g));
+    }
+}

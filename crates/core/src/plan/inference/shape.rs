@@ -1,0 +1,115 @@
+//! The sizes of a decoder that inference memory depends on, from the Llama-lineage
+//! parameters (`model::families::llama`), and the refusals for what is not modelled yet.
+
+use crate::model::families::llama::{LlamaParams, head_dim};
+use crate::model::{ModelSpec, Preset};
+use crate::plan::PlanError;
+
+/// A decoder-only model of the Llama lineage as inference sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecoderShape {
+    pub model_type: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub intermediate: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub vocab: u64,
+    pub max_positions: u64,
+    /// Per layer: its sliding window, `None` for full attention.
+    pub windows: Vec<Option<u64>>,
+    /// Gemma: RMSNorm `(1 + w)` in fp32, embeddings × √hidden.
+    pub gemma: bool,
+    /// Qwen3 / Gemma 3: RMSNorm of q and k over head_dim.
+    pub qk_norm: bool,
+    /// Gemma 2/3: norms after attention and MLP too.
+    pub sandwich_norm: bool,
+    /// Phi-3: one `qkv_proj` and one `gate_up_proj`.
+    pub fused: bool,
+    /// Gemma 3: separate rotary embeddings for local and global layers.
+    pub two_rotaries: bool,
+    pub final_softcap: bool,
+    /// `tie_word_embeddings`: `lm_head` is created with its own weight, then `post_init`'s
+    /// `tie_weights` replaces it with the embedding's (the first one is freed).
+    pub tied: bool,
+    /// Whether `generate` runs a logits processor over the vocabulary (`min_new_tokens`
+    /// masks the EOS token: the config has one).
+    pub eos: bool,
+}
+
+impl DecoderShape {
+    /// The shape of `preset`, or an error naming what is not modelled yet.
+    pub fn of(preset: &Preset) -> Result<DecoderShape, PlanError> {
+        let ModelSpec::Llama(p) = &preset.spec else {
+            return Err(PlanError::Field {
+                field: "model",
+                reason: format!(
+                    "inference (--step prefill|generate) is not modelled yet for the {} family \
+                     of {}; it is for the decoders of the Llama lineage (llama, mistral, qwen2, \
+                     qwen3, gemma, gemma2, gemma3_text, phi3)",
+                    preset.spec.family(),
+                    preset.id
+                ),
+            });
+        };
+        Self::from_params(p)
+    }
+
+    pub fn from_params(p: &LlamaParams) -> Result<DecoderShape, PlanError> {
+        if p.moe.is_some() {
+            return Err(PlanError::Field {
+                field: "model",
+                reason: "inference of mixture-of-experts decoders (mixtral, qwen2_moe, \
+                         qwen3_moe) is not modelled yet"
+                    .into(),
+            });
+        }
+        if p.attn_logit_softcapping.is_some() {
+            return Err(PlanError::Field {
+                field: "model",
+                reason: "inference with attention logit soft-capping (gemma2) is not modelled \
+                         yet"
+                .into(),
+            });
+        }
+        let model_type = p.model_type.clone().unwrap_or_else(|| "llama".into());
+        Ok(DecoderShape {
+            layers: p.num_hidden_layers,
+            hidden: p.hidden_size,
+            intermediate: p.intermediate_size,
+            heads: p.num_attention_heads,
+            kv_heads: p.num_key_value_heads,
+            head_dim: head_dim(p),
+            vocab: p.vocab_size,
+            max_positions: p.max_position_embeddings,
+            windows: (0..p.num_hidden_layers)
+                .map(|l| p.layer_window(l))
+                .collect(),
+            gemma: p.gemma,
+            qk_norm: p.qk_norm,
+            sandwich_norm: p.sandwich_norm,
+            fused: p.fused_projections,
+            two_rotaries: model_type == "gemma3_text",
+            final_softcap: p.final_logit_softcapping.is_some(),
+            tied: p.tie_word_embeddings,
+            eos: true,
+            model_type,
+        })
+    }
+
+    /// Query width (`heads × head_dim`).
+    pub fn q_width(&self) -> u64 {
+        self.heads * self.head_dim
+    }
+
+    /// Key (or value) width (`kv_heads × head_dim`).
+    pub fn kv_width(&self) -> u64 {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Whether key/value heads are shared by several query heads (GQA / MQA).
+    pub fn grouped(&self) -> bool {
+        self.kv_heads != self.heads
+    }
+}

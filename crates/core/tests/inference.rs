@@ -1,0 +1,197 @@
+//! Issue 29's pre-registered inference grid (`tools/make_grid29.py`, measured on an H200 by
+//! `tools/grid29_lanes_on_device.sh` → `tools/infer_runner.py`, one process per row, several
+//! side by side on the GPU; memory stats are per process): `generate` and no_grad prefill
+//! calls drawn at random over model types, caches, dtypes, attention, batch, prompt and new
+//! tokens. The plan of every measured fit row is compared with the device; the untouched
+//! third (`tests/data/infer/grid29_untouched.jsonl`) is read once, after the fixes
+//! (`grid29_untouched_third`).
+
+use serde_json::Value;
+use vramlab_core::model::hf;
+use vramlab_core::plan::config::{AllocatorConfig, Attention};
+use vramlab_core::plan::inference::setting::parse_dtype;
+use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+
+/// One measured row and its plan.
+struct Compared {
+    id: String,
+    what: String,
+    /// The groups this row is summarised in: step, cache, attention, model type.
+    groups: [String; 4],
+    measured: [u64; 2],
+    planned: [u64; 2],
+}
+
+impl Compared {
+    /// Signed relative errors (plan − measured) / measured of allocated and reserved.
+    fn errors(&self) -> [f64; 2] {
+        [0, 1].map(|i| (self.planned[i] as f64 - self.measured[i] as f64) / self.measured[i] as f64)
+    }
+}
+
+fn root(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
+fn config(row: &Value) -> InferConfig {
+    let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
+    let u = |k: &str| row[k].as_u64().unwrap_or(0);
+    InferConfig {
+        step: s("step").parse::<InferStep>().expect("step"),
+        batch: u("batch"),
+        prompt: u("prompt"),
+        new_tokens: u("new_tokens"),
+        dtype: parse_dtype(&s("precision")).expect("precision"),
+        attention: if s("attention") == "eager" {
+            Attention::Eager
+        } else {
+            Attention::Sdpa
+        },
+        kv_cache: s("kv_cache").parse::<KvCache>().unwrap_or_default(),
+        allocator: AllocatorConfig::default(),
+    }
+}
+
+/// Plans every row that ran (no OOM, no error) of a grid result file.
+fn compare(file: &str) -> Vec<Compared> {
+    let text = std::fs::read_to_string(crate::data(file)).expect("grid results");
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let row: Value = serde_json::from_str(line).expect("json row");
+        if row["oom"].as_bool() != Some(false) || row.get("error").is_some() {
+            continue;
+        }
+        let model = row["model"].as_str().expect("model");
+        let text = std::fs::read_to_string(root(model)).expect("config.json");
+        let preset = hf::from_config_text(&text, model).expect("preset");
+        let cfg = config(&row);
+        let plan = InferPlanner::new(&preset, &cfg)
+            .and_then(|p| p.plan(cfg.batch))
+            .unwrap_or_else(|e| panic!("{}: {e}", row["id"]));
+        out.push(Compared {
+            id: row["id"].as_str().unwrap_or_default().to_string(),
+            groups: [
+                format!("step {}", cfg.step),
+                format!("cache {}", cfg.kv_cache.as_str()),
+                format!(
+                    "attention {}",
+                    row["attention"].as_str().unwrap_or_default()
+                ),
+                format!("model {}", row["model_type"].as_str().unwrap_or_default()),
+            ],
+            what: format!(
+                "{} {} b{} p{} n{} {} {} {}",
+                row["model_type"].as_str().unwrap_or_default(),
+                cfg.step,
+                cfg.batch,
+                cfg.prompt,
+                cfg.new_tokens,
+                row["precision"].as_str().unwrap_or_default(),
+                row["attention"].as_str().unwrap_or_default(),
+                cfg.kv_cache.as_str()
+            ),
+            measured: [
+                row["peak_allocated"].as_u64().expect("peak_allocated"),
+                row["peak_reserved"].as_u64().expect("peak_reserved"),
+            ],
+            planned: [plan.peak_allocated_bytes.0, plan.peak_reserved_bytes.0],
+        });
+    }
+    out
+}
+
+/// Median and worst of the absolute errors of allocated (0) and reserved (1).
+fn stats(rows: &[&Compared]) -> [[f64; 2]; 2] {
+    [0, 1].map(|i| {
+        let mut e: Vec<f64> = rows.iter().map(|r| r.errors()[i].abs()).collect();
+        e.sort_by(f64::total_cmp);
+        let median = match e.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => e[n / 2],
+            n => 0.5 * (e[n / 2 - 1] + e[n / 2]),
+        };
+        [median, e.last().copied().unwrap_or(f64::NAN)]
+    })
+}
+
+/// Prints every row (planned vs measured, signed %), then median / worst per group and over
+/// all rows; returns the latter.
+fn report(rows: &[Compared]) -> [[f64; 2]; 2] {
+    println!(
+        "{:<8} {:<52} {:>8} {:>8} {:>8}  {:>8} {:>8} {:>8}",
+        "id", "row", "alloc", "planned", "err", "reserved", "planned", "err"
+    );
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    for r in rows {
+        let [a, res] = r.errors();
+        println!(
+            "{:<8} {:<52} {:>8.3} {:>8.3} {:>+7.2}%  {:>8.3} {:>8.3} {:>+7.2}%",
+            r.id,
+            r.what,
+            gib(r.measured[0]),
+            gib(r.planned[0]),
+            100.0 * a,
+            gib(r.measured[1]),
+            gib(r.planned[1]),
+            100.0 * res
+        );
+    }
+    let mut groups: Vec<&String> = rows.iter().flat_map(|r| r.groups.iter()).collect();
+    groups.sort();
+    groups.dedup();
+    let line = |name: &str, sel: Vec<&Compared>| {
+        let [a, r] = stats(&sel);
+        println!(
+            "{:<28} {:>3} rows: allocated median {:>5.2}% worst {:>5.2}%; reserved median {:>5.2}% worst {:>5.2}%",
+            name,
+            sel.len(),
+            100.0 * a[0],
+            100.0 * a[1],
+            100.0 * r[0],
+            100.0 * r[1]
+        );
+    };
+    for g in groups {
+        line(g, rows.iter().filter(|r| r.groups.contains(g)).collect());
+    }
+    let all: Vec<&Compared> = rows.iter().collect();
+    line("all", all.clone());
+    stats(&all)
+}
+
+/// The fit rows (what the planner was fixed against, 32 rows): allocated within the issue's
+/// bounds (median ≤ 2 %, worst ≤ 8 %), reserved median ≤ 4 %. After the fixes: allocated
+/// median 0.00 %, worst 1.26 % (g29-001, gemma3 bf16 generate b32 n336); reserved median
+/// 0.18 %, worst 12.13 % (g29-008, qwen2 bf16 static-cache generate b32: the allocator model
+/// fragments the measured call's 436 MiB MLP blocks where the device reuses the warm-up's), so
+/// reserved worst is bounded at 13 %.
+#[test]
+fn grid29_fit_rows() {
+    let rows = compare("infer/grid29.jsonl");
+    assert_eq!(rows.len(), 32, "the fit rows ran 32 rows");
+    let [alloc, reserved] = report(&rows);
+    assert!(alloc[0] <= 0.02, "allocated median {alloc:?}");
+    assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
+    assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
+    assert!(reserved[1] <= 0.13, "reserved worst {reserved:?}");
+}
+
+/// The untouched third (`tests/data/infer/grid29_untouched.jsonl`, 16 rows: llama, qwen3,
+/// phi3, gemma, gemma3; dynamic and static caches; fp32 / bf16 / fp16; one eager), read once
+/// after the fixes (2026-12-04). As it came out: allocated median 0.00 %, worst 0.16 %
+/// (g29-044, gemma3 fp16 generate b1, −0.16 %); reserved median 0.05 %, worst 6.89 % (g29-033,
+/// qwen3 bf16 generate b64 p2535, planned −6.89 %). The bounds are the issue's (allocated
+/// median ≤ 2 %, worst ≤ 8 %; reserved median ≤ 4 %) and reserved worst ≤ 8 %, all of which
+/// held.
+#[test]
+fn grid29_untouched_third() {
+    let rows = compare("infer/grid29_untouched.jsonl");
+    assert_eq!(rows.len(), 16, "the untouched third ran 16 rows");
+    let [alloc, reserved] = report(&rows);
+    assert!(alloc[0] <= 0.02, "allocated median {alloc:?}");
+    assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
+    assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
+    assert!(reserved[1] <= 0.08, "reserved worst {reserved:?}");
+}

@@ -1,0 +1,280 @@
+//! `vramlab plan --step generate|prefill` and `vramlab max-batch --step generate`: the
+//! inference planner (`vramlab_core::plan::inference`) behind the shared flags.
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+
+use vramlab_core::model::Preset;
+use vramlab_core::plan::config::{AllocatorConfig, Attention, MAX_BATCH};
+use vramlab_core::plan::inference::setting::{dtype_name, parse_dtype};
+use vramlab_core::plan::inference::{InferConfig, InferPlan, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::search::Budget;
+use vramlab_core::units::Bytes;
+
+use super::args::{TrainArgs, load_model};
+
+/// Whether `--step` names an inference call.
+pub fn is_inference(t: &TrainArgs) -> bool {
+    t.step
+        .as_deref()
+        .is_some_and(|s| s.parse::<InferStep>().is_ok())
+}
+
+/// Refuses the flags inference does not take, naming them.
+fn refuse_training_flags(t: &TrainArgs) -> Result<()> {
+    if t.quant.is_some() || t.no_double_quant {
+        bail!(
+            "--quant: quantized weights for inference (bitsandbytes nf4 / int8) are not \
+             modelled yet; plan bf16, fp16 or fp32 weights"
+        );
+    }
+    if t.device_map.is_some() || t.max_gpu_memory.is_some() {
+        bail!(
+            "--device-map / --max-gpu-memory: accelerate's device_map offload is not modelled \
+             yet; plan the whole model on one GPU"
+        );
+    }
+    if t.config.is_some() {
+        bail!("--config: saved plans hold training steps; give --model for inference");
+    }
+    let training: [(&str, bool); 14] = [
+        ("--optimizer", t.optimizer.is_some()),
+        ("--accum", t.accum != 1),
+        (
+            "--checkpointing",
+            t.checkpointing || t.checkpointing_reentrant,
+        ),
+        ("--loop", t.loop_shape.is_some()),
+        ("--finetune", t.finetune.is_some()),
+        ("--lora-rank", t.lora_rank.is_some()),
+        ("--lora-targets", t.lora_targets.is_some()),
+        ("--lora-dropout", t.lora_dropout.is_some()),
+        ("--lora-merged", t.lora_merged),
+        ("--freeze-embeddings", t.freeze_embeddings),
+        ("--freeze-blocks", t.freeze_blocks.is_some()),
+        ("--target-seq", t.target_seq.is_some()),
+        ("--image", t.image.is_some()),
+        ("--moe-imbalance", t.moe_imbalance.is_some()),
+    ];
+    if let Some((flag, _)) = training.iter().find(|(_, given)| *given) {
+        bail!("{flag}: a training setting; inference (--step prefill|generate) takes none");
+    }
+    if t.dist.gpus.is_some() || t.dist.strategy.is_some() {
+        bail!("--gpus / --strategy: inference on more than one GPU is not modelled yet");
+    }
+    Ok(())
+}
+
+/// The inference config from the flags (`batch` sequences).
+fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
+    refuse_training_flags(t)?;
+    let prompt = t
+        .seq
+        .context("--seq: the prompt length in tokens is required for --step prefill|generate")?;
+    let new_tokens = match step {
+        InferStep::Generate => t
+            .new_tokens
+            .context("--new-tokens: required for --step generate (max_new_tokens, at least 1)")?,
+        InferStep::Prefill => {
+            if t.new_tokens.is_some_and(|n| n > 0) {
+                bail!("--new-tokens: a prefill generates nothing; use --step generate");
+            }
+            0
+        }
+    };
+    if step == InferStep::Prefill && t.kv_cache.is_some() {
+        bail!(
+            "--kv-cache: a plain forward builds its own DynamicCache; the cache is a generate \
+             setting (--step generate)"
+        );
+    }
+    let kv_cache = match &t.kv_cache {
+        Some(k) => k.parse().context("--kv-cache")?,
+        None => KvCache::Dynamic,
+    };
+    let dtype = parse_dtype(t.precision.as_deref().unwrap_or("bf16")).context("--precision")?;
+    let attention = match t.attention.trim().to_ascii_lowercase().as_str() {
+        "sdpa" => Attention::Sdpa,
+        "eager" => Attention::Eager,
+        other => bail!("--attention: unknown `{other}` (known: eager, sdpa)"),
+    };
+    let cfg = InferConfig {
+        step,
+        batch,
+        prompt,
+        new_tokens,
+        dtype,
+        attention,
+        kv_cache,
+        allocator: AllocatorConfig {
+            expandable_segments: t.expandable_segments,
+            max_split_size_mb: t.max_split_size_mb,
+        },
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig)> {
+    let step: InferStep = t.step.as_deref().unwrap_or("generate").parse()?;
+    let name = t.model.as_deref().context("--model is required")?;
+    let preset = load_model(name)?;
+    let cfg = config(t, step, batch)?;
+    Ok((preset, cfg))
+}
+
+/// Flags the user left out and the values planned.
+fn assumed(t: &TrainArgs, batch_given: bool) -> Vec<(&'static str, &'static str)> {
+    let mut a = Vec::new();
+    if !batch_given {
+        a.push(("--batch", "1"));
+    }
+    if t.precision.is_none() {
+        a.push(("--precision", "bf16"));
+    }
+    if t.gpu.is_none() {
+        a.push(("--gpu", super::args::DEFAULT_GPU));
+    }
+    a
+}
+
+/// `plan --step prefill|generate`.
+pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Result<()> {
+    let (preset, cfg) = resolve(t, batch.unwrap_or(1))?;
+    let (gpu, budget) = t.budget()?;
+    let planner = InferPlanner::new(&preset, &cfg)?;
+    let plan = planner.plan(cfg.batch)?;
+    let fits = plan.nvidia_smi_bytes <= budget.usable();
+    let assumed = assumed(t, batch.is_some());
+    if t.json {
+        let mut v = serde_json::to_value(&plan)?;
+        if let Some(o) = v.as_object_mut() {
+            let breakdown: serde_json::Map<String, serde_json::Value> = plan
+                .breakdown
+                .iter()
+                .map(|s| (s.category.clone(), serde_json::json!(s.bytes.0)))
+                .collect();
+            o.insert("breakdown".into(), breakdown.into());
+            o.insert("step".into(), serde_json::json!(cfg.step.as_str()));
+            o.insert("gpu".into(), serde_json::json!(gpu.id));
+            o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
+            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
+            o.insert("fits".into(), serde_json::json!(fits));
+            let assumed: serde_json::Map<String, serde_json::Value> = assumed
+                .iter()
+                .map(|(f, v)| (f.trim_start_matches('-').to_string(), serde_json::json!(v)))
+                .collect();
+            o.insert("assumed".into(), assumed.into());
+        }
+        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+        return Ok(());
+    }
+    write_plan(out, &plan, &gpu.name, budget, fits)?;
+    if !assumed.is_empty() {
+        let list: Vec<String> = assumed.iter().map(|(f, v)| format!("{f} {v}")).collect();
+        writeln!(out, "  assumed (not given): {}", list.join(", "))?;
+    }
+    Ok(())
+}
+
+fn write_plan(
+    out: &mut dyn Write,
+    p: &InferPlan,
+    gpu: &str,
+    budget: Budget,
+    fits: bool,
+) -> Result<()> {
+    let c = &p.config;
+    writeln!(
+        out,
+        "{} ({}, {} params) — {}",
+        p.model,
+        p.model_type,
+        p.params,
+        c.step.describe()
+    )?;
+    let tokens = match c.step {
+        InferStep::Generate => format!(
+            "prompt {} + {} new tokens, {} KV cache",
+            c.prompt,
+            c.new_tokens,
+            c.kv_cache.as_str()
+        ),
+        InferStep::Prefill => format!("prompt {} tokens", c.prompt),
+    };
+    writeln!(
+        out,
+        "  batch {}, {tokens}, {} weights, {} attention",
+        c.batch,
+        dtype_name(c.dtype),
+        c.attention.as_str()
+    )?;
+    writeln!(out, "  weights          {:>12}", p.weights_bytes)?;
+    writeln!(out, "  KV cache (peak)  {:>12}", p.kv_cache_bytes)?;
+    writeln!(
+        out,
+        "  peak allocated   {:>12}   (at the {})",
+        p.peak_allocated_bytes, p.peak_at
+    )?;
+    writeln!(out, "  peak reserved    {:>12}", p.peak_reserved_bytes)?;
+    writeln!(
+        out,
+        "  nvidia-smi       {:>12}   (reserved + {} CUDA context)",
+        p.nvidia_smi_bytes, p.cuda_context_bytes
+    )?;
+    let verdict = if fits { "fits" } else { "does NOT fit" };
+    writeln!(
+        out,
+        "  on {gpu} ({} usable): {verdict} (largest batch: vramlab max-batch --step {})",
+        budget.usable(),
+        c.step
+    )?;
+    Ok(())
+}
+
+/// `max-batch --step generate|prefill`.
+pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
+    let (preset, cfg) = resolve(t, 1)?;
+    let (gpu, budget) = t.budget()?;
+    let planner = InferPlanner::new(&preset, &cfg)?;
+    let max = planner.max_batch(budget, MAX_BATCH)?;
+    let at = match max {
+        Some(m) => Some(planner.plan(m)?),
+        None => None,
+    };
+    if t.json {
+        let v = serde_json::json!({
+            "model": preset.id,
+            "step": cfg.step.as_str(),
+            "gpu": gpu.id,
+            "usable_bytes": budget.usable().0,
+            "max_batch": max,
+            "nvidia_smi_bytes": at.as_ref().map(|p| p.nvidia_smi_bytes.0),
+            "peak_allocated_bytes": at.as_ref().map(|p| p.peak_allocated_bytes.0),
+            "kv_cache_bytes": at.as_ref().map(|p| p.kv_cache_bytes.0),
+        });
+        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+        return Ok(());
+    }
+    match (max, at) {
+        (Some(m), Some(p)) => writeln!(
+            out,
+            "{}: largest batch for {} on {} ({} usable): {m} ({} nvidia-smi, KV cache {})",
+            preset.id,
+            cfg.step,
+            gpu.name,
+            budget.usable(),
+            p.nvidia_smi_bytes,
+            p.kv_cache_bytes
+        )?,
+        _ => writeln!(
+            out,
+            "{}: even batch 1 does not fit on {} ({} usable)",
+            preset.id,
+            gpu.name,
+            Bytes(budget.usable().0)
+        )?,
+    }
+    Ok(())
+}

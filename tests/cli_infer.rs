@@ -1,0 +1,287 @@
+//! The inference command line (issue 29): `plan --step generate|prefill` JSON keys, the
+//! errors of unsupported combinations, and `max-batch --step generate`.
+
+use std::process::Command;
+
+const LLAMA: &str = "tests/data/hf_configs/Llama-3.2-1B.json";
+
+fn vramlab(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run vramlab");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let (ok, _out, err) = vramlab(args);
+    assert!(!ok, "{args:?} should fail");
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr {err:?} lacks {needle:?}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+fn plan_json(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["plan", "--model", LLAMA, "--json"];
+    if !extra.contains(&"--gpu") {
+        args.extend_from_slice(&["--gpu", "h200"]);
+    }
+    args.extend_from_slice(extra);
+    let (ok, out, err) = vramlab(&args);
+    assert!(ok, "{args:?}: {err}");
+    serde_json::from_str(&out).expect("one JSON object")
+}
+
+fn bytes(v: &serde_json::Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// The contract's keys, consistent with each other: allocated ≤ reserved < nvidia-smi, the
+/// weights and KV cache inside the allocated peak; the KV cache follows
+/// 2 × layers × kv_heads × head_dim × tokens × dtype bytes × batch (Llama-3.2-1B: 16 layers,
+/// 8 kv heads of 64).
+#[test]
+fn generate_json_has_the_contract_keys() {
+    let v = plan_json(&[
+        "--step",
+        "generate",
+        "--seq",
+        "512",
+        "--new-tokens",
+        "33",
+        "--precision",
+        "bf16",
+        "--batch",
+        "2",
+    ]);
+    let (a, r, smi) = (
+        bytes(&v, "peak_allocated_bytes"),
+        bytes(&v, "peak_reserved_bytes"),
+        bytes(&v, "nvidia_smi_bytes"),
+    );
+    let (kv, w) = (bytes(&v, "kv_cache_bytes"), bytes(&v, "weights_bytes"));
+    assert!(a <= r && r < smi, "{v}");
+    assert!(w + kv < a, "{v}");
+    assert_eq!(kv, 2 * 16 * 8 * 64 * (512 + 32) * 2 * 2);
+    assert_eq!(w, 1_235_814_400 * 2 + 2 * 32 * 4);
+    assert_eq!(v["step"], "generate");
+    // fp32 doubles the weights and the cache
+    let f = plan_json(&[
+        "--step",
+        "generate",
+        "--seq",
+        "512",
+        "--new-tokens",
+        "33",
+        "--precision",
+        "fp32",
+        "--batch",
+        "2",
+    ]);
+    assert_eq!(bytes(&f, "kv_cache_bytes"), 2 * kv);
+    assert!(bytes(&f, "weights_bytes") > 2 * w - 1024);
+}
+
+/// A plain forward computes every position's logits and holds them beside its cache; generate's
+/// prefill only the last position's: its peak stays below weights + cache + full logits.
+#[test]
+fn prefill_holds_every_positions_logits() {
+    let common = ["--seq", "2048", "--precision", "bf16", "--batch", "8"];
+    let mut g = vec!["--step", "generate", "--new-tokens", "1"];
+    g.extend_from_slice(&common);
+    let mut p = vec!["--step", "prefill"];
+    p.extend_from_slice(&common);
+    let (gv, pv) = (plan_json(&g), plan_json(&p));
+    let generate = bytes(&gv, "peak_allocated_bytes");
+    let pre = bytes(&pv, "peak_allocated_bytes");
+    let logits = 8 * 2048 * 128_256 * 2;
+    let held = bytes(&pv, "weights_bytes") + bytes(&pv, "kv_cache_bytes") + logits;
+    assert!(pre >= held, "prefill {pre} vs {held}");
+    assert!(
+        generate < held - logits / 2,
+        "generate {generate} vs {held}"
+    );
+}
+
+/// A static cache is allocated to prompt + new tokens at once: more than the dynamic cache's
+/// prompt + new − 1, and never less allocated at the peak.
+#[test]
+fn static_cache_is_preallocated() {
+    let run = |cache: &str| {
+        plan_json(&[
+            "--step",
+            "generate",
+            "--seq",
+            "300",
+            "--new-tokens",
+            "40",
+            "--batch",
+            "4",
+            "--kv-cache",
+            cache,
+        ])
+    };
+    let (d, s) = (run("dynamic"), run("static"));
+    assert_eq!(
+        bytes(&s, "kv_cache_bytes") - bytes(&d, "kv_cache_bytes"),
+        2 * 16 * 8 * 64 * 2 * 4
+    );
+}
+
+#[test]
+fn max_batch_for_generate() {
+    let (ok, out, err) = vramlab(&[
+        "max-batch",
+        "--model",
+        LLAMA,
+        "--step",
+        "generate",
+        "--seq",
+        "4096",
+        "--new-tokens",
+        "256",
+        "--gpu",
+        "rtx-4090",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let m = v["max_batch"].as_u64().expect("a batch fits");
+    assert!(m >= 1, "{v}");
+    // the batch above does not fit: its plan exceeds the usable bytes
+    let above = plan_json(&[
+        "--step",
+        "generate",
+        "--seq",
+        "4096",
+        "--new-tokens",
+        "256",
+        "--gpu",
+        "rtx-4090",
+        "--batch",
+        &(m + 1).to_string(),
+    ]);
+    assert_eq!(above["fits"], false, "{above}");
+}
+
+#[test]
+fn unsupported_combinations_are_named() {
+    let base = ["plan", "--model", LLAMA, "--seq", "128"];
+    fn joined<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        a
+    }
+    let with = |extra: &[&'static str]| joined(&base, extra);
+    fails_with(
+        &with(&["--step", "generate", "--new-tokens", "4", "--quant", "nf4"]),
+        "--quant: quantized weights for inference",
+    );
+    fails_with(
+        &with(&[
+            "--step",
+            "generate",
+            "--new-tokens",
+            "4",
+            "--device-map",
+            "auto",
+        ]),
+        "not modelled yet",
+    );
+    fails_with(
+        &with(&["--step", "generate", "--new-tokens", "0"]),
+        "new_tokens",
+    );
+    fails_with(&with(&["--step", "generate"]), "--new-tokens");
+    fails_with(
+        &with(&["--step", "generate", "--new-tokens", "4", "--batch", "0"]),
+        "batch",
+    );
+    fails_with(
+        &with(&[
+            "--step",
+            "generate",
+            "--new-tokens",
+            "4",
+            "--optimizer",
+            "adamw",
+        ]),
+        "--optimizer",
+    );
+    fails_with(
+        &with(&["--step", "prefill", "--kv-cache", "static"]),
+        "--kv-cache",
+    );
+    fails_with(
+        &with(&[
+            "--step",
+            "generate",
+            "--new-tokens",
+            "4",
+            "--precision",
+            "amp-bf16",
+        ]),
+        "precision",
+    );
+    fails_with(
+        &with(&[
+            "--step",
+            "generate",
+            "--new-tokens",
+            "4",
+            "--kv-cache",
+            "paged",
+        ]),
+        "dynamic, static",
+    );
+    // Phi-3-mini: max_position_embeddings 4096
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "tests/data/hf_configs/Phi-3-mini-4k-instruct.json",
+            "--step",
+            "generate",
+            "--seq",
+            "4000",
+            "--new-tokens",
+            "200",
+        ],
+        "max_position_embeddings 4096",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "resnet50",
+            "--step",
+            "generate",
+            "--seq",
+            "16",
+            "--new-tokens",
+            "2",
+        ],
+        "not modelled yet",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "tests/data/hf_configs/Mixtral-8x7B-v0.1.json",
+            "--step",
+            "prefill",
+            "--seq",
+            "16",
+        ],
+        "mixture-of-experts",
+    );
+}

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""vramlab inference runner (issue 29): measures the GPU memory of `model.generate()` and of a
+plain forward under `torch.no_grad()` for decoder models built from a config.json.
+
+Dependencies: torch, transformers (optionally pynvml). Nothing is downloaded: each model is
+built from its config.json with random weights, directly on the device and in the target
+dtype.
+
+    python3 tools/infer_runner.py --configs tools/grid29_configs.jsonl --out $OUT/grid29.jsonl
+    python3 tools/infer_runner.py --configs FILE --out FILE --device cpu   # dry run, no GPU
+
+One JSON object per config line, e.g.
+  {"id": "g29-007", "split": "fit", "model": "tests/data/hf_configs/Llama-3.2-1B.json",
+   "step": "generate" | "prefill", "batch": 4, "prompt": 1024, "new_tokens": 64,
+   "precision": "bf16" | "fp16" | "fp32", "attention": "sdpa" | "eager",
+   "kv_cache": "dynamic" | "static"}
+
+What is measured (vramlab's inference plan models exactly this):
+
+  with torch.device(dev):
+      model = AutoModelForCausalLM.from_config(config, attn_implementation=attention,
+                                               dtype=dtype)         # weights in dtype
+  model.eval()
+  input_ids = torch.randint(0, vocab, (batch, prompt), device=dev)
+  call()                                   # warm-up (same call)
+  torch.cuda.reset_peak_memory_stats()     # the pool keeps what the warm-up reserved
+  call()                                   # measured
+  generate: model.generate(input_ids, max_new_tokens=N, min_new_tokens=N, do_sample=False,
+                           cache_implementation="static" | None, disable_compile=True)
+            (transformers compiles the decode step of a static cache on CUDA by default,
+            with CUDA graphs; `disable_compile=True` keeps the eager path that is planned)
+  prefill:  with torch.no_grad(): out = model(input_ids); del out   # full logits, the
+            forward's own DynamicCache (use_cache defaults to True)
+
+Rows are written one per config (flushed), with the device name, driver, torch and
+transformers versions. A CUDA OOM is caught per row ("oom": true). `--time-limit` stops
+cleanly before a row that would start after it; re-running the same command skips the ids
+already in --out.
+"""
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import torch
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DROP_KEYS = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
+             "auto_map", "quantization_config")
+
+
+def log(*args):
+    print("[infer_runner]", *args, file=sys.stderr, flush=True)
+
+
+def driver_version():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        d = pynvml.nvmlSystemGetDriverVersion()
+        return d.decode() if isinstance(d, bytes) else d
+    except Exception:
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+    except Exception:
+        return None
+
+
+def versions(dev):
+    import transformers
+
+    v = {"torch": torch.__version__, "transformers": transformers.__version__,
+         "cuda": torch.version.cuda, "python": platform.python_version(),
+         "device_name": "cpu", "driver": None, "device_total_bytes": None,
+         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")}
+    if dev == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        v["device_name"] = props.name
+        v["device_total_bytes"] = int(props.total_memory)
+        v["driver"] = driver_version()
+    return v
+
+
+def check_row(row):
+    for key in ("id", "model", "step", "batch", "prompt", "precision"):
+        if key not in row:
+            raise ValueError(f"config {row.get('id', '?')}: missing key {key!r}")
+    if row["step"] not in ("generate", "prefill"):
+        raise ValueError(f"config {row['id']}: step {row['step']!r} is not generate or prefill")
+    if row["precision"] not in DTYPES:
+        raise ValueError(f"config {row['id']}: precision {row['precision']!r} not in {list(DTYPES)}")
+    if row.get("attention", "sdpa") not in ("sdpa", "eager"):
+        raise ValueError(f"config {row['id']}: attention {row['attention']!r} not sdpa or eager")
+    if row.get("kv_cache", "dynamic") not in ("dynamic", "static"):
+        raise ValueError(f"config {row['id']}: kv_cache {row['kv_cache']!r} not dynamic or static")
+    if row["step"] == "generate" and int(row.get("new_tokens", 0)) < 1:
+        raise ValueError(f"config {row['id']}: generate needs new_tokens >= 1")
+
+
+def load_config(path):
+    from transformers import AutoConfig
+
+    with open(path) as f:
+        cfg = json.load(f)
+    model_type = cfg.pop("model_type")
+    for k in DROP_KEYS:
+        cfg.pop(k, None)
+    return AutoConfig.for_model(model_type, **cfg)
+
+
+def build(row, dev):
+    from transformers import AutoModelForCausalLM
+
+    config = load_config(row["model"])
+    attention = row.get("attention", "sdpa")
+    with torch.device(dev):
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=attention,
+                                                 dtype=DTYPES[row["precision"]])
+    got = getattr(model.config, "_attn_implementation", None)
+    if got != attention:
+        raise RuntimeError(f"attn_implementation {attention!r} did not take effect (got {got!r})")
+    model.eval()
+    return model
+
+
+def make_call(model, row, input_ids):
+    if row["step"] == "prefill":
+        def call():
+            with torch.no_grad():
+                out = model(input_ids)
+            del out
+    else:
+        n = int(row["new_tokens"])
+        cache = "static" if row.get("kv_cache", "dynamic") == "static" else None
+
+        def call():
+            out = model.generate(input_ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                 cache_implementation=cache, disable_compile=True)
+            got = out.shape[1] - input_ids.shape[1]
+            del out
+            if got != n:
+                raise RuntimeError(f"generated {got} tokens, expected {n}")
+    return call
+
+
+def param_bytes(model):
+    seen = set()
+    total = 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        total += t.numel() * t.element_size()
+    return total
+
+
+def sync(dev):
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(row, dev):
+    gc.collect()
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.time()
+    model = build(row, dev)
+    sync(dev)
+    build_s = time.time() - t0
+    out = {"params": sum(p.numel() for p in model.parameters()),
+           "weights_bytes": param_bytes(model), "build_s": round(build_s, 2)}
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    gen = torch.Generator(device="cpu").manual_seed(29)
+    input_ids = torch.randint(0, vocab, (int(row["batch"]), int(row["prompt"])), generator=gen).to(dev)
+    call = make_call(model, row, input_ids)
+    if dev == "cuda":
+        out["allocated_after_build"] = torch.cuda.memory_allocated()
+        out["reserved_after_build"] = torch.cuda.memory_reserved()
+    t0 = time.time()
+    call()  # warm-up
+    sync(dev)
+    out["warmup_s"] = round(time.time() - t0, 2)
+    gc.collect()
+    if dev == "cuda":
+        out["warmup_peak_allocated"] = torch.cuda.max_memory_allocated()
+        out["warmup_peak_reserved"] = torch.cuda.max_memory_reserved()
+        torch.cuda.reset_peak_memory_stats()
+        out["allocated_before"] = torch.cuda.memory_allocated()
+        out["reserved_before"] = torch.cuda.memory_reserved()
+    t0 = time.time()
+    call()  # measured
+    sync(dev)
+    out["step_s"] = round(time.time() - t0, 2)
+    if dev == "cuda":
+        out["peak_allocated"] = torch.cuda.max_memory_allocated()
+        out["peak_reserved"] = torch.cuda.max_memory_reserved()
+        free, total = torch.cuda.mem_get_info()
+        out["device_used_after"] = total - free
+        out["reserved_after"] = torch.cuda.memory_reserved()
+        out["allocated_after"] = torch.cuda.memory_allocated()
+    del call, input_ids, model
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", required=True, help="JSON-lines file of configs")
+    ap.add_argument("--out", required=True, help="JSON-lines file the rows are appended to")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--ids", default="", help="comma-separated ids to run (default: all)")
+    ap.add_argument("--time-limit", type=float, default=0.0,
+                    help="seconds; no row starts after this (0: no limit)")
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("CUDA is not available (use --device cpu for a dry run)")
+    with open(args.configs) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    for r in rows:
+        check_row(r)
+    wanted = {s for s in args.ids.split(",") if s}
+    if wanted:
+        rows = [r for r in rows if r["id"] in wanted]
+    done = set()
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                # a row that failed other than by OOM is run again
+                if "id" in r and (r.get("oom") or "error" not in r):
+                    done.add(r["id"])
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    ver = versions(args.device)
+    start = time.time()
+    with open(args.out, "a") as sink:
+        for row in rows:
+            if row["id"] in done:
+                continue
+            if args.time_limit and time.time() - start > args.time_limit:
+                log(f"time limit reached before {row['id']}; re-run to continue")
+                break
+            log(f"{row['id']}: {json.dumps(row)}")
+            res = dict(row)
+            res.update(ver)
+            try:
+                res.update(measure(row, args.device))
+                res["oom"] = False
+            except torch.OutOfMemoryError as e:
+                res["oom"] = True
+                res["error"] = str(e).splitlines()[0][:300]
+            except Exception as e:  # a row that cannot run is recorded, the rest go on
+                res["oom"] = False
+                res["error"] = f"{type(e).__name__}: {e}"[:500]
+            gc.collect()
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+            sink.write(json.dumps(res) + "\n")
+            sink.flush()
+            log(f"{row['id']}: " + ", ".join(f"{k}={res.get(k)}" for k in
+                ("peak_allocated", "peak_reserved", "step_s", "oom", "error")))
+
+
+if __name__ == "__main__":
+    main()
