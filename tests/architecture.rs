@@ -77,6 +77,32 @@ fn the_core_depends_on_no_gui_or_gpu_crate() {
     assert!(bad.is_empty(), "vramlab-core's tree contains {bad:?}");
 }
 
+/// Network code lives in `vramlab-hub` (Hub ids), called by the binary and the GUI: the core
+/// stays free of HTTP and TLS crates, and the hub crate's download is a feature.
+#[test]
+fn the_core_depends_on_no_network_crate() {
+    let graph = lock_graph();
+    let tree = reachable(&graph, "vramlab-core");
+    for c in [
+        "vramlab-hub",
+        "ureq",
+        "rustls",
+        "hyper",
+        "reqwest",
+        "webpki-roots",
+    ] {
+        assert!(!tree.contains(c), "vramlab-core's tree contains {c}");
+    }
+    let hub = reachable(&graph, "vramlab-hub");
+    assert!(hub.contains("ureq"), "the Hub download is ureq's");
+    let manifest =
+        std::fs::read_to_string(root().join("crates/hub/Cargo.toml")).expect("hub manifest");
+    assert!(
+        manifest.contains("download = [\"dep:ureq\"]") && manifest.contains("optional = true"),
+        "ureq is behind the hub crate's `download` feature"
+    );
+}
+
 #[test]
 fn the_device_crate_depends_on_no_gui_crate() {
     let tree = reachable(&lock_graph(), "vramlab-device");
@@ -126,6 +152,8 @@ fn no_core_file_names_a_crate_above_it() {
         for needle in [
             "vramlab_device",
             "vramlab_gui",
+            "vramlab_hub",
+            "ureq::",
             "egui::",
             "egui_plot::",
             "eframe::",

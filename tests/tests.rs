@@ -9,4 +9,5 @@ mod docs;
 mod doctor;
 mod gpu;
 mod hf_import;
+mod hub;
 mod regressions;

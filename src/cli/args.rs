@@ -16,7 +16,8 @@ use vramlab_core::plan::gpus::{self, Gpu};
 /// Model and training settings shared by the planning commands.
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
-    /// Preset id (see `vramlab presets`) or path to a preset JSON file.
+    /// Preset id (see `vramlab presets`), a preset / config.json / captured-graph file, a
+    /// model folder (its config.json), or a Hugging Face Hub id ORG/NAME[@REVISION].
     #[arg(long, required_unless_present = "config")]
     pub model: Option<String>,
     /// A saved `.vramlab.json` config (model, training settings, GPU, margin).
@@ -158,7 +159,22 @@ pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
 /// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`) or
 /// from a file path.
 pub fn load_model(name: &str) -> Result<Preset> {
+    if is_hub_source(name) {
+        return Ok(super::model_source::load(name)?.preset);
+    }
     Ok(words::load_model(name, &mut say)?)
+}
+
+/// Whether `--model` is for `vramlab-hub`: an existing folder, or neither a file nor a
+/// preset name and shaped like a Hub id `ORG/NAME[@REVISION]` (the core's words read the
+/// rest; the core has no network code).
+pub(crate) fn is_hub_source(name: &str) -> bool {
+    let path = std::path::Path::new(name);
+    path.is_dir()
+        || (!name.ends_with(".json")
+            && !path.exists()
+            && vramlab_hub::source::is_source(name)
+            && vramlab_core::vocabulary::model_id(name).is_err())
 }
 
 /// A catalog GPU by id or name, or `detected`: the GPU NVML reports (else the default
@@ -179,17 +195,39 @@ pub(crate) fn detect_gpu() -> Option<Gpu> {
     None
 }
 
-pub(crate) use words::Resolved;
+/// What the model and training flags (or a saved `--config` file) resolve to: the core's
+/// words' answer, and the Hub repository a `--model ORG/NAME` came from (exports name it).
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub preset: Preset,
+    pub config: TrainConfig,
+    pub gpu: Gpu,
+    pub budget: vramlab_core::plan::search::Budget,
+    /// The model is not a built-in one: exports name no Hub id for it unless `hub_repo`.
+    pub custom: bool,
+    pub hub_repo: Option<String>,
+}
 
 /// Model, training config and budget from the flags, or from `--config FILE`
 /// (`--batch` still overrides the file's batch).
 pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
-    Ok(t.words().resolve(batch, &detect_gpu, &mut say)?)
+    let (w, hub_repo) = t.words_loaded()?;
+    let r = w.resolve(batch, &detect_gpu, &mut say)?;
+    Ok(Resolved {
+        preset: r.preset,
+        config: r.config,
+        gpu: r.gpu,
+        budget: r.budget,
+        custom: r.custom,
+        hub_repo,
+    })
 }
 
 /// Model and training config from the flags or `--config` (the batch comes elsewhere).
 pub fn resolve_model(t: &TrainArgs) -> Result<(Preset, TrainConfig)> {
-    Ok(t.words().resolve_model(&detect_gpu, &mut say)?)
+    let batch = if t.config.is_some() { None } else { Some(1) };
+    let r = resolve(t, batch)?;
+    Ok((r.preset, r.config))
 }
 
 impl TrainArgs {
@@ -225,7 +263,25 @@ impl TrainArgs {
             gpu: self.gpu.clone(),
             margin: self.margin,
             dist: d.words(),
+            preloaded: None,
         }
+    }
+
+    /// The flags as the core's words, a Hub id or a model folder read here (through
+    /// `vramlab-hub`: the core has no network code) and a pre-quantized checkpoint planned
+    /// as stored; with the Hub repository a `--model ORG/NAME` came from.
+    pub(crate) fn words_loaded(&self) -> Result<(TrainWords, Option<String>)> {
+        let Some(name) = self.model.as_deref().filter(|_| self.config.is_none()) else {
+            return Ok((self.words(), None));
+        };
+        if !is_hub_source(name) {
+            return Ok((self.words(), None));
+        }
+        let s = super::model_source::load(name)?;
+        let t = super::model_source::as_stored(self, s.prequantized.as_ref(), name)?;
+        let mut w = t.words();
+        w.preloaded = Some(Box::new(s.preset));
+        Ok((w, s.hub_repo))
     }
 
     /// The GPU and the budget on it (`--gpu`, `--margin`).

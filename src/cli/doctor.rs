@@ -32,7 +32,8 @@ pub struct DoctorArgs {
     /// Include the allocated/reserved timeline in the JSON output.
     #[arg(long)]
     pub timeline: bool,
-    /// Model preset or preset file, to add the planner's answer (largest batch, remedies).
+    /// Model, as for `plan --model` (a preset, a file, a model folder or a Hub id
+    /// ORG/NAME[@REVISION]), to add the planner's answer (largest batch, remedies).
     #[arg(long)]
     pub model: Option<String>,
     /// The micro-batch that ran out of memory.

@@ -25,10 +25,11 @@ pub fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     if super::infer::is_inference(&a.train) {
         return super::infer::cmd_max_batch(&a.train, out);
     }
-    let report =
-        a.train
-            .words()
-            .max_batch_report(a.target_batch, &args::detect_gpu, &mut args::say)?;
+    let report = a.train.words_loaded()?.0.max_batch_report(
+        a.target_batch,
+        &args::detect_gpu,
+        &mut args::say,
+    )?;
     let l = match &report.outcome {
         Outcome::NothingFits(b) => return nothing_fits(a.train.json, &report, b, out),
         Outcome::Fits(l) => l,

@@ -11,6 +11,7 @@ mod exit;
 mod fit;
 mod infer;
 mod max_batch;
+mod model_source;
 mod plan_bench;
 mod plan_text;
 
@@ -199,7 +200,7 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     if infer::is_inference(&a.train) {
         return infer::cmd_plan(&a.train, a.batch, out);
     }
-    let report = a.train.words().plan_report(
+    let report = a.train.words_loaded()?.0.plan_report(
         a.batch,
         a.timeline,
         !a.train.json,
@@ -305,6 +306,7 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         gpu,
         budget,
         custom,
+        hub_repo,
     } = resolve(&a.train, a.batch)?;
     // HF Trainer, Lightning and the exported PyTorch loop release the model output before
     // backward: what they run is the trainer loop shape, whatever was planned.
@@ -321,8 +323,13 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         Some(&plan),
     )
     .to_json();
-    // A custom preset may reuse a built-in id for other weights: only built-ins name a Hub id.
-    let hub_id = if custom { None } else { preset.hub_id() };
+    // A custom preset may reuse a built-in id for other weights: only built-ins, and a model
+    // given by its Hub id, name a Hub id.
+    let hub_id = match &hub_repo {
+        Some(repo) => Some(repo.as_str()),
+        None if custom => None,
+        None => preset.hub_id(),
+    };
     let text = vramlab_core::export::render(format, &cfg, &plan, &doc, hub_id)?;
     match &a.output {
         Some(path) => {

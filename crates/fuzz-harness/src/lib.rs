@@ -24,12 +24,14 @@ use vramlab_core::units::Bytes;
 pub type Target = fn(&[u8]);
 
 /// The fuzz targets, by the names `fuzz/Cargo.toml` gives them.
-pub const TARGETS: [(&str, Target); 8] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("captured_graph", captured_graph),
     ("cli_args", cli_args),
     ("hf_config", hf_config),
     ("hostile_preset", hostile_preset),
     ("preset_json", preset_json),
+    ("safetensors_header", safetensors_header),
+    ("safetensors_index", safetensors_index),
     ("snapshot_pickle", snapshot_pickle),
     ("units", units),
     ("vramlab_config", vramlab_config),
@@ -312,6 +314,54 @@ pub fn hf_config(data: &[u8]) {
             ..TrainConfig::default()
         };
         plan_small(&preset, &cfg);
+    }
+}
+
+/// A safetensors file's start (a model folder's shard): the 8-byte header length, then the
+/// JSON header; the stored dtypes read within `MAX_HEADER_BYTES`, or an error; never a
+/// panic. The reader counts what it hands out, so a read past the bound is caught.
+pub fn safetensors_header(data: &[u8]) {
+    struct Counted<'a> {
+        data: &'a [u8],
+        read: u64,
+    }
+    impl std::io::Read for Counted<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = std::io::Read::read(&mut self.data, buf)?;
+            self.read += n as u64;
+            Ok(n)
+        }
+    }
+    let mut r = Counted { data, read: 0 };
+    let mut w = vramlab_hub::Weights::default();
+    let ok = vramlab_hub::folder::parse_header(&mut r, &mut w).is_ok();
+    assert!(r.read <= 8 + vramlab_hub::folder::MAX_HEADER_BYTES);
+    if ok {
+        // A header of N bytes after its 8-byte length: nothing after it was needed.
+        let len = data
+            .get(..8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes);
+        assert!(len.is_some_and(|n| r.read >= 8 + n));
+        assert_eq!(
+            w.elements.keys().collect::<Vec<_>>(),
+            w.bytes.keys().collect::<Vec<_>>()
+        );
+        assert!(w.tensors as usize >= w.elements.len());
+    }
+}
+
+/// `model.safetensors.index.json`: the shard names, each a file name of the folder (never a
+/// path out of it), or an error; never a panic.
+pub fn safetensors_index(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(names) = vramlab_hub::folder::parse_index(text) {
+        for n in &names {
+            assert!(!n.is_empty() && !n.contains(['/', '\\']) && n != ".." && n != ".");
+        }
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
     }
 }
 

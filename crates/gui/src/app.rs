@@ -7,6 +7,7 @@
 //! Monitor tabs, plot PNGs and recent files are in [`run_tab`].
 
 pub mod captured_file;
+pub mod model_source;
 mod run_tab;
 
 pub use run_tab::{MonitorOpener, Spawner, Tab};
@@ -107,6 +108,12 @@ pub struct VramApp {
     path_prompt: Option<PathPrompt>,
     /// The message, when it is about one plan (the batch a model switch chose).
     plan_notice: Option<PlanNotice>,
+    /// Where Hub ids resolve (the huggingface_hub variables at start-up).
+    hub_env: vramlab_hub::HubEnv,
+    /// A Hub id or model folder being read.
+    model_loading: Option<model_source::Loading>,
+    /// Wait for that read in the frame that asked for it (tests).
+    hub_blocking: bool,
 }
 
 /// A status line about one plan ("Batch 16 to 1: … does not fit …"): it holds while that
@@ -199,6 +206,7 @@ impl VramApp {
         app.detector = Box::new(move || detected.clone());
         // What tests draw must not depend on a worker thread's timing.
         app.derived.fit.blocking = true;
+        app.hub_blocking = true;
         app
     }
 
@@ -229,7 +237,15 @@ impl VramApp {
             doctor: crate::ui::doctor::DoctorPanel::default(),
             path_prompt: None,
             plan_notice: None,
+            hub_env: vramlab_hub::HubEnv::from_env(),
+            model_loading: None,
+            hub_blocking: false,
         }
+    }
+
+    /// Where Hub ids typed in the model picker resolve (tests point it at a cache).
+    pub fn set_hub_env(&mut self, env: vramlab_hub::HubEnv) {
+        self.hub_env = env;
     }
 
     /// Replaces the file dialogs (tests).
@@ -293,6 +309,7 @@ impl VramApp {
             Command::SavePreset => self.save_preset(ctx),
             Command::OpenPreset => self.open_preset(),
             Command::OpenHfConfig => self.open_hf_config(),
+            Command::LoadModelSource(name) => self.load_model_source(&name),
             Command::DismissMessage => self.message = None,
             Command::SetExportFormat(f) => self.export_format = f,
             Command::SaveExport => self.save_export(ctx),
@@ -561,6 +578,15 @@ impl VramApp {
         let pasted = pasted
             .flatten()
             .is_some_and(|t| self.import_hf_config("pasted config.json", "pasted", &t));
+        let dropped_dir = dropped
+            .as_ref()
+            .filter(|f| f.path().is_dir())
+            .map(|f| f.path().display().to_string());
+        let dropped = dropped.filter(|_| dropped_dir.is_none());
+        if let Some(dir) = &dropped_dir {
+            // A model folder: its config.json and safetensors headers.
+            self.load_model_source(dir);
+        }
         if let Some(file) = &dropped {
             let source = file.path().display().to_string();
             let name = vramlab_core::model::hf::name_for_path(file.path());
@@ -586,7 +612,8 @@ impl VramApp {
                 Err(e) => self.error(format!("Could not open {source}: {e}")),
             }
         }
-        if save || open || pasted || dropped.is_some() {
+        let loaded = self.poll_model_source(Some(ctx));
+        if save || open || pasted || loaded || dropped.is_some() || dropped_dir.is_some() {
             self.derived.refresh(&self.state);
             ctx.request_repaint();
         }
@@ -663,6 +690,11 @@ impl VramApp {
     }
 
     fn open_preset_at(&mut self, path: &Path) {
+        if path.is_dir() {
+            // A model folder, read as `--model DIR` reads it.
+            self.load_model_source(&path.display().to_string());
+            return;
+        }
         let text =
             vramlab_core::fsutil::read_bounded_string(path, vramlab_core::fsutil::FileKind::Model);
         if let Ok(text) = &text

@@ -168,6 +168,7 @@ fn words_of(d: &Bound<'_, PyDict>) -> PyResult<TrainWords> {
         gpu: get(d, "gpu")?,
         margin: get(d, "margin")?.unwrap_or(defaults.margin),
         dist: defaults.dist,
+        preloaded: None,
     };
     let dist = &mut w.dist;
     dist.gpus = gpus;

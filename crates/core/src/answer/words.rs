@@ -165,6 +165,9 @@ pub struct TrainWords {
     pub gpu: Option<String>,
     pub margin: f64,
     pub dist: DistWords,
+    /// The model already read by the caller (a Hub id or a model folder, through
+    /// `vramlab-hub`: the core has no network code), used instead of reading `model`.
+    pub preloaded: Option<Box<Preset>>,
 }
 
 impl Default for TrainWords {
@@ -198,6 +201,7 @@ impl Default for TrainWords {
             gpu: None,
             margin: DEFAULT_MARGIN,
             dist: DistWords::default(),
+            preloaded: None,
         }
     }
 }
@@ -337,8 +341,11 @@ impl TrainWords {
         let Some(name) = self.model.as_deref() else {
             bail!("--model or --config is required");
         };
-        let preset = load_model(name, sink)?;
-        let custom = find_builtin(name).is_err();
+        let preset = match &self.preloaded {
+            Some(p) => (**p).clone(),
+            None => load_model(name, sink)?,
+        };
+        let custom = self.preloaded.is_some() || find_builtin(name).is_err();
         let Some(batch) = batch else {
             bail!("--batch is required");
         };

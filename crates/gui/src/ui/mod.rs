@@ -73,6 +73,9 @@ pub enum Command {
     SearchFit,
     /// Import a Hugging Face `config.json` (open dialog) as the custom model.
     OpenHfConfig,
+    /// Read a Hub id (`ORG/NAME[@REVISION]`) or a model folder as the custom model, as
+    /// `--model` does.
+    LoadModelSource(String),
 }
 
 /// Sets `slot` to `cmd` (the last change of a frame wins; users change one widget at a time).

@@ -43,20 +43,7 @@ pub(crate) fn model_ui(
             .response
             .labelled_by(l.id);
     });
-    ui.horizontal(|ui| {
-        let l = ui.label("Search");
-        let mut search = state.search.clone();
-        let r = ui
-            .add(
-                egui::TextEdit::singleline(&mut search)
-                    .hint_text("filter presets by name")
-                    .desired_width(f32::INFINITY),
-            )
-            .labelled_by(l.id);
-        if r.changed() {
-            emit(cmd, Command::SetSearch(search));
-        }
-    });
+    search_ui(state, ui, cmd);
 
     let needle = state.search.to_lowercase();
     let shown: Vec<_> = d
@@ -162,6 +149,33 @@ pub(crate) fn model_ui(
                 emit(cmd, Command::DismissMessage);
             }
         });
+    }
+}
+
+/// The search field, and under it a button when the text is a Hub id or a model folder.
+fn search_ui(state: &PlannerState, ui: &mut Ui, cmd: &mut Option<Command>) {
+    ui.horizontal(|ui| {
+        let l = ui.label("Search");
+        let mut search = state.search.clone();
+        let r = ui
+            .add(
+                egui::TextEdit::singleline(&mut search)
+                    .hint_text("filter presets by name")
+                    .desired_width(f32::INFINITY),
+            )
+            .labelled_by(l.id);
+        if r.changed() {
+            emit(cmd, Command::SetSearch(search));
+        }
+    });
+    // A Hub id or a model folder typed in the search field loads as `--model` does.
+    if let Some(label) = crate::app::model_source::button_label(&state.search)
+        && ui.button(label).on_hover_text(tips::HUB_MODEL).clicked()
+    {
+        emit(
+            cmd,
+            Command::LoadModelSource(state.search.trim().to_string()),
+        );
     }
 }
 
