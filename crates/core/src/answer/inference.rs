@@ -42,11 +42,24 @@ impl InferAnswer {
         budget: Budget,
         trace_points: usize,
     ) -> Result<InferAnswer, PlanError> {
+        let max = max_batch(planner, budget)?;
+        InferAnswer::with_max_batch(planner, batch, budget, max, trace_points)
+    }
+
+    /// [`InferAnswer::new`] with the largest batch already searched (it does not depend on
+    /// `batch`: the GUI searches it once per planner and budget).
+    pub fn with_max_batch(
+        planner: &InferPlanner,
+        batch: u64,
+        budget: Budget,
+        max_batch: Option<u64>,
+        trace_points: usize,
+    ) -> Result<InferAnswer, PlanError> {
         let plan = planner.plan(batch)?;
         Ok(InferAnswer {
             fits: fits(&plan, budget),
             usable: budget.usable(),
-            max_batch: max_batch(planner, budget)?,
+            max_batch,
             trace: planner.trace(batch, trace_points)?,
             plan,
         })
