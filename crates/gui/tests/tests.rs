@@ -6,5 +6,6 @@ mod gui;
 mod gui_fit;
 mod gui_follow;
 mod gui_hf;
+mod gui_infer;
 mod gui_run;
 mod gui_warnings;

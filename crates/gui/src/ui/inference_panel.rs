@@ -315,6 +315,14 @@ fn trace_plot_ui(a: &InferAnswer, step: InferStep, ui: &mut Ui, height: f32) -> 
     ];
     let usable = a.usable.as_gib_f64();
     let peak = a.plan.peak_reserved_bytes.as_gib_f64();
+    // The weights dwarf the KV cache's growth: the axis starts a little under the lowest
+    // point (the label says so) so the prefill spike and the decode growth show.
+    let lowest = a
+        .trace
+        .iter()
+        .map(|q| q.allocated.as_gib_f64())
+        .fold(peak, f64::min);
+    let low = (lowest - (peak - lowest) * 0.3).max(0.0);
     let x_label = match step {
         InferStep::Generate => "forward: 0–1 the prefill, k–k+1 decode step k",
         InferStep::Prefill => "the prefill forward (fraction of its allocations and frees)",
@@ -323,11 +331,15 @@ fn trace_plot_ui(a: &InferAnswer, step: InferStep, ui: &mut Ui, height: f32) -> 
         .height(height)
         .legend(Legend::default())
         .x_axis_label(x_label)
-        .y_axis_label("GPU memory")
+        .y_axis_label(if low > 0.0 {
+            "GPU memory (axis not from 0)"
+        } else {
+            "GPU memory"
+        })
         .y_axis_formatter(|m, _| gib_tick(m.value, m.step_size))
         .y_axis_min_width(56.0)
-        .include_y(0.0)
-        .include_y(peak * 1.12)
+        .include_y(low)
+        .include_y(peak + (peak - low) * 0.12)
         .allow_scroll(false)
         .label_formatter(|h| {
             hover::label(
