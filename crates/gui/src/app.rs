@@ -869,6 +869,10 @@ impl VramApp {
             .response
             .on_hover_text("Recently opened or saved .vramlab.json plans");
             ui.add_space(8.0);
+            if self.tab == Tab::Planner {
+                crate::ui::inference_panel::mode_switch(&self.state, ui, &mut cmd);
+                ui.add_space(8.0);
+            }
             // The tagline only where it leaves room for the GPU line (no overlap at 1280 px).
             if self.tab == Tab::Planner && ui.available_width() > 1100.0 {
                 ui.label(match self.state.mode {

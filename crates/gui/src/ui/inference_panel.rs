@@ -30,20 +30,17 @@ pub const NOT_MODELLED: &str = "Quantization (bitsandbytes nf4 / int8) and devic
 
 const PREFILL_COLOR: egui::Color32 = egui::Color32::from_rgb(235, 160, 40);
 
-/// "Plan: Training step | Inference call" at the top of the left panel.
+/// "Plan: Training step | Inference call" in the top bar (Planner tab).
 pub fn mode_switch(state: &PlannerState, ui: &mut Ui, cmd: &mut Option<Command>) {
-    ui.horizontal(|ui| {
-        ui.label("Plan");
-        let mut mode = state.mode;
-        ui.selectable_value(&mut mode, PlannerMode::Training, "Training step")
-            .on_hover_text("One training step (forward, backward, optimizer)");
-        ui.selectable_value(&mut mode, PlannerMode::Inference, "Inference call")
-            .on_hover_text("model.generate() or a forward under torch.no_grad()");
-        if mode != state.mode {
-            emit(cmd, Command::SetMode(mode));
-        }
-    });
-    ui.separator();
+    ui.label("Plan");
+    let mut mode = state.mode;
+    ui.selectable_value(&mut mode, PlannerMode::Training, "Training step")
+        .on_hover_text("One training step (forward, backward, optimizer)");
+    ui.selectable_value(&mut mode, PlannerMode::Inference, "Inference call")
+        .on_hover_text("model.generate() or a forward under torch.no_grad()");
+    if mode != state.mode {
+        emit(cmd, Command::SetMode(mode));
+    }
 }
 
 /// The left panel in Inference mode.
@@ -54,7 +51,6 @@ pub fn infer_inputs_ui(
     ui: &mut Ui,
 ) -> Option<Command> {
     let mut cmd = None;
-    mode_switch(state, ui, &mut cmd);
     ui.heading("Model");
     model_ui(state, d, message, ui, &mut cmd);
     ui.separator();

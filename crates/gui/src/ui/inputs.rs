@@ -23,7 +23,6 @@ pub fn inputs_ui(
     ui: &mut Ui,
 ) -> Option<Command> {
     let mut cmd = None;
-    super::inference_panel::mode_switch(state, ui, &mut cmd);
     ui.heading("Model");
     model_ui(state, d, message, ui, &mut cmd);
     ui.separator();
