@@ -826,11 +826,7 @@ impl VramApp {
                 egui::ScrollArea::vertical()
                     .id_salt("infer_scroll")
                     .show(ui, |ui| {
-                        crate::ui::inference_panel::infer_results_ui(
-                            &self.state,
-                            &self.derived,
-                            ui,
-                        )
+                        crate::ui::inference_panel::infer_results_ui(&self.state, &self.derived, ui)
                     })
             });
             return;

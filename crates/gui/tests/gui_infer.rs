@@ -9,9 +9,9 @@ use egui_kittest::kittest::Queryable;
 use vramlab_core::answer::inference::{InferAnswer, fits, max_batch};
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
+use vramlab_core::plan::gpus;
 use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::search::Budget;
-use vramlab_core::plan::gpus;
 use vramlab_gui::app::VramApp;
 use vramlab_gui::ui::answer::usage_text;
 use vramlab_gui::ui::inference::PlannerMode;
@@ -127,7 +127,10 @@ fn inference_mode_at(size: (f32, f32)) {
     let builds = h.state().derived().infer.builds();
     set_value(&mut h, "Batch (sequences)", 16.0);
     assert_eq!(h.state().derived().infer.builds(), builds);
-    assert_shows_answer(&h, &core_answer(&tinyllama(InferStep::Generate, 16, 1536, 128)));
+    assert_shows_answer(
+        &h,
+        &core_answer(&tinyllama(InferStep::Generate, 16, 1536, 128)),
+    );
 
     // a static cache, then fp32
     h.get_by_label("static").click();
@@ -139,7 +142,10 @@ fn inference_mode_at(size: (f32, f32)) {
     h.run();
     cfg.dtype = DType::F32;
     let fp32 = core_answer(&cfg);
-    assert_eq!(fp32.plan.weights_bytes.0, 2 * first.plan.weights_bytes.0 - 2 * 4 * 32);
+    assert_eq!(
+        fp32.plan.weights_bytes.0,
+        2 * first.plan.weights_bytes.0 - 2 * 4 * 32
+    );
     assert_shows_answer(&h, &fp32);
 
     // a prefill: no new tokens, no cache choice

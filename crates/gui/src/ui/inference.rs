@@ -128,14 +128,10 @@ impl InferCache {
         }
         if self.answer.as_ref().map(|(k, _)| *k) != Some((gen_, cfg.batch, budget)) {
             let answer = match self.max_batch.as_ref().map(|(_, m)| m) {
-                Some(Ok(max)) => InferAnswer::with_max_batch(
-                    planner,
-                    cfg.batch,
-                    budget,
-                    *max,
-                    TIMELINE_POINTS,
-                )
-                .map_err(|e| format!("{e:#}")),
+                Some(Ok(max)) => {
+                    InferAnswer::with_max_batch(planner, cfg.batch, budget, *max, TIMELINE_POINTS)
+                        .map_err(|e| format!("{e:#}"))
+                }
                 Some(Err(e)) => Err(e.clone()),
                 None => Err("the largest batch was not searched".into()),
             };

@@ -66,7 +66,10 @@ fn choice<T: PartialEq + Copy>(ui: &mut Ui, value: &mut T, options: &[(T, &str, 
     let mut changed = false;
     ui.horizontal(|ui| {
         for &(v, text, tip) in options {
-            changed |= ui.selectable_value(value, v, text).on_hover_text(tip).changed();
+            changed |= ui
+                .selectable_value(value, v, text)
+                .on_hover_text(tip)
+                .changed();
         }
     });
     changed
@@ -211,7 +214,9 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
         }
     };
     let p = &a.plan;
-    let model = d.preset().map_or(p.model.as_str(), |m| m.display_name.as_str());
+    let model = d
+        .preset()
+        .map_or(p.model.as_str(), |m| m.display_name.as_str());
     ui.heading(format!("{model} — inference"));
     ui.label(p.config.step.describe());
     ui.add_space(4.0);

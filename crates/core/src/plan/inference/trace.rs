@@ -134,10 +134,20 @@ mod tests {
             let alloc = t.iter().map(|q| q.allocated).max().expect("points");
             let reserved = t.iter().map(|q| q.reserved).max().expect("points");
             assert_eq!(alloc, plan.peak_allocated_bytes, "max_points {max_points}");
-            assert_eq!(reserved, plan.peak_reserved_bytes, "max_points {max_points}");
+            assert_eq!(
+                reserved, plan.peak_reserved_bytes,
+                "max_points {max_points}"
+            );
             assert_eq!(t.first().map(|q| q.forward), Some(0));
-            assert_eq!(t.last().map(|q| q.forward), Some(5), "6 tokens: 5 decode steps");
-            assert!(t.windows(2).all(|w| w[0].x <= w[1].x && w[0].forward <= w[1].forward));
+            assert_eq!(
+                t.last().map(|q| q.forward),
+                Some(5),
+                "6 tokens: 5 decode steps"
+            );
+            assert!(
+                t.windows(2)
+                    .all(|w| w[0].x <= w[1].x && w[0].forward <= w[1].forward)
+            );
             assert!(t.iter().all(|q| q.x >= f64::from(q.forward)
                 && q.x < f64::from(q.forward) + 1.0
                 && q.reserved >= q.allocated));
