@@ -84,6 +84,10 @@ impl InferSettings {
 }
 
 type Built = Result<InferPlanner, String>;
+/// The largest batch, keyed by planner generation and budget.
+type MaxBatchEntry = ((u64, Budget), Result<Option<u64>, String>);
+/// The answer, keyed by planner generation, batch and budget.
+type AnswerEntry = ((u64, u64, Budget), Result<InferAnswer, String>);
 
 /// The inference planner and its answers, cached; see the module docs.
 #[derive(Default)]
@@ -94,8 +98,8 @@ pub struct InferCache {
     error: Option<String>,
     /// Bumped on every planner rebuild; keys the caches below.
     generation: u64,
-    max_batch: Option<((u64, Budget), Result<Option<u64>, String>)>,
-    answer: Option<((u64, u64, Budget), Result<InferAnswer, String>)>,
+    max_batch: Option<MaxBatchEntry>,
+    answer: Option<AnswerEntry>,
 }
 
 impl InferCache {
