@@ -85,6 +85,25 @@ fn the_device_crate_depends_on_no_gui_crate() {
     }
 }
 
+/// The Python bindings are the core behind a Python API: no GUI, GPU or Hub crate, and not
+/// the binary (its CLI words are the core's, `answer::words`). (anyhow is a dev-dependency
+/// of the core: Cargo.lock does not tell those apart.)
+#[test]
+fn the_python_bindings_depend_on_the_core_only() {
+    let tree = reachable(&lock_graph(), "vramlab-python");
+    assert!(
+        tree.contains("pyo3"),
+        "vramlab-python not found in Cargo.lock"
+    );
+    assert!(tree.contains("vramlab-core"));
+    let bad: Vec<_> = FORBIDDEN_IN_CORE
+        .iter()
+        .chain(&["vramlab-gui", "vramlab", "vramlab-hub", "clap"])
+        .filter(|c| tree.contains(**c))
+        .collect();
+    assert!(bad.is_empty(), "vramlab-python's tree contains {bad:?}");
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
         let path = entry.path();

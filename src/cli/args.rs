@@ -1,21 +1,17 @@
 //! The model and training flags every planning command shares, and how they become a
 //! preset, a training config and a GPU budget (also from a saved `--config` file).
+//!
 
-use std::path::Path;
+//! The resolution itself is the core's ([`vramlab_core::answer::words`]), shared with the
+//! Python bindings; this file is the flags and where the core's remarks are printed.
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::Args;
 
-use vramlab_core::answer::report::Assumed;
-use vramlab_core::fsutil::FileKind;
+use vramlab_core::answer::words::{self, Remark, TrainWords};
 use vramlab_core::model::Preset;
-use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::TrainConfig;
-use vramlab_core::plan::config::{AllocatorConfig, LoopShape};
-use vramlab_core::plan::finetune::{FineTune, FineTuneMode, LoraDropout};
 use vramlab_core::plan::gpus::{self, Gpu};
-use vramlab_core::plan::search::Budget;
-use vramlab_core::{names, vocabulary};
 
 /// Model and training settings shared by the planning commands.
 #[derive(Debug, Args, Clone)]
@@ -139,335 +135,101 @@ pub struct TrainArgs {
 }
 
 /// The GPU planned for when `--gpu` is not given.
-pub const DEFAULT_GPU: &str = "rtx-4090";
+pub const DEFAULT_GPU: &str = words::DEFAULT_GPU;
 
 /// Prints a note on standard error (an alias read as a canonical name, a fallback).
 pub(crate) fn note(text: &str) {
     eprintln!("note: {text}");
 }
 
+/// Prints the core's remarks on standard error, as they are made.
+pub(crate) fn say(r: Remark) {
+    match r {
+        Remark::Note(n) => note(&n),
+        Remark::Warning(w) => eprintln!("warning: {w}"),
+    }
+}
+
 /// `--batch`: a whole number of samples of at least 1, explained when it is not.
 pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
-    const WHAT: &str = "the batch is the number of samples in one forward/backward pass \
-                        (the micro-batch; --accum multiplies it into the effective batch), \
-                        a whole number of at least 1";
-    match s.trim().parse::<i128>() {
-        Ok(n) if n >= 1 => u64::try_from(n).map_err(|_| format!("{n} is too large; {WHAT}")),
-        Ok(n) => Err(format!("must be at least 1, got {n}: {WHAT}")),
-        Err(_) => Err(format!("`{s}` is not a whole number: {WHAT}")),
-    }
+    words::parse_batch(s)
 }
 
 /// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`) or
 /// from a file path.
 pub fn load_model(name: &str) -> Result<Preset> {
-    let path = Path::new(name);
-    if name.ends_with(".json") || path.exists() {
-        let text = vramlab_core::fsutil::read_bounded_string(path, FileKind::Model)
-            .context("--model: reading preset file")?;
-        if name.ends_with(vramlab_core::model::captured::SUFFIX)
-            || vramlab_core::model::captured::is_graph_text(&text)
-        {
-            let id = vramlab_core::model::hf::name_for_path(path);
-            return Preset::from_captured(id.trim_end_matches(".vramlab-graph"), &text)
-                .with_context(|| format!("captured graph {}", path.display()));
-        }
-        if let Some(p) = vramlab_core::model::hf::from_text_if_hf(
-            &text,
-            &vramlab_core::model::hf::name_for_path(path),
-        ) {
-            return p.with_context(|| format!("Hugging Face config {}", path.display()));
-        }
-        return Preset::from_json(&text).with_context(|| format!("preset file {}", path.display()));
-    }
-    let id = vocabulary::model_id(name)?;
-    if let Some(n) = &id.note {
-        note(n);
-    }
-    Ok(find_builtin(id.value)?)
-}
-
-/// Whether `id` asks for the GPU of this machine.
-pub(crate) fn is_detected(id: &str) -> bool {
-    names::normalize(id) == "detected"
+    Ok(words::load_model(name, &mut say)?)
 }
 
 /// A catalog GPU by id or name, or `detected`: the GPU NVML reports (else the default
 /// catalog card, said on standard error). The flag says whether the card was detected.
-/// An empty id is refused (a partial-id match would pick any GPU).
+#[cfg(feature = "app")]
 pub(crate) fn find_gpu(id: &str) -> Result<(Gpu, bool)> {
-    if id.trim().is_empty() {
-        bail!("gpu: empty id (see `vramlab presets` for the catalog)");
-    }
-    if is_detected(id) {
-        if let Some(g) = detect_gpu() {
-            return Ok((g, true));
-        }
-        let fallback = gpus::find(DEFAULT_GPU)?;
-        note(&format!(
-            "gpu `detected`: no GPU found through NVML here; planning for the catalog card {} ({})",
-            fallback.id, fallback.name
-        ));
-        return Ok((fallback, false));
-    }
-    let g = gpus::by_name(id.trim(), &gpus::catalog())?;
-    if let Some(n) = &g.note {
-        note(&format!("{n} ({})", g.value.name));
-    }
-    Ok((g.value, false))
+    Ok(words::find_gpu(id, &detect_gpu, &mut say)?)
 }
 
 /// The first GPU NVML sees, with the driver's idle reservation from the catalog.
 #[cfg(feature = "app")]
-fn detect_gpu() -> Option<Gpu> {
+pub(crate) fn detect_gpu() -> Option<Gpu> {
     vramlab_device::gpu::detect().map(|d| Gpu::detected(&d.name, d.total, &gpus::catalog()))
 }
 
 #[cfg(not(feature = "app"))]
-fn detect_gpu() -> Option<Gpu> {
+pub(crate) fn detect_gpu() -> Option<Gpu> {
     None
 }
 
-/// What the model and training flags (or a saved `--config` file) resolve to.
-#[derive(Debug, Clone)]
-pub(crate) struct Resolved {
-    pub preset: Preset,
-    pub config: TrainConfig,
-    pub gpu: Gpu,
-    pub budget: Budget,
-    /// The model is not a built-in one (a file, or a custom model in the saved plan): it
-    /// may reuse a built-in id for other weights, so exports name no Hub id for it.
-    pub custom: bool,
-}
+pub(crate) use words::Resolved;
 
 /// Model, training config and budget from the flags, or from `--config FILE`
 /// (`--batch` still overrides the file's batch).
 pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
-    if let Some(path) = &t.config {
-        let bytes = vramlab_core::fsutil::read_bounded(path, FileKind::SavedPlan)
-            .context("--config: reading saved plan")?;
-        let doc = vramlab_core::export::VramlabConfig::from_bytes(&bytes)
-            .with_context(|| format!("config {}", path.display()))?;
-        let preset = doc.preset()?;
-        let mut cfg = doc.training;
-        if let Some(b) = batch {
-            cfg.batch = b;
-        }
-        if let Some(l) = &t.loop_shape {
-            cfg.loop_shape = l.parse()?;
-        }
-        if let Some(k) = &t.step {
-            cfg.step = k.parse()?;
-        }
-        if let Some(f) = t.moe_imbalance {
-            cfg.moe_imbalance = f;
-        }
-        if let Some(n) = t.target_seq {
-            cfg.target_seq = Some(n);
-        }
-        cfg.validate()?;
-        let gpu = match &doc.gpu_detected {
-            // Saved against a detected card: plan for that card, on any machine.
-            Some(card) => {
-                note(&format!(
-                    "gpu: {} was saved for the detected {} ({} MiB); planning for that card",
-                    path.display(),
-                    card.name,
-                    card.memory_mib
-                ));
-                card.gpu(&gpus::catalog())
-            }
-            None => find_gpu(&doc.gpu).context("gpu (in the config)")?.0,
-        };
-        let budget = Budget {
-            capacity: gpu.memory(),
-            margin: doc.margin,
-        };
-        let custom = matches!(
-            doc.model,
-            vramlab_core::export::vramlab_file::ModelRef::Custom(_)
-        );
-        return Ok(Resolved {
-            preset,
-            config: cfg,
-            gpu,
-            budget,
-            custom,
-        });
-    }
-    let name = t
-        .model
-        .as_deref()
-        .context("--model or --config is required")?;
-    let preset = load_model(name)?;
-    let custom = find_builtin(name).is_err();
-    let cfg = t.config(&preset, batch.context("--batch is required")?)?;
-    let (gpu, budget) = t.budget()?;
-    Ok(Resolved {
-        preset,
-        config: cfg,
-        gpu,
-        budget,
-        custom,
-    })
+    Ok(t.words().resolve(batch, &detect_gpu, &mut say)?)
 }
 
 /// Model and training config from the flags or `--config` (the batch comes elsewhere).
 pub fn resolve_model(t: &TrainArgs) -> Result<(Preset, TrainConfig)> {
-    let batch = if t.config.is_some() { None } else { Some(1) };
-    let r = resolve(t, batch)?;
-    Ok((r.preset, r.config))
+    Ok(t.words().resolve_model(&detect_gpu, &mut say)?)
 }
 
 impl TrainArgs {
-    pub(crate) fn config(&self, preset: &Preset, batch: u64) -> Result<TrainConfig> {
-        let size = match (self.seq, self.image, preset.input.is_tokens()) {
-            (Some(_), _, false) => bail!("--seq: {} takes images; use --image", preset.id),
-            (_, Some(_), true) => bail!("--image: {} takes tokens; use --seq", preset.id),
-            (s, i, _) => s.or(i),
-        };
-        if self.target_seq.is_some() && !preset.is_seq2seq() {
-            bail!(
-                "--target-seq: {} is not an encoder-decoder model (it has no target sequence); \
-                 use --seq alone",
-                preset.id
-            );
-        }
-        if !(0.0..1.0).contains(&self.margin) {
-            bail!(
-                "--margin: must be a fraction in [0, 1), got {}",
-                self.margin
-            );
-        }
-        // A captured graph's own settings are the defaults (other values need a re-capture).
-        let captured = match &preset.spec {
-            vramlab_core::model::ModelSpec::Captured(c) => Some(&c.settings),
-            _ => None,
-        };
-        let cfg = TrainConfig {
-            batch,
-            size,
+    /// The flags as the core's words.
+    pub fn words(&self) -> TrainWords {
+        let d = &self.dist;
+        TrainWords {
+            model: self.model.clone(),
+            config: self.config.clone(),
+            precision: self.precision.clone(),
+            optimizer: self.optimizer.clone(),
+            seq: self.seq,
             target_seq: self.target_seq,
-            precision: self.name_or_default(
-                self.precision.as_deref(),
-                captured.map_or("amp-bf16", |c| c.precision.as_str()),
-                vocabulary::precision,
-            )?,
-            optimizer: self.name_or_default(
-                self.optimizer.as_deref(),
-                captured.map_or("adamw", |c| c.optimizer.as_str()),
-                vocabulary::optimizer,
-            )?,
+            image: self.image,
             accum: self.accum,
-            checkpointing: self.checkpointing || captured.is_some_and(|c| c.checkpointing),
-            checkpoint_reentrant: self.checkpointing_reentrant,
-            attention: self.name_or_default(
-                Some(&self.attention),
-                "sdpa",
-                vocabulary::attention,
-            )?,
-            allocator: AllocatorConfig {
-                expandable_segments: self.expandable_segments,
-                max_split_size_mb: self.max_split_size_mb,
-            },
-            loop_shape: match (&self.loop_shape, captured) {
-                (Some(l), _) => l.parse()?,
-                (None, Some(c)) => c.loop_shape.parse()?,
-                (None, None) => LoopShape::default(),
-            },
-            finetune: self.finetune()?,
-            step: match &self.step {
-                Some(k) => k.parse()?,
-                None => Default::default(),
-            },
-            distributed: self.dist.distributed()?,
-            moe_imbalance: self.moe_imbalance.unwrap_or(1.0),
-        };
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
-    /// `--finetune`, `--lora-rank`, `--lora-targets`, `--lora-dropout` (LoRA options need
-    /// `--finetune lora` or `qlora`).
-    fn finetune(&self) -> Result<FineTune> {
-        let mut ft = FineTune::default();
-        match self.finetune.as_deref() {
-            None | Some("full") => {}
-            Some(other) => ft.mode = other.parse()?,
-        }
-        if !ft.mode.has_adapters()
-            && (self.lora_rank.is_some()
-                || self.lora_targets.is_some()
-                || self.lora_dropout.is_some())
-        {
-            bail!("--lora-rank / --lora-targets / --lora-dropout: need --finetune lora or qlora");
-        }
-        if ft.mode != FineTuneMode::Qlora && (self.quant.is_some() || self.no_double_quant) {
-            bail!("--quant / --no-double-quant: need --finetune qlora");
-        }
-        if let Some(q) = &self.quant {
-            ft.quant = q.parse()?;
-        }
-        ft.double_quant = !self.no_double_quant;
-        if let Some(r) = self.lora_rank {
-            ft.lora_rank = r;
-        }
-        if let Some(t) = &self.lora_targets {
-            ft.lora_targets = t.parse()?;
-        }
-        if let Some(p) = self.lora_dropout {
-            ft.lora_dropout = LoraDropout::new(p)?;
-        }
-        ft.freeze_embeddings = self.freeze_embeddings;
-        ft.freeze_blocks = self.freeze_blocks.unwrap_or(0);
-        ft.lora_merged = self.lora_merged;
-        if ft.mode.has_adapters() && (ft.freeze_embeddings || ft.freeze_blocks > 0) {
-            bail!(
-                "--freeze-embeddings / --freeze-blocks: apply to full fine-tuning (--finetune {} \
-                 already freezes the whole base model)",
-                ft.mode.as_str()
-            );
-        }
-        Ok(ft)
-    }
-
-    /// The name given (with a note when it was an alias) or the default.
-    fn name_or_default<T>(
-        &self,
-        given: Option<&str>,
-        default: &str,
-        parse: fn(&str) -> Result<names::Resolved<T>, names::NameError>,
-    ) -> Result<T> {
-        let r = parse(given.unwrap_or(default))?;
-        if let Some(n) = &r.note {
-            note(n);
-        }
-        Ok(r.value)
-    }
-
-    /// What the plan assumed because a flag was not given.
-    pub fn assumed(&self) -> Vec<Assumed> {
-        if self.config.is_some() {
-            return Vec::new();
-        }
-        let mut a = Vec::new();
-        let mut default = |setting, given: bool, value| {
-            if !given {
-                a.push(Assumed { setting, value });
-            }
-        };
-        default("--gpu", self.gpu.is_some(), DEFAULT_GPU);
-        default("--precision", self.precision.is_some(), "amp-bf16");
-        default("--optimizer", self.optimizer.is_some(), "adamw");
-        a
-    }
-
-    pub(crate) fn budget(&self) -> Result<(Gpu, Budget)> {
-        let (gpu, _) = find_gpu(self.gpu.as_deref().unwrap_or(DEFAULT_GPU)).context("--gpu")?;
-        let budget = Budget {
-            capacity: gpu.memory(),
+            checkpointing: self.checkpointing,
+            checkpointing_reentrant: self.checkpointing_reentrant,
+            attention: self.attention.clone(),
+            loop_shape: self.loop_shape.clone(),
+            step: self.step.clone(),
+            finetune: self.finetune.clone(),
+            lora_rank: self.lora_rank,
+            lora_targets: self.lora_targets.clone(),
+            lora_dropout: self.lora_dropout,
+            freeze_embeddings: self.freeze_embeddings,
+            freeze_blocks: self.freeze_blocks,
+            lora_merged: self.lora_merged,
+            quant: self.quant.clone(),
+            no_double_quant: self.no_double_quant,
+            moe_imbalance: self.moe_imbalance,
+            expandable_segments: self.expandable_segments,
+            max_split_size_mb: self.max_split_size_mb,
+            gpu: self.gpu.clone(),
             margin: self.margin,
-        };
-        Ok((gpu, budget))
+            dist: d.words(),
+        }
+    }
+
+    /// The GPU and the budget on it (`--gpu`, `--margin`).
+    pub(crate) fn budget(&self) -> Result<(Gpu, vramlab_core::plan::search::Budget)> {
+        Ok(self.words().budget(&detect_gpu, &mut say)?)
     }
 }

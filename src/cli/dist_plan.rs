@@ -1,52 +1,9 @@
-//! What the planning commands add for more than one GPU: `--gpus auto` (the fewest GPUs of
-//! the card that fit), and the per-rank lines (world, global batch, host memory for
-//! offload, NCCL buffers) of the core's [`PerRank`] figures.
-
-use anyhow::{Result, bail};
+//! What `plan`'s text adds for more than one GPU: the per-rank lines (world, global batch,
+//! host memory for offload, NCCL buffers) of the core's [`PerRank`] figures. (`--gpus auto`
+//! is searched in the core's words, `vramlab_core::answer::words`.)
 
 use vramlab_core::answer::per_rank::PerRank;
-use vramlab_core::model::Preset;
-use vramlab_core::plan::search::Budget;
-use vramlab_core::plan::{TrainConfig, multi_gpu};
-
-use super::dist_args::DistArgs;
-
-/// With `--gpus auto`: `cfg` with the fewest GPUs that fit its batch (an error when even
-/// `--max-gpus` do not); otherwise `cfg` unchanged.
-pub fn resolve_auto(
-    a: &DistArgs,
-    preset: &Preset,
-    cfg: TrainConfig,
-    budget: Budget,
-) -> Result<TrainConfig> {
-    if !a.auto() {
-        return Ok(cfg);
-    }
-    let d = cfg.distributed;
-    let per_node = 8;
-    match multi_gpu::fewest_gpus(preset, &cfg, d.strategy, per_node, a.max_gpus, budget)? {
-        Some(f) => {
-            let mut c = cfg;
-            c.distributed.nodes = f.nodes;
-            c.distributed.gpus_per_node = f.gpus_per_node;
-            super::args::note(&format!(
-                "--gpus auto: {} GPU(s) ({} node(s) × {}) is the fewest that fit batch {} with {}",
-                f.gpus,
-                f.nodes,
-                f.gpus_per_node,
-                cfg.batch,
-                d.strategy.label()
-            ));
-            Ok(c)
-        }
-        None => bail!(
-            "--gpus auto: batch {} does not fit on up to {} GPUs with {} (try --checkpointing, a smaller --batch, --offload, or a larger --max-gpus)",
-            cfg.batch,
-            a.max_gpus,
-            d.strategy.label()
-        ),
-    }
-}
+use vramlab_core::plan::TrainConfig;
 
 /// The per-rank lines of a multi-GPU plan of `c`.
 pub fn lines(p: &PerRank, c: &TrainConfig) -> Vec<String> {

@@ -4,13 +4,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::args::{TrainArgs, load_model, resolve_model};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use serde::Serialize;
-
-use super::args::{TrainArgs, load_model, resolve_model};
 use vramlab_core::answer::doctor_advice::{PlanAdvice, advise};
-use vramlab_core::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
+pub use vramlab_core::answer::doctor_report::{self, DoctorReport};
+use vramlab_core::doctor::SnapshotReport;
 use vramlab_core::units::Bytes;
 
 #[derive(Debug, Args, Clone, Default)]
@@ -181,32 +180,7 @@ pub fn load_snapshot(
     device: Option<usize>,
     progress: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<SnapshotReport> {
-    let (file, total) =
-        vramlab_core::fsutil::open_bounded(path, vramlab_core::fsutil::FileKind::Snapshot)
-            .context("--snapshot: reading snapshot")?;
-    let snap = doctor::read_snapshot(file, &mut |n| progress(n, total))
-        .with_context(|| format!("reading {}", path.display()))?;
-    Ok(doctor::analyze(&snap, device)?)
-}
-
-/// Everything `doctor` found.
-#[derive(Debug, Clone, Serialize)]
-pub struct DoctorReport {
-    /// The cause, or null when nothing failed (a snapshot without an OOM).
-    pub diagnosis: Option<&'static str>,
-    /// The remedies of the diagnosis, most useful first (also under `details`).
-    pub remedies: Vec<doctor::Remedy>,
-    /// The figures the diagnosis used (also under `details`).
-    pub figures: Option<doctor::Figures>,
-    pub details: Option<Diagnosis>,
-    pub message: Option<OomMessage>,
-    pub peak_allocated_bytes: Option<Bytes>,
-    pub peak_reserved_bytes: Option<Bytes>,
-    pub snapshot: Option<SnapshotReport>,
-    pub plan: Option<PlanAdvice>,
-    /// With a snapshot and `--model … --batch N`: the planned step laid over the trace
-    /// (peaks aligned) and the two peaks.
-    pub planned_overlay: Option<doctor::overlay::PlannedOverlay>,
+    Ok(doctor_report::load_snapshot(path, device, progress)?)
 }
 
 /// Builds the report from the arguments (no printing).
@@ -239,7 +213,7 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         bail!("doctor: give --message TEXT, --message-file FILE, --snapshot FILE or --run FILE");
     }
     let message = match &text {
-        Some(t) => Some(doctor::parse_message(t).ok_or(doctor::DoctorError::NoMessage)?),
+        Some(t) => Some(doctor_report::parse_message(t)?),
         None => None,
     };
     let snapshot = match &a.snapshot {
@@ -258,49 +232,20 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
         }
         None => None,
     };
-    let mut details = doctor::diagnose(message.as_ref(), snapshot.as_ref());
     let capacity = message.as_ref().and_then(|m| m.total_capacity_bytes);
     let allowed = message.as_ref().and_then(|m| m.allowed_bytes);
     let plan = match run_plan {
         Some(p) => Some(p),
         None => plan_advice(a, capacity, allowed)?,
     };
-    if let (Some(d), Some(p)) = (details.as_mut(), plan.as_ref()) {
-        p.add_verdict_to(d);
-    }
-    let planned_overlay = match (&snapshot, &plan) {
-        (Some(s), Some(p)) => doctor::overlay::overlay(&s.timeline, &p.timeline),
-        _ => None,
-    };
-    Ok(DoctorReport {
-        diagnosis: details.as_ref().map(|d| d.cause.as_str()),
-        remedies: details
-            .as_ref()
-            .map(|d| d.remedies.clone())
-            .unwrap_or_default(),
-        figures: details.as_ref().map(|d| d.figures.clone()),
-        peak_allocated_bytes: snapshot.as_ref().map(|s| s.peak_allocated_bytes),
-        peak_reserved_bytes: snapshot.as_ref().map(|s| s.peak_reserved_bytes),
-        details,
-        message,
-        snapshot,
-        plan,
-        planned_overlay,
-    })
+    Ok(DoctorReport::new(message, snapshot, plan))
 }
 
 /// `vramlab doctor`.
 pub fn cmd_doctor(a: DoctorArgs, out: &mut dyn Write) -> Result<()> {
-    let mut r = report(&a)?;
+    let r = report(&a)?;
     if a.json {
-        if !a.timeline {
-            if let Some(s) = r.snapshot.as_mut() {
-                s.timeline.clear();
-            }
-            if let Some(o) = r.planned_overlay.as_mut() {
-                o.points.clear();
-            }
-        }
+        let r = if a.timeline { r } else { r.without_timelines() };
         writeln!(out, "{}", serde_json::to_string(&r)?)?;
         return Ok(());
     }

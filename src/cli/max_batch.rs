@@ -3,17 +3,14 @@
 
 use std::io::Write;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
 
 use vramlab_core::answer::max_batch::{BatchOne, MaxBatchReport, Outcome};
-use vramlab_core::answer::warnings;
-use vramlab_core::plan::Planner;
-use vramlab_core::plan::config::MAX_ACCUM;
+use vramlab_core::answer::words;
 
-use super::args::{Resolved, TrainArgs, resolve};
+use super::args::{self, TrainArgs};
 use super::exit::{EXIT_NOTHING_FITS, Exit};
-use super::{dist_plan, fit};
 
 #[derive(Debug, Args)]
 pub struct MaxBatchArgs {
@@ -28,41 +25,15 @@ pub fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     if super::infer::is_inference(&a.train) {
         return super::infer::cmd_max_batch(&a.train, out);
     }
-    let Resolved {
-        preset,
-        config: cfg,
-        gpu,
-        budget,
-        ..
-    } = resolve(&a.train, Some(1))?;
-    // `--gpus auto`: the fewest GPUs where micro-batch 1 fits.
-    let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
-    for w in warnings::for_config(&cfg, &gpu) {
-        eprintln!("warning: {w}");
-    }
-    let planner = Planner::new(&preset, &cfg)?;
-    let report = MaxBatchReport::new(
-        &planner,
-        gpu,
-        budget,
-        a.target_batch.filter(|t| *t > 0),
-        fit::command_for(&a.train, None),
-    )?;
+    let report =
+        a.train
+            .words()
+            .max_batch_report(a.target_batch, &args::detect_gpu, &mut args::say)?;
     let l = match &report.outcome {
         Outcome::NothingFits(b) => return nothing_fits(a.train.json, &report, b, out),
         Outcome::Fits(l) => l,
     };
-    if a.target_batch == Some(0) {
-        bail!("--target-batch: must be at least 1");
-    }
-    if let Some((t, steps)) = l.target
-        && steps > MAX_ACCUM
-    {
-        bail!(
-            "--target-batch: {t} needs {steps} accumulation steps of micro-batch {}, more than the limit {MAX_ACCUM}",
-            l.max_batch
-        );
-    }
+    words::check_target_batch(&report, a.target_batch)?;
     if a.train.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
         return Ok(());

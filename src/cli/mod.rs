@@ -23,8 +23,6 @@ use args::{Resolved, resolve};
 pub use args::{TrainArgs, load_model, resolve_model};
 pub use exit::{EXIT_NOTHING_FITS, Exit, is_broken_pipe};
 
-use vramlab_core::answer::PlanReport;
-use vramlab_core::answer::report::PlanRequest;
 use vramlab_core::model::preset::builtin_presets;
 use vramlab_core::plan::Planner;
 use vramlab_core::plan::gpus;
@@ -201,24 +199,13 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     if infer::is_inference(&a.train) {
         return infer::cmd_plan(&a.train, a.batch, out);
     }
-    let Resolved {
-        preset,
-        config: cfg,
-        gpu,
-        budget,
-        ..
-    } = resolve(&a.train, a.batch)?;
-    let cfg = dist_plan::resolve_auto(&a.train.dist, &preset, cfg, budget)?;
-    let report = PlanReport::new(PlanRequest {
-        preset: &preset,
-        config: cfg,
-        gpu,
-        budget,
-        assumed: a.train.assumed(),
-        fit_command: fit::command_for(&a.train, a.batch),
-        search_next_step: !a.train.json,
-        timeline_in_json: a.timeline,
-    })?;
+    let report = a.train.words().plan_report(
+        a.batch,
+        a.timeline,
+        !a.train.json,
+        &args::detect_gpu,
+        &mut args::say,
+    )?;
     if a.train.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
         return Ok(());

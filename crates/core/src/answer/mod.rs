@@ -11,8 +11,13 @@
 //! - [`next_step`]: where to go when neither the plan nor any single remedy fits.
 //! - [`remedy_planners`]: the remedies' planners kept between batches (the GUI's cache).
 //! - [`doctor_advice`]: what the planner says about a model that ran out of memory.
+//! - [`doctor_report`]: the doctor's report (diagnosis, snapshot, planner, overlay):
+//!   `doctor --json`.
+//! - [`words`]: the settings as words (the CLI's flags, the Python keywords) resolved to a
+//!   preset, a training config and a GPU budget, and the plan / max-batch reports of them.
 
 pub mod doctor_advice;
+pub mod doctor_report;
 pub mod inference;
 pub mod max_batch;
 pub mod next_step;
@@ -22,6 +27,7 @@ pub mod report;
 pub mod report_json;
 pub mod verdict;
 pub mod warnings;
+pub mod words;
 
 pub use doctor_advice::PlanAdvice;
 pub use report::PlanReport;

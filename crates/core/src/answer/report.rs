@@ -77,6 +77,84 @@ pub struct PlanReport {
     pub timeline_in_json: bool,
 }
 
+/// The first part of a plan report: the plan and its verdict (the peaks, the band, fits
+/// or not) before the largest micro-batch and the remedies, which plan the configuration
+/// many times more. [`PlanStart::finish`] completes it into the report [`PlanReport::new`]
+/// gives; the Python bindings answer the peaks from here and finish on first use.
+#[derive(Debug, Clone)]
+pub struct PlanStart {
+    pub preset: Preset,
+    /// The configuration as requested (the remedies and the fit search start from it).
+    pub config: TrainConfig,
+    pub planner: Planner,
+    pub plan: Plan,
+    pub verdict: Verdict,
+    pub gpu: Gpu,
+    pub budget: Budget,
+    pub assumed: Vec<Assumed>,
+    pub fit_command: String,
+    pub search_next_step: bool,
+    pub timeline_in_json: bool,
+}
+
+impl PlanStart {
+    /// Plans `req` at its batch and judges it.
+    pub fn new(req: PlanRequest<'_>) -> Result<PlanStart, PlanError> {
+        let planner = Planner::new(req.preset, &req.config)?;
+        let plan = planner.plan(req.config.batch)?;
+        let verdict = Verdict::new(&planner, &plan, req.budget)?;
+        Ok(PlanStart {
+            preset: req.preset.clone(),
+            config: req.config,
+            planner,
+            plan,
+            verdict,
+            gpu: req.gpu,
+            budget: req.budget,
+            assumed: req.assumed,
+            fit_command: req.fit_command,
+            search_next_step: req.search_next_step,
+            timeline_in_json: req.timeline_in_json,
+        })
+    }
+
+    /// The warnings of the configuration on the GPU (as the report has them).
+    pub fn warnings(&self) -> Vec<String> {
+        warnings::for_config(&self.planner.config, &self.gpu)
+    }
+
+    /// The whole report: the largest micro-batch, the remedies, and the next step when
+    /// nothing fits.
+    pub fn finish(&self) -> Result<PlanReport, PlanError> {
+        let cfg = self.config;
+        let max = max_batch(&self.planner, self.budget, MAX_BATCH)?;
+        let remedies =
+            RemedyPlanners::new(&self.preset, &cfg).evaluate(&cfg, &self.plan, self.budget)?;
+        let mut report = PlanReport::with_verdict(
+            ReportParts {
+                planner: &self.planner,
+                plan: self.plan.clone(),
+                gpu: self.gpu.clone(),
+                budget: self.budget,
+                max_batch: Ok(max),
+                remedies: Ok(remedies),
+            },
+            self.verdict.clone(),
+        );
+        report.assumed = self.assumed.clone();
+        report.timeline_in_json = self.timeline_in_json;
+        if report.nothing_fits() {
+            report.next_step = Some(NextStep {
+                fit_command: self.fit_command.clone(),
+                search: self
+                    .search_next_step
+                    .then(|| FitSuggestion::search(&self.preset, &cfg, &report.gpu, report.budget)),
+            });
+        }
+        Ok(report)
+    }
+}
+
 /// The parts a front end that caches them already has: the planner, its plan at the
 /// current batch, the max-batch search and the remedies.
 #[derive(Debug)]
@@ -93,34 +171,7 @@ impl PlanReport {
     /// Plans `req` and everything that follows from it (the CLI's `plan`; every error
     /// fails the report).
     pub fn new(req: PlanRequest<'_>) -> Result<PlanReport, PlanError> {
-        let cfg = req.config;
-        let planner = Planner::new(req.preset, &cfg)?;
-        let plan = planner.plan(cfg.batch)?;
-        let verdict = Verdict::new(&planner, &plan, req.budget)?;
-        let max = max_batch(&planner, req.budget, MAX_BATCH)?;
-        let remedies = RemedyPlanners::new(req.preset, &cfg).evaluate(&cfg, &plan, req.budget)?;
-        let mut report = PlanReport::with_verdict(
-            ReportParts {
-                planner: &planner,
-                plan,
-                gpu: req.gpu,
-                budget: req.budget,
-                max_batch: Ok(max),
-                remedies: Ok(remedies),
-            },
-            verdict,
-        );
-        report.assumed = req.assumed;
-        report.timeline_in_json = req.timeline_in_json;
-        if report.nothing_fits() {
-            report.next_step = Some(NextStep {
-                fit_command: req.fit_command,
-                search: req
-                    .search_next_step
-                    .then(|| FitSuggestion::search(req.preset, &cfg, &report.gpu, report.budget)),
-            });
-        }
-        Ok(report)
+        PlanStart::new(req)?.finish()
     }
 
     /// The report from parts a front end already has (the GUI's caches): no next step, no

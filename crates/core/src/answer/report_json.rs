@@ -11,7 +11,7 @@ use serde::ser::Error as _;
 use serde::{Serialize, Serializer};
 
 use super::per_rank::PerRankJson;
-use super::report::PlanReport;
+use super::report::{PlanReport, PlanStart};
 use super::verdict::PlanBand;
 use crate::plan::remedies::Remedy;
 use crate::plan::{Phase, TimelinePoint, TrainConfig};
@@ -122,6 +122,47 @@ impl Serialize for PlanReport {
     }
 }
 
+impl PlanStart {
+    /// The keys of `plan --json` that need neither the max-batch search nor the remedies
+    /// (the peaks, the breakdown, the verdict and its band, the configuration, the GPU,
+    /// what was assumed, the warnings), with the values the whole report writes.
+    pub fn summary_json(&self) -> serde_json::Value {
+        let p = &self.plan;
+        serde_json::json!({
+            "assumed": self
+                .assumed
+                .iter()
+                .map(|a| (a.setting.trim_start_matches('-'), a.value))
+                .collect::<BTreeMap<_, _>>(),
+            "breakdown": p
+                .breakdown
+                .iter()
+                .map(|s| (s.category.as_str(), s.bytes))
+                .collect::<BTreeMap<_, _>>(),
+            "config": p.config,
+            "cuda_context_bytes": p.cuda_context_bytes,
+            "effective_batch": p.config.effective_batch(),
+            "error_band": self.verdict.error_band,
+            "fits": self.verdict.fits,
+            "gpu": self.gpu.id,
+            "gpu_memory_bytes": self.gpu.memory(),
+            "model": p.model,
+            "nvidia_smi_bytes": p.nvidia_smi_bytes,
+            "nvidia_smi_upper_bytes": self.verdict.nvidia_smi_upper_bytes,
+            "params": p.params,
+            "peak_allocated_bytes": p.peak_allocated_bytes,
+            "peak_layer": p.peak_layer,
+            "peak_phase": p.peak_phase,
+            "peak_reserved_bytes": p.peak_reserved_bytes,
+            "size": p.size,
+            "target_seq": p.target_seq,
+            "trainable_params": p.trainable_params,
+            "usable_bytes": self.budget.usable(),
+            "warnings": self.warnings(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::report::{Assumed, PlanRequest};
@@ -179,6 +220,49 @@ mod tests {
         let (_, v) = report_json(cfg, false);
         assert!(v.get("timeline").is_none());
         assert!(v.get("fit_command").is_none(), "gpt2 at batch 2 fits");
+    }
+
+    /// The summary the Python bindings answer from before the search is the whole
+    /// report's values (null where the report leaves an optional key out).
+    #[test]
+    fn the_summary_is_the_reports_values() {
+        let preset = find_builtin("gpt2").expect("gpt2");
+        let gpu = find("rtx-3060").expect("gpu");
+        for (batch, finetune) in [(2, false), (64, false), (4, true)] {
+            let mut config = TrainConfig {
+                batch,
+                size: Some(512),
+                ..TrainConfig::default()
+            };
+            if finetune {
+                config.finetune.mode = crate::plan::finetune::FineTuneMode::Lora;
+            }
+            let start = PlanStart::new(PlanRequest {
+                preset: &preset,
+                config,
+                gpu: gpu.clone(),
+                budget: Budget {
+                    capacity: gpu.memory(),
+                    margin: 0.05,
+                },
+                assumed: vec![Assumed {
+                    setting: "--precision",
+                    value: "amp-bf16",
+                }],
+                fit_command: "vramlab fit".into(),
+                search_next_step: false,
+                timeline_in_json: false,
+            })
+            .expect("start");
+            let full = serde_json::to_value(start.finish().expect("report")).expect("json");
+            let summary = start.summary_json();
+            let keys = summary.as_object().expect("an object");
+            assert!(keys.len() >= 20);
+            for (k, v) in keys {
+                let want = full.get(k).unwrap_or(&serde_json::Value::Null);
+                assert_eq!(v, want, "batch {batch}: {k}");
+            }
+        }
     }
 
     #[test]

@@ -104,7 +104,9 @@ pub fn alloc_conf(cfg: &TrainConfig, plan: &Plan) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(","))
 }
 
-fn deepspeed(cfg: &TrainConfig) -> Value {
+/// The DeepSpeed config `vramlab export --format deepspeed` writes; the bench sends the same
+/// object to `ds_runner.py`, so what is measured is what users export.
+pub fn deepspeed_config(cfg: &TrainConfig) -> Value {
     let mut o = serde_json::Map::new();
     o.insert("train_micro_batch_size_per_gpu".into(), json!(cfg.batch));
     o.insert("gradient_accumulation_steps".into(), json!(cfg.accum));
@@ -377,7 +379,7 @@ pub fn render(
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default() + "\n";
     Ok(match format {
         Format::Vramlab => vramlab_doc.to_string(),
-        Format::DeepSpeed => pretty(&deepspeed(cfg)),
+        Format::DeepSpeed => pretty(&deepspeed_config(cfg)),
         Format::HuggingFace => pretty(&huggingface(cfg)),
         Format::Lightning => pretty(&lightning(cfg)),
         Format::PyTorch => {

@@ -243,13 +243,17 @@ pub fn dist_config_line(
     }
     if d.strategy.is_deepspeed() {
         deepspeed_keys(d, &mut v);
+        // The config itself, as `vramlab export --format deepspeed` writes it for this
+        // micro-batch: the runner takes it as it is instead of rebuilding it.
+        let mut at = *cfg;
+        at.batch = batch;
+        v["ds_config"] = vramlab_core::export::frameworks::deepspeed_config(&at);
     }
     Ok(v.to_string())
 }
 
-/// DeepSpeed's knobs as `ds_runner.py` reads them (it builds the `zero_optimization` block
-/// `vramlab export --format deepspeed` writes); an absent optional knob is DeepSpeed's
-/// default there too.
+/// DeepSpeed's knobs as `ds_runner.py` checks them (the config it runs is `ds_config`, the
+/// export's); an absent optional knob is DeepSpeed's default there too.
 fn deepspeed_keys(d: &Distributed, v: &mut Value) {
     v["offload"] = match d.offload {
         Offload::None => Value::Null,

@@ -279,6 +279,15 @@ fn the_deepspeed_config_line_carries_the_zero_knobs() {
         serde_json::from_str(&dist_config_line(&preset, c, 128, 8).expect("line")).expect("json")
     };
     let v = line(&cfg(2, Strategy::Zero2));
+    // The runner gets the export's DeepSpeed config for the trial's micro-batch, as is.
+    let mut at = cfg(2, Strategy::Zero2);
+    at.batch = 8;
+    assert_eq!(
+        v["ds_config"],
+        vramlab_core::export::frameworks::deepspeed_config(&at)
+    );
+    assert_eq!(v["ds_config"]["train_micro_batch_size_per_gpu"], 8);
+    assert_eq!(v["ds_config"]["zero_optimization"]["stage"], 2);
     assert_eq!(v["strategy"], "zero2");
     assert_eq!(v["gpus"], 2);
     assert_eq!(v["offload"], Value::Null);
@@ -294,6 +303,12 @@ fn the_deepspeed_config_line_carries_the_zero_knobs() {
     c.distributed.max_reuse_distance = Some(123);
     c.distributed.prefetch_elems = 7;
     let v = line(&c);
+    let z = &v["ds_config"]["zero_optimization"];
+    assert_eq!(z["stage"], 3);
+    assert_eq!(z["stage3_prefetch_bucket_size"], 7);
+    assert_eq!(z["stage3_max_reuse_distance"], 123);
+    assert_eq!(z["overlap_comm"], false);
+    assert_eq!(z["offload_param"]["device"], "cpu");
     assert_eq!(v["offload"], "params");
     assert_eq!(v["overlap_comm"], false);
     assert_eq!(v["stage3_prefetch_bucket_size"], 7);

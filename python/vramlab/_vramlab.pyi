@@ -1,0 +1,48 @@
+"""The native module of the ``vramlab`` package (Rust, over vramlab's core). Use the
+wrappers in :mod:`vramlab`; these functions take the settings as a dict of the CLI's words
+and answer with the CLI's ``--json`` text."""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+__version__: str
+KEYWORDS: List[str]
+
+class Planned:
+    """A planned step: the plan and its verdict; the whole report made on first use."""
+
+    notes: List[str]
+    def summary_json(self) -> str:
+        """The keys of ``plan --json`` that need no search, as JSON text."""
+    def report_json(self) -> str:
+        """``vramlab plan … --json``'s line (the max-batch search and remedies run once)."""
+    def timeline_json(self) -> str:
+        """The allocated bytes after every event of the step, as JSON text."""
+
+def plan(
+    settings: Dict[str, Any], batch: Optional[int] = None, timeline: bool = False
+) -> Planned:
+    """Plans the settings: the plan and its verdict at once, the rest on first use."""
+
+def plan_json(
+    settings: Dict[str, Any], batch: Optional[int] = None, timeline: bool = False
+) -> Tuple[str, List[str]]:
+    """``vramlab plan … --json`` for the settings, and the notes said on the way."""
+
+def max_batch_json(
+    settings: Dict[str, Any], target_batch: Optional[int] = None
+) -> Tuple[str, List[str]]:
+    """``vramlab max-batch … --json`` for the settings, and the notes said on the way."""
+
+def doctor_json(
+    message: Optional[str] = None,
+    snapshot: Optional[str] = None,
+    device: Optional[int] = None,
+    timeline: bool = False,
+) -> str:
+    """``vramlab doctor … --json`` (without a model) for an OOM message and/or a snapshot."""
+
+def gpus_json() -> str:
+    """The GPU catalog as JSON text."""
+
+def model_ids() -> List[str]:
+    """The built-in model preset ids."""
