@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 
 use vramlab_core::model::Preset;
-use vramlab_core::plan::config::{AllocatorConfig, Attention, MAX_BATCH};
+use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::inference::setting::{dtype_name, parse_dtype};
 use vramlab_core::plan::inference::{InferConfig, InferPlan, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::search::Budget;
@@ -145,7 +145,7 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
     let (gpu, budget) = t.budget()?;
     let planner = InferPlanner::new(&preset, &cfg)?;
     let plan = planner.plan(cfg.batch)?;
-    let fits = plan.nvidia_smi_bytes <= budget.usable();
+    let fits = vramlab_core::answer::inference::fits(&plan, budget);
     let assumed = assumed(t, batch.is_some());
     if t.json {
         let mut v = serde_json::to_value(&plan)?;
@@ -238,7 +238,7 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg) = resolve(t, 1)?;
     let (gpu, budget) = t.budget()?;
     let planner = InferPlanner::new(&preset, &cfg)?;
-    let max = planner.max_batch(budget, MAX_BATCH)?;
+    let max = vramlab_core::answer::inference::max_batch(&planner, budget)?;
     let at = match max {
         Some(m) => Some(planner.plan(m)?),
         None => None,

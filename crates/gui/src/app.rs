@@ -284,7 +284,9 @@ impl VramApp {
                 s.preset_id = id;
                 s.custom = None;
                 s.config.size = None;
-                if changed {
+                // (the training batch follows the model in Training mode only: in Inference
+                // mode its notice would be about a step not shown)
+                if changed && s.mode == crate::ui::inference::PlannerMode::Training {
                     self.fit_batch_to_model();
                 }
             }
@@ -317,6 +319,8 @@ impl VramApp {
             Command::OpenPlan => self.open_plan(),
             Command::OpenRecent(path) => self.open_recent(&path),
             Command::SavePlot(id) => self.save_plot(id, ctx),
+            Command::SetMode(m) => s.mode = m,
+            Command::SetInfer(i) => s.infer = i,
         }
         self.follow_plan();
     }
@@ -816,7 +820,10 @@ impl VramApp {
             let c = ctx.clone();
             self.derived.fit.on_done = Some(std::sync::Arc::new(move || c.request_repaint()));
         }
-        self.derived.refresh_fit(&self.state);
+        let inference = self.state.mode == crate::ui::inference::PlannerMode::Inference;
+        if !inference {
+            self.derived.refresh_fit(&self.state);
+        }
         let left = egui::Panel::left("inputs")
             .resizable(true)
             .default_size(350.0)
@@ -825,7 +832,16 @@ impl VramApp {
                 egui::ScrollArea::vertical()
                     .id_salt("inputs_scroll")
                     .show(ui, |ui| {
-                        inputs_ui(&self.state, &self.derived, self.message.as_ref(), ui)
+                        if inference {
+                            crate::ui::inference_panel::infer_inputs_ui(
+                                &self.state,
+                                &self.derived,
+                                self.message.as_ref(),
+                                ui,
+                            )
+                        } else {
+                            inputs_ui(&self.state, &self.derived, self.message.as_ref(), ui)
+                        }
                     })
                     .inner
             })
@@ -837,6 +853,16 @@ impl VramApp {
             ctx.request_repaint();
         }
 
+        if inference {
+            egui::CentralPanel::default().show(ui, |ui| {
+                egui::ScrollArea::vertical()
+                    .id_salt("infer_scroll")
+                    .show(ui, |ui| {
+                        crate::ui::inference_panel::infer_results_ui(&self.state, &self.derived, ui)
+                    })
+            });
+            return;
+        }
         let central = egui::CentralPanel::default()
             .show(ui, |ui| self.central_ui(ui))
             .inner;
@@ -871,9 +897,20 @@ impl VramApp {
             .response
             .on_hover_text("Recently opened or saved .vramlab.json plans");
             ui.add_space(8.0);
+            if self.tab == Tab::Planner {
+                crate::ui::inference_panel::mode_switch(&self.state, ui, &mut cmd);
+                ui.add_space(8.0);
+            }
             // The tagline only where it leaves room for the GPU line (no overlap at 1280 px).
             if self.tab == Tab::Planner && ui.available_width() > 1100.0 {
-                ui.label("Will this training step fit on the GPU, and with which batch size?");
+                ui.label(match self.state.mode {
+                    crate::ui::inference::PlannerMode::Training => {
+                        "Will this training step fit on the GPU, and with which batch size?"
+                    }
+                    crate::ui::inference::PlannerMode::Inference => {
+                        "Will this inference call fit on the GPU, and with how many sequences?"
+                    }
+                });
             }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 let t = self.derived.target();

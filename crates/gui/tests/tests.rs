@@ -7,5 +7,6 @@ mod gui_fit;
 mod gui_follow;
 mod gui_hf;
 mod gui_hub;
+mod gui_infer;
 mod gui_run;
 mod gui_warnings;

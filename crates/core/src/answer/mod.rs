@@ -2,6 +2,7 @@
 //! Python bindings only display them.
 //!
 //! - [`verdict`]: whether a plan fits, judged at the upper edge of its measured error band.
+//! - [`inference`]: an inference call's verdict, largest batch and timeline.
 //! - [`max_batch`]: the largest micro-batch that fits (`vramlab max-batch`).
 //! - [`report`]: the plan report — everything `vramlab plan` and the GUI's planner show
 //!   (`plan --json` is its serialisation, [`report_json`]).
@@ -17,6 +18,7 @@
 
 pub mod doctor_advice;
 pub mod doctor_report;
+pub mod inference;
 pub mod max_batch;
 pub mod next_step;
 pub mod per_rank;

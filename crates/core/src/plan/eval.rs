@@ -273,6 +273,41 @@ pub fn evaluate(
     })
 }
 
+/// Allocated and reserved bytes (`memory_allocated()`, `memory_reserved()`) when the measured
+/// part begins and after each of its events; the peaks of [`evaluate`] are the largest of
+/// these.
+pub fn memory_trace(
+    ev: &Events,
+    batch: u64,
+    alloc_cfg: AllocatorConfig,
+) -> Result<Vec<(Bytes, Bytes)>, PlanError> {
+    let mut run = Run {
+        ev,
+        slots: Slots::new(ev, batch)?,
+        allocator: CachingAllocator::new(alloc_cfg),
+        side: CachingAllocator::new(alloc_cfg),
+        side_peak: 0,
+        current: 0,
+        live: [0; Category::COUNT],
+    };
+    let start = ev.measured_start.min(ev.events.len());
+    let (before, measured) = ev.events.split_at(start);
+    for e in before {
+        run.apply(e)?;
+    }
+    let mut out = Vec::with_capacity(measured.len() + 1);
+    let point = |r: &Run| {
+        let reserved = r.allocator.reserved + r.side.reserved;
+        (Bytes(r.current), Bytes(reserved.max(r.current)))
+    };
+    out.push(point(&run));
+    for e in measured {
+        run.apply(e)?;
+        out.push(point(&run));
+    }
+    Ok(out)
+}
+
 /// Peaks only (used by sweeps and the max-batch search).
 pub fn peaks(
     ev: &Events,

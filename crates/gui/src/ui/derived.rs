@@ -101,6 +101,8 @@ pub struct Derived {
     pub fit: super::fit_search::FitSearch,
     /// The user asked for the search although the plan fits.
     pub fit_wanted: bool,
+    /// The Inference mode's planner and answers (refreshed in that mode only).
+    pub infer: super::inference::InferCache,
 }
 
 fn fallback_gpu(catalog: &[gpus::Gpu]) -> gpus::Gpu {
@@ -264,6 +266,7 @@ impl Derived {
             target,
             fit: Default::default(),
             fit_wanted: false,
+            infer: Default::default(),
         }
     }
 
@@ -278,6 +281,14 @@ impl Derived {
             let resolved = resolve_model(state, &self.presets);
             self.model = Some((mkey, resolved));
             self.blocks = None;
+        }
+        if state.mode == super::inference::PlannerMode::Inference {
+            let preset = match &self.model {
+                Some((_, Ok(p))) => Ok(p),
+                Some((_, Err(e))) => Err(e.as_str()),
+                None => Err("no model selected"),
+            };
+            self.infer.refresh(preset, &state.infer, self.target.budget);
         }
         let Some((_, Ok(preset))) = &self.model else {
             self.planner = None;

@@ -13,6 +13,8 @@ pub mod fit;
 pub mod fit_search;
 pub mod gpu_target;
 pub mod hover;
+pub mod inference;
+pub mod inference_panel;
 pub mod inputs;
 pub mod message;
 pub mod model_picker;
@@ -76,6 +78,10 @@ pub enum Command {
     /// Read a Hub id (`ORG/NAME[@REVISION]`) or a model folder as the custom model, as
     /// `--model` does.
     LoadModelSource(String),
+    /// Plan training steps or inference calls.
+    SetMode(inference::PlannerMode),
+    /// New inference settings (step, batch, prompt, new tokens, precision, …).
+    SetInfer(inference::InferSettings),
 }
 
 /// Sets `slot` to `cmd` (the last change of a frame wins; users change one widget at a time).

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use vramlab_core::plan::TrainConfig;
 
+use super::inference::{InferSettings, PlannerMode};
 use super::run::RunSettings;
 
 /// Bumped when the meaning of a persisted field changes; older state is discarded.
@@ -50,6 +51,10 @@ pub struct PlannerState {
     pub run: RunSettings,
     /// `.vramlab.json` files opened or saved, newest first (at most [`RECENT_FILES`]).
     pub recent: Vec<String>,
+    /// Training steps or inference calls.
+    pub mode: PlannerMode,
+    /// The Inference mode's call.
+    pub infer: InferSettings,
 }
 
 impl Default for PlannerState {
@@ -66,6 +71,8 @@ impl Default for PlannerState {
             use_free_memory: false,
             run: RunSettings::default(),
             recent: Vec::new(),
+            mode: PlannerMode::default(),
+            infer: InferSettings::default(),
         }
     }
 }

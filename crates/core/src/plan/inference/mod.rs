@@ -8,7 +8,8 @@
 //! - [`kv`]: the KV cache's tokens per layer and bytes;
 //! - [`forward`] and [`attention`]: one forward's allocations, op by op;
 //! - [`call`]: weights, prompt, the warm-up and the measured `generate` / forward;
-//! - [`program`]: the event list under construction.
+//! - [`program`]: the event list under construction;
+//! - [`trace`]: the measured call's memory over its forwards (the GUI's timeline).
 //!
 //! The model is loaded directly in its dtype (`from_pretrained(..., dtype=...)`) and runs in
 //! `model.eval()`; nothing trains, so there are no gradients, optimizer state or autocast
@@ -21,11 +22,13 @@ pub mod kv;
 pub mod program;
 pub mod setting;
 pub mod shape;
+pub mod trace;
 
 use serde::Serialize;
 
 pub use setting::{InferConfig, InferStep, KvCache};
 pub use shape::DecoderShape;
+pub use trace::TracePoint;
 
 use super::events::{Category, Events};
 use super::search::Budget;

@@ -1,0 +1,189 @@
+//! The planner's Inference mode (issue 29): what the user set ([`InferSettings`], persisted
+//! with the planner state) and what follows from it ([`InferCache`]: the inference planner,
+//! the largest batch and the answer at the current batch, rebuilt only when what they depend
+//! on changes). The answers come from `vramlab_core::answer::inference`, as the CLI's
+//! `plan --step generate|prefill` and `max-batch --step …` do.
+
+use serde::{Deserialize, Serialize};
+
+use vramlab_core::answer::inference::{self, InferAnswer};
+use vramlab_core::model::Preset;
+use vramlab_core::plan::config::{AllocatorConfig, Attention};
+use vramlab_core::plan::inference::setting::parse_dtype;
+use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::search::Budget;
+
+use super::derived::TIMELINE_POINTS;
+
+/// Training steps or inference calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum PlannerMode {
+    #[default]
+    Training,
+    Inference,
+}
+
+/// The inference call the user set up (`vramlab plan --step …` flags).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InferSettings {
+    pub step: InferStep,
+    /// Sequences in the batch.
+    pub batch: u64,
+    /// Prompt tokens (`--seq`).
+    pub prompt: u64,
+    /// `max_new_tokens` (generate only; a prefill generates nothing).
+    pub new_tokens: u64,
+    /// The dtype the weights are loaded in: `bf16`, `fp16` or `fp32`.
+    pub precision: String,
+    pub attention: Attention,
+    /// Generate only (a plain forward builds its own `DynamicCache`).
+    pub kv_cache: KvCache,
+}
+
+impl Default for InferSettings {
+    fn default() -> Self {
+        InferSettings {
+            step: InferStep::Generate,
+            batch: 1,
+            prompt: 512,
+            new_tokens: 128,
+            precision: "bf16".into(),
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+        }
+    }
+}
+
+/// The precisions offered (inference loads the weights in one; no autocast).
+pub const PRECISIONS: [&str; 3] = ["bf16", "fp16", "fp32"];
+
+impl InferSettings {
+    /// The core's config: a prefill takes no new tokens and no cache choice (as the CLI
+    /// refuses them), so those settings are kept for generate but not planned.
+    pub fn config(&self) -> Result<InferConfig, String> {
+        let dtype = parse_dtype(&self.precision).map_err(|e| format!("{e:#}"))?;
+        let generate = self.step == InferStep::Generate;
+        let cfg = InferConfig {
+            step: self.step,
+            batch: self.batch,
+            prompt: self.prompt,
+            new_tokens: if generate { self.new_tokens } else { 0 },
+            dtype,
+            attention: self.attention,
+            kv_cache: if generate {
+                self.kv_cache
+            } else {
+                KvCache::Dynamic
+            },
+            allocator: AllocatorConfig::default(),
+        };
+        cfg.validate().map_err(|e| format!("{e:#}"))?;
+        Ok(cfg)
+    }
+}
+
+type Built = Result<InferPlanner, String>;
+/// The largest batch, keyed by planner generation and budget.
+type MaxBatchEntry = ((u64, Budget), Result<Option<u64>, String>);
+/// The answer, keyed by planner generation, batch and budget.
+type AnswerEntry = ((u64, u64, Budget), Result<InferAnswer, String>);
+
+/// The inference planner and its answers, cached; see the module docs.
+#[derive(Default)]
+pub struct InferCache {
+    /// The model and the batch-independent config (batch 1) the planner was built for.
+    planner: Option<((Preset, InferConfig), Built)>,
+    /// A failure before a planner (the model, or a setting).
+    error: Option<String>,
+    /// Bumped on every planner rebuild; keys the caches below.
+    generation: u64,
+    max_batch: Option<MaxBatchEntry>,
+    answer: Option<AnswerEntry>,
+}
+
+impl InferCache {
+    /// Brings the planner and answers up to date; cheap when nothing changed.
+    pub fn refresh(&mut self, preset: Result<&Preset, &str>, s: &InferSettings, budget: Budget) {
+        let (preset, cfg) = match (preset, s.config()) {
+            (Ok(p), Ok(c)) => (p, c),
+            (Err(e), _) => return self.fail(format!("model: {e}")),
+            (_, Err(e)) => return self.fail(e),
+        };
+        self.error = None;
+        let mut key_cfg = cfg;
+        key_cfg.batch = 1;
+        let fresh = self
+            .planner
+            .as_ref()
+            .is_some_and(|((p, c), _)| *c == key_cfg && p == preset);
+        if !fresh {
+            let built = InferPlanner::new(preset, &key_cfg).map_err(|e| format!("{e:#}"));
+            self.planner = Some(((preset.clone(), key_cfg), built));
+            self.generation += 1;
+        }
+        let Some((_, Ok(planner))) = &self.planner else {
+            return;
+        };
+        let gen_ = self.generation;
+        if self.max_batch.as_ref().map(|(k, _)| *k) != Some((gen_, budget)) {
+            let m = inference::max_batch(planner, budget).map_err(|e| format!("{e:#}"));
+            self.max_batch = Some(((gen_, budget), m));
+        }
+        if self.answer.as_ref().map(|(k, _)| *k) != Some((gen_, cfg.batch, budget)) {
+            let answer = match self.max_batch.as_ref().map(|(_, m)| m) {
+                Some(Ok(max)) => {
+                    InferAnswer::with_max_batch(planner, cfg.batch, budget, *max, TIMELINE_POINTS)
+                        .map_err(|e| format!("{e:#}"))
+                }
+                Some(Err(e)) => Err(e.clone()),
+                None => Err("the largest batch was not searched".into()),
+            };
+            self.answer = Some(((gen_, cfg.batch, budget), answer));
+        }
+    }
+
+    fn fail(&mut self, e: String) {
+        self.error = Some(e);
+    }
+
+    /// The answer at the current settings, or why there is none.
+    pub fn result(&self) -> Result<&InferAnswer, &str> {
+        if let Some(e) = &self.error {
+            return Err(e);
+        }
+        match (&self.planner, &self.answer) {
+            (Some((_, Err(e))), _) => Err(e),
+            (Some((_, Ok(_))), Some((_, Ok(a)))) => Ok(a),
+            (Some((_, Ok(_))), Some((_, Err(e)))) => Err(e),
+            _ => Err("nothing planned yet"),
+        }
+    }
+
+    /// How many times the inference planner was rebuilt (tests: a batch change must not).
+    pub fn builds(&self) -> u64 {
+        self.generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefill_plans_no_new_tokens_and_a_dynamic_cache() {
+        let s = InferSettings {
+            step: InferStep::Prefill,
+            kv_cache: KvCache::Static,
+            ..InferSettings::default()
+        };
+        let c = s.config().expect("config");
+        assert_eq!((c.new_tokens, c.kv_cache), (0, KvCache::Dynamic));
+        let bad = InferSettings {
+            precision: "int8".into(),
+            ..InferSettings::default()
+        };
+        let e = bad.config().expect_err("int8 is not a dtype here");
+        assert!(e.contains("precision") && e.contains("bf16"), "{e}");
+    }
+}
