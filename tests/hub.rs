@@ -690,6 +690,32 @@ fn model_folders_read_their_safetensors_headers() {
     );
     std::fs::remove_file(dir.join("model.safetensors.index.json")).expect("remove");
 
+    // An inference call of the folder plans like the same local file.
+    let generate = |model: &str| {
+        let args = [
+            "plan",
+            "--json",
+            "--step",
+            "generate",
+            "--batch",
+            "2",
+            "--seq",
+            "256",
+            "--new-tokens",
+            "16",
+            "--precision",
+            "bf16",
+            "--model",
+            model,
+        ];
+        vramlab(&home.0, endpoint, &[], &args)
+    };
+    let (ok, from_folder, err) = generate(folder);
+    assert!(ok, "{err}");
+    let (ok, from_file, err) = generate(QWEN);
+    assert!(ok, "{err}");
+    assert_eq!(from_folder, from_file);
+
     // A bitsandbytes 4-bit checkpoint plans as stored: QLoRA on an nf4 base.
     let mut v: serde_json::Value = serde_json::from_str(&config).expect("json");
     v["quantization_config"] = serde_json::json!({
@@ -718,4 +744,7 @@ fn model_folders_read_their_safetensors_headers() {
         vramlab(&home.0, endpoint, &[], &full)
     };
     assert!(!ok && err.contains("is pre-quantized"), "{err}");
+    // Inference does not model quantized weights yet: refused, not planned in bf16.
+    let (ok, _, err) = generate(folder);
+    assert!(!ok && err.contains("stored quantized"), "{err}");
 }

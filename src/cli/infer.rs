@@ -119,7 +119,20 @@ fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
 fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig)> {
     let step: InferStep = t.step.as_deref().unwrap_or("generate").parse()?;
     let name = t.model.as_deref().context("--model is required")?;
-    let preset = load_model(name)?;
+    let preset = if super::args::is_hub_source(name) {
+        // A Hub id or a model folder: a checkpoint stored quantized would be loaded as
+        // stored, which the inference plan does not model yet — refused, not planned in
+        // the --precision dtype.
+        let s = super::model_source::load(name)?;
+        if let Some(q) = &s.prequantized {
+            bail!(
+                "--model {name}: the checkpoint is stored quantized ({q}); quantized weights                  for inference are not modelled yet: plan the unquantized model's config.json"
+            );
+        }
+        s.preset
+    } else {
+        load_model(name)?
+    };
     let cfg = config(t, step, batch)?;
     Ok((preset, cfg))
 }
