@@ -422,8 +422,18 @@ impl VramApp {
         written
     }
 
-    /// Ctrl+S: the current plan as a `.vramlab.json`.
+    /// Ctrl+S: the current plan as a `.vramlab.json`. Saved plans hold training steps (as
+    /// `plan --config` reads them): in Inference mode it says so instead of saving the
+    /// training plan behind the inference panel.
     fn save_plan(&mut self, ctx: &egui::Context) {
+        if self.state.mode == crate::ui::inference::PlannerMode::Inference {
+            self.error(
+                "Cannot save: saved plans hold training steps; an inference call is not \
+                 saved yet (switch to Training step to save the training plan)"
+                    .to_string(),
+            );
+            return;
+        }
         let plan = self.derived.answer().map(|a| &a.report.plan);
         let doc = export_panel::vramlab_config(&self.state, &self.derived, plan);
         let (Some(doc), Ok(preset)) = (doc, self.derived.preset()) else {

@@ -263,3 +263,27 @@ fn write_inference_screenshot() {
     h.render().expect("render").save(&path).expect("save png");
     println!("wrote {}", path.display());
 }
+
+/// Ctrl+S in Inference mode says that saved plans hold training steps; no file dialog opens
+/// and nothing is written (it used to save the training plan behind the panel).
+#[test]
+fn ctrl_s_in_inference_mode_saves_nothing() {
+    let opened = std::rc::Rc::new(std::cell::Cell::new(false));
+    let o2 = opened.clone();
+    let mut app = VramApp::new_for_test(None);
+    app.set_dialogs(
+        Box::new(move |_name| {
+            o2.set(true);
+            None
+        }),
+        Box::new(|| None),
+    );
+    let mut h = harness(app, (1000.0, 650.0));
+    h.run();
+    h.get_by_label("Inference call").click();
+    h.run();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::S);
+    h.run();
+    assert!(!opened.get(), "a save dialog opened in Inference mode");
+    assert_shows(&h, "saved plans hold training steps");
+}
