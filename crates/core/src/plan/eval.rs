@@ -327,6 +327,55 @@ pub fn peaks(
     })
 }
 
+/// The measured step's live bytes as lines `slope × batch + intercept`, one per local
+/// maximum (the live bytes before a free, or at the end): an allocation raises both slope
+/// and intercept, so the point before it is below the point after it at every batch and
+/// never the peak. Built in one pass without sorting; a query scans the lines, which for a
+/// handful of queries (the max-batch bracket) is cheaper than building [`PeakEnvelope`]'s
+/// hull. Block rounding and the warm-up are left out: a lower bound of the peak allocated.
+#[derive(Debug, Clone)]
+pub struct LivePeaks {
+    points: Vec<(u64, u64)>,
+}
+
+impl LivePeaks {
+    pub fn new(ev: &Events) -> LivePeaks {
+        let mut a: u64 = 0;
+        let mut b: u64 = 0;
+        let mut points: Vec<(u64, u64)> = Vec::new();
+        let n = ev.events.len();
+        for (i, e) in ev.events.iter().enumerate() {
+            let buf = &ev.buffers[e.buffer as usize];
+            if e.alloc {
+                a = a.saturating_add(buf.per_sample);
+                b = b.saturating_add(buf.fixed);
+            } else {
+                a = a.saturating_sub(buf.per_sample);
+                b = b.saturating_sub(buf.fixed);
+            }
+            let next_allocates = ev.events.get(i + 1).is_some_and(|next| next.alloc);
+            if i + 1 >= ev.measured_start
+                && (i + 1 == n || !next_allocates)
+                && points.last() != Some(&(a, b))
+            {
+                points.push((a, b));
+            }
+        }
+        LivePeaks { points }
+    }
+
+    /// Peak of the measured step's live bytes at `batch` (saturating).
+    pub fn at(&self, batch: u64) -> Bytes {
+        Bytes(
+            self.points
+                .iter()
+                .map(|&(s, c)| s.saturating_mul(batch).saturating_add(c))
+                .max()
+                .unwrap_or(0),
+        )
+    }
+}
+
 /// The peak allocated bytes as a function of the batch, precomputed once: at every event of
 /// the measured step the live bytes are `slope × batch + intercept`, so the peak is the upper
 /// envelope of those lines (convex-hull trick). A query is a binary search; 512-byte block
@@ -341,22 +390,12 @@ pub struct PeakEnvelope {
 
 impl PeakEnvelope {
     pub fn new(ev: &Events) -> PeakEnvelope {
-        let mut a: u64 = 0;
-        let mut b: u64 = 0;
-        let mut candidates: Vec<(u64, u64)> = Vec::new();
-        for (i, e) in ev.events.iter().enumerate() {
-            let buf = &ev.buffers[e.buffer as usize];
-            if e.alloc {
-                a = a.saturating_add(buf.per_sample);
-                b = b.saturating_add(buf.fixed);
-            } else {
-                a = a.saturating_sub(buf.per_sample);
-                b = b.saturating_sub(buf.fixed);
-            }
-            if i + 1 >= ev.measured_start {
-                candidates.push((a, b));
-            }
-        }
+        PeakEnvelope::of(&LivePeaks::new(ev))
+    }
+
+    /// The hull of `live`'s lines.
+    pub fn of(live: &LivePeaks) -> PeakEnvelope {
+        let mut candidates = live.points.clone();
         // Keep the best intercept per slope, then the upper hull for batch ≥ 1.
         candidates.sort_unstable();
         let mut dedup: Vec<(u64, u64)> = Vec::new();
@@ -407,6 +446,50 @@ mod tests {
     use super::*;
     use crate::model::preset::find_builtin;
     use crate::plan::{Planner, TrainConfig};
+
+    #[test]
+    fn live_peaks_are_the_maximum_over_every_event_of_the_measured_step() {
+        // Brute force: the live bytes after every event of the measured step, unfiltered.
+        // The local maxima kept by `LivePeaks`, and the hull built from them, give the same
+        // peak at every batch (checkpointing and LoRA change the event shapes).
+        for (id, size, ckpt) in [
+            ("resnet18", 64, false),
+            ("gpt2", 128, true),
+            ("TinyLlama-1.1B", 128, false),
+        ] {
+            let p = find_builtin(id).expect("preset");
+            let cfg = TrainConfig {
+                size: Some(size),
+                checkpointing: ckpt,
+                ..TrainConfig::default()
+            };
+            let planner = Planner::new(&p, &cfg).expect("planner");
+            let ev = &planner.events;
+            let (mut a, mut c) = (0u64, 0u64);
+            let mut all = Vec::new();
+            for (i, e) in ev.events.iter().enumerate() {
+                let buf = &ev.buffers[e.buffer as usize];
+                if e.alloc {
+                    a += buf.per_sample;
+                    c += buf.fixed;
+                } else {
+                    a -= buf.per_sample;
+                    c -= buf.fixed;
+                }
+                if i + 1 >= ev.measured_start {
+                    all.push((a, c));
+                }
+            }
+            let live = LivePeaks::new(ev);
+            assert!(live.points.len() < all.len(), "{id}: no point dropped");
+            let env = PeakEnvelope::of(&live);
+            for b in [1u64, 2, 3, 5, 8, 13, 64, 100, 1000, 4096] {
+                let brute = all.iter().map(|&(s, k)| s * b + k).max().expect("events");
+                assert_eq!(live.at(b).0, brute, "{id} b={b}");
+                assert_eq!(env.at(b).0, brute, "{id} b={b} (hull)");
+            }
+        }
+    }
 
     #[test]
     fn envelope_matches_full_evaluation() {

@@ -155,6 +155,9 @@ pub struct Planner {
     pub op_labels: Vec<String>,
     /// The mode whose measured error band this plan is shown with ([`band`]).
     pub mode: band::ModeKey,
+    /// The measured step's live-bytes lines of `events`, built on first use
+    /// ([`Planner::live_peaks`]).
+    pub live: std::sync::OnceLock<eval::LivePeaks>,
 }
 
 impl Planner {
@@ -220,6 +223,7 @@ impl Planner {
             params_override: None,
             op_labels: Vec::new(),
             mode: mode_key(preset, cfg),
+            live: std::sync::OnceLock::new(),
         })
     }
 
@@ -227,6 +231,13 @@ impl Planner {
     /// `presets/error_bands.json`).
     pub fn band(&self) -> band::ErrorBand {
         band::ErrorBand::of(&self.mode)
+    }
+
+    /// Peak allocated bytes of the measured step as a function of the batch (a lower bound
+    /// of [`Planner::peaks`]' allocated: block rounding and the warm-up are left out), built
+    /// once per planner.
+    pub fn live_peaks(&self) -> &eval::LivePeaks {
+        self.live.get_or_init(|| eval::LivePeaks::new(&self.events))
     }
 
     /// Peak allocated, reserved and nvidia-smi bytes at `batch` (no timeline).

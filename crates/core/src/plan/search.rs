@@ -92,7 +92,7 @@ pub fn max_batch_capped(
     };
     // Allocated bytes never exceed reserved, so the envelope of peak allocated gives a cheap
     // upper bound: the first batch whose live bytes alone pass the cap cannot run.
-    let env = super::eval::PeakEnvelope::new(&planner.events);
+    let env = planner.live_peaks();
     let over = |b: u64| env.at(b) > cap;
     let mut hi = 1u64;
     while hi <= limit && !over(hi) {

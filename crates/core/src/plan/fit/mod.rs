@@ -142,6 +142,9 @@ struct Search<'a> {
     planned: usize,
     /// The leanest plan seen that did not fit: (nvidia-smi at micro-batch 1, settings).
     closest: Option<(Bytes, Knobs)>,
+    /// Planners whose allocator twin (the same knobs, the other `expandable` setting) has
+    /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::planner`]).
+    twins: HashMap<Knobs, Planner>,
 }
 
 /// A planned combination that fits.
@@ -223,10 +226,28 @@ impl<'a> Search<'a> {
         super::band::ErrorBand::of(&key).reserved.upper_factor()
     }
 
+    /// The planner of `cfg`: the events of its allocator twin when that was planned (the
+    /// allocator settings do not change the events, only how they are replayed), else built.
+    /// A twin is taken out of the cache on its second use: each key has two allocator
+    /// settings, so the cache holds only plans whose twin is still to come.
+    fn planner(&mut self, k: &Knobs, cfg: &TrainConfig) -> Result<Planner, PlanError> {
+        let key = Knobs {
+            expandable: false,
+            ..*k
+        };
+        if let Some(mut twin) = self.twins.remove(&key) {
+            twin.config.allocator = cfg.allocator;
+            return Ok(twin);
+        }
+        let p = Planner::new(self.preset, cfg)?;
+        self.twins.insert(key, p.clone());
+        Ok(p)
+    }
+
     /// Plans `k`: `None` when micro-batch 1 does not fit (recorded as dead).
     fn plan(&mut self, k: &Knobs) -> Result<Option<Fitting>, PlanError> {
         let cfg = self.config(k, 1);
-        let planner = match Planner::new(self.preset, &cfg) {
+        let planner = match self.planner(k, &cfg) {
             Ok(p) => p,
             // A combination whose config does not validate is skipped (free: it fails before
             // any graph is built, so it does not count as planned).
@@ -236,9 +257,22 @@ impl<'a> Search<'a> {
         self.planned += 1;
         let budget = self.req.budget;
         let Some(max_micro) = max_batch(&planner, budget, self.eff)? else {
-            let p1 = planner.peaks(1)?;
-            if self.closest.is_none_or(|(b, _)| p1.nvidia_smi < b) {
-                self.closest = Some((p1.nvidia_smi, *k));
+            // The closest miss, for the answer when nothing fits. The envelope plus the
+            // context is a lower bound of nvidia-smi at micro-batch 1 (reserved ≥ allocated
+            // ≥ the measured step's unrounded live bytes), so a plan that cannot beat the
+            // closest one so far is not evaluated.
+            let lower = Bytes(
+                planner
+                    .live_peaks()
+                    .at(1)
+                    .0
+                    .saturating_add(planner.context.0),
+            );
+            if self.closest.is_none_or(|(b, _)| lower < b) {
+                let p1 = planner.peaks(1)?;
+                if self.closest.is_none_or(|(b, _)| p1.nvidia_smi < b) {
+                    self.closest = Some((p1.nvidia_smi, *k));
+                }
             }
             self.dead.push(*k);
             return Ok(None);
@@ -347,6 +381,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         dead: Vec::new(),
         planned: 0,
         closest: None,
+        twins: HashMap::new(),
     };
     let mut out: Vec<FitCandidate> = Vec::new();
     let mut accepted: Vec<(Knobs, f64)> = Vec::new();
