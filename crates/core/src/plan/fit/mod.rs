@@ -140,8 +140,10 @@ struct Search<'a> {
     times: HashMap<(GraphKey, bool, u64), CandidateTime>,
     dead: Vec<Knobs>,
     planned: usize,
-    /// The leanest plan seen that did not fit: (nvidia-smi at micro-batch 1, settings).
-    closest: Option<(Bytes, Knobs)>,
+    /// The leanest plan seen that did not fit: (nvidia-smi at micro-batch 1, settings,
+    /// nvidia-smi at the upper edge of its mode's measured reserved band: what the verdict
+    /// compares).
+    closest: Option<(Bytes, Knobs, Bytes)>,
     /// Planners whose allocator twin (the same knobs, the other `expandable` setting) has
     /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::planner`]).
     twins: HashMap<Knobs, Planner>,
@@ -268,10 +270,12 @@ impl<'a> Search<'a> {
                     .0
                     .saturating_add(planner.context.0),
             );
-            if self.closest.is_none_or(|(b, _)| lower < b) {
+            if self.closest.is_none_or(|(b, _, _)| lower < b) {
                 let p1 = planner.peaks(1)?;
-                if self.closest.is_none_or(|(b, _)| p1.nvidia_smi < b) {
-                    self.closest = Some((p1.nvidia_smi, *k));
+                if self.closest.is_none_or(|(b, _, _)| p1.nvidia_smi < b) {
+                    let upper = planner.band().reserved.upper(p1.reserved);
+                    let upper_smi = Bytes(upper.0.saturating_add(planner.context.0));
+                    self.closest = Some((p1.nvidia_smi, *k, upper_smi));
                 }
             }
             self.dead.push(*k);
@@ -368,8 +372,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
             reason: "must be at least 1".into(),
         });
     }
-    let axes = Axes::new(user, req.gpu.as_ref());
-    let all = axes.all();
+    let mut axes = Axes::new(user, req.gpu.as_ref());
     let mut s = Search {
         preset,
         user_cfg: *user,
@@ -383,6 +386,23 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         closest: None,
         twins: HashMap::new(),
     };
+    // Fine-tuning settings this model cannot take are not searched: LoRA on the attention
+    // projections of a model that has none (a CNN; a model type whose module names are not
+    // LoRA targets yet) fails to build, and failed the whole search before.
+    let mut kept = Vec::with_capacity(axes.finetune.len());
+    for ft in std::mem::take(&mut axes.finetune) {
+        let k = Knobs {
+            finetune: ft,
+            ..s.user
+        };
+        match s.graph(&k) {
+            Ok(_) => kept.push(ft),
+            Err(PlanError::Field { .. } | PlanError::Unknown { .. }) if ft != user.finetune => {}
+            Err(e) => return Err(e),
+        }
+    }
+    axes.finetune = kept;
+    let all = axes.all();
     let mut out: Vec<FitCandidate> = Vec::new();
     let mut accepted: Vec<(Knobs, f64)> = Vec::new();
     // The user's own settings first: returned first when they fit.
@@ -525,7 +545,7 @@ fn seed_dead(s: &mut Search<'_>, axes: &Axes, budget: usize) -> Result<(), PlanE
 fn nothing_fits(s: &Search<'_>, axes: &Axes) -> String {
     let usable = s.req.budget.usable();
     match s.closest {
-        Some((smi, k)) => {
+        Some((smi, k, upper_smi)) => {
             let mut settings = vec![k.precision.to_string(), finetune_words(&k.finetune)];
             settings.push(format!("optimizer {}", k.optimizer));
             if k.checkpointing {
@@ -538,14 +558,39 @@ fn nothing_fits(s: &Search<'_>, axes: &Axes) -> String {
                     s.user_cfg.distributed.world()
                 ));
             }
+            // Within the usable memory as planned, but not at the upper edge of the band
+            // the verdict is judged at: say that, not "0 B short".
+            let needs = if smi <= usable {
+                format!(
+                    "{smi} at micro-batch 1 as planned, {upper_smi} at the upper edge of its \
+                     measured error band (what the verdict compares), {} short",
+                    Bytes(upper_smi.0.saturating_sub(usable.0))
+                )
+            } else {
+                format!(
+                    "{smi} at micro-batch 1, {} short",
+                    Bytes(smi.0.saturating_sub(usable.0))
+                )
+            };
+            let searched = if s.planned >= s.req.max_plans {
+                format!(
+                    "{} of {} combinations planned: the search stopped at its limit of {} plans, \
+                     so a combination it did not reach may fit",
+                    s.planned,
+                    axes.all().len(),
+                    s.req.max_plans
+                )
+            } else {
+                format!(
+                    "{} of {} combinations planned, the others ruled out by it",
+                    s.planned,
+                    axes.all().len()
+                )
+            };
             format!(
                 "nothing fits in {usable} usable: the leanest combination searched ({}) needs \
-                 {smi} at micro-batch 1, {} short ({} of {} combinations planned, the others ruled \
-                 out by it)",
-                settings.join(", "),
-                Bytes(smi.0.saturating_sub(usable.0)),
-                s.planned,
-                axes.all().len()
+                 {needs} ({searched})",
+                settings.join(", ")
             )
         }
         None => format!(

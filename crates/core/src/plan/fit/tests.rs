@@ -553,3 +553,54 @@ fn strategy_knobs_apply_compare_and_say_their_change() {
     let f2 = strategy::cost_words(&no_reshard, Strategy::Fsdp2);
     assert!(f2.is_empty());
 }
+
+/// A model without the attention projections LoRA targets (a CNN) is searched over the other
+/// settings:
+/// the search used to fail as a whole on the LoRA axis ("`attn` matches no linear layer").
+#[test]
+fn a_model_lora_cannot_target_is_searched_without_lora() {
+    let preset = find_builtin("resnet50").expect("preset");
+    let user = TrainConfig {
+        batch: 256,
+        size: Some(224),
+        ..TrainConfig::default()
+    };
+    let req = request("rtx-3060");
+    let r = fit(&preset, &user, &req).expect("fit searches without LoRA");
+    assert!(!r.candidates.is_empty(), "{:?}", r.reason);
+    // LoRA on attention projections is not offered (ResNet has none); all-linear adapts
+    // its classifier, as the planner models it.
+    assert!(
+        r.candidates
+            .iter()
+            .all(|c| c.config.finetune.mode == FineTuneMode::Full
+                || c.config.finetune.lora_targets != crate::plan::finetune::LoraTargets::Attn),
+        "LoRA on attention offered for a CNN"
+    );
+    check_candidates(&preset, &user, &req, &r);
+}
+
+/// When the leanest miss is within the usable memory as planned but not at the upper edge of
+/// its band, the reason says so instead of "0 B short", and a search that ran out of plans
+/// says that a combination it did not reach may fit.
+#[test]
+fn nothing_fits_says_the_band_edge_and_the_plan_limit() {
+    let preset = find_builtin("TinyLlama-1.1B").expect("preset");
+    let user = TrainConfig {
+        batch: 8,
+        size: Some(2048),
+        distributed: Distributed::new(2, Strategy::Zero2),
+        ..TrainConfig::default()
+    };
+    let r = fit(&preset, &user, &request("rtx-3060")).expect("fit");
+    let reason = r.reason.expect("nothing fits");
+    assert!(!reason.contains(" 0 B short"), "{reason}");
+    assert!(
+        reason.contains("at the upper edge of its measured error band"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("stopped at its limit of 160 plans"),
+        "{reason}"
+    );
+}
