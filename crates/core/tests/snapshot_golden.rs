@@ -1,0 +1,48 @@
+//! The doctor's snapshot report, byte for byte, for every snapshot under
+//! `tests/data/doctor/` (the H200 recordings, the stack-format fixtures and a training loop
+//! written by `tools/make_big_snapshot.py --steps 3`). The `.report.json` files under
+//! `tests/data/doctor/golden/` were written by the reader before issue 32's faster one
+//! (`VRAMLAB_BLESS=1 cargo test -p vramlab-core --test tests snapshot_golden` writes them
+//! again): the report must not change when the reader gets faster.
+
+use vramlab_core::answer::doctor_report::load_snapshot;
+
+fn snapshots() -> Vec<std::path::PathBuf> {
+    let dir = crate::data("doctor");
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/data/doctor")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".snapshot.pickle"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn snapshot_reports_equal_the_golden_files() {
+    let bless = std::env::var_os("VRAMLAB_BLESS").is_some();
+    let files = snapshots();
+    assert!(files.len() >= 20, "{} snapshots", files.len());
+    let mut differ = Vec::new();
+    for path in &files {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".snapshot.pickle"))
+            .expect("a snapshot name");
+        let report = load_snapshot(path, None, &mut |_, _| true).expect("a readable snapshot");
+        let json = serde_json::to_string_pretty(&report).expect("json") + "\n";
+        let golden = crate::data(&format!("doctor/golden/{name}.report.json"));
+        if bless {
+            std::fs::create_dir_all(golden.parent().expect("golden dir")).expect("mkdir");
+            std::fs::write(&golden, &json).expect("write golden");
+            continue;
+        }
+        let want = std::fs::read_to_string(&golden)
+            .unwrap_or_else(|e| panic!("{}: {e}", golden.display()));
+        if want != json {
+            differ.push(name.to_string());
+        }
+    }
+    assert!(differ.is_empty(), "reports differ from the golden files: {differ:?}");
+}
