@@ -44,5 +44,63 @@ fn snapshot_reports_equal_the_golden_files() {
             differ.push(name.to_string());
         }
     }
-    assert!(differ.is_empty(), "reports differ from the golden files: {differ:?}");
+    assert!(
+        differ.is_empty(),
+        "reports differ from the golden files: {differ:?}"
+    );
+}
+
+/// The reader before issue 32 (`doctor::legacy`, a generic tree and string-keyed frames)
+/// and the current one type every snapshot identically: the H200 recordings and fixtures
+/// as they are, and truncated or with bytes changed (deterministic draws), where both must
+/// agree on whether the file reads and, when it does, on every field.
+#[test]
+fn legacy_and_current_readers_agree_on_every_snapshot() {
+    use vramlab_core::doctor::{legacy::read_snapshot_legacy, read_snapshot};
+    let typed = |b: &[u8]| {
+        let new = read_snapshot(b, &mut |_| true).map(|s| format!("{s:?}"));
+        let old = read_snapshot_legacy(b, &mut |_| true).map(|s| format!("{s:?}"));
+        (new, old)
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut draw = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n.max(1) as u64) as usize
+    };
+    let (mut read, mut refused) = (0, 0);
+    for path in snapshots() {
+        let bytes = std::fs::read(&path).expect("snapshot");
+        let mut variants = vec![bytes.clone()];
+        for _ in 0..6 {
+            variants.push(bytes[..draw(bytes.len())].to_vec());
+            let mut b = bytes.clone();
+            for _ in 0..1 + draw(4) {
+                let at = draw(b.len());
+                b[at] = draw(256) as u8;
+            }
+            variants.push(b);
+        }
+        for (i, b) in variants.iter().enumerate() {
+            match typed(b) {
+                (Ok(n), Ok(o)) => {
+                    assert!(n == o, "{} variant {i}: the readers differ", path.display());
+                    read += 1;
+                }
+                (Err(_), Err(_)) => refused += 1,
+                (n, o) => panic!(
+                    "{} variant {i}: current {:?}, legacy {:?}",
+                    path.display(),
+                    n.err(),
+                    o.err()
+                ),
+            }
+        }
+    }
+    // The unchanged files all read; most truncations do not.
+    assert!(
+        read >= 24 && refused >= 24,
+        "{read} read, {refused} refused"
+    );
 }
