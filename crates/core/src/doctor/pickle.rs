@@ -1001,4 +1001,75 @@ mod tests {
         });
         assert!(matches!(r, Err(PickleError::Cancelled)), "{r:?}");
     }
+
+    /// A protocol-4 list of `n` short strings `s0`, `s1`, … (memoized like `pickle.dump`),
+    /// its last item a BINGET of the first.
+    fn many_strings(n: usize) -> Vec<u8> {
+        let mut b = b"\x80\x04]\x94(".to_vec();
+        for i in 0..n {
+            let t = format!("s{i}");
+            b.push(0x8c);
+            b.push(t.len() as u8);
+            b.extend(t.as_bytes());
+            b.push(0x94);
+        }
+        b.extend(b"h\x01e.");
+        b
+    }
+
+    #[test]
+    fn fields_across_buffer_refills_read_whole() {
+        // 200 000 strings: about 1.8 MB, many of them straddling a refill of the buffer.
+        let n = 200_000;
+        let p = read(&many_strings(n)).expect("valid");
+        let items = p.items(p.root);
+        assert_eq!(items.len(), n + 1);
+        assert_eq!(p.as_str(items[123_457]), Some("s123457"));
+        assert_eq!(p.as_str(items[n]), Some("s0"));
+        // A string longer than the buffer is gathered as it arrives.
+        let long = "x".repeat(BUFFER * 2 + 7);
+        let mut b = b"\x80\x04X".to_vec();
+        b.extend((long.len() as u32).to_le_bytes());
+        b.extend(long.as_bytes());
+        b.push(b'.');
+        let p = read(&b).expect("long string");
+        assert_eq!(p.as_str(p.root).map(str::len), Some(long.len()));
+        b.truncate(b.len() - 100);
+        assert!(matches!(read(&b), Err(PickleError::Truncated { .. })));
+    }
+
+    #[test]
+    fn far_memo_keys_cost_one_entry() {
+        // LONG_BINPUT 4 000 000 000, then LONG_BINGET of it and of a dense key.
+        let b: &[u8] = b"\x80\x04]\x94(K\x07r\x00\x28\x6b\xeej\x00\x28\x6b\xeeh\x00e.";
+        let p = read(b).expect("valid");
+        let items = p.items(p.root);
+        assert_eq!(items.len(), 3);
+        assert_eq!(p.as_int(items[1]), Some(7));
+        assert_eq!(items[2], p.root);
+        assert!(matches!(
+            read(b"\x80\x04]\x94j\x00\x28\x6b\xee."),
+            Err(PickleError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn cancelling_stops_reading() {
+        // Cancelled at the first report: the rest of a 6 MB stream is never read.
+        let b = many_strings(600_000);
+        let mut consumed = 0usize;
+        struct Counted<'a>(&'a [u8], &'a mut usize);
+        impl Read for Counted<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(buf)?;
+                *self.1 += n;
+                Ok(n)
+            }
+        }
+        let r = read_pickle(Counted(&b, &mut consumed), Limits::default(), &mut |_| {
+            false
+        });
+        assert!(matches!(r, Err(PickleError::Cancelled)), "{r:?}");
+        assert!(consumed <= BUFFER, "{consumed} of {} bytes read", b.len());
+    }
 }
