@@ -219,6 +219,7 @@ impl<R: Read> Source<'_, R> {
 
     /// Makes `n` (at most [`BUFFER`]) bytes available; false at the end of the stream.
     fn fill(&mut self, n: usize) -> Result<bool, PickleError> {
+        debug_assert!(n <= BUFFER, "fill({n}) beyond the buffer");
         self.buf.copy_within(self.pos..self.end, 0);
         self.base += self.pos as u64;
         self.end -= self.pos;
@@ -573,8 +574,18 @@ impl<R: Read> Unpickler<'_, R> {
         if k < self.memo.len() {
             self.memo[k] = id;
         } else if k <= self.memo.len() + MEMO_GAP {
-            self.memo.resize(k, NO_NODE);
-            self.memo.push(id);
+            let from = self.memo.len();
+            self.memo.resize(k + 1, NO_NODE);
+            // Keys the table now covers leave the sparse map: each key lives in one place.
+            if !self.memo_sparse.is_empty() {
+                for key in from..k {
+                    if let Some(v) = self.memo_sparse.remove(&(key as u32)) {
+                        self.memo[key] = v;
+                    }
+                }
+                self.memo_sparse.remove(&key);
+            }
+            self.memo[k] = id;
         } else {
             self.memo_sparse.insert(key, id);
         }
@@ -1071,5 +1082,37 @@ mod tests {
         });
         assert!(matches!(r, Err(PickleError::Cancelled)), "{r:?}");
         assert!(consumed <= BUFFER, "{consumed} of {} bytes read", b.len());
+    }
+
+    #[test]
+    fn sparse_memo_keys_move_into_the_table_when_it_reaches_them() {
+        // 70 000 goes to the sparse map, 1..70 000 and 70 001 fill the table past it: a get
+        // of 70 000 still finds its value, and MEMOIZE numbers on from the count of keys.
+        let put = |b: &mut Vec<u8>, k: u32| {
+            b.push(b'r');
+            b.extend(k.to_le_bytes());
+        };
+        let mut b = b"\x80\x04]\x94(K\x05".to_vec();
+        put(&mut b, 70_000);
+        b.extend(b"0K\x06");
+        for k in 1..70_000 {
+            put(&mut b, k);
+        }
+        put(&mut b, 70_001);
+        let get = |b: &mut Vec<u8>, k: u32| {
+            b.push(b'j');
+            b.extend(k.to_le_bytes());
+        };
+        get(&mut b, 70_000);
+        // Written again: still one key, so MEMOIZE gives 70 002.
+        b.extend(b"K\x07");
+        put(&mut b, 70_000);
+        b.push(0x94);
+        get(&mut b, 70_000);
+        get(&mut b, 70_002);
+        b.extend(b"e.");
+        let p = read(&b).expect("valid");
+        let items: Vec<_> = p.items(p.root).iter().map(|i| p.as_int(*i)).collect();
+        assert_eq!(items, [Some(6), Some(5), Some(7), Some(7), Some(7)]);
     }
 }
