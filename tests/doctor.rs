@@ -460,7 +460,7 @@ fn synthetic_snapshot_round_trip() {
 
 /// `cargo test --release --test doctor -- --ignored big --nocapture`
 #[test]
-#[ignore = "writes and reads a ≥ 100 MB snapshot; run in release"]
+#[ignore = "writes and reads a ≥ 100 MB snapshot; run in release (timed by tools/bench_snapshot.sh, not here)"]
 fn big_snapshot_opens_in_seconds() {
     let b = synthetic_snapshot(330_000);
     assert!(b.len() >= 100 << 20, "{} bytes", b.len());
@@ -481,7 +481,6 @@ fn big_snapshot_opens_in_seconds() {
     );
     let _ = std::fs::remove_file(&path);
     assert!(calls >= 100);
-    assert!(secs < 20.0, "{secs} s");
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod maxbatch;
 mod moe;
 mod parser_props;
 mod presets;
+mod snapshot_golden;
 mod t5_sdpa;
 
 /// A file under the repository's `tests/data/`.

@@ -279,6 +279,19 @@ pub fn snapshot_pickle(data: &[u8]) {
         max_stack: 1 << 16,
         max_memo: 1 << 20,
     };
+    // The reader before issue 32 is the oracle: both read a file or both refuse it, and
+    // what both read is typed identically.
+    let current = vramlab_core::doctor::read_snapshot(data, &mut |_| true);
+    let legacy = vramlab_core::doctor::legacy::read_snapshot_legacy(data, &mut |_| true);
+    match (&current, &legacy) {
+        (Ok(c), Ok(l)) => assert_eq!(format!("{c:?}"), format!("{l:?}"), "the readers differ"),
+        (Err(_), Err(_)) => {}
+        (c, l) => panic!(
+            "one reader refused: current {:?}, legacy {:?}",
+            c.as_ref().err(),
+            l.as_ref().err()
+        ),
+    }
     if let Ok(p) = read_pickle_bytes(data, limits) {
         let _ = p.to_json(p.root, 8);
         if let Ok(s) = Snapshot::from_pickle(&p)

@@ -4,6 +4,7 @@
 //! Pure: depends on std, serde, serde_json and thiserror only (and [`crate::units`]).
 //! The planner's answers (the batch that fits, planned remedies) are added by the callers.
 
+pub mod legacy;
 pub mod message;
 pub mod overlay;
 pub mod pickle;

@@ -11,11 +11,10 @@
 //! the whole run.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::pickle::{NodeId, Pickle};
+use super::pickle::{Node, NodeId, Pickle};
 use super::{DoctorError, Frame};
 use crate::units::{Bytes, MIB};
 
@@ -47,7 +46,7 @@ pub enum Action {
 }
 
 impl Action {
-    fn parse(s: &str) -> Action {
+    pub(crate) fn parse(s: &str) -> Action {
         match s {
             "alloc" => Action::Alloc,
             "free_requested" => Action::FreeRequested,
@@ -112,53 +111,116 @@ pub struct Snapshot {
     pub allocator_settings: serde_json::Value,
 }
 
-struct Interner {
+/// Distinct frames and stacks, found through the pickle's own sharing: PyTorch writes each
+/// distinct frame dict once and refers to it from every traceback through the memo, so a
+/// frame dict's value id names the frame and its strings are read once, not at every
+/// reference; a traceback list shared by several entries is typed once too.
+struct Interner<'p> {
+    p: &'p Pickle,
     frames: Vec<Frame>,
-    frame_ids: HashMap<(Arc<str>, i64, Arc<str>), u32>,
+    frame_ids: HashMap<(&'p str, i64, &'p str), u32>,
+    /// Frame id + 1 by the value id of a frame dict (0: not seen yet).
+    frame_of_node: Vec<u32>,
     stacks: Vec<Vec<u32>>,
     stack_ids: HashMap<Vec<u32>, u32>,
-    by_node: HashMap<NodeId, u32>,
+    /// Stack id + 1 by the value id of a frames list (0: not seen yet).
+    stack_of_node: Vec<u32>,
+    scratch: Vec<u32>,
 }
 
-impl Interner {
-    fn stack(&mut self, p: &Pickle, frames: Option<NodeId>) -> u32 {
-        let Some(list) = frames else { return 0 };
-        if let Some(id) = self.by_node.get(&list) {
-            return *id;
-        }
-        let mut ids = Vec::new();
-        for f in p.items(list) {
-            let s = |k| {
-                p.field(*f, k)
-                    .and_then(|v| p.as_str(v))
-                    .map(Arc::<str>::from)
-                    .unwrap_or_else(|| Arc::from(""))
-            };
-            let filename = s("filename");
-            let name = s("name");
-            let line = p
-                .field(*f, "line")
-                .and_then(|v| p.as_int(v))
-                .and_then(|v| i64::try_from(v).ok())
-                .unwrap_or(0);
-            let key = (filename.clone(), line, name.clone());
-            let next = self.frames.len() as u32;
-            let id = *self.frame_ids.entry(key).or_insert_with(|| next);
-            if id == next {
-                self.frames.push(Frame {
-                    filename: filename.to_string(),
-                    line,
-                    name: name.to_string(),
-                });
+/// The `filename`, `line` and `name` of a frame dict (absent ones empty or 0).
+fn frame_fields(p: &Pickle, f: NodeId) -> (&str, i64, &str) {
+    let (mut filename, mut line, mut name) = ("", 0, "");
+    if let Node::Dict(items) = p.get(f) {
+        // The first of repeated keys wins, as in `Pickle::field`.
+        let (mut seen_file, mut seen_line, mut seen_name) = (false, false, false);
+        for (k, v) in items {
+            match p.as_str(*k) {
+                Some("filename") if !seen_file => {
+                    seen_file = true;
+                    filename = p.as_str(*v).unwrap_or("");
+                }
+                Some("line") if !seen_line => {
+                    seen_line = true;
+                    line = p
+                        .as_int(*v)
+                        .and_then(|v| i64::try_from(v).ok())
+                        .unwrap_or(0);
+                }
+                Some("name") if !seen_name => {
+                    seen_name = true;
+                    name = p.as_str(*v).unwrap_or("");
+                }
+                _ => {}
             }
-            ids.push(id);
         }
-        let next = self.stacks.len() as u32;
-        let id = *self.stack_ids.entry(ids.clone()).or_insert_with(|| next);
+    }
+    (filename, line, name)
+}
+
+impl<'p> Interner<'p> {
+    fn new(p: &'p Pickle) -> Interner<'p> {
+        Interner {
+            p,
+            frames: Vec::new(),
+            frame_ids: HashMap::new(),
+            frame_of_node: vec![0; p.nodes.len()],
+            stacks: vec![Vec::new()],
+            stack_ids: HashMap::from([(Vec::new(), 0)]),
+            stack_of_node: vec![0; p.nodes.len()],
+            scratch: Vec::new(),
+        }
+    }
+
+    fn frame(&mut self, f: NodeId) -> u32 {
+        let slot = self.frame_of_node.get(f.0 as usize).copied().unwrap_or(0);
+        if slot != 0 {
+            return slot - 1;
+        }
+        let key = frame_fields(self.p, f);
+        let next = self.frames.len() as u32;
+        let id = *self.frame_ids.entry(key).or_insert(next);
         if id == next {
-            self.stacks.push(ids);
+            self.frames.push(Frame {
+                filename: key.0.to_string(),
+                line: key.1,
+                name: key.2.to_string(),
+            });
         }
-        self.by_node.insert(list, id);
+        if let Some(s) = self.frame_of_node.get_mut(f.0 as usize) {
+            *s = id + 1;
+        }
+        id
+    }
+
+    fn stack(&mut self, frames: Option<NodeId>) -> u32 {
+        let Some(list) = frames else { return 0 };
+        let slot = self
+            .stack_of_node
+            .get(list.0 as usize)
+            .copied()
+            .unwrap_or(0);
+        if slot != 0 {
+            return slot - 1;
+        }
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        for f in self.p.items(list) {
+            ids.push(self.frame(*f));
+        }
+        let id = match self.stack_ids.get(&ids) {
+            Some(id) => *id,
+            None => {
+                let id = self.stacks.len() as u32;
+                self.stacks.push(ids.clone());
+                self.stack_ids.insert(ids.clone(), id);
+                id
+            }
+        };
+        self.scratch = ids;
+        if let Some(s) = self.stack_of_node.get_mut(list.0 as usize) {
+            *s = id + 1;
+        }
         id
     }
 }
@@ -173,12 +235,60 @@ fn uint(p: &Pickle, d: NodeId, k: &str) -> u64 {
         .unwrap_or(0)
 }
 
+fn to_u64(p: &Pickle, v: Option<NodeId>) -> u64 {
+    v.and_then(|v| p.as_int(v))
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(0)
+}
+
+fn to_i64(p: &Pickle, v: Option<NodeId>) -> i64 {
+    v.and_then(|v| p.as_int(v))
+        .and_then(|v| i64::try_from(v).ok())
+        .unwrap_or(0)
+}
+
+/// A trace entry's fields in one pass over its dict (the first of repeated keys wins, as
+/// in [`Pickle::field`]).
+fn trace_entry(p: &Pickle, e: NodeId, it: &mut Interner<'_>) -> TraceEntry {
+    let mut f: [Option<NodeId>; 7] = [None; 7];
+    if let Node::Dict(items) = p.get(e) {
+        for (k, v) in items {
+            let slot = match p.as_str(*k) {
+                Some("action") => 0,
+                Some("addr") => 1,
+                Some("size") => 2,
+                Some("stream") => 3,
+                Some("time_us") => 4,
+                Some("device_free") => 5,
+                Some("frames") => 6,
+                _ => continue,
+            };
+            if f[slot].is_none() {
+                f[slot] = Some(*v);
+            }
+        }
+    }
+    TraceEntry {
+        action: f[0]
+            .and_then(|v| p.as_str(v))
+            .map_or(Action::Other, Action::parse),
+        addr: to_u64(p, f[1]),
+        size: to_u64(p, f[2]),
+        stream: to_i64(p, f[3]),
+        time_us: to_i64(p, f[4]),
+        device_free: f[5]
+            .and_then(|v| p.as_int(v))
+            .and_then(|v| u64::try_from(v).ok()),
+        stack: it.stack(f[6]),
+    }
+}
+
 impl Snapshot {
     /// Types a decoded pickle; fails when it is not a memory snapshot.
     pub fn from_pickle(p: &Pickle) -> Result<Snapshot, DoctorError> {
         let root = p.root;
         let not_snapshot = |what: &str| DoctorError::NotSnapshot(what.to_string());
-        if !matches!(p.get(root), super::pickle::Node::Dict(_)) {
+        if !matches!(p.get(root), Node::Dict(_)) {
             return Err(not_snapshot("the top-level value is not a dict"));
         }
         let segs = p.field(root, "segments");
@@ -188,13 +298,7 @@ impl Snapshot {
                 "it has neither `segments` nor `device_traces` (is it a torch.cuda.memory._dump_snapshot file?)",
             ));
         }
-        let mut it = Interner {
-            frames: Vec::new(),
-            frame_ids: HashMap::new(),
-            stacks: vec![Vec::new()],
-            stack_ids: HashMap::from([(Vec::new(), 0)]),
-            by_node: HashMap::new(),
-        };
+        let mut it = Interner::new(p);
         let mut segments = Vec::new();
         for s in segs.map(|s| p.items(s)).unwrap_or(&[]) {
             let mut blocks = Vec::new();
@@ -205,7 +309,7 @@ impl Snapshot {
                     size: uint(p, *b, "size"),
                     requested_size: uint(p, *b, "requested_size"),
                     allocated: state.starts_with("active"),
-                    stack: it.stack(p, p.field(*b, "frames")),
+                    stack: it.stack(p.field(*b, "frames")),
                 });
             }
             let total_size = uint(p, *s, "total_size");
@@ -229,25 +333,10 @@ impl Snapshot {
         }
         let mut all = Vec::new();
         for dev in traces.map(|t| p.items(t)).unwrap_or(&[]) {
-            let mut out = Vec::with_capacity(p.items(*dev).len());
-            for e in p.items(*dev) {
-                let action = p
-                    .field(*e, "action")
-                    .and_then(|v| p.as_str(v))
-                    .map_or(Action::Other, Action::parse);
-                out.push(TraceEntry {
-                    action,
-                    addr: uint(p, *e, "addr"),
-                    size: uint(p, *e, "size"),
-                    stream: int(p, *e, "stream")
-                        .and_then(|v| i64::try_from(v).ok())
-                        .unwrap_or(0),
-                    time_us: int(p, *e, "time_us")
-                        .and_then(|v| i64::try_from(v).ok())
-                        .unwrap_or(0),
-                    device_free: int(p, *e, "device_free").and_then(|v| u64::try_from(v).ok()),
-                    stack: it.stack(p, p.field(*e, "frames")),
-                });
+            let entries = p.items(*dev);
+            let mut out = Vec::with_capacity(entries.len());
+            for e in entries {
+                out.push(trace_entry(p, *e, &mut it));
             }
             all.push(out);
         }
