@@ -32,6 +32,7 @@ peaks (max_memory_allocated / max_memory_reserved) as JSON lines to --measure-ou
 """
 
 import argparse
+import copy
 import gc
 import importlib.util
 import json
@@ -287,6 +288,26 @@ def fit_kernels(recs):
 
 
 # --------------------------------------------------------------------------- the tracker
+_DTYPE_NAMES = {}
+
+
+def dtype_name(dtype):
+    """"bfloat16" for torch.bfloat16 (str(dtype) without "torch.", computed once a dtype)."""
+    s = _DTYPE_NAMES.get(dtype)
+    if s is None:
+        s = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return s
+
+
+def leaves(out):
+    """`tree_flatten(out)[0]` (the same values in the same order) for what an op returns,
+    without the pytree walk for the common shape, a tuple or list of tensors and Nones (a
+    None is a node without leaves); anything else goes through tree_flatten."""
+    if type(out) in (tuple, list) and all(o is None or isinstance(o, torch.Tensor) for o in out):
+        return [o for o in out if o is not None]
+    return tree_flatten(out)[0]
+
+
 class Tracker(TorchDispatchMode):
     """Records storage allocations (first time a storage is seen as an op output) and
     frees (the storage's Python object dies: a weakref callback)."""
@@ -304,6 +325,7 @@ class Tracker(TorchDispatchMode):
         self.dtypes = {}
         self.convs = []
         self.kernels = []  # [event, outputs allocated, op, phase, features] (kernel_features)
+        self.names = {}  # op overload -> its packet's name
 
     def op_index(self, name):
         i = self.ops.get(name)
@@ -336,7 +358,7 @@ class Tracker(TorchDispatchMode):
         self.next_id += 1
         self.live[key] = bid
         self.refs[bid] = weakref.ref(st, self._freed(bid, key))
-        self.dtypes[bid] = str(t.dtype).replace("torch.", "")
+        self.dtypes[bid] = dtype_name(t.dtype)
         where = self.module[-1] if (self.module and self.phase == "forward") else ""
         name = f"{op}@{where}" if where else op
         self.events.append([1, bid, int(st.nbytes()), PHASE_CODES[self.phase], self.op_index(name)])
@@ -348,11 +370,15 @@ class Tracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        flat, _ = tree_flatten(out)
-        name = str(func.overloadpacket.__name__)
+        name = self.names.get(func)
+        if name is None:
+            name = self.names[func] = str(func.overloadpacket.__name__)
         n = len(self.events)
-        for t in flat:
-            self.track(t, name)
+        if isinstance(out, torch.Tensor):
+            self.track(out, name)
+        else:
+            for t in leaves(out):
+                self.track(t, name)
         if name in KERNEL_OPS:
             f = kernel_features(name, args, kwargs or {}, out)
             if f is not None:
@@ -362,13 +388,13 @@ class Tracker(TorchDispatchMode):
             # dilation, transposed, groups, dtype, phase]
             self.convs.append([n, list(args[0].shape), list(args[1].shape), list(args[3]),
                                list(args[4]), list(args[5]), bool(args[6]), int(args[8]),
-                               str(args[0].dtype).replace("torch.", ""), self.phase])
+                               dtype_name(args[0].dtype), self.phase])
         elif name == "convolution_backward" and len(args) >= 10:
             # [event, input shape, weight shape, stride, padding, dilation, transposed, groups,
             #  dtype, phase, number of outputs allocated, output mask (input, weight, bias)]
             self.convs.append([n, list(args[1].shape), list(args[2].shape), list(args[4]),
                                list(args[5]), list(args[6]), bool(args[7]), int(args[9]),
-                               str(args[0].dtype).replace("torch.", ""), self.phase,
+                               dtype_name(args[0].dtype), self.phase,
                                len(self.events) - n,
                                [bool(m) for m in args[10]] if len(args) > 10 else [True, True, True]])
         return out
@@ -486,35 +512,110 @@ def probe_output(model, args, kind, size, device):
     return (shape[2:], shape[1])
 
 
-def build_model(factory, device, fake, tr, dtype=None):
+class BuildState:
+    """What the first capture learned about building the model, reused by the captures at the
+    other batches (the factory and the process are the same, so the answer is the same):
+    whether the factory runs under fake tensors, and, where it does not, what the failed
+    attempt left in the tracker (op names seen before it failed, and any kernel or
+    convolution rows), so that a later capture starts from the same tables without
+    re-running the attempt."""
+
+    def __init__(self):
+        self.fake_fails = False
+        self.left = None  # (ops, op_names, dtypes, convs, kernels) after the failed attempt
+
+    def remember(self, tr):
+        self.fake_fails = True
+        self.left = copy.deepcopy((tr.ops, tr.op_names, tr.dtypes, tr.convs, tr.kernels))
+
+    def seed(self, tr):
+        tr.ops, tr.op_names, tr.dtypes, tr.convs, tr.kernels = copy.deepcopy(self.left)
+
+
+def _meta_attribute(model):
+    """The name of a plain tensor attribute (neither a parameter nor a buffer) left on the
+    meta device by a build with meta parameters, or None: such a tensor (computed from a
+    parameter in `__init__`) would reach the forward as meta where the real build has it on
+    the CPU, so that build is not used."""
+    for mname, m in model.named_modules():
+        for k, v in vars(m).items():
+            if isinstance(v, torch.Tensor) and v.is_meta and k not in m._parameters \
+                    and k not in m._buffers:
+                return f"{mname}.{k}" if mname else k
+    return None
+
+
+def build_with_meta_parameters(factory):
+    """The factory run on the CPU with every parameter moved to the meta device as it is
+    registered (accelerate's `init_empty_weights()`, include_buffers=False: buffers and other
+    tensors stay real, so a value the build reads — timm's drop-path rates — is there): the
+    weight initialisation then costs nothing. The capture replaces every parameter and buffer
+    with a fresh storage (`to_empty`), so the values never mattered. None when the factory
+    fails this way (it reads a parameter's value) or leaves a meta tensor outside the
+    parameters: the caller builds for real."""
+    register = nn.Module.register_parameter
+
+    def register_on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None and not param.is_meta:
+            p = module._parameters[name]
+            q = type(p)(p.to("meta"), requires_grad=p.requires_grad)
+            q.__dict__.update(p.__dict__)
+            module._parameters[name] = q
+
+    nn.Module.register_parameter = register_on_meta
+    try:
+        with torch.device("cpu"):
+            model = factory()
+    except Exception:
+        return None
+    finally:
+        nn.Module.register_parameter = register
+    if not isinstance(model, nn.Module) or _meta_attribute(model) is not None:
+        return None
+    return model
+
+
+def build_model(factory, device, fake, tr, dtype=None, state=None):
     """The model on the (fake) device. Under fake tensors first; a factory that reads tensor
-    values while it builds (timm's drop-path rates: `.item()`) is built for real on the CPU
-    and moved onto the fake device (to_empty: fresh storages, allocated in module order).
+    values while it builds (timm's drop-path rates: `.item()`) is built on the CPU with its
+    parameters on the meta device (no weight initialisation: `build_with_meta_parameters`;
+    for real where that fails) and moved onto the fake device (to_empty: fresh storages,
+    allocated in module order).
     dtype (pure bf16): the parameters are made in it (the default dtype while the factory
     runs, as `from_pretrained(dtype=...)` does; on the CPU path `.to(dtype)` before
     `to_empty`) — `module.to(dtype)` on fake parameters the tracker holds weak references to
-    cannot swap them ("_apply(): Couldn't swap Conv2d.weight")."""
-    prev = torch.get_default_dtype()
-    try:
-        if dtype is not None:
-            torch.set_default_dtype(dtype)
-        with torch.device(device):
-            return factory()
-    except Exception as e:
-        if fake is None:
-            fail(4, f"the model factory failed: {type(e).__name__}: {e}")
-    finally:
-        torch.set_default_dtype(prev)
-    tr.events.clear()
-    tr.live.clear()
-    tr.refs.clear()
-    tr.next_id = 0
-    with torch.utils._python_dispatch._disable_current_modes():
+    cannot swap them ("_apply(): Couldn't swap Conv2d.weight").
+    state (a BuildState shared by the captures of one run): once the fake build has failed,
+    later captures go to the CPU build directly, starting from the tables it left."""
+    if state is not None and state.fake_fails and fake is not None:
+        state.seed(tr)
+    else:
+        prev = torch.get_default_dtype()
         try:
-            with torch.device("cpu"):
-                model = factory()
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            with torch.device(device):
+                return factory()
         except Exception as e:
-            fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+            if fake is None:
+                fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+        finally:
+            torch.set_default_dtype(prev)
+        tr.events.clear()
+        tr.live.clear()
+        tr.refs.clear()
+        tr.next_id = 0
+        if state is not None:
+            state.remember(tr)
+    with torch.utils._python_dispatch._disable_current_modes():
+        model = build_with_meta_parameters(factory)
+        if model is None:
+            try:
+                with torch.device("cpu"):
+                    model = factory()
+            except Exception as e:
+                fail(4, f"the model factory failed: {type(e).__name__}: {e}")
         if dtype is not None:
             model.to(dtype)
     return model.to_empty(device=device)
@@ -534,7 +635,7 @@ def describe_unsupported(e):
     return name
 
 
-def capture_one(args, factory, kind, size, batch, device_name):
+def capture_one(args, factory, kind, size, batch, device_name, state=None):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     real = args.real_cpu
@@ -546,6 +647,10 @@ def capture_one(args, factory, kind, size, batch, device_name):
         import cuda_composites
 
         cuda_composites.install()
+    # What is alive now (the modules imported so far, the previous captures' leftovers) goes
+    # to the collector's permanent generation: the collection at the start of each step
+    # (where the capture's cyclic garbage dies) walks only what this capture makes.
+    gc.freeze()
     tr = Tracker()
     ctx = None if real else FakeTensorMode(allow_non_fake_inputs=True)
     if ctx:
@@ -553,7 +658,7 @@ def capture_one(args, factory, kind, size, batch, device_name):
     try:
         with tr:
             bf16 = args.precision == "bf16"
-            model = build_model(factory, device, ctx, tr, torch.bfloat16 if bf16 else None)
+            model = build_model(factory, device, ctx, tr, torch.bfloat16 if bf16 else None, state)
             if bf16:
                 to_precision(model, torch.bfloat16)
             if args.checkpointing and enable_checkpointing(model) == 0:
@@ -752,13 +857,15 @@ def main():
             args.vocab = int(json.load(fh).get("vocab_size", 1000))
     t0 = time.perf_counter()
     gc.disable()
-    recs = [capture_one(args, factory, kind, size, b, args.device) for b in batches]
+    state = BuildState()
+    recs = [capture_one(args, factory, kind, size, b, args.device, state) for b in batches]
     if structure(recs[0]) != structure(recs[1]):
         # a one-time allocation of the process (a cache built on first use, e.g. by a
         # library while the first model is built) lands in the first capture only: capture
         # the first batch again, now in the same state as the others
-        recs[0] = capture_one(args, factory, kind, size, batches[0], args.device)
+        recs[0] = capture_one(args, factory, kind, size, batches[0], args.device, state)
     gc.enable()
+    gc.unfreeze()
     check_affine(recs)
     secs = time.perf_counter() - t0
     cats = recs[-1]["categories"]
