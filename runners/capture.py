@@ -37,7 +37,10 @@ import gc
 import importlib.util
 import json
 import os
+import pickle
+import signal
 import sys
+import tempfile
 import time
 import weakref
 
@@ -784,6 +787,112 @@ def check_affine(recs):
                         f"batches {b0}, {b1}, {r['batch']}: not per_sample x batch + fixed")
 
 
+# --------------------------------------------------------------------------- the batches
+def can_fork(args):
+    """Whether the captures may be split over two processes: fake tensors on the CPU (no
+    CUDA context a child would inherit, no real kernels and their thread pools), fork
+    available, and at least two CPUs this process may run on."""
+    if args.real_cpu or args.device != "cpu" or not hasattr(os, "fork"):
+        return False
+    if os.environ.get("VRAMLAB_CAPTURE_SEQUENTIAL"):
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return cpus >= 2 and not torch.cuda.is_initialized()
+
+
+def capture_in_child(args, factory, kind, size, batches):
+    """Forks a process that captures `batches` in turn and pickles the records into a file
+    (stdout and stderr closed: the parent decides what is reported). Called before any
+    backward pass has run here (autograd refuses to run in a child forked after one: "Unable
+    to handle autograd's threading in combination with fork-based multiprocessing").
+    Returns (pid, path)."""
+    fd, path = tempfile.mkstemp(prefix="vramlab-capture-", suffix=".pickle")
+    os.close(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            state = BuildState()
+            recs = [capture_one(args, factory, kind, size, b, args.device, state) for b in batches]
+            with open(path, "wb") as fh:
+                pickle.dump(recs, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            code = 0
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    return pid, path
+
+
+def child_records(pid, path):
+    """The child's records, or None where it failed."""
+    try:
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            return None
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def stop_child(pid, path):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    child_records(pid, path)
+
+
+def capture_batches(args, factory, kind, size, batches):
+    """One record per batch, in order, each as the sequential run makes it: batch after batch
+    in one process, the first captured again when a one-time allocation of the process
+    landed in it (its events differ from the second's).
+
+    With two CPUs (`can_fork`) the batches are split: a forked child captures the last
+    half while this process captures the first half, so two captures run at once. The
+    child starts as fresh as this process, so its first capture is the cold one there; where
+    its events differ from this process's second (warm) capture, that batch is captured again
+    here, warm, as the sequential run has it; a child that failed has its batches captured
+    here in turn (the sequential run's errors, from this process)."""
+    state = BuildState()
+    mine, theirs, child = batches, [], None
+    if len(batches) >= 3 and can_fork(args):
+        k = len(batches) // 2
+        mine, theirs = batches[:-k], batches[-k:]
+        child = capture_in_child(args, factory, kind, size, theirs)
+    try:
+        recs = [capture_one(args, factory, kind, size, b, args.device, state) for b in mine]
+    except BaseException:
+        if child:
+            stop_child(*child)
+        raise
+    if theirs:
+        more = child_records(*child)
+        if more is None:
+            more = [capture_one(args, factory, kind, size, b, args.device, state) for b in theirs]
+        elif structure(more[0]) != structure(recs[1]):
+            more[0] = capture_one(args, factory, kind, size, theirs[0], args.device, state)
+        recs += more
+    if structure(recs[0]) != structure(recs[1]):
+        # a one-time allocation of the process (a cache built on first use, e.g. by a
+        # library while the first model is built) lands in the first capture only: capture
+        # the first batch again, now in the same state as the others
+        recs[0] = capture_one(args, factory, kind, size, batches[0], args.device, state)
+    return recs
+
+
 # --------------------------------------------------------------------------- measure
 def measure(args, factory, kind, size, batch):
     dev = torch.device("cuda")
@@ -857,13 +966,7 @@ def main():
             args.vocab = int(json.load(fh).get("vocab_size", 1000))
     t0 = time.perf_counter()
     gc.disable()
-    state = BuildState()
-    recs = [capture_one(args, factory, kind, size, b, args.device, state) for b in batches]
-    if structure(recs[0]) != structure(recs[1]):
-        # a one-time allocation of the process (a cache built on first use, e.g. by a
-        # library while the first model is built) lands in the first capture only: capture
-        # the first batch again, now in the same state as the others
-        recs[0] = capture_one(args, factory, kind, size, batches[0], args.device, state)
+    recs = capture_batches(args, factory, kind, size, batches)
     gc.enable()
     gc.unfreeze()
     check_affine(recs)
