@@ -29,6 +29,13 @@ batch); 6 an allocation does not scale affinely with the batch; 7 measurement (-
 
 --measure: also run the same step for real on CUDA at each batch and write the measured
 peaks (max_memory_allocated / max_memory_reserved) as JSON lines to --measure-out.
+
+Speed (issue 32; docs/speed.md): the values of the weights never matter (every parameter and
+buffer gets a fresh fake storage), so a model built on the CPU has its parameters on the meta
+device (no weight initialisation), and the fake-tensor attempt that fails for it is made once;
+the garbage collector walks only what each capture makes (gc.freeze); with two CPUs a forked
+child captures the last half of the batches at the same time. The graph is the same byte for
+byte (tools/capture_equal.py, python/tests/test_capture_golden.py).
 """
 
 import argparse
@@ -878,14 +885,23 @@ def capture_batches(args, factory, kind, size, batches):
         if child:
             stop_child(*child)
         raise
+    debug = os.environ.get("VRAMLAB_CAPTURE_DEBUG")
     if theirs:
         more = child_records(*child)
         if more is None:
+            if debug:
+                print(f"capture: the child failed; batches {theirs} captured here", file=sys.stderr)
             more = [capture_one(args, factory, kind, size, b, args.device, state) for b in theirs]
         elif structure(more[0]) != structure(recs[1]):
+            if debug:
+                print(f"capture: the child's first capture (batch {theirs[0]}) differs from batch "
+                      f"{mine[1]}'s: captured again here", file=sys.stderr)
             more[0] = capture_one(args, factory, kind, size, theirs[0], args.device, state)
         recs += more
     if structure(recs[0]) != structure(recs[1]):
+        if debug:
+            print(f"capture: batch {batches[0]} captured again (its events differ from batch "
+                  f"{batches[1]}'s)", file=sys.stderr)
         # a one-time allocation of the process (a cache built on first use, e.g. by a
         # library while the first model is built) lands in the first capture only: capture
         # the first batch again, now in the same state as the others
