@@ -49,6 +49,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 import weakref
 
 FORMAT_VERSION = 1
@@ -820,7 +821,11 @@ def capture_in_child(args, factory, kind, size, batches):
     os.close(fd)
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns on fork() in a process with a second OS thread (torch's import
+        # starts one); nothing here runs on it and no backward has run yet
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         code = 1
         try:
