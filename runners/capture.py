@@ -29,15 +29,27 @@ batch); 6 an allocation does not scale affinely with the batch; 7 measurement (-
 
 --measure: also run the same step for real on CUDA at each batch and write the measured
 peaks (max_memory_allocated / max_memory_reserved) as JSON lines to --measure-out.
+
+Speed (issue 32; docs/speed.md): the values of the weights never matter (every parameter and
+buffer gets a fresh fake storage), so a model built on the CPU has its parameters on the meta
+device (no weight initialisation), and the fake-tensor attempt that fails for it is made once;
+the garbage collector walks only what each capture makes (gc.freeze); with two CPUs a forked
+child captures the last half of the batches at the same time. The graph is the same byte for
+byte (tools/capture_equal.py, python/tests/test_capture_golden.py).
 """
 
 import argparse
+import copy
 import gc
 import importlib.util
 import json
 import os
+import pickle
+import signal
 import sys
+import tempfile
 import time
+import warnings
 import weakref
 
 FORMAT_VERSION = 1
@@ -287,6 +299,26 @@ def fit_kernels(recs):
 
 
 # --------------------------------------------------------------------------- the tracker
+_DTYPE_NAMES = {}
+
+
+def dtype_name(dtype):
+    """"bfloat16" for torch.bfloat16 (str(dtype) without "torch.", computed once a dtype)."""
+    s = _DTYPE_NAMES.get(dtype)
+    if s is None:
+        s = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return s
+
+
+def leaves(out):
+    """`tree_flatten(out)[0]` (the same values in the same order) for what an op returns,
+    without the pytree walk for the common shape, a tuple or list of tensors and Nones (a
+    None is a node without leaves); anything else goes through tree_flatten."""
+    if type(out) in (tuple, list) and all(o is None or isinstance(o, torch.Tensor) for o in out):
+        return [o for o in out if o is not None]
+    return tree_flatten(out)[0]
+
+
 class Tracker(TorchDispatchMode):
     """Records storage allocations (first time a storage is seen as an op output) and
     frees (the storage's Python object dies: a weakref callback)."""
@@ -304,6 +336,7 @@ class Tracker(TorchDispatchMode):
         self.dtypes = {}
         self.convs = []
         self.kernels = []  # [event, outputs allocated, op, phase, features] (kernel_features)
+        self.names = {}  # op overload -> its packet's name
 
     def op_index(self, name):
         i = self.ops.get(name)
@@ -336,7 +369,7 @@ class Tracker(TorchDispatchMode):
         self.next_id += 1
         self.live[key] = bid
         self.refs[bid] = weakref.ref(st, self._freed(bid, key))
-        self.dtypes[bid] = str(t.dtype).replace("torch.", "")
+        self.dtypes[bid] = dtype_name(t.dtype)
         where = self.module[-1] if (self.module and self.phase == "forward") else ""
         name = f"{op}@{where}" if where else op
         self.events.append([1, bid, int(st.nbytes()), PHASE_CODES[self.phase], self.op_index(name)])
@@ -348,11 +381,15 @@ class Tracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        flat, _ = tree_flatten(out)
-        name = str(func.overloadpacket.__name__)
+        name = self.names.get(func)
+        if name is None:
+            name = self.names[func] = str(func.overloadpacket.__name__)
         n = len(self.events)
-        for t in flat:
-            self.track(t, name)
+        if isinstance(out, torch.Tensor):
+            self.track(out, name)
+        else:
+            for t in leaves(out):
+                self.track(t, name)
         if name in KERNEL_OPS:
             f = kernel_features(name, args, kwargs or {}, out)
             if f is not None:
@@ -362,13 +399,13 @@ class Tracker(TorchDispatchMode):
             # dilation, transposed, groups, dtype, phase]
             self.convs.append([n, list(args[0].shape), list(args[1].shape), list(args[3]),
                                list(args[4]), list(args[5]), bool(args[6]), int(args[8]),
-                               str(args[0].dtype).replace("torch.", ""), self.phase])
+                               dtype_name(args[0].dtype), self.phase])
         elif name == "convolution_backward" and len(args) >= 10:
             # [event, input shape, weight shape, stride, padding, dilation, transposed, groups,
             #  dtype, phase, number of outputs allocated, output mask (input, weight, bias)]
             self.convs.append([n, list(args[1].shape), list(args[2].shape), list(args[4]),
                                list(args[5]), list(args[6]), bool(args[7]), int(args[9]),
-                               str(args[0].dtype).replace("torch.", ""), self.phase,
+                               dtype_name(args[0].dtype), self.phase,
                                len(self.events) - n,
                                [bool(m) for m in args[10]] if len(args) > 10 else [True, True, True]])
         return out
@@ -486,35 +523,110 @@ def probe_output(model, args, kind, size, device):
     return (shape[2:], shape[1])
 
 
-def build_model(factory, device, fake, tr, dtype=None):
+class BuildState:
+    """What the first capture learned about building the model, reused by the captures at the
+    other batches (the factory and the process are the same, so the answer is the same):
+    whether the factory runs under fake tensors, and, where it does not, what the failed
+    attempt left in the tracker (op names seen before it failed, and any kernel or
+    convolution rows), so that a later capture starts from the same tables without
+    re-running the attempt."""
+
+    def __init__(self):
+        self.fake_fails = False
+        self.left = None  # (ops, op_names, dtypes, convs, kernels) after the failed attempt
+
+    def remember(self, tr):
+        self.fake_fails = True
+        self.left = copy.deepcopy((tr.ops, tr.op_names, tr.dtypes, tr.convs, tr.kernels))
+
+    def seed(self, tr):
+        tr.ops, tr.op_names, tr.dtypes, tr.convs, tr.kernels = copy.deepcopy(self.left)
+
+
+def _meta_attribute(model):
+    """The name of a plain tensor attribute (neither a parameter nor a buffer) left on the
+    meta device by a build with meta parameters, or None: such a tensor (computed from a
+    parameter in `__init__`) would reach the forward as meta where the real build has it on
+    the CPU, so that build is not used."""
+    for mname, m in model.named_modules():
+        for k, v in vars(m).items():
+            if isinstance(v, torch.Tensor) and v.is_meta and k not in m._parameters \
+                    and k not in m._buffers:
+                return f"{mname}.{k}" if mname else k
+    return None
+
+
+def build_with_meta_parameters(factory):
+    """The factory run on the CPU with every parameter moved to the meta device as it is
+    registered (accelerate's `init_empty_weights()`, include_buffers=False: buffers and other
+    tensors stay real, so a value the build reads — timm's drop-path rates — is there): the
+    weight initialisation then costs nothing. The capture replaces every parameter and buffer
+    with a fresh storage (`to_empty`), so the values never mattered. None when the factory
+    fails this way (it reads a parameter's value) or leaves a meta tensor outside the
+    parameters: the caller builds for real."""
+    register = nn.Module.register_parameter
+
+    def register_on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None and not param.is_meta:
+            p = module._parameters[name]
+            q = type(p)(p.to("meta"), requires_grad=p.requires_grad)
+            q.__dict__.update(p.__dict__)
+            module._parameters[name] = q
+
+    nn.Module.register_parameter = register_on_meta
+    try:
+        with torch.device("cpu"):
+            model = factory()
+    except Exception:
+        return None
+    finally:
+        nn.Module.register_parameter = register
+    if not isinstance(model, nn.Module) or _meta_attribute(model) is not None:
+        return None
+    return model
+
+
+def build_model(factory, device, fake, tr, dtype=None, state=None):
     """The model on the (fake) device. Under fake tensors first; a factory that reads tensor
-    values while it builds (timm's drop-path rates: `.item()`) is built for real on the CPU
-    and moved onto the fake device (to_empty: fresh storages, allocated in module order).
+    values while it builds (timm's drop-path rates: `.item()`) is built on the CPU with its
+    parameters on the meta device (no weight initialisation: `build_with_meta_parameters`;
+    for real where that fails) and moved onto the fake device (to_empty: fresh storages,
+    allocated in module order).
     dtype (pure bf16): the parameters are made in it (the default dtype while the factory
     runs, as `from_pretrained(dtype=...)` does; on the CPU path `.to(dtype)` before
     `to_empty`) — `module.to(dtype)` on fake parameters the tracker holds weak references to
-    cannot swap them ("_apply(): Couldn't swap Conv2d.weight")."""
-    prev = torch.get_default_dtype()
-    try:
-        if dtype is not None:
-            torch.set_default_dtype(dtype)
-        with torch.device(device):
-            return factory()
-    except Exception as e:
-        if fake is None:
-            fail(4, f"the model factory failed: {type(e).__name__}: {e}")
-    finally:
-        torch.set_default_dtype(prev)
-    tr.events.clear()
-    tr.live.clear()
-    tr.refs.clear()
-    tr.next_id = 0
-    with torch.utils._python_dispatch._disable_current_modes():
+    cannot swap them ("_apply(): Couldn't swap Conv2d.weight").
+    state (a BuildState shared by the captures of one run): once the fake build has failed,
+    later captures go to the CPU build directly, starting from the tables it left."""
+    if state is not None and state.fake_fails and fake is not None:
+        state.seed(tr)
+    else:
+        prev = torch.get_default_dtype()
         try:
-            with torch.device("cpu"):
-                model = factory()
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            with torch.device(device):
+                return factory()
         except Exception as e:
-            fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+            if fake is None:
+                fail(4, f"the model factory failed: {type(e).__name__}: {e}")
+        finally:
+            torch.set_default_dtype(prev)
+        tr.events.clear()
+        tr.live.clear()
+        tr.refs.clear()
+        tr.next_id = 0
+        if state is not None:
+            state.remember(tr)
+    with torch.utils._python_dispatch._disable_current_modes():
+        model = build_with_meta_parameters(factory)
+        if model is None:
+            try:
+                with torch.device("cpu"):
+                    model = factory()
+            except Exception as e:
+                fail(4, f"the model factory failed: {type(e).__name__}: {e}")
         if dtype is not None:
             model.to(dtype)
     return model.to_empty(device=device)
@@ -534,7 +646,7 @@ def describe_unsupported(e):
     return name
 
 
-def capture_one(args, factory, kind, size, batch, device_name):
+def capture_one(args, factory, kind, size, batch, device_name, state=None):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     real = args.real_cpu
@@ -546,6 +658,10 @@ def capture_one(args, factory, kind, size, batch, device_name):
         import cuda_composites
 
         cuda_composites.install()
+    # What is alive now (the modules imported so far, the previous captures' leftovers) goes
+    # to the collector's permanent generation: the collection at the start of each step
+    # (where the capture's cyclic garbage dies) walks only what this capture makes.
+    gc.freeze()
     tr = Tracker()
     ctx = None if real else FakeTensorMode(allow_non_fake_inputs=True)
     if ctx:
@@ -553,7 +669,7 @@ def capture_one(args, factory, kind, size, batch, device_name):
     try:
         with tr:
             bf16 = args.precision == "bf16"
-            model = build_model(factory, device, ctx, tr, torch.bfloat16 if bf16 else None)
+            model = build_model(factory, device, ctx, tr, torch.bfloat16 if bf16 else None, state)
             if bf16:
                 to_precision(model, torch.bfloat16)
             if args.checkpointing and enable_checkpointing(model) == 0:
@@ -679,6 +795,125 @@ def check_affine(recs):
                         f"batches {b0}, {b1}, {r['batch']}: not per_sample x batch + fixed")
 
 
+# --------------------------------------------------------------------------- the batches
+def can_fork(args):
+    """Whether the captures may be split over two processes: fake tensors on the CPU (no
+    CUDA context a child would inherit, no real kernels and their thread pools), fork
+    available, and at least two CPUs this process may run on."""
+    if args.real_cpu or args.device != "cpu" or not hasattr(os, "fork"):
+        return False
+    if os.environ.get("VRAMLAB_CAPTURE_SEQUENTIAL"):
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return cpus >= 2 and not torch.cuda.is_initialized()
+
+
+def capture_in_child(args, factory, kind, size, batches):
+    """Forks a process that captures `batches` in turn and pickles the records into a file
+    (stdout and stderr closed: the parent decides what is reported). Called before any
+    backward pass has run here (autograd refuses to run in a child forked after one: "Unable
+    to handle autograd's threading in combination with fork-based multiprocessing").
+    Returns (pid, path)."""
+    fd, path = tempfile.mkstemp(prefix="vramlab-capture-", suffix=".pickle")
+    os.close(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns on fork() in a process with a second OS thread (torch's import
+        # starts one); nothing here runs on it and no backward has run yet
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            state = BuildState()
+            recs = [capture_one(args, factory, kind, size, b, args.device, state) for b in batches]
+            with open(path, "wb") as fh:
+                pickle.dump(recs, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            code = 0
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    return pid, path
+
+
+def child_records(pid, path):
+    """The child's records, or None where it failed."""
+    try:
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            return None
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def stop_child(pid, path):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    child_records(pid, path)
+
+
+def capture_batches(args, factory, kind, size, batches):
+    """One record per batch, in order, each as the sequential run makes it: batch after batch
+    in one process, the first captured again when a one-time allocation of the process
+    landed in it (its events differ from the second's).
+
+    With two CPUs (`can_fork`) the batches are split: a forked child captures the last
+    half while this process captures the first half, so two captures run at once. The
+    child starts as fresh as this process, so its first capture is the cold one there; where
+    its events differ from this process's second (warm) capture, that batch is captured again
+    here, warm, as the sequential run has it; a child that failed has its batches captured
+    here in turn (the sequential run's errors, from this process)."""
+    state = BuildState()
+    mine, theirs, child = batches, [], None
+    if len(batches) >= 3 and can_fork(args):
+        k = len(batches) // 2
+        mine, theirs = batches[:-k], batches[-k:]
+        child = capture_in_child(args, factory, kind, size, theirs)
+    try:
+        recs = [capture_one(args, factory, kind, size, b, args.device, state) for b in mine]
+    except BaseException:
+        if child:
+            stop_child(*child)
+        raise
+    debug = os.environ.get("VRAMLAB_CAPTURE_DEBUG")
+    if theirs:
+        more = child_records(*child)
+        if more is None:
+            if debug:
+                print(f"capture: the child failed; batches {theirs} captured here", file=sys.stderr)
+            more = [capture_one(args, factory, kind, size, b, args.device, state) for b in theirs]
+        elif structure(more[0]) != structure(recs[1]):
+            if debug:
+                print(f"capture: the child's first capture (batch {theirs[0]}) differs from batch "
+                      f"{mine[1]}'s: captured again here", file=sys.stderr)
+            more[0] = capture_one(args, factory, kind, size, theirs[0], args.device, state)
+        recs += more
+    if structure(recs[0]) != structure(recs[1]):
+        if debug:
+            print(f"capture: batch {batches[0]} captured again (its events differ from batch "
+                  f"{batches[1]}'s)", file=sys.stderr)
+        # a one-time allocation of the process (a cache built on first use, e.g. by a
+        # library while the first model is built) lands in the first capture only: capture
+        # the first batch again, now in the same state as the others
+        recs[0] = capture_one(args, factory, kind, size, batches[0], args.device, state)
+    return recs
+
+
 # --------------------------------------------------------------------------- measure
 def measure(args, factory, kind, size, batch):
     dev = torch.device("cuda")
@@ -752,13 +987,9 @@ def main():
             args.vocab = int(json.load(fh).get("vocab_size", 1000))
     t0 = time.perf_counter()
     gc.disable()
-    recs = [capture_one(args, factory, kind, size, b, args.device) for b in batches]
-    if structure(recs[0]) != structure(recs[1]):
-        # a one-time allocation of the process (a cache built on first use, e.g. by a
-        # library while the first model is built) lands in the first capture only: capture
-        # the first batch again, now in the same state as the others
-        recs[0] = capture_one(args, factory, kind, size, batches[0], args.device)
+    recs = capture_batches(args, factory, kind, size, batches)
     gc.enable()
+    gc.unfreeze()
     check_affine(recs)
     secs = time.perf_counter() - t0
     cats = recs[-1]["categories"]
