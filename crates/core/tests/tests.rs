@@ -19,6 +19,7 @@ mod moe;
 mod parser_props;
 mod presets;
 mod t5_sdpa;
+mod types30;
 
 /// A file under the repository's `tests/data/`.
 pub fn data(rel: &str) -> std::path::PathBuf {
