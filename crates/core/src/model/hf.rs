@@ -250,8 +250,8 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
     let spec = match model_type.as_str() {
         "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3_text" | "phi3"
         | "mixtral" | "qwen2_moe" | "qwen3_moe" | "olmo2" | "granite" | "starcoder2"
-        | "smollm3" => ModelSpec::Llama(decoder_params(&k, &model_type)?),
-        "falcon" => ModelSpec::Llama(falcon_params(&k)?),
+        | "smollm3" => ModelSpec::Llama(Box::new(decoder_params(&k, &model_type)?)),
+        "falcon" => ModelSpec::Llama(Box::new(falcon_params(&k)?)),
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
         "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
         "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
@@ -313,8 +313,9 @@ struct DecoderDefaults {
     act: &'static str,
 }
 
-fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError> {
-    let d = match model_type {
+/// The config class's defaults of `model_type` (transformers 5.17).
+fn decoder_defaults(model_type: &str) -> DecoderDefaults {
+    match model_type {
         "llama" => DecoderDefaults {
             tie: false,
             kv_heads_from_heads: true,
@@ -407,7 +408,11 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             head_dim: None,
             act: "silu",
         },
-    };
+    }
+}
+
+fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError> {
+    let d = decoder_defaults(model_type);
     let heads = k.req("num_attention_heads")?;
     let kv_default = if d.kv_heads_from_heads {
         heads

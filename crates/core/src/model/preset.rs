@@ -41,7 +41,8 @@ pub enum ModelSpec {
     Unet(unet::UnetParams),
     Gpt2(gpt2::Gpt2Params),
     Bert(bert::BertParams),
-    Llama(llama::LlamaParams),
+    /// Boxed: the decoder options make it the largest variant by far.
+    Llama(Box<llama::LlamaParams>),
     GptNeox(gpt_neox::GptNeoxParams),
     /// An encoder-decoder (`T5ForConditionalGeneration`): source length from the plan's
     /// size, target length from `target_seq`.

@@ -104,10 +104,6 @@ pub fn build(
     };
     let c = p.hidden_size;
     let hd = head_dim(p);
-    let qw = p.num_attention_heads * hd;
-    let kv = p.num_key_value_heads * hd;
-    let inter = p.intermediate_size;
-    let attn_bias = p.attention_bias || p.qkv_bias;
     let per_layer = if imp == AttnImpl::Eager { 34 } else { 24 };
     let mut b = GraphBuilder::with_capacity(per_layer * p.num_hidden_layers as usize + 12);
     let ids = b.input(seq, Elem::Int64);
@@ -145,105 +141,7 @@ pub fn build(
         }
         b.scope(format!("model.layers.{l}"));
         b.begin_block();
-        let x = if p.post_norm {
-            h
-        } else {
-            norm(&mut b, p, h, seq, c, "input_layernorm")
-        };
-        let (q, k, v) = if p.fused_projections {
-            // qkv_proj, then q/k/v are slices of its output (views).
-            let qkv = b.linear(x, seq, c, qw + 2 * kv, attn_bias, "self_attn.qkv_proj");
-            (qkv, qkv, qkv)
-        } else {
-            let q = b.linear(x, seq, c, qw, attn_bias, "self_attn.q_proj");
-            let k = b.linear(x, seq, c, kv, attn_bias, "self_attn.k_proj");
-            let v = b.linear(x, seq, c, kv, attn_bias, "self_attn.v_proj");
-            (q, k, v)
-        };
-        let (q, k) = if p.qk_norm && p.qk_norm_full_width {
-            // OLMo 2: RMSNorm over the whole projection, before the split into heads.
-            let q = norm(&mut b, p, q, seq, qw, "self_attn.q_norm");
-            let k = norm(&mut b, p, k, seq, kv, "self_attn.k_norm");
-            (q, k)
-        } else if p.qk_norm {
-            let q = norm(
-                &mut b,
-                p,
-                q,
-                seq * p.num_attention_heads,
-                hd,
-                "self_attn.q_norm",
-            );
-            let k = norm(
-                &mut b,
-                p,
-                k,
-                seq * p.num_key_value_heads,
-                hd,
-                "self_attn.k_norm",
-            );
-            (q, k)
-        } else {
-            (q, k)
-        };
-        let (q, k) = if p.layer_rope(l) {
-            let q = b.op(Op::Rope, &[q], seq * qw, &[], "rope_q");
-            let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
-            (q, k)
-        } else {
-            // SmolLM3's layers without RoPE attend with the projections as they are.
-            (q, k)
-        };
-        let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
-        let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
-        let a = attention(&mut b, &[q, kc, vc], shape, imp, "self_attn");
-        let a = b.linear(a, seq, qw, c, p.attention_bias, "self_attn.o_proj");
-        let a = b.dropout(a, p.residual_dropout, false, "self_attn.residual_dropout");
-        let a = if p.sandwich_norm || p.post_norm {
-            norm(&mut b, p, a, seq, c, "post_attention_layernorm")
-        } else {
-            a
-        };
-        let a = multiply(&mut b, p, a, "residual_multiplier_1");
-        h = b.binary(h, a, Pointwise::Add, false, "residual_1");
-        let x = if p.post_norm {
-            h
-        } else if p.sandwich_norm {
-            norm(&mut b, p, h, seq, c, "pre_feedforward_layernorm")
-        } else {
-            norm(&mut b, p, h, seq, c, "post_attention_layernorm")
-        };
-        let act =
-            |b: &mut GraphBuilder, t: TensorId, n: u64, name: &str| activation(b, p, t, n, name);
-        let m = if let Some(moe) = p.moe.as_ref().filter(|m| m.is_sparse(l)) {
-            super::moe::block(&mut b, p, moe, x, seq, moe_imbalance, &act)
-        } else if p.plain_mlp {
-            // StarCoder2: c_proj(act(c_fc(x))), then the residual dropout.
-            let m = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.c_fc");
-            let m = activation(&mut b, p, m, seq * inter, "mlp.act");
-            let m = b.linear(m, seq, inter, c, p.mlp_bias, "mlp.c_proj");
-            b.dropout(m, p.residual_dropout, false, "mlp.residual_dropout")
-        } else if p.fused_projections {
-            // gate_up_proj → `gate, up = chunk(2, dim=-1)`; `up * act(gate)`.
-            let gu = b.linear(x, seq, c, 2 * inter, p.mlp_bias, "mlp.gate_up_proj");
-            let parts = b.chunks(gu, 2, "mlp.chunk");
-            let g = activation(&mut b, p, parts[0], seq * inter, "mlp.activation_fn");
-            let m = b.binary(parts[1], g, Pointwise::Mul, false, "mlp.mul");
-            b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
-        } else {
-            let g = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.gate_proj");
-            let g = activation(&mut b, p, g, seq * inter, "mlp.act_fn");
-            let u = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.up_proj");
-            let m = b.binary(g, u, Pointwise::Mul, false, "mlp.mul");
-            b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
-        };
-        let m = if p.sandwich_norm || p.post_norm {
-            norm(&mut b, p, m, seq, c, "post_feedforward_layernorm")
-        } else {
-            m
-        };
-        let m = multiply(&mut b, p, m, "residual_multiplier_2");
-        h = b.binary(h, m, Pointwise::Add, false, "residual_2");
+        h = llama_layer(&mut b, p, &shape, h, seq, imp, moe_imbalance, l);
         b.end_block();
     }
     b.scope(top);
@@ -445,4 +343,109 @@ fn falcon_layer(
     };
     let m = b.dropout(m, f.hidden_dropout, false, "hidden_dropout");
     Ok(b.binary(residual, m, Pointwise::Add, false, "residual"))
+}
+
+/// One decoder layer of the Llama lineage (and OLMo 2, Granite, StarCoder2, SmolLM3, the
+/// Qwen/Mixtral MoE layers): norms, attention, MLP or MoE block, the residual adds.
+#[allow(clippy::too_many_arguments)]
+fn llama_layer(
+    b: &mut GraphBuilder,
+    p: &LlamaParams,
+    shape: &AttnShape,
+    mut h: TensorId,
+    seq: u64,
+    imp: AttnImpl,
+    moe_imbalance: f64,
+    l: u64,
+) -> TensorId {
+    let c = p.hidden_size;
+    let hd = head_dim(p);
+    let qw = p.num_attention_heads * hd;
+    let kv = p.num_key_value_heads * hd;
+    let inter = p.intermediate_size;
+    let attn_bias = p.attention_bias || p.qkv_bias;
+    let x = if p.post_norm {
+        h
+    } else {
+        norm(b, p, h, seq, c, "input_layernorm")
+    };
+    let (q, k, v) = if p.fused_projections {
+        // qkv_proj, then q/k/v are slices of its output (views).
+        let qkv = b.linear(x, seq, c, qw + 2 * kv, attn_bias, "self_attn.qkv_proj");
+        (qkv, qkv, qkv)
+    } else {
+        let q = b.linear(x, seq, c, qw, attn_bias, "self_attn.q_proj");
+        let k = b.linear(x, seq, c, kv, attn_bias, "self_attn.k_proj");
+        let v = b.linear(x, seq, c, kv, attn_bias, "self_attn.v_proj");
+        (q, k, v)
+    };
+    let (q, k) = if p.qk_norm && p.qk_norm_full_width {
+        // OLMo 2: RMSNorm over the whole projection, before the split into heads.
+        let q = norm(b, p, q, seq, qw, "self_attn.q_norm");
+        let k = norm(b, p, k, seq, kv, "self_attn.k_norm");
+        (q, k)
+    } else if p.qk_norm {
+        let q = norm(b, p, q, seq * p.num_attention_heads, hd, "self_attn.q_norm");
+        let k = norm(b, p, k, seq * p.num_key_value_heads, hd, "self_attn.k_norm");
+        (q, k)
+    } else {
+        (q, k)
+    };
+    let (q, k) = if p.layer_rope(l) {
+        let q = b.op(Op::Rope, &[q], seq * qw, &[], "rope_q");
+        let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
+        (q, k)
+    } else {
+        // SmolLM3's layers without RoPE attend with the projections as they are.
+        (q, k)
+    };
+    let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
+    let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
+    let a = attention(b, &[q, kc, vc], *shape, imp, "self_attn");
+    let a = b.linear(a, seq, qw, c, p.attention_bias, "self_attn.o_proj");
+    let a = b.dropout(a, p.residual_dropout, false, "self_attn.residual_dropout");
+    let a = if p.sandwich_norm || p.post_norm {
+        norm(b, p, a, seq, c, "post_attention_layernorm")
+    } else {
+        a
+    };
+    let a = multiply(b, p, a, "residual_multiplier_1");
+    h = b.binary(h, a, Pointwise::Add, false, "residual_1");
+    let x = if p.post_norm {
+        h
+    } else if p.sandwich_norm {
+        norm(b, p, h, seq, c, "pre_feedforward_layernorm")
+    } else {
+        norm(b, p, h, seq, c, "post_attention_layernorm")
+    };
+    let act = |b: &mut GraphBuilder, t: TensorId, n: u64, name: &str| activation(b, p, t, n, name);
+    let m = if let Some(moe) = p.moe.as_ref().filter(|m| m.is_sparse(l)) {
+        super::moe::block(b, p, moe, x, seq, moe_imbalance, &act)
+    } else if p.plain_mlp {
+        // StarCoder2: c_proj(act(c_fc(x))), then the residual dropout.
+        let m = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.c_fc");
+        let m = activation(b, p, m, seq * inter, "mlp.act");
+        let m = b.linear(m, seq, inter, c, p.mlp_bias, "mlp.c_proj");
+        b.dropout(m, p.residual_dropout, false, "mlp.residual_dropout")
+    } else if p.fused_projections {
+        // gate_up_proj → `gate, up = chunk(2, dim=-1)`; `up * act(gate)`.
+        let gu = b.linear(x, seq, c, 2 * inter, p.mlp_bias, "mlp.gate_up_proj");
+        let parts = b.chunks(gu, 2, "mlp.chunk");
+        let g = activation(b, p, parts[0], seq * inter, "mlp.activation_fn");
+        let m = b.binary(parts[1], g, Pointwise::Mul, false, "mlp.mul");
+        b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
+    } else {
+        let g = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.gate_proj");
+        let g = activation(b, p, g, seq * inter, "mlp.act_fn");
+        let u = b.linear(x, seq, c, inter, p.mlp_bias, "mlp.up_proj");
+        let m = b.binary(g, u, Pointwise::Mul, false, "mlp.mul");
+        b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
+    };
+    let m = if p.sandwich_norm || p.post_norm {
+        norm(b, p, m, seq, c, "post_feedforward_layernorm")
+    } else {
+        m
+    };
+    let m = multiply(b, p, m, "residual_multiplier_2");
+    b.binary(h, m, Pointwise::Add, false, "residual_2")
 }
