@@ -323,3 +323,47 @@ fn unknown_types_point_at_the_new_ones() {
         }
     }
 }
+
+/// Issue 30's pre-registered device grid (`tools/make_grid30.py`; not measured yet): every
+/// row of both thirds plans, on one H200, with each type at two sizes, each precision, both
+/// checkpointing settings and both loop shapes.
+#[test]
+fn grid30_rows_plan() {
+    use vramlab_core::validate::{model_file, parse_lines};
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut n = 0;
+    for file in ["grid30_configs.jsonl", "grid30_untouched_configs.jsonl"] {
+        let text = std::fs::read_to_string(format!("{root}/tools/{file}")).expect(file);
+        let rows = parse_lines(&text);
+        assert_eq!(rows.len(), text.lines().count(), "{file}");
+        for m in rows {
+            let preset = model_file(&format!("{root}/{}", m.model)).expect("model");
+            let cfg = m.config().expect("config");
+            let peaks = Planner::new(&preset, &cfg)
+                .and_then(|p| p.peaks(m.batch))
+                .unwrap_or_else(|e| panic!("{}: {e}", m.model));
+            assert!(peaks.reserved.0 < 141 << 30, "{}: {peaks:?}", m.model);
+            let mt = hf::family_label(&preset);
+            seen.insert((mt.clone(), "model", m.model.clone()));
+            seen.insert((mt.clone(), "precision", m.precision.clone()));
+            seen.insert((mt.clone(), "ckpt", m.checkpointing.to_string()));
+            seen.insert((mt, "loop", format!("{:?}", m.loop_shape)));
+            n += 1;
+        }
+    }
+    assert_eq!(n, 60);
+    for t in TYPES {
+        let count = |axis: &str| seen.iter().filter(|(m, a, _)| m == t && *a == axis).count();
+        assert_eq!(
+            (
+                count("model"),
+                count("precision"),
+                count("ckpt"),
+                count("loop")
+            ),
+            (2, 3, 2, 2),
+            "{t}"
+        );
+    }
+}
