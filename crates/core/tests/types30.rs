@@ -367,3 +367,41 @@ fn grid30_rows_plan() {
         );
     }
 }
+
+/// A sliding window not longer than the sequence makes transformers materialise the mask (and
+/// SDPA repeat k/v): not modelled, and the plan says so, naming the key; not below it.
+#[test]
+fn a_window_shorter_than_the_sequence_is_said() {
+    let p = import("SmolLM3-small-sliding");
+    let plan = |seq, attention| {
+        let cfg = TrainConfig {
+            batch: 1,
+            size: Some(seq),
+            attention,
+            ..TrainConfig::default()
+        };
+        Planner::new(&p, &cfg).expect("plan").unmodelled
+    };
+    use vramlab_core::plan::Attention;
+    let notes = plan(2048, Attention::Sdpa);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("sliding_window 1024") && notes[0].contains("repeat_kv"),
+        "{notes:?}"
+    );
+    assert_eq!(plan(1024, Attention::Sdpa).len(), 1);
+    assert!(plan(1023, Attention::Sdpa).is_empty());
+    assert!(plan(2048, Attention::Eager).is_empty());
+    let starcoder = import("starcoder2-3b");
+    let cfg = TrainConfig {
+        batch: 1,
+        size: Some(512),
+        ..TrainConfig::default()
+    };
+    assert!(
+        Planner::new(&starcoder, &cfg)
+            .expect("plan")
+            .unmodelled
+            .is_empty()
+    );
+}

@@ -432,6 +432,15 @@ impl Preset {
         Ok(graph)
     }
 
+    /// What a training step at `size` with `attention` runs that the plan does not model,
+    /// one sentence each naming the config key and why (shown with the plan's warnings).
+    pub fn unmodelled(&self, size: u64, attention: AttnImpl) -> Vec<String> {
+        match &self.spec {
+            ModelSpec::Llama(p) => p.unmodelled(size, attention == AttnImpl::Sdpa),
+            _ => Vec::new(),
+        }
+    }
+
     /// The default input size (image side or sequence length).
     pub fn default_size(&self) -> u64 {
         match self.input {

@@ -338,5 +338,6 @@ pub fn planner(
         // Paged optimizers are not captured (the capture runs the optimizer it names).
         paged_bytes: 0,
         mode: super::mode_key(preset, &cfg),
+        unmodelled: Vec::new(),
     })
 }

@@ -155,6 +155,9 @@ pub struct Planner {
     pub op_labels: Vec<String>,
     /// The mode whose measured error band this plan is shown with ([`band`]).
     pub mode: band::ModeKey,
+    /// What the step runs that this plan does not model, naming the config key and why
+    /// ([`crate::model::Preset::unmodelled`]); shown with the warnings.
+    pub unmodelled: Vec<String>,
 }
 
 impl Planner {
@@ -220,6 +223,7 @@ impl Planner {
             params_override: None,
             op_labels: Vec::new(),
             mode: mode_key(preset, cfg),
+            unmodelled: preset.unmodelled(size, attn),
         })
     }
 

@@ -319,6 +319,31 @@ impl LlamaParams {
         }
     }
 
+    /// What a training step of `seq` tokens runs that the plan does not model, one
+    /// sentence each naming the config key and why (empty when nothing).
+    pub fn unmodelled(&self, seq: u64, sdpa: bool) -> Vec<String> {
+        let mut notes = Vec::new();
+        let narrow = (0..self.num_hidden_layers)
+            .filter_map(|l| self.layer_window(l))
+            .filter(|&w| w <= seq)
+            .min();
+        if let (Some(w), true) = (narrow, sdpa) {
+            let repeat = if self.num_key_value_heads == self.num_attention_heads {
+                ""
+            } else {
+                " and repeat_kv copies of k and v (enable_gqa is off with a mask)"
+            };
+            notes.push(format!(
+                "sliding_window {w} is not longer than the sequence ({seq}): transformers \
+                 5.17 then materialises the sliding-window mask (masking_utils: kv_length >= \
+                 local_size), and each sliding layer's SDPA call \
+                 gets a float copy of it, kept for backward{repeat}; not modelled (planned as \
+                 full causal attention)"
+            ));
+        }
+        notes
+    }
+
     /// Whether layer `layer` applies the rotary embedding (SmolLM3's `no_rope_layers`).
     pub fn layer_rope(&self, layer: u64) -> bool {
         !self.nope_layers.contains(&layer)
