@@ -7,7 +7,10 @@ such as t5) built on the meta device, written as JSON lines
 with the versions to tests/data/hf_param_counts.jsonl (tests/hf_import.rs asserts the
 Rust builders give the same numbers).
 
-    python3 tools/hf_param_counts.py [--write]
+    python3 tools/hf_param_counts.py [--write | --append]
+
+--write rewrites every row with this environment's versions; --append adds rows only for the
+configs the file does not count yet (the older rows keep the versions they were counted with).
 """
 import json
 import os
@@ -45,14 +48,20 @@ def count(path):
 
 def main():
     rows = []
+    have = []
+    if "--append" in sys.argv and os.path.exists(OUT):
+        with open(OUT) as f:
+            have = [json.loads(l) for l in f if l.strip()]
+    counted = {r["config"] for r in have}
     for name in sorted(os.listdir(CONFIGS)):
-        if not name.endswith(".json"):
+        if not name.endswith(".json") or name in counted:
             continue
         mt, cls, n = count(os.path.join(CONFIGS, name))
         rows.append({"config": name, "model_type": mt, "class": cls, "params": n,
                      "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
         print(f"{name:40s} {mt:12s} {cls:28s} {n:>15,d}", file=sys.stderr)
-    if "--write" in sys.argv:
+    if "--write" in sys.argv or "--append" in sys.argv:
+        rows = sorted(have + rows, key=lambda r: r["config"])
         with open(OUT, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")

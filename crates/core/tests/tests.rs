@@ -20,6 +20,7 @@ mod parser_props;
 mod presets;
 mod snapshot_golden;
 mod t5_sdpa;
+mod types30;
 
 /// A file under the repository's `tests/data/`.
 pub fn data(rel: &str) -> std::path::PathBuf {

@@ -291,14 +291,54 @@ def load_preset(ref):
 
 # vramlab's option fields of an imported decoder / BERT: implied by model_type, not config keys
 VRAMLAB_ONLY = ("model_type", "qkv_bias", "qk_norm", "gemma", "sandwich_norm", "fused_projections",
-                "position_offset", "hidden_act", "moe")
+                "position_offset", "hidden_act", "moe",
+                # issue 30's decoder options (implied by model_type or renamed below)
+                "norm", "post_norm", "qk_norm_full_width", "plain_mlp", "nope_layers", "sliding_layers",
+                "multipliers", "falcon", "attention_bias", "mlp_bias", "embedding_dropout",
+                "residual_dropout", "sliding_window", "full_attention_every")
+
+
+def falcon_config_from_params(p):
+    """FalconConfig keys of vramlab's imported Falcon (inverse of hf.rs `falcon_params`)."""
+    f = p["falcon"]
+    new = f["new_decoder_architecture"]
+    return {"model_type": "falcon", "vocab_size": p["vocab_size"], "hidden_size": p["hidden_size"],
+            "num_hidden_layers": p["num_hidden_layers"], "num_attention_heads": p["num_attention_heads"],
+            "num_kv_heads": p["num_key_value_heads"], "new_decoder_architecture": new,
+            "multi_query": (not new) and p["num_key_value_heads"] == 1,
+            "parallel_attn": f["parallel_attn"], "num_ln_in_parallel_attn": f["num_ln_in_parallel_attn"],
+            "ffn_hidden_size": p["intermediate_size"], "bias": p.get("attention_bias", False),
+            "activation": p.get("hidden_act", "gelu"), "hidden_dropout": f.get("hidden_dropout", 0.0),
+            "attention_dropout": p.get("attention_dropout", 0.0), "alibi": False,
+            "tie_word_embeddings": p["tie_word_embeddings"],
+            "max_position_embeddings": p["max_position_embeddings"]}
 
 
 def hf_config_from_params(params):
     """The config.json fields of a preset imported by vramlab's HF import (inverse mapping)."""
     mt = params["model_type"]
+    if mt == "falcon":
+        return falcon_config_from_params(params)
     cfg = {k: v for k, v in params.items() if k not in VRAMLAB_ONLY}
     cfg["model_type"] = mt
+    # options that are config keys under their own name for the types that read them
+    for k in ("attention_bias", "mlp_bias", "sliding_window"):
+        if k in params:
+            cfg[k] = params[k]
+    if mt == "starcoder2":
+        cfg["use_bias"] = params.get("attention_bias", False)
+        cfg["embedding_dropout"] = params.get("embedding_dropout", 0.0)
+        cfg["residual_dropout"] = params.get("residual_dropout", 0.0)
+    if mt == "granite" and params.get("multipliers"):
+        cfg.update(params["multipliers"])
+    if mt == "smollm3":
+        nope = set(params.get("nope_layers", []))
+        cfg["no_rope_layers"] = [0 if i in nope else 1 for i in range(params["num_hidden_layers"])]
+        sliding = params.get("sliding_layers")
+        cfg["use_sliding_window"] = sliding is not None and params.get("sliding_window") is not None
+        if sliding is not None:
+            cfg["layer_types"] = ["sliding_attention" if i in set(sliding) else "full_attention"
+                                  for i in range(params["num_hidden_layers"])]
     if "hidden_act" in params:
         cfg["hidden_activation" if mt.startswith("gemma") else "hidden_act"] = params["hidden_act"]
     if mt == "roberta":

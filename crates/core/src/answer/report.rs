@@ -120,7 +120,7 @@ impl PlanStart {
 
     /// The warnings of the configuration on the GPU (as the report has them).
     pub fn warnings(&self) -> Vec<String> {
-        warnings::for_config(&self.planner.config, &self.gpu)
+        warnings::for_planner(&self.planner, &self.gpu)
     }
 
     /// The whole report: the largest micro-batch, the remedies, and the next step when
@@ -183,7 +183,7 @@ impl PlanReport {
 
     fn with_verdict(parts: ReportParts<'_>, verdict: Verdict) -> PlanReport {
         PlanReport {
-            warnings: warnings::for_config(&parts.planner.config, &parts.gpu),
+            warnings: warnings::for_planner(parts.planner, &parts.gpu),
             per_rank: PerRank::of(parts.planner),
             plan: parts.plan,
             gpu: parts.gpu,

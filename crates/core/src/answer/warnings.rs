@@ -2,7 +2,15 @@
 //! shown beside the plan by every front end (`warnings` of `plan --json`).
 
 use crate::plan::config::DType;
-use crate::plan::{Gpu, TrainConfig};
+use crate::plan::{Gpu, Planner, TrainConfig};
+
+/// [`for_config`] and what the planned model runs that the plan does not model
+/// ([`Planner::unmodelled`]).
+pub fn for_planner(planner: &Planner, gpu: &Gpu) -> Vec<String> {
+    let mut w = for_config(&planner.config, gpu);
+    w.extend(planner.unmodelled.iter().cloned());
+    w
+}
 
 /// The warnings for `cfg` on `gpu`, one sentence each (empty when there is nothing to say).
 pub fn for_config(cfg: &TrainConfig, gpu: &Gpu) -> Vec<String> {

@@ -708,6 +708,9 @@ impl TrainWords {
             sink(Remark::Warning(w));
         }
         let planner = Planner::new(&preset, &cfg).plain()?;
+        for w in &planner.unmodelled {
+            sink(Remark::Warning(w.clone()));
+        }
         MaxBatchReport::new(
             &planner,
             gpu,

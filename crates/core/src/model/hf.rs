@@ -8,8 +8,12 @@
 use serde_json::{Map, Value};
 
 use super::families::{
-    bert::BertParams, gpt_neox::GptNeoxParams, gpt2::Gpt2Params, llama::LlamaParams,
-    moe::MoeParams, t5::T5Params,
+    bert::BertParams,
+    gpt_neox::GptNeoxParams,
+    gpt2::Gpt2Params,
+    llama::{FalconLayout, LlamaParams, Multipliers, NormKind},
+    moe::MoeParams,
+    t5::T5Params,
 };
 use super::preset::{InputSpec, ModelSpec, Preset};
 use super::{ModelError, check_positive};
@@ -32,6 +36,11 @@ pub const SUPPORTED: &[&str] = &[
     "qwen2_moe",
     "qwen3_moe",
     "t5",
+    "olmo2",
+    "granite",
+    "starcoder2",
+    "smollm3",
+    "falcon",
 ];
 
 /// Default sequence length of an imported model (its `max_position_embeddings` when smaller).
@@ -240,9 +249,9 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
     };
     let spec = match model_type.as_str() {
         "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3_text" | "phi3"
-        | "mixtral" | "qwen2_moe" | "qwen3_moe" => {
-            ModelSpec::Llama(decoder_params(&k, &model_type)?)
-        }
+        | "mixtral" | "qwen2_moe" | "qwen3_moe" | "olmo2" | "granite" | "starcoder2"
+        | "smollm3" => ModelSpec::Llama(Box::new(decoder_params(&k, &model_type)?)),
+        "falcon" => ModelSpec::Llama(Box::new(falcon_params(&k)?)),
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
         "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
         "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
@@ -266,6 +275,8 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
         }
     };
     let max_pos = match &spec {
+        // Falcon's rotary embedding has no position table: `max_position_embeddings` is
+        // only the default length.
         ModelSpec::Llama(p) => p.max_position_embeddings,
         ModelSpec::Gpt2(p) => p.n_positions,
         ModelSpec::GptNeox(p) => p.max_position_embeddings,
@@ -302,8 +313,9 @@ struct DecoderDefaults {
     act: &'static str,
 }
 
-fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError> {
-    let d = match model_type {
+/// The config class's defaults of `model_type` (transformers 5.17).
+fn decoder_defaults(model_type: &str) -> DecoderDefaults {
+    match model_type {
         "llama" => DecoderDefaults {
             tie: false,
             kv_heads_from_heads: true,
@@ -367,6 +379,27 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             head_dim: None,
             act: "silu",
         },
+        "olmo2" | "granite" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: true,
+            max_pos: 2048,
+            head_dim: None,
+            act: "silu",
+        },
+        "starcoder2" => DecoderDefaults {
+            tie: true,
+            kv_heads_from_heads: false,
+            max_pos: 4096,
+            head_dim: None,
+            act: "gelu_pytorch_tanh",
+        },
+        "smollm3" => DecoderDefaults {
+            tie: true,
+            kv_heads_from_heads: false,
+            max_pos: 32768,
+            head_dim: None,
+            act: "silu",
+        },
         _ => DecoderDefaults {
             // phi3
             tie: false,
@@ -375,7 +408,11 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             head_dim: None,
             act: "silu",
         },
-    };
+    }
+}
+
+fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError> {
+    let d = decoder_defaults(model_type);
     let heads = k.req("num_attention_heads")?;
     let kv_default = if d.kv_heads_from_heads {
         heads
@@ -383,9 +420,26 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         match model_type {
             "mistral" | "mixtral" => 8,
             "qwen2_moe" => 16,
+            "starcoder2" => 2,
+            // SmolLM3: 4, an explicit null means one per query head (`__post_init__`).
+            "smollm3" if k.obj.get("num_key_value_heads") == Some(&Value::Null) => heads,
             _ => 4,
         }
     };
+    let kv_heads = k.u64_or("num_key_value_heads", Some(kv_default))?;
+    if kv_heads > 0 && !heads.is_multiple_of(kv_heads) {
+        let given = if k.get("num_key_value_heads").is_some() {
+            "".to_string()
+        } else {
+            format!(" (the {model_type} default)")
+        };
+        return Err(invalid(
+            "num_key_value_heads",
+            format!(
+                "`num_key_value_heads` {kv_heads}{given} does not divide num_attention_heads {heads}"
+            ),
+        ));
+    }
     let gemma = model_type.starts_with("gemma");
     // Gemma configs name the activation `hidden_activation` (transformers reads that first).
     // Gemma reads `hidden_activation`; a legacy `hidden_act: "gelu"` is replaced by the tanh
@@ -410,20 +464,24 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         "phi3" => None,
         _ => k.opt_u64("head_dim")?.or(d.head_dim),
     };
+    // StarCoder2's `use_bias` puts biases on every projection, MLP included.
+    let use_bias = model_type == "starcoder2" && k.bool_or("use_bias", true)?;
     let (attention_bias, qkv_bias) = match model_type {
+        "starcoder2" => (use_bias, false),
         "qwen2" => (false, true),
         "qwen2_moe" => (false, k.bool_or("qkv_bias", true)?),
         "mistral" | "phi3" | "mixtral" => (false, false),
         _ => (k.bool_or("attention_bias", false)?, false),
     };
     let gemma2 = model_type == "gemma2";
+    let layers = k.req("num_hidden_layers")?;
     Ok(LlamaParams {
         vocab_size: k.req("vocab_size")?,
         hidden_size: k.req("hidden_size")?,
         intermediate_size: k.req("intermediate_size")?,
-        num_hidden_layers: k.req("num_hidden_layers")?,
+        num_hidden_layers: layers,
         num_attention_heads: heads,
-        num_key_value_heads: k.u64_or("num_key_value_heads", Some(kv_default))?,
+        num_key_value_heads: kv_heads,
         max_position_embeddings: k.u64_or("max_position_embeddings", Some(d.max_pos))?,
         tie_word_embeddings: k.bool_or("tie_word_embeddings", d.tie)?,
         attention_dropout: k.f64_or("attention_dropout", 0.0)?,
@@ -431,8 +489,12 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         head_dim,
         attention_bias,
         qkv_bias,
-        mlp_bias: model_type == "llama" && k.bool_or("mlp_bias", false)?,
-        qk_norm: matches!(model_type, "qwen3" | "gemma3_text" | "qwen3_moe"),
+        mlp_bias: match model_type {
+            "llama" | "granite" | "smollm3" => k.bool_or("mlp_bias", false)?,
+            "starcoder2" => use_bias,
+            _ => false,
+        },
+        qk_norm: matches!(model_type, "qwen3" | "gemma3_text" | "qwen3_moe" | "olmo2"),
         hidden_act: Some(act),
         gemma,
         sandwich_norm: matches!(model_type, "gemma2" | "gemma3_text"),
@@ -453,7 +515,192 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             "gemma3_text" => Some(k.req_or("sliding_window_pattern", 6)?),
             _ => None,
         },
+        norm: match model_type {
+            "starcoder2" => Some(NormKind::LayerNorm),
+            "olmo2" => Some(NormKind::RmsFp32Product),
+            _ => None,
+        },
+        post_norm: model_type == "olmo2",
+        qk_norm_full_width: model_type == "olmo2",
+        plain_mlp: model_type == "starcoder2",
+        embedding_dropout: match model_type {
+            "starcoder2" => k.f64_or("embedding_dropout", 0.0)?,
+            _ => 0.0,
+        },
+        residual_dropout: match model_type {
+            "starcoder2" => k.f64_or("residual_dropout", 0.0)?,
+            _ => 0.0,
+        },
+        nope_layers: match model_type {
+            "smollm3" => smollm3_nope_layers(k, layers)?,
+            _ => Vec::new(),
+        },
+        sliding_layers: match model_type {
+            "smollm3" => smollm3_sliding_layers(k, layers)?,
+            _ => None,
+        },
+        falcon: None,
+        multipliers: match model_type {
+            "granite" => Some(Multipliers {
+                embedding_multiplier: k.f64_or("embedding_multiplier", 1.0)?,
+                residual_multiplier: k.f64_or("residual_multiplier", 1.0)?,
+                attention_multiplier: k.f64_or("attention_multiplier", 1.0)?,
+                logits_scaling: k.f64_or("logits_scaling", 1.0)?,
+            }),
+            _ => None,
+        },
     })
+}
+
+/// `FalconConfig` (transformers 5.17) as the decoder's Falcon layout: `n_embed` is read as
+/// `hidden_size`; `num_kv_heads` counts with `new_decoder_architecture`, one key/value head
+/// with `multi_query` (the default) otherwise, else one per query head; `ffn_hidden_size`
+/// defaults to 4 × hidden; `bias` is on every projection. ALiBi (`alibi: true`, Falcon-RW)
+/// is refused: its bias tensor and the fp32 score path it takes are not modelled.
+fn falcon_params(k: &Keys) -> Result<LlamaParams, ModelError> {
+    if k.bool_or("alibi", false)? {
+        return Err(invalid(
+            "alibi",
+            "ALiBi Falcon models (falcon-rw) are not modelled yet: their (batch, heads, 1, seq) \
+             bias, the float mask built from it and the fp32 score path change memory; the \
+             rotary models (alibi: false) are",
+        ));
+    }
+    let hidden = match k.get("n_embed") {
+        Some(_) => k.req("n_embed")?,
+        None => k.req_or("hidden_size", 4544)?,
+    };
+    let heads = k.req_or("num_attention_heads", 71)?;
+    let layers = k.req_or("num_hidden_layers", 32)?;
+    let new_arch = k.bool_or("new_decoder_architecture", false)?;
+    let multi_query = k.bool_or("multi_query", true)?;
+    let kv_heads = if new_arch {
+        k.req_or("num_kv_heads", heads)?
+    } else if multi_query {
+        1
+    } else {
+        heads
+    };
+    if !hidden.is_multiple_of(heads) {
+        return Err(invalid(
+            "num_attention_heads",
+            format!("hidden_size {hidden} is not divisible by num_attention_heads {heads}"),
+        ));
+    }
+    let parallel_attn = k.bool_or("parallel_attn", true)?;
+    let num_ln = match k.opt_u64("num_ln_in_parallel_attn")? {
+        Some(n) => n,
+        None if new_arch => 2,
+        None => 1,
+    };
+    let bias = k.bool_or("bias", false)?;
+    let act = k.str_or("activation", "gelu")?;
+    if !super::families::llama::ACTIVATIONS.contains(&act.as_str()) {
+        return Err(invalid(
+            "activation",
+            format!(
+                "`{act}` is not supported ({})",
+                super::families::llama::ACTIVATIONS.join(", ")
+            ),
+        ));
+    }
+    Ok(LlamaParams {
+        vocab_size: k.req_or("vocab_size", 65024)?,
+        hidden_size: hidden,
+        intermediate_size: k.req_or("ffn_hidden_size", hidden.saturating_mul(4))?,
+        num_hidden_layers: layers,
+        num_attention_heads: heads,
+        num_key_value_heads: kv_heads,
+        max_position_embeddings: k.u64_or("max_position_embeddings", Some(2048))?,
+        tie_word_embeddings: k.bool_or("tie_word_embeddings", true)?,
+        attention_dropout: k.f64_or("attention_dropout", 0.0)?,
+        model_type: Some("falcon".to_string()),
+        head_dim: None,
+        attention_bias: bias,
+        qkv_bias: false,
+        mlp_bias: bias,
+        qk_norm: false,
+        hidden_act: Some(act),
+        gemma: false,
+        sandwich_norm: false,
+        attn_logit_softcapping: None,
+        final_logit_softcapping: None,
+        fused_projections: false,
+        moe: None,
+        sliding_window: None,
+        full_attention_every: None,
+        norm: Some(NormKind::LayerNorm),
+        post_norm: false,
+        qk_norm_full_width: false,
+        plain_mlp: true,
+        embedding_dropout: 0.0,
+        residual_dropout: 0.0,
+        nope_layers: Vec::new(),
+        sliding_layers: None,
+        multipliers: None,
+        falcon: Some(FalconLayout {
+            new_decoder_architecture: new_arch,
+            parallel_attn,
+            num_ln_in_parallel_attn: num_ln,
+            hidden_dropout: k.f64_or("hidden_dropout", 0.0)?,
+        }),
+    })
+}
+
+/// SmolLM3's `no_rope_layers` (1: the layer applies RoPE, 0: it does not), default
+/// `int((i + 1) % no_rope_layer_interval != 0)`; returned as the indices without RoPE.
+fn smollm3_nope_layers(k: &Keys, layers: u64) -> Result<Vec<u64>, ModelError> {
+    if k.get("no_rope_layers").is_some() {
+        let flags = k.u64_list("no_rope_layers")?;
+        if flags.len() as u64 != layers || flags.iter().any(|&f| f > 1) {
+            return Err(invalid(
+                "no_rope_layers",
+                format!(
+                    "must hold one 0 or 1 per layer ({layers} layers, num_hidden_layers), got {} \
+                     entries",
+                    flags.len()
+                ),
+            ));
+        }
+        return Ok((0..layers).filter(|&i| flags[i as usize] == 0).collect());
+    }
+    let every = k.req_or("no_rope_layer_interval", 4)?;
+    Ok((0..layers)
+        .filter(|i| (i + 1).is_multiple_of(every))
+        .collect())
+}
+
+/// SmolLM3's sliding layers: only with `use_sliding_window` and a `sliding_window`, the
+/// layers `layer_types` calls `"sliding_attention"` (default: those without RoPE).
+fn smollm3_sliding_layers(k: &Keys, layers: u64) -> Result<Option<Vec<u64>>, ModelError> {
+    if !k.bool_or("use_sliding_window", false)? || k.get("sliding_window").is_none() {
+        return Ok(None);
+    }
+    let Some(v) = k.get("layer_types") else {
+        return smollm3_nope_layers(k, layers).map(Some);
+    };
+    let bad = || {
+        invalid(
+            "layer_types",
+            format!(
+                "must be a list of {layers} \"sliding_attention\" / \"full_attention\" (one per \
+                 layer), got {v}"
+            ),
+        )
+    };
+    let types = v.as_array().ok_or_else(bad)?;
+    if types.len() as u64 != layers {
+        return Err(bad());
+    }
+    let mut sliding = Vec::new();
+    for (i, t) in types.iter().enumerate() {
+        match t.as_str() {
+            Some("sliding_attention") => sliding.push(i as u64),
+            Some("full_attention") => {}
+            _ => return Err(bad()),
+        }
+    }
+    Ok(Some(sliding))
 }
 
 /// The sliding window of the config classes (transformers 5.17): Mistral's defaults to 4096
@@ -463,7 +710,10 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
 fn sliding_window(k: &Keys, model_type: &str) -> Result<Option<u64>, ModelError> {
     let default = match model_type {
         "mistral" | "gemma2" | "gemma3_text" => Some(4096.0),
-        "phi3" | "mixtral" => None,
+        // StarCoder2: every layer slides when it is set; SmolLM3: the layers of
+        // `sliding_layers`, only with `use_sliding_window`.
+        "phi3" | "mixtral" | "starcoder2" => None,
+        "smollm3" if k.bool_or("use_sliding_window", false)? => None,
         _ => return Ok(None),
     };
     match k.nullable_f64("sliding_window", default)? {

@@ -193,6 +193,9 @@ pub enum Op {
     /// memory-efficient kernel (flash takes no mask). Saves q, k, v, the mask, the output and
     /// the logsumexp; when the mask trains (`bias_grad`) its backward writes a gradient of
     /// the mask expanded over the batch, `(batch, heads, q_len, kv_len)`, summed afterwards.
+    /// `bias_grad` is PyTorch's math backend (`_scaled_dot_product_attention_math`), which a
+    /// training mask forces; Falcon's multi-query call (one key/value head, no `enable_gqa`)
+    /// takes it too, with a per-sample mask that does not train.
     SdpaBias {
         heads: u64,
         head_dim: u64,

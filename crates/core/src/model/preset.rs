@@ -41,7 +41,8 @@ pub enum ModelSpec {
     Unet(unet::UnetParams),
     Gpt2(gpt2::Gpt2Params),
     Bert(bert::BertParams),
-    Llama(llama::LlamaParams),
+    /// Boxed: the decoder options make it the largest variant by far.
+    Llama(Box<llama::LlamaParams>),
     GptNeox(gpt_neox::GptNeoxParams),
     /// An encoder-decoder (`T5ForConditionalGeneration`): source length from the plan's
     /// size, target length from `target_seq`.
@@ -429,6 +430,15 @@ impl Preset {
         }?;
         super::check_graph_size(&graph)?;
         Ok(graph)
+    }
+
+    /// What a training step at `size` with `attention` runs that the plan does not model,
+    /// one sentence each naming the config key and why (shown with the plan's warnings).
+    pub fn unmodelled(&self, size: u64, attention: AttnImpl) -> Vec<String> {
+        match &self.spec {
+            ModelSpec::Llama(p) => p.unmodelled(size, attention == AttnImpl::Sdpa),
+            _ => Vec::new(),
+        }
     }
 
     /// The default input size (image side or sequence length).

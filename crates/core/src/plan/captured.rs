@@ -339,5 +339,6 @@ pub fn planner(
         paged_bytes: 0,
         mode: super::mode_key(preset, &cfg),
         live: std::sync::OnceLock::new(),
+        unmodelled: Vec::new(),
     })
 }

@@ -158,6 +158,9 @@ pub struct Planner {
     /// The measured step's live-bytes lines of `events`, built on first use
     /// ([`Planner::live_peaks`]).
     pub live: std::sync::OnceLock<eval::LivePeaks>,
+    /// What the step runs that this plan does not model, naming the config key and why
+    /// ([`crate::model::Preset::unmodelled`]); shown with the warnings.
+    pub unmodelled: Vec<String>,
 }
 
 impl Planner {
@@ -224,6 +227,7 @@ impl Planner {
             op_labels: Vec::new(),
             mode: mode_key(preset, cfg),
             live: std::sync::OnceLock::new(),
+            unmodelled: preset.unmodelled(size, attn),
         })
     }
 

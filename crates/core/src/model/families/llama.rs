@@ -66,6 +66,90 @@ pub struct LlamaParams {
     /// Gemma 3: `sliding_window_pattern`, 6); absent: every layer slides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_attention_every: Option<u64>,
+    // Options of the decoders added for issue 30 (OLMo 2, Granite, StarCoder2, SmolLM3);
+    // absent means Llama's behaviour.
+    /// The norm layers when not Llama's RMSNorm: `layer_norm` (`nn.LayerNorm` with bias,
+    /// StarCoder2) or `rms_fp32_product` (OLMo 2's `(weight * x_normed).to(input_dtype)`,
+    /// the product taken in fp32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm: Option<NormKind>,
+    /// No norm before attention and MLP; a norm on each sub-layer's output before the
+    /// residual add (OLMo 2's `post_attention_layernorm` / `post_feedforward_layernorm`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub post_norm: bool,
+    /// With `qk_norm`: one norm over the whole projection (`heads × head_dim`, OLMo 2) rather
+    /// than one per head over `head_dim` (Qwen3).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qk_norm_full_width: bool,
+    /// A non-gated MLP `c_proj(act(c_fc(x)))` (StarCoder2) instead of gate/up/down.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub plain_mlp: bool,
+    /// Dropout after the embeddings (StarCoder2 `embedding_dropout`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub embedding_dropout: f64,
+    /// Dropout after `o_proj` and after the MLP (StarCoder2 `residual_dropout`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub residual_dropout: f64,
+    /// Layers that apply no rotary embedding (SmolLM3: `no_rope_layers[i] == 0`), by index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nope_layers: Vec<u64>,
+    /// With `sliding_window`: exactly these layers slide (SmolLM3's `layer_types`), in place
+    /// of `full_attention_every`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_layers: Option<Vec<u64>>,
+    /// Granite's µP multipliers: the embeddings, each residual branch, the logits are scaled
+    /// (each a new tensor whatever the value), the attention scores use `attention_multiplier`
+    /// as their scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multipliers: Option<Multipliers>,
+    /// Falcon's layer (`FalconDecoderLayer`): one fused `query_key_value`, parallel
+    /// attention, LayerNorms; see [`FalconLayout`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub falcon: Option<FalconLayout>,
+}
+
+/// How a Falcon layer is laid out (`FalconConfig`, transformers 5.17). With
+/// `num_key_value_heads` 1 and no `new_decoder_architecture` it is multi-query attention
+/// (`multi_query`); `attention_bias` / `mlp_bias` are its `bias`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FalconLayout {
+    /// The grouped fused projection (Falcon-40B/180B): q is copied out of it, k and v are
+    /// broadcast to every query head and copied (`flatten`).
+    pub new_decoder_architecture: bool,
+    /// `mlp(ln(x)) + attn(ln(x)) + x` (always, with the new architecture).
+    pub parallel_attn: bool,
+    /// LayerNorms of a parallel layer: 2 (`ln_attn`, `ln_mlp`) or 1 (shared).
+    pub num_ln_in_parallel_attn: u64,
+    /// `hidden_dropout` (the layer's last `dropout_add`); `attention_dropout` is the
+    /// sequential layer's first one (rotary Falcon applies no dropout inside attention).
+    pub hidden_dropout: f64,
+}
+
+/// The norm layers of a decoder that does not use Llama's RMSNorm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// `nn.LayerNorm` with weight and bias.
+    LayerNorm,
+    /// RMSNorm whose weight multiplies the fp32 normalised input before the cast back
+    /// (`Olmo2RMSNorm`): the same ops as Gemma's norm without the `1 +`.
+    RmsFp32Product,
+}
+
+/// Granite's µP multipliers (`GraniteConfig`); their values do not change memory, the ops
+/// that apply them do.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Multipliers {
+    pub embedding_multiplier: f64,
+    pub residual_multiplier: f64,
+    pub attention_multiplier: f64,
+    pub logits_scaling: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 fn is_false(b: &bool) -> bool {
@@ -134,6 +218,77 @@ pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
     if let Some(n) = p.full_attention_every {
         check_positive("params.full_attention_every", n)?;
     }
+    check_prob("params.embedding_dropout", p.embedding_dropout)?;
+    check_prob("params.residual_dropout", p.residual_dropout)?;
+    for (field, layers) in [
+        ("params.nope_layers", Some(&p.nope_layers)),
+        ("params.sliding_layers", p.sliding_layers.as_ref()),
+    ] {
+        if let Some(&l) = layers.and_then(|ls| ls.iter().find(|&&l| l >= p.num_hidden_layers)) {
+            return Err(ModelError::Invalid {
+                field: field.into(),
+                reason: format!(
+                    "layer {l} is not below num_hidden_layers {}",
+                    p.num_hidden_layers
+                ),
+            });
+        }
+    }
+    if let Some(m) = &p.multipliers {
+        for (field, v) in [
+            (
+                "params.multipliers.embedding_multiplier",
+                m.embedding_multiplier,
+            ),
+            (
+                "params.multipliers.residual_multiplier",
+                m.residual_multiplier,
+            ),
+            (
+                "params.multipliers.attention_multiplier",
+                m.attention_multiplier,
+            ),
+            ("params.multipliers.logits_scaling", m.logits_scaling),
+        ] {
+            if !v.is_finite() || (field.ends_with("logits_scaling") && v == 0.0) {
+                return Err(ModelError::Invalid {
+                    field: field.into(),
+                    reason: format!("must be a finite number (logits_scaling non-zero), got {v}"),
+                });
+            }
+        }
+    }
+    if let Some(f) = &p.falcon {
+        check_prob("params.falcon.hidden_dropout", f.hidden_dropout)?;
+        if !matches!(f.num_ln_in_parallel_attn, 1 | 2) {
+            return Err(ModelError::Invalid {
+                field: "params.falcon.num_ln_in_parallel_attn".into(),
+                reason: format!("must be 1 or 2, got {}", f.num_ln_in_parallel_attn),
+            });
+        }
+        if f.new_decoder_architecture && !f.parallel_attn && f.num_ln_in_parallel_attn == 1 {
+            return Err(ModelError::Invalid {
+                field: "params.falcon.parallel_attn".into(),
+                reason: "new_decoder_architecture with one LayerNorm needs parallel_attn \
+                         (transformers 5.17's FalconDecoderLayer has no MLP input otherwise)"
+                    .into(),
+            });
+        }
+        if !f.new_decoder_architecture && f.parallel_attn && f.num_ln_in_parallel_attn == 2 {
+            return Err(ModelError::Invalid {
+                field: "params.falcon.num_ln_in_parallel_attn".into(),
+                reason: "2 LayerNorms need new_decoder_architecture (transformers 5.17's \
+                         FalconDecoderLayer would call an input_layernorm it did not create)"
+                    .into(),
+            });
+        }
+    }
+    if p.qk_norm_full_width && !p.qk_norm {
+        return Err(ModelError::Invalid {
+            field: "params.qk_norm_full_width".into(),
+            reason: "is only meaningful with qk_norm".into(),
+        });
+    }
     for (field, v) in [
         ("params.attn_logit_softcapping", p.attn_logit_softcapping),
         ("params.final_logit_softcapping", p.final_logit_softcapping),
@@ -155,10 +310,43 @@ impl LlamaParams {
     /// (transformers' `layer_types`: `"sliding_attention"` / `"full_attention"`).
     pub fn layer_window(&self, layer: u64) -> Option<u64> {
         let w = self.sliding_window?;
+        if let Some(sliding) = &self.sliding_layers {
+            return sliding.contains(&layer).then_some(w);
+        }
         match self.full_attention_every {
             Some(n) if n > 0 && (layer + 1).is_multiple_of(n) => None,
             _ => Some(w),
         }
+    }
+
+    /// What a training step of `seq` tokens runs that the plan does not model, one
+    /// sentence each naming the config key and why (empty when nothing).
+    pub fn unmodelled(&self, seq: u64, sdpa: bool) -> Vec<String> {
+        let mut notes = Vec::new();
+        let narrow = (0..self.num_hidden_layers)
+            .filter_map(|l| self.layer_window(l))
+            .filter(|&w| w <= seq)
+            .min();
+        if let (Some(w), true) = (narrow, sdpa) {
+            let repeat = if self.num_key_value_heads == self.num_attention_heads {
+                ""
+            } else {
+                " and repeat_kv copies of k and v (enable_gqa is off with a mask)"
+            };
+            notes.push(format!(
+                "sliding_window {w} is not longer than the sequence ({seq}): transformers \
+                 5.17 then materialises the sliding-window mask (masking_utils: kv_length >= \
+                 local_size), and each sliding layer's SDPA call \
+                 gets a float copy of it, kept for backward{repeat}; not modelled (planned as \
+                 full causal attention)"
+            ));
+        }
+        notes
+    }
+
+    /// Whether layer `layer` applies the rotary embedding (SmolLM3's `no_rope_layers`).
+    pub fn layer_rope(&self, layer: u64) -> bool {
+        !self.nope_layers.contains(&layer)
     }
 }
 

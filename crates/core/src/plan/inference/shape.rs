@@ -74,6 +74,28 @@ impl DecoderShape {
             });
         }
         let model_type = p.model_type.clone().unwrap_or_else(|| "llama".into());
+        // The decoders of issue 30 run other ops than the forward `plan::inference` mirrors.
+        let other = [
+            (
+                p.norm.is_some(),
+                "its norm layers (LayerNorm / OLMo 2's RMSNorm)",
+            ),
+            (p.post_norm, "norms after attention and MLP only (OLMo 2)"),
+            (p.plain_mlp, "a non-gated MLP (StarCoder2)"),
+            (!p.nope_layers.is_empty(), "layers without RoPE (SmolLM3)"),
+            (p.multipliers.is_some(), "µP multipliers (Granite)"),
+            (p.falcon.is_some(), "Falcon's fused, parallel layer"),
+        ];
+        if let Some((_, what)) = other.iter().find(|(on, _)| *on) {
+            return Err(PlanError::Field {
+                field: "model",
+                reason: format!(
+                    "inference (--step prefill|generate) of {model_type} is not modelled yet: \
+                     its forward has {what}, which the inference planner does not mirror; \
+                     training steps (--step train / eval) are"
+                ),
+            });
+        }
         Ok(DecoderShape {
             layers: p.num_hidden_layers,
             hidden: p.hidden_size,
