@@ -276,14 +276,23 @@ impl<'a> Search<'a> {
     }
 
     fn candidate(&mut self, f: Fitting) -> Result<FitCandidate, PlanError> {
-        let cap = self.req.budget.allocator_cap(f.planner.context);
-        let peaks = f.planner.peaks(f.micro)?;
-        let reserved = f
-            .planner
+        let config = self.config(&f.knobs, f.micro);
+        // The search planned the knobs at micro-batch 1, so with the whole effective batch
+        // as accumulation; the candidate's figures are those of its own accumulation (one
+        // step frees the gradients before its forward: `plan` of the candidate agrees).
+        let own;
+        let planner = if config.accum == f.planner.config.accum {
+            &f.planner
+        } else {
+            own = Planner::new(self.preset, &config)?;
+            &own
+        };
+        let cap = self.req.budget.allocator_cap(planner.context);
+        let peaks = planner.peaks(f.micro)?;
+        let reserved = planner
             .reserved_within(f.micro, cap)?
             .unwrap_or(peaks.reserved);
         let time = self.time(&f.knobs, f.micro)?;
-        let config = self.config(&f.knobs, f.micro);
         let mut changes = change_words(&f.knobs, &self.user);
         if config.batch != self.user_cfg.batch || config.accum != self.user_cfg.accum {
             changes.push(format!(
@@ -314,8 +323,8 @@ impl<'a> Search<'a> {
             max_micro_batch: f.max_micro,
             peak_allocated: peaks.allocated,
             peak_reserved: reserved,
-            nvidia_smi: Bytes(reserved.0.saturating_add(f.planner.context.0)),
-            trainable_params: f.planner.trainable,
+            nvidia_smi: Bytes(reserved.0.saturating_add(planner.context.0)),
+            trainable_params: planner.trainable,
             time,
             is_user_config,
         })

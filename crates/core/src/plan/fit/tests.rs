@@ -553,3 +553,36 @@ fn strategy_knobs_apply_compare_and_say_their_change() {
     let f2 = strategy::cost_words(&no_reshard, Strategy::Fsdp2);
     assert!(f2.is_empty());
 }
+
+/// A candidate's figures are those `plan` gives its configuration: the search plans every
+/// combination with the whole effective batch as accumulation, a candidate of one step
+/// (gradients freed before its forward) is re-planned at its own.
+#[test]
+fn candidate_figures_are_the_plan_of_the_candidate() {
+    let mut checked_single_step = false;
+    for (model, gpu, batch, accum) in [("gpt2", "a100-80gb", 8, 1), ("gpt2", "rtx-3060", 16, 2)] {
+        let preset = find_builtin(model).expect("preset");
+        let user = TrainConfig {
+            batch,
+            accum,
+            size: Some(1024),
+            ..TrainConfig::default()
+        };
+        let r = fit(&preset, &user, &request(gpu)).expect("fit");
+        assert!(!r.candidates.is_empty(), "{model} {gpu}");
+        for c in &r.candidates {
+            let plan = Planner::new(&preset, &c.config)
+                .expect("planner")
+                .plan(c.config.batch)
+                .expect("plan");
+            assert_eq!(
+                c.peak_allocated,
+                plan.peak_allocated_bytes,
+                "{}",
+                c.summary()
+            );
+            checked_single_step |= c.accum == 1;
+        }
+    }
+    assert!(checked_single_step);
+}
