@@ -171,6 +171,14 @@ def input_shape(args, kind, size, batch):
     return (batch, 3, size, size)
 
 
+def loss_of(out):
+    """The loss a model's output carries (a Hugging Face model given `labels`), or None."""
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    return loss
+
+
 def logits_of(out):
     if isinstance(out, dict) or hasattr(out, "keys"):
         for k in ("out", "logits"):
@@ -431,8 +439,12 @@ def make_optimizer(name, params):
 
 
 def make_batch(args, kind, size, batch, device, target_shape, n_classes, dtype):
-    if kind == "given":  # the inputs of `vramlab.plan_module` (x, None)
-        return args.make_batch(batch, device, dtype), None
+    if kind == "given":  # `vramlab.plan_module`'s inputs; class targets unless it has a loss
+        x = args.make_batch(batch, device, dtype)
+        if target_shape is None:
+            return x, None
+        return x, torch.randint(0, n_classes, (batch, *target_shape), device=device,
+                                dtype=torch.int64)
     shape = input_shape(args, kind, size, batch)
     if kind == "tokens":
         x = torch.randint(0, args.vocab, shape, device=device, dtype=torch.int64)
@@ -443,8 +455,15 @@ def make_batch(args, kind, size, batch, device, target_shape, n_classes, dtype):
 
 
 def forward_loss(model, kind, x, y, loop, args=None):
-    if kind == "given":  # `vramlab.plan_module`'s forward and loss
-        return args.forward_loss(model, x, loop)
+    if kind == "given":  # `vramlab.plan_module`: its call, its loss or the output's, else CE
+        out = args.call(model, x)
+        if args.loss_fn is not None:
+            loss = args.loss_fn(out, x)
+        elif y is None:
+            loss = loss_of(out)
+        else:
+            loss = F.cross_entropy(logits_of(out), y)
+        return (None, loss) if loop == "trainer" else (out, loss)
     if kind == "tokens":
         if loop == "trainer":
             return None, model(input_ids=x, labels=y).loss
@@ -511,14 +530,26 @@ def train_steps(model, opt, args, kind, size, batch, device, probe, tr, steps):
 
 def probe_output(model, args, kind, size, device):
     """Target shape per sample and class count, from one no-grad forward at batch 1."""
-    if kind in ("tokens", "given"):
+    if kind == "tokens":
         return ((), 0)
+    if kind == "given" and args.loss_fn is not None:
+        return (None, 0)  # the caller's loss: no class targets
     in_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     with torch.no_grad():
         was = model.training
         model.eval()
-        out = logits_of(model(torch.randn(input_shape(args, kind, size, 1), device=device, dtype=in_dtype)))
+        if kind == "given":
+            out = args.call(model, args.make_batch(1, device, in_dtype))
+            if loss_of(out) is not None:
+                model.train(was)
+                return (None, 0)  # the output's own loss: no class targets
+        else:
+            out = model(torch.randn(input_shape(args, kind, size, 1), device=device, dtype=in_dtype))
+        out = logits_of(out)
         model.train(was)
+    if not isinstance(out, torch.Tensor) or out.dim() < 2:
+        fail(2, "the model's output has no `loss` and no logits of shape (batch, classes, ...): "
+                "pass loss_fn=lambda output, inputs: ... returning the scalar loss")
     shape = tuple(int(d) for d in out.shape)
     if len(shape) == 2:
         return ((), shape[1])

@@ -77,30 +77,6 @@ def _call(model: Any, x: Any) -> Any:
     return model(x)
 
 
-def _default_loss(out: Any, _x: Any, logits_of: Callable[[Any], Any]) -> Any:
-    """The output's ``loss`` (a Hugging Face model given ``labels``), else cross-entropy of
-    the logits over dimension 1 against class 0 (classification and segmentation, as
-    ``vramlab capture`` trains image models)."""
-    import torch
-    import torch.nn.functional as F
-
-    loss = getattr(out, "loss", None)
-    if loss is None and isinstance(out, dict):
-        loss = out.get("loss")
-    if loss is not None:
-        return loss
-    logits = logits_of(out)
-    if not isinstance(logits, torch.Tensor) or logits.dim() < 2:
-        raise ValueError(
-            "loss_fn: the model's output has no `loss` and no logits of shape (batch, classes, "
-            "…): pass loss_fn=lambda output, inputs: … returning the scalar loss"
-        )
-    target = torch.zeros(
-        (logits.shape[0], *logits.shape[2:]), dtype=torch.int64, device=logits.device
-    )
-    return F.cross_entropy(logits, target)
-
-
 def _fake_copy(model: "torch.nn.Module") -> Callable[[], "torch.nn.Module"]:
     """A factory for the capture: the module's structure copied without its data (every
     parameter and buffer a meta tensor of its shape, dtype and ``requires_grad``; tied
@@ -217,7 +193,8 @@ def plan_module(
         sample_shape=list(first.shape[1:]),
         graph_kind="tokens" if tokens else "image",
         make_batch=lambda b, dev, dtype: _remake(example_input, b, dev, dtype),
-        forward_loss=lambda m, x, lp: _step(m, x, lp, loss_fn, cap.logits_of),
+        call=_call,
+        loss_fn=loss_fn,
     )
     # the input's size as the planner reads it: a sequence's length, an image's side
     size = int(first.shape[1]) if first.dim() >= 2 else 1
@@ -235,19 +212,3 @@ def plan_module(
     p = Plan(handle, s, batch, graph)
     p.notes = notes + p.notes
     return p
-
-
-def _step(
-    model: Any,
-    x: Any,
-    loop: str,
-    loss_fn: Optional[Callable[[Any, Any], Any]],
-    logits_of: Callable[[Any], Any],
-) -> Tuple[Any, Any]:
-    """(the output kept through backward, or None with ``loop="trainer"``; the loss)."""
-    out = _call(model, x)
-    loss = loss_fn(out, x) if loss_fn is not None else _default_loss(out, x, logits_of)
-    if loop == "trainer":
-        return None, loss
-    return out, loss
-
