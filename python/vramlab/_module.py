@@ -101,7 +101,7 @@ def _fake_copy(model: "torch.nn.Module") -> Callable[[], "torch.nn.Module"]:
                 if id(b) not in memo:
                     memo[id(b)] = meta(b)
             copied = copy.deepcopy(model, memo)
-        return copied.to_empty(device=torch.empty(0).device)
+        return copied.to_empty(device=torch.get_default_device())
 
     return factory
 
