@@ -10,6 +10,12 @@ words with the CLI's defaults (``--seq`` is ``seq=``, ``--lora-rank`` is ``lora_
     >>> p.fits("a100-40gb")             # judged at the upper edge of the measured band
     >>> p.to_json()                     # == `vramlab plan --model gpt2 … --json`
 
+The rest of the CLI's planning answers: :func:`max_batch`, :func:`fit` (the ranked
+combinations of remedies that fit, each with ``apply()`` giving :func:`plan`'s keywords),
+:func:`export` (DeepSpeed, HF, peft, Lightning, PyTorch, … the CLI's bytes),
+:func:`doctor`; and :func:`plan_module`, a live ``torch.nn.Module`` planned in-process on
+fake tensors (no GPU).
+
 Bad settings raise ``ValueError`` (the message names the setting and the closest valid
 value), an unreadable file ``OSError``, a value of the wrong type or an unknown keyword
 ``TypeError``.
