@@ -337,6 +337,12 @@ mod tests {
                 },
                 ..TrainWords::default()
             },
+            TrainWords {
+                model: Some("resnet50".into()),
+                image: Some(224),
+                gpu: Some("t4".into()),
+                ..TrainWords::default()
+            },
         ];
         let mut checked = 0;
         for w in cases {

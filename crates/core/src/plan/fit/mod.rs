@@ -373,15 +373,26 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
     let main_budget = req.max_plans - reserve;
     seed_dead(&mut s, &axes, main_budget / 2)?;
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
+    // Combinations the model cannot take (LoRA's attention targets on a convolutional
+    // network) are left out, as `plan` leaves out a config that does not validate.
+    let mut invalid = 0usize;
     for k in &all {
         if *k == s.user || s.presumed_dead(k) {
             continue;
         }
-        let t = s.time(k, 1)?.ms_per_sample;
+        let t = match s.time(k, 1) {
+            Ok(t) => t.ms_per_sample,
+            Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => {
+                invalid += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         ranked.push((t, k.changed(&s.user).count_ones(), *k));
     }
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut pruned_dead, mut dominated) = (all.len().saturating_sub(ranked.len() + 1), 0usize);
+    let (mut pruned_dead, mut dominated) =
+        (all.len().saturating_sub(ranked.len() + 1 + invalid), 0usize);
     let mut skipped: Vec<(f64, Knobs)> = Vec::new();
     for &(t, _, k) in &ranked {
         if out.len() >= req.top.max(1) || s.planned >= main_budget {

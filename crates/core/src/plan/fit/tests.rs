@@ -586,3 +586,18 @@ fn candidate_figures_are_the_plan_of_the_candidate() {
     }
     assert!(checked_single_step);
 }
+
+/// A model the LoRA targets match nothing in (a convolutional network) is searched without
+/// the combinations it cannot take, instead of the search failing on them.
+#[test]
+fn a_model_without_attention_is_searched_without_lora() {
+    for model in ["resnet50", "vit_b_16"] {
+        let preset = find_builtin(model).expect("preset");
+        let user = TrainConfig {
+            batch: 64,
+            ..TrainConfig::default()
+        };
+        let r = fit(&preset, &user, &request("t4")).expect("fit");
+        assert!(!r.candidates.is_empty(), "{model}: {:?}", r.reason);
+    }
+}
