@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # The Python package, as a user installs it: a fresh venv, `pip install .` (maturin from
-# PyPI builds the abi3 wheel of crates/python in release), then pytest over python/tests/
-# (equality with the debug binary's `--json`, built by `cargo test` before this; the
-# walkthrough of docs/python.md as a doctest). Measured on a 2-core machine: about 2 min
-# for the build, 5 s for the tests.
+# PyPI builds the abi3 wheel of crates/python in release) and PyTorch for the CPU (for
+# `vramlab.plan_module`'s tests, which compare it with `vramlab capture` + `plan`), then
+# pytest over python/tests/ (equality with the debug binary's `--json`, built by `cargo
+# test` before this; the walkthrough of docs/python.md as a doctest). Timings: docs/python.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="$(mktemp -d)/venv"
 python3 -m venv "$venv"
+# PyTorch's CPU build (about 200 MB) from its own index where it can be reached; elsewhere
+# (PyPI's torch is the CUDA build, some 3 GB with its libraries: past this step's budget)
+# test_module.py and the callbacks' torch tests skip, saying so.
+if "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 1 --timeout 30 \
+    torch --index-url https://download.pytorch.org/whl/cpu; then
+    echo "python.sh: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') (CPU) installed"
+else
+    echo "python.sh: warning: PyTorch's CPU index is not reachable: plan_module's tests skip" >&2
+fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check . "pytest>=7"
 export VRAMLAB_BIN="${VRAMLAB_BIN:-$PWD/target/debug/vramlab}"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests

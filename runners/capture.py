@@ -55,9 +55,18 @@ import weakref
 FORMAT_VERSION = 1
 
 
+class CaptureError(Exception):
+    """A capture that cannot be made: the exit code (see above) and the message. The script
+    prints it and exits with the code; `vramlab.plan_module` (in-process) raises it."""
+
+    def __init__(self, code, msg):
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+
+
 def fail(code, msg):
-    print(f"capture: error: {msg}", file=sys.stderr)
-    sys.exit(code)
+    raise CaptureError(code, msg)
 
 
 try:
@@ -67,7 +76,23 @@ try:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 except ImportError as e:  # pragma: no cover
-    fail(3, f"PyTorch is not importable from {sys.executable} ({e}); install torch or pass --python")
+    print(f"capture: error: PyTorch is not importable from {sys.executable} ({e}); install torch "
+          f"or pass --python", file=sys.stderr)
+    sys.exit(3)
+
+# The sibling modules (cuda_autocast, cuda_composites) by name when they do not come from
+# this file's folder: `vramlab.plan_module` runs the copies embedded in the package.
+SIBLINGS = {}
+
+
+def sibling(name):
+    """The sibling module `name`: given in SIBLINGS, else imported from this file's folder."""
+    if name in SIBLINGS:
+        return SIBLINGS[name]
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module(name)
 
 PHASE_CODES = {"setup": "s", "zero_grad": "z", "forward": "f", "backward": "b", "optimizer": "o"}
 
@@ -148,12 +173,22 @@ def build_factory(args):
 
 
 def input_shape(args, kind, size, batch):
+    if kind == "given":
+        return (batch, *args.sample_shape)
     if args.input:
         dims = [int(d) for d in args.input.lower().replace("x", ",").split(",") if d.strip()]
         return (batch, *dims)
     if kind == "tokens":
         return (batch, size)
     return (batch, 3, size, size)
+
+
+def loss_of(out):
+    """The loss a model's output carries (a Hugging Face model given `labels`), or None."""
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    return loss
 
 
 def logits_of(out):
@@ -441,6 +476,12 @@ def make_optimizer(name, params):
 
 
 def make_batch(args, kind, size, batch, device, target_shape, n_classes, dtype):
+    if kind == "given":  # `vramlab.plan_module`'s inputs; class targets unless it has a loss
+        x = args.make_batch(batch, device, dtype)
+        if target_shape is None:
+            return x, None
+        return x, torch.randint(0, n_classes, (batch, *target_shape), device=device,
+                                dtype=torch.int64)
     shape = input_shape(args, kind, size, batch)
     if kind == "tokens":
         x = torch.randint(0, args.vocab, shape, device=device, dtype=torch.int64)
@@ -450,7 +491,16 @@ def make_batch(args, kind, size, batch, device, target_shape, n_classes, dtype):
     return x, y
 
 
-def forward_loss(model, kind, x, y, loop):
+def forward_loss(model, kind, x, y, loop, args=None):
+    if kind == "given":  # `vramlab.plan_module`: its call, its loss or the output's, else CE
+        out = args.call(model, x)
+        if args.loss_fn is not None:
+            loss = args.loss_fn(out, x)
+        elif y is None:
+            loss = loss_of(out)
+        else:
+            loss = F.cross_entropy(logits_of(out), y)
+        return (None, loss) if loop == "trainer" else (out, loss)
     if kind == "tokens":
         if loop == "trainer":
             return None, model(input_ids=x, labels=y).loss
@@ -465,16 +515,24 @@ def forward_loss(model, kind, x, y, loop):
 _CUDA_POLICY = {}
 
 
+def release_cpu_policies():
+    """Takes back what a capture on the CPU registered with torch (CUDA's autocast lists, its
+    SDPA backend and fused dropout): `vramlab.plan_module` captures in the user's process,
+    whose own CPU runs must not keep them. The script's process ends instead."""
+    for policy in reversed(list(_CUDA_POLICY.values())):
+        policy.close()
+    _CUDA_POLICY.clear()
+    if "cuda_composites" in SIBLINGS or "cuda_composites" in sys.modules:
+        sibling("cuda_composites").uninstall()
+
+
 def autocast_region(device, amp_dtype, amp):
     """The step's autocast region. On the CPU (a machine without a GPU) with CUDA's op lists,
     not the CPU's (runners/cuda_autocast.py): the graph is the GPU host's."""
     if device.type == "cuda" or not amp:
         return torch.autocast(device.type, dtype=amp_dtype, enabled=amp)
     if amp_dtype not in _CUDA_POLICY:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from cuda_autocast import CudaAutocast
-
-        _CUDA_POLICY[amp_dtype] = CudaAutocast(amp_dtype)
+        _CUDA_POLICY[amp_dtype] = sibling("cuda_autocast").CudaAutocast(amp_dtype)
     return _CUDA_POLICY[amp_dtype].region(True)
 
 
@@ -496,7 +554,7 @@ def train_steps(model, opt, args, kind, size, batch, device, probe, tr, steps):
             tr.phase = "forward"
         x, y = make_batch(args, kind, size, batch, device, target_shape, n_classes, in_dtype)
         with autocast_region(device, amp_dtype, amp):
-            out, loss = forward_loss(model, kind, x, y, args.loop)
+            out, loss = forward_loss(model, kind, x, y, args.loop, args)
         if tr:
             tr.phase = "backward"
         loss.backward()
@@ -511,12 +569,24 @@ def probe_output(model, args, kind, size, device):
     """Target shape per sample and class count, from one no-grad forward at batch 1."""
     if kind == "tokens":
         return ((), 0)
+    if kind == "given" and args.loss_fn is not None:
+        return (None, 0)  # the caller's loss: no class targets
     in_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     with torch.no_grad():
         was = model.training
         model.eval()
-        out = logits_of(model(torch.randn(input_shape(args, kind, size, 1), device=device, dtype=in_dtype)))
+        if kind == "given":
+            out = args.call(model, args.make_batch(1, device, in_dtype))
+            if loss_of(out) is not None:
+                model.train(was)
+                return (None, 0)  # the output's own loss: no class targets
+        else:
+            out = model(torch.randn(input_shape(args, kind, size, 1), device=device, dtype=in_dtype))
+        out = logits_of(out)
         model.train(was)
+    if not isinstance(out, torch.Tensor) or out.dim() < 2:
+        fail(2, "the model's output has no `loss` and no logits of shape (batch, classes, ...): "
+                "pass loss_fn=lambda output, inputs: ... returning the scalar loss")
     shape = tuple(int(d) for d in out.shape)
     if len(shape) == 2:
         return ((), shape[1])
@@ -654,10 +724,7 @@ def capture_one(args, factory, kind, size, batch, device_name, state=None):
     if device.type == "cpu" and not real:
         # fake CPU tensors stand for the GPU host's: its SDPA backends and fused dropout
         # (runners/cuda_composites.py)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import cuda_composites
-
-        cuda_composites.install()
+        sibling("cuda_composites").install()
     # What is alive now (the modules imported so far, the previous captures' leftovers) goes
     # to the collector's permanent generation: the collection at the start of each step
     # (where the capture's cyclic garbage dies) walks only what this capture makes.
@@ -702,7 +769,7 @@ def capture_one(args, factory, kind, size, batch, device_name, state=None):
                             cats[b] = "o"
             # grads of the warm-up step are freed by zero_grad: mark buffers allocated for .grad
             # by the measured step's grads' op names is not possible; reuse the measured ones.
-    except SystemExit:
+    except (SystemExit, CaptureError):
         raise
     except Exception as e:
         cls = type(e).__name__
@@ -801,6 +868,10 @@ def can_fork(args):
     CUDA context a child would inherit, no real kernels and their thread pools), fork
     available, and at least two CPUs this process may run on."""
     if args.real_cpu or args.device != "cpu" or not hasattr(os, "fork"):
+        return False
+    if getattr(args, "in_process", False):
+        # `vramlab.plan_module` captures inside the user's process (a notebook, a training
+        # script): it is not forked
         return False
     if os.environ.get("VRAMLAB_CAPTURE_SEQUENTIAL"):
         return False
@@ -914,6 +985,63 @@ def capture_batches(args, factory, kind, size, batches):
     return recs
 
 
+def capture_graph(args, factory, kind, size, name):
+    """The captured graph document (the `*.vramlab-graph.json` object) and the per-batch
+    records: every batch of `args.batches` captured, the first again when a one-time
+    allocation of the process landed in it, the fit checked."""
+    try:
+        batches = sorted({int(b) for b in str(args.batches).split(",")})
+    except ValueError:
+        fail(2, f"--batches {args.batches}: expected a comma list of whole numbers")
+    if len(batches) < 2 or batches[0] < 1:
+        fail(2, "--batches: at least two batch sizes of at least 1")
+    t0 = time.perf_counter()
+    gc.disable()
+    try:
+        recs = capture_batches(args, factory, kind, size, batches)
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    check_affine(recs)
+    secs = time.perf_counter() - t0
+    cats = recs[-1]["categories"]
+    doc = {
+        "format": "vramlab-graph",
+        "version": FORMAT_VERSION,
+        "model": name,
+        "torch": torch.__version__,
+        "capture": {"fake": not args.real_cpu, "device": args.device, "seconds": round(secs, 3)},
+        # `vramlab.plan_module`'s inputs are planned as tokens (integer inputs) or images
+        "input": {"kind": getattr(args, "graph_kind", kind), "size": size,
+                  "shape": list(input_shape(args, kind, size, 1)[1:])},
+        "settings": {
+            "precision": args.precision,
+            "optimizer": args.optimizer,
+            "loop": args.loop,
+            "checkpointing": args.checkpointing,
+        },
+        "params": {"count": recs[0]["params"], "trainable": recs[0]["trainable"]},
+        "ops": recs[-1]["ops"],
+        "buffers": [
+            {"dtype": recs[-1]["dtypes"].get(i, "?"), "category": cats.get(i, "")}
+            for i in range(max((e[1] for e in recs[-1]["events"]), default=-1) + 1)
+        ],
+        "batches": [
+            {
+                "batch": r["batch"],
+                "measured_start": r["measured_start"],
+                "events": [[e[0], e[1], e[2], e[3]] if e[0] else [0, e[1], 0, e[2]] for e in r["events"]],
+            }
+            for r in recs
+        ],
+        "event_ops": [e[4] if e[0] else -1 for e in recs[-1]["events"]],
+        "convolutions": {"batch": recs[-1]["batch"], "calls": recs[-1]["convs"]},
+        # [event after which the kernel runs, op, phase, {scalar: [per_sample, fixed] | value}]
+        "kernels": fit_kernels(recs),
+    }
+    return doc, recs
+
+
 # --------------------------------------------------------------------------- measure
 def measure(args, factory, kind, size, batch):
     dev = torch.device("cuda")
@@ -985,46 +1113,8 @@ def main():
     if args.hf and args.vocab == 1000:
         with open(args.hf) as fh:
             args.vocab = int(json.load(fh).get("vocab_size", 1000))
-    t0 = time.perf_counter()
-    gc.disable()
-    recs = capture_batches(args, factory, kind, size, batches)
-    gc.enable()
-    gc.unfreeze()
-    check_affine(recs)
-    secs = time.perf_counter() - t0
-    cats = recs[-1]["categories"]
-    doc = {
-        "format": "vramlab-graph",
-        "version": FORMAT_VERSION,
-        "model": name,
-        "torch": torch.__version__,
-        "capture": {"fake": not args.real_cpu, "device": args.device, "seconds": round(secs, 3)},
-        "input": {"kind": kind, "size": size, "shape": list(input_shape(args, kind, size, 1)[1:])},
-        "settings": {
-            "precision": args.precision,
-            "optimizer": args.optimizer,
-            "loop": args.loop,
-            "checkpointing": args.checkpointing,
-        },
-        "params": {"count": recs[0]["params"], "trainable": recs[0]["trainable"]},
-        "ops": recs[-1]["ops"],
-        "buffers": [
-            {"dtype": recs[-1]["dtypes"].get(i, "?"), "category": cats.get(i, "")}
-            for i in range(max((e[1] for e in recs[-1]["events"]), default=-1) + 1)
-        ],
-        "batches": [
-            {
-                "batch": r["batch"],
-                "measured_start": r["measured_start"],
-                "events": [[e[0], e[1], e[2], e[3]] if e[0] else [0, e[1], 0, e[2]] for e in r["events"]],
-            }
-            for r in recs
-        ],
-        "event_ops": [e[4] if e[0] else -1 for e in recs[-1]["events"]],
-        "convolutions": {"batch": recs[-1]["batch"], "calls": recs[-1]["convs"]},
-        # [event after which the kernel runs, op, phase, {scalar: [per_sample, fixed] | value}]
-        "kernels": fit_kernels(recs),
-    }
+    doc, recs = capture_graph(args, factory, kind, size, name)
+    secs = doc["capture"]["seconds"]
     tmp = args.output + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(doc, fh, separators=(",", ":"))
@@ -1048,4 +1138,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except CaptureError as e:
+        print(f"capture: error: {e.msg}", file=sys.stderr)
+        sys.exit(e.code)

@@ -92,6 +92,7 @@ class CudaAutocast:
         # (torch.autocast.__exit__ → torch.clear_autocast_cache), checkpoint's recompute
         # regions included: so does this cache.
         clear = torch.clear_autocast_cache
+        self._clear = clear
 
         def clear_both():
             self.cache.clear()
@@ -220,6 +221,13 @@ class CudaAutocast:
     @staticmethod
     def _passthrough(op, args, kwargs):
         return op(*args, **kwargs)
+
+    def close(self):
+        """Takes the kernels and the cache hook back (an in-process capture,
+        `vramlab.plan_module`): CPU autocast runs on the CPU's own lists again."""
+        self.lib._destroy()
+        torch.clear_autocast_cache = self._clear
+        self.cache.clear()
 
     def region(self, enabled):
         """torch.autocast("cpu") with CUDA's policy (the kernels above); the weight cache

@@ -200,3 +200,10 @@ def install():
         lib.impl("scaled_dot_product_attention", cuda_sdpa, "AutogradCPU")
         lib.impl("dropout", cuda_dropout, "AutogradCPU")
     _LIB.append(lib)
+
+
+def uninstall():
+    """Takes the kernels back (an in-process capture, `vramlab.plan_module`): the CPU's own
+    SDPA and dropout run again."""
+    while _LIB:
+        _LIB.pop()._destroy()

@@ -10,6 +10,12 @@ words with the CLI's defaults (``--seq`` is ``seq=``, ``--lora-rank`` is ``lora_
     >>> p.fits("a100-40gb")             # judged at the upper edge of the measured band
     >>> p.to_json()                     # == `vramlab plan --model gpt2 … --json`
 
+The rest of the CLI's planning answers: :func:`max_batch`, :func:`fit` (the ranked
+combinations of remedies that fit, each with ``apply()`` giving :func:`plan`'s keywords),
+:func:`export` (DeepSpeed, HF, peft, Lightning, PyTorch, … the CLI's bytes),
+:func:`doctor`; and :func:`plan_module`, a live ``torch.nn.Module`` planned in-process on
+fake tensors (no GPU).
+
 Bad settings raise ``ValueError`` (the message names the setting and the closest valid
 value), an unreadable file ``OSError``, a value of the wrong type or an unknown keyword
 ``TypeError``.
@@ -28,15 +34,20 @@ __all__ = [
     "Band",
     "Doctor",
     "ErrorBand",
+    "Fit",
+    "FitCandidate",
     "MaxBatch",
     "Plan",
     "Remedy",
     "TimelinePoint",
     "doctor",
+    "export",
+    "fit",
     "gpus",
     "max_batch",
     "models",
     "plan",
+    "plan_module",
 ]
 
 __version__: str = _vramlab.__version__
@@ -129,8 +140,13 @@ class Remedy:
 
 
 def _settings(**kw: Any) -> Dict[str, Any]:
-    """The keywords given (``None``: not given, the CLI's default applies)."""
-    return {k: v for k, v in kw.items() if v is not None and v is not False}
+    """The keywords given (``None``: not given, the CLI's default applies; ``False``: a flag
+    not given, but ``overlap_comm=False``, a value)."""
+    return {
+        k: v
+        for k, v in kw.items()
+        if v is not None and (v is not False or k == "overlap_comm")
+    }
 
 
 class Plan:
@@ -143,10 +159,19 @@ class Plan:
     what the CLI would print on standard error (aliases read as their canonical name,
     fallbacks)."""
 
-    __slots__ = ("_handle", "_data", "_report", "_settings", "_batch", "_timeline", "notes")
+    __slots__ = (
+        "_handle", "_data", "_report", "_settings", "_batch", "_timeline", "_graph", "notes"
+    )
 
-    def __init__(self, handle: Any, settings: Dict[str, Any], batch: Optional[int]) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        settings: Dict[str, Any],
+        batch: Optional[int],
+        graph: Optional[str] = None,
+    ) -> None:
         self._handle = handle
+        self._graph = graph
         self._data: Dict[str, Any] = json.loads(handle.summary_json())
         self._report: Optional[Dict[str, Any]] = None
         self._settings = settings
@@ -295,7 +320,7 @@ class Plan:
             s["gpu"] = gpu
         if margin is not None:
             s["margin"] = margin
-        other = _vramlab.plan(s, self._batch, False)
+        other = _vramlab.plan(s, self._batch, False, self._graph)
         return bool(json.loads(other.summary_json())["fits"])
 
     def to_json(self) -> str:
@@ -315,6 +340,119 @@ class Plan:
             f"{self.nvidia_smi_bytes / gib:.2f} GiB nvidia-smi, "
             f"{'fits' if self._data['fits'] else 'does not fit'}>"
         )
+
+
+@dataclass(frozen=True)
+class FitCandidate:
+    """One configuration that fits, from :func:`fit` (``fit --json``'s ``candidates``):
+    what it changes against yours (``changes``: empty for your own), what that costs
+    besides memory, its micro-batch × accumulation, its peaks, the predicted time per
+    sample. :meth:`apply` gives its settings as :func:`plan`'s keywords."""
+
+    changes: List[str]
+    costs: List[str]
+    micro_batch: int
+    accum: int
+    max_micro_batch: int
+    peak_allocated: int
+    peak_reserved: int
+    nvidia_smi: int
+    trainable_params: int
+    ms_per_sample: float
+    is_user_config: bool
+    config: Dict[str, Any]
+    _settings: Dict[str, Any]
+
+    def apply(self) -> Dict[str, Any]:
+        """This candidate's settings as the keywords of :func:`plan` (and :func:`export`,
+        :func:`max_batch` without ``batch``): ``vramlab.plan(**c.apply())`` plans it. The
+        model, GPU and margin are yours; the rest is the candidate's (the core turns its
+        configuration back into words)."""
+        return dict(self._settings)
+
+    @property
+    def summary(self) -> str:
+        """The changes in one line (``as configured`` for your own configuration)."""
+        return "; ".join(self.changes) if self.changes else "as configured"
+
+
+class Fit:
+    """What makes the configuration fit: ``vramlab fit``'s answer. ``candidates`` are the
+    combinations of remedies that fit (precision, checkpointing, micro-batch with
+    accumulation keeping the effective batch, optimizer, LoRA, loop shape, allocator
+    settings, a strategy on several GPUs), your own configuration first when it fits, then
+    by predicted time per sample; none when nothing fits (``reason`` says why).
+    :meth:`to_json` is ``fit --json``'s line. Step times come from the catalog's datasheet
+    (the CLI uses a profile ``vramlab profile`` saved when there is one)."""
+
+    __slots__ = ("_json", "_data", "candidates", "notes")
+
+    def __init__(self, text: str, notes: List[str], words: List[Dict[str, Any]]) -> None:
+        self._json = text
+        self._data: Dict[str, Any] = json.loads(text)
+        self.notes: List[str] = notes
+        self.candidates: List[FitCandidate] = [
+            FitCandidate(
+                changes=list(c["changes"]),
+                costs=list(c["costs"]),
+                micro_batch=c["micro_batch"],
+                accum=c["accum"],
+                max_micro_batch=c["max_micro_batch"],
+                peak_allocated=c["peak_allocated"],
+                peak_reserved=c["peak_reserved"],
+                nvidia_smi=c["nvidia_smi"],
+                trainable_params=c["trainable_params"],
+                ms_per_sample=c["time"]["ms_per_sample"],
+                is_user_config=c["is_user_config"],
+                config=c["config"],
+                _settings=w,
+            )
+            for c, w in zip(self._data["candidates"], words)
+        ]
+
+    @property
+    def fits(self) -> bool:
+        """Whether any combination fits."""
+        return bool(self.candidates)
+
+    @property
+    def best(self) -> Optional[FitCandidate]:
+        """The first candidate (yours when it fits, else the fastest), or ``None``."""
+        return self.candidates[0] if self.candidates else None
+
+    @property
+    def reason(self) -> Optional[str]:
+        """Why nothing fits (``None`` when something does)."""
+        return self._data.get("reason")
+
+    @property
+    def effective_batch(self) -> int:
+        """Samples per optimizer step every candidate keeps."""
+        return self._data["effective_batch"]
+
+    @property
+    def model(self) -> str:
+        return self._data["model"]
+
+    @property
+    def gpu(self) -> str:
+        return self._data["gpu"]
+
+    @property
+    def usable_bytes(self) -> int:
+        return self._data["usable_bytes"]
+
+    def to_json(self) -> str:
+        """``vramlab fit … --json``'s line (without its newline)."""
+        return self._json
+
+    def to_dict(self) -> Dict[str, Any]:
+        return json.loads(self._json)
+
+    def __repr__(self) -> str:
+        best = self.best
+        what = "nothing fits" if best is None else f"best: {best.summary}"
+        return f"<vramlab.Fit {self.model} on {self.gpu}: {len(self.candidates)} candidates, {what}>"
 
 
 class MaxBatch:
@@ -497,6 +635,58 @@ def max_batch(
     return MaxBatch(text, notes)
 
 
+def fit(
+    model: Optional[Union[str, "os.PathLike[str]"]] = None,
+    batch: Optional[int] = None,
+    *,
+    effective_batch: Optional[int] = None,
+    top: int = 10,
+    **settings: Any,
+) -> Fit:
+    """The combinations of remedies that make the configuration fit the GPU, ranked by
+    predicted time per sample: ``vramlab fit``.
+
+    Takes :func:`plan`'s keywords but ``timeline``; ``batch``: the micro-batch you would
+    like [default: 1, or the saved config's]; ``effective_batch``: samples per optimizer
+    step to keep [default: batch × accum]; ``top``: candidates to return at most. Each
+    candidate's :meth:`FitCandidate.apply` is :func:`plan`'s keywords for it::
+
+        >>> f = vramlab.fit("Meta-Llama-3-8B", batch=4, seq=2048, gpu="rtx-4090")
+        >>> vramlab.plan(**f.best.apply()).fits()
+        True
+    """
+    if model is not None:
+        settings["model"] = str(model)
+    if settings.get("config") is not None:
+        settings["config"] = str(settings["config"])
+    text, notes, words = _vramlab.fit_json(_settings(**settings), batch, effective_batch, top)
+    return Fit(text, notes, words)
+
+
+def export(plan: Plan, format: str) -> str:
+    """The plan's settings as a framework's configuration: ``vramlab export --format
+    FORMAT`` (the same bytes).
+
+    ``format``: ``vramlab`` (a ``.vramlab.json`` saved plan), ``deepspeed`` (a DeepSpeed
+    JSON config), ``hf`` (transformers ``TrainingArguments``), ``peft`` (``LoraConfig``,
+    QLoRA's ``BitsAndBytesConfig``, TRL's ``SFTConfig``), ``lightning`` (a ``Trainer``),
+    ``pytorch`` (a training loop), ``env`` (``PYTORCH_CUDA_ALLOC_CONF``); with several GPUs
+    also ``accelerate``, ``torchrun`` or ``fsdp2``; the CLI's aliases too (``ds``,
+    ``transformers``). The HF, Lightning and PyTorch exports plan the loop those run
+    (``loop="trainer"``), as the CLI does. A format name read as an alias is not said (the
+    CLI says it on standard error); an unknown one raises ``ValueError`` naming the closest.
+
+    ``plan``'s settings are planned again at its batch (a plan of ``gpus="auto"`` exports
+    one GPU, as ``vramlab export --gpus auto`` does)."""
+    if not isinstance(plan, Plan):
+        raise TypeError(
+            f"plan: expected a vramlab.Plan (from vramlab.plan or vramlab.plan_module), got "
+            f"{type(plan).__name__}"
+        )
+    text, _name, _notes = _vramlab.export_text(plan._settings, format, plan._batch, plan._graph)
+    return text
+
+
 class Doctor:
     """What ``vramlab doctor`` found in an OOM message and/or a memory snapshot: the cause
     (``diagnosis``: capacity, fragmentation, outside_allocator, other_processes,
@@ -588,4 +778,7 @@ def gpus() -> List[Dict[str, Any]]:
 def models() -> List[str]:
     """The built-in model preset ids."""
     return list(_vramlab.model_ids())
+
+
+from ._module import plan_module  # noqa: E402  (it uses Plan, defined above)
 

@@ -19,9 +19,13 @@ class Planned:
         """The allocated bytes after every event of the step, as JSON text."""
 
 def plan(
-    settings: Dict[str, Any], batch: Optional[int] = None, timeline: bool = False
+    settings: Dict[str, Any],
+    batch: Optional[int] = None,
+    timeline: bool = False,
+    graph: Optional[str] = None,
 ) -> Planned:
-    """Plans the settings: the plan and its verdict at once, the rest on first use."""
+    """Plans the settings: the plan and its verdict at once, the rest on first use.
+    ``graph``: a captured graph's JSON text planned as the model (``plan_module``)."""
 
 def plan_json(
     settings: Dict[str, Any], batch: Optional[int] = None, timeline: bool = False
@@ -32,6 +36,30 @@ def max_batch_json(
     settings: Dict[str, Any], target_batch: Optional[int] = None
 ) -> Tuple[str, List[str]]:
     """``vramlab max-batch … --json`` for the settings, and the notes said on the way."""
+
+def fit_json(
+    settings: Dict[str, Any],
+    batch: Optional[int] = None,
+    effective_batch: Optional[int] = None,
+    top: int = 10,
+) -> Tuple[str, List[str], List[Dict[str, Any]]]:
+    """``vramlab fit … --json`` for the settings, the notes said on the way, and each
+    candidate's settings as the keyword dict ``vramlab.plan`` takes."""
+
+def export_text(
+    settings: Dict[str, Any],
+    format: str,
+    batch: Optional[int] = None,
+    graph: Optional[str] = None,
+) -> Tuple[str, str, List[str]]:
+    """``vramlab export --format FORMAT``'s text for the settings, the format's name, and
+    the notes said on the way."""
+
+def capture_words(precision: str, optimizer: str, loop_shape: str) -> Tuple[str, str, str, List[str]]:
+    """The capture's settings in the core's canonical names, and the notes said."""
+
+def capture_sources() -> List[Tuple[str, str]]:
+    """The embedded ``runners/`` capture modules: (name, source) in import order."""
 
 def doctor_json(
     message: Optional[str] = None,

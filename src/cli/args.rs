@@ -195,39 +195,10 @@ pub(crate) fn detect_gpu() -> Option<Gpu> {
     None
 }
 
-/// What the model and training flags (or a saved `--config` file) resolve to: the core's
-/// words' answer, and the Hub repository a `--model ORG/NAME` came from (exports name it).
-#[derive(Debug, Clone)]
-pub(crate) struct Resolved {
-    pub preset: Preset,
-    pub config: TrainConfig,
-    pub gpu: Gpu,
-    pub budget: vramlab_core::plan::search::Budget,
-    /// The model is not a built-in one: exports name no Hub id for it unless `hub_repo`.
-    pub custom: bool,
-    pub hub_repo: Option<String>,
-}
-
-/// Model, training config and budget from the flags, or from `--config FILE`
-/// (`--batch` still overrides the file's batch).
-pub(crate) fn resolve(t: &TrainArgs, batch: Option<u64>) -> Result<Resolved> {
-    let (w, hub_repo) = t.words_loaded()?;
-    let r = w.resolve(batch, &detect_gpu, &mut say)?;
-    Ok(Resolved {
-        preset: r.preset,
-        config: r.config,
-        gpu: r.gpu,
-        budget: r.budget,
-        custom: r.custom,
-        hub_repo,
-    })
-}
-
 /// Model and training config from the flags or `--config` (the batch comes elsewhere).
 pub fn resolve_model(t: &TrainArgs) -> Result<(Preset, TrainConfig)> {
-    let batch = if t.config.is_some() { None } else { Some(1) };
-    let r = resolve(t, batch)?;
-    Ok((r.preset, r.config))
+    let (w, _) = t.words_loaded()?;
+    Ok(w.resolve_model(&detect_gpu, &mut say)?)
 }
 
 impl TrainArgs {

@@ -4,14 +4,15 @@
 use std::io::Write;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
 
+use vramlab_core::answer::fit_words::FitAsk;
 use vramlab_core::plan::fit::cost::Speed;
-use vramlab_core::plan::fit::{FitCandidate, FitReport, FitRequest, fit};
+use vramlab_core::plan::fit::{FitCandidate, FitReport};
 use vramlab_core::plan::gpus::Gpu;
 
-use super::args::{self, Resolved, TrainArgs, resolve};
+use super::args::{self, TrainArgs};
 
 #[derive(Debug, Args)]
 pub struct FitArgs {
@@ -39,51 +40,40 @@ fn speed(gpu: &Gpu) -> Speed {
 }
 
 pub fn cmd_fit(a: FitArgs, out: &mut dyn Write) -> Result<()> {
-    if a.top == 0 {
-        bail!("--top: must be at least 1");
-    }
-    let batch = a.batch.or(if a.train.config.is_some() {
-        None
-    } else {
-        Some(1)
-    });
-    let Resolved {
-        preset,
-        config: cfg,
-        gpu,
-        budget,
-        ..
-    } = resolve(&a.train, batch)?;
-    for w in vramlab_core::answer::warnings::for_config(&cfg, &gpu) {
-        eprintln!("warning: {w}");
-    }
-    let mut req = FitRequest::for_gpu(&gpu, budget.margin);
-    req.budget = budget;
-    req.effective_batch = a.effective_batch;
-    req.speed = speed(&gpu);
-    req.top = a.top;
+    let (words, _) = a.train.words_loaded()?;
     let t = Instant::now();
-    let report = fit(&preset, &cfg, &req)?;
+    let answer = words.fit_answer(
+        FitAsk {
+            batch: a.batch,
+            effective_batch: a.effective_batch,
+            top: a.top,
+            speed: &speed,
+        },
+        &args::detect_gpu,
+        &mut args::say,
+    )?;
     let search_ms = t.elapsed().as_secs_f64() * 1e3;
+    let report = &answer.report;
     if a.train.json {
-        let mut v = serde_json::to_value(&report)?;
-        if let Some(o) = v.as_object_mut() {
-            o.insert("model".into(), serde_json::json!(preset.id));
-            o.insert("gpu".into(), serde_json::json!(gpu.id));
-            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
-            o.insert("user_config".into(), serde_json::to_value(cfg)?);
-        }
-        writeln!(out, "{v}")?;
+        writeln!(out, "{}", answer.to_json()?)?;
     } else {
-        let card = match cfg.distributed.world() {
+        let gpu = &answer.gpu;
+        let card = match answer.config.distributed.world() {
             w if w > 1 => format!(
                 "{} ×{w} ({}; memory per GPU)",
                 gpu.name,
-                cfg.distributed.strategy.label()
+                answer.config.distributed.strategy.label()
             ),
             _ => gpu.name.clone(),
         };
-        write_report(out, &report, &preset.id, &card, budget.usable(), search_ms)?;
+        write_report(
+            out,
+            report,
+            &answer.preset.id,
+            &card,
+            answer.budget.usable(),
+            search_ms,
+        )?;
     }
     if report.candidates.is_empty() {
         return Err(super::exit::Exit {

@@ -20,12 +20,10 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use args::{Resolved, resolve};
 pub use args::{TrainArgs, load_model, resolve_model};
 pub use exit::{EXIT_NOTHING_FITS, Exit, is_broken_pipe};
 
 use vramlab_core::model::preset::builtin_presets;
-use vramlab_core::plan::Planner;
 use vramlab_core::plan::gpus;
 
 /// vramlab — will this training run fit on my GPU, and with which batch size?
@@ -295,47 +293,19 @@ fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Writ
 }
 
 fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
-    let format = vramlab_core::vocabulary::format(&a.format).context("--format")?;
-    if let Some(n) = &format.note {
-        args::note(n);
-    }
-    let format = format.value;
-    let Resolved {
-        preset,
-        config: mut cfg,
-        gpu,
-        budget,
-        custom,
-        hub_repo,
-    } = resolve(&a.train, a.batch)?;
-    // HF Trainer, Lightning and the exported PyTorch loop release the model output before
-    // backward: what they run is the trainer loop shape, whatever was planned.
-    if let Some(loop_shape) = vramlab_core::export::frameworks::implied_loop(format) {
-        cfg.loop_shape = loop_shape;
-    }
-    let plan = Planner::new(&preset, &cfg)?.plan(cfg.batch)?;
-    let doc = vramlab_core::export::VramlabConfig::new(
-        &preset,
-        custom,
-        cfg,
-        &gpu.id,
-        budget.margin,
-        Some(&plan),
-    )
-    .to_json();
-    // A custom preset may reuse a built-in id for other weights: only built-ins, and a model
-    // given by its Hub id, name a Hub id.
-    let hub_id = match &hub_repo {
-        Some(repo) => Some(repo.as_str()),
-        None if custom => None,
-        None => preset.hub_id(),
-    };
-    let text = vramlab_core::export::render(format, &cfg, &plan, &doc, hub_id)?;
+    let (words, hub_repo) = a.train.words_loaded()?;
+    let (text, format) = words.export(
+        &a.format,
+        a.batch,
+        hub_repo.as_deref(),
+        &args::detect_gpu,
+        &mut args::say,
+    )?;
     match &a.output {
         Some(path) => {
             vramlab_core::fsutil::write_atomic(path, text.as_bytes())
                 .with_context(|| format!("writing {}", path.display()))?;
-            writeln!(out, "wrote {} ({})", path.display(), format.as_str())?;
+            writeln!(out, "wrote {} ({format})", path.display())?;
         }
         None => write!(out, "{text}")?,
     }

@@ -13,10 +13,28 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyDictMethods};
 
 use vramlab_core::answer::doctor_report::{self, DoctorReport};
+use vramlab_core::answer::fit_words::FitAsk;
 use vramlab_core::answer::max_batch::Outcome;
 use vramlab_core::answer::report::PlanStart;
-use vramlab_core::answer::words::{self, Remark, TrainWords, WordsError};
-use vramlab_core::names;
+use vramlab_core::answer::words::{self, DistWords, Remark, TrainWords, WordsError};
+use vramlab_core::model::Preset;
+use vramlab_core::plan::fit::cost::Speed;
+use vramlab_core::plan::gpus::Gpu;
+use vramlab_core::{names, vocabulary};
+
+/// `vramlab capture`'s helper and its siblings, embedded as the CLI embeds them:
+/// `vramlab.plan_module` runs the same tracing code in-process.
+const CAPTURE_SOURCES: [(&str, &str); 3] = [
+    (
+        "cuda_autocast",
+        include_str!("../../../runners/cuda_autocast.py"),
+    ),
+    (
+        "cuda_composites",
+        include_str!("../../../runners/cuda_composites.py"),
+    ),
+    ("capture", include_str!("../../../runners/capture.py")),
+];
 
 /// The keywords the settings dict may hold (the CLI's flags, `-` as `_`).
 const KEYWORDS: &[&str] = &[
@@ -253,18 +271,33 @@ impl Planned {
     }
 }
 
+/// The words with a captured graph (`*.vramlab-graph.json`'s text, from
+/// `vramlab.plan_module`) as their model: read here, named by the `model` word.
+fn with_graph(mut w: TrainWords, graph: Option<&str>) -> PyResult<TrainWords> {
+    if let Some(text) = graph {
+        let id = w.model.clone().unwrap_or_else(|| "captured".to_string());
+        let preset = Preset::from_captured(&id, text)
+            .map_err(|e| PyValueError::new_err(format!("captured graph {id}: {e}")))?;
+        w.model = Some(id);
+        w.preloaded = Some(Box::new(preset));
+    }
+    Ok(w)
+}
+
 /// Plans the settings at `batch` (`None`: the saved config's); `timeline`: keep the
-/// allocated timeline in the report's JSON (`--timeline`).
+/// allocated timeline in the report's JSON (`--timeline`); `graph`: a captured graph's
+/// text planned as the model.
 #[pyfunction]
-#[pyo3(signature = (settings, batch=None, timeline=false))]
+#[pyo3(signature = (settings, batch=None, timeline=false, graph=None))]
 fn plan(
     py: Python<'_>,
     settings: &Bound<'_, PyDict>,
     batch: Option<&Bound<'_, PyAny>>,
     timeline: bool,
+    graph: Option<&str>,
 ) -> PyResult<Planned> {
-    let w = words_of(settings)?;
-    let batch = batch_arg(batch)?;
+    let w = with_graph(words_of(settings)?, graph)?;
+    let batch = batch_arg("batch", batch)?;
     py.detach(|| {
         let mut said = Vec::new();
         let start = w
@@ -289,26 +322,216 @@ fn plan_json(
     batch: Option<&Bound<'_, PyAny>>,
     timeline: bool,
 ) -> PyResult<(String, Vec<String>)> {
-    let planned = plan(py, settings, batch, timeline)?;
+    let planned = plan(py, settings, batch, timeline, None)?;
     Ok((planned.report_json(py)?, planned.notes))
 }
 
-/// `batch=`: a whole number of at least 1, or `None`.
-fn batch_arg(batch: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+/// `batch=` (or another count named `name`): a whole number of at least 1, or `None`.
+fn batch_arg(name: &str, batch: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
     match batch {
         Some(b) if !b.is_none() => {
             let n: i128 = b.extract().map_err(|_| {
                 PyTypeError::new_err(format!(
-                    "batch: expected a whole number (int) of at least 1, got {}",
+                    "{name}: expected a whole number (int) of at least 1, got {}",
                     b.repr().map_or_else(|_| "?".to_string(), |r| r.to_string())
                 ))
             })?;
             words::batch_of(n)
                 .map(Some)
-                .map_err(|e| PyValueError::new_err(format!("batch: {e}")))
+                .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))
         }
         _ => Ok(None),
     }
+}
+
+/// The catalog's speed for the card: no measured profile is read in-process (the CLI reads
+/// one `vramlab profile` saved; without one the two agree).
+fn catalog_speed(gpu: &Gpu) -> Speed {
+    Speed::catalog(gpu)
+}
+
+/// `vramlab fit … --json` for the settings: (the JSON text, the notes and warnings, each
+/// candidate's settings as the keyword dict `vramlab.plan` takes). Nothing fitting is an
+/// answer (no candidates, the `reason`), not an error.
+#[pyfunction]
+#[pyo3(signature = (settings, batch=None, effective_batch=None, top=10))]
+fn fit_json<'py>(
+    py: Python<'py>,
+    settings: &Bound<'py, PyDict>,
+    batch: Option<&Bound<'py, PyAny>>,
+    effective_batch: Option<&Bound<'py, PyAny>>,
+    top: usize,
+) -> PyResult<(String, Vec<String>, Vec<Bound<'py, PyDict>>)> {
+    let w = words_of(settings)?;
+    let batch = batch_arg("batch", batch)?;
+    let effective_batch = batch_arg("effective_batch", effective_batch)?;
+    let (json, said, candidates) = py.detach(|| {
+        let mut said = Vec::new();
+        let answer = w
+            .fit_answer(
+                FitAsk {
+                    batch,
+                    effective_batch,
+                    top,
+                    speed: &catalog_speed,
+                },
+                &no_detection,
+                &mut |r| said.push(remark_text(r)),
+            )
+            .map_err(|e| to_py(&e))?;
+        let json = answer.to_json().map_err(|e| to_py(&e))?.to_string();
+        let candidates = (0..answer.report.candidates.len())
+            .map(|i| answer.candidate_words(i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| to_py(&e))?;
+        Ok::<_, PyErr>((json, said, candidates))
+    })?;
+    let dicts = candidates
+        .iter()
+        .map(|(w, b)| words_dict(py, w, *b))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((json, said, dicts))
+}
+
+/// The words as the keyword dict `vramlab.plan` takes (what is at its default left out),
+/// with the micro-batch.
+fn words_dict<'py>(py: Python<'py>, w: &TrainWords, batch: u64) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let dflt = TrainWords::default();
+    let dd = DistWords::default();
+    macro_rules! opt {
+        ($key:literal, $v:expr) => {
+            if let Some(v) = &$v {
+                d.set_item($key, v)?;
+            }
+        };
+    }
+    macro_rules! flag {
+        ($key:literal, $v:expr) => {
+            if $v {
+                d.set_item($key, true)?;
+            }
+        };
+    }
+    opt!("model", w.model);
+    d.set_item("batch", batch)?;
+    opt!("seq", w.seq);
+    opt!("image", w.image);
+    opt!("target_seq", w.target_seq);
+    opt!("precision", w.precision);
+    opt!("optimizer", w.optimizer);
+    if w.accum != dflt.accum {
+        d.set_item("accum", w.accum)?;
+    }
+    flag!("checkpointing", w.checkpointing);
+    flag!("checkpointing_reentrant", w.checkpointing_reentrant);
+    if w.attention != dflt.attention {
+        d.set_item("attention", &w.attention)?;
+    }
+    opt!("loop", w.loop_shape);
+    opt!("step", w.step);
+    opt!("finetune", w.finetune);
+    opt!("lora_rank", w.lora_rank);
+    opt!("lora_targets", w.lora_targets);
+    opt!("lora_dropout", w.lora_dropout);
+    flag!("freeze_embeddings", w.freeze_embeddings);
+    opt!("freeze_blocks", w.freeze_blocks);
+    flag!("lora_merged", w.lora_merged);
+    opt!("quant", w.quant);
+    flag!("no_double_quant", w.no_double_quant);
+    opt!("moe_imbalance", w.moe_imbalance);
+    flag!("expandable_segments", w.expandable_segments);
+    opt!("max_split_size_mb", w.max_split_size_mb);
+    opt!("gpu", w.gpu);
+    if w.margin != dflt.margin {
+        d.set_item("margin", w.margin)?;
+    }
+    let t = &w.dist;
+    match t.gpus.as_deref().map(str::parse::<u64>) {
+        Some(Ok(n)) => d.set_item("gpus", n)?,
+        Some(Err(_)) => opt!("gpus", t.gpus),
+        None => {}
+    }
+    opt!("nodes", t.nodes);
+    opt!("strategy", t.strategy);
+    opt!("offload", t.offload);
+    flag!("no_reshard_after_forward", t.no_reshard_after_forward);
+    opt!("fsdp_mixed_precision", t.fsdp_mixed_precision);
+    opt!("bucket_cap_mb", t.bucket_cap_mb);
+    flag!("gradient_as_bucket_view", t.gradient_as_bucket_view);
+    opt!("reduce_bucket_size", t.reduce_bucket_size);
+    opt!("allgather_bucket_size", t.allgather_bucket_size);
+    opt!("overlap_comm", t.overlap_comm);
+    flag!("no_contiguous_gradients", t.no_contiguous_gradients);
+    opt!("stage3_prefetch_bucket_size", t.stage3_prefetch_bucket_size);
+    opt!("stage3_max_live_parameters", t.stage3_max_live_parameters);
+    opt!("stage3_max_reuse_distance", t.stage3_max_reuse_distance);
+    opt!(
+        "stage3_param_persistence_threshold",
+        t.stage3_param_persistence_threshold
+    );
+    if t.max_gpus != dd.max_gpus {
+        d.set_item("max_gpus", t.max_gpus)?;
+    }
+    Ok(d)
+}
+
+/// `vramlab export --format FORMAT` for the settings at `batch`: (the text, the format's
+/// name, the notes said on the way). `graph`: a captured graph's text as the model.
+#[pyfunction]
+#[pyo3(signature = (settings, format, batch=None, graph=None))]
+fn export_text(
+    py: Python<'_>,
+    settings: &Bound<'_, PyDict>,
+    format: &str,
+    batch: Option<&Bound<'_, PyAny>>,
+    graph: Option<&str>,
+) -> PyResult<(String, String, Vec<String>)> {
+    let w = with_graph(words_of(settings)?, graph)?;
+    let batch = batch_arg("batch", batch)?;
+    py.detach(|| {
+        let mut said = Vec::new();
+        let (text, name) = w
+            .export(format, batch, None, &no_detection, &mut |r| {
+                said.push(remark_text(r));
+            })
+            .map_err(|e| to_py(&e))?;
+        Ok((text, name.to_string(), said))
+    })
+}
+
+/// The capture's settings in the core's canonical names (`fp16` is `amp-fp16`): (precision,
+/// optimizer, loop, the notes said), each refused with the closest valid name.
+#[pyfunction]
+fn capture_words(
+    precision: &str,
+    optimizer: &str,
+    loop_shape: &str,
+) -> PyResult<(String, String, String, Vec<String>)> {
+    let p = vocabulary::precision(precision)
+        .map_err(|e| PyValueError::new_err(format!("precision: {e}")))?;
+    let o = vocabulary::optimizer(optimizer)
+        .map_err(|e| PyValueError::new_err(format!("optimizer: {e}")))?;
+    let l: vramlab_core::plan::config::LoopShape = loop_shape
+        .parse()
+        .map_err(|e| PyValueError::new_err(format!("loop: {e}")))?;
+    let said = [&p.note, &o.note]
+        .into_iter()
+        .flatten()
+        .map(|n| format!("note: {n}"))
+        .collect();
+    Ok((
+        p.value.as_str().to_string(),
+        o.value.as_str().to_string(),
+        l.as_str().to_string(),
+        said,
+    ))
+}
+
+/// The embedded capture helper and its siblings: (module name, source) in import order.
+#[pyfunction]
+fn capture_sources() -> Vec<(&'static str, &'static str)> {
+    CAPTURE_SOURCES.to_vec()
 }
 
 /// `vramlab max-batch … --json` for the settings: (the JSON text, the notes and warnings).
@@ -393,6 +616,10 @@ fn _vramlab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(plan_json, m)?)?;
     m.add_function(wrap_pyfunction!(max_batch_json, m)?)?;
+    m.add_function(wrap_pyfunction!(fit_json, m)?)?;
+    m.add_function(wrap_pyfunction!(export_text, m)?)?;
+    m.add_function(wrap_pyfunction!(capture_words, m)?)?;
+    m.add_function(wrap_pyfunction!(capture_sources, m)?)?;
     m.add_function(wrap_pyfunction!(doctor_json, m)?)?;
     m.add_function(wrap_pyfunction!(gpus_json, m)?)?;
     m.add_function(wrap_pyfunction!(model_ids, m)?)?;

@@ -13,11 +13,14 @@
 //! - [`doctor_advice`]: what the planner says about a model that ran out of memory.
 //! - [`doctor_report`]: the doctor's report (diagnosis, snapshot, planner, overlay):
 //!   `doctor --json`.
+//! - [`fit_words`]: `vramlab fit`'s answer (and each candidate's settings as words again)
+//!   and `vramlab export`'s text, from words.
 //! - [`words`]: the settings as words (the CLI's flags, the Python keywords) resolved to a
 //!   preset, a training config and a GPU budget, and the plan / max-batch reports of them.
 
 pub mod doctor_advice;
 pub mod doctor_report;
+pub mod fit_words;
 pub mod inference;
 pub mod max_batch;
 pub mod next_step;

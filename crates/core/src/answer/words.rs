@@ -50,7 +50,7 @@ pub struct WordsError {
 }
 
 impl WordsError {
-    fn new(message: impl Into<String>) -> WordsError {
+    pub(crate) fn new(message: impl Into<String>) -> WordsError {
         WordsError {
             message: message.into(),
             file: false,

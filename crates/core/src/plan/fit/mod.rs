@@ -314,14 +314,23 @@ impl<'a> Search<'a> {
     }
 
     fn candidate(&mut self, f: Fitting) -> Result<FitCandidate, PlanError> {
-        let cap = self.req.budget.allocator_cap(f.planner.context);
-        let peaks = f.planner.peaks(f.micro)?;
-        let reserved = f
-            .planner
+        let config = self.config(&f.knobs, f.micro);
+        // The search planned the knobs at micro-batch 1, so with the whole effective batch
+        // as accumulation; the candidate's figures are those of its own accumulation (one
+        // step frees the gradients before its forward: `plan` of the candidate agrees).
+        let own;
+        let planner = if config.accum == f.planner.config.accum {
+            &f.planner
+        } else {
+            own = Planner::new(self.preset, &config)?;
+            &own
+        };
+        let cap = self.req.budget.allocator_cap(planner.context);
+        let peaks = planner.peaks(f.micro)?;
+        let reserved = planner
             .reserved_within(f.micro, cap)?
             .unwrap_or(peaks.reserved);
         let time = self.time(&f.knobs, f.micro)?;
-        let config = self.config(&f.knobs, f.micro);
         let mut changes = change_words(&f.knobs, &self.user);
         if config.batch != self.user_cfg.batch || config.accum != self.user_cfg.accum {
             changes.push(format!(
@@ -352,8 +361,8 @@ impl<'a> Search<'a> {
             max_micro_batch: f.max_micro,
             peak_allocated: peaks.allocated,
             peak_reserved: reserved,
-            nvidia_smi: Bytes(reserved.0.saturating_add(f.planner.context.0)),
-            trainable_params: f.planner.trainable,
+            nvidia_smi: Bytes(reserved.0.saturating_add(planner.context.0)),
+            trainable_params: planner.trainable,
             time,
             is_user_config,
         })
@@ -419,15 +428,26 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
     let main_budget = req.max_plans - reserve;
     seed_dead(&mut s, &axes, main_budget / 2)?;
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
+    // Combinations the model cannot take (LoRA's attention targets on a convolutional
+    // network) are left out, as `plan` leaves out a config that does not validate.
+    let mut invalid = 0usize;
     for k in &all {
         if *k == s.user || s.presumed_dead(k) {
             continue;
         }
-        let t = s.time(k, 1)?.ms_per_sample;
+        let t = match s.time(k, 1) {
+            Ok(t) => t.ms_per_sample,
+            Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => {
+                invalid += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         ranked.push((t, k.changed(&s.user).count_ones(), *k));
     }
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut pruned_dead, mut dominated) = (all.len().saturating_sub(ranked.len() + 1), 0usize);
+    let (mut pruned_dead, mut dominated) =
+        (all.len().saturating_sub(ranked.len() + 1 + invalid), 0usize);
     let mut skipped: Vec<(f64, Knobs)> = Vec::new();
     for &(t, _, k) in &ranked {
         if out.len() >= req.top.max(1) || s.planned >= main_budget {

@@ -604,3 +604,51 @@ fn nothing_fits_says_the_band_edge_and_the_plan_limit() {
         "{reason}"
     );
 }
+
+/// A candidate's figures are those `plan` gives its configuration: the search plans every
+/// combination with the whole effective batch as accumulation, a candidate of one step
+/// (gradients freed before its forward) is re-planned at its own.
+#[test]
+fn candidate_figures_are_the_plan_of_the_candidate() {
+    let mut checked_single_step = false;
+    for (model, gpu, batch, accum) in [("gpt2", "a100-80gb", 8, 1), ("gpt2", "rtx-3060", 16, 2)] {
+        let preset = find_builtin(model).expect("preset");
+        let user = TrainConfig {
+            batch,
+            accum,
+            size: Some(1024),
+            ..TrainConfig::default()
+        };
+        let r = fit(&preset, &user, &request(gpu)).expect("fit");
+        assert!(!r.candidates.is_empty(), "{model} {gpu}");
+        for c in &r.candidates {
+            let plan = Planner::new(&preset, &c.config)
+                .expect("planner")
+                .plan(c.config.batch)
+                .expect("plan");
+            assert_eq!(
+                c.peak_allocated,
+                plan.peak_allocated_bytes,
+                "{}",
+                c.summary()
+            );
+            checked_single_step |= c.accum == 1;
+        }
+    }
+    assert!(checked_single_step);
+}
+
+/// A model the LoRA targets match nothing in (a convolutional network) is searched without
+/// the combinations it cannot take, instead of the search failing on them.
+#[test]
+fn a_model_without_attention_is_searched_without_lora() {
+    for model in ["resnet50", "vit_b_16"] {
+        let preset = find_builtin(model).expect("preset");
+        let user = TrainConfig {
+            batch: 64,
+            ..TrainConfig::default()
+        };
+        let r = fit(&preset, &user, &request("t4")).expect("fit");
+        assert!(!r.candidates.is_empty(), "{model}: {:?}", r.reason);
+    }
+}
