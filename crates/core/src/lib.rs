@@ -14,6 +14,7 @@ pub mod export;
 pub mod fsutil;
 pub mod model;
 pub mod names;
+pub mod par;
 pub mod plan;
 pub mod record;
 pub mod sweep;

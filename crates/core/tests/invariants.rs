@@ -457,6 +457,33 @@ proptest! {
         prop_assert!(max_point <= plan.peak_allocated_bytes.0);
     }
 
+    /// Under a cap at or above the uncapped peak reserved the capped allocator runs as the
+    /// uncapped one (`Planner::reserved_within_given` skips its simulation there), and
+    /// every cap gives what the capped simulation gives. The allocator settings are drawn
+    /// too (expandable segments reserve differently).
+    #[test]
+    fn reserved_within_a_cap_above_the_peak_is_the_peak(
+        c in case(),
+        b in batch(),
+        factor in 0.3f64..3.0,
+        expandable in any::<bool>(),
+    ) {
+        let mut cfg = c.config();
+        cfg.allocator = AllocatorConfig {
+            expandable_segments: expandable,
+            ..cfg.allocator
+        };
+        let p = c.planner(&cfg);
+        let peaks = p.peaks(b).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for cap in [peaks.reserved, Bytes((peaks.reserved.0 as f64 * factor) as u64)] {
+            let capped = p.reserved_within(b, cap).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let given = p
+                .reserved_within_given(b, cap, peaks.reserved)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(given, capped, "cap {}", cap);
+        }
+    }
+
     /// The largest batch runs under the cap and the next one does not (the simulated
     /// allocator need not be monotone in the batch, so nothing more is promised).
     #[test]

@@ -23,9 +23,13 @@ impl RemedyPlanners {
         let mut c = *cfg;
         c.batch = c.batch.max(2);
         let captured = matches!(preset.spec, ModelSpec::Captured(_));
-        let list = remedies::candidates(&c, is_tokens)
+        // Each remedy's events are generated on its own core ([`crate::par`]).
+        let built = crate::par::map(remedies::candidates(&c, is_tokens), |(name, _, rc)| {
+            (name, Planner::new(preset, &rc))
+        });
+        let list = built
             .into_iter()
-            .filter_map(|(name, _, rc)| match Planner::new(preset, &rc) {
+            .filter_map(|(name, p)| match p {
                 Err(_) if captured => None,
                 p => Some((name, p)),
             })
@@ -42,12 +46,16 @@ impl RemedyPlanners {
         plan: &Plan,
         budget: Budget,
     ) -> Result<Vec<Remedy>, PlanError> {
-        let mut list = Vec::new();
-        for (name, description, rc) in remedies::candidates(cfg, self.is_tokens) {
-            let Some((_, planner)) = self.list.iter().find(|(n, _)| *n == name) else {
-                continue;
-            };
-            list.push(remedies::evaluate(
+        let found: Vec<_> = remedies::candidates(cfg, self.is_tokens)
+            .into_iter()
+            .filter_map(|(name, description, rc)| {
+                let (_, planner) = self.list.iter().find(|(n, _)| *n == name)?;
+                Some((name, description, rc, planner))
+            })
+            .collect();
+        // Each remedy is evaluated on its own core ([`crate::par`]), in the candidates' order.
+        let mut list = crate::par::map(found, |(name, description, rc, planner)| {
+            remedies::evaluate(
                 name,
                 description,
                 rc,
@@ -55,8 +63,10 @@ impl RemedyPlanners {
                 plan.peak_allocated_bytes,
                 plan.nvidia_smi_bytes,
                 budget,
-            )?);
-        }
+            )
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
         remedies::order(&mut list);
         Ok(list)
     }

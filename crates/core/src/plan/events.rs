@@ -146,7 +146,7 @@ impl Default for Constants {
 
 /// The events of: model creation, one warm-up step (creates optimizer state) and
 /// the measured steady-state step, which starts at `measured_start`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Events {
     pub buffers: Vec<Buffer>,
     pub events: Vec<Event>,

@@ -166,8 +166,22 @@ pub struct Planner {
 impl Planner {
     /// Builds the graph and the events. `cfg.batch` is ignored here.
     pub fn new(preset: &Preset, cfg: &TrainConfig) -> Result<Planner, PlanError> {
+        Planner::new_unless_above(preset, cfg, |_, _| u64::MAX)?
+            .ok_or(PlanError::Overflow("event generation"))
+    }
+
+    /// [`Planner::new`], or `None` as soon as the event generation shows that a replay at
+    /// batch 1 reserves more than `bound(context, band)` bytes at some point
+    /// ([`sim::generate_unless_above`]): the make-it-fit search's combinations that cannot
+    /// fit, or cannot come closer than its closest miss, stop there instead of being
+    /// generated whole. A captured model's events are read, not generated: never `None`.
+    pub fn new_unless_above(
+        preset: &Preset,
+        cfg: &TrainConfig,
+        bound: impl FnOnce(Bytes, &band::ErrorBand) -> u64,
+    ) -> Result<Option<Planner>, PlanError> {
         if let crate::model::ModelSpec::Captured(c) = &preset.spec {
-            return captured::planner(preset, c, cfg);
+            return captured::planner(preset, c, cfg).map(Some);
         }
         cfg.validate()?;
         let effective;
@@ -199,11 +213,21 @@ impl Planner {
         let precision = cfg.distributed.module_precision(cfg.precision);
         let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, precision)?;
         let sim_cfg = distributed_sim_config(cfg, &graph, &mut policy);
-        let events = sim::generate(&graph, &sim_cfg, &policy, &Constants::default());
-        let trainable = policy.trainable_elems(&graph);
         let context = DEFAULT_CUDA_CONTEXT
             .checked_add(cfg.distributed.nccl_bytes())
             .ok_or(PlanError::Overflow("CUDA context"))?;
+        let mode = mode_key(preset, cfg);
+        let stop_above = bound(context, &band::ErrorBand::of(&mode));
+        let Some(events) = sim::generate_unless_above(
+            &graph,
+            &sim_cfg,
+            &policy,
+            &Constants::default(),
+            stop_above,
+        ) else {
+            return Ok(None);
+        };
+        let trainable = policy.trainable_elems(&graph);
         let param_split = policy.frozen_trainable_bytes(&graph);
         let paged_bytes = graph
             .params
@@ -212,7 +236,7 @@ impl Planner {
             .filter(|&(i, _)| policy.trainable(i))
             .map(|(_, p)| optimizer::paged_bytes(cfg.optimizer, p))
             .sum();
-        Ok(Planner {
+        Ok(Some(Planner {
             model: preset.id.clone(),
             graph,
             config: *cfg,
@@ -225,10 +249,10 @@ impl Planner {
             paged_bytes,
             params_override: None,
             op_labels: Vec::new(),
-            mode: mode_key(preset, cfg),
+            mode,
             live: std::sync::OnceLock::new(),
             unmodelled: preset.unmodelled(size, attn),
-        })
+        }))
     }
 
     /// The measured error band of this plan's mode (from the embedded
@@ -259,6 +283,23 @@ impl Planner {
     /// (cached segments released before an OOM, as PyTorch does); `None` when it runs out.
     pub fn reserved_within(&self, batch: u64, cap: Bytes) -> Result<Option<Bytes>, PlanError> {
         eval::reserved_within(&self.events, batch, self.config.allocator, cap)
+    }
+
+    /// [`Planner::reserved_within`] when the uncapped peak reserved bytes at `batch`
+    /// (`uncapped`, from [`Planner::peaks`]) are known: within the cap, the capped allocator
+    /// never reaches its cap (reserved only grows to its peak), so it runs exactly as the
+    /// uncapped one and its peak is that one's; only above the cap is the capped run
+    /// simulated (tested against it).
+    pub fn reserved_within_given(
+        &self,
+        batch: u64,
+        cap: Bytes,
+        uncapped: Bytes,
+    ) -> Result<Option<Bytes>, PlanError> {
+        if uncapped <= cap {
+            return Ok(Some(uncapped));
+        }
+        self.reserved_within(batch, cap)
     }
 
     /// The full plan at `batch`.

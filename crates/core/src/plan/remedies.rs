@@ -242,9 +242,10 @@ pub fn remedies(
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
     let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
-    let mut list = candidates(cfg, preset.input.is_tokens())
-        .into_iter()
-        .filter_map(|(name, description, c)| {
+    // Each remedy is planned on its own core ([`crate::par`]), in the candidates' order.
+    let planned = crate::par::map(
+        candidates(cfg, preset.input.is_tokens()),
+        |(name, description, c)| {
             let planner = match Planner::new(preset, &c) {
                 Ok(p) => p,
                 // A captured graph plans only what it recorded: the rest needs a re-capture.
@@ -262,7 +263,11 @@ pub fn remedies(
                 base.nvidia_smi,
                 budget,
             ))
-        })
+        },
+    );
+    let mut list = planned
+        .into_iter()
+        .flatten()
         .collect::<Result<Vec<_>, _>>()?;
     order(&mut list);
     Ok(list)

@@ -21,6 +21,7 @@
 pub mod axes;
 pub mod cost;
 pub mod strategy;
+mod window;
 
 use std::collections::HashMap;
 
@@ -147,6 +148,7 @@ struct Search<'a> {
     /// Planners whose allocator twin (the same knobs, the other `expandable` setting) has
     /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::planner`]).
     twins: HashMap<Knobs, Planner>,
+    tuning: Tuning,
 }
 
 /// A planned combination that fits.
@@ -155,6 +157,53 @@ struct Fitting {
     micro: u64,
     max_micro: u64,
     planner: Planner,
+    /// Its figures as a candidate, when the pass that planned it wanted them
+    /// ([`Figures::of`]).
+    figures: Option<Figures>,
+}
+
+/// A candidate's memory figures, at its own micro-batch and accumulation.
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    peaks: super::eval::Peaks,
+    /// Peak reserved on the GPU (the cache releases segments before an OOM).
+    reserved: Bytes,
+    context: Bytes,
+    trainable: u64,
+}
+
+impl Figures {
+    fn of(
+        t: &Task<'_>,
+        knobs: &Knobs,
+        micro: u64,
+        planner: &Planner,
+    ) -> Result<Figures, PlanError> {
+        let config = t.config(knobs, micro);
+        // The search planned the knobs at micro-batch 1, so with the whole effective batch
+        // as accumulation; the candidate's figures are those of its own accumulation (one
+        // step frees the gradients before its forward: `plan` of the candidate agrees).
+        // The events depend on the accumulation only through whether it is 1 (gradients
+        // freed before the forward) or more (`sim::Sim::step` runs at most two micro-steps).
+        let own;
+        let planner = if config.accum.min(2) == planner.config.accum.min(2) {
+            planner
+        } else {
+            own = Planner::new(t.preset, &config)?;
+            &own
+        };
+        let cap = t.req.budget.allocator_cap(planner.context);
+        let peaks = planner.peaks(micro)?;
+        let reserved = planner
+            .reserved_within_given(micro, cap, peaks.reserved)?
+            .unwrap_or(peaks.reserved);
+        Ok(Figures {
+            peaks,
+            reserved,
+            context: planner.context,
+            trainable: planner.trainable,
+        })
+    }
 }
 
 impl<'a> Search<'a> {
@@ -202,10 +251,7 @@ impl<'a> Search<'a> {
     }
 
     fn config(&self, k: &Knobs, micro: u64) -> TrainConfig {
-        let mut c = k.apply(&self.user_cfg);
-        c.batch = micro;
-        c.accum = (self.eff / micro.max(1)).max(1);
-        c
+        self.task().config(k, micro)
     }
 
     /// A combination is presumed dead when it needs at least the memory of a dead one and
@@ -228,108 +274,94 @@ impl<'a> Search<'a> {
         super::band::ErrorBand::of(&key).reserved.upper_factor()
     }
 
-    /// The planner of `cfg`: the events of its allocator twin when that was planned (the
-    /// allocator settings do not change the events, only how they are replayed), else built.
-    /// A twin is taken out of the cache on its second use: each key has two allocator
-    /// settings, so the cache holds only plans whose twin is still to come.
-    fn planner(&mut self, k: &Knobs, cfg: &TrainConfig) -> Result<Planner, PlanError> {
-        let key = Knobs {
-            expandable: false,
-            ..*k
-        };
-        if let Some(mut twin) = self.twins.remove(&key) {
-            twin.config.allocator = cfg.allocator;
-            return Ok(twin);
-        }
-        let p = Planner::new(self.preset, cfg)?;
-        self.twins.insert(key, p.clone());
-        Ok(p)
+    /// The events of `k`'s allocator twin (the same knobs, the other `expandable` setting)
+    /// when that was planned and its twin has not been yet: the allocator settings do not
+    /// change the events, only how they are replayed. Taken out of the cache: each key has
+    /// two allocator settings, so the cache holds only plans whose twin is still to come.
+    fn take_twin(&mut self, k: &Knobs) -> Option<Planner> {
+        self.twins.remove(&twin_key(k))
     }
 
-    /// Plans `k`: `None` when micro-batch 1 does not fit (recorded as dead).
+    /// Plans `k` on this thread: `None` when micro-batch 1 does not fit (recorded as dead).
     fn plan(&mut self, k: &Knobs) -> Result<Option<Fitting>, PlanError> {
-        let cfg = self.config(k, 1);
-        let planner = match self.planner(k, &cfg) {
-            Ok(p) => p,
-            // A combination whose config does not validate is skipped (free: it fails before
-            // any graph is built, so it does not count as planned).
-            Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        self.planned += 1;
-        let budget = self.req.budget;
-        let Some(max_micro) = max_batch(&planner, budget, self.eff)? else {
-            // The closest miss, for the answer when nothing fits. The envelope plus the
-            // context is a lower bound of nvidia-smi at micro-batch 1 (reserved ≥ allocated
-            // ≥ the measured step's unrounded live bytes), so a plan that cannot beat the
-            // closest one so far is not evaluated.
-            let lower = Bytes(
-                planner
-                    .live_peaks()
-                    .at(1)
-                    .0
-                    .saturating_add(planner.context.0),
-            );
-            if self.closest.is_none_or(|(b, _, _)| lower < b) {
-                let p1 = planner.peaks(1)?;
-                if self.closest.is_none_or(|(b, _, _)| p1.nvidia_smi < b) {
-                    let upper = planner.band().reserved.upper(p1.reserved);
-                    let upper_smi = Bytes(upper.0.saturating_add(planner.context.0));
-                    self.closest = Some((p1.nvidia_smi, *k, upper_smi));
-                }
-            }
-            self.dead.push(*k);
-            return Ok(None);
-        };
-        // The user's micro-batch when it fits and divides the effective batch, else the
-        // largest divisor of the effective batch that fits.
-        let ub = self.user_cfg.batch;
-        let micro = if ub <= max_micro && self.eff.is_multiple_of(ub) {
-            ub
-        } else {
-            let mut m = max_micro.min(self.eff);
-            loop {
-                if m <= 1 {
-                    break 1;
-                }
-                if self.eff.is_multiple_of(m)
-                    && self.eff / m <= MAX_ACCUM
-                    && (m == max_micro || fits(&planner, budget, m)?)
-                {
-                    break m;
-                }
-                m -= 1;
-            }
-        };
-        if self.eff / micro > MAX_ACCUM {
-            // The effective batch needs more accumulation steps than a config allows.
-            return Ok(None);
+        let twin = self.take_twin(k);
+        let closest = self.closest.map(|(smi, _, _)| smi);
+        let planned = plan_one(&self.task(), k, twin, closest)?;
+        Ok(self.record(planned))
+    }
+
+    /// What [`plan_one`] needs of the search (shared with the threads of [`window`]).
+    fn task(&self) -> Task<'a> {
+        Task {
+            preset: self.preset,
+            req: self.req,
+            user_cfg: self.user_cfg,
+            eff: self.eff,
+            stop_early: self.tuning.stop_early,
+            figures: false,
         }
-        Ok(Some(Fitting {
-            knobs: *k,
-            micro,
-            max_micro,
+    }
+
+    /// Records what planning a combination found, in the order the combinations were
+    /// planned: the plans counted, the dead, the closest miss, the twin cache.
+    fn record(&mut self, p: Planned) -> Option<Fitting> {
+        let Planned {
+            knobs,
+            outcome,
             planner,
-        }))
+            fresh,
+        } = p;
+        if matches!(outcome, Outcome::Invalid) {
+            return None;
+        }
+        self.planned += 1;
+        if fresh && let Some(pl) = &planner {
+            self.twins.insert(twin_key(&knobs), pl.clone());
+        }
+        match outcome {
+            Outcome::Invalid | Outcome::TooMuchAccum => None,
+            Outcome::Dead { closest } => {
+                // Evaluated when it could beat the closest miss known when it was planned;
+                // compared with the closest miss known now (at most that one).
+                if let Some((smi, upper_smi)) = closest
+                    && self.closest.is_none_or(|(b, _, _)| smi < b)
+                {
+                    self.closest = Some((smi, knobs, upper_smi));
+                }
+                self.dead.push(knobs);
+                None
+            }
+            Outcome::Fits {
+                micro,
+                max_micro,
+                figures,
+            } => planner.map(|planner| Fitting {
+                knobs,
+                micro,
+                max_micro,
+                planner,
+                figures,
+            }),
+        }
+    }
+
+    /// Puts back the twin a plan computed ahead and then not needed had taken from the cache
+    /// ([`window`]): the cache is as if the plan had not been made.
+    fn untake(&mut self, p: Planned) {
+        if !p.fresh
+            && let Some(pl) = p.planner
+        {
+            self.twins.insert(twin_key(&p.knobs), pl);
+        }
     }
 
     fn candidate(&mut self, f: Fitting) -> Result<FitCandidate, PlanError> {
         let config = self.config(&f.knobs, f.micro);
-        // The search planned the knobs at micro-batch 1, so with the whole effective batch
-        // as accumulation; the candidate's figures are those of its own accumulation (one
-        // step frees the gradients before its forward: `plan` of the candidate agrees).
-        let own;
-        let planner = if config.accum == f.planner.config.accum {
-            &f.planner
-        } else {
-            own = Planner::new(self.preset, &config)?;
-            &own
+        let fig = match f.figures {
+            Some(fig) => fig,
+            None => Figures::of(&self.task(), &f.knobs, f.micro, &f.planner)?,
         };
-        let cap = self.req.budget.allocator_cap(planner.context);
-        let peaks = planner.peaks(f.micro)?;
-        let reserved = planner
-            .reserved_within(f.micro, cap)?
-            .unwrap_or(peaks.reserved);
+        let (peaks, reserved) = (fig.peaks, fig.reserved);
         let time = self.time(&f.knobs, f.micro)?;
         let mut changes = change_words(&f.knobs, &self.user);
         if config.batch != self.user_cfg.batch || config.accum != self.user_cfg.accum {
@@ -361,16 +393,224 @@ impl<'a> Search<'a> {
             max_micro_batch: f.max_micro,
             peak_allocated: peaks.allocated,
             peak_reserved: reserved,
-            nvidia_smi: Bytes(reserved.0.saturating_add(planner.context.0)),
-            trainable_params: planner.trainable,
+            nvidia_smi: Bytes(reserved.0.saturating_add(fig.context.0)),
+            trainable_params: fig.trainable,
             time,
             is_user_config,
         })
     }
 }
 
+/// The twin cache's key of `k`: its knobs with `expandable` false.
+fn twin_key(k: &Knobs) -> Knobs {
+    Knobs {
+        expandable: false,
+        ..*k
+    }
+}
+
+/// What planning one combination needs of the search, shared by the threads that plan
+/// several at once ([`window`]).
+#[derive(Clone, Copy)]
+struct Task<'a> {
+    preset: &'a Preset,
+    req: &'a FitRequest,
+    user_cfg: TrainConfig,
+    eff: u64,
+    stop_early: bool,
+    /// Whether a combination that fits gets its candidate figures where it is planned (on
+    /// a worker): the passes whose plans become candidates.
+    figures: bool,
+}
+
+impl Task<'_> {
+    fn config(&self, k: &Knobs, micro: u64) -> TrainConfig {
+        let mut c = k.apply(&self.user_cfg);
+        c.batch = micro;
+        c.accum = (self.eff / micro.max(1)).max(1);
+        c
+    }
+}
+
+/// What planning a combination found.
+enum Outcome {
+    /// Its config does not validate (free: it fails before any graph is built, so it does
+    /// not count as planned).
+    Invalid,
+    /// Micro-batch 1 does not fit. `closest`: its nvidia-smi at micro-batch 1 and at the
+    /// upper edge of its band, evaluated when it could beat the closest miss known when it
+    /// was planned.
+    Dead { closest: Option<(Bytes, Bytes)> },
+    /// It fits, but the effective batch needs more accumulation steps than a config allows.
+    TooMuchAccum,
+    Fits {
+        micro: u64,
+        max_micro: u64,
+        figures: Option<Figures>,
+    },
+}
+
+struct Planned {
+    knobs: Knobs,
+    outcome: Outcome,
+    /// Its planner, unless the config did not validate or the generation stopped early.
+    planner: Option<Planner>,
+    /// Whether the planner was built here rather than taken from the twin cache.
+    fresh: bool,
+}
+
+/// Plans `k` (its events from `twin` when given) without touching the search's state, so
+/// that several combinations can be planned at once; [`Search::record`] records the result.
+/// `closest`: the closest miss's nvidia-smi known now.
+///
+/// A generation stops early ([`Planner::new_unless_above`]) once its bytes live at
+/// micro-batch 1 pass both the verdict's cap and the closest miss's nvidia-smi less the
+/// context: such a combination is dead as its whole plan would have shown (a replay that
+/// reserves more than the cap fails under it) and its nvidia-smi is above the closest
+/// miss's, so the answer is the same.
+fn plan_one(
+    t: &Task<'_>,
+    k: &Knobs,
+    twin: Option<Planner>,
+    closest: Option<Bytes>,
+) -> Result<Planned, PlanError> {
+    let cfg = t.config(k, 1);
+    let budget = t.req.budget;
+    let done = |outcome, planner, fresh| Planned {
+        knobs: *k,
+        outcome,
+        planner,
+        fresh,
+    };
+    let (planner, fresh) = match twin {
+        Some(mut twin) => {
+            twin.config.allocator = cfg.allocator;
+            (twin, false)
+        }
+        None => {
+            let stop_early = t.stop_early;
+            let bound = |context: Bytes, band: &super::band::ErrorBand| {
+                let cap = band.reserved.cap_for_upper(budget.allocator_cap(context)).0;
+                closest
+                    .filter(|_| stop_early)
+                    .map_or(u64::MAX, |smi| cap.max(smi.0.saturating_sub(context.0)))
+            };
+            match Planner::new_unless_above(t.preset, &cfg, bound) {
+                Ok(Some(p)) => (p, true),
+                Ok(None) => return Ok(done(Outcome::Dead { closest: None }, None, true)),
+                Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => {
+                    return Ok(done(Outcome::Invalid, None, true));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let Some(max_micro) = max_batch(&planner, budget, t.eff)? else {
+        // The closest miss, for the answer when nothing fits. The envelope plus the
+        // context is a lower bound of nvidia-smi at micro-batch 1 (reserved ≥ allocated
+        // ≥ the measured step's unrounded live bytes), so a plan that cannot beat the
+        // closest one so far is not evaluated.
+        let lower = Bytes(
+            planner
+                .live_peaks()
+                .at(1)
+                .0
+                .saturating_add(planner.context.0),
+        );
+        let mut miss = None;
+        if closest.is_none_or(|b| lower < b) {
+            let p1 = planner.peaks(1)?;
+            if closest.is_none_or(|b| p1.nvidia_smi < b) {
+                let upper = planner.band().reserved.upper(p1.reserved);
+                miss = Some((
+                    p1.nvidia_smi,
+                    Bytes(upper.0.saturating_add(planner.context.0)),
+                ));
+            }
+        }
+        return Ok(done(Outcome::Dead { closest: miss }, Some(planner), fresh));
+    };
+    // The user's micro-batch when it fits and divides the effective batch, else the
+    // largest divisor of the effective batch that fits.
+    let ub = t.user_cfg.batch;
+    let micro = if ub <= max_micro && t.eff.is_multiple_of(ub) {
+        ub
+    } else {
+        let mut m = max_micro.min(t.eff);
+        loop {
+            if m <= 1 {
+                break 1;
+            }
+            if t.eff.is_multiple_of(m)
+                && t.eff / m <= MAX_ACCUM
+                && (m == max_micro || fits(&planner, budget, m)?)
+            {
+                break m;
+            }
+            m -= 1;
+        }
+    };
+    let outcome = if t.eff / micro > MAX_ACCUM {
+        Outcome::TooMuchAccum
+    } else {
+        let figures = if t.figures {
+            Some(Figures::of(t, k, micro, &planner)?)
+        } else {
+            None
+        };
+        Outcome::Fits {
+            micro,
+            max_micro,
+            figures,
+        }
+    };
+    Ok(done(outcome, Some(planner), fresh))
+}
+
 /// Searches the remedies for `user` on `req`'s GPU.
 pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitReport, PlanError> {
+    fit_with(
+        preset,
+        user,
+        req,
+        Tuning {
+            width: crate::par::threads(),
+            stop_early: true,
+        },
+    )
+}
+
+/// How the search gets its answer, not what the answer is: [`fit`] gives the same report
+/// under every tuning (tested).
+#[derive(Debug, Clone, Copy)]
+struct Tuning {
+    /// Combinations planned at a time ([`window`]): this thread and `width - 1` workers.
+    width: usize,
+    /// Whether a generation stops once the combination is known dead and not the closest
+    /// miss ([`plan_one`]).
+    stop_early: bool,
+}
+
+fn fit_with(
+    preset: &Preset,
+    user: &TrainConfig,
+    req: &FitRequest,
+    tuning: Tuning,
+) -> Result<FitReport, PlanError> {
+    // The workers live for the whole search ([`crate::par::Workers`]).
+    std::thread::scope(|scope| {
+        let workers = crate::par::Workers::new(scope, tuning.width.saturating_sub(1));
+        search(preset, user, req, tuning, &workers)
+    })
+}
+
+fn search<'a: 'w, 'w>(
+    preset: &'a Preset,
+    user: &TrainConfig,
+    req: &'a FitRequest,
+    tuning: Tuning,
+    workers: &crate::par::Workers<'w>,
+) -> Result<FitReport, PlanError> {
     user.validate()?;
     let eff = req
         .effective_batch
@@ -394,6 +634,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         planned: 0,
         closest: None,
         twins: HashMap::new(),
+        tuning,
     };
     // Fine-tuning settings this model cannot take are not searched: LoRA on the attention
     // projections of a model that has none (a CNN; a model type whose module names are not
@@ -426,7 +667,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
     let others = axes.strategy.len().saturating_sub(1);
     let reserve = (STRATEGY_RESERVE * others).min(req.max_plans / 4);
     let main_budget = req.max_plans - reserve;
-    seed_dead(&mut s, &axes, main_budget / 2)?;
+    seed_dead(&mut s, &axes, main_budget / 2, workers)?;
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
     // Combinations the model cannot take (LoRA's attention targets on a convolutional
     // network) are left out, as `plan` leaves out a config that does not validate.
@@ -446,28 +687,26 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         ranked.push((t, k.changed(&s.user).count_ones(), *k));
     }
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut pruned_dead, mut dominated) =
-        (all.len().saturating_sub(ranked.len() + 1 + invalid), 0usize);
-    let mut skipped: Vec<(f64, Knobs)> = Vec::new();
-    for &(t, _, k) in &ranked {
-        if out.len() >= req.top.max(1) || s.planned >= main_budget {
-            skipped.push((t, k));
-            continue;
-        }
-        if s.presumed_dead(&k) {
-            pruned_dead += 1;
-            continue;
-        }
-        if is_dominated(&accepted, &k, t, &s.user) {
-            dominated += 1;
-            continue;
-        }
-        if let Some(f) = s.plan(&k)? {
-            let c = s.candidate(f)?;
-            accepted.push((k, c.time.ms_per_sample));
-            out.push(c);
-        }
-    }
+    let (pruned_dead, dominated) = (all.len().saturating_sub(ranked.len() + 1 + invalid), 0usize);
+    let mut main = MainPass {
+        ranked: &ranked,
+        top: req.top.max(1),
+        budget: main_budget,
+        out,
+        accepted,
+        pruned_dead,
+        dominated,
+        skipped: Vec::new(),
+    };
+    window::run(&mut s, &mut main, workers)?;
+    let MainPass {
+        mut out,
+        mut accepted,
+        pruned_dead,
+        dominated,
+        skipped,
+        ..
+    } = main;
     // Every other strategy that has no candidate yet gets its fastest combinations that are
     // neither dead nor dominated, up to the plans kept back (possibly past `top`: one each),
     // among those whose twin under the user's strategy is known not to fit (a switch nobody
@@ -537,7 +776,12 @@ fn is_dominated(accepted: &[(Knobs, f64)], k: &Knobs, t: f64, user: &Knobs) -> b
 /// (leanest fine-tuning first: the later modes, attention targets, small ranks) and, on more
 /// than one GPU, every strategy (the user's first), so that whole groups die before any of
 /// them is timed.
-fn seed_dead(s: &mut Search<'_>, axes: &Axes, budget: usize) -> Result<(), PlanError> {
+fn seed_dead<'a: 'w, 'w>(
+    s: &mut Search<'a>,
+    axes: &Axes,
+    budget: usize,
+    workers: &crate::par::Workers<'w>,
+) -> Result<(), PlanError> {
     let mut finetunes = axes.finetune.clone();
     finetunes.sort_by_key(|ft| {
         (
@@ -546,20 +790,115 @@ fn seed_dead(s: &mut Search<'_>, axes: &Axes, budget: usize) -> Result<(), PlanE
             ft.lora_rank,
         )
     });
+    let mut list = Vec::new();
     for &precision in &axes.precision {
         for &attention in &axes.attention {
             for &finetune in &finetunes {
                 for &strategy in &axes.strategy {
-                    let k = axes.leanest(precision, attention, finetune, strategy);
-                    if s.presumed_dead(&k) || s.planned >= budget {
-                        continue;
-                    }
-                    s.plan(&k)?;
+                    list.push(axes.leanest(precision, attention, finetune, strategy));
                 }
             }
         }
     }
-    Ok(())
+    window::run(s, &mut SeedPass { list, budget }, workers)
+}
+
+/// The seeds: each planned unless presumed dead, while the budget lasts.
+struct SeedPass {
+    list: Vec<Knobs>,
+    budget: usize,
+}
+
+impl window::Pass for SeedPass {
+    fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    fn knobs(&self, i: usize) -> Knobs {
+        self.list[i]
+    }
+
+    fn skip(&mut self, s: &Search<'_>, i: usize, _count: bool) -> bool {
+        s.presumed_dead(&self.list[i]) || s.planned >= self.budget
+    }
+
+    fn candidates(&self) -> bool {
+        false
+    }
+
+    fn planned(
+        &mut self,
+        _: &mut Search<'_>,
+        _: usize,
+        _: Option<Fitting>,
+    ) -> Result<(), PlanError> {
+        Ok(())
+    }
+}
+
+/// The ranked combinations: planned fastest first until `top` fit or the budget is spent,
+/// skipping the dead and the dominated.
+struct MainPass<'r> {
+    ranked: &'r [(f64, u32, Knobs)],
+    top: usize,
+    budget: usize,
+    out: Vec<FitCandidate>,
+    accepted: Vec<(Knobs, f64)>,
+    pruned_dead: usize,
+    dominated: usize,
+    /// Left for want of budget (or `top` reached): the other strategies' reserve.
+    skipped: Vec<(f64, Knobs)>,
+}
+
+impl window::Pass for MainPass<'_> {
+    fn len(&self) -> usize {
+        self.ranked.len()
+    }
+
+    fn knobs(&self, i: usize) -> Knobs {
+        self.ranked[i].2
+    }
+
+    fn candidates(&self) -> bool {
+        true
+    }
+
+    fn skip(&mut self, s: &Search<'_>, i: usize, count: bool) -> bool {
+        let (t, _, k) = self.ranked[i];
+        if self.out.len() >= self.top || s.planned >= self.budget {
+            if count {
+                self.skipped.push((t, k));
+            }
+            return true;
+        }
+        if s.presumed_dead(&k) {
+            if count {
+                self.pruned_dead += 1;
+            }
+            return true;
+        }
+        if is_dominated(&self.accepted, &k, t, &s.user) {
+            if count {
+                self.dominated += 1;
+            }
+            return true;
+        }
+        false
+    }
+
+    fn planned(
+        &mut self,
+        s: &mut Search<'_>,
+        i: usize,
+        f: Option<Fitting>,
+    ) -> Result<(), PlanError> {
+        if let Some(f) = f {
+            let c = s.candidate(f)?;
+            self.accepted.push((self.ranked[i].2, c.time.ms_per_sample));
+            self.out.push(c);
+        }
+        Ok(())
+    }
 }
 
 fn nothing_fits(s: &Search<'_>, axes: &Axes) -> String {

@@ -652,3 +652,66 @@ fn a_model_without_attention_is_searched_without_lora() {
         assert!(!r.candidates.is_empty(), "{model}: {:?}", r.reason);
     }
 }
+
+/// The search's tuning (combinations planned at a time, generations stopped once a
+/// combination is known dead and not the closest miss) changes how fast the answer comes,
+/// never the answer: every figure, count and reason equal to one thread planning each
+/// combination whole. Cases that fit, that fit only after many deaths, and where nothing
+/// fits (the closest miss), on one GPU and on two.
+#[test]
+fn the_answer_does_not_depend_on_how_the_search_is_run() {
+    let cases: Vec<(&str, TrainConfig, &str)> = vec![
+        ("Meta-Llama-3-8B", llama3_cfg(), "rtx-4090"),
+        (
+            "gpt2",
+            TrainConfig {
+                batch: 32,
+                size: Some(1024),
+                ..TrainConfig::default()
+            },
+            "t4",
+        ),
+        (
+            "TinyLlama-1.1B",
+            TrainConfig {
+                batch: 8,
+                size: Some(2048),
+                distributed: Distributed::new(2, Strategy::Zero2),
+                ..TrainConfig::default()
+            },
+            "rtx-3060",
+        ),
+        (
+            "resnet50",
+            TrainConfig {
+                batch: 256,
+                size: Some(224),
+                ..TrainConfig::default()
+            },
+            "rtx-3060",
+        ),
+    ];
+    for (model, cfg, gpu) in cases {
+        let preset = find_builtin(model).expect("preset");
+        let req = request(gpu);
+        let reference = fit_with(
+            &preset,
+            &cfg,
+            &req,
+            Tuning {
+                width: 1,
+                stop_early: false,
+            },
+        )
+        .expect("fit");
+        let want = serde_json::to_string(&reference).expect("json");
+        for (width, stop_early) in [(1, true), (2, false), (2, true), (3, true)] {
+            let got = fit_with(&preset, &cfg, &req, Tuning { width, stop_early }).expect("fit");
+            assert_eq!(
+                serde_json::to_string(&got).expect("json"),
+                want,
+                "{model} on {gpu}, width {width}, stop_early {stop_early}"
+            );
+        }
+    }
+}

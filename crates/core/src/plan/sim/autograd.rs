@@ -516,6 +516,9 @@ impl Sim<'_> {
         let count = g.nodes.len();
         let mut block_start: Option<u32> = None;
         for n in 0..count {
+            if self.stopped {
+                return;
+            }
             let block = g.nodes[n].block;
             if self.ckpt && block.is_some() && block != block_start {
                 block_start = block;
@@ -567,6 +570,9 @@ impl Sim<'_> {
             self.unshard(last.saturating_sub(1));
         }
         while n > 0 {
+            if self.stopped {
+                return;
+            }
             n -= 1;
             if let Some(b) = g.nodes[n].block
                 && (n + 1 == count || g.nodes[n + 1].block != Some(b))

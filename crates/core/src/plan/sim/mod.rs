@@ -22,6 +22,7 @@ mod test_support;
 
 use std::ops::Range;
 
+use super::allocator::round_size;
 use super::config::{DType, LoopShape, Precision, TrainConfig};
 use super::events::{Buffer, Category, Constants, Event, Events, Phase};
 use super::policy::ParamPolicy;
@@ -97,6 +98,12 @@ struct Sim<'g> {
     recomputing: bool,
     /// The multi-GPU strategy's per-rank state (inactive on one GPU).
     dist: dist::DistSim,
+    /// Bytes live at batch 1, each buffer rounded as the caching allocator rounds it: at
+    /// most what the allocator has allocated at that point of a replay at batch 1.
+    live1: u64,
+    /// [`generate_unless_above`]'s bound: the generation stops once `live1` passes it.
+    stop_above: u64,
+    stopped: bool,
 }
 
 /// `Event::node` outside any node (setup, zero_grad, the optimizer step).
@@ -104,6 +111,10 @@ const NO_NODE: u32 = u32::MAX;
 
 impl<'g> Sim<'g> {
     fn new_buffer(&mut self, per_sample: u64, fixed: u64, category: Category) -> u32 {
+        self.live1 = self.live1.saturating_add(size_at_one(per_sample, fixed));
+        if self.live1 > self.stop_above {
+            self.stopped = true;
+        }
         self.buffers.push(Buffer {
             per_sample,
             fixed,
@@ -129,6 +140,11 @@ impl<'g> Sim<'g> {
     }
 
     fn free(&mut self, id: u32) {
+        if let Some(b) = self.buffers.get(id as usize) {
+            self.live1 = self
+                .live1
+                .saturating_sub(size_at_one(b.per_sample, b.fixed));
+        }
         self.events.push(Event {
             buffer: id,
             alloc: false,
@@ -227,6 +243,9 @@ impl<'g> Sim<'g> {
         let micros = self.cfg.accum.min(2) as u16;
         for m in 0..micros {
             self.micro_step(m);
+            if self.stopped {
+                return;
+            }
         }
         self.optimizer_step(create_state);
     }
@@ -280,9 +299,34 @@ fn requires_grad_of(
     requires_grad
 }
 
+/// A buffer's bytes at batch 1 as the caching allocator rounds them.
+fn size_at_one(per_sample: u64, fixed: u64) -> u64 {
+    round_size(per_sample.saturating_add(fixed))
+}
+
 /// Generates the events for `g` under `cfg` with the parameters' states in `policy`
 /// (the batch size is not used here).
 pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constants) -> Events {
+    // Without a bound the generation never stops (`live1` saturates at u64::MAX, never
+    // above it).
+    generate_unless_above(g, cfg, policy, k, u64::MAX).unwrap_or_default()
+}
+
+/// [`generate`], stopped (`None`) as soon as the bytes live at batch 1, each buffer rounded
+/// as the caching allocator rounds it, pass `stop_above` at any event (model creation, the
+/// warm-up, the measured step). The caching allocator's allocated bytes are at least those
+/// live bytes at every event of a replay at batch 1, and its reserved bytes at least its
+/// allocated bytes: a stopped generation is one whose replay at batch 1 reserves more than
+/// `stop_above` at some point (an OOM under any cap up to it, an nvidia-smi peak above it
+/// plus the context). The make-it-fit search stops its doomed combinations this way
+/// ([`crate::plan::fit`]).
+pub fn generate_unless_above(
+    g: &Graph,
+    cfg: &TrainConfig,
+    policy: &ParamPolicy,
+    k: &Constants,
+    stop_above: u64,
+) -> Option<Events> {
     let (dtypes, train_rules) = annotate(g, cfg.precision, cfg.checkpointing);
     let eval_rules = if cfg.step.is_eval() {
         eval_step::eval_rules(g, &train_rules)
@@ -358,6 +402,9 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
         dist: dist::DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
+        live1: 0,
+        stop_above,
+        stopped: false,
     };
     if !sim.dist.offload_params {
         for (i, p) in g.params.iter().enumerate() {
@@ -365,7 +412,13 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
         }
     }
     sim.setup_buffers();
+    if sim.stopped {
+        return None;
+    }
     sim.step(true);
+    if sim.stopped {
+        return None;
+    }
     // cuBLAS workspace: created with the first matmul, kept for the process.
     sim.phase = Phase::Setup;
     for &w in k.workspaces.iter().filter(|&&w| w > 0) {
@@ -385,14 +438,17 @@ pub fn generate(g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, k: &Constant
     } else {
         sim.step(false);
     }
+    if sim.stopped {
+        return None;
+    }
     let side_streams = sim.buffers.iter().any(|b| b.side_stream);
-    Events {
+    Some(Events {
         buffers: sim.buffers,
         events: sim.events,
         measured_start,
         side_streams,
         whole_blocks: false,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -254,3 +254,65 @@ fn chunk_gradients_are_halves_then_one_cat() {
         assert!(!a.is_empty(), "node {n} computes a gradient");
     }
 }
+
+/// `generate_unless_above` stops exactly when the bytes live at batch 1 (each buffer
+/// rounded as the allocator rounds it) pass its bound at some event, and a generation it
+/// stops is one whose replay at batch 1 cannot stay within that bound: the capped allocator
+/// runs out (what lets the make-it-fit search drop such a combination unfinished).
+#[test]
+fn a_generation_stops_only_where_the_replay_at_batch_one_passes_its_bound() {
+    use crate::plan::config::AllocatorConfig;
+    use crate::plan::eval::reserved_within;
+    use crate::units::Bytes;
+    for (id, ckpt, accum) in [
+        ("gpt2", false, 1),
+        ("gpt2", true, 2),
+        ("resnet50", false, 1),
+    ] {
+        let p = builtin_presets()
+            .expect("presets")
+            .into_iter()
+            .find(|p| p.id == id)
+            .expect("preset");
+        let size = if p.input.is_tokens() { 256 } else { 224 };
+        let g = p.build(size, AttnImpl::Sdpa).expect("graph");
+        let cfg = TrainConfig {
+            checkpointing: ckpt,
+            accum,
+            ..TrainConfig::default()
+        };
+        let policy = ParamPolicy::full(&g, cfg.precision);
+        let k = Constants::default();
+        let full = generate(&g, &cfg, &policy, &k);
+        // The largest live bytes at batch 1 over every event.
+        let (mut live, mut most) = (0u64, 0u64);
+        for e in &full.events {
+            let b = &full.buffers[e.buffer as usize];
+            let size = round_size(b.per_sample + b.fixed);
+            if e.alloc {
+                live += size;
+                most = most.max(live);
+            } else {
+                live -= size;
+            }
+        }
+        let kept = generate_unless_above(&g, &cfg, &policy, &k, most).expect("within its bound");
+        assert_eq!(kept.events, full.events, "{id}");
+        assert_eq!(kept.buffers.len(), full.buffers.len(), "{id}");
+        assert!(
+            generate_unless_above(&g, &cfg, &policy, &k, most - 1).is_none(),
+            "{id}: not stopped one byte under its peak"
+        );
+        for expandable in [false, true] {
+            let alloc = AllocatorConfig {
+                expandable_segments: expandable,
+                ..AllocatorConfig::default()
+            };
+            let under = reserved_within(&full, 1, alloc, Bytes(most - 1)).expect("replay");
+            assert!(
+                under.is_none(),
+                "{id}: the replay fits under the bound it passed"
+            );
+        }
+    }
+}

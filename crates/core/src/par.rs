@@ -1,0 +1,210 @@
+//! Work spread over the cores this process may run on, with results in input order.
+//!
+//! The planner's answers do not depend on how many threads computed them: every function
+//! here returns what a loop over the items on one thread returns. `VRAMLAB_THREADS=1` makes
+//! them run on the calling thread (the benchmarks compare the two side by side).
+
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+
+/// Threads used at most, whatever the machine has: the searches here plan a handful of
+/// independent configurations at a time.
+pub const MAX_THREADS: usize = 8;
+
+/// Threads to use: `VRAMLAB_THREADS` when set to a whole number ≥ 1, else the cores this
+/// process may run on; at most [`MAX_THREADS`].
+pub fn threads() -> usize {
+    let env = std::env::var("VRAMLAB_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1);
+    env.unwrap_or_else(|| thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, MAX_THREADS)
+}
+
+/// `items.into_iter().map(f).collect()`, the items dealt round-robin to [`threads`] scoped
+/// threads (the first share runs on the calling thread). A panic in `f` is resumed here.
+pub fn map<T, R, F>(items: Vec<T>, f: F) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+    F: Fn(T) -> R + Sync,
+{
+    let n = threads().min(items.len());
+    if n <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let len = items.len();
+    let mut shares: Vec<Vec<(usize, T)>> = (0..n).map(|_| Vec::new()).collect();
+    for (i, item) in items.into_iter().enumerate() {
+        shares[i % n].push((i, item));
+    }
+    let f = &f;
+    let mut done: Vec<(usize, R)> = Vec::with_capacity(len);
+    thread::scope(|scope| {
+        let mut rest = shares.split_off(1);
+        let handles: Vec<_> = rest
+            .drain(..)
+            .map(|share| {
+                scope.spawn(move || {
+                    share
+                        .into_iter()
+                        .map(|(i, t)| (i, f(t)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for share in shares.drain(..) {
+            done.extend(share.into_iter().map(|(i, t)| (i, f(t))));
+        }
+        for h in handles {
+            match h.join() {
+                Ok(part) => done.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    done.sort_by_key(|&(i, _)| i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
+/// A job for [`Workers`].
+type Job<'scope> = Box<dyn FnOnce() + Send + 'scope>;
+
+/// Threads that stay for a whole search and take its jobs as they come: a plan's vectors
+/// are allocated where earlier plans freed theirs (a thread started per job pays the page
+/// faults of fresh memory every time: measured twice as slow per plan on the 2-vCPU
+/// development machine). Dropping the workers ends the threads once their jobs are done.
+pub struct Workers<'scope> {
+    jobs: Option<mpsc::Sender<Job<'scope>>>,
+    count: usize,
+}
+
+impl<'scope> Workers<'scope> {
+    /// `count` threads in `scope`.
+    pub fn new<'env>(scope: &'scope thread::Scope<'scope, 'env>, count: usize) -> Self {
+        let (tx, rx) = mpsc::channel::<Job<'scope>>();
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..count {
+            let rx = Arc::clone(&rx);
+            scope.spawn(move || {
+                loop {
+                    // The lock is held only while taking a job off the queue.
+                    let job = match rx.lock() {
+                        Ok(q) => q.recv(),
+                        Err(_) => return,
+                    };
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+        Workers {
+            jobs: Some(tx),
+            count,
+        }
+    }
+
+    /// The number of threads.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// `items.map(f)` in input order: the first item on the calling thread, the others on
+    /// the workers (all on the calling thread when there are none). A panic in `f` on a
+    /// worker is resumed here, as if `f` had run here.
+    pub fn map<T, R, F>(&self, items: Vec<T>, f: F) -> Vec<R>
+    where
+        T: Send + 'scope,
+        R: Send + 'scope,
+        F: Fn(T) -> R + Send + Sync + Clone + 'scope,
+    {
+        let Some(jobs) = self
+            .jobs
+            .as_ref()
+            .filter(|_| self.count > 0 && items.len() > 1)
+        else {
+            return items.into_iter().map(f).collect();
+        };
+        let mut items = items.into_iter();
+        let Some(first) = items.next() else {
+            return Vec::new();
+        };
+        let mut waiting = Vec::new();
+        for item in items {
+            let (tx, rx) = mpsc::channel::<thread::Result<R>>();
+            let g = f.clone();
+            let job: Job<'scope> = Box::new(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g(item)));
+                // The caller waits for this result; if it is gone there is no one to tell.
+                let _ = tx.send(r);
+            });
+            // With every worker gone the job runs here.
+            if let Err(mpsc::SendError(job)) = jobs.send(job) {
+                job();
+            }
+            waiting.push(rx);
+        }
+        let mut out = Vec::with_capacity(waiting.len() + 1);
+        out.push(f(first));
+        for rx in waiting {
+            match rx.recv() {
+                Ok(Ok(r)) => out.push(r),
+                Ok(Err(panic)) => std::panic::resume_unwind(panic),
+                Err(_) => std::panic::resume_unwind(Box::new("a worker thread stopped")),
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Workers<'_> {
+    fn drop(&mut self) {
+        // Closing the queue ends each worker after its current job.
+        self.jobs.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_keeps_the_input_order() {
+        let items: Vec<u64> = (0..37).collect();
+        let out = map(items.clone(), |x| x * x);
+        assert_eq!(out, items.iter().map(|x| x * x).collect::<Vec<_>>());
+        assert!(map(Vec::<u64>::new(), |x| x).is_empty());
+    }
+
+    #[test]
+    fn workers_map_in_order_and_end_when_dropped() {
+        thread::scope(|scope| {
+            let w = Workers::new(scope, 2);
+            assert_eq!(w.count(), 2);
+            for n in [0usize, 1, 2, 5, 17] {
+                let items: Vec<usize> = (0..n).collect();
+                let out = w.map(items.clone(), |x| x * 3);
+                assert_eq!(out, items.iter().map(|x| x * 3).collect::<Vec<_>>());
+            }
+        });
+        // Without workers everything runs here.
+        thread::scope(|scope| {
+            let w = Workers::new(scope, 0);
+            assert_eq!(w.map(vec![1, 2, 3], |x| x + 1), vec![2, 3, 4]);
+        });
+    }
+
+    #[test]
+    fn map_resumes_a_panic() {
+        let r = std::panic::catch_unwind(|| {
+            map(vec![1u32, 2, 3, 4], |x| {
+                assert!(x != 3, "three");
+                x
+            })
+        });
+        assert!(r.is_err());
+    }
+}
