@@ -210,6 +210,17 @@ impl VramApp {
         app
     }
 
+    /// Runs the "make it fit" searches on a worker thread, as the app does (a test app runs
+    /// them on the calling thread): for timing frames while a search runs.
+    pub fn search_in_background(&mut self) {
+        self.derived.fit.blocking = false;
+    }
+
+    /// Whether a "make it fit" search is running on its worker thread.
+    pub fn search_running(&self) -> bool {
+        self.derived.fit.running()
+    }
+
     fn with_state(mut state: PlannerState, detected: Option<DetectedGpu>) -> VramApp {
         let derived = Derived::new(detected);
         if !derived.presets.iter().any(|p| p.id == state.preset_id)

@@ -379,6 +379,8 @@ impl Derived {
         let make = || {
             let mut req = vramlab_core::plan::fit::FitRequest::for_gpu(&gpu, budget.margin);
             req.budget = budget;
+            // One core is left to the frames drawn while the search runs.
+            req.threads = vramlab_core::par::threads().saturating_sub(1).max(1);
             req.speed = match vramlab_device::bench::profile::load(&gpu.name) {
                 Some(p) => vramlab_core::plan::fit::cost::Speed::measured(p),
                 None => vramlab_core::plan::fit::cost::Speed::catalog(&gpu),

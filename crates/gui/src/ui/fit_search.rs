@@ -15,8 +15,10 @@ use vramlab_core::plan::search::Budget;
 /// What a search answers, with its time in milliseconds.
 pub type FitResult = Result<(FitReport, f64), String>;
 
-/// How long the frame that starts a search waits for it (a short search then shows at once).
-const FIRST_WAIT: Duration = Duration::from_millis(40);
+/// How long the frame that starts a search waits for it (a short search then shows at once):
+/// short enough that the frame stays within 16 ms (60 Hz) while the batch slider is dragged
+/// and a search starts at each change (`frame_time_during_a_search`; it was 40 ms).
+const FIRST_WAIT: Duration = Duration::from_millis(6);
 
 #[derive(Debug, Clone, PartialEq)]
 struct Key {

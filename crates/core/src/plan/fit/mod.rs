@@ -50,6 +50,9 @@ pub struct FitRequest {
     pub top: usize,
     /// Plans (event generation + batch search) to run at most.
     pub max_plans: usize,
+    /// Threads the search plans on, its own included ([`crate::par::threads`] by default;
+    /// the GUI leaves a core to its frames). The answer is the same for any number.
+    pub threads: usize,
 }
 
 impl FitRequest {
@@ -65,6 +68,7 @@ impl FitRequest {
             speed: Speed::catalog(gpu),
             top: 10,
             max_plans: 160,
+            threads: crate::par::threads(),
         }
     }
 }
@@ -574,7 +578,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         user,
         req,
         Tuning {
-            width: crate::par::threads(),
+            width: req.threads.max(1),
             stop_early: true,
         },
     )
