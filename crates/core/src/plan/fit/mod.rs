@@ -303,6 +303,7 @@ impl<'a> Search<'a> {
             eff: self.eff,
             stop_early: self.tuning.stop_early,
             figures: false,
+            only_alive: false,
         }
     }
 
@@ -323,7 +324,7 @@ impl<'a> Search<'a> {
             self.twins.insert(twin_key(&knobs), pl.clone());
         }
         match outcome {
-            Outcome::Invalid | Outcome::TooMuchAccum => None,
+            Outcome::Invalid | Outcome::TooMuchAccum | Outcome::Alive => None,
             Outcome::Dead { closest } => {
                 // Evaluated when it could beat the closest miss known when it was planned;
                 // compared with the closest miss known now (at most that one).
@@ -425,6 +426,8 @@ struct Task<'a> {
     /// Whether a combination that fits gets its candidate figures where it is planned (on
     /// a worker): the passes whose plans become candidates.
     figures: bool,
+    /// Whether only dead or alive is asked (the seeds): no max-batch search, no micro-batch.
+    only_alive: bool,
 }
 
 impl Task<'_> {
@@ -447,6 +450,8 @@ enum Outcome {
     Dead { closest: Option<(Bytes, Bytes)> },
     /// It fits, but the effective batch needs more accumulation steps than a config allows.
     TooMuchAccum,
+    /// Micro-batch 1 fits (asked only whether it does: [`Task::only_alive`]).
+    Alive,
     Fits {
         micro: u64,
         max_micro: u64,
@@ -509,7 +514,15 @@ fn plan_one(
             }
         }
     };
-    let Some(max_micro) = max_batch(&planner, budget, t.eff)? else {
+    // A seed only tells dead from alive: whether micro-batch 1 fits, which is what the
+    // max-batch search answers `None` to (it reaches batch 1 only when every larger batch
+    // failed, or when the live bytes alone pass the cap, which makes batch 1 fail too).
+    let max_micro = if t.only_alive {
+        fits(&planner, budget, 1)?.then_some(1)
+    } else {
+        max_batch(&planner, budget, t.eff)?
+    };
+    let Some(max_micro) = max_micro else {
         // The closest miss, for the answer when nothing fits. The envelope plus the
         // context is a lower bound of nvidia-smi at micro-batch 1 (reserved ≥ allocated
         // ≥ the measured step's unrounded live bytes), so a plan that cannot beat the
@@ -534,6 +547,9 @@ fn plan_one(
         }
         return Ok(done(Outcome::Dead { closest: miss }, Some(planner), fresh));
     };
+    if t.only_alive {
+        return Ok(done(Outcome::Alive, Some(planner), fresh));
+    }
     // The user's micro-batch when it fits and divides the effective batch, else the
     // largest divisor of the effective batch that fits.
     let ub = t.user_cfg.batch;
@@ -830,6 +846,10 @@ impl window::Pass for SeedPass {
         false
     }
 
+    fn only_alive(&self) -> bool {
+        true
+    }
+
     fn planned(
         &mut self,
         _: &mut Search<'_>,
@@ -865,6 +885,10 @@ impl window::Pass for MainPass<'_> {
 
     fn candidates(&self) -> bool {
         true
+    }
+
+    fn only_alive(&self) -> bool {
+        false
     }
 
     fn skip(&mut self, s: &Search<'_>, i: usize, count: bool) -> bool {

@@ -27,6 +27,8 @@ pub(super) trait Pass {
     /// Whether a plan that fits becomes a candidate (its figures computed where it is
     /// planned).
     fn candidates(&self) -> bool;
+    /// Whether the pass only asks which of its entries are dead (the seeds).
+    fn only_alive(&self) -> bool;
     /// Entry `i` was planned (`Some` when it fits).
     fn planned(
         &mut self,
@@ -80,6 +82,7 @@ pub(super) fn run<'a: 'w, 'w>(
                     let closest = s.closest.map(|(smi, _, _)| smi);
                     let mut task = s.task();
                     task.figures = pass.candidates();
+                    task.only_alive = pass.only_alive();
                     plan_one(&task, &k, twin, closest)?
                 }
             };
@@ -109,6 +112,7 @@ fn plan_all<'a: 'w, 'w>(
         .collect();
     let mut task = s.task();
     task.figures = pass.candidates();
+    task.only_alive = pass.only_alive();
     workers
         .map(jobs, move |(k, twin)| plan_one(&task, &k, twin, closest))
         .into_iter()
