@@ -124,3 +124,57 @@ fn bench_deepspeed_needs_deepspeed_in_the_python() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The benchmarks a CI run can make without a GPU (`bench-plan`, `bench-fit`), once each at
+/// their smallest: they run and report what they measured, with the answer they timed. Times
+/// are printed, never compared (a shared CI machine is too noisy for that); the figures are
+/// quoted in docs/speed.md from runs made side by side.
+#[test]
+fn cpu_benchmarks_run_and_report() {
+    let (ok, out, err) = vramlab(&[
+        "bench-plan",
+        "--model",
+        "gpt2",
+        "--reps",
+        "2",
+        "--sweep-to",
+        "16",
+        "--json",
+    ]);
+    assert!(ok, "bench-plan failed: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("bench-plan --json");
+    assert!(v["events"].as_u64().is_some_and(|n| n > 1000), "{out}");
+    assert!(v["max_batch"].as_u64().is_some_and(|n| n >= 1), "{out}");
+    for key in ["plan_ms", "evaluate_ms", "sweep_and_max_batch_ms"] {
+        assert!(
+            v[key]["median"].as_f64().is_some_and(|ms| ms > 0.0),
+            "{key}: {out}"
+        );
+    }
+    println!("bench-plan gpt2: {out}");
+    let (ok, out, err) = vramlab(&[
+        "bench-fit",
+        "--model",
+        "gpt2",
+        "--size",
+        "256",
+        "--batch",
+        "4",
+        "--accum",
+        "1",
+        "--gpu",
+        "t4",
+        "--reps",
+        "1",
+        "--json",
+    ]);
+    assert!(ok, "bench-fit failed: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("bench-fit --json");
+    assert!(v["candidates"].as_u64().is_some_and(|n| n >= 1), "{out}");
+    assert!(v["planned"].as_u64().is_some_and(|n| n >= 1), "{out}");
+    assert!(
+        v["fit_ms"]["median"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{out}"
+    );
+    println!("bench-fit gpt2: {out}");
+}
