@@ -5,13 +5,16 @@
 //! The resolution itself is the core's ([`vramlab_core::answer::words`]), shared with the
 //! Python bindings; this file is the flags and where the core's remarks are printed.
 
-use anyhow::Result;
+use std::borrow::Cow;
+
+use anyhow::{Result, bail};
 use clap::Args;
 
-use vramlab_core::answer::words::{self, Remark, TrainWords};
+use vramlab_core::answer::words::{self, TrainWords};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::gpus::{self, Gpu};
+use vramlab_hub::Prequantized;
 
 /// Model and training settings shared by the planning commands.
 #[derive(Debug, Args, Clone)]
@@ -138,18 +141,7 @@ pub struct TrainArgs {
 /// The GPU planned for when `--gpu` is not given.
 pub const DEFAULT_GPU: &str = words::DEFAULT_GPU;
 
-/// Prints a note on standard error (an alias read as a canonical name, a fallback).
-pub(crate) fn note(text: &str) {
-    eprintln!("note: {text}");
-}
-
-/// Prints the core's remarks on standard error, as they are made.
-pub(crate) fn say(r: Remark) {
-    match r {
-        Remark::Note(n) => note(&n),
-        Remark::Warning(w) => eprintln!("warning: {w}"),
-    }
-}
+pub(crate) use super::stderr::{note, say};
 
 /// `--batch`: a whole number of samples of at least 1, explained when it is not.
 pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
@@ -249,7 +241,7 @@ impl TrainArgs {
             return Ok((self.words(), None));
         }
         let s = super::model_source::load(name)?;
-        let t = super::model_source::as_stored(self, s.prequantized.as_ref(), name)?;
+        let t = as_stored(self, s.prequantized.as_ref(), name)?;
         let mut w = t.words();
         w.preloaded = Some(Box::new(s.preset));
         Ok((w, s.hub_repo))
@@ -258,5 +250,54 @@ impl TrainArgs {
     /// The GPU and the budget on it (`--gpu`, `--margin`).
     pub(crate) fn budget(&self) -> Result<(Gpu, vramlab_core::plan::search::Budget)> {
         Ok(self.words().budget(&detect_gpu, &mut say)?)
+    }
+}
+
+/// The flags with a pre-quantized checkpoint planned as it is stored: a bitsandbytes 4-bit
+/// or 8-bit base is QLoRA's base (`--finetune qlora --quant …`), the only way such a base
+/// trains; other methods are not modelled, said on standard error.
+fn as_stored<'a>(
+    t: &'a TrainArgs,
+    q: Option<&Prequantized>,
+    model: &str,
+) -> Result<Cow<'a, TrainArgs>> {
+    let Some(q) = q else {
+        return Ok(Cow::Borrowed(t));
+    };
+    let Some((quant, double)) = q.qlora_base() else {
+        note(&format!(
+            "--model {model}: quantization_config says the checkpoint is pre-quantized ({q}); \
+             that storage is not modelled: the plan holds unquantized weights in the dtype \
+             --precision gives"
+        ));
+        return Ok(Cow::Borrowed(t));
+    };
+    let quant = quant.as_str();
+    match t.finetune.as_deref() {
+        None => {
+            let mut planned = t.clone();
+            planned.finetune = Some("qlora".to_string());
+            planned.quant = Some(quant.to_string());
+            planned.no_double_quant = !double;
+            note(&format!(
+                "--model {model}: the checkpoint is pre-quantized ({q}); planned as stored: \
+                 --finetune qlora --quant {quant}{} (adapters on the quantized base)",
+                if double { "" } else { " --no-double-quant" }
+            ));
+            Ok(Cow::Owned(planned))
+        }
+        Some("qlora") => {
+            if t.quant.as_deref().is_some_and(|given| given != quant) {
+                note(&format!(
+                    "--model {model}: the checkpoint stores {q}; planning the --quant given"
+                ));
+            }
+            Ok(Cow::Borrowed(t))
+        }
+        Some(other) => bail!(
+            "--finetune {other}: --model {model} is pre-quantized ({q}): its base weights stay \
+             quantized and cannot train as {other}; plan it with --finetune qlora (LoRA \
+             adapters on the quantized base), or use the unquantized checkpoint"
+        ),
     }
 }

@@ -14,6 +14,7 @@ mod max_batch;
 mod model_source;
 mod plan_bench;
 mod plan_text;
+mod stderr;
 
 use std::io::Write;
 

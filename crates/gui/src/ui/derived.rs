@@ -29,8 +29,7 @@ const SWEEP_EVENT_BUDGET: u64 = 300_000;
 pub fn sweep_points(events: usize) -> u64 {
     (SWEEP_EVENT_BUDGET / (events as u64).max(1)).clamp(MIN_SWEEP_POINTS, SWEEP_POINTS)
 }
-/// Most points drawn for the step timeline (min/max decimation keeps the spikes).
-pub const TIMELINE_POINTS: usize = 2400;
+pub use super::inference::TIMELINE_POINTS;
 
 /// Where the target GPU comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,9 @@ use vramlab_core::plan::inference::setting::parse_dtype;
 use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::search::Budget;
 
-use super::derived::TIMELINE_POINTS;
+/// Most points drawn for a step timeline, training's and inference's (min/max decimation
+/// keeps the spikes).
+pub const TIMELINE_POINTS: usize = 2400;
 
 /// Training steps or inference calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::model::preset::find_builtin;
+use crate::plan::Planner;
 use crate::plan::config::{Optimizer, Precision};
 use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
 use crate::plan::finetune_mode::FineTuneMode;

@@ -13,7 +13,7 @@
 //! only shrinks, and [`super::Search::record`] compares with the one known when recording.
 
 use super::axes::Knobs;
-use super::{Fitting, Planned, Search, plan_one};
+use super::search::{Fitting, Planned, Search, plan_one};
 use crate::par::Workers;
 use crate::plan::PlanError;
 
