@@ -206,14 +206,16 @@ impl VramApp {
         app.detector = Box::new(move || detected.clone());
         // What tests draw must not depend on a worker thread's timing.
         app.derived.fit.blocking = true;
+        app.derived.sweep.blocking = true;
         app.hub_blocking = true;
         app
     }
 
-    /// Runs the "make it fit" searches on a worker thread, as the app does (a test app runs
-    /// them on the calling thread): for timing frames while a search runs.
+    /// Runs the "make it fit" searches and the memory-versus-batch curve on worker threads,
+    /// as the app does (a test app runs them on the calling thread): for timing frames.
     pub fn search_in_background(&mut self) {
         self.derived.fit.blocking = false;
+        self.derived.sweep.blocking = false;
     }
 
     /// Whether a "make it fit" search is running on its worker thread.
@@ -840,6 +842,10 @@ impl VramApp {
         if self.derived.fit.on_done.is_none() {
             let c = ctx.clone();
             self.derived.fit.on_done = Some(std::sync::Arc::new(move || c.request_repaint()));
+        }
+        if self.derived.sweep.on_done.is_none() {
+            let c = ctx.clone();
+            self.derived.sweep.on_done = Some(std::sync::Arc::new(move || c.request_repaint()));
         }
         let inference = self.state.mode == crate::ui::inference::PlannerMode::Inference;
         if !inference {

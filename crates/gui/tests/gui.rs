@@ -742,6 +742,14 @@ fn frame_times(
         h.step();
         ms.push(start.elapsed().as_secs_f64() * 1000.0);
     }
+    if std::env::var_os("VRAMLAB_SLOW_FRAMES").is_some() {
+        let mut worst: Vec<(f64, u64)> = ms.iter().copied().zip(0..).collect();
+        worst.sort_by(|a, b| b.0.total_cmp(&a.0));
+        println!(
+            "slowest frames (ms, frame): {:?}",
+            &worst[..worst.len().min(8)]
+        );
+    }
     ms.sort_by(f64::total_cmp);
     let at = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
     (at(0.5), at(0.99), at(1.0))

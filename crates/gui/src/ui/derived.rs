@@ -8,7 +8,7 @@ use vramlab_core::answer::remedy_planners::RemedyPlanners;
 use vramlab_core::answer::report::ReportParts;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::builtin_presets;
-use vramlab_core::plan::search::{Budget, SweepPoint, max_batch, sweep};
+use vramlab_core::plan::search::{Budget, SweepPoint, max_batch};
 use vramlab_core::plan::{Phase, PlanError, Planner, TimelinePoint, gpus};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::DetectedGpu;
@@ -90,7 +90,8 @@ pub struct Derived {
     /// Bumped on every planner rebuild; keys the caches below.
     generation: u64,
     max_batch: Option<((u64, Budget), MaxBatch)>,
-    sweep: Option<((u64, u64), Vec<SweepPoint>)>,
+    /// The memory-versus-batch curve, computed on a worker ([`super::sweep_job`]).
+    pub sweep: super::sweep_job::SweepJob,
     answer: Option<((u64, u64, Budget), AnswerResult)>,
     /// Planners of the remedy configs, per planner generation: a batch change then only
     /// re-evaluates them.
@@ -259,7 +260,7 @@ impl Derived {
             blocks: None,
             generation: 0,
             max_batch: None,
-            sweep: None,
+            sweep: Default::default(),
             answer: None,
             remedy_planners: None,
             target,
@@ -324,10 +325,9 @@ impl Derived {
             .as_ref()
             .and_then(|(_, m)| m.as_ref().ok().copied().flatten());
         let top = sweep_top(max, state.config.batch);
-        if self.sweep.as_ref().map(|(k, _)| *k) != Some((gen_, top)) {
-            let points = sweep_points(planner.events.events.len());
-            self.sweep = Some(((gen_, top), sweep(planner, sweep_batches(top, points))));
-        }
+        let points = sweep_points(planner.events.events.len());
+        self.sweep
+            .ensure((gen_, top), planner, sweep_batches(top, points));
 
         let batch = state.config.batch;
         if self.remedy_planners.as_ref().map(|(g, _)| *g) != Some(gen_) {
@@ -444,9 +444,9 @@ impl Derived {
 
     /// The memory-vs-batch curve points.
     pub fn sweep(&self) -> &[SweepPoint] {
-        match (&self.sweep, self.planner()) {
-            (Some((_, s)), Some(_)) => s,
-            _ => &[],
+        match self.planner() {
+            Some(_) => self.sweep.points(self.generation),
+            None => &[],
         }
     }
 

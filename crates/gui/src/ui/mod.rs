@@ -25,6 +25,7 @@ pub mod remedies;
 pub mod run;
 pub mod state;
 pub mod style;
+pub mod sweep_job;
 pub mod tips;
 
 use vramlab_core::export::Format;
