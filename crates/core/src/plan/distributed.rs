@@ -2,8 +2,8 @@
 //! data-parallel strategy (DDP, ZeRO-1/2/3, FSDP2), CPU offload, FSDP2's
 //! `reshard_after_forward` and `MixedPrecisionPolicy`, and the communication bucket sizes.
 //! [`super::TrainConfig::distributed`] carries it; absent means one GPU. What each strategy
-//! costs one rank is [`DistPlan`]'s: which parts of the model states this rank holds (a
-//! [`Shard`] each) and the collective buffers the simulator adds.
+//! costs one rank is [`Shards`]': which parts of the model states this rank holds (a
+//! [`super::policy::Shard`] each) and the collective buffers the simulator adds.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

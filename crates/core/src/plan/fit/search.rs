@@ -41,7 +41,7 @@ pub(super) struct Search<'a> {
     /// compares).
     pub(super) closest: Option<(Bytes, Knobs, Bytes)>,
     /// Planners whose allocator twin (the same knobs, the other `expandable` setting) has
-    /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::planner`]).
+    /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::take_twin`]).
     pub(super) twins: HashMap<Knobs, Planner>,
     pub(super) tuning: Tuning,
 }
@@ -480,7 +480,7 @@ pub(super) fn plan_one(
     Ok(done(outcome, Some(planner), fresh))
 }
 
-/// How the search gets its answer, not what the answer is: [`fit`] gives the same report
+/// How the search gets its answer, not what the answer is: [`super::fit`] gives the same report
 /// under every tuning (tested).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Tuning {

@@ -10,7 +10,8 @@
 //! thread would never have made it. What a skip depends on only grows (the dead, the
 //! accepted candidates, the plans counted), so a combination skipped before the window is
 //! still skipped after it; a plan depends on the search only through the closest miss, which
-//! only shrinks, and [`super::Search::record`] compares with the one known when recording.
+//! only shrinks, and [`super::search::Search::record`] compares with the one known when
+//! recording.
 
 use super::axes::Knobs;
 use super::search::{Fitting, Planned, Search, plan_one};
