@@ -128,8 +128,7 @@ impl PlanStart {
     pub fn finish(&self) -> Result<PlanReport, PlanError> {
         let cfg = self.config;
         let max = max_batch(&self.planner, self.budget, MAX_BATCH)?;
-        let remedies =
-            RemedyPlanners::new(&self.preset, &cfg).evaluate(&cfg, &self.plan, self.budget)?;
+        let remedies = RemedyPlanners::plan_once(&self.preset, &cfg, &self.plan, self.budget)?;
         let mut report = PlanReport::with_verdict(
             ReportParts {
                 planner: &self.planner,
