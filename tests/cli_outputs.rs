@@ -6,46 +6,60 @@
 
 use std::process::Command;
 
+/// The recorded cases of `tests/data/<dir>/cases.jsonl`: (name, arguments, the recording).
+fn cases(dir: &str) -> Vec<(String, Vec<String>, serde_json::Value)> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/tests/data/{dir}/cases.jsonl"))
+        .expect("cases.jsonl");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let case: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let name = case["name"].as_str().expect("name").to_string();
+            let args = case["args"]
+                .as_array()
+                .expect("args")
+                .iter()
+                .map(|a| a.as_str().expect("an argument").to_string())
+                .collect();
+            (name, args, case)
+        })
+        .collect()
+}
+
+/// Runs `vramlab ARGS [EXTRA]` and asserts its standard output, standard error and exit
+/// status are `expected`'s (`stdout`, `stderr`, `status`); `what` names the case.
+fn assert_prints(args: &[String], extra: Option<&str>, expected: &serde_json::Value, what: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .args(extra)
+        .output()
+        .expect("run vramlab");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        expected["stdout"].as_str().expect("stdout"),
+        "{what}: stdout differs"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        expected["stderr"].as_str().expect("stderr"),
+        "{what}: stderr differs"
+    );
+    assert_eq!(
+        i64::from(out.status.code().unwrap_or(-1)),
+        expected["status"].as_i64().expect("status"),
+        "{what}: exit status differs; stderr {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn plan_outputs_are_unchanged() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/tests/data/cli_outputs/cases.jsonl"))
-        .expect("cases.jsonl");
     let mut checked = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let case: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
-        let name = case["name"].as_str().expect("name");
-        let args: Vec<&str> = case["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .map(|a| a.as_str().expect("an argument"))
-            .collect();
+    for (name, args, case) in cases("cli_outputs") {
         for (kind, extra) in [("text", None), ("json", Some("--json"))] {
-            let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
-                .current_dir(root)
-                .args(&args)
-                .args(extra)
-                .output()
-                .expect("run vramlab");
-            let expected = &case[kind];
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(
-                stdout,
-                expected["stdout"].as_str().expect("stdout"),
-                "{name} ({kind}): stdout differs"
-            );
-            assert_eq!(
-                String::from_utf8_lossy(&out.stderr),
-                expected["stderr"].as_str().expect("stderr"),
-                "{name} ({kind}): stderr differs"
-            );
-            assert_eq!(
-                i64::from(out.status.code().unwrap_or(-1)),
-                expected["status"].as_i64().expect("status"),
-                "{name} ({kind}): exit status differs; stderr {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_prints(&args, extra, &case[kind], &format!("{name} ({kind})"));
             checked += 1;
         }
     }
@@ -57,40 +71,9 @@ fn plan_outputs_are_unchanged() {
 /// (`tests/data/fit_outputs/capture.sh`): speed without changed answers.
 #[test]
 fn fit_outputs_are_unchanged() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/tests/data/fit_outputs/cases.jsonl"))
-        .expect("cases.jsonl");
     let mut checked = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let case: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
-        let name = case["name"].as_str().expect("name");
-        let args: Vec<&str> = case["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .map(|a| a.as_str().expect("an argument"))
-            .collect();
-        let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
-            .current_dir(root)
-            .args(&args)
-            .arg("--json")
-            .output()
-            .expect("run vramlab");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            case["stdout"].as_str().expect("stdout"),
-            "{name}: stdout differs"
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stderr),
-            case["stderr"].as_str().expect("stderr"),
-            "{name}: stderr differs"
-        );
-        assert_eq!(
-            i64::from(out.status.code().unwrap_or(-1)),
-            case["status"].as_i64().expect("status"),
-            "{name}: exit status differs"
-        );
+    for (name, args, case) in cases("fit_outputs") {
+        assert_prints(&args, Some("--json"), &case, &name);
         checked += 1;
     }
     assert_eq!(checked, 17, "every case");

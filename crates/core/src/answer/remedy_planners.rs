@@ -70,43 +70,4 @@ impl RemedyPlanners {
         remedies::order(&mut list);
         Ok(list)
     }
-
-    /// [`RemedyPlanners::new`] then [`RemedyPlanners::evaluate`] for a configuration planned
-    /// once (the CLI's `plan`): each remedy built and evaluated by the same thread, so that a
-    /// thread's memory is reused between the two (a thread that only evaluates what another
-    /// built starts cold). The same remedies in the same order.
-    pub fn plan_once(
-        preset: &Preset,
-        cfg: &TrainConfig,
-        plan: &Plan,
-        budget: Budget,
-    ) -> Result<Vec<Remedy>, PlanError> {
-        let captured = matches!(preset.spec, ModelSpec::Captured(_));
-        let planned = crate::par::map(
-            remedies::candidates(cfg, preset.input.is_tokens()),
-            |(name, description, rc)| {
-                // The batch does not change the events (`Planner::new` ignores it).
-                let planner = match Planner::new(preset, &rc) {
-                    Ok(p) => p,
-                    Err(_) if captured => return None,
-                    Err(e) => return Some(Err(e)),
-                };
-                Some(remedies::evaluate(
-                    name,
-                    description,
-                    rc,
-                    &planner,
-                    plan.peak_allocated_bytes,
-                    plan.nvidia_smi_bytes,
-                    budget,
-                ))
-            },
-        );
-        let mut list = planned
-            .into_iter()
-            .flatten()
-            .collect::<Result<Vec<_>, _>>()?;
-        remedies::order(&mut list);
-        Ok(list)
-    }
 }

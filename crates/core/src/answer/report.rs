@@ -6,12 +6,11 @@
 
 use super::next_step::{FitSuggestion, NextStep};
 use super::per_rank::PerRank;
-use super::remedy_planners::RemedyPlanners;
 use super::verdict::Verdict;
 use super::warnings;
 use crate::model::Preset;
 use crate::plan::config::MAX_BATCH;
-use crate::plan::remedies::Remedy;
+use crate::plan::remedies::{self, Remedy};
 use crate::plan::search::{Budget, max_batch};
 use crate::plan::{Gpu, Plan, PlanError, Planner, TrainConfig};
 
@@ -128,7 +127,15 @@ impl PlanStart {
     pub fn finish(&self) -> Result<PlanReport, PlanError> {
         let cfg = self.config;
         let max = max_batch(&self.planner, self.budget, MAX_BATCH)?;
-        let remedies = RemedyPlanners::plan_once(&self.preset, &cfg, &self.plan, self.budget)?;
+        // Each remedy built and evaluated by the same thread: a thread's memory is reused
+        // between the two (a thread that only evaluates what another built starts cold).
+        let remedies = remedies::remedies_against(
+            &self.preset,
+            &cfg,
+            self.plan.peak_allocated_bytes,
+            self.plan.nvidia_smi_bytes,
+            self.budget,
+        )?;
         let mut report = PlanReport::with_verdict(
             ReportParts {
                 planner: &self.planner,

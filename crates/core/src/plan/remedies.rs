@@ -242,6 +242,18 @@ pub fn remedies(
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
     let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
+    remedies_against(preset, cfg, base.allocated, base.nvidia_smi, budget)
+}
+
+/// [`remedies`] against the peaks of `cfg`'s plan when they are known (`base_allocated`,
+/// `base_nvidia_smi`): each remedy built and evaluated by the same thread.
+pub fn remedies_against(
+    preset: &Preset,
+    cfg: &TrainConfig,
+    base_allocated: Bytes,
+    base_nvidia_smi: Bytes,
+    budget: Budget,
+) -> Result<Vec<Remedy>, PlanError> {
     // Each remedy is planned on its own core ([`crate::par`]), in the candidates' order.
     let planned = crate::par::map(
         candidates(cfg, preset.input.is_tokens()),
@@ -259,8 +271,8 @@ pub fn remedies(
                 description,
                 c,
                 &planner,
-                base.allocated,
-                base.nvidia_smi,
+                base_allocated,
+                base_nvidia_smi,
                 budget,
             ))
         },

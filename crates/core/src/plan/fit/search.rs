@@ -182,12 +182,16 @@ impl<'a> Search<'a> {
     /// Plans `k` on this thread: `None` when micro-batch 1 does not fit (recorded as dead).
     pub(super) fn plan(&mut self, k: &Knobs) -> Result<Option<Fitting>, PlanError> {
         let twin = self.take_twin(k);
-        let closest = self.closest.map(|(smi, _, _)| smi);
-        let planned = plan_one(&self.task(), k, twin, closest)?;
+        let planned = plan_one(&self.task(), k, twin, self.closest_smi())?;
         Ok(self.record(planned))
     }
 
     /// What [`plan_one`] needs of the search (shared with the threads of [`super::window`]).
+    /// The closest miss's nvidia-smi at micro-batch 1, what [`plan_one`] compares with.
+    pub(super) fn closest_smi(&self) -> Option<Bytes> {
+        self.closest.map(|(smi, _, _)| smi)
+    }
+
     pub(super) fn task(&self) -> Task<'a> {
         Task {
             preset: self.preset,

@@ -14,7 +14,7 @@
 //! recording.
 
 use super::axes::Knobs;
-use super::search::{Fitting, Planned, Search, plan_one};
+use super::search::{Fitting, Planned, Search, Task, plan_one};
 use crate::par::Workers;
 use crate::plan::PlanError;
 
@@ -80,11 +80,7 @@ pub(super) fn run<'a: 'w, 'w>(
                 None => {
                     let k = pass.knobs(j);
                     let twin = s.take_twin(&k);
-                    let closest = s.closest.map(|(smi, _, _)| smi);
-                    let mut task = s.task();
-                    task.figures = pass.candidates();
-                    task.only_alive = pass.only_alive();
-                    plan_one(&task, &k, twin, closest)?
+                    plan_one(&task(s, pass), &k, twin, s.closest_smi())?
                 }
             };
             let f = s.record(planned);
@@ -103,7 +99,7 @@ fn plan_all<'a: 'w, 'w>(
     ahead: &[usize],
     workers: &Workers<'w>,
 ) -> Result<Vec<Planned>, PlanError> {
-    let closest = s.closest.map(|(smi, _, _)| smi);
+    let closest = s.closest_smi();
     let jobs: Vec<_> = ahead
         .iter()
         .map(|&j| {
@@ -111,11 +107,17 @@ fn plan_all<'a: 'w, 'w>(
             (k, s.take_twin(&k))
         })
         .collect();
-    let mut task = s.task();
-    task.figures = pass.candidates();
-    task.only_alive = pass.only_alive();
+    let task = task(s, pass);
     workers
         .map(jobs, move |(k, twin)| plan_one(&task, &k, twin, closest))
         .into_iter()
         .collect()
+}
+
+/// What planning one of `pass`'s entries needs of the search.
+fn task<'a>(s: &Search<'a>, pass: &dyn Pass) -> Task<'a> {
+    let mut task = s.task();
+    task.figures = pass.candidates();
+    task.only_alive = pass.only_alive();
+    task
 }
