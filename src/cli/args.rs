@@ -13,7 +13,7 @@ use clap::Args;
 use vramlab_core::answer::words::{self, TrainWords};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::TrainConfig;
-use vramlab_core::plan::gpus::{self, Gpu};
+use vramlab_core::plan::gpus::Gpu;
 use vramlab_hub::Prequantized;
 
 /// Model and training settings shared by the planning commands.
@@ -179,7 +179,8 @@ pub(crate) fn find_gpu(id: &str) -> Result<(Gpu, bool)> {
 /// The first GPU NVML sees, with the driver's idle reservation from the catalog.
 #[cfg(feature = "app")]
 pub(crate) fn detect_gpu() -> Option<Gpu> {
-    vramlab_device::gpu::detect().map(|d| Gpu::detected(&d.name, d.total, &gpus::catalog()))
+    vramlab_device::gpu::detect()
+        .map(|d| Gpu::detected(&d.name, d.total, &vramlab_core::plan::gpus::catalog()))
 }
 
 #[cfg(not(feature = "app"))]
