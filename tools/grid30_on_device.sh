@@ -43,10 +43,19 @@ cat tools/grid30_configs.jsonl tools/grid30_untouched_configs.jsonl \
     | "$PY" -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
-rows.sort(key=lambda r: (-r["estimate_gb"], r["grid_id"]))  # the big ones first, dealt round-robin
-for i, r in enumerate(rows):
-    r = {k: v for k, v in r.items() if k not in ("estimate_gb", "model_type")}
-    open(sys.argv[1] + f"/shard{i % 3}.jsonl", "a").write(json.dumps(r) + "\n")
+# Three shards run at once on one GPU: the rows estimated over 35 GB all go to shard 0 (one at
+# a time), so three running rows never sum past ~125 GB of the H200 (~143 GB); the rest are dealt
+# to the lightest shard, biggest first (longest-processing-time order).
+rows.sort(key=lambda r: (-r["estimate_gb"], r["grid_id"]))
+load, shards = [0.0, 0.0, 0.0], [[], [], []]
+for r in rows:
+    k = 0 if r["estimate_gb"] > 35 else min((1, 2, 0), key=lambda j: load[j])
+    load[k] += r["estimate_gb"]
+    shards[k].append({k2: v for k2, v in r.items() if k2 not in ("estimate_gb", "model_type")})
+for k in range(3):
+    with open(sys.argv[1] + f"/shard{k}.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in shards[k])
+    print("shard", k, len(shards[k]), "rows,", round(load[k]), "GB-rows", file=sys.stderr)
 ' "$SH"
 for s in 0 1 2; do
     timeout -k 5 "$LIMIT" "$PY" crates/device/runners/torch_runner.py measure "$SH/shard$s.jsonl" > "$SH/out$s.jsonl" 2> "$OUT/shard$s.log" &
