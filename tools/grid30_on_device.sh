@@ -38,41 +38,12 @@ for p in sorted({r["model"] for r in rows}):
                       "params": sum(x.numel() for x in m.parameters()),
                       "transformers": transformers.__version__, "torch": torch.__version__}))
 PYEOF
-SH=$(mktemp -d)
-cat tools/grid30_configs.jsonl tools/grid30_untouched_configs.jsonl \
-    | "$PY" -c '
-import json, sys
-rows = [json.loads(l) for l in sys.stdin if l.strip()]
-# Three shards run at once on one GPU: the rows estimated over 35 GB all go to shard 0 (one at
-# a time), so three running rows never sum past ~125 GB of the H200 (~143 GB); the rest are dealt
-# to the lightest shard, biggest first (longest-processing-time order).
-rows.sort(key=lambda r: (-r["estimate_gb"], r["grid_id"]))
-load, shards = [0.0, 0.0, 0.0], [[], [], []]
-for r in rows:
-    k = 0 if r["estimate_gb"] > 35 else min((1, 2, 0), key=lambda j: load[j])
-    load[k] += r["estimate_gb"]
-    shards[k].append({k2: v for k2, v in r.items() if k2 not in ("estimate_gb", "model_type")})
-for k in range(3):
-    with open(sys.argv[1] + f"/shard{k}.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in shards[k])
-    print("shard", k, len(shards[k]), "rows,", round(load[k]), "GB-rows", file=sys.stderr)
-' "$SH"
-for s in 0 1 2; do
-    timeout -k 5 "$LIMIT" "$PY" crates/device/runners/torch_runner.py measure "$SH/shard$s.jsonl" > "$SH/out$s.jsonl" 2> "$OUT/shard$s.log" &
-done
-wait
-cat "$SH"/out*.jsonl | "$PY" -c '
-import json, sys
-out = {"fit": open(sys.argv[1] + "/grid30_fit.jsonl", "w"), "untouched": open(sys.argv[1] + "/grid30_untouched.jsonl", "w")}
-n = {"fit": 0, "untouched": 0}
-for l in sys.stdin:
-    if l.strip():
-        r = json.loads(l)
-        s = r.get("split", "fit")
-        out[s].write(l if l.endswith("\n") else l + "\n")
-        n[s] += 1
-print("rows", n, "of 40 fit / 20 untouched")
-' "$OUT"
+# One process per row, several at once under a memory budget (tools/grid_sched.py), biggest
+# rows first; rows already in tests/data/grid30/ (an earlier call) are skipped, and a call cut
+# short keeps the rows it finished.
+"$PY" tools/grid_sched.py "$OUT" tools/grid30_configs.jsonl tools/grid30_untouched_configs.jsonl \
+    --prefix grid30 --deadline "$LIMIT" --par "${PAR:-3}" \
+    --skip tests/data/grid30/grid30_fit.jsonl tests/data/grid30/grid30_untouched.jsonl 2> "$OUT/sched.log"
 echo "grid30 done in $(( $(date +%s) - S ))s"
 # one archive: the device tool brings back a bounded number of files
 tar czf "$OUT/all.tgz" -C "$OUT" --exclude all.tgz . && find "$OUT" -type f ! -name all.tgz -delete
