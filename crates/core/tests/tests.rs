@@ -12,6 +12,7 @@ mod error_bands;
 mod exports;
 mod grid26;
 mod grid26b;
+mod grid30;
 mod inference;
 mod invariants;
 mod maxbatch;
