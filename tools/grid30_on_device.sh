@@ -46,4 +46,6 @@ PYEOF
     --skip tests/data/grid30/grid30_fit.jsonl tests/data/grid30/grid30_untouched.jsonl 2> "$OUT/sched.log"
 echo "grid30 done in $(( $(date +%s) - S ))s"
 # one archive: the device tool brings back a bounded number of files
-tar czf "$OUT/all.tgz" -C "$OUT" --exclude all.tgz . && find "$OUT" -type f ! -name all.tgz -delete
+# (archived outside OUT, then moved in: a tar of the folder it writes into fails "file changed")
+ARC=$(mktemp -u /tmp/all.XXXX.tgz)
+tar czf "$ARC" -C "$OUT" . ; find "$OUT" -mindepth 1 -delete ; mv "$ARC" "$OUT/all.tgz"

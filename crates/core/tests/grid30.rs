@@ -80,3 +80,35 @@ fn grid30_fit_rows_are_within_issue_30s_targets() {
         assert!(rm <= 4.0, "{t}: reserved median {rm:.2}");
     }
 }
+
+#[test]
+#[ignore = "debug"]
+fn grid30_debug_rows() {
+    use vramlab_core::plan::Planner;
+    use vramlab_core::validate::model_file;
+    for m in rows("grid30/grid30_fit.jsonl") {
+        let id = std::env::var("ROWS").unwrap_or_default();
+        if !id.split(',').any(|i| {
+            m.model.contains(i)
+                && m.describe()
+                    .contains(&std::env::var("PREC").unwrap_or_default())
+        }) {
+            continue;
+        }
+        let preset = model_file(&m.model).expect("model");
+        let cfg = m.config().expect("cfg");
+        let p = Planner::new(&preset, &cfg).expect("planner");
+        let plan = p.plan(m.batch).expect("plan");
+        println!(
+            "{} {}: peak {} at {:?} {}",
+            m.model,
+            m.describe(),
+            plan.peak_allocated_bytes.0,
+            plan.peak_phase,
+            plan.peak_layer
+        );
+        for s in &plan.breakdown {
+            println!("   {:<20} {:<30} {}", s.category, s.label, s.bytes.0);
+        }
+    }
+}

@@ -653,10 +653,12 @@ pub fn rule(
             kv_heads,
             head_dim,
             seq,
-            ..
+            dropout,
         } if heads != kv_heads && !amp && in0 == DType::F32 => {
             // Math fallback (`_scaled_dot_product_attention_math`): q·√scale, k repeated
-            // then ·√scale, v repeated, and the softmax probabilities are saved.
+            // then ·√scale, v repeated, and the softmax probabilities are saved; with
+            // `dropout_p > 0` `at::dropout` (training) runs `native_dropout`, whose bool mask
+            // is saved by its backward and whose output by the matmul with v.
             let qkv = heads * seq * head_dim;
             let probs = heads * seq * seq;
             let mut r = Rule::new(DType::F32);
@@ -664,8 +666,15 @@ pub fn rule(
             r.extras.push(extra(qkv, DType::F32));
             r.extras.push(extra(qkv, DType::F32));
             r.extras.push(extra(probs, DType::F32));
+            if *dropout > 0.0 {
+                r.extras.push(extra(probs, DType::Bool));
+                r.extras.push(extra(probs, DType::F32));
+            }
             r.extras.push(temp(qkv, DType::F32));
-            r.bwd_transient = 2 * probs;
+            // Backward: the probabilities' gradient, then softmax's beside it (dropout's
+            // output is released once the matmul's backward has run, before dropout's
+            // gradient is made), so one score-sized gradient more than what is saved.
+            r.bwd_transient = if *dropout > 0.0 { probs } else { 2 * probs };
             r
         }
         // The fused kernels; with a float mask that does not train (T5 cross-attention's
