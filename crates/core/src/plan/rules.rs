@@ -573,6 +573,11 @@ pub fn rule(
                 r.extras.push(temp(in_elems(0), DType::F32));
             }
             r.saves_output = true;
+            // CUDA's `softmax_backward_cuda_out` (PyTorch SoftMax.cu) computes
+            // `Tensor tmp = grad * output;` before the kernel: one more output-sized tensor
+            // beside the gradients (the per-op trace tests/data/t5_sdpa_ops.jsonl shows it as
+            // `_softmax_backward_data`'s hidden allocation, one score matrix).
+            r.bwd_transient = out_elems;
             r
         }
         Op::QuantLinear {
@@ -671,10 +676,11 @@ pub fn rule(
                 r.extras.push(extra(probs, DType::F32));
             }
             r.extras.push(temp(qkv, DType::F32));
-            // Backward: the probabilities' gradient, then softmax's beside it (dropout's
-            // output is released once the matmul's backward has run, before dropout's
-            // gradient is made), so one score-sized gradient more than what is saved.
-            r.bwd_transient = if *dropout > 0.0 { probs } else { 2 * probs };
+            // Backward, at `_safe_softmax`'s (`_softmax_backward_data`): the saved
+            // probabilities, their gradient, CUDA's `tmp = grad * output` and the scores'
+            // gradient — four score matrices (dropout's mask and output are released by then:
+            // with dropout two of the four are counted among the saved tensors).
+            r.bwd_transient = if *dropout > 0.0 { 2 * probs } else { 3 * probs };
             r
         }
         // The fused kernels; with a float mask that does not train (T5 cross-attention's
