@@ -380,3 +380,64 @@ fn saved_tensors_equal_a_torch_forward() {
     }
     assert!(n >= 3);
 }
+
+/// A row's setting read with its serde name (`"amp-bf16"`, `"sdpa"`, `"trainer"`).
+fn field<T: serde::de::DeserializeOwned>(row: &serde_json::Value, key: &str) -> T {
+    serde_json::from_value(row[key].clone()).unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+/// The pre-registered device grid (`tools/make_grid30_bart.py`, not measured yet) imports
+/// and plans row by row: 12 rows, a third of them untouched, every precision, both
+/// attentions, both loop shapes, checkpointing on and off.
+#[test]
+fn device_grid_rows_plan() {
+    let root = crate::data("..").join("..");
+    let mut rows = Vec::new();
+    for (file, split) in [
+        ("grid30_bart_configs.jsonl", "fit"),
+        ("grid30_bart_untouched_configs.jsonl", "untouched"),
+    ] {
+        let text = std::fs::read_to_string(root.join("tools").join(file)).expect(file);
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let r: serde_json::Value = serde_json::from_str(line).expect("row");
+            assert_eq!(r["split"], split);
+            rows.push(r);
+        }
+    }
+    assert_eq!(rows.len(), 12);
+    assert_eq!(rows.iter().filter(|r| r["split"] == "untouched").count(), 4);
+    let keys = |k: &str| -> BTreeSet<String> { rows.iter().map(|r| r[k].to_string()).collect() };
+    assert_eq!(keys("precision").len(), 3);
+    assert_eq!(keys("attention").len(), 2);
+    assert_eq!(keys("loop").len(), 2);
+    assert_eq!(keys("checkpointing").len(), 2);
+    assert_eq!(keys("model").len(), 3);
+    for r in &rows {
+        let model = r["model"].as_str().expect("model");
+        let text = std::fs::read_to_string(root.join(model)).expect(model);
+        let preset = hf::from_config_text(&text, model).expect("import");
+        assert_eq!(hf::family_label(&preset), "bart");
+        let u = |k: &str| r[k].as_u64().expect(k);
+        let cfg = TrainConfig {
+            batch: u("batch"),
+            size: Some(u("seq")),
+            target_seq: Some(u("target_seq")),
+            precision: field(r, "precision"),
+            attention: field(r, "attention"),
+            loop_shape: field(r, "loop"),
+            checkpointing: r["checkpointing"].as_bool().expect("checkpointing"),
+            ..TrainConfig::default()
+        };
+        let peak = Planner::new(&preset, &cfg)
+            .and_then(|p| p.peaks(cfg.batch))
+            .unwrap_or_else(|e| panic!("{}: {e}", r["grid_id"]))
+            .allocated
+            .0;
+        let estimate = r["estimate_gb"].as_f64().expect("estimate") * 1e9;
+        assert!(
+            (peak as f64) < 35e9 && (peak as f64) < 2.0 * estimate,
+            "{}: planned {peak} B, estimated {estimate} B",
+            r["grid_id"]
+        );
+    }
+}
