@@ -441,3 +441,16 @@ fn device_grid_rows_plan() {
         );
     }
 }
+
+/// A bart config with only the generic keys (`hidden_size`, `num_hidden_layers`, …): an
+/// error naming the key it needs, never a panic.
+#[test]
+fn generic_keys_only_name_a_key() {
+    let doc = serde_json::json!({"model_type": "bart", "vocab_size": 10, "hidden_size": 8,
+        "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2});
+    let err = hf::from_config(&doc, "bart-generic")
+        .expect_err("bart keys missing")
+        .to_string();
+    assert!(err.contains("d_model"), "{err}");
+    assert!(hf::SUPPORTED.contains(&"bart"));
+}
