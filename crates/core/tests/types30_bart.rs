@@ -303,6 +303,9 @@ fn unmodelled_keys_are_refused_naming_them() {
         ("activation_function", serde_json::json!("mish")),
         ("encoder_attention_heads", serde_json::json!(7)),
         ("attention_dropout", serde_json::json!(1.5)),
+        ("activation_dropout", serde_json::json!(1.0)),
+        ("encoder_layers", serde_json::json!(5000)),
+        ("decoder_layers", serde_json::json!(0)),
     ] {
         let mut doc = base.clone();
         doc[key] = value;

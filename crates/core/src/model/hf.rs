@@ -923,9 +923,14 @@ fn bart_params(k: &Keys) -> Result<T5Params, ModelError> {
     }
     let prob = |key: &str, default: f64| -> Result<f64, ModelError> {
         let v = k.f64_or(key, default)?;
-        if !(0.0..=1.0).contains(&v) {
-            return Err(invalid(key, format!("{v} is not a probability in [0, 1]")));
+        if !(0.0..1.0).contains(&v) {
+            return Err(invalid(key, format!("{v} is not a probability in [0, 1)")));
         }
+        Ok(v)
+    };
+    let layers = |key: &str| -> Result<u64, ModelError> {
+        let v = k.req(key)?;
+        super::check_layers(key, v)?;
         Ok(v)
     };
     Ok(T5Params {
@@ -933,8 +938,8 @@ fn bart_params(k: &Keys) -> Result<T5Params, ModelError> {
         d_model: d,
         d_kv: d / heads,
         d_ff: ffn,
-        num_layers: k.req("encoder_layers")?,
-        num_decoder_layers: k.req("decoder_layers")?,
+        num_layers: layers("encoder_layers")?,
+        num_decoder_layers: layers("decoder_layers")?,
         num_heads: heads,
         relative_attention_num_buckets: 0,
         dropout_rate: prob("dropout", 0.1)?,
