@@ -8,8 +8,10 @@ with the saved tensors of vramlab's graph (the same rules the planner uses).
     python3 tools/bart_saved_bytes.py
 
 Dropout runs as `torch.native_dropout`, the fused kernel a GPU runs (it saves a bool mask);
-on CPU `F.dropout` would save a float noise tensor instead. Eager attention only: on CPU SDPA runs other kernels than on a GPU (its saved logsumexp
-differs), so the fused kernels are left to the device grid.
+on CPU `F.dropout` would save a float noise tensor instead. SDPA rows: the CPU's flash kernel
+keeps q, k, v, the output and a logsumexp per query row, as the GPU's fused kernels do; the
+lengths are multiples of 32, where the memory-efficient kernel's padded logsumexp is the
+same size, and `attention_dropout` is 0 (with dropout the CPU takes another path).
 """
 import json
 import os
@@ -25,11 +27,17 @@ BASE = {"vocab_size": 1000, "d_model": 64, "encoder_layers": 2, "decoder_layers"
         "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 256,
         "decoder_ffn_dim": 256, "max_position_embeddings": 128}
 CASES = [
-    # (name, dropouts, batch, seq, target)
-    ("dropouts-on", {"dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1}, 2, 48, 24),
-    ("dropouts-off", {"dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0}, 3, 40, 56),
-    ("scaled", {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0,
-                "scale_embedding": True}, 2, 32, 16),
+    # (name, attention, dropouts, batch, seq, target)
+    ("dropouts-on", "eager", {"dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1},
+     2, 48, 24),
+    ("dropouts-off", "eager", {"dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0},
+     3, 40, 56),
+    ("scaled", "eager", {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0,
+                         "scale_embedding": True}, 2, 32, 16),
+    ("sdpa-activation-dropout", "sdpa",
+     {"dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.1}, 2, 64, 32),
+    ("sdpa-longer-target", "sdpa",
+     {"dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0}, 3, 96, 128),
 ]
 
 
@@ -63,15 +71,15 @@ def saved_bytes(model, x, y):
 def main():
     torch.manual_seed(0)
     rows = []
-    for name, drop, batch, seq, target in CASES:
+    for name, attention, drop, batch, seq, target in CASES:
         cfg = {**BASE, **drop}
         config = AutoConfig.for_model("bart", **cfg)
-        model = AutoModelForSeq2SeqLM.from_config(config, attn_implementation="eager")
+        model = AutoModelForSeq2SeqLM.from_config(config, attn_implementation=attention)
         model.train()
         x = torch.randint(3, cfg["vocab_size"], (batch, seq))
         y = torch.randint(3, cfg["vocab_size"], (batch, target))
         n = saved_bytes(model, x, y)
-        rows.append({"case": name, "config": {"model_type": "bart", **cfg}, "attention": "eager",
+        rows.append({"case": name, "config": {"model_type": "bart", **cfg}, "attention": attention,
                      "batch": batch, "seq": seq, "target_seq": target, "saved_bytes": n,
                      "versions": {"torch": torch.__version__,
                                   "transformers": transformers.__version__}})

@@ -357,8 +357,9 @@ fn saved_bytes(g: &Graph, batch: u64) -> u64 {
 }
 
 /// `tools/bart_saved_bytes.py`: what autograd saved in an fp32 CPU training forward of a
-/// tiny BART (eager attention, dropout as the GPU's fused kernel), deduplicated by
-/// storage, equals what the graph saves, to the 4-byte `total_weight` scalar of the loss.
+/// tiny BART (eager, and SDPA without attention dropout; dropout as the GPU's fused
+/// kernel), deduplicated by storage, equals what the graph saves, to the 4-byte
+/// `total_weight` scalar of the loss.
 #[test]
 fn saved_tensors_equal_a_torch_forward() {
     let text = std::fs::read_to_string(crate::data("bart_saved_bytes.jsonl")).expect("fixture");
@@ -368,8 +369,12 @@ fn saved_tensors_equal_a_torch_forward() {
         let case = r["case"].as_str().expect("case");
         let preset = hf::from_config(&r["config"], case).expect("import");
         let u = |k: &str| r[k].as_u64().expect(k);
+        let imp = match r["attention"].as_str() {
+            Some("sdpa") => AttnImpl::Sdpa,
+            _ => AttnImpl::Eager,
+        };
         let g = preset
-            .build_with(u("seq"), Some(u("target_seq")), AttnImpl::Eager)
+            .build_with(u("seq"), Some(u("target_seq")), imp)
             .expect("graph");
         let ours = saved_bytes(&g, u("batch"));
         let torch = u("saved_bytes");
@@ -381,7 +386,7 @@ fn saved_tensors_equal_a_torch_forward() {
         );
         n += 1;
     }
-    assert!(n >= 3);
+    assert!(n >= 5);
 }
 
 /// A row's setting read with its serde name (`"amp-bf16"`, `"sdpa"`, `"trainer"`).
