@@ -462,3 +462,13 @@ fn generic_keys_only_name_a_key() {
     assert!(err.contains("d_model"), "{err}");
     assert!(hf::SUPPORTED.contains(&"bart"));
 }
+
+/// Inference steps are not modelled for the encoder-decoder: refused naming bart.
+#[test]
+fn inference_is_refused_naming_bart() {
+    let p = import("bart-base");
+    let err = vramlab_core::plan::inference::shape::DecoderShape::of(&p)
+        .expect_err("encoder-decoder")
+        .to_string();
+    assert!(err.contains("bart") && err.contains("inference"), "{err}");
+}
