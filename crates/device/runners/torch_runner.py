@@ -366,8 +366,24 @@ def hf_config_from_params(params):
     return cfg
 
 
+def bart_config_from_params(p):
+    """The BART config.json of vramlab's imported BART preset (family "t5" with `bart`
+    options; inverse of hf.rs `bart_params`)."""
+    o = p["bart"]
+    return dict(model_type="bart", vocab_size=p["vocab_size"], d_model=p["d_model"],
+                encoder_layers=p["num_layers"], decoder_layers=p["num_decoder_layers"],
+                encoder_attention_heads=p["num_heads"], decoder_attention_heads=p["num_heads"],
+                encoder_ffn_dim=p["d_ff"], decoder_ffn_dim=p["d_ff"],
+                activation_function=p["dense_act_fn"], dropout=p["dropout_rate"],
+                attention_dropout=o["attention_dropout"], activation_dropout=o["activation_dropout"],
+                max_position_embeddings=o["max_position_embeddings"],
+                scale_embedding=o["scale_embedding"])
+
+
 def t5_config_from_params(p):
     """The T5 config.json of vramlab's imported T5 preset (inverse of hf.rs `t5_params`)."""
+    if p.get("bart"):
+        return bart_config_from_params(p)
     act = p["dense_act_fn"]
     if p["is_gated_act"]:
         proj = "gated-gelu" if act == "gelu_new" else "gated-" + act
@@ -608,7 +624,7 @@ def build_hf(preset, size, attention="sdpa", dtype=None):
     config = AutoConfig.for_model(mt, **cfg)
     config._attn_implementation = attention
     if getattr(config, "is_encoder_decoder", False):
-        cls = AutoModelForSeq2SeqLM  # T5: labels (B, target_seq) → decoder inputs shifted
+        cls = AutoModelForSeq2SeqLM  # T5, BART: labels (B, target_seq) → decoder inputs shifted
     elif mt in MASKED_LM_TYPES:
         cls = AutoModelForMaskedLM
     else:

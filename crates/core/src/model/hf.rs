@@ -41,6 +41,7 @@ pub const SUPPORTED: &[&str] = &[
     "starcoder2",
     "smollm3",
     "falcon",
+    "bart",
 ];
 
 /// Default sequence length of an imported model (its `max_position_embeddings` when smaller).
@@ -203,6 +204,7 @@ pub fn family_label(p: &Preset) -> String {
     let imported = match &p.spec {
         ModelSpec::Llama(l) => l.model_type.clone(),
         ModelSpec::Bert(b) => b.model_type.clone(),
+        ModelSpec::T5(t) if t.bart.is_some() => Some("bart".to_string()),
         ModelSpec::T5(_) => Some("t5".to_string()),
         _ => None,
     };
@@ -256,6 +258,7 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
         "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
         "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
         "t5" => ModelSpec::T5(t5_params(&k)?),
+        "bart" => ModelSpec::T5(bart_params(&k)?),
         "gemma3" => {
             return Err(invalid(
                 "model_type",
@@ -281,6 +284,7 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
         ModelSpec::Gpt2(p) => p.n_positions,
         ModelSpec::GptNeox(p) => p.max_position_embeddings,
         ModelSpec::Bert(p) => p.max_position_embeddings - p.position_offset,
+        ModelSpec::T5(p) if let Some(o) = &p.bart => o.max_position_embeddings,
         // Relative positions: no table limits the length; `n_positions` is the usual one.
         ModelSpec::T5(_) => k.u64_or("n_positions", Some(512))?,
         _ => DEFAULT_SEQ,
@@ -854,6 +858,100 @@ fn t5_params(k: &Keys) -> Result<T5Params, ModelError> {
         is_gated_act: gated,
         dense_act_fn: act.to_string(),
         scale_decoder_outputs: k.bool_or("tie_word_embeddings", true)?,
+        bart: None,
+    })
+}
+
+/// `BartConfig` (transformers 5.17) as the encoder-decoder builder's BART options. The
+/// encoder and decoder must agree in width (`*_ffn_dim`, `*_attention_heads`): the builder
+/// has one of each; `*_layerdrop` (layers skipped at random in training) and an untied
+/// `lm_head` are refused, naming the key. Legacy keys that `BartConfig` keeps but
+/// `modeling_bart.py` never reads (`normalize_before`, `add_final_layer_norm`,
+/// `static_position_embeddings`, …) are ignored, as transformers does.
+fn bart_params(k: &Keys) -> Result<T5Params, ModelError> {
+    let d = k.req("d_model")?;
+    let heads = k.req("encoder_attention_heads")?;
+    let ffn = k.req("encoder_ffn_dim")?;
+    for (key, enc_key, enc) in [
+        ("decoder_attention_heads", "encoder_attention_heads", heads),
+        ("decoder_ffn_dim", "encoder_ffn_dim", ffn),
+    ] {
+        let dec = k.req(key)?;
+        if dec != enc {
+            return Err(invalid(
+                key,
+                format!(
+                    "{dec} differs from {enc_key} {enc}: encoder and decoder of different \
+                     widths are not modelled"
+                ),
+            ));
+        }
+    }
+    if !d.is_multiple_of(heads) {
+        return Err(invalid(
+            "encoder_attention_heads",
+            format!("d_model {d} is not divisible by encoder_attention_heads {heads}"),
+        ));
+    }
+    for key in ["encoder_layerdrop", "decoder_layerdrop"] {
+        let v = k.f64_or(key, 0.0)?;
+        if v != 0.0 {
+            return Err(invalid(
+                key,
+                format!(
+                    "{v} is not modelled: LayerDrop skips layers at random in training, so \
+                     the step's memory varies (plan it as 0)"
+                ),
+            ));
+        }
+    }
+    if !k.bool_or("tie_word_embeddings", true)? {
+        return Err(invalid(
+            "tie_word_embeddings",
+            "false is not modelled for bart (an lm_head of its own)",
+        ));
+    }
+    let act = k.str_or("activation_function", "gelu")?;
+    if !super::families::t5::ACTIVATIONS.contains(&act.as_str()) {
+        return Err(invalid(
+            "activation_function",
+            format!(
+                "`{act}` is not supported ({})",
+                super::families::t5::ACTIVATIONS.join(", ")
+            ),
+        ));
+    }
+    let prob = |key: &str, default: f64| -> Result<f64, ModelError> {
+        let v = k.f64_or(key, default)?;
+        if !(0.0..1.0).contains(&v) {
+            return Err(invalid(key, format!("{v} is not a probability in [0, 1)")));
+        }
+        Ok(v)
+    };
+    let layers = |key: &str| -> Result<u64, ModelError> {
+        let v = k.req(key)?;
+        super::check_layers(key, v)?;
+        Ok(v)
+    };
+    Ok(T5Params {
+        vocab_size: k.req_or("vocab_size", 50265)?,
+        d_model: d,
+        d_kv: d / heads,
+        d_ff: ffn,
+        num_layers: layers("encoder_layers")?,
+        num_decoder_layers: layers("decoder_layers")?,
+        num_heads: heads,
+        relative_attention_num_buckets: 0,
+        dropout_rate: prob("dropout", 0.1)?,
+        is_gated_act: false,
+        dense_act_fn: act,
+        scale_decoder_outputs: false,
+        bart: Some(super::families::t5::BartOptions {
+            max_position_embeddings: k.req_or("max_position_embeddings", 1024)?,
+            attention_dropout: prob("attention_dropout", 0.0)?,
+            activation_dropout: prob("activation_dropout", 0.0)?,
+            scale_embedding: k.bool_or("scale_embedding", false)?,
+        }),
     })
 }
 

@@ -21,10 +21,29 @@
 //!   `tie_word_embeddings = True`); a config with `tie_word_embeddings: false` only turns off
 //!   the `d_model ** -0.5` scaling of the decoder output (`scale_decoder_outputs`).
 //! - The loss: `CrossEntropyLoss` over `(batch · target_seq, vocab)`, no `.float()`.
+//!
+//! The same builder plans `BartForConditionalGeneration` (`models/bart/modeling_bart.py`)
+//! when [`T5Params::bart`] is set; what differs is an option of each piece:
+//!
+//! - norms: `nn.LayerNorm` after each residual add (post-norm), `layernorm_embedding` on
+//!   the embeddings, no final norm and no dropout after the stacks;
+//! - positions: learned `BartLearnedPositionalEmbedding` tables (`max_position_embeddings +
+//!   2` rows, ids offset by 2) instead of the relative bias: the encoder's position ids are
+//!   `arange(s).expand(b, -1) + 2` (a per-sample int64 tensor, its embedding per sample), the
+//!   decoder's `arange(t).unsqueeze(0) + 2` (batch-independent, broadcast in the add);
+//!   `BartScaledWordEmbedding` multiplies by `embed_scale` (1.0 too: a new tensor);
+//! - biases on every linear layer; `fc1 → act → dropout(activation_dropout) → fc2` without
+//!   T5's cast to `wo`'s dtype; `attention_dropout` in the attention;
+//! - attention with `scaling = head_dim ** -0.5` and no mask: SDPA runs the fused kernels
+//!   (encoder bidirectional, decoder `is_causal`, cross-attention with its own key length);
+//!   eager adds the decoder's causal `(batch, 1, t, t)` float mask built once per forward;
+//! - no cache in training (`labels` turn `use_cache` off); `lm_head` tied to `shared`, its
+//!   output plus the `final_logits_bias` buffer is a second vocabulary-sized tensor (fp32
+//!   under autocast: the buffer is fp32).
 
 use serde::{Deserialize, Serialize};
 
-use super::transformer::AttnImpl;
+use super::transformer::{AttnImpl, layer_norm};
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
 use crate::model::{ModelError, check_layers, check_positive, check_prob};
@@ -48,6 +67,8 @@ pub struct T5Params {
     pub num_layers: u64,
     pub num_decoder_layers: u64,
     pub num_heads: u64,
+    /// T5's relative position buckets (0 for BART, which has learned positions).
+    #[serde(default)]
     pub relative_attention_num_buckets: u64,
     pub dropout_rate: f64,
     /// `DenseGatedActDense` (`feed_forward_proj: gated-*`).
@@ -56,7 +77,29 @@ pub struct T5Params {
     pub dense_act_fn: String,
     /// Multiply the decoder output by `d_model ** -0.5` before `lm_head`.
     pub scale_decoder_outputs: bool,
+    /// BART's layout (`model_type: bart`); `None` is T5's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bart: Option<BartOptions>,
 }
+
+/// What `BartForConditionalGeneration` does differently from T5, as options of the
+/// encoder-decoder builder (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BartOptions {
+    /// Rows of each learned position table, less its offset of 2.
+    pub max_position_embeddings: u64,
+    /// Dropout of the attention probabilities (`attention_dropout`).
+    pub attention_dropout: f64,
+    /// Dropout after the feed-forward activation (`activation_dropout`).
+    pub activation_dropout: f64,
+    /// `scale_embedding`: `embed_scale = sqrt(d_model)` (else 1.0; the product is taken
+    /// either way).
+    pub scale_embedding: bool,
+}
+
+/// `BartLearnedPositionalEmbedding.offset`.
+pub const BART_POSITION_OFFSET: u64 = 2;
 
 impl T5Params {
     pub fn validate(&self) -> Result<(), ModelError> {
@@ -67,10 +110,20 @@ impl T5Params {
         check_layers("params.num_layers", self.num_layers)?;
         check_layers("params.num_decoder_layers", self.num_decoder_layers)?;
         check_positive("params.num_heads", self.num_heads)?;
-        check_positive(
-            "params.relative_attention_num_buckets",
-            self.relative_attention_num_buckets,
-        )?;
+        match &self.bart {
+            None => check_positive(
+                "params.relative_attention_num_buckets",
+                self.relative_attention_num_buckets,
+            )?,
+            Some(o) => {
+                check_positive(
+                    "params.bart.max_position_embeddings",
+                    o.max_position_embeddings,
+                )?;
+                check_prob("params.bart.attention_dropout", o.attention_dropout)?;
+                check_prob("params.bart.activation_dropout", o.activation_dropout)?;
+            }
+        }
         check_prob("params.dropout_rate", self.dropout_rate)?;
         if !ACTIVATIONS.contains(&self.dense_act_fn.as_str()) {
             return Err(ModelError::Invalid {
@@ -86,22 +139,31 @@ impl T5Params {
     }
 }
 
-/// Shapes shared by the ops of one stack.
+/// Shapes and options shared by the ops of one stack.
 struct Dims {
     d: u64,
     inner: u64,
     heads: u64,
     hd: u64,
+    /// Dropout after the embeddings and every sub-layer.
     p: f64,
+    /// Dropout of the attention probabilities.
+    attn_p: f64,
     imp: AttnImpl,
+    /// BART's layout: post-LayerNorm, biases, learned positions, `fc1`/`fc2`.
+    bart: bool,
 }
 
-fn layer_norm(b: &mut GraphBuilder, x: TensorId, rows: u64, d: u64, name: &str) -> TensorId {
-    let w: ParamId = b.param(d, None);
+/// T5's RMS norm (`T5LayerNorm`, weight only) or BART's `nn.LayerNorm`.
+fn norm(b: &mut GraphBuilder, dims: &Dims, x: TensorId, rows: u64, name: &str) -> TensorId {
+    if dims.bart {
+        return layer_norm(b, x, rows, dims.d, name);
+    }
+    let w: ParamId = b.param(dims.d, None);
     b.op(
         Op::T5LayerNorm { rows },
         &[x],
-        rows.saturating_mul(d),
+        rows.saturating_mul(dims.d),
         &[w],
         name,
     )
@@ -121,28 +183,33 @@ fn position_bias(b: &mut GraphBuilder, buckets: u64, dims: &Dims, q: u64, k: u64
     )
 }
 
-/// `T5Attention` after the projections: q over `q_len` rows, k and v over `kv_len`;
-/// `bias` the `(1, heads, q, k)` tensor added to the scores; `causal` masks it first
-/// (decoder self-attention).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one attention call, field by field"
-)]
+/// What is added to the attention scores.
+#[derive(Clone, Copy)]
+enum ScoreBias {
+    /// Nothing (BART's encoder and cross-attention; its decoder under SDPA, `is_causal`).
+    None,
+    /// T5's `(1, heads, q, k)` position bias (`true`: it trains), causally masked when the
+    /// call is causal (a new mask per call).
+    Position(TensorId, bool),
+    /// BART's eager decoder: the causal float mask built once per forward.
+    Mask(TensorId),
+}
+
+/// The attention after the projections: q over `q_len` rows, k and v over `kv_len`;
+/// `causal` for decoder self-attention.
 fn attend(
     b: &mut GraphBuilder,
     dims: &Dims,
     qkv: [TensorId; 3],
-    bias: TensorId,
-    bias_grad: bool,
-    q_len: u64,
-    kv_len: u64,
+    bias: ScoreBias,
+    (q_len, kv_len): (u64, u64),
     causal: bool,
 ) -> TensorId {
     let [q, k, v] = qkv;
     let out = q_len * dims.inner;
     let scores = dims.heads * q_len * kv_len;
-    match dims.imp {
-        AttnImpl::Sdpa => {
+    match (dims.imp, bias) {
+        (AttnImpl::Sdpa, ScoreBias::Position(bias, bias_grad)) => {
             // `create_position_bias_mask`: `torch.where(causal, bias, min)` when causal,
             // else the bias itself.
             let mask = if causal {
@@ -156,7 +223,7 @@ fn attend(
                     head_dim: dims.hd,
                     q_len,
                     kv_len,
-                    dropout: dims.p,
+                    dropout: dims.attn_p,
                     bias_grad,
                 },
                 &[q, k, v, mask],
@@ -165,9 +232,37 @@ fn attend(
                 "sdpa",
             )
         }
-        AttnImpl::Eager => {
-            // `eager_attention_forward`: matmul · scaling (1.0) + bias (+ mask), softmax in
-            // autocast's fp32, dropout, matmul (autocast casts the weights back).
+        (AttnImpl::Sdpa, _) if q_len == kv_len => b.op(
+            Op::Sdpa {
+                heads: dims.heads,
+                kv_heads: dims.heads,
+                head_dim: dims.hd,
+                seq: q_len,
+                dropout: dims.attn_p,
+            },
+            &[q, k, v],
+            out,
+            &[],
+            "sdpa",
+        ),
+        // Cross-attention without a mask: the fused kernel over `kv_len` keys.
+        (AttnImpl::Sdpa, _) => b.op(
+            Op::SdpaBias {
+                heads: dims.heads,
+                head_dim: dims.hd,
+                q_len,
+                kv_len,
+                dropout: dims.attn_p,
+                bias_grad: false,
+            },
+            &[q, k, v],
+            out,
+            &[],
+            "sdpa",
+        ),
+        (AttnImpl::Eager, bias) => {
+            // `eager_attention_forward`: matmul · scaling (T5: 1.0) + bias (+ mask), softmax
+            // in autocast's fp32, dropout, matmul (autocast casts the weights back).
             let s = b.op(
                 Op::Matmul {
                     batch: dims.heads,
@@ -181,15 +276,21 @@ fn attend(
                 "qk",
             );
             let s = b.pointwise(s, Pointwise::Scale, false, "scale");
-            let s = b.binary(s, bias, Pointwise::Add, false, "add_position_bias");
-            let s = if causal {
-                let m = b.constant(q_len * kv_len, "causal_mask");
-                b.binary(s, m, Pointwise::Add, false, "add_mask")
-            } else {
-                s
+            let s = match bias {
+                ScoreBias::None => s,
+                ScoreBias::Mask(m) => b.binary(s, m, Pointwise::Add, false, "add_mask"),
+                ScoreBias::Position(bias, _) => {
+                    let s = b.binary(s, bias, Pointwise::Add, false, "add_position_bias");
+                    if causal {
+                        let m = b.constant(q_len * kv_len, "causal_mask");
+                        b.binary(s, m, Pointwise::Add, false, "add_mask")
+                    } else {
+                        s
+                    }
+                }
             };
             let p = b.op(Op::Softmax { fp32: false }, &[s], scores, &[], "softmax");
-            let p = b.dropout(p, dims.p, false, "attn_dropout");
+            let p = b.dropout(p, dims.attn_p, false, "attn_dropout");
             let o = b.op(
                 Op::Matmul {
                     batch: dims.heads,
@@ -207,7 +308,28 @@ fn attend(
     }
 }
 
-/// `T5LayerFF`: norm, `DenseReluDense` (or gated), dropout, residual.
+/// The feed-forward activation `p.dense_act_fn` over `n` elements.
+fn activation(b: &mut GraphBuilder, p: &T5Params, x: TensorId, n: u64, name: &str) -> TensorId {
+    let op = match p.dense_act_fn.as_str() {
+        "relu" => Op::Pointwise {
+            f: Pointwise::Relu,
+            inplace: false,
+        },
+        "gelu_new" => Op::GeluNewPython,
+        "silu" => Op::Pointwise {
+            f: Pointwise::Silu,
+            inplace: false,
+        },
+        _ => Op::Pointwise {
+            f: Pointwise::Gelu,
+            inplace: false,
+        },
+    };
+    b.op(op, &[x], n, &[], name)
+}
+
+/// T5's `T5LayerFF` (norm, `DenseReluDense` or gated, dropout, residual) or BART's
+/// `fc1 → act → dropout → fc2 → dropout`, residual, `final_layer_norm`.
 fn feed_forward(
     b: &mut GraphBuilder,
     p: &T5Params,
@@ -216,34 +338,24 @@ fn feed_forward(
     rows: u64,
 ) -> TensorId {
     let (d, ff) = (dims.d, p.d_ff);
-    let x = layer_norm(b, h, rows, d, "layer_norm");
-    let act = |b: &mut GraphBuilder, x: TensorId, name: &str| -> TensorId {
-        let n = rows * ff;
-        let op = match p.dense_act_fn.as_str() {
-            "relu" => Op::Pointwise {
-                f: Pointwise::Relu,
-                inplace: false,
-            },
-            "gelu_new" => Op::GeluNewPython,
-            "silu" => Op::Pointwise {
-                f: Pointwise::Silu,
-                inplace: false,
-            },
-            _ => Op::Pointwise {
-                f: Pointwise::Gelu,
-                inplace: false,
-            },
-        };
-        b.op(op, &[x], n, &[], name)
-    };
+    if let Some(o) = &p.bart {
+        let m = b.linear(h, rows, d, ff, true, "fc1");
+        let m = activation(b, p, m, rows * ff, "activation_fn");
+        let m = b.dropout(m, o.activation_dropout, false, "activation_dropout");
+        let m = b.linear(m, rows, ff, d, true, "fc2");
+        let m = b.dropout(m, dims.p, false, "dropout");
+        let r = b.binary(h, m, Pointwise::Add, false, "residual");
+        return norm(b, dims, r, rows, "final_layer_norm");
+    }
+    let x = norm(b, dims, h, rows, "layer_norm");
     let m = if p.is_gated_act {
         let g = b.linear(x, rows, d, ff, false, "DenseReluDense.wi_0");
-        let g = act(b, g, "DenseReluDense.act");
+        let g = activation(b, p, g, rows * ff, "DenseReluDense.act");
         let u = b.linear(x, rows, d, ff, false, "DenseReluDense.wi_1");
         b.binary(g, u, Pointwise::Mul, false, "DenseReluDense.mul")
     } else {
         let m = b.linear(x, rows, d, ff, false, "DenseReluDense.wi");
-        act(b, m, "DenseReluDense.act")
+        activation(b, p, m, rows * ff, "DenseReluDense.act")
     };
     let m = b.dropout(m, dims.p, false, "DenseReluDense.dropout");
     // `hidden_states.to(self.wo.weight.dtype)`: under autocast an fp32 copy of a 16-bit
@@ -260,45 +372,136 @@ fn feed_forward(
     b.binary(h, m, Pointwise::Add, false, "residual")
 }
 
-/// q/k/v/o of one attention sub-layer; k and v read `kv_src` (`kv_rows` rows).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one attention sub-layer, field by field"
-)]
+/// One attention sub-layer (`h` over `rows` rows); k and v read `kv_src` (`kv_rows` rows)
+/// for cross-attention.
+struct Sublayer<'a> {
+    name: &'a str,
+    kv_src: Option<(TensorId, u64)>,
+    bias: ScoreBias,
+    causal: bool,
+    cache: bool,
+}
+
+/// q/k/v/o of one attention sub-layer with its norm (T5: before, BART: after the residual
+/// add), dropout and residual.
 fn attention_layer(
     b: &mut GraphBuilder,
     dims: &Dims,
     h: TensorId,
     rows: u64,
-    kv_src: Option<(TensorId, u64)>,
-    bias: TensorId,
-    bias_grad: bool,
-    causal: bool,
-    cache: bool,
-    name: &str,
+    s: Sublayer,
 ) -> TensorId {
-    let (d, inner) = (dims.d, dims.inner);
-    let x = layer_norm(b, h, rows, d, "layer_norm");
-    let (src, kv_rows) = kv_src.unwrap_or((x, rows));
-    let q = b.linear(x, rows, d, inner, false, &format!("{name}.q"));
-    let k = b.linear(src, kv_rows, d, inner, false, &format!("{name}.k"));
-    let v = b.linear(src, kv_rows, d, inner, false, &format!("{name}.v"));
-    let (k, v) = if cache {
+    let (d, inner, name) = (dims.d, dims.inner, s.name);
+    let x = if dims.bart {
+        h
+    } else {
+        norm(b, dims, h, rows, "layer_norm")
+    };
+    let (src, kv_rows) = s.kv_src.unwrap_or((x, rows));
+    let proj = |n: &str| {
+        if dims.bart {
+            format!("{name}.{n}_proj")
+        } else {
+            format!("{name}.{n}")
+        }
+    };
+    let bias = dims.bart;
+    let q = b.linear(x, rows, d, inner, bias, &proj("q"));
+    let k = b.linear(src, kv_rows, d, inner, bias, &proj("k"));
+    let v = b.linear(src, kv_rows, d, inner, bias, &proj("v"));
+    let (k, v) = if s.cache {
         let kc = b.op(Op::CacheAppend, &[k], kv_rows * inner, &[], "cache_k");
         let vc = b.op(Op::CacheAppend, &[v, k], kv_rows * inner, &[], "cache_v");
         (kc, vc)
     } else {
         (k, v)
     };
-    let a = attend(b, dims, [q, k, v], bias, bias_grad, rows, kv_rows, causal);
-    let a = b.linear(a, rows, inner, d, false, &format!("{name}.o"));
+    let a = attend(b, dims, [q, k, v], s.bias, (rows, kv_rows), s.causal);
+    let a = b.linear(
+        a,
+        rows,
+        inner,
+        d,
+        bias,
+        &proj(if dims.bart { "out" } else { "o" }),
+    );
     let a = b.dropout(a, dims.p, false, "dropout");
-    b.binary(h, a, Pointwise::Add, false, "residual")
+    let r = b.binary(h, a, Pointwise::Add, false, "residual");
+    if dims.bart {
+        norm(b, dims, r, rows, &format!("{name}_layer_norm"))
+    } else {
+        r
+    }
 }
 
-/// Builds T5 with the LM head for `seq` source and `target` target tokens.
+/// BART's embeddings of one stack: the tied token embedding times `embed_scale`, plus the
+/// learned positions (`pos` from [`bart_positions`]), `layernorm_embedding`, dropout.
+fn bart_embed(
+    b: &mut GraphBuilder,
+    dims: &Dims,
+    tokens: TensorId,
+    pos: TensorId,
+    rows: u64,
+) -> TensorId {
+    let s = b.pointwise(tokens, Pointwise::Scale, false, "embed_tokens.embed_scale");
+    let h = b.binary(s, pos, Pointwise::Add, false, "add_positions");
+    let h = norm(b, dims, h, rows, "layernorm_embedding");
+    b.dropout(h, dims.p, false, "dropout")
+}
+
+/// `BartLearnedPositionalEmbedding` over `rows` positions: per sample (the encoder's
+/// `arange(s).expand(b, -1) + 2`) or batch-independent (the decoder's `(1, t)` ids).
+fn bart_positions(
+    b: &mut GraphBuilder,
+    dims: &Dims,
+    max_pos: u64,
+    rows: u64,
+    per_sample: bool,
+) -> TensorId {
+    let n = max_pos + BART_POSITION_OFFSET;
+    let table = b.param(n * dims.d, Some((n, dims.d)));
+    if per_sample {
+        let ids = b.op_elem(
+            Op::Constant,
+            &[],
+            rows,
+            Elem::Int64,
+            &[],
+            "embed_positions.position_ids",
+        );
+        b.op(
+            Op::Embedding,
+            &[ids],
+            rows * dims.d,
+            &[table],
+            "embed_positions",
+        )
+    } else {
+        let ids = b.constant_elem(rows, Elem::Int64, "embed_positions.position_ids");
+        b.fixed_op(
+            Op::Embedding,
+            &[ids],
+            rows * dims.d,
+            &[table],
+            "embed_positions",
+        )
+    }
+}
+
+/// Builds T5 (or BART, [`T5Params::bart`]) with the LM head for `seq` source and `target`
+/// target tokens.
 pub fn build(p: &T5Params, seq: u64, target: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
     check_positive("target_seq", target)?;
+    if let Some(o) = &p.bart {
+        let max = o.max_position_embeddings;
+        crate::model::check_seq_fits(seq, 0, max, "max_position_embeddings")?;
+        if target > max {
+            return Err(ModelError::Invalid {
+                field: "target_seq".into(),
+                reason: format!("{target} exceeds the model's max_position_embeddings {max}"),
+            });
+        }
+    }
     let d = p.d_model;
     let dims = Dims {
         d,
@@ -306,102 +509,19 @@ pub fn build(p: &T5Params, seq: u64, target: u64, imp: AttnImpl) -> Result<Graph
         heads: p.num_heads,
         hd: p.d_kv,
         p: p.dropout_rate,
+        attn_p: p
+            .bart
+            .as_ref()
+            .map_or(p.dropout_rate, |o| o.attention_dropout),
         imp,
+        bart: p.bart.is_some(),
     };
-    let buckets = p.relative_attention_num_buckets;
     let layers = (p.num_layers + p.num_decoder_layers) as usize;
     let mut b = GraphBuilder::with_capacity(40 * layers + 16);
     let ids = b.input(seq, Elem::Int64);
     let shared = b.param(p.vocab_size * d, Some((p.vocab_size, d)));
-
-    // Encoder.
-    b.scope("encoder");
-    let e = b.op(Op::Embedding, &[ids], seq * d, &[shared], "embed_tokens");
-    let mut h = b.dropout(e, p.dropout_rate, false, "dropout");
-    b.scope("encoder.block.0.layer.0.SelfAttention");
-    let enc_bias = position_bias(&mut b, buckets, &dims, seq, seq);
-    for l in 0..p.num_layers {
-        b.begin_block();
-        b.scope(format!("encoder.block.{l}.layer.0"));
-        h = attention_layer(
-            &mut b,
-            &dims,
-            h,
-            seq,
-            None,
-            enc_bias,
-            true,
-            false,
-            false,
-            "SelfAttention",
-        );
-        b.scope(format!("encoder.block.{l}.layer.1"));
-        h = feed_forward(&mut b, p, &dims, h, seq);
-        b.end_block();
-    }
-    b.scope("encoder");
-    let h = layer_norm(&mut b, h, seq, d, "final_layer_norm");
-    let enc = b.dropout(h, p.dropout_rate, false, "dropout");
-
-    // Decoder: input ids are the labels shifted right (`_shift_right`).
-    b.scope("decoder");
-    let labels = b.labels(target);
-    let dec_ids = b.op_elem(Op::Copy, &[labels], target, Elem::Int64, &[], "shift_right");
-    let e = b.op(
-        Op::Embedding,
-        &[dec_ids],
-        target * d,
-        &[shared],
-        "embed_tokens",
-    );
-    let mut h = b.dropout(e, p.dropout_rate, false, "dropout");
-    b.scope("decoder.block.0.layer.0.SelfAttention");
-    let dec_bias = position_bias(&mut b, buckets, &dims, target, target);
-    b.scope("decoder.block.0.layer.1.EncDecAttention");
-    // `torch.zeros((1, heads, q, k))` without gradient, reused by every cross-attention.
-    let zeros = b.constant(p.num_heads * target * seq, "position_bias");
-    let cross_bias = b.fixed_op(
-        Op::ToComputeDtype,
-        &[zeros],
-        p.num_heads * target * seq,
-        &[],
-        "position_bias.dtype",
-    );
-    for l in 0..p.num_decoder_layers {
-        b.begin_block();
-        b.scope(format!("decoder.block.{l}.layer.0"));
-        h = attention_layer(
-            &mut b,
-            &dims,
-            h,
-            target,
-            None,
-            dec_bias,
-            true,
-            true,
-            true,
-            "SelfAttention",
-        );
-        b.scope(format!("decoder.block.{l}.layer.1"));
-        h = attention_layer(
-            &mut b,
-            &dims,
-            h,
-            target,
-            Some((enc, seq)),
-            cross_bias,
-            false,
-            false,
-            true,
-            "EncDecAttention",
-        );
-        b.scope(format!("decoder.block.{l}.layer.2"));
-        h = feed_forward(&mut b, p, &dims, h, target);
-        b.end_block();
-    }
-    b.scope("decoder");
-    let h = layer_norm(&mut b, h, target, d, "final_layer_norm");
-    let h = b.dropout(h, p.dropout_rate, false, "dropout");
+    let enc = encoder(&mut b, p, &dims, ids, shared, seq);
+    let (h, labels) = decoder(&mut b, p, &dims, (enc, seq), shared, target);
     b.scope("");
     let h = if p.scale_decoder_outputs {
         b.pointwise(h, Pointwise::Scale, false, "scale_decoder_outputs")
@@ -409,8 +529,190 @@ pub fn build(p: &T5Params, seq: u64, target: u64, imp: AttnImpl) -> Result<Graph
         h
     };
     let logits = b.linear_tied(h, target, shared, d, p.vocab_size, "lm_head");
+    let logits = if dims.bart {
+        // `lm_logits + self.final_logits_bias`: a buffer `(1, vocab)` in the parameters'
+        // dtype (fp32 under autocast, so the sum is fp32).
+        let fb = b.constant(p.vocab_size, "final_logits_bias");
+        b.binary(logits, fb, Pointwise::Add, false, "add_final_logits_bias")
+    } else {
+        logits
+    };
     b.cross_entropy(logits, labels, target, p.vocab_size, false);
     Ok(b.finish())
+}
+
+/// The encoder over `seq` source tokens; returns its last hidden state.
+fn encoder(
+    b: &mut GraphBuilder,
+    p: &T5Params,
+    dims: &Dims,
+    ids: TensorId,
+    shared: ParamId,
+    seq: u64,
+) -> TensorId {
+    let prefix = if dims.bart {
+        "model.encoder"
+    } else {
+        "encoder"
+    };
+    b.scope(prefix);
+    let e = b.op(
+        Op::Embedding,
+        &[ids],
+        seq * dims.d,
+        &[shared],
+        "embed_tokens",
+    );
+    let (mut h, bias) = match &p.bart {
+        Some(o) => {
+            let pos = bart_positions(b, dims, o.max_position_embeddings, seq, true);
+            (bart_embed(b, dims, e, pos, seq), ScoreBias::None)
+        }
+        None => {
+            let h = b.dropout(e, p.dropout_rate, false, "dropout");
+            b.scope("encoder.block.0.layer.0.SelfAttention");
+            let bias = position_bias(b, p.relative_attention_num_buckets, dims, seq, seq);
+            (h, ScoreBias::Position(bias, true))
+        }
+    };
+    for l in 0..p.num_layers {
+        b.begin_block();
+        let (attn_scope, ff_scope, name) = if dims.bart {
+            let s = format!("{prefix}.layers.{l}");
+            (s.clone(), s, "self_attn")
+        } else {
+            (
+                format!("encoder.block.{l}.layer.0"),
+                format!("encoder.block.{l}.layer.1"),
+                "SelfAttention",
+            )
+        };
+        b.scope(attn_scope);
+        let s = Sublayer {
+            name,
+            kv_src: None,
+            bias,
+            causal: false,
+            cache: false,
+        };
+        h = attention_layer(b, dims, h, seq, s);
+        b.scope(ff_scope);
+        h = feed_forward(b, p, dims, h, seq);
+        b.end_block();
+    }
+    b.scope(prefix);
+    if dims.bart {
+        h
+    } else {
+        let h = norm(b, dims, h, seq, "final_layer_norm");
+        b.dropout(h, p.dropout_rate, false, "dropout")
+    }
+}
+
+/// The decoder over `target` tokens (the labels shifted right: `_shift_right`,
+/// `shift_tokens_right`) attending to `enc` (`enc_rows` rows); returns its last hidden
+/// state and the labels.
+fn decoder(
+    b: &mut GraphBuilder,
+    p: &T5Params,
+    dims: &Dims,
+    (enc, seq): (TensorId, u64),
+    shared: ParamId,
+    target: u64,
+) -> (TensorId, TensorId) {
+    let prefix = if dims.bart {
+        "model.decoder"
+    } else {
+        "decoder"
+    };
+    b.scope(prefix);
+    let labels = b.labels(target);
+    let dec_ids = b.op_elem(Op::Copy, &[labels], target, Elem::Int64, &[], "shift_right");
+    let e = b.op(
+        Op::Embedding,
+        &[dec_ids],
+        target * dims.d,
+        &[shared],
+        "embed_tokens",
+    );
+    let (mut h, self_bias, cross_bias) = match &p.bart {
+        Some(o) => {
+            // Eager: `create_causal_mask` builds a `(batch, 1, t, t)` float mask once (in
+            // the embeddings' dtype); SDPA gets none (`is_causal`).
+            let mask = match dims.imp {
+                AttnImpl::Eager => {
+                    let m = b.op(Op::Constant, &[], target * target, &[], "causal_mask");
+                    ScoreBias::Mask(m)
+                }
+                AttnImpl::Sdpa => ScoreBias::None,
+            };
+            let pos = bart_positions(b, dims, o.max_position_embeddings, target, false);
+            let h = bart_embed(b, dims, e, pos, target);
+            (h, mask, ScoreBias::None)
+        }
+        None => {
+            let h = b.dropout(e, p.dropout_rate, false, "dropout");
+            b.scope("decoder.block.0.layer.0.SelfAttention");
+            let buckets = p.relative_attention_num_buckets;
+            let dec_bias = position_bias(b, buckets, dims, target, target);
+            b.scope("decoder.block.0.layer.1.EncDecAttention");
+            // `torch.zeros((1, heads, q, k))` without gradient, reused by every
+            // cross-attention.
+            let n = p.num_heads * target * seq;
+            let zeros = b.constant(n, "position_bias");
+            let cross = b.fixed_op(Op::ToComputeDtype, &[zeros], n, &[], "position_bias.dtype");
+            (
+                h,
+                ScoreBias::Position(dec_bias, true),
+                ScoreBias::Position(cross, false),
+            )
+        }
+    };
+    // T5 keeps k/v in an `EncoderDecoderCache` in training; BART turns the cache off when
+    // given labels.
+    let cache = !dims.bart;
+    let (self_name, cross_name) = if dims.bart {
+        ("self_attn", "encoder_attn")
+    } else {
+        ("SelfAttention", "EncDecAttention")
+    };
+    for l in 0..p.num_decoder_layers {
+        b.begin_block();
+        let [self_scope, cross_scope, ff_scope] = if dims.bart {
+            [0, 1, 2].map(|_| format!("{prefix}.layers.{l}"))
+        } else {
+            [0, 1, 2].map(|i| format!("decoder.block.{l}.layer.{i}"))
+        };
+        b.scope(self_scope);
+        let s = Sublayer {
+            name: self_name,
+            kv_src: None,
+            bias: self_bias,
+            causal: true,
+            cache,
+        };
+        h = attention_layer(b, dims, h, target, s);
+        b.scope(cross_scope);
+        let s = Sublayer {
+            name: cross_name,
+            kv_src: Some((enc, seq)),
+            bias: cross_bias,
+            causal: false,
+            cache,
+        };
+        h = attention_layer(b, dims, h, target, s);
+        b.scope(ff_scope);
+        h = feed_forward(b, p, dims, h, target);
+        b.end_block();
+    }
+    b.scope(prefix);
+    let h = if dims.bart {
+        h
+    } else {
+        let h = norm(b, dims, h, target, "final_layer_norm");
+        b.dropout(h, p.dropout_rate, false, "dropout")
+    };
+    (h, labels)
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ impl DecoderShape {
                     "inference (--step prefill|generate) is not modelled yet for the {} family \
                      of {}; it is for the decoders of the Llama lineage (llama, mistral, qwen2, \
                      qwen3, gemma, gemma2, gemma3_text, phi3)",
-                    preset.spec.family(),
+                    crate::model::hf::family_label(preset),
                     preset.id
                 ),
             });
