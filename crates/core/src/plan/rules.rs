@@ -706,6 +706,10 @@ pub fn rule(
         }
         Op::Gather { indices, mask } => {
             let mut r = Rule::new(in0);
+            // An int64 index given as input 1 (DeBERTa's `torch.gather`) is saved.
+            r.saves_inputs = (1..node.inputs.len())
+                .filter(|&i| g.tensors[node.inputs[i]].elem == Elem::Int64)
+                .collect();
             r.extras.push(extra(*indices, DType::I64));
             if *mask > 0 {
                 r.extras.push(extra(*mask, DType::Bool));
