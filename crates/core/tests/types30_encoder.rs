@@ -6,6 +6,8 @@ use vramlab_core::model::families::transformer::AttnImpl;
 use vramlab_core::model::hf;
 use vramlab_core::model::ir::{Graph, Node, Op, Pointwise};
 use vramlab_core::model::{ModelSpec, Preset};
+use vramlab_core::plan::events::{Category, Phase};
+use vramlab_core::plan::{Attention, Planner, Precision, TrainConfig};
 
 const TYPES: [&str; 2] = ["modernbert", "deberta-v2"];
 
@@ -261,4 +263,59 @@ fn deberta_keys_and_refusals() {
     assert!(err.contains("max_position_embeddings"), "{err}");
     let back = Preset::from_json(&p.to_json()).expect("round trip");
     assert_eq!(back, p);
+}
+
+/// Per-sample bytes alive at the end of the forward besides the weights (the activations
+/// of the last forward event), fp32.
+fn live_per_sample(p: &Preset, seq: u64, attention: Attention) -> u64 {
+    let cfg = TrainConfig {
+        batch: 1,
+        size: Some(seq),
+        precision: Precision::Fp32,
+        attention,
+        ..TrainConfig::default()
+    };
+    let planner = Planner::new(p, &cfg).expect("plan");
+    let ev = &planner.events;
+    let last = ev
+        .events
+        .iter()
+        .rposition(|e| e.phase == Phase::Forward)
+        .expect("forward");
+    let mut live = 0i64;
+    for e in &ev.events[..=last] {
+        let b = &ev.buffers[e.buffer as usize];
+        if b.category != Category::Activations {
+            continue;
+        }
+        let n = i64::try_from(b.per_sample).expect("size");
+        live += if e.alloc { n } else { -n };
+    }
+    u64::try_from(live).expect("non-negative")
+}
+
+/// The saved tensors of tiny configs on CPU (`tools/encoder30_saved_bytes.py`: autograd's
+/// saved-tensor hooks, deduplicated by storage, plus the logits; batch 3 minus batch 2)
+/// against the activations the plan holds at the end of the forward, per sample, fp32.
+/// Dropout is off in the DeBERTa rows: PyTorch's CPU dropout saves a float noise tensor
+/// where CUDA's fused kernel saves a bool mask.
+#[test]
+fn saved_bytes_match_transformers_on_cpu() {
+    let text =
+        std::fs::read_to_string(crate::data("encoder30_saved_bytes.jsonl")).expect("fixture");
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).expect("json");
+        let name = r["name"].as_str().expect("name");
+        let p = hf::from_config(&r["config"], name).expect("import");
+        let seq = r["seq"].as_u64().expect("seq");
+        let attention = match r["attn"].as_str() {
+            Some("eager") => Attention::Eager,
+            _ => Attention::Sdpa,
+        };
+        let want = r["per_sample"].as_u64().expect("bytes");
+        let got = live_per_sample(&p, seq, attention);
+        let err = (got as f64 - want as f64) / want as f64;
+        eprintln!("{name}: plan {got} torch {want} ({:+.2} %)", 100.0 * err);
+        assert!(err.abs() < 0.005, "{name}: plan {got} torch {want}");
+    }
 }

@@ -706,10 +706,12 @@ pub fn rule(
         }
         Op::Gather { indices, mask } => {
             let mut r = Rule::new(in0);
-            // An int64 index given as input 1 (DeBERTa's `torch.gather`) is saved.
-            r.saves_inputs = (1..node.inputs.len())
-                .filter(|&i| g.tensors[node.inputs[i]].elem == Elem::Int64)
-                .collect();
+            // `torch.gather(x, dim, index)` with the int64 index as input 1 (DeBERTa):
+            // its backward saves `self` and the index.
+            let gather = node.inputs.len() > 1 && g.tensors[node.inputs[1]].elem == Elem::Int64;
+            if gather {
+                r.saves_inputs = vec![0, 1];
+            }
             r.extras.push(extra(*indices, DType::I64));
             if *mask > 0 {
                 r.extras.push(extra(*mask, DType::Bool));

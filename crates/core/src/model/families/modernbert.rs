@@ -126,7 +126,7 @@ pub fn build(p: &BertParams, m: &ModernBertOptions, seq: u64, imp: AttnImpl) -> 
 }
 
 /// `ModernBertAttention`: fused `Wqkv`, RoPE on q and k in fp32 (`q.float()`, cast back to
-/// the input dtype), attention with v a strided view of `Wqkv`'s output (so the saved v
+/// the input dtype), attention with v a strided view of `Wqkv`'s output (SDPA's saved v
 /// holds that whole output), `Wo`. `mask` marks a windowed sliding layer: eager's float
 /// mask; for SDPA only its presence counts (the bias is built per call from the boolean
 /// mask).
@@ -145,6 +145,13 @@ fn attn(
     let q = b.op(Op::ToComputeDtype, &[q], seq * c, &[], "attn.rope_q.to");
     let k = b.op(Op::Rope, &[qkv], seq * c, &[], "attn.rope_k");
     let k = b.op(Op::ToComputeDtype, &[k], seq * c, &[], "attn.rope_k.to");
-    let o = attention_masked(b, &[q, k, qkv], *s, imp, mask, "attn.attention");
+    let v = match imp {
+        // SDPA takes the strided view as it is.
+        AttnImpl::Sdpa => qkv,
+        // Eager's `torch.matmul(probs, v)` flattens (b, h, s, d) to (b·h, s, d): a copy of
+        // the strided view from batch 2 on, which the matmul saves instead.
+        AttnImpl::Eager => b.op(Op::Copy, &[qkv], seq * c, &[], "attn.value_reshape"),
+    };
+    let o = attention_masked(b, &[q, k, v], *s, imp, mask, "attn.attention");
     b.linear(o, seq, c, c, m.attention_bias, "attn.Wo")
 }
