@@ -225,8 +225,9 @@ fn deberta_runs_eager_disentangled_attention() {
 fn deberta_keys_and_refusals() {
     let mut v = config("deberta-v3-base");
     v["conv_kernel_size"] = serde_json::json!(3);
+    v["conv_act"] = serde_json::json!("relu");
     let err = hf::from_config(&v, "x").expect_err("conv").to_string();
-    assert!(err.contains("conv_kernel_size"), "{err}");
+    assert!(err.contains("conv_act"), "{err}");
     let mut v = config("deberta-v3-base");
     v["embedding_size"] = serde_json::json!(128);
     let err = hf::from_config(&v, "x")

@@ -345,6 +345,9 @@ def encoder_config_from_params(p):
                share_att_key=d["share_att_key"], norm_rel_ebd="layer_norm" if d["norm_rel_ebd"] else "none",
                position_biased_input=d["position_biased_input"], attention_head_size=d["head_size"],
                legacy=d["legacy"])
+    if d.get("conv"):
+        cfg.update(conv_kernel_size=d["conv"]["kernel"], conv_groups=d["conv"]["groups"],
+                   conv_act="gelu" if d["conv"]["gelu"] else "tanh")
     return cfg
 
 

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::families::{
     bert::BertParams,
-    deberta::DebertaOptions,
+    deberta::{ConvOptions, DebertaOptions},
     gpt_neox::GptNeoxParams,
     gpt2::Gpt2Params,
     llama::{FalconLayout, LlamaParams, Multipliers, NormKind},
@@ -1019,12 +1019,23 @@ fn deberta_params(k: &Keys) -> Result<BertParams, ModelError> {
             ),
         ));
     }
-    if k.u64_or("conv_kernel_size", Some(0))? > 0 {
-        return Err(invalid(
-            "conv_kernel_size",
-            "the first layer's `ConvLayer` (DeBERTa-v2 xlarge/xxlarge) is not modelled",
-        ));
-    }
+    let kernel = k.u64_or("conv_kernel_size", Some(0))?;
+    let conv = if kernel > 0 {
+        let act = k.str_or("conv_act", "tanh")?;
+        if act != "tanh" && act != "gelu" {
+            return Err(invalid(
+                "conv_act",
+                format!("`{act}` is not supported (tanh, gelu)"),
+            ));
+        }
+        Some(ConvOptions {
+            kernel,
+            groups: k.req_or("conv_groups", 1)?,
+            gelu: act == "gelu",
+        })
+    } else {
+        None
+    };
     if !k.bool_or("tie_word_embeddings", true)? {
         return Err(invalid(
             "tie_word_embeddings",
@@ -1091,6 +1102,7 @@ fn deberta_params(k: &Keys) -> Result<BertParams, ModelError> {
             position_biased_input: k.bool_or("position_biased_input", true)?,
             head_size: k.req_or("attention_head_size", hidden / heads.max(1))?,
             legacy: k.bool_or("legacy", true)?,
+            conv,
         }),
     })
 }

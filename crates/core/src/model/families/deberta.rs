@@ -41,11 +41,38 @@ pub struct DebertaOptions {
     /// `legacy`: the head's decoder is an `nn.Linear` with the tied weight and bias; else
     /// `matmul(h, word.T) + bias` (a second logits-sized tensor).
     pub legacy: bool,
+    /// `conv_kernel_size > 0` (DeBERTa-v2 xlarge/xxlarge): the `ConvLayer` after layer 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conv: Option<ConvOptions>,
+}
+
+/// `ConvLayer`: `Conv1d(hidden, hidden, kernel, padding=(kernel-1)/2, groups)` over the
+/// encoder's input, then `conv_act`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConvOptions {
+    pub kernel: u64,
+    pub groups: u64,
+    /// `conv_act` is `gelu` (else `tanh`, the default).
+    pub gelu: bool,
 }
 
 impl DebertaOptions {
     pub fn validate(&self, p: &BertParams) -> Result<(), ModelError> {
         check_positive("params.deberta.head_size", self.head_size)?;
+        if let Some(conv) = &self.conv {
+            check_positive("params.deberta.conv.kernel", conv.kernel)?;
+            check_positive("params.deberta.conv.groups", conv.groups)?;
+            if !p.hidden_size.is_multiple_of(conv.groups) {
+                return Err(ModelError::Invalid {
+                    field: "params.deberta.conv.groups".into(),
+                    reason: format!(
+                        "hidden_size {} is not divisible by conv_groups {}",
+                        p.hidden_size, conv.groups
+                    ),
+                });
+            }
+        }
         if self.relative_attention {
             check_positive("params.deberta.att_span", self.att_span)?;
         }
@@ -98,11 +125,17 @@ pub fn build(p: &BertParams, d: &DebertaOptions, seq: u64) -> Result<Graph, Mode
     // `get_attention_mask`: (b, 1, 1, s) * (b, 1, s, 1) in fp32, used by every layer.
     let mask = b.op(Op::Constant, &[ones], seq * seq, &[], "attention_mask");
     let rel = d.relative_attention.then(|| relative(&mut b, d, c));
+    let input = h;
     for l in 0..p.num_hidden_layers {
         b.scope(format!("deberta.encoder.layer.{l}"));
         b.begin_block();
         h = layer(&mut b, p, d, h, mask, rel.as_ref(), seq);
         b.end_block();
+        if let (0, Some(conv)) = (l, &d.conv) {
+            // In the encoder's loop, outside the checkpointed layer.
+            b.scope("deberta.encoder.conv");
+            h = conv_layer(&mut b, conv, [input, h, ones], c, seq, pd);
+        }
     }
     b.scope("");
     let bias_in_decoder = d.legacy;
@@ -133,6 +166,55 @@ pub fn build(p: &BertParams, d: &DebertaOptions, seq: u64) -> Result<Graph, Mode
         non_legacy_head(&mut b, h, ids, seq, c, p.vocab_size, word);
     }
     Ok(b.finish())
+}
+
+/// `ConvLayer(hidden_states, residual_states, input_mask)`: the convolution of the encoder's
+/// input (permuted copies in and out), `masked_fill_` of the padding in place (saving a
+/// (b, s) bool mask), dropout, the activation, `LayerNorm(residual + out)`, `* input_mask`.
+fn conv_layer(
+    b: &mut GraphBuilder,
+    conv: &ConvOptions,
+    [input, residual, ones]: [TensorId; 3],
+    c: u64,
+    seq: u64,
+    pd: f64,
+) -> TensorId {
+    let x = b.copy(input, "permute");
+    let w = b.param(c * (c / conv.groups) * conv.kernel, Some((c, c)));
+    let bias = b.param(c, None);
+    let out = b.op(
+        Op::Conv2d {
+            transposed: false,
+            kernel: conv.kernel,
+            groups: conv.groups,
+            out_channels: c,
+        },
+        &[x],
+        seq * c,
+        &[w, bias],
+        "conv",
+    );
+    let out = b.copy(out, "permute_back");
+    let out = b.op(
+        Op::Gather {
+            indices: 0,
+            mask: seq,
+        },
+        &[out],
+        seq * c,
+        &[],
+        "masked_fill_",
+    );
+    let out = b.dropout(out, pd, false, "dropout");
+    let act = if conv.gelu {
+        Pointwise::Gelu
+    } else {
+        Pointwise::Tanh
+    };
+    let out = b.pointwise(out, act, false, "conv_act");
+    let x = b.binary(residual, out, Pointwise::Add, false, "residual");
+    let x = layer_norm(b, x, seq, c, "LayerNorm");
+    b.binary(x, ones, Pointwise::MulByConstTensor, false, "input_mask")
 }
 
 /// `DebertaV2LMPredictionHead`: `matmul(h, word.T) + bias`, then the loss.
