@@ -221,6 +221,22 @@ fn deberta_runs_eager_disentangled_attention() {
     ));
 }
 
+/// DeBERTa-v2 xlarge: the `ConvLayer` after layer 0, outside the checkpointed blocks.
+#[test]
+fn deberta_xlarge_conv_layer() {
+    let g = graph("deberta-v2-xlarge", 128, AttnImpl::Eager);
+    let conv: Vec<&Node> = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Conv2d { .. }))
+        .collect();
+    assert_eq!(conv.len(), 1);
+    assert_eq!(g.name(conv[0]), "deberta.encoder.conv.conv");
+    assert_eq!(conv[0].block, None);
+    assert_eq!(g.params[conv[0].params[0]].elems, 1536 * 1536 * 3);
+    assert_eq!(named(&g, "conv.conv_act").len(), 1);
+}
+
 #[test]
 fn deberta_keys_and_refusals() {
     let mut v = config("deberta-v3-base");
