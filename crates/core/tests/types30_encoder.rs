@@ -336,3 +336,36 @@ fn saved_bytes_match_transformers_on_cpu() {
         assert!(err.abs() < 0.005, "{name}: plan {got} torch {want}");
     }
 }
+
+/// Every public config plans a training step in each precision, with and without
+/// checkpointing; checkpointing never raises the peak (at this size the head or the
+/// optimizer step may set it).
+#[test]
+fn public_configs_plan() {
+    for name in [
+        "ModernBERT-base",
+        "ModernBERT-large",
+        "deberta-v3-base",
+        "deberta-v3-large",
+        "deberta-v2-xlarge",
+    ] {
+        let p = import(name);
+        for precision in [Precision::Fp32, Precision::AmpBf16, Precision::Bf16] {
+            let peak = |checkpointing| {
+                let cfg = TrainConfig {
+                    batch: 2,
+                    size: Some(512),
+                    precision,
+                    checkpointing,
+                    ..TrainConfig::default()
+                };
+                vramlab_core::plan::plan(&p, &cfg)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"))
+                    .peak_allocated_bytes
+                    .0
+            };
+            let (full, ckpt) = (peak(false), peak(true));
+            assert!(ckpt <= full, "{name} {precision:?}: {ckpt} > {full}");
+        }
+    }
+}
