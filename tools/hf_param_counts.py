@@ -2,7 +2,7 @@
 """Exact parameter counts of the Hugging Face configs in tests/data/hf_configs/.
 
 For every config.json: sum(p.numel()) of AutoModelForCausalLM.from_config(cfg)
-(AutoModelForMaskedLM for bert/roberta, AutoModelForSeq2SeqLM for encoder-decoder configs
+(AutoModelForMaskedLM for bert/roberta/modernbert/deberta-v2, AutoModelForSeq2SeqLM for encoder-decoder configs
 such as t5) built on the meta device, written as JSON lines
 with the versions to tests/data/hf_param_counts.jsonl (tests/hf_import.rs asserts the
 Rust builders give the same numbers).
@@ -23,7 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM,
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "tests", "data", "hf_configs")
 OUT = os.path.join(ROOT, "tests", "data", "hf_param_counts.jsonl")
-MASKED_LM = ("bert", "roberta")
+MASKED_LM = ("bert", "roberta", "modernbert", "deberta-v2")
 DROP = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "auto_map",
         "_vramlab_source")
 

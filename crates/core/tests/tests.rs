@@ -23,6 +23,7 @@ mod snapshot_golden;
 mod t5_sdpa;
 mod types30;
 mod types30_bart;
+mod types30_encoder;
 
 /// A file under the repository's `tests/data/`.
 pub fn data(rel: &str) -> std::path::PathBuf {

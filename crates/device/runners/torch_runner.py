@@ -134,7 +134,9 @@ ATTENTIONS = ("sdpa", "eager")
 LOOPS = ("plain", "trainer")
 STEPS = ("train", "eval", "eval-grad")
 FINETUNES = ("full", "lora", "qlora")
-MASKED_LM_TYPES = ("bert", "roberta")
+MASKED_LM_TYPES = ("bert", "roberta", "modernbert", "deberta-v2")
+# transformers 5.17 refuses attn_implementation="sdpa" for these (no SDPA path): eager only
+EAGER_ONLY_TYPES = ("deberta-v2",)
 
 
 # --------------------------------------------------------------------------
@@ -314,11 +316,48 @@ def falcon_config_from_params(p):
             "max_position_embeddings": p["max_position_embeddings"]}
 
 
+def encoder_config_from_params(p):
+    """ModernBertConfig / DebertaV2Config keys of vramlab's imported encoder (inverse of hf.rs
+    `modernbert_params` / `deberta_params`)."""
+    mt = p["model_type"]
+    cfg = {k: p[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                             "intermediate_size", "max_position_embeddings")}
+    cfg["model_type"] = mt
+    if mt == "modernbert":
+        m = p["modernbert"]
+        sliding = set(m["sliding_layers"])
+        cfg["layer_types"] = ["sliding_attention" if i in sliding else "full_attention"
+                              for i in range(p["num_hidden_layers"])]
+        cfg["attention_dropout"] = p["attention_probs_dropout_prob"]
+        for k in ("local_attention", "attention_bias", "mlp_bias", "norm_bias", "classifier_bias",
+                  "decoder_bias", "tie_word_embeddings", "embedding_dropout", "mlp_dropout"):
+            cfg[k] = m[k]
+        # the config class's special-token defaults index a 50368-token vocabulary
+        for k in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
+            cfg[k] = 0
+        return cfg
+    d = p["deberta"]
+    terms = [t for t in ("c2p", "p2c") if d[t]]
+    cfg.update(type_vocab_size=p["type_vocab_size"], hidden_dropout_prob=p["hidden_dropout_prob"],
+               attention_probs_dropout_prob=p["attention_probs_dropout_prob"],
+               relative_attention=d["relative_attention"], position_buckets=d["att_span"],
+               max_relative_positions=d["att_span"], pos_att_type=terms,
+               share_att_key=d["share_att_key"], norm_rel_ebd="layer_norm" if d["norm_rel_ebd"] else "none",
+               position_biased_input=d["position_biased_input"], attention_head_size=d["head_size"],
+               legacy=d["legacy"])
+    if d.get("conv"):
+        cfg.update(conv_kernel_size=d["conv"]["kernel"], conv_groups=d["conv"]["groups"],
+                   conv_act="gelu" if d["conv"]["gelu"] else "tanh")
+    return cfg
+
+
 def hf_config_from_params(params):
     """The config.json fields of a preset imported by vramlab's HF import (inverse mapping)."""
     mt = params["model_type"]
     if mt == "falcon":
         return falcon_config_from_params(params)
+    if mt in ("modernbert", "deberta-v2"):
+        return encoder_config_from_params(params)
     cfg = {k: v for k, v in params.items() if k not in VRAMLAB_ONLY}
     cfg["model_type"] = mt
     # options that are config keys under their own name for the types that read them
@@ -621,6 +660,10 @@ def build_hf(preset, size, attention="sdpa", dtype=None):
     for k in ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
               "auto_map", "quantization_config"):
         cfg.pop(k, None)
+    if mt in EAGER_ONLY_TYPES and attention != "eager":
+        raise ValueError(f"{mt}: transformers 5.17 has no SDPA path for this model "
+                         "type (it refuses attn_implementation='sdpa'); run it with attention eager, "
+                         "which vramlab plans for it")
     config = AutoConfig.for_model(mt, **cfg)
     config._attn_implementation = attention
     if getattr(config, "is_encoder_decoder", False):

@@ -9,9 +9,11 @@ use serde_json::{Map, Value};
 
 use super::families::{
     bert::BertParams,
+    deberta::{ConvOptions, DebertaOptions},
     gpt_neox::GptNeoxParams,
     gpt2::Gpt2Params,
     llama::{FalconLayout, LlamaParams, Multipliers, NormKind},
+    modernbert::ModernBertOptions,
     moe::MoeParams,
     t5::T5Params,
 };
@@ -42,6 +44,8 @@ pub const SUPPORTED: &[&str] = &[
     "smollm3",
     "falcon",
     "bart",
+    "modernbert",
+    "deberta-v2",
 ];
 
 /// Default sequence length of an imported model (its `max_position_embeddings` when smaller).
@@ -257,6 +261,8 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
         "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
         "bert" | "roberta" => ModelSpec::Bert(bert_params(&k, &model_type)?),
+        "modernbert" => ModelSpec::Bert(modernbert_params(&k)?),
+        "deberta-v2" => ModelSpec::Bert(deberta_params(&k)?),
         "t5" => ModelSpec::T5(t5_params(&k)?),
         "bart" => ModelSpec::T5(bart_params(&k)?),
         "gemma3" => {
@@ -993,6 +999,209 @@ fn bert_params(k: &Keys, model_type: &str) -> Result<BertParams, ModelError> {
         attention_probs_dropout_prob: k.f64_or("attention_probs_dropout_prob", 0.1)?,
         model_type: roberta.then(|| "roberta".to_string()),
         position_offset: offset,
+        modernbert: None,
+        deberta: None,
+    })
+}
+
+/// An activation key that must be `gelu` (the encoders' MLP and head).
+fn require_gelu(k: &Keys, key: &str) -> Result<(), ModelError> {
+    let act = k.str_or(key, "gelu")?;
+    if act == "gelu" {
+        Ok(())
+    } else {
+        Err(invalid(key, format!("`{act}` is not supported (gelu)")))
+    }
+}
+
+/// A signed integer key (DeBERTa's `-1` = "unset" values).
+fn i64_or(k: &Keys, key: &str, default: i64) -> Result<i64, ModelError> {
+    match k.get(key) {
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| invalid(key, format!("must be an integer, got {v}"))),
+        None => Ok(default),
+    }
+}
+
+/// `ModernBertConfig` (transformers 5.17 defaults) as BERT parameters with ModernBERT's
+/// options.
+fn modernbert_params(k: &Keys) -> Result<BertParams, ModelError> {
+    require_gelu(k, "hidden_activation")?;
+    require_gelu(k, "classifier_activation")?;
+    if k.bool_or("sparse_prediction", false)? {
+        return Err(invalid(
+            "sparse_prediction",
+            "true is not modelled: the head then runs on the masked tokens only \
+             (`last_hidden_state[labels != -100]`), a data-dependent row count; plan with \
+             false (every position, the upper bound)",
+        ));
+    }
+    let layers = k.req("num_hidden_layers")?;
+    let sliding_layers = match k.get("layer_types") {
+        Some(Value::Array(types)) => {
+            if types.len() as u64 != layers {
+                return Err(invalid(
+                    "layer_types",
+                    format!("has {} entries for {layers} layers", types.len()),
+                ));
+            }
+            let mut sliding = Vec::new();
+            for (l, t) in (0u64..).zip(types) {
+                match t.as_str() {
+                    Some("sliding_attention") => sliding.push(l),
+                    Some("full_attention") => {}
+                    _ => {
+                        return Err(invalid(
+                            "layer_types",
+                            format!("`{t}`: expected full_attention or sliding_attention"),
+                        ));
+                    }
+                }
+            }
+            sliding
+        }
+        Some(other) => {
+            return Err(invalid(
+                "layer_types",
+                format!("must be a list, got {other}"),
+            ));
+        }
+        None => {
+            let every = k.req_or("global_attn_every_n_layers", 3)?;
+            (0..layers).filter(|l| l % every != 0).collect()
+        }
+    };
+    Ok(BertParams {
+        vocab_size: k.req("vocab_size")?,
+        hidden_size: k.req("hidden_size")?,
+        num_hidden_layers: layers,
+        num_attention_heads: k.req("num_attention_heads")?,
+        intermediate_size: k.req("intermediate_size")?,
+        max_position_embeddings: k.req_or("max_position_embeddings", 8192)?,
+        type_vocab_size: 0,
+        hidden_dropout_prob: 0.0,
+        attention_probs_dropout_prob: k.f64_or("attention_dropout", 0.0)?,
+        model_type: Some("modernbert".to_string()),
+        position_offset: 0,
+        modernbert: Some(ModernBertOptions {
+            sliding_layers,
+            local_attention: k.u64_or("local_attention", Some(128))?,
+            attention_bias: k.bool_or("attention_bias", false)?,
+            mlp_bias: k.bool_or("mlp_bias", false)?,
+            norm_bias: k.bool_or("norm_bias", false)?,
+            classifier_bias: k.bool_or("classifier_bias", false)?,
+            decoder_bias: k.bool_or("decoder_bias", true)?,
+            tie_word_embeddings: k.bool_or("tie_word_embeddings", true)?,
+            embedding_dropout: k.f64_or("embedding_dropout", 0.0)?,
+            mlp_dropout: k.f64_or("mlp_dropout", 0.0)?,
+        }),
+        deberta: None,
+    })
+}
+
+/// `DebertaV2Config` (transformers 5.17 defaults, and the `getattr` defaults of the
+/// modelling code) as BERT parameters with DeBERTa's options.
+fn deberta_params(k: &Keys) -> Result<BertParams, ModelError> {
+    require_gelu(k, "hidden_act")?;
+    let hidden = k.req("hidden_size")?;
+    let heads = k.req("num_attention_heads")?;
+    if let Some(e) = k.opt_u64("embedding_size")?
+        && e != hidden
+    {
+        return Err(invalid(
+            "embedding_size",
+            format!(
+                "{e} differs from hidden_size {hidden}: the `embed_proj` projection is not \
+                 modelled"
+            ),
+        ));
+    }
+    let kernel = k.u64_or("conv_kernel_size", Some(0))?;
+    let conv = if kernel > 0 {
+        let act = k.str_or("conv_act", "tanh")?;
+        if act != "tanh" && act != "gelu" {
+            return Err(invalid(
+                "conv_act",
+                format!("`{act}` is not supported (tanh, gelu)"),
+            ));
+        }
+        Some(ConvOptions {
+            kernel,
+            groups: k.req_or("conv_groups", 1)?,
+            gelu: act == "gelu",
+        })
+    } else {
+        None
+    };
+    if !k.bool_or("tie_word_embeddings", true)? {
+        return Err(invalid(
+            "tie_word_embeddings",
+            "false is not modelled (the masked-LM decoder uses the word embedding)",
+        ));
+    }
+    let max_pos = k.req_or("max_position_embeddings", 512)?;
+    let types: Vec<String> = match k.get("pos_att_type") {
+        None => Vec::new(),
+        Some(Value::String(s)) => s
+            .to_lowercase()
+            .split('|')
+            .map(|x| x.trim().to_string())
+            .collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| invalid("pos_att_type", format!("`{x}` is not a string")))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(invalid(
+                "pos_att_type",
+                format!("must be a string like \"p2c|c2p\" or a list, got {other}"),
+            ));
+        }
+    };
+    let buckets = i64_or(k, "position_buckets", -1)?;
+    let max_rel = i64_or(k, "max_relative_positions", -1)?;
+    let att_span = if buckets > 0 {
+        buckets.unsigned_abs()
+    } else if max_rel >= 1 {
+        max_rel.unsigned_abs()
+    } else {
+        max_pos
+    };
+    let norm_rel_ebd = k
+        .str_or("norm_rel_ebd", "none")?
+        .to_lowercase()
+        .split('|')
+        .any(|x| x.trim() == "layer_norm");
+    Ok(BertParams {
+        vocab_size: k.req("vocab_size")?,
+        hidden_size: hidden,
+        num_hidden_layers: k.req("num_hidden_layers")?,
+        num_attention_heads: heads,
+        intermediate_size: k.req("intermediate_size")?,
+        max_position_embeddings: max_pos,
+        type_vocab_size: k.u64_or("type_vocab_size", Some(0))?,
+        hidden_dropout_prob: k.f64_or("hidden_dropout_prob", 0.1)?,
+        attention_probs_dropout_prob: k.f64_or("attention_probs_dropout_prob", 0.1)?,
+        model_type: Some("deberta-v2".to_string()),
+        position_offset: 0,
+        modernbert: None,
+        deberta: Some(DebertaOptions {
+            relative_attention: k.bool_or("relative_attention", false)?,
+            att_span,
+            c2p: types.iter().any(|t| t == "c2p"),
+            p2c: types.iter().any(|t| t == "p2c"),
+            share_att_key: k.bool_or("share_att_key", false)?,
+            norm_rel_ebd,
+            position_biased_input: k.bool_or("position_biased_input", true)?,
+            head_size: k.req_or("attention_head_size", hidden / heads.max(1))?,
+            legacy: k.bool_or("legacy", true)?,
+            conv,
+        }),
     })
 }
 

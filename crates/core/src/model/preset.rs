@@ -437,6 +437,7 @@ impl Preset {
     pub fn unmodelled(&self, size: u64, attention: AttnImpl) -> Vec<String> {
         match &self.spec {
             ModelSpec::Llama(p) => p.unmodelled(size, attention == AttnImpl::Sdpa),
+            ModelSpec::Bert(p) => p.unmodelled(attention),
             _ => Vec::new(),
         }
     }

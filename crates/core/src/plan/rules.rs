@@ -721,6 +721,12 @@ pub fn rule(
         }
         Op::Gather { indices, mask } => {
             let mut r = Rule::new(in0);
+            // `torch.gather(x, dim, index)` with the int64 index as input 1 (DeBERTa):
+            // its backward saves `self` and the index.
+            let gather = node.inputs.len() > 1 && g.tensors[node.inputs[1]].elem == Elem::Int64;
+            if gather {
+                r.saves_inputs = vec![0, 1];
+            }
             r.extras.push(extra(*indices, DType::I64));
             if *mask > 0 {
                 r.extras.push(extra(*mask, DType::Bool));

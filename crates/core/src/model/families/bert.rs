@@ -1,8 +1,13 @@
-//! Hugging Face `BertForMaskedLM` (transformers 5, `models/bert/modeling_bert.py`).
+//! Hugging Face masked-LM encoders (transformers 5): `BertForMaskedLM`
+//! (`models/bert/modeling_bert.py`, RoBERTa as an option), and as options of the same
+//! parameters `ModernBertForMaskedLM` ([`super::modernbert`]) and `DebertaV2ForMaskedLM`
+//! ([`super::deberta`]). The three share the word embedding, the encoder loop of
+//! checkpointable layers and the masked-LM head (dense → gelu → LayerNorm → decoder tied to
+//! the word embedding, with a bias) over every position.
 
 use serde::{Deserialize, Serialize};
 
-use super::transformer::{AttnImpl, AttnShape, attention, layer_norm, token_loss};
+use super::transformer::{AttnImpl, AttnShape, attention, layer_norm, layer_norm_bias, token_loss};
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, Pointwise};
 use crate::model::{ModelError, check_layers, check_positive, check_prob};
@@ -28,6 +33,13 @@ pub struct BertParams {
     /// buffer, broadcast).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub position_offset: u64,
+    /// ModernBERT's layer (`model_type` `modernbert`); the BERT fields it has no use for
+    /// (`type_vocab_size`, `max_position_embeddings` as a table) are ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modernbert: Option<super::modernbert::ModernBertOptions>,
+    /// DeBERTa-v2/v3's disentangled attention (`model_type` `deberta-v2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deberta: Option<super::deberta::DebertaOptions>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -45,7 +57,12 @@ impl BertParams {
             "params.max_position_embeddings",
             self.max_position_embeddings,
         )?;
-        check_positive("params.type_vocab_size", self.type_vocab_size)?;
+        if self.modernbert.is_none() && self.deberta.is_none() {
+            check_positive("params.type_vocab_size", self.type_vocab_size)?;
+        }
+        if let Some(d) = &self.deberta {
+            d.validate(self)?;
+        }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(ModelError::Invalid {
                 field: "params.num_attention_heads".into(),
@@ -63,8 +80,31 @@ impl BertParams {
     }
 }
 
+impl BertParams {
+    /// What the plan says about a training step with `attention` beyond the graph: DeBERTa
+    /// has no SDPA path, so an SDPA request is planned as the eager code it runs.
+    pub fn unmodelled(&self, attention: AttnImpl) -> Vec<String> {
+        if self.deberta.is_some() && attention == AttnImpl::Sdpa {
+            vec![
+                "deberta-v2: transformers 5.17 refuses attn_implementation=\"sdpa\" \
+                 (DisentangledSelfAttention has only its own eager code); planned as the \
+                 eager attention it runs"
+                    .to_string(),
+            ]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
 /// Builds BERT with the masked-LM head for `seq` tokens (labels on every position).
 pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
+    if let Some(m) = &p.modernbert {
+        return Ok(super::modernbert::build(p, m, seq, imp));
+    }
+    if let Some(d) = &p.deberta {
+        return super::deberta::build(p, d, seq);
+    }
     crate::model::check_seq_fits(
         seq,
         p.position_offset,
@@ -134,20 +174,87 @@ pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
         b.end_block();
     }
     b.scope("cls.predictions");
-    let t = b.linear(h, seq, c, c, true, "transform.dense");
-    let t = b.pointwise(t, Pointwise::Gelu, false, "transform.act");
-    let t = layer_norm(&mut b, t, seq, c, "transform.LayerNorm");
-    let bias = b.param(p.vocab_size, None);
+    let head = MlmHead {
+        dense_bias: true,
+        norm_bias: true,
+        decoder: Decoder::Tied(word),
+        decoder_bias: true,
+        upcast: false,
+    };
+    mlm_head(
+        &mut b,
+        h,
+        ids,
+        seq,
+        c,
+        p.vocab_size,
+        &head,
+        [
+            "transform.dense",
+            "transform.act",
+            "transform.LayerNorm",
+            "decoder",
+        ],
+    );
+    Ok(b.finish())
+}
+
+/// The decoder weight of a masked-LM head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Decoder {
+    /// Tied to the word embedding (this parameter).
+    Tied(crate::model::ir::ParamId),
+    /// Its own `(vocab, hidden)` weight (`tie_word_embeddings: false`).
+    Own,
+}
+
+/// The masked-LM head: `dense → gelu → LayerNorm → decoder (+ bias)` and the token loss.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MlmHead {
+    pub dense_bias: bool,
+    pub norm_bias: bool,
+    pub decoder: Decoder,
+    pub decoder_bias: bool,
+    /// The loss takes `logits.float()` first (transformers' `ForMaskedLMLoss`).
+    pub upcast: bool,
+}
+
+/// Appends the masked-LM head over `seq` rows of width `c` and the loss against `labels`;
+/// `names`: the dense, activation, norm and decoder ops.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the head's shapes, as the callers name them"
+)]
+pub(crate) fn mlm_head(
+    b: &mut GraphBuilder,
+    h: crate::model::ir::TensorId,
+    labels: crate::model::ir::TensorId,
+    seq: u64,
+    c: u64,
+    vocab: u64,
+    head: &MlmHead,
+    names: [&str; 4],
+) {
+    let t = b.linear(h, seq, c, c, head.dense_bias, names[0]);
+    let t = b.pointwise(t, Pointwise::Gelu, false, names[1]);
+    let t = layer_norm_bias(b, t, seq, c, head.norm_bias, names[2]);
+    let weight = match head.decoder {
+        Decoder::Tied(w) => w,
+        Decoder::Own => b.param(vocab * c, Some((vocab, c))),
+    };
+    let mut ps = vec![weight];
+    if head.decoder_bias {
+        ps.push(b.param(vocab, None));
+    }
     let logits = b.op(
         Op::Linear {
             in_features: c,
-            out_features: p.vocab_size,
+            out_features: vocab,
         },
         &[t],
-        seq * p.vocab_size,
-        &[word, bias],
-        "decoder",
+        seq * vocab,
+        &ps,
+        names[3],
     );
-    token_loss(&mut b, logits, ids, seq, p.vocab_size, false);
-    Ok(b.finish())
+    token_loss(b, logits, labels, seq, vocab, head.upcast);
 }

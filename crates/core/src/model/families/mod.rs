@@ -2,12 +2,14 @@
 
 pub mod bert;
 pub mod convnext;
+pub mod deberta;
 pub mod decoder;
 pub mod efficientnet;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod llama;
 pub mod mobilenet;
+pub mod modernbert;
 pub mod moe;
 pub mod moe_params;
 pub mod resnet;

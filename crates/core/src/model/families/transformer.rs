@@ -37,9 +37,25 @@ pub fn softcap(b: &mut GraphBuilder, x: TensorId, name: &str) -> TensorId {
 
 /// `nn.LayerNorm` over the last dim of `rows` rows, with weight and bias.
 pub fn layer_norm(b: &mut GraphBuilder, x: TensorId, rows: u64, dim: u64, name: &str) -> TensorId {
+    layer_norm_bias(b, x, rows, dim, true, name)
+}
+
+/// `nn.LayerNorm(dim, bias=bias)` (ModernBERT's norms have no bias).
+pub fn layer_norm_bias(
+    b: &mut GraphBuilder,
+    x: TensorId,
+    rows: u64,
+    dim: u64,
+    bias: bool,
+    name: &str,
+) -> TensorId {
     let w = b.param(dim, None);
-    let bias = b.param(dim, None);
-    b.op(Op::LayerNorm { rows }, &[x], rows * dim, &[w, bias], name)
+    if bias {
+        let bias = b.param(dim, None);
+        b.op(Op::LayerNorm { rows }, &[x], rows * dim, &[w, bias], name)
+    } else {
+        b.op(Op::LayerNorm { rows }, &[x], rows * dim, &[w], name)
+    }
 }
 
 /// Attention core after the projections. `q`, `k`, `v` hold heads×head_dim (q) and
@@ -52,8 +68,50 @@ pub fn attention(
     imp: AttnImpl,
     name: &str,
 ) -> TensorId {
+    attention_masked(b, qkv, a, imp, None, name)
+}
+
+/// [`attention`] with a per-sample additive mask of seq×seq elements broadcast over the
+/// heads (ModernBERT's sliding-window layers): eager adds it to the scores; SDPA gets a
+/// boolean mask, which PyTorch converts to a float `(b, 1, s, s)` bias per call, runs the
+/// memory-efficient kernel with it and saves the bias for backward.
+pub fn attention_masked(
+    b: &mut GraphBuilder,
+    qkv: &[TensorId],
+    a: AttnShape,
+    imp: AttnImpl,
+    mask: Option<TensorId>,
+    name: &str,
+) -> TensorId {
     let out_elems = a.seq * a.heads * a.head_dim;
     match imp {
+        AttnImpl::Sdpa if mask.is_some() => {
+            let bias = b.op(
+                Op::Constant,
+                &[],
+                a.seq * a.seq,
+                &[],
+                &format!("{name}.bool_mask_to_bias"),
+            );
+            let inputs: Vec<TensorId> = match qkv {
+                [q, k, v] => vec![*q, *k, *v, bias],
+                _ => vec![qkv[0], qkv[0], qkv[0], bias],
+            };
+            b.op(
+                Op::SdpaBias {
+                    heads: a.heads,
+                    head_dim: a.head_dim,
+                    q_len: a.seq,
+                    kv_len: a.seq,
+                    dropout: a.dropout,
+                    bias_grad: false,
+                },
+                &inputs,
+                out_elems,
+                &[],
+                name,
+            )
+        }
         AttnImpl::Sdpa => {
             // Flash / memory-efficient kernels write (b, s, h, d); the following
             // `.transpose(1, 2).contiguous()` is then free.
@@ -105,7 +163,9 @@ pub fn attention(
             } else {
                 s
             };
-            let s = if a.causal {
+            let s = if let Some(mask) = mask {
+                b.binary(s, mask, Pointwise::Add, false, &format!("{name}.add_mask"))
+            } else if a.causal {
                 let mask = b.constant(a.seq * a.seq, &format!("{name}.mask"));
                 b.binary(s, mask, Pointwise::Add, false, &format!("{name}.add_mask"))
             } else {

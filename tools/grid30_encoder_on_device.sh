@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 30's pre-registered encoder grid on the device (tools/make_grid30_encoder.py drew it;
+# NOT MEASURED YET).
+#   OUT=/some/dir bash tools/grid30_encoder_on_device.sh
+# The 24 training steps of modernbert and deberta-v2 (layer-cut public configs in
+# tests/data/hf_configs_device/), 2 shards in parallel on one H100 or H200 (every row's rough
+# estimate is <= 35 GB; see make_grid30_encoder.py), and the parameter counts of the configs on
+# the meta device (AutoModelForMaskedLM). Rows keep their "grid_id" and "split"; they come back as one file per
+# split (grid30_encoder_fit.jsonl, grid30_encoder_untouched.jsonl), so the untouched third can be set aside
+# without being read. Needs PyTorch 2.11 and transformers 5.17 (the runner's environment).
+# Then, on the workstation:
+#   cp $OUT/grid30_encoder_fit.jsonl tests/data/grid30_encoder.jsonl
+#   vramlab validate tests/data/grid30_encoder.jsonl
+set -u
+cd "${REPO_ROOT:-$(dirname "$0")/..}"
+OUT="${OUT:-./device_out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH="$(pwd)/crates/device/runners:$(pwd)/tools${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
+"$PY" crates/device/runners/torch_runner.py --env > "$OUT/env.json" 2>/dev/null
+LIMIT="${LIMIT:-540}"
+S=$(date +%s)
+# parameter counts of the layer-cut configs (meta device), beside the rows
+"$PY" - > "$OUT/grid30_encoder_param_counts.jsonl" 2> "$OUT/param_counts.log" <<'PYEOF'
+import json, glob, os, torch, transformers
+from transformers import AutoConfig, AutoModelForMaskedLM
+rows = [json.loads(l) for f in ("tools/grid30_encoder_configs.jsonl", "tools/grid30_encoder_untouched_configs.jsonl")
+        for l in open(f) if l.strip()]
+for p in sorted({r["model"] for r in rows}):
+    cfg = json.load(open(p))
+    for k in ("architectures", "transformers_version", "torch_dtype", "_vramlab_source"):
+        cfg.pop(k, None)
+    c = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device("meta"):
+        m = AutoModelForMaskedLM.from_config(c)
+    print(json.dumps({"config": os.path.basename(p), "class": type(m).__name__,
+                      "params": sum(x.numel() for x in m.parameters()),
+                      "transformers": transformers.__version__, "torch": torch.__version__}))
+PYEOF
+SH=$(mktemp -d)
+cat tools/grid30_encoder_configs.jsonl tools/grid30_encoder_untouched_configs.jsonl \
+    | "$PY" -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+# Two shards run at once on one GPU: every row is estimated at <= 35 GB, so two running rows
+# stay under an 80 GB H100; rows are dealt to the lighter shard, biggest first.
+rows.sort(key=lambda r: (-r["estimate_gb"], r["grid_id"]))
+load, shards = [0.0, 0.0], [[], []]
+for r in rows:
+    k = min((0, 1), key=lambda j: load[j])
+    load[k] += r["estimate_gb"]
+    shards[k].append({k2: v for k2, v in r.items() if k2 not in ("estimate_gb", "model_type")})
+for k in range(2):
+    with open(sys.argv[1] + f"/shard{k}.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in shards[k])
+    print("shard", k, len(shards[k]), "rows,", round(load[k]), "GB-rows", file=sys.stderr)
+' "$SH"
+for s in 0 1; do
+    timeout -k 5 "$LIMIT" "$PY" crates/device/runners/torch_runner.py measure "$SH/shard$s.jsonl" > "$SH/out$s.jsonl" 2> "$OUT/shard$s.log" &
+done
+wait
+cat "$SH"/out*.jsonl | "$PY" -c '
+import json, sys
+out = {"fit": open(sys.argv[1] + "/grid30_encoder_fit.jsonl", "w"), "untouched": open(sys.argv[1] + "/grid30_encoder_untouched.jsonl", "w")}
+n = {"fit": 0, "untouched": 0}
+for l in sys.stdin:
+    if l.strip():
+        r = json.loads(l)
+        s = r.get("split", "fit")
+        out[s].write(l if l.endswith("\n") else l + "\n")
+        n[s] += 1
+print("rows", n, "of 16 fit / 8 untouched")
+' "$OUT"
+echo "grid30 encoder done in $(( $(date +%s) - S ))s"
+# one archive: the device tool brings back a bounded number of files
+tar czf "$OUT/all.tgz" -C "$OUT" --exclude all.tgz . && find "$OUT" -type f ! -name all.tgz -delete
