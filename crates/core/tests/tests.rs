@@ -21,6 +21,7 @@ mod presets;
 mod snapshot_golden;
 mod t5_sdpa;
 mod types30;
+mod types30_moe;
 
 /// A file under the repository's `tests/data/`.
 pub fn data(rel: &str) -> std::path::PathBuf {

@@ -1,0 +1,219 @@
+//! The MoE decoders of issue 30 imported from config.json (deepseek_v3, gpt_oss): exact
+//! parameter counts against transformers 5.17, the ops each one's forward runs that the
+//! other MoE decoders do not, key errors, and what the plan says it does not model.
+
+use vramlab_core::model::families::transformer::AttnImpl;
+use vramlab_core::model::hf;
+use vramlab_core::model::ir::{Graph, Node, Op, Pointwise};
+use vramlab_core::model::{ModelSpec, Preset};
+use vramlab_core::plan::{Planner, Precision, TrainConfig};
+
+const TYPES: [&str; 2] = ["deepseek_v3", "gpt_oss"];
+
+fn import(name: &str) -> Preset {
+    let text = std::fs::read_to_string(crate::data(&format!("hf_configs/{name}.json")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    hf::from_config_text(&text, name).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn graph_with(name: &str, imp: AttnImpl) -> Graph {
+    import(name)
+        .build(64, imp)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn graph(name: &str) -> Graph {
+    graph_with(name, AttnImpl::Sdpa)
+}
+
+fn named<'a>(g: &'a Graph, suffix: &str) -> Vec<&'a Node> {
+    g.nodes
+        .iter()
+        .filter(|n| g.name(n).ends_with(suffix))
+        .collect()
+}
+
+fn edit(name: &str, f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+    let text =
+        std::fs::read_to_string(crate::data(&format!("hf_configs/{name}.json"))).expect("config");
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    f(v.as_object_mut().expect("object"));
+    v.to_string()
+}
+
+/// `sum(p.numel())` of `AutoModelForCausalLM.from_config` on the meta device
+/// (`tools/hf_param_counts.py`, transformers 5.17), two or more configs per type.
+#[test]
+fn parameter_counts_equal_transformers() {
+    let text = std::fs::read_to_string(crate::data("hf_param_counts.jsonl")).expect("counts");
+    let mut per_type = std::collections::BTreeMap::<String, usize>::new();
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).expect("json line");
+        let mt = r["model_type"].as_str().expect("model_type");
+        if !TYPES.contains(&mt) {
+            continue;
+        }
+        let name = r["config"]
+            .as_str()
+            .expect("config")
+            .trim_end_matches(".json");
+        let preset = import(name);
+        assert_eq!(hf::family_label(&preset), mt);
+        assert_eq!(
+            graph(name).param_count(),
+            r["params"].as_u64().expect("params"),
+            "{name}"
+        );
+        *per_type.entry(mt.to_string()).or_default() += 1;
+    }
+    for t in TYPES {
+        assert!(
+            per_type.get(t).copied().unwrap_or(0) >= 2,
+            "{t}: {per_type:?}"
+        );
+    }
+}
+
+/// DeepSeek-V3: low-rank q (q_a_proj → norm → q_b_proj), the kv latent and its norm, the
+/// cached latent and rotary key, q and k built by concatenation, SDPA with q/k heads of
+/// 192 and v heads of 128; the first 3 layers dense, the others sparse with shared experts.
+#[test]
+fn deepseek_v3_latent_attention_and_dense_first_layers() {
+    let g = graph("DeepSeek-V3");
+    let layers = 61;
+    for op in [
+        "self_attn.q_a_proj",
+        "self_attn.q_a_layernorm",
+        "self_attn.q_b_proj",
+        "self_attn.kv_a_layernorm",
+        "self_attn.kv_b_proj",
+        "self_attn.cache_latent",
+        "self_attn.expand_kv",
+    ] {
+        assert_eq!(named(&g, op).len(), layers, "{op}");
+    }
+    assert!(named(&g, "self_attn.q_proj").is_empty());
+    let sdpa = named(&g, ".self_attn");
+    assert_eq!(sdpa.len(), layers);
+    let s = sdpa[0];
+    assert!(matches!(s.op, Op::Sdpa { head_dim: 192, .. }), "{:?}", s.op);
+    assert_eq!(g.tensors[s.output].per_sample, 64 * 128 * 128);
+    // The cached latent is 512 wide per token: compressed.
+    let cache = named(&g, "self_attn.cache_latent")[0];
+    assert_eq!(g.tensors[cache.output].per_sample, 64 * 512);
+    assert_eq!(named(&g, "mlp.gate_proj").len(), 3, "the dense MLPs");
+    assert_eq!(named(&g, "mlp.shared_experts.gate_proj").len(), 58);
+    assert_eq!(named(&g, "mlp.experts.gate_up_proj").len(), 58);
+    assert_eq!(named(&g, "mlp.gate.sigmoid").len(), 58);
+    assert!(named(&g, "mlp.shared_expert_gate").is_empty());
+    // Moonlight: no q_lora_rank → one q_proj.
+    let m = graph("Moonlight-16B-A3B");
+    assert_eq!(named(&m, "self_attn.q_proj").len(), 27);
+    assert!(named(&m, "self_attn.q_a_proj").is_empty());
+    // Eager: the fp32 softmax over s×s scores per head.
+    let e = graph_with("Moonlight-16B-A3B", AttnImpl::Eager);
+    assert_eq!(named(&e, "self_attn.softmax").len(), 27);
+}
+
+/// gpt-oss: eager attention whatever is asked (transformers 5.17 refuses SDPA), a sink
+/// column joined to the scores, the router with bias, the experts' loop with biases and the
+/// clamped SwiGLU, every layer sparse.
+#[test]
+fn gpt_oss_sinks_eager_and_clamped_swiglu() {
+    let g = graph("gpt-oss-20b");
+    let layers = 24;
+    assert!(g.nodes.iter().all(|n| !matches!(n.op, Op::Sdpa { .. })));
+    let cat = named(&g, "self_attn.cat_sinks");
+    assert_eq!(cat.len(), layers);
+    assert_eq!(g.tensors[cat[0].output].per_sample, 64 * 64 * 65);
+    assert_eq!(named(&g, "self_attn.repeat_k").len(), layers);
+    assert_eq!(named(&g, "mlp.router").len(), layers);
+    let clamps = g
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.op,
+                Op::Pointwise {
+                    f: Pointwise::Clamp,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(clamps, 2 * layers);
+    let gu = named(&g, "mlp.experts.gate_up_proj");
+    assert_eq!(gu.len(), layers);
+    assert!(matches!(gu[0].op, Op::Linear { .. }));
+    assert_eq!(g.tensors[gu[0].output].per_sample, 64 * 4 * 2 * 2880);
+    assert!(named(&g, "mlp.gate_proj").is_empty());
+}
+
+/// The plan of each type runs and says what it leaves out: the quantized weights on the Hub.
+#[test]
+fn plans_run_and_name_the_quantization() {
+    for (name, q) in [("Moonlight-16B-A3B", None), ("gpt-oss-20b", Some("mxfp4"))] {
+        let preset = import(name);
+        let ModelSpec::Llama(p) = &preset.spec else {
+            panic!("{name}: not a decoder");
+        };
+        let notes = p.unmodelled(64, true);
+        match q {
+            Some(q) => {
+                assert!(
+                    notes
+                        .iter()
+                        .any(|n| n.contains("quantization_config") && n.contains(q)),
+                    "{notes:?}"
+                );
+                assert!(notes.iter().any(|n| n.contains("eager")), "{notes:?}");
+            }
+            None => assert!(notes.is_empty(), "{notes:?}"),
+        }
+        let cfg = TrainConfig {
+            batch: 1,
+            size: Some(64),
+            precision: Precision::Bf16,
+            ..TrainConfig::default()
+        };
+        let peaks = Planner::new(&preset, &cfg)
+            .and_then(|p| p.peaks(1))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(peaks.allocated.0 > 0);
+    }
+}
+
+/// Keys that change the layout are read; wrong ones are errors naming the key.
+#[test]
+fn keys_are_read_and_named() {
+    let text = edit("Moonlight-16B-A3B", |o| {
+        o.insert("n_group".into(), 3.into());
+    });
+    let err = hf::from_config_text(&text, "x")
+        .expect_err("3 ∤ 64")
+        .to_string();
+    assert!(err.contains("n_group"), "{err}");
+    let text = edit("Moonlight-16B-A3B", |o| {
+        o.insert("first_k_dense_replace".into(), 5.into());
+    });
+    let p = hf::from_config_text(&text, "x").expect("import");
+    let g = p.build(16, AttnImpl::Sdpa).expect("build");
+    assert_eq!(named(&g, "mlp.shared_experts.gate_proj").len(), 22);
+    let text = edit("gpt-oss-20b", |o| {
+        o.insert(
+            "layer_types".into(),
+            serde_json::json!(["sliding_attention"]),
+        );
+    });
+    let err = hf::from_config_text(&text, "x")
+        .expect_err("one entry")
+        .to_string();
+    assert!(err.contains("layer_types"), "{err}");
+    let text = edit("gpt-oss-20b", |o| {
+        o.remove("num_local_experts");
+    });
+    let err = hf::from_config_text(&text, "x")
+        .expect_err("missing")
+        .to_string();
+    assert!(err.contains("num_local_experts"), "{err}");
+}
