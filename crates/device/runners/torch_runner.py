@@ -135,6 +135,9 @@ LOOPS = ("plain", "trainer")
 STEPS = ("train", "eval", "eval-grad")
 FINETUNES = ("full", "lora", "qlora")
 MASKED_LM_TYPES = ("bert", "roberta")
+# transformers 5.17 refuses SDPA for these (gpt_oss: attention sinks): rows must ask for
+# eager attention, which is what vramlab plans for them whatever it is asked.
+EAGER_ONLY_TYPES = ("gpt_oss",)
 
 
 # --------------------------------------------------------------------------
@@ -605,6 +608,9 @@ def build_hf(preset, size, attention="sdpa", dtype=None):
     for k in ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
               "auto_map", "quantization_config"):
         cfg.pop(k, None)
+    if mt in EAGER_ONLY_TYPES and attention != "eager":
+        raise ValueError(f"{mt}: transformers 5.17 refuses {attention} attention for this model; "
+                         "measure it with \"attention\": \"eager\" (what vramlab plans for it)")
     config = AutoConfig.for_model(mt, **cfg)
     config._attn_implementation = attention
     if getattr(config, "is_encoder_decoder", False):
