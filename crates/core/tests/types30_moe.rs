@@ -217,3 +217,61 @@ fn keys_are_read_and_named() {
         .to_string();
     assert!(err.contains("num_local_experts"), "{err}");
 }
+
+/// The pre-registered device grid (`tools/make_grid30_moe.py`): every row parses and plans,
+/// each type covers both configs, the three precisions, both checkpointing settings and both
+/// loops; gpt_oss rows ask for eager attention (transformers 5.17 refuses SDPA for it).
+/// Prints each row's planned peak (not compared: nothing is measured yet).
+#[test]
+fn grid30_moe_rows_plan() {
+    use vramlab_core::validate::{model_file, parse_lines};
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut n = 0;
+    for file in [
+        "grid30_moe_configs.jsonl",
+        "grid30_moe_untouched_configs.jsonl",
+    ] {
+        let text = std::fs::read_to_string(format!("{root}/tools/{file}")).expect(file);
+        let rows = parse_lines(&text);
+        assert_eq!(rows.len(), text.lines().count(), "{file}");
+        for m in rows {
+            let preset = model_file(&format!("{root}/{}", m.model)).expect("model");
+            let cfg = m.config().expect("config");
+            let peaks = Planner::new(&preset, &cfg)
+                .and_then(|p| p.peaks(m.batch))
+                .unwrap_or_else(|e| panic!("{}: {e}", m.model));
+            assert!(peaks.reserved.0 < 141 << 30, "{}: {peaks:?}", m.model);
+            let mt = hf::family_label(&preset);
+            if mt == "gpt_oss" {
+                assert_eq!(format!("{:?}", cfg.attention), "Eager", "{}", m.model);
+            }
+            println!(
+                "{} b={} {} allocated {:.1} GiB",
+                m.model,
+                m.batch,
+                m.precision,
+                peaks.allocated.0 as f64 / f64::from(1u32 << 30)
+            );
+            seen.insert((mt.clone(), "model", m.model.clone()));
+            seen.insert((mt.clone(), "precision", m.precision.clone()));
+            seen.insert((mt.clone(), "ckpt", m.checkpointing.to_string()));
+            seen.insert((mt, "loop", format!("{:?}", m.loop_shape)));
+            n += 1;
+        }
+    }
+    assert_eq!(n, 24);
+    for t in TYPES {
+        let count = |axis: &str| seen.iter().filter(|(m, a, _)| m == t && *a == axis).count();
+        assert_eq!(
+            (
+                count("model"),
+                count("precision"),
+                count("ckpt"),
+                count("loop")
+            ),
+            (2, 3, 2, 2),
+            "{t}"
+        );
+    }
+}
