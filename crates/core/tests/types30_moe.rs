@@ -275,3 +275,58 @@ fn grid30_moe_rows_plan() {
         );
     }
 }
+
+/// The planner's activation bytes per sample alive at the end of forward (saved tensors,
+/// the outputs, the input) in the measured step.
+fn activations_after_forward(preset: &Preset, cfg: &TrainConfig) -> i64 {
+    use vramlab_core::plan::{Category, Phase};
+    let planner = Planner::new(preset, cfg).expect("plan");
+    let ev = &planner.events;
+    let mut live = 0i64;
+    for e in &ev.events[ev.measured_start..] {
+        if matches!(e.phase, Phase::Backward | Phase::Optimizer) {
+            break;
+        }
+        let b = ev.buffers[e.buffer as usize];
+        if b.category == Category::Activations {
+            let n = i64::try_from(b.per_sample).expect("bytes");
+            live += if e.alloc { n } else { -n };
+        }
+    }
+    live
+}
+
+/// Strong check: the bytes autograd saves in a forward of tiny deepseek_v3 / gpt_oss configs
+/// on CPU (transformers 5.17, eager attention, fp32 and bf16; `tools/saved_bytes_moe.py`:
+/// the saved storages deduplicated, plus the logits, the cache and the ids), per sample,
+/// against the planner's activations alive at the end of forward.
+#[test]
+fn saved_bytes_match_torch() {
+    use vramlab_core::plan::Attention;
+    let text = std::fs::read_to_string(crate::data("types30_moe_saved.jsonl")).expect("fixture");
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).expect("json line");
+        let preset = hf::from_config(&r["config"], "tiny").expect("import");
+        let precision = match r["precision"].as_str() {
+            Some("bf16") => Precision::Bf16,
+            _ => Precision::Fp32,
+        };
+        let cfg = TrainConfig {
+            batch: 1,
+            size: r["seq"].as_u64(),
+            precision,
+            attention: Attention::Eager,
+            ..TrainConfig::default()
+        };
+        let planned = activations_after_forward(&preset, &cfg);
+        let torch = r["per_sample"].as_i64().expect("per_sample");
+        let err = (planned - torch) as f64 / torch as f64;
+        println!(
+            "{} {}: planned {planned} B/sample, torch {torch} ({:+.1} %)",
+            r["config"]["model_type"],
+            r["precision"],
+            100.0 * err
+        );
+        assert!(err.abs() < 0.05, "{line}: planned {planned}");
+    }
+}

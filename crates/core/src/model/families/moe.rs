@@ -69,7 +69,10 @@ pub fn block(
     };
     let scores = match m.router {
         RouterKind::Softmax => softmax_router(b, m, x, seq, c),
-        RouterKind::SigmoidGrouped { .. } => sigmoid_grouped_router(b, m, x, seq, c),
+        RouterKind::SigmoidGrouped {
+            n_group,
+            topk_group,
+        } => sigmoid_grouped_router(b, m, x, seq, c, (n_group, topk_group)),
         RouterKind::TopKSoftmax => topk_softmax_router(b, m, x, seq, c),
     };
     let out = match m.experts {
@@ -145,28 +148,66 @@ fn softmax_router(b: &mut GraphBuilder, m: &MoeParams, x: TensorId, seq: u64, c:
     scores
 }
 
-/// `DeepseekV3TopkRouter`: `F.linear(x.type(float32), weight.type(float32))` (under autocast
-/// the linear still runs in the low precision), `sigmoid`, the group-limited choice of the
-/// experts without gradient (`scores + e_score_correction_bias`, per-group top-2 sums,
-/// top `topk_group` groups, masked top-k: batch-sized temporaries of `seq × E`, not
-/// modelled), `scores.gather(1, topk_indices)`, renormalised (`norm_topk_prob`), `×
+/// `DeepseekV3TopkRouter` (transformers 5.17, the choice is not under `no_grad`):
+/// `F.linear(x.type(float32), weight.type(float32))` (under autocast the linear still runs
+/// in the low precision), `sigmoid`, `scores + e_score_correction_bias`, the per-group
+/// `topk(2)` (saves int64 indices) summed, the `topk_group` best groups (`topk`, saves its
+/// indices), `masked_fill` of the other groups' experts (saves the bool mask), `topk(k)` (its
+/// indices saved once more by the `gather` of the chosen scores), renormalised
+/// (`norm_topk_prob`: the in-place division saves the denominator and the weights), `×
 /// routed_scaling_factor`. The fp32 copy of the router weight that `weight.type(float32)`
-/// makes under pure 16-bit training (`E × hidden`, saved) is not modelled.
+/// makes under pure 16-bit training (`E × hidden`, saved, batch-independent) is not
+/// modelled.
 fn sigmoid_grouped_router(
     b: &mut GraphBuilder,
     m: &MoeParams,
     x: TensorId,
     seq: u64,
     c: u64,
+    (n_group, topk_group): (u64, u64),
 ) -> TensorId {
     let e = m.num_experts;
     let k = m.num_experts_per_tok;
     let xf = b.op(Op::ToF32, &[x], seq * c, &[], "mlp.gate.float");
     let logits = b.linear(xf, seq, c, e, false, "mlp.gate");
     let scores = b.pointwise(logits, Pointwise::Sigmoid, false, "mlp.gate.sigmoid");
+    let choice = b.pointwise(scores, Pointwise::Add, false, "mlp.gate.add_bias");
+    let top2 = b.op(
+        Op::TopK,
+        &[choice],
+        seq * n_group * 2,
+        &[],
+        "mlp.gate.group_top2",
+    );
+    let groups = b.op(
+        Op::SumTopK,
+        &[top2],
+        seq * n_group,
+        &[],
+        "mlp.gate.group_sum",
+    );
+    b.op(
+        Op::TopK,
+        &[groups],
+        seq * topk_group,
+        &[],
+        "mlp.gate.group_topk",
+    );
+    // `masked_fill(~score_mask, -inf)`: a new `seq × E` tensor, the bool mask saved.
+    let masked = b.op(
+        Op::Gather {
+            indices: 0,
+            mask: seq * e,
+        },
+        &[choice],
+        seq * e,
+        &[],
+        "mlp.gate.masked_fill",
+    );
+    b.op(Op::TopK, &[masked], seq * k, &[], "mlp.gate.topk");
     let mut w = b.op(
         Op::Gather {
-            indices: seq * k,
+            indices: 0,
             mask: 0,
         },
         &[scores],
@@ -176,7 +217,9 @@ fn sigmoid_grouped_router(
     );
     if m.norm_topk_prob {
         // `topk_weights /= topk_weights.sum(dim=-1, keepdim=True) + 1e-20`
-        w = b.pointwise(w, Pointwise::Scale, true, "mlp.gate.renorm");
+        let sum = b.op(Op::SumTopK, &[w], seq, &[], "mlp.gate.sum");
+        let denom = b.pointwise(sum, Pointwise::Scale, false, "mlp.gate.eps");
+        w = b.binary(w, denom, Pointwise::Mul, false, "mlp.gate.renorm");
     }
     b.pointwise(w, Pointwise::Scale, false, "mlp.gate.routed_scaling_factor")
 }
