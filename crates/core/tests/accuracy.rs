@@ -195,6 +195,8 @@ fn hf_import_within_targets_per_model_type() {
     // Issue 30's types are not measured yet: their pre-registered grid (tools/grid30_*.jsonl,
     // tools/grid30_on_device.sh) waits for a session with the GPU.
     supported.retain(|t| !["olmo2", "granite", "starcoder2", "smollm3", "falcon"].contains(t));
+    // Issue 30's MoE types: their grid (tools/grid30_moe_*.jsonl) is not measured yet either.
+    supported.retain(|t| !["deepseek_v3", "gpt_oss"].contains(t));
     supported.sort_unstable();
     assert_eq!(types, supported);
     for t in types {
