@@ -10,7 +10,10 @@
 # Then, on the workstation:
 #   cp $OUT/grid30_fit.jsonl tests/data/grid30.jsonl
 #   vramlab validate tests/data/grid30.jsonl
+# GRID=grid30_moe runs the MoE types' grid instead (deepseek_v3, gpt_oss: tools/make_grid30_moe.py,
+# tools/grid30_moe_*configs.jsonl, outputs grid30_moe_*.jsonl); the default is GRID=grid30.
 set -u
+export GRID="${GRID:-grid30}"
 cd "${REPO_ROOT:-$(dirname "$0")/..}"
 OUT="${OUT:-./device_out}"
 mkdir -p "$OUT"
@@ -22,14 +25,16 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvi
 LIMIT="${LIMIT:-540}"
 S=$(date +%s)
 # parameter counts of the layer-cut configs (meta device), beside the rows
-"$PY" - > "$OUT/grid30_param_counts.jsonl" 2> "$OUT/param_counts.log" <<'PYEOF'
+"$PY" - > "$OUT/${GRID}_param_counts.jsonl" 2> "$OUT/param_counts.log" <<'PYEOF'
 import json, glob, os, torch, transformers
 from transformers import AutoConfig, AutoModelForCausalLM
-rows = [json.loads(l) for f in ("tools/grid30_configs.jsonl", "tools/grid30_untouched_configs.jsonl")
+grid = os.environ["GRID"]
+rows = [json.loads(l) for f in (f"tools/{grid}_configs.jsonl", f"tools/{grid}_untouched_configs.jsonl")
         for l in open(f) if l.strip()]
 for p in sorted({r["model"] for r in rows}):
     cfg = json.load(open(p))
-    for k in ("architectures", "transformers_version", "torch_dtype", "_vramlab_source"):
+    for k in ("architectures", "transformers_version", "torch_dtype", "_vramlab_source",
+              "quantization_config"):
         cfg.pop(k, None)
     c = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     with torch.device("meta"):
@@ -39,7 +44,7 @@ for p in sorted({r["model"] for r in rows}):
                       "transformers": transformers.__version__, "torch": torch.__version__}))
 PYEOF
 SH=$(mktemp -d)
-cat tools/grid30_configs.jsonl tools/grid30_untouched_configs.jsonl \
+cat "tools/${GRID}_configs.jsonl" "tools/${GRID}_untouched_configs.jsonl" \
     | "$PY" -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
@@ -62,8 +67,9 @@ for s in 0 1 2; do
 done
 wait
 cat "$SH"/out*.jsonl | "$PY" -c '
-import json, sys
-out = {"fit": open(sys.argv[1] + "/grid30_fit.jsonl", "w"), "untouched": open(sys.argv[1] + "/grid30_untouched.jsonl", "w")}
+import json, os, sys
+g = os.environ["GRID"]
+out = {"fit": open(sys.argv[1] + f"/{g}_fit.jsonl", "w"), "untouched": open(sys.argv[1] + f"/{g}_untouched.jsonl", "w")}
 n = {"fit": 0, "untouched": 0}
 for l in sys.stdin:
     if l.strip():
@@ -71,8 +77,8 @@ for l in sys.stdin:
         s = r.get("split", "fit")
         out[s].write(l if l.endswith("\n") else l + "\n")
         n[s] += 1
-print("rows", n, "of 40 fit / 20 untouched")
+print("rows", n)
 ' "$OUT"
-echo "grid30 done in $(( $(date +%s) - S ))s"
+echo "$GRID done in $(( $(date +%s) - S ))s"
 # one archive: the device tool brings back a bounded number of files
 tar czf "$OUT/all.tgz" -C "$OUT" --exclude all.tgz . && find "$OUT" -type f ! -name all.tgz -delete

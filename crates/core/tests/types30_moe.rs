@@ -330,3 +330,22 @@ fn saved_bytes_match_torch() {
         assert!(err.abs() < 0.05, "{line}: planned {planned}");
     }
 }
+
+/// The grid's cut configs count as transformers 5.17 counts them (meta device, the
+/// counting step of `GRID=grid30_moe tools/grid30_on_device.sh`, run on CPU).
+#[test]
+fn grid30_moe_configs_count_as_transformers() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    for (name, params) in [
+        ("DeepSeek-V3-L1-E16", 2_789_284_864),
+        ("Moonlight-16B-A3B-L2", 1_338_911_744),
+        ("gpt-oss-120b-L2-E8", 1_609_697_104),
+        ("gpt-oss-20b-L1", 1_981_456_736),
+    ] {
+        let path = format!("{root}/tests/data/hf_configs_device/{name}.json");
+        let text = std::fs::read_to_string(&path).expect("config");
+        let preset = hf::from_config_text(&text, name).expect("import");
+        let g = preset.build(64, AttnImpl::Sdpa).expect("build");
+        assert_eq!(g.param_count(), params, "{name}");
+    }
+}
