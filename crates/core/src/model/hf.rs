@@ -482,6 +482,8 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
     let head_dim = match model_type {
         // Llama and Phi-3 derive it; Mistral's `head_dim: null` means derived as well.
         "phi3" => None,
+        // `DeepseekV3Config.__post_init__`: head_dim = qk_rope_head_dim (unused by MLA).
+        "deepseek_v3" => Some(k.req_or("qk_rope_head_dim", 64)?),
         _ => k.opt_u64("head_dim")?.or(d.head_dim),
     };
     // StarCoder2's `use_bias` puts biases on every projection, MLP included.

@@ -352,8 +352,9 @@ impl LlamaParams {
         if let Some(q) = &self.quantization {
             notes.push(format!(
                 "quantization_config ({q}) is not modelled: the plan is of the dequantized \
-                 model, its weights in the step's precision (transformers dequantizes {q} \
-                 weights to bf16 for training)"
+                 model (as from_pretrained loads it with the quantization config's \
+                 dequantize=True, the way transformers trains it), its weights in the step's \
+                 precision"
             ));
         }
         let narrow = (0..self.num_hidden_layers)
