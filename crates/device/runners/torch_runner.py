@@ -298,7 +298,9 @@ VRAMLAB_ONLY = ("model_type", "qkv_bias", "qk_norm", "gemma", "sandwich_norm", "
                 # issue 30's decoder options (implied by model_type or renamed below)
                 "norm", "post_norm", "qk_norm_full_width", "plain_mlp", "nope_layers", "sliding_layers",
                 "multipliers", "falcon", "attention_bias", "mlp_bias", "embedding_dropout",
-                "residual_dropout", "sliding_window", "full_attention_every")
+                "residual_dropout", "sliding_window", "full_attention_every",
+                # issue 30's MoE types (deepseek_v3, gpt_oss)
+                "mla", "attention_sinks", "quantization")
 
 
 def falcon_config_from_params(p):
@@ -349,7 +351,9 @@ def hf_config_from_params(params):
     if mt == "qwen2_moe":
         cfg["qkv_bias"] = params.get("qkv_bias", False)
     moe = params.get("moe")
-    if moe:
+    if mt in ("deepseek_v3", "gpt_oss"):
+        cfg.update(moe_config_from_params(params))
+    elif moe:
         # vramlab's MoeParams back to the config keys (crates/core/src/model/hf.rs, moe_params)
         cfg["num_experts_per_tok"] = moe["num_experts_per_tok"]
         cfg["output_router_logits"] = moe.get("output_router_logits", False)
@@ -366,6 +370,34 @@ def hf_config_from_params(params):
     if mt.startswith("gemma"):
         cfg.setdefault("attn_logit_softcapping", None)
         cfg.setdefault("final_logit_softcapping", None)
+    return cfg
+
+
+def moe_config_from_params(p):
+    """DeepseekV3Config / GptOssConfig keys of vramlab's imported deepseek_v3 / gpt_oss (inverse
+    of hf.rs `deepseek_moe`, `mla_params` and the gpt_oss arms of `decoder_params`)."""
+    moe = p["moe"]
+    cfg = {"num_experts_per_tok": moe["num_experts_per_tok"]}
+    if p["model_type"] == "deepseek_v3":
+        m = p["mla"]
+        router = moe["router"]["sigmoid_grouped"]
+        cfg.update(q_lora_rank=m.get("q_lora_rank"), kv_lora_rank=m["kv_lora_rank"],
+                   qk_nope_head_dim=m["qk_nope_head_dim"], qk_rope_head_dim=m["qk_rope_head_dim"],
+                   v_head_dim=m["v_head_dim"], n_routed_experts=moe["num_experts"],
+                   moe_intermediate_size=moe["moe_intermediate_size"],
+                   n_shared_experts=moe["shared_expert_intermediate_size"] // moe["moe_intermediate_size"],
+                   first_k_dense_replace=len(moe.get("mlp_only_layers", [])),
+                   norm_topk_prob=moe.get("norm_topk_prob", False),
+                   n_group=router["n_group"], topk_group=router["topk_group"])
+        cfg.pop("head_dim", None)
+    else:
+        layers = p["num_hidden_layers"]
+        sliding = set(p.get("sliding_layers") or [])
+        cfg.update(num_local_experts=moe["num_experts"], intermediate_size=moe["moe_intermediate_size"],
+                   output_router_logits=moe.get("output_router_logits", False),
+                   layer_types=["sliding_attention" if i in sliding else "full_attention"
+                                for i in range(layers)],
+                   sliding_window=p.get("sliding_window"))
     return cfg
 
 
