@@ -10,7 +10,10 @@
 # Then, on the workstation:
 #   cp $OUT/grid30_fit.jsonl tests/data/grid30.jsonl
 #   vramlab validate tests/data/grid30.jsonl
+# GRID=grid30_moe runs the MoE types' grid instead (deepseek_v3, gpt_oss: tools/make_grid30_moe.py,
+# tools/grid30_moe_*configs.jsonl, outputs grid30_moe_*.jsonl); the default is GRID=grid30.
 set -u
+export GRID="${GRID:-grid30}"
 cd "${REPO_ROOT:-$(dirname "$0")/..}"
 OUT="${OUT:-./device_out}"
 mkdir -p "$OUT"
@@ -22,14 +25,16 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvi
 LIMIT="${LIMIT:-540}"
 S=$(date +%s)
 # parameter counts of the layer-cut configs (meta device), beside the rows
-"$PY" - > "$OUT/grid30_param_counts.jsonl" 2> "$OUT/param_counts.log" <<'PYEOF'
+"$PY" - > "$OUT/${GRID}_param_counts.jsonl" 2> "$OUT/param_counts.log" <<'PYEOF'
 import json, glob, os, torch, transformers
 from transformers import AutoConfig, AutoModelForCausalLM
-rows = [json.loads(l) for f in ("tools/grid30_configs.jsonl", "tools/grid30_untouched_configs.jsonl")
+grid = os.environ["GRID"]
+rows = [json.loads(l) for f in (f"tools/{grid}_configs.jsonl", f"tools/{grid}_untouched_configs.jsonl")
         for l in open(f) if l.strip()]
 for p in sorted({r["model"] for r in rows}):
     cfg = json.load(open(p))
-    for k in ("architectures", "transformers_version", "torch_dtype", "_vramlab_source"):
+    for k in ("architectures", "transformers_version", "torch_dtype", "_vramlab_source",
+              "quantization_config"):
         cfg.pop(k, None)
     c = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     with torch.device("meta"):
@@ -41,10 +46,10 @@ PYEOF
 # One process per row, several at once under a memory budget (tools/grid_sched.py), biggest
 # rows first; rows already in tests/data/grid30/ (an earlier call) are skipped, and a call cut
 # short keeps the rows it finished.
-"$PY" tools/grid_sched.py "$OUT" tools/grid30_configs.jsonl tools/grid30_untouched_configs.jsonl \
-    --prefix grid30 --deadline "$LIMIT" --par "${PAR:-3}" \
-    --skip tests/data/grid30/grid30_fit.jsonl tests/data/grid30/grid30_untouched.jsonl 2> "$OUT/sched.log"
-echo "grid30 done in $(( $(date +%s) - S ))s"
+"$PY" tools/grid_sched.py "$OUT" "tools/${GRID}_configs.jsonl" "tools/${GRID}_untouched_configs.jsonl" \
+    --prefix "$GRID" --deadline "$LIMIT" --par "${PAR:-3}" \
+    --skip "tests/data/grid30/${GRID}_fit.jsonl" "tests/data/grid30/${GRID}_untouched.jsonl" 2> "$OUT/sched.log"
+echo "$GRID done in $(( $(date +%s) - S ))s"
 # one archive: the device tool brings back a bounded number of files
 # (archived outside OUT, then moved in: a tar of the folder it writes into fails "file changed")
 ARC=$(mktemp -u /tmp/all.XXXX.tgz)

@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "tests", "data", "hf_configs")
 OUT = os.path.join(ROOT, "tests", "data", "hf_param_counts.jsonl")
 MASKED_LM = ("bert", "roberta", "modernbert", "deberta-v2")
-DROP = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "auto_map",
+DROP = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "auto_map", "quantization_config",
         "_vramlab_source")
 
 

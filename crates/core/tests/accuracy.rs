@@ -199,6 +199,8 @@ fn hf_import_within_targets_per_model_type() {
     supported.retain(|t| *t != "bart");
     // The masked-LM encoders of issue 30 too (tools/grid30_encoder_configs.jsonl).
     supported.retain(|t| !["modernbert", "deberta-v2"].contains(t));
+    // Issue 30's MoE types: their grid (tools/grid30_moe_*.jsonl) is not measured yet either.
+    supported.retain(|t| !["deepseek_v3", "gpt_oss"].contains(t));
     supported.sort_unstable();
     assert_eq!(types, supported);
     for t in types {

@@ -312,7 +312,7 @@ proptest! {
     /// A known `model_type` with the generic keys only (T5 reads `d_model`, `d_kv`, …): an
     /// error naming a key, never a panic (proptest drew `t5` once in session 13).
     #[test]
-    fn a_known_model_type_without_its_keys_names_a_key(model_type in "(t5|bert|gpt2|llama|mixtral|qwen2|vit|olmo2|granite|starcoder2|smollm3|falcon|modernbert|deberta-v2)") {
+    fn a_known_model_type_without_its_keys_names_a_key(model_type in "(t5|bert|gpt2|llama|mixtral|qwen2|vit|olmo2|granite|starcoder2|smollm3|falcon|modernbert|deberta-v2|deepseek_v3|gpt_oss)") {
         let doc = json!({"model_type": model_type, "vocab_size": 10, "hidden_size": 8,
             "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
             "n_embd": 8, "n_layer": 1, "n_head": 2});

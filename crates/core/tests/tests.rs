@@ -24,6 +24,7 @@ mod t5_sdpa;
 mod types30;
 mod types30_bart;
 mod types30_encoder;
+mod types30_moe;
 
 /// A file under the repository's `tests/data/`.
 pub fn data(rel: &str) -> std::path::PathBuf {

@@ -135,8 +135,9 @@ LOOPS = ("plain", "trainer")
 STEPS = ("train", "eval", "eval-grad")
 FINETUNES = ("full", "lora", "qlora")
 MASKED_LM_TYPES = ("bert", "roberta", "modernbert", "deberta-v2")
-# transformers 5.17 refuses attn_implementation="sdpa" for these (no SDPA path): eager only
-EAGER_ONLY_TYPES = ("deberta-v2",)
+# transformers 5.17 refuses attn_implementation="sdpa" for these (no SDPA path; gpt_oss: attention
+# sinks): rows must ask for eager attention, which is what vramlab plans for them
+EAGER_ONLY_TYPES = ("deberta-v2", "gpt_oss")
 
 
 # --------------------------------------------------------------------------
@@ -297,7 +298,9 @@ VRAMLAB_ONLY = ("model_type", "qkv_bias", "qk_norm", "gemma", "sandwich_norm", "
                 # issue 30's decoder options (implied by model_type or renamed below)
                 "norm", "post_norm", "qk_norm_full_width", "plain_mlp", "nope_layers", "sliding_layers",
                 "multipliers", "falcon", "attention_bias", "mlp_bias", "embedding_dropout",
-                "residual_dropout", "sliding_window", "full_attention_every")
+                "residual_dropout", "sliding_window", "full_attention_every",
+                # issue 30's MoE types (deepseek_v3, gpt_oss)
+                "mla", "attention_sinks", "quantization")
 
 
 def falcon_config_from_params(p):
@@ -385,7 +388,9 @@ def hf_config_from_params(params):
     if mt == "qwen2_moe":
         cfg["qkv_bias"] = params.get("qkv_bias", False)
     moe = params.get("moe")
-    if moe:
+    if mt in ("deepseek_v3", "gpt_oss"):
+        cfg.update(moe_config_from_params(params))
+    elif moe:
         # vramlab's MoeParams back to the config keys (crates/core/src/model/hf.rs, moe_params)
         cfg["num_experts_per_tok"] = moe["num_experts_per_tok"]
         cfg["output_router_logits"] = moe.get("output_router_logits", False)
@@ -417,6 +422,34 @@ def bart_config_from_params(p):
                 attention_dropout=o["attention_dropout"], activation_dropout=o["activation_dropout"],
                 max_position_embeddings=o["max_position_embeddings"],
                 scale_embedding=o["scale_embedding"])
+
+
+def moe_config_from_params(p):
+    """DeepseekV3Config / GptOssConfig keys of vramlab's imported deepseek_v3 / gpt_oss (inverse
+    of hf.rs `deepseek_moe`, `mla_params` and the gpt_oss arms of `decoder_params`)."""
+    moe = p["moe"]
+    cfg = {"num_experts_per_tok": moe["num_experts_per_tok"]}
+    if p["model_type"] == "deepseek_v3":
+        m = p["mla"]
+        router = moe["router"]["sigmoid_grouped"]
+        cfg.update(q_lora_rank=m.get("q_lora_rank"), kv_lora_rank=m["kv_lora_rank"],
+                   qk_nope_head_dim=m["qk_nope_head_dim"], qk_rope_head_dim=m["qk_rope_head_dim"],
+                   v_head_dim=m["v_head_dim"], n_routed_experts=moe["num_experts"],
+                   moe_intermediate_size=moe["moe_intermediate_size"],
+                   n_shared_experts=moe["shared_expert_intermediate_size"] // moe["moe_intermediate_size"],
+                   first_k_dense_replace=len(moe.get("mlp_only_layers", [])),
+                   norm_topk_prob=moe.get("norm_topk_prob", False),
+                   n_group=router["n_group"], topk_group=router["topk_group"])
+        cfg.pop("head_dim", None)
+    else:
+        layers = p["num_hidden_layers"]
+        sliding = set(p.get("sliding_layers") or [])
+        cfg.update(num_local_experts=moe["num_experts"], intermediate_size=moe["moe_intermediate_size"],
+                   output_router_logits=moe.get("output_router_logits", False),
+                   layer_types=["sliding_attention" if i in sliding else "full_attention"
+                                for i in range(layers)],
+                   sliding_window=p.get("sliding_window"))
+    return cfg
 
 
 def t5_config_from_params(p):
@@ -661,9 +694,8 @@ def build_hf(preset, size, attention="sdpa", dtype=None):
               "auto_map", "quantization_config"):
         cfg.pop(k, None)
     if mt in EAGER_ONLY_TYPES and attention != "eager":
-        raise ValueError(f"{mt}: transformers 5.17 has no SDPA path for this model "
-                         "type (it refuses attn_implementation='sdpa'); run it with attention eager, "
-                         "which vramlab plans for it")
+        raise ValueError(f"{mt}: transformers 5.17 refuses {attention} attention for this model; "
+                         "measure it with \"attention\": \"eager\" (what vramlab plans for it)")
     config = AutoConfig.for_model(mt, **cfg)
     config._attn_implementation = attention
     if getattr(config, "is_encoder_decoder", False):

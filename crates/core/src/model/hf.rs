@@ -14,7 +14,8 @@ use super::families::{
     gpt2::Gpt2Params,
     llama::{FalconLayout, LlamaParams, Multipliers, NormKind},
     modernbert::ModernBertOptions,
-    moe::MoeParams,
+    mla::MlaParams,
+    moe::{ExpertsKind, MoeParams, RouterKind},
     t5::T5Params,
 };
 use super::preset::{InputSpec, ModelSpec, Preset};
@@ -46,6 +47,8 @@ pub const SUPPORTED: &[&str] = &[
     "bart",
     "modernbert",
     "deberta-v2",
+    "deepseek_v3",
+    "gpt_oss",
 ];
 
 /// Default sequence length of an imported model (its `max_position_embeddings` when smaller).
@@ -256,7 +259,9 @@ pub fn from_config(v: &Value, name: &str) -> Result<Preset, ModelError> {
     let spec = match model_type.as_str() {
         "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3_text" | "phi3"
         | "mixtral" | "qwen2_moe" | "qwen3_moe" | "olmo2" | "granite" | "starcoder2"
-        | "smollm3" => ModelSpec::Llama(Box::new(decoder_params(&k, &model_type)?)),
+        | "smollm3" | "deepseek_v3" | "gpt_oss" => {
+            ModelSpec::Llama(Box::new(decoder_params(&k, &model_type)?))
+        }
         "falcon" => ModelSpec::Llama(Box::new(falcon_params(&k)?)),
         "gpt2" => ModelSpec::Gpt2(gpt2_params(&k)?),
         "gpt_neox" => ModelSpec::GptNeox(gpt_neox_params(&k)?),
@@ -410,6 +415,20 @@ fn decoder_defaults(model_type: &str) -> DecoderDefaults {
             head_dim: None,
             act: "silu",
         },
+        "deepseek_v3" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: true,
+            max_pos: 4096,
+            head_dim: None,
+            act: "silu",
+        },
+        "gpt_oss" => DecoderDefaults {
+            tie: false,
+            kv_heads_from_heads: false,
+            max_pos: 131072,
+            head_dim: Some(64),
+            act: "silu",
+        },
         _ => DecoderDefaults {
             // phi3
             tie: false,
@@ -431,6 +450,7 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             "mistral" | "mixtral" => 8,
             "qwen2_moe" => 16,
             "starcoder2" => 2,
+            "gpt_oss" => 8,
             // SmolLM3: 4, an explicit null means one per query head (`__post_init__`).
             "smollm3" if k.obj.get("num_key_value_heads") == Some(&Value::Null) => heads,
             _ => 4,
@@ -472,6 +492,8 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
     let head_dim = match model_type {
         // Llama and Phi-3 derive it; Mistral's `head_dim: null` means derived as well.
         "phi3" => None,
+        // `DeepseekV3Config.__post_init__`: head_dim = qk_rope_head_dim (unused by MLA).
+        "deepseek_v3" => Some(k.req_or("qk_rope_head_dim", 64)?),
         _ => k.opt_u64("head_dim")?.or(d.head_dim),
     };
     // StarCoder2's `use_bias` puts biases on every projection, MLP included.
@@ -481,6 +503,7 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         "qwen2" => (false, true),
         "qwen2_moe" => (false, k.bool_or("qkv_bias", true)?),
         "mistral" | "phi3" | "mixtral" => (false, false),
+        "gpt_oss" => (k.bool_or("attention_bias", true)?, false),
         _ => (k.bool_or("attention_bias", false)?, false),
     };
     let gemma2 = model_type == "gemma2";
@@ -527,7 +550,7 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         },
         norm: match model_type {
             "starcoder2" => Some(NormKind::LayerNorm),
-            "olmo2" => Some(NormKind::RmsFp32Product),
+            "olmo2" | "gpt_oss" => Some(NormKind::RmsFp32Product),
             _ => None,
         },
         post_norm: model_type == "olmo2",
@@ -547,9 +570,25 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
         },
         sliding_layers: match model_type {
             "smollm3" => smollm3_sliding_layers(k, layers)?,
+            // GptOssConfig: `layer_types` default: every even layer slides.
+            "gpt_oss" => match layer_types(k, layers)? {
+                Some(sliding) => Some(sliding),
+                None => Some((0..layers).filter(|i| i % 2 == 0).collect()),
+            },
             _ => None,
         },
         falcon: None,
+        mla: match model_type {
+            "deepseek_v3" => Some(mla_params(k)?),
+            _ => None,
+        },
+        attention_sinks: model_type == "gpt_oss",
+        quantization: k.get("quantization_config").map(|q| {
+            match q.get("quant_method").and_then(Value::as_str) {
+                Some(m) => m.to_string(),
+                None => "quantization_config".to_string(),
+            }
+        }),
         multipliers: match model_type {
             "granite" => Some(Multipliers {
                 embedding_multiplier: k.f64_or("embedding_multiplier", 1.0)?,
@@ -654,6 +693,9 @@ fn falcon_params(k: &Keys) -> Result<LlamaParams, ModelError> {
             num_ln_in_parallel_attn: num_ln,
             hidden_dropout: k.f64_or("hidden_dropout", 0.0)?,
         }),
+        mla: None,
+        attention_sinks: false,
+        quantization: None,
     })
 }
 
@@ -686,8 +728,16 @@ fn smollm3_sliding_layers(k: &Keys, layers: u64) -> Result<Option<Vec<u64>>, Mod
     if !k.bool_or("use_sliding_window", false)? || k.get("sliding_window").is_none() {
         return Ok(None);
     }
+    match layer_types(k, layers)? {
+        Some(sliding) => Ok(Some(sliding)),
+        None => smollm3_nope_layers(k, layers).map(Some),
+    }
+}
+
+/// The layers `layer_types` calls `"sliding_attention"`, or `None` when the key is absent.
+fn layer_types(k: &Keys, layers: u64) -> Result<Option<Vec<u64>>, ModelError> {
     let Some(v) = k.get("layer_types") else {
-        return smollm3_nope_layers(k, layers).map(Some);
+        return Ok(None);
     };
     let bad = || {
         invalid(
@@ -723,6 +773,7 @@ fn sliding_window(k: &Keys, model_type: &str) -> Result<Option<u64>, ModelError>
         // StarCoder2: every layer slides when it is set; SmolLM3: the layers of
         // `sliding_layers`, only with `use_sliding_window`.
         "phi3" | "mixtral" | "starcoder2" => None,
+        "gpt_oss" => Some(128.0),
         "smollm3" if k.bool_or("use_sliding_window", false)? => None,
         _ => return Ok(None),
     };
@@ -736,7 +787,7 @@ fn sliding_window(k: &Keys, model_type: &str) -> Result<Option<u64>, ModelError>
     }
 }
 
-/// The MoE keys of `mixtral`, `qwen2_moe` and `qwen3_moe` (transformers 5.17 config
+/// The MoE keys of `mixtral`, `qwen2_moe`, `qwen3_moe`, `deepseek_v3` and `gpt_oss` (transformers 5.17 config
 /// classes); `None` for the dense decoders. Sizes are required, flags take the defaults.
 fn moe_params(k: &Keys, model_type: &str) -> Result<Option<MoeParams>, ModelError> {
     let m = match model_type {
@@ -752,6 +803,9 @@ fn moe_params(k: &Keys, model_type: &str) -> Result<Option<MoeParams>, ModelErro
             decoder_sparse_step: 1,
             mlp_only_layers: Vec::new(),
             output_router_logits: k.bool_or("output_router_logits", false)?,
+            router: RouterKind::Softmax,
+            experts: ExpertsKind::GroupedMm,
+            shared_expert_ungated: false,
         },
         "qwen2_moe" | "qwen3_moe" => MoeParams {
             num_experts: k.req("num_experts")?,
@@ -766,12 +820,34 @@ fn moe_params(k: &Keys, model_type: &str) -> Result<Option<MoeParams>, ModelErro
             decoder_sparse_step: k.req_or("decoder_sparse_step", 1)?,
             mlp_only_layers: k.u64_list("mlp_only_layers")?,
             output_router_logits: k.bool_or("output_router_logits", false)?,
+            router: RouterKind::Softmax,
+            experts: ExpertsKind::GroupedMm,
+            shared_expert_ungated: false,
+        },
+        "deepseek_v3" => deepseek_moe(k)?,
+        // GptOssMLP: every layer sparse, experts of `intermediate_size` with biases, the
+        // router's bias, top-k then softmax; the load-balancing loss with
+        // `output_router_logits`.
+        "gpt_oss" => MoeParams {
+            num_experts: k.req("num_local_experts")?,
+            num_experts_per_tok: k.req("num_experts_per_tok")?,
+            moe_intermediate_size: k.req("intermediate_size")?,
+            norm_topk_prob: false,
+            fp32_scores: false,
+            shared_expert_intermediate_size: None,
+            decoder_sparse_step: 1,
+            mlp_only_layers: Vec::new(),
+            output_router_logits: k.bool_or("output_router_logits", false)?,
+            router: RouterKind::TopKSoftmax,
+            experts: ExpertsKind::ClampedSwigluLoop,
+            shared_expert_ungated: false,
         },
         _ => return Ok(None),
     };
     if m.num_experts_per_tok > m.num_experts {
         let key = match model_type {
-            "mixtral" => "num_local_experts",
+            "mixtral" | "gpt_oss" => "num_local_experts",
+            "deepseek_v3" => "n_routed_experts",
             _ => "num_experts",
         };
         return Err(invalid(
@@ -783,6 +859,53 @@ fn moe_params(k: &Keys, model_type: &str) -> Result<Option<MoeParams>, ModelErro
         ));
     }
     Ok(Some(m))
+}
+
+/// `DeepseekV3MoE` (transformers 5.17): `n_routed_experts` experts of
+/// `moe_intermediate_size` (grouped_mm), the sigmoid group-limited router, ungated shared
+/// experts `moe_intermediate_size × n_shared_experts` wide; the first
+/// `first_k_dense_replace` layers keep the dense MLP (`intermediate_size`). DeepSeek-V3 has
+/// no load-balancing loss in transformers (`output_router_logits` is not read).
+fn deepseek_moe(k: &Keys) -> Result<MoeParams, ModelError> {
+    let inter = k.req("moe_intermediate_size")?;
+    let dense = k.u64_or("first_k_dense_replace", Some(3))?;
+    let layers = k.req("num_hidden_layers")?;
+    Ok(MoeParams {
+        num_experts: k.req("n_routed_experts")?,
+        num_experts_per_tok: k.req("num_experts_per_tok")?,
+        moe_intermediate_size: inter,
+        norm_topk_prob: k.bool_or("norm_topk_prob", true)?,
+        fp32_scores: false,
+        shared_expert_intermediate_size: Some(
+            inter.saturating_mul(k.req_or("n_shared_experts", 1)?),
+        ),
+        decoder_sparse_step: 1,
+        mlp_only_layers: (0..dense.min(layers)).collect(),
+        output_router_logits: false,
+        router: RouterKind::SigmoidGrouped {
+            n_group: k.req_or("n_group", 8)?,
+            topk_group: k.req_or("topk_group", 4)?,
+        },
+        experts: ExpertsKind::GroupedMm,
+        shared_expert_ungated: true,
+    })
+}
+
+/// `DeepseekV3Config`'s attention keys (defaults of transformers 5.17); an explicit
+/// `q_lora_rank: null` means one full `q_proj`.
+fn mla_params(k: &Keys) -> Result<MlaParams, ModelError> {
+    let q_lora_rank = match k.obj.get("q_lora_rank") {
+        None => Some(1536),
+        Some(Value::Null) => None,
+        Some(_) => Some(k.req("q_lora_rank")?),
+    };
+    Ok(MlaParams {
+        q_lora_rank,
+        kv_lora_rank: k.req_or("kv_lora_rank", 512)?,
+        qk_nope_head_dim: k.req_or("qk_nope_head_dim", 128)?,
+        qk_rope_head_dim: k.req_or("qk_rope_head_dim", 64)?,
+        v_head_dim: k.req_or("v_head_dim", 128)?,
+    })
 }
 
 fn gpt2_params(k: &Keys) -> Result<Gpt2Params, ModelError> {

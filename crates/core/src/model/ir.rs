@@ -69,6 +69,8 @@ pub enum Pointwise {
     Scale,
     /// `x.pow(3)` — on the fp32 autocast list: saves its input.
     Pow,
+    /// `x.clamp(min, max)` with Python scalars (gpt-oss's SwiGLU limit): saves its input.
+    Clamp,
 }
 
 /// Operations of the IR. Shapes are per sample; see each variant for what it saves.

@@ -850,7 +850,11 @@ fn pointwise(
     r.alias = inplace;
     match f {
         Pointwise::Relu | Pointwise::Sigmoid | Pointwise::Tanh => r.saves_output = true,
-        Pointwise::Gelu | Pointwise::Silu | Pointwise::Hardswish | Pointwise::Hardsigmoid => {
+        Pointwise::Gelu
+        | Pointwise::Silu
+        | Pointwise::Hardswish
+        | Pointwise::Hardsigmoid
+        | Pointwise::Clamp => {
             if inplace {
                 // In-place ops whose formula needs the original input save a clone of it.
                 r.extras.push(extra(in0_elems, in0));

@@ -24,6 +24,9 @@
 //! | `nope_layers` | SmolLM3 | those layers skip RoPE (q, k used as projected) |
 //! | `sliding_layers` | SmolLM3 | which layers slide (its `layer_types`) |
 //! | `multipliers` | Granite | µP: embeddings, both residual branches and the logits scaled (new tensors) |
+//! | `mla` | DeepSeek-V3 | multi-head latent attention ([`super::mla`]) in place of q/k/v |
+//! | `attention_sinks` | gpt-oss | eager attention with a sink logit per head ([`super::sinks`]) |
+//! | `moe.router` / `moe.experts` | DeepSeek-V3, gpt-oss | sigmoid group-limited router, shared experts; top-k-then-softmax router with bias, the experts' loop with biases and clamped SwiGLU ([`super::moe`]) |
 //!
 //! What memory ignores: RoPE scaling and base (cos/sin are batch-independent and tiny), a
 //! sliding window (SDPA gets a mask, the kernel's memory is the same; with eager attention
@@ -35,7 +38,9 @@ use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
 
-fn norm(
+/// The decoder's norm layer over `dim` of `rows` rows (RMSNorm, Gemma's, OLMo 2's or
+/// LayerNorm, after [`LlamaParams`]).
+pub(super) fn norm(
     b: &mut GraphBuilder,
     p: &LlamaParams,
     x: TensorId,
@@ -97,7 +102,8 @@ pub fn build(
     moe_imbalance: f64,
 ) -> Result<Graph, ModelError> {
     crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
-    let imp = if p.attn_logit_softcapping.is_some() {
+    // transformers 5.17 refuses SDPA for gpt-oss (attention sinks): eager runs.
+    let imp = if p.attn_logit_softcapping.is_some() || p.attention_sinks {
         AttnImpl::Eager
     } else {
         imp
@@ -359,50 +365,20 @@ fn llama_layer(
     l: u64,
 ) -> TensorId {
     let c = p.hidden_size;
-    let hd = head_dim(p);
-    let qw = p.num_attention_heads * hd;
-    let kv = p.num_key_value_heads * hd;
+    let qw = p.num_attention_heads * head_dim(p);
     let inter = p.intermediate_size;
-    let attn_bias = p.attention_bias || p.qkv_bias;
     let x = if p.post_norm {
         h
     } else {
         norm(b, p, h, seq, c, "input_layernorm")
     };
-    let (q, k, v) = if p.fused_projections {
-        // qkv_proj, then q/k/v are slices of its output (views).
-        let qkv = b.linear(x, seq, c, qw + 2 * kv, attn_bias, "self_attn.qkv_proj");
-        (qkv, qkv, qkv)
-    } else {
-        let q = b.linear(x, seq, c, qw, attn_bias, "self_attn.q_proj");
-        let k = b.linear(x, seq, c, kv, attn_bias, "self_attn.k_proj");
-        let v = b.linear(x, seq, c, kv, attn_bias, "self_attn.v_proj");
-        (q, k, v)
+    let a = match &p.mla {
+        Some(m) => super::mla::attention(b, p, m, x, seq, imp),
+        None => {
+            let a = projected_attention(b, p, shape, x, seq, imp, l);
+            b.linear(a, seq, qw, c, p.attention_bias, "self_attn.o_proj")
+        }
     };
-    let (q, k) = if p.qk_norm && p.qk_norm_full_width {
-        // OLMo 2: RMSNorm over the whole projection, before the split into heads.
-        let q = norm(b, p, q, seq, qw, "self_attn.q_norm");
-        let k = norm(b, p, k, seq, kv, "self_attn.k_norm");
-        (q, k)
-    } else if p.qk_norm {
-        let q = norm(b, p, q, seq * p.num_attention_heads, hd, "self_attn.q_norm");
-        let k = norm(b, p, k, seq * p.num_key_value_heads, hd, "self_attn.k_norm");
-        (q, k)
-    } else {
-        (q, k)
-    };
-    let (q, k) = if p.layer_rope(l) {
-        let q = b.op(Op::Rope, &[q], seq * qw, &[], "rope_q");
-        let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
-        (q, k)
-    } else {
-        // SmolLM3's layers without RoPE attend with the projections as they are.
-        (q, k)
-    };
-    let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
-    let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
-    let a = attention(b, &[q, kc, vc], *shape, imp, "self_attn");
-    let a = b.linear(a, seq, qw, c, p.attention_bias, "self_attn.o_proj");
     let a = b.dropout(a, p.residual_dropout, false, "self_attn.residual_dropout");
     let a = if p.sandwich_norm || p.post_norm {
         norm(b, p, a, seq, c, "post_attention_layernorm")
@@ -448,4 +424,59 @@ fn llama_layer(
     };
     let m = multiply(b, p, m, "residual_multiplier_2");
     b.binary(h, m, Pointwise::Add, false, "residual_2")
+}
+
+/// q/k/v projections (or Phi-3's fused one), q/k norms, RoPE, the cache appends and the
+/// attention core (with gpt-oss's sinks when set); returns the attention output before
+/// `o_proj`.
+fn projected_attention(
+    b: &mut GraphBuilder,
+    p: &LlamaParams,
+    shape: &AttnShape,
+    x: TensorId,
+    seq: u64,
+    imp: AttnImpl,
+    l: u64,
+) -> TensorId {
+    let c = p.hidden_size;
+    let hd = head_dim(p);
+    let qw = p.num_attention_heads * hd;
+    let kv = p.num_key_value_heads * hd;
+    let attn_bias = p.attention_bias || p.qkv_bias;
+    let (q, k, v) = if p.fused_projections {
+        // qkv_proj, then q/k/v are slices of its output (views).
+        let qkv = b.linear(x, seq, c, qw + 2 * kv, attn_bias, "self_attn.qkv_proj");
+        (qkv, qkv, qkv)
+    } else {
+        let q = b.linear(x, seq, c, qw, attn_bias, "self_attn.q_proj");
+        let k = b.linear(x, seq, c, kv, attn_bias, "self_attn.k_proj");
+        let v = b.linear(x, seq, c, kv, attn_bias, "self_attn.v_proj");
+        (q, k, v)
+    };
+    let (q, k) = if p.qk_norm && p.qk_norm_full_width {
+        // OLMo 2: RMSNorm over the whole projection, before the split into heads.
+        let q = norm(b, p, q, seq, qw, "self_attn.q_norm");
+        let k = norm(b, p, k, seq, kv, "self_attn.k_norm");
+        (q, k)
+    } else if p.qk_norm {
+        let q = norm(b, p, q, seq * p.num_attention_heads, hd, "self_attn.q_norm");
+        let k = norm(b, p, k, seq * p.num_key_value_heads, hd, "self_attn.k_norm");
+        (q, k)
+    } else {
+        (q, k)
+    };
+    let (q, k) = if p.layer_rope(l) {
+        let q = b.op(Op::Rope, &[q], seq * qw, &[], "rope_q");
+        let k = b.op(Op::Rope, &[k], seq * kv, &[], "rope_k");
+        (q, k)
+    } else {
+        // SmolLM3's layers without RoPE attend with the projections as they are.
+        (q, k)
+    };
+    let kc = b.op(Op::CacheAppend, &[k], seq * kv, &[], "self_attn.cache_k");
+    let vc = b.op(Op::CacheAppend, &[v, k], seq * kv, &[], "self_attn.cache_v");
+    if p.attention_sinks {
+        return super::sinks::attention(b, q, kc, vc, *shape);
+    }
+    attention(b, &[q, kc, vc], *shape, imp, "self_attn")
 }

@@ -106,6 +106,19 @@ pub struct LlamaParams {
     /// attention, LayerNorms; see [`FalconLayout`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub falcon: Option<FalconLayout>,
+    /// DeepSeek-V3's multi-head latent attention in place of q/k/v projections
+    /// ([`super::mla`]); `head_dim` and `num_key_value_heads` are then unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<super::mla::MlaParams>,
+    /// gpt-oss's learned attention sinks (one logit per head joined to every row of scores
+    /// before the softmax, [`super::sinks`]); forces eager attention.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub attention_sinks: bool,
+    /// The `quant_method` of the config's `quantization_config` (DeepSeek-V3's `fp8`,
+    /// gpt-oss's `mxfp4`), a label only: the plan is of the dequantized model, its weights
+    /// in the precision the step trains in (see `unmodelled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<String>,
 }
 
 /// How a Falcon layer is laid out (`FalconConfig`, transformers 5.17). With
@@ -210,6 +223,9 @@ pub fn validate_options(p: &LlamaParams) -> Result<(), ModelError> {
         });
     }
     if let Some(m) = &p.moe {
+        m.validate()?;
+    }
+    if let Some(m) = &p.mla {
         m.validate()?;
     }
     if let Some(w) = p.sliding_window {
@@ -323,6 +339,24 @@ impl LlamaParams {
     /// sentence each naming the config key and why (empty when nothing).
     pub fn unmodelled(&self, seq: u64, sdpa: bool) -> Vec<String> {
         let mut notes = Vec::new();
+        // Eager attention runs whatever is asked (the decoder builder forces it).
+        let eager_only = self.attention_sinks || self.attn_logit_softcapping.is_some();
+        if self.attention_sinks && sdpa {
+            notes.push(
+                "attention sinks (gpt_oss): transformers 5.17 refuses SDPA for this model; \
+                 planned with the eager attention it runs (s×s scores per head)"
+                    .to_string(),
+            );
+        }
+        let sdpa = sdpa && !eager_only;
+        if let Some(q) = &self.quantization {
+            notes.push(format!(
+                "quantization_config ({q}) is not modelled: the plan is of the dequantized \
+                 model (as from_pretrained loads it with the quantization config's \
+                 dequantize=True, the way transformers trains it), its weights in the step's \
+                 precision"
+            ));
+        }
         let narrow = (0..self.num_hidden_layers)
             .filter_map(|l| self.layer_window(l))
             .filter(|&w| w <= seq)

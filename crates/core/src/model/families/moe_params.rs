@@ -1,5 +1,5 @@
-//! The MoE fields of a decoder's `config.json` (Mixtral, Qwen2-MoE, Qwen3-MoE) and their
-//! checks; the block they build is in [`super::moe`].
+//! The MoE fields of a decoder's `config.json` (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3,
+//! gpt-oss) and their checks; the block they build is in [`super::moe`].
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,58 @@ pub struct MoeParams {
     /// The router logits are returned and the load-balancing loss is added.
     #[serde(default, skip_serializing_if = "is_false")]
     pub output_router_logits: bool,
+    /// How the router scores the experts; absent: softmax of the logits (Mixtral, Qwen).
+    #[serde(default, skip_serializing_if = "RouterKind::is_softmax")]
+    pub router: RouterKind,
+    /// How the routed experts run; absent: transformers' `grouped_mm` experts.
+    #[serde(default, skip_serializing_if = "ExpertsKind::is_grouped_mm")]
+    pub experts: ExpertsKind,
+    /// The shared expert is added as is, without Qwen2-MoE's sigmoid gate (DeepSeek-V3's
+    /// `shared_experts`, `moe_intermediate_size × n_shared_experts` wide).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shared_expert_ungated: bool,
+}
+
+/// The router of a MoE block (transformers 5.17).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RouterKind {
+    /// `gate` linear → softmax (fp32) → top-k (Mixtral, Qwen2/3-MoE).
+    #[default]
+    Softmax,
+    /// `DeepseekV3TopkRouter`: the linear in fp32 (`x.type(float32)`, the weight cast),
+    /// sigmoid, a group-limited top-k choice without gradient (`n_group` groups, the best
+    /// `topk_group` kept), the chosen scores gathered, renormalised (`norm_topk_prob`) and
+    /// scaled by `routed_scaling_factor`.
+    SigmoidGrouped { n_group: u64, topk_group: u64 },
+    /// `GptOssTopKRouter`: a linear with bias, top-k of the logits, softmax of the k values.
+    TopKSoftmax,
+}
+
+impl RouterKind {
+    fn is_softmax(&self) -> bool {
+        *self == RouterKind::Softmax
+    }
+}
+
+/// How the routed experts of a MoE block run (transformers 5.17).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertsKind {
+    /// `@use_experts_implementation`'s default, `grouped_mm` (Mixtral, Qwen, DeepSeek-V3).
+    #[default]
+    GroupedMm,
+    /// `GptOssExperts.forward` (not routed through the experts interface): a Python loop over
+    /// the experts hit, each `x[token_idx] @ gate_up_proj[e] + bias`, the clamped SwiGLU
+    /// `(up.clamp(±7) + 1) · gate.clamp(max=7) · sigmoid(1.702 · gate)`, `@ down_proj[e] +
+    /// bias`, times the routing weight, `index_add_` into the output.
+    ClampedSwigluLoop,
+}
+
+impl ExpertsKind {
+    fn is_grouped_mm(&self) -> bool {
+        *self == ExpertsKind::GroupedMm
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -75,6 +127,26 @@ impl MoeParams {
         }
         if let Some(s) = self.shared_expert_intermediate_size {
             crate::model::check_positive("params.moe.shared_expert_intermediate_size", s)?;
+        }
+        if let RouterKind::SigmoidGrouped {
+            n_group,
+            topk_group,
+        } = self.router
+        {
+            crate::model::check_positive("params.moe.router.n_group", n_group)?;
+            crate::model::check_positive("params.moe.router.topk_group", topk_group)?;
+            if !self.num_experts.is_multiple_of(n_group) {
+                return Err(invalid(
+                    "params.moe.router.n_group",
+                    format!("{n_group} does not divide num_experts {}", self.num_experts),
+                ));
+            }
+            if topk_group > n_group {
+                return Err(invalid(
+                    "params.moe.router.topk_group",
+                    format!("{topk_group} is more than n_group {n_group}"),
+                ));
+            }
         }
         Ok(())
     }

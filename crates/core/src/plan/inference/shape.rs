@@ -85,6 +85,8 @@ impl DecoderShape {
             (!p.nope_layers.is_empty(), "layers without RoPE (SmolLM3)"),
             (p.multipliers.is_some(), "µP multipliers (Granite)"),
             (p.falcon.is_some(), "Falcon's fused, parallel layer"),
+            (p.mla.is_some(), "multi-head latent attention (DeepSeek-V3)"),
+            (p.attention_sinks, "attention sinks (gpt-oss)"),
         ];
         if let Some((_, what)) = other.iter().find(|(on, _)| *on) {
             return Err(PlanError::Field {
