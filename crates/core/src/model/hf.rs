@@ -13,8 +13,8 @@ use super::families::{
     gpt_neox::GptNeoxParams,
     gpt2::Gpt2Params,
     llama::{FalconLayout, LlamaParams, Multipliers, NormKind},
-    modernbert::ModernBertOptions,
     mla::MlaParams,
+    modernbert::ModernBertOptions,
     moe::{ExpertsKind, MoeParams, RouterKind},
     t5::T5Params,
 };
