@@ -59,6 +59,9 @@ impl BertParams {
         )?;
         if self.modernbert.is_none() && self.deberta.is_none() {
             check_positive("params.type_vocab_size", self.type_vocab_size)?;
+        } else if self.type_vocab_size > 0 {
+            // DeBERTa and ModernBERT may have none; any they have is bounded like the rest.
+            check_positive("params.type_vocab_size", self.type_vocab_size)?;
         }
         if let Some(d) = &self.deberta {
             d.validate(self)?;
