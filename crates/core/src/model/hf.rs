@@ -583,12 +583,17 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             _ => None,
         },
         attention_sinks: model_type == "gpt_oss",
-        quantization: k.get("quantization_config").map(|q| {
-            match q.get("quant_method").and_then(Value::as_str) {
+        // Checkpoints stored quantized other than by bitsandbytes (DeepSeek-V3's fp8,
+        // gpt-oss's MXFP4) are planned dequantized, and the plan says so; a bitsandbytes
+        // checkpoint is planned as stored (QLoRA on its nf4 / int8 base: the CLI's `--model` reading in
+        // `src/cli/args.rs`, the GUI's `model_source.rs`).
+        quantization: k
+            .get("quantization_config")
+            .map(|q| match q.get("quant_method").and_then(Value::as_str) {
                 Some(m) => m.to_string(),
                 None => "quantization_config".to_string(),
-            }
-        }),
+            })
+            .filter(|m| m != "bitsandbytes"),
         multipliers: match model_type {
             "granite" => Some(Multipliers {
                 embedding_multiplier: k.f64_or("embedding_multiplier", 1.0)?,
