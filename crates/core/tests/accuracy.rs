@@ -192,15 +192,24 @@ fn hf_import_within_targets_per_model_type() {
     supported.retain(|t| !["mixtral", "qwen2_moe", "qwen3_moe"].contains(t));
     // Encoder-decoders are measured in their own file (t5_moe_within_targets_per_model_type).
     supported.retain(|t| *t != "t5");
-    // Issue 30's types are not measured yet: their pre-registered grid (tools/grid30_*.jsonl,
-    // tools/grid30_on_device.sh) waits for a session with the GPU.
-    supported.retain(|t| !["olmo2", "granite", "starcoder2", "smollm3", "falcon"].contains(t));
-    // bart (issue 30): its grid (tools/grid30_bart_*.jsonl) waits for the GPU too.
-    supported.retain(|t| *t != "bart");
-    // The masked-LM encoders of issue 30 too (tools/grid30_encoder_configs.jsonl).
-    supported.retain(|t| !["modernbert", "deberta-v2"].contains(t));
-    // Issue 30's MoE types: their grid (tools/grid30_moe_*.jsonl) is not measured yet either.
-    supported.retain(|t| !["deepseek_v3", "gpt_oss"].contains(t));
+    // Issue 30's ten types are measured in their own pre-registered grids
+    // (tests/data/grid30/, `grid30::grid30_fit_rows_are_within_issue_30s_targets` and
+    // `grid30::grid30_new_fit_rows_are_within_issue_30s_targets`).
+    supported.retain(|t| {
+        ![
+            "olmo2",
+            "granite",
+            "starcoder2",
+            "smollm3",
+            "falcon",
+            "bart",
+            "modernbert",
+            "deberta-v2",
+            "deepseek_v3",
+            "gpt_oss",
+        ]
+        .contains(t)
+    });
     supported.sort_unstable();
     assert_eq!(types, supported);
     for t in types {

@@ -12,13 +12,13 @@ use vramlab_core::validate::{
     Measured, Row, compare, max_abs, median_abs, model_file, parse_lines, summary,
 };
 
-fn root(rel: &str) -> String {
+pub(crate) fn root(rel: &str) -> String {
     format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Rows of a grid file with the model paths made absolute (the runner wrote them relative
 /// to the repository root).
-fn rows(file: &str) -> Vec<Measured> {
+pub(crate) fn rows(file: &str) -> Vec<Measured> {
     let text = std::fs::read_to_string(crate::data(file)).expect("grid file");
     parse_lines(&text)
         .into_iter()

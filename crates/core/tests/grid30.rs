@@ -1,32 +1,15 @@
-//! Issue 30's pre-registered grid (`tools/make_grid30.py`, measured by
-//! `tools/grid30_on_device.sh`): training steps of olmo2, granite, starcoder2, smollm3 and
-//! falcon imported from config.json, drawn at random over loop shape, precision,
-//! checkpointing, attention, batch and sequence. The untouched third
-//! (`tests/data/grid30/grid30_untouched.jsonl`) is read once, at the end
-//! (`grid30_untouched_third`), and does not feed any fix.
+//! Issue 30's pre-registered grids: training steps of olmo2, granite, starcoder2, smollm3 and
+//! falcon (`tools/make_grid30.py`, measured by `tools/grid30_on_device.sh`) and of bart,
+//! modernbert, deberta-v2, deepseek_v3 and gpt_oss (`tools/make_grid30_{bart,encoder,moe}.py`,
+//! measured by `tools/grid30_new_on_device.sh`), imported from config.json and drawn at random
+//! over loop shape, precision, checkpointing, attention, batch and sequence. The untouched
+//! thirds (`tests/data/grid30/*_untouched.jsonl`) were read once, at the end
+//! (`grid30_untouched_thirds`), and fed no fix.
 
 use std::collections::BTreeMap;
 
-use vramlab_core::validate::{Measured, Row, compare, max_abs, median_abs, parse_lines, summary};
-
-fn root(rel: &str) -> String {
-    format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Rows of a grid file with the model paths made absolute (the runner wrote them relative
-/// to the repository root).
-fn rows(file: &str) -> Vec<Measured> {
-    let text = std::fs::read_to_string(crate::data(file)).expect("grid file");
-    parse_lines(&text)
-        .into_iter()
-        .map(|mut m| {
-            if m.model.ends_with(".json") {
-                m.model = root(&m.model);
-            }
-            m
-        })
-        .collect()
-}
+use crate::grid26::rows;
+use vramlab_core::validate::{Row, compare, max_abs, median_abs, summary};
 
 /// The model type of a layer-cut config's file name (`falcon-40b-L1.json` → `falcon`,
 /// `Moonlight-16B-A3B-L2.json` → `deepseek_v3`).
@@ -121,38 +104,6 @@ fn grid30_untouched_thirds() {
         assert_eq!(got.len(), 20, "{file}: rows planned");
         for (t, (n, am, aw, rm, rw)) in per_type(&got) {
             println!("{file} {t}: {n} rows {am:.2} {aw:.2} {rm:.2} {rw:.2}");
-        }
-    }
-}
-
-#[test]
-#[ignore = "debug"]
-fn grid30_debug_rows() {
-    use vramlab_core::plan::Planner;
-    use vramlab_core::validate::model_file;
-    for m in rows("grid30/grid30_fit.jsonl") {
-        let id = std::env::var("ROWS").unwrap_or_default();
-        if !id.split(',').any(|i| {
-            m.model.contains(i)
-                && m.describe()
-                    .contains(&std::env::var("PREC").unwrap_or_default())
-        }) {
-            continue;
-        }
-        let preset = model_file(&m.model).expect("model");
-        let cfg = m.config().expect("cfg");
-        let p = Planner::new(&preset, &cfg).expect("planner");
-        let plan = p.plan(m.batch).expect("plan");
-        println!(
-            "{} {}: peak {} at {:?} {}",
-            m.model,
-            m.describe(),
-            plan.peak_allocated_bytes.0,
-            plan.peak_phase,
-            plan.peak_layer
-        );
-        for s in &plan.breakdown {
-            println!("   {:<20} {:<30} {}", s.category, s.label, s.bytes.0);
         }
     }
 }
