@@ -3,8 +3,8 @@
 deberta-v2): training steps of the config.json import, measured by
 crates/device/runners/torch_runner.py (`measure`) and compared with `vramlab validate`.
 
-NOT MEASURED YET: drawn at random with a fixed seed BEFORE any of it was measured or planned,
-committed as drawn, for a later session that has the GPU (tools/grid30_encoder_on_device.sh
+Measured in session 17 (tests/data/grid30/). Drawn at random with a fixed seed BEFORE any of it was measured or planned,
+committed as drawn, for a later session that has the GPU (tools/grid30_new_on_device.sh
 runs it). The rows in tools/grid30_encoder_untouched_configs.jsonl (a random third of each
 type's) are measured but not looked at while the planner is fixed; their errors are quoted
 once, at the end, as they came out.
