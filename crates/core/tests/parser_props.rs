@@ -322,3 +322,64 @@ proptest! {
         }
     }
 }
+
+/// Every key of every stored config.json, each replaced by every boundary value (and
+/// removed): the random test above samples this space; this walks all of it, so a key whose
+/// error names a derived field instead of the key fails here on every run, not on one seed.
+#[test]
+fn every_key_of_every_hf_config_fails_naming_it() {
+    let values = [
+        json!("x"),
+        json!(true),
+        Value::Null,
+        json!([]),
+        json!({}),
+        json!(-1),
+        json!(0),
+        json!(1),
+        json!(2),
+        json!(3),
+        json!(1.5),
+        json!(1e300),
+        json!(1_048_576),
+        json!(1_048_577),
+        json!(u64::MAX),
+    ];
+    let mut misses = Vec::new();
+    for (name, doc) in HF_CONFIGS.iter() {
+        let keys: Vec<String> = doc.as_object().expect("object").keys().cloned().collect();
+        for key in &keys {
+            let mutations = values
+                .iter()
+                .map(|v| Some(v.clone()))
+                .chain(std::iter::once(None));
+            for m in mutations {
+                let mut doc = doc.clone();
+                let obj = doc.as_object_mut().expect("object");
+                match &m {
+                    Some(v) => {
+                        obj.insert(key.clone(), v.clone());
+                    }
+                    None => {
+                        obj.remove(key);
+                    }
+                }
+                let text = serde_json::to_string(&doc).expect("serialises");
+                // Whether what imports also plans is the random test's part (planning every
+                // one of these takes minutes in a debug build).
+                if let Err(e) = vramlab_core::model::hf::from_config_text(&text, name) {
+                    let msg = e.to_string();
+                    if !msg.contains(key.as_str()) {
+                        misses.push(format!("{name}: `{key}` = {m:?}: {msg}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        misses.is_empty(),
+        "{} errors do not name their key:\n{}",
+        misses.len(),
+        misses.join("\n")
+    );
+}

@@ -123,6 +123,15 @@ impl Keys<'_> {
         }
     }
 
+    /// A dropout probability in [0, 1); absent gives `default`.
+    fn prob(&self, key: &str, default: f64) -> Result<f64, ModelError> {
+        let v = self.f64_or(key, default)?;
+        if !(0.0..1.0).contains(&v) {
+            return Err(invalid(key, format!("{v} is not a probability in [0, 1)")));
+        }
+        Ok(v)
+    }
+
     /// A number that may be explicitly `null` (then `None`); absent gives `default`.
     fn nullable_f64(&self, key: &str, default: Option<f64>) -> Result<Option<f64>, ModelError> {
         match self.obj.get(key) {
@@ -629,7 +638,14 @@ fn falcon_params(k: &Keys) -> Result<LlamaParams, ModelError> {
     let new_arch = k.bool_or("new_decoder_architecture", false)?;
     let multi_query = k.bool_or("multi_query", true)?;
     let kv_heads = if new_arch {
-        k.req_or("num_kv_heads", heads)?
+        let kv = k.req_or("num_kv_heads", heads)?;
+        if !heads.is_multiple_of(kv) {
+            return Err(invalid(
+                "num_kv_heads",
+                format!("num_attention_heads {heads} is not a multiple of num_kv_heads {kv}"),
+            ));
+        }
+        kv
     } else if multi_query {
         1
     } else {
@@ -749,7 +765,9 @@ fn layer_types(k: &Keys, layers: u64) -> Result<Option<Vec<u64>>, ModelError> {
             "layer_types",
             format!(
                 "must be a list of {layers} \"sliding_attention\" / \"full_attention\" (one per \
-                 layer), got {v}"
+                 layer, as num_hidden_layers says), got {}",
+                v.as_array()
+                    .map_or_else(|| v.to_string(), |a| format!("{} entries", a.len()))
             ),
         )
     };
@@ -881,9 +899,11 @@ fn deepseek_moe(k: &Keys) -> Result<MoeParams, ModelError> {
         moe_intermediate_size: inter,
         norm_topk_prob: k.bool_or("norm_topk_prob", true)?,
         fp32_scores: false,
-        shared_expert_intermediate_size: Some(
-            inter.saturating_mul(k.req_or("n_shared_experts", 1)?),
-        ),
+        shared_expert_intermediate_size: Some({
+            let shared = inter.saturating_mul(k.req_or("n_shared_experts", 1)?);
+            check_positive("n_shared_experts × moe_intermediate_size", shared)?;
+            shared
+        }),
         decoder_sparse_step: 1,
         mlp_only_layers: (0..dense.min(layers)).collect(),
         output_router_logits: false,
@@ -1055,13 +1075,7 @@ fn bart_params(k: &Keys) -> Result<T5Params, ModelError> {
             ),
         ));
     }
-    let prob = |key: &str, default: f64| -> Result<f64, ModelError> {
-        let v = k.f64_or(key, default)?;
-        if !(0.0..1.0).contains(&v) {
-            return Err(invalid(key, format!("{v} is not a probability in [0, 1)")));
-        }
-        Ok(v)
-    };
+    let prob = |key: &str, default: f64| k.prob(key, default);
     let layers = |key: &str| -> Result<u64, ModelError> {
         let v = k.req(key)?;
         super::check_layers(key, v)?;
@@ -1209,7 +1223,7 @@ fn modernbert_params(k: &Keys) -> Result<BertParams, ModelError> {
         max_position_embeddings: k.req_or("max_position_embeddings", 8192)?,
         type_vocab_size: 0,
         hidden_dropout_prob: 0.0,
-        attention_probs_dropout_prob: k.f64_or("attention_dropout", 0.0)?,
+        attention_probs_dropout_prob: k.prob("attention_dropout", 0.0)?,
         model_type: Some("modernbert".to_string()),
         position_offset: 0,
         modernbert: Some(ModernBertOptions {
@@ -1247,6 +1261,7 @@ fn deberta_params(k: &Keys) -> Result<BertParams, ModelError> {
     }
     let kernel = k.u64_or("conv_kernel_size", Some(0))?;
     let conv = if kernel > 0 {
+        check_positive("conv_kernel_size", kernel)?;
         let act = k.str_or("conv_act", "tanh")?;
         if act != "tanh" && act != "gelu" {
             return Err(invalid(
@@ -1294,8 +1309,10 @@ fn deberta_params(k: &Keys) -> Result<BertParams, ModelError> {
     let buckets = i64_or(k, "position_buckets", -1)?;
     let max_rel = i64_or(k, "max_relative_positions", -1)?;
     let att_span = if buckets > 0 {
+        check_positive("position_buckets", buckets.unsigned_abs())?;
         buckets.unsigned_abs()
     } else if max_rel >= 1 {
+        check_positive("max_relative_positions", max_rel.unsigned_abs())?;
         max_rel.unsigned_abs()
     } else {
         max_pos
@@ -1326,7 +1343,19 @@ fn deberta_params(k: &Keys) -> Result<BertParams, ModelError> {
             share_att_key: k.bool_or("share_att_key", false)?,
             norm_rel_ebd,
             position_biased_input: k.bool_or("position_biased_input", true)?,
-            head_size: k.req_or("attention_head_size", hidden / heads.max(1))?,
+            head_size: match k.opt_u64("attention_head_size")? {
+                Some(_) => k.req("attention_head_size")?,
+                None if hidden < heads => {
+                    return Err(invalid(
+                        "num_attention_heads",
+                        format!(
+                            "{heads} heads of hidden_size {hidden} leave a head size of 0 \
+                             (set attention_head_size)"
+                        ),
+                    ));
+                }
+                None => hidden / heads,
+            },
             legacy: k.bool_or("legacy", true)?,
             conv,
         }),
