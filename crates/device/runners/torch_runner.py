@@ -25,7 +25,8 @@ Measurement config (one JSON object per line):
    "precision": "fp32" | "amp-fp16" | "amp-bf16" | "bf16",   -- default fp32
    "optimizer": "sgd" | "sgd-momentum" | "adam" | "adamw" | "adafactor",   -- default adamw
    "accum": 1, "checkpointing": false, "attention": "sdpa" | "eager",
-   "loop": "plain" | "trainer",   -- default plain (see the loop below)
+   "loop": "plain" | "trainer" | "lightning",   -- default plain (see the loop below;
+   lightning: Lightning's closure order, the output dropped and zero_grad after the forward)
    "finetune": "full" | "lora", "lora_rank": 8, "lora_targets": "attn" | "all-linear" | "a,b",
    "lora_alpha": 16, "lora_dropout": 0.0}   -- default full; lora: peft.get_peft_model with
    LoraConfig(r, lora_alpha, lora_dropout, target_modules) after the bf16 cast and checkpointing
@@ -114,7 +115,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The repository root: this file is crates/device/runners/torch_runner.py in a checkout (the
+# binary writes a copy elsewhere and passes presets inline); else the working directory.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = next((d for d in (os.path.dirname(os.path.dirname(os.path.dirname(_HERE))), os.getcwd())
+             if os.path.isdir(os.path.join(d, "presets", "models"))),
+            os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
 PRESET_DIR = os.path.join(ROOT, "presets", "models")
 PARAM_COUNTS_PATH = os.path.join(ROOT, "tests", "data", "param_counts.jsonl")
 
@@ -131,7 +137,7 @@ PRECISIONS = ("fp32", "amp-fp16", "amp-bf16", "bf16")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adafactor",
               "adam8bit", "adamw-8bit", "paged-adamw-8bit", "paged-adamw")  # the last four: bitsandbytes
 ATTENTIONS = ("sdpa", "eager")
-LOOPS = ("plain", "trainer")
+LOOPS = ("plain", "trainer", "lightning")
 STEPS = ("train", "eval", "eval-grad")
 FINETUNES = ("full", "lora", "qlora")
 MASKED_LM_TYPES = ("bert", "roberta", "modernbert", "deberta-v2")
@@ -1186,12 +1192,12 @@ def make_batch_fn(cfg, preset, dev):
 
 def forward_loss(model, fam, x, y, loop="plain"):
     if fam in HF_FAMILIES:
-        if loop == "trainer":
+        if loop in ("trainer", "lightning"):
             # HF Trainer.compute_loss / a Lightning training_step: the output dies here
             return None, model(input_ids=x, labels=y).loss
         out = model(input_ids=x, labels=y)
         return out, out.loss
-    if loop == "trainer":
+    if loop in ("trainer", "lightning"):
         return None, F.cross_entropy(_logits(model(x), fam), y)
     out = model(x)
     return out, F.cross_entropy(_logits(out, fam), y)
@@ -1242,12 +1248,19 @@ def run_step(model, fam, cfg, preset, dev, record):
             if t_start is not None:
                 t_start.record()
             wall0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
+        # Lightning's automatic optimization (lightning 2.x loops/optimization/automatic.py,
+        # Closure.closure): training_step, then zero_grad (first micro-batch of a window),
+        # then backward; every other loop zeroes the gradients before the forward.
+        lightning = cfg.get("loop") == "lightning"
+        if not lightning:
+            opt.zero_grad(set_to_none=True)
         for micro in range(accum):
             x, y = make_batch()
             with torch.autocast(dev.kind, dtype=amp_dtype, enabled=amp):
                 out, loss = forward_loss(model, fam, x, y, cfg.get("loop", "plain"))
                 loss = loss / accum
+            if lightning and micro == 0:
+                opt.zero_grad(set_to_none=True)
             if measured and micro == accum - 1:
                 dev.sync()
                 record["allocated_after_forward"] = dev.allocated()
