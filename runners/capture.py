@@ -1010,6 +1010,12 @@ def capture_graph(args, factory, kind, size, name):
         "version": FORMAT_VERSION,
         "model": name,
         "torch": torch.__version__,
+        # The model's own library decides what it runs (timm 1.0.31's NFNet made two
+        # activations out of place that 1.0.29's ran in place): a CPU capture and a GPU-host
+        # capture compare only at the same versions.
+        "libraries": {m: getattr(sys.modules[m], "__version__", None)
+                      for m in ("timm", "torchvision", "transformers", "peft")
+                      if m in sys.modules},
         "capture": {"fake": not args.real_cpu, "device": args.device, "seconds": round(secs, 3)},
         # `vramlab.plan_module`'s inputs are planned as tokens (integer inputs) or images
         "input": {"kind": getattr(args, "graph_kind", kind), "size": size,

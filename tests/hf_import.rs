@@ -158,11 +158,11 @@ fn old_vramlab_files_mean_the_plain_loop() {
     assert!(!old.contains("loop"), "{old}");
     let back = VramlabConfig::from_bytes(old.as_bytes()).expect("parse old");
     assert_eq!(back.training.loop_shape, LoopShape::Plain);
-    let bad = doc.replace("\"loop\": \"trainer\"", "\"loop\": \"lightning\"");
+    let bad = doc.replace("\"loop\": \"trainer\"", "\"loop\": \"keras\"");
     let err = VramlabConfig::from_bytes(bad.as_bytes())
         .expect_err("bad loop")
         .to_string();
-    assert!(err.contains("lightning"), "{err}");
+    assert!(err.contains("keras"), "{err}");
 }
 
 #[test]

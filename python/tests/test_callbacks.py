@@ -88,12 +88,23 @@ def test_the_framework_wrappers_call_the_checks(plan, monkeypatch):
     transformers.TrainerCallback = type("TrainerCallback", (), {})
     monkeypatch.setitem(sys.modules, "transformers", transformers)
 
-    cb = callbacks.lightning_callback(plan, check_after_steps=2, log=lambda _: None)
+    lplan = vramlab.plan(model="gpt2", batch=8, seq=1024, gpu="a100-40gb", loop="lightning")
+    fake_torch(monkeypatch, lplan.peak_allocated_bytes, lplan.peak_reserved_bytes)
+    cb = callbacks.lightning_callback(lplan, check_after_steps=2, log=lambda _: None)
     assert isinstance(cb, lp.Callback)
     trainer = types.SimpleNamespace(global_step=2)
     cb.on_fit_start(trainer, None)
     cb.on_train_batch_end(trainer, None, None, None, 0)
     assert len(cb.check.lines) == 2 and "after 2 steps" in cb.check.lines[1]
+
+    # A plan of another loop: Lightning zeroes gradients after the forward; the user's log
+    # gets the warning too.
+    got = []
+    with pytest.warns(RuntimeWarning, match="loop='trainer'"):
+        cb = callbacks.lightning_callback(plan, log=got.append)
+    assert got and 'loop="lightning"' in got[0]
+    assert lplan.peak_allocated_bytes >= plan.peak_allocated_bytes, "the gradients live through the forward"
+    fake_torch(monkeypatch, plan.peak_allocated_bytes, plan.peak_reserved_bytes)
 
     hf = callbacks.trainer_callback(plan, log=lambda _: None)
     assert isinstance(hf, transformers.TrainerCallback)

@@ -9,6 +9,11 @@ doctor on the exception.
 
     plan = vramlab.plan(model="gpt2", batch=8, seq=1024, gpu="a100-40gb", loop="trainer")
     trainer = Trainer(..., callbacks=[vramlab.callbacks.trainer_callback(plan)])
+
+A Lightning run is planned with ``loop="lightning"``: Lightning's closure zeroes the
+gradients after ``training_step`` (lightning 2.x ``loops/optimization/automatic.py``), so the
+last step's gradients live through the forward; :func:`lightning_callback` says so when the
+plan has another loop.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ class PlanCheck:
     ``check_after_steps``: compare after this many optimizer steps (the first steps warm
     the caching allocator up). ``on_not_fitting``: ``"warn"`` or ``"stop"`` (raise
     :class:`PlanDoesNotFit` at the start). ``log``: where the lines go (default:
-    ``warnings.warn`` for warnings, ``print`` for the comparison)."""
+    ``warnings.warn`` for warnings, ``print`` for the comparison; a ``log`` given gets the
+    warnings too)."""
 
     def __init__(
         self,
@@ -49,6 +55,7 @@ class PlanCheck:
         self.on_not_fitting = on_not_fitting
         self.device = device
         self.log = log if log is not None else print
+        self.custom_log = log is not None
         self.lines: List[str] = []
         self.checked = False
         self.diagnosis: Optional[Doctor] = None
@@ -57,7 +64,7 @@ class PlanCheck:
         self.lines.append(line)
         if warn:
             warnings.warn(line, RuntimeWarning, stacklevel=3)
-        else:
+        if not warn or self.custom_log:
             self.log(line)
 
     def at_start(self) -> None:
@@ -138,6 +145,14 @@ def lightning_callback(plan: Plan, **options: Any) -> Any:
         from pytorch_lightning import Callback
 
     check = PlanCheck(plan, **options)
+    loop = plan.config.get("loop", "plain")
+    if loop != "lightning":
+        check._say(
+            f"vramlab: this plan has loop={loop!r}; a Lightning run zeroes gradients after the "
+            "forward (plan it with loop=\"lightning\"), so it can hold up to one more copy of "
+            "the gradients than planned",
+            warn=True,
+        )
 
     class VramlabCallback(Callback):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:

@@ -58,8 +58,9 @@ pub struct TrainArgs {
     pub attention: String,
     /// Training-loop shape: plain (`out = model(x); loss = …; loss.backward()`, the output
     /// lives through backward; the default) or trainer (`loss = model(**batch).loss`, as HF
-    /// Trainer and Lightning do: the output is released before backward).
-    #[arg(long = "loop", value_name = "plain|trainer")]
+    /// Trainer does: the output is released before backward) or lightning (as trainer, and
+    /// Lightning's closure zeroes the gradients after the forward, so they live through it).
+    #[arg(long = "loop", value_name = "plain|trainer|lightning")]
     pub loop_shape: Option<String>,
     /// The step to plan: train (the default), eval (a validation forward under
     /// `torch.no_grad()` after training) or eval-grad (the same forward without `no_grad`:

@@ -55,7 +55,7 @@ pub struct DoctorArgs {
     pub attention: String,
     /// Training-loop shape, as for `plan`: plain (the output stays referenced through
     /// backward, the default) or trainer (`loss = model(**batch).loss`, HF Trainer, Lightning).
-    #[arg(long = "loop", value_name = "plain|trainer")]
+    #[arg(long = "loop", value_name = "plain|trainer|lightning")]
     pub loop_shape: Option<String>,
     /// The step that failed: train (default), eval (validation under `no_grad`) or eval-grad
     /// (validation without `no_grad`).

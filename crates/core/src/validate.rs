@@ -304,8 +304,10 @@ impl Measured {
         if self.attention == "eager" {
             s.push_str(" eager");
         }
-        if self.loop_shape == crate::plan::config::LoopShape::Trainer {
-            s.push_str(" trainer-loop");
+        match self.loop_shape {
+            crate::plan::config::LoopShape::Trainer => s.push_str(" trainer-loop"),
+            crate::plan::config::LoopShape::Lightning => s.push_str(" lightning-loop"),
+            crate::plan::config::LoopShape::Plain => {}
         }
         if self.step.is_eval() {
             s.push_str(&format!(" {}-step", self.step));

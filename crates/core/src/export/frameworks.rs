@@ -323,10 +323,13 @@ fn pytorch(cfg: &TrainConfig, hub_id: Option<&str>) -> String {
 
 /// The loop shape a framework's training loop has, where it fixes one: HF `Trainer`
 /// (`compute_loss` returns only the loss), a Lightning `training_step` returning the loss,
-/// and the PyTorch loop this module writes release the model output before backward.
+/// and the PyTorch loop this module writes release the model output before backward; a
+/// Lightning `Trainer` also zeroes the gradients only after the forward
+/// ([`LoopShape::Lightning`]).
 pub fn implied_loop(format: Format) -> Option<LoopShape> {
     match format {
-        Format::HuggingFace | Format::Lightning | Format::PyTorch => Some(LoopShape::Trainer),
+        Format::Lightning => Some(LoopShape::Lightning),
+        Format::HuggingFace | Format::PyTorch => Some(LoopShape::Trainer),
         Format::Vramlab
         | Format::DeepSpeed
         | Format::Env

@@ -5,8 +5,8 @@ use serde_json::Value;
 
 use super::families::transformer::AttnImpl;
 use super::families::{
-    bert, convnext, decoder, efficientnet, gpt_neox, gpt2, llama, mobilenet, resnet, segmentation,
-    t5, unet, vit,
+    bert, convnext, decoder, efficientnet, encoder, gpt_neox, gpt2, llama, mobilenet, resnet,
+    segmentation, t5, unet, vit,
 };
 use super::{Graph, ModelError, check_positive};
 
@@ -411,7 +411,7 @@ impl Preset {
             ModelSpec::Fcn(p) => Ok(segmentation::build_fcn(p, size, channels)),
             ModelSpec::Unet(p) => unet::build(p, size),
             ModelSpec::Gpt2(p) => gpt2::build(p, size, attention),
-            ModelSpec::Bert(p) => bert::build(p, size, attention),
+            ModelSpec::Bert(p) => encoder::build(p, size, attention),
             ModelSpec::Llama(p) => decoder::build(p, size, attention, moe_imbalance),
             ModelSpec::GptNeox(p) => gpt_neox::build(p, size, attention),
             ModelSpec::T5(p) => t5::build(

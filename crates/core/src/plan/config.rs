@@ -48,15 +48,24 @@ pub enum LoopShape {
     /// backward, so only what autograd saved stays.
     #[serde(rename = "trainer")]
     Trainer,
+    /// A PyTorch Lightning `training_step` returning the loss under automatic optimization:
+    /// the output is dropped as in [`LoopShape::Trainer`], and Lightning's `Closure` runs
+    /// `training_step`, *then* `zero_grad`, then `backward` (lightning 2.x
+    /// `loops/optimization/automatic.py`: `Closure.closure` calls `_step_fn`, `_zero_grad_fn`,
+    /// `_backward_fn` in that order), so the previous step's gradients stay allocated through
+    /// the forward.
+    #[serde(rename = "lightning")]
+    Lightning,
 }
 
 impl LoopShape {
-    pub const ALL: [LoopShape; 2] = [LoopShape::Plain, LoopShape::Trainer];
+    pub const ALL: [LoopShape; 3] = [LoopShape::Plain, LoopShape::Trainer, LoopShape::Lightning];
 
     pub fn as_str(self) -> &'static str {
         match self {
             LoopShape::Plain => "plain",
             LoopShape::Trainer => "trainer",
+            LoopShape::Lightning => "lightning",
         }
     }
 
@@ -65,6 +74,9 @@ impl LoopShape {
         match self {
             LoopShape::Plain => "plain (model output kept alive through backward)",
             LoopShape::Trainer => "trainer (model output released before backward)",
+            LoopShape::Lightning => {
+                "lightning (model output released before backward; zero_grad after the forward)"
+            }
         }
     }
 }
@@ -84,7 +96,7 @@ impl FromStr for LoopShape {
             .ok_or_else(|| PlanError::Unknown {
                 field: "loop",
                 value: s.to_string(),
-                known: "plain, trainer",
+                known: "plain, trainer, lightning",
             })
     }
 }

@@ -17,7 +17,7 @@ pub fn checkpointing() -> String {
     )
 }
 pub const ATTENTION: &str = "Eager attention stores the seq × seq attention probabilities for backward; SDPA (flash / memory-efficient kernels) does not.";
-pub const LOOP: &str = "plain: `out = model(x); loss = criterion(out, y); loss.backward()` keeps the output (logits) alive through backward · trainer: `loss = model(**batch).loss` (HF Trainer, Lightning) frees it before backward.";
+pub const LOOP: &str = "plain: `out = model(x); loss = criterion(out, y); loss.backward()` keeps the output (logits) alive through backward · trainer: `loss = model(**batch).loss` (HF Trainer) frees it before backward · lightning: the same, and Lightning zeroes the gradients only after the forward, so they live through it.";
 pub const STEP: &str = "train: forward, backward and optimizer step · eval: a validation forward under `torch.no_grad()` after training (weights, gradients and optimizer state stay) · eval-grad: the same without `no_grad`, so autograd keeps every activation until the loss is dropped — the classic validation OOM.";
 pub const EXPANDABLE: &str = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow in place instead of caching many fixed-size ones, which removes most fragmentation.";
 pub const PRECISION: &str = "FP32 keeps everything in float32; AMP autocasts matmuls to fp16/bf16 (weights stay fp32, activations shrink); pure BF16 stores weights, gradients and optimizer state in bf16.";

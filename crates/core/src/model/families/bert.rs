@@ -36,10 +36,10 @@ pub struct BertParams {
     /// ModernBERT's layer (`model_type` `modernbert`); the BERT fields it has no use for
     /// (`type_vocab_size`, `max_position_embeddings` as a table) are ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modernbert: Option<super::modernbert::ModernBertOptions>,
+    pub modernbert: Option<super::encoder_options::ModernBertOptions>,
     /// DeBERTa-v2/v3's disentangled attention (`model_type` `deberta-v2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deberta: Option<super::deberta::DebertaOptions>,
+    pub deberta: Option<super::encoder_options::DebertaOptions>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -64,7 +64,7 @@ impl BertParams {
             check_positive("params.type_vocab_size", self.type_vocab_size)?;
         }
         if let Some(d) = &self.deberta {
-            d.validate(self)?;
+            d.validate(self.hidden_size, self.max_position_embeddings)?;
         }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(ModelError::Invalid {
@@ -100,14 +100,9 @@ impl BertParams {
     }
 }
 
-/// Builds BERT with the masked-LM head for `seq` tokens (labels on every position).
+/// Builds BERT (or RoBERTa) with the masked-LM head for `seq` tokens (labels on every
+/// position); [`super::encoder::build`] picks this, ModernBERT's or DeBERTa's builder.
 pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    if let Some(m) = &p.modernbert {
-        return Ok(super::modernbert::build(p, m, seq, imp));
-    }
-    if let Some(d) = &p.deberta {
-        return super::deberta::build(p, d, seq);
-    }
     crate::model::check_seq_fits(
         seq,
         p.position_offset,

@@ -8,80 +8,12 @@
 //! heads×s×2·span products with the relative embeddings, their sum, the masked scores, the
 //! softmax and its dropout.
 
-use serde::{Deserialize, Serialize};
-
 use super::bert::{BertParams, Decoder, MlmHead, mlm_head};
+pub use super::encoder_options::{ConvOptions, DebertaOptions};
 use super::transformer::layer_norm;
+use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
-use crate::model::{ModelError, check_positive};
-
-/// `DebertaV2Config` fields beyond BERT's that shape memory.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct DebertaOptions {
-    /// `relative_attention`: the disentangled c2p/p2c terms and the relative embeddings.
-    pub relative_attention: bool,
-    /// Rows of the relative embedding used on each side: `position_buckets` when > 0, else
-    /// `max_relative_positions` (or `max_position_embeddings` when that is < 1).
-    pub att_span: u64,
-    /// `pos_att_type` contains `c2p`.
-    pub c2p: bool,
-    /// `pos_att_type` contains `p2c`.
-    pub p2c: bool,
-    /// `share_att_key`: the relative embeddings go through `query_proj` / `key_proj`
-    /// instead of their own `pos_query_proj` / `pos_key_proj`.
-    pub share_att_key: bool,
-    /// `norm_rel_ebd` contains `layer_norm`.
-    pub norm_rel_ebd: bool,
-    /// `position_biased_input`: an absolute position embedding is added to the words.
-    pub position_biased_input: bool,
-    /// `attention_head_size` (default `hidden_size / num_attention_heads`).
-    pub head_size: u64,
-    /// `legacy`: the head's decoder is an `nn.Linear` with the tied weight and bias; else
-    /// `matmul(h, word.T) + bias` (a second logits-sized tensor).
-    pub legacy: bool,
-    /// `conv_kernel_size > 0` (DeBERTa-v2 xlarge/xxlarge): the `ConvLayer` after layer 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conv: Option<ConvOptions>,
-}
-
-/// `ConvLayer`: `Conv1d(hidden, hidden, kernel, padding=(kernel-1)/2, groups)` over the
-/// encoder's input, then `conv_act`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConvOptions {
-    pub kernel: u64,
-    pub groups: u64,
-    /// `conv_act` is `gelu` (else `tanh`, the default).
-    pub gelu: bool,
-}
-
-impl DebertaOptions {
-    pub fn validate(&self, p: &BertParams) -> Result<(), ModelError> {
-        check_positive("params.deberta.head_size", self.head_size)?;
-        if let Some(conv) = &self.conv {
-            check_positive("params.deberta.conv.kernel", conv.kernel)?;
-            check_positive("params.deberta.conv.groups", conv.groups)?;
-            if !p.hidden_size.is_multiple_of(conv.groups) {
-                return Err(ModelError::Invalid {
-                    field: "params.deberta.conv.groups".into(),
-                    reason: format!(
-                        "hidden_size {} is not divisible by conv_groups {}",
-                        p.hidden_size, conv.groups
-                    ),
-                });
-            }
-        }
-        if self.relative_attention {
-            check_positive("params.deberta.att_span", self.att_span)?;
-        }
-        if self.position_biased_input {
-            check_positive("params.max_position_embeddings", p.max_position_embeddings)?;
-        }
-        Ok(())
-    }
-}
 
 /// Builds DeBERTa-v2/v3 with its masked-LM head over `seq` tokens (labels on every
 /// position); eager attention (see the module documentation).

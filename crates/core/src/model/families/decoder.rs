@@ -32,33 +32,12 @@
 //! sliding window (SDPA gets a mask, the kernel's memory is the same; with eager attention
 //! the full s×s scores exist either way).
 
-use super::llama::{FalconLayout, LlamaParams, NormKind, head_dim};
-use super::transformer::{AttnImpl, AttnShape, attention, layer_norm, softcap, token_loss};
+use super::decoder_norm::norm;
+use super::llama::{FalconLayout, LlamaParams, head_dim};
+use super::transformer::{AttnImpl, AttnShape, attention, softcap, token_loss};
 use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
-use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
-
-/// The decoder's norm layer over `dim` of `rows` rows (RMSNorm, Gemma's, OLMo 2's or
-/// LayerNorm, after [`LlamaParams`]).
-pub(super) fn norm(
-    b: &mut GraphBuilder,
-    p: &LlamaParams,
-    x: TensorId,
-    rows: u64,
-    dim: u64,
-    name: &str,
-) -> TensorId {
-    if p.norm == Some(NormKind::LayerNorm) {
-        return layer_norm(b, x, rows, dim, name);
-    }
-    let w: ParamId = b.param(dim, None);
-    let n = rows.saturating_mul(dim);
-    if p.gemma || p.norm == Some(NormKind::RmsFp32Product) {
-        b.op(Op::RmsNormOffset { rows }, &[x], n, &[w], name)
-    } else {
-        b.op(Op::RmsNorm { rows }, &[x], n, &[w], name)
-    }
-}
+use crate::model::ir::{Elem, Graph, Op, Pointwise, TensorId};
 
 /// A µP multiplier (Granite): `x * m`, a new tensor whatever `m` is.
 fn multiply(b: &mut GraphBuilder, p: &LlamaParams, x: TensorId, name: &str) -> TensorId {

@@ -109,7 +109,7 @@ pub struct LlamaParams {
     /// DeepSeek-V3's multi-head latent attention in place of q/k/v projections
     /// ([`super::mla`]); `head_dim` and `num_key_value_heads` are then unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mla: Option<super::mla::MlaParams>,
+    pub mla: Option<super::mla_params::MlaParams>,
     /// gpt-oss's learned attention sinks (one logit per head joined to every row of scores
     /// before the softmax, [`super::sinks`]); forces eager attention.
     #[serde(default, skip_serializing_if = "is_false")]

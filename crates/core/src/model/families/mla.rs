@@ -14,49 +14,11 @@
 //!    `v_head_dim`; flash needs equal widths) or the eager path (`softmax(dtype=float32)
 //!    .to(q.dtype)`), then `o_proj`.
 
-use serde::{Deserialize, Serialize};
-
 use super::llama::LlamaParams;
+pub use super::mla_params::MlaParams;
 use super::transformer::AttnImpl;
-use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Op, Pointwise, TensorId};
-
-/// The multi-head latent attention keys of a `deepseek_v3` config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct MlaParams {
-    /// Rank of the query's low-rank projection; `None`: one full `q_proj`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub q_lora_rank: Option<u64>,
-    /// Rank of the compressed key/value latent.
-    pub kv_lora_rank: u64,
-    /// Per-head query/key width without rotary embedding.
-    pub qk_nope_head_dim: u64,
-    /// Per-head query/key width with rotary embedding (one key head shared by all).
-    pub qk_rope_head_dim: u64,
-    /// Per-head value width.
-    pub v_head_dim: u64,
-}
-
-impl MlaParams {
-    /// Width of one query / key head.
-    pub fn qk_head_dim(&self) -> u64 {
-        self.qk_nope_head_dim.saturating_add(self.qk_rope_head_dim)
-    }
-
-    /// Checks the ranks and widths; errors name the field.
-    pub fn validate(&self) -> Result<(), ModelError> {
-        use crate::model::check_positive;
-        if let Some(r) = self.q_lora_rank {
-            check_positive("params.mla.q_lora_rank", r)?;
-        }
-        check_positive("params.mla.kv_lora_rank", self.kv_lora_rank)?;
-        check_positive("params.mla.qk_nope_head_dim", self.qk_nope_head_dim)?;
-        check_positive("params.mla.qk_rope_head_dim", self.qk_rope_head_dim)?;
-        check_positive("params.mla.v_head_dim", self.v_head_dim)
-    }
-}
 
 /// `DeepseekV3Attention` on `x` (the input norm's output, `seq` rows); returns `o_proj`'s
 /// output.
@@ -75,7 +37,7 @@ pub fn attention(
     let q = match m.q_lora_rank {
         Some(r) => {
             let qa = b.linear(x, seq, c, r, bias, "self_attn.q_a_proj");
-            let qa = super::decoder::norm(b, p, qa, seq, r, "self_attn.q_a_layernorm");
+            let qa = super::decoder_norm::norm(b, p, qa, seq, r, "self_attn.q_a_layernorm");
             b.linear(qa, seq, r, heads * qk, false, "self_attn.q_b_proj")
         }
         None => b.linear(x, seq, c, heads * qk, false, "self_attn.q_proj"),
@@ -83,7 +45,7 @@ pub fn attention(
     let kvr = m.kv_lora_rank;
     let rope = m.qk_rope_head_dim;
     let ckv = b.linear(x, seq, c, kvr + rope, bias, "self_attn.kv_a_proj_with_mqa");
-    let latent = super::decoder::norm(b, p, ckv, seq, kvr, "self_attn.kv_a_layernorm");
+    let latent = super::decoder_norm::norm(b, p, ckv, seq, kvr, "self_attn.kv_a_layernorm");
     let q_rot = b.op(Op::Rope, &[q], seq * heads * rope, &[], "rope_q");
     let k_rot = b.op(Op::Rope, &[ckv], seq * rope, &[], "rope_k");
     let latent = b.op(

@@ -10,37 +10,11 @@
 //! form, built once per forward, to the scores; SDPA converts it to a float bias per call
 //! and takes the memory-efficient kernel, which saves that bias.
 
-use serde::{Deserialize, Serialize};
-
 use super::bert::{BertParams, Decoder, MlmHead, mlm_head};
+pub use super::encoder_options::ModernBertOptions;
 use super::transformer::{AttnImpl, AttnShape, attention_masked, layer_norm_bias};
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Graph, Op, Pointwise, TensorId};
-
-/// `ModernBertConfig` fields beyond BERT's that shape memory.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModernBertOptions {
-    /// Layers with sliding-window attention (`layer_types`, or every layer `i` with
-    /// `i % global_attn_every_n_layers != 0`).
-    pub sliding_layers: Vec<u64>,
-    /// `local_attention`: the whole window; the mask exists from `seq >= local_attention / 2`.
-    pub local_attention: u64,
-    pub attention_bias: bool,
-    pub mlp_bias: bool,
-    pub norm_bias: bool,
-    pub classifier_bias: bool,
-    pub decoder_bias: bool,
-    pub tie_word_embeddings: bool,
-    pub embedding_dropout: f64,
-    pub mlp_dropout: f64,
-}
-
-impl ModernBertOptions {
-    fn sliding(&self, l: u64) -> bool {
-        self.sliding_layers.contains(&l)
-    }
-}
 
 /// Builds ModernBERT with its masked-LM head over `seq` tokens (labels on every position).
 pub fn build(p: &BertParams, m: &ModernBertOptions, seq: u64, imp: AttnImpl) -> Graph {

@@ -149,7 +149,7 @@ impl Knobs {
 fn loop_rank(l: LoopShape) -> u8 {
     match l {
         LoopShape::Plain => 0,
-        LoopShape::Trainer => 1,
+        LoopShape::Trainer | LoopShape::Lightning => 1,
     }
 }
 
@@ -275,7 +275,13 @@ impl Axes {
             finetune,
             optimizer,
             checkpointing: with_user(user.checkpointing, [true]),
-            loop_shape: with_user(user.loop_shape, [LoopShape::Trainer]),
+            // A Lightning loop already releases the output; its zero_grad placement is
+            // Lightning's, not a setting to offer.
+            loop_shape: if user.loop_shape == LoopShape::Lightning {
+                vec![LoopShape::Lightning]
+            } else {
+                with_user(user.loop_shape, [LoopShape::Trainer])
+            },
             expandable: with_user(user.allocator.expandable_segments, [true]),
             strategy: super::strategy::strategies(&user.distributed),
         }
@@ -339,7 +345,9 @@ impl Axes {
             finetune,
             optimizer,
             checkpointing: self.checkpointing.contains(&true),
-            loop_shape: if self.loop_shape.contains(&LoopShape::Trainer) {
+            loop_shape: if self.loop_shape.contains(&LoopShape::Lightning) {
+                LoopShape::Lightning
+            } else if self.loop_shape.contains(&LoopShape::Trainer) {
                 LoopShape::Trainer
             } else {
                 LoopShape::Plain

@@ -549,7 +549,7 @@ impl Sim<'_> {
         // FSDP2: the root's post-forward.
         self.free_all_gather_state();
         // `loss = model(**batch).loss`: the output object dies with the expression.
-        if self.cfg.loop_shape == LoopShape::Trainer {
+        if self.cfg.loop_shape != LoopShape::Plain {
             for b in std::mem::take(&mut self.output_refs) {
                 self.release(b);
             }
@@ -560,6 +560,14 @@ impl Sim<'_> {
         }
         for p in 0..self.param_cast.len() {
             self.param_cast[p] = None;
+        }
+        // Lightning's closure: `zero_grad` after `training_step`, before `backward` (autocast has exited), at the
+        // first micro-batch of an accumulation window.
+        if self.cfg.loop_shape == LoopShape::Lightning && micro == 0 {
+            let phase = self.phase;
+            self.phase = Phase::ZeroGrad;
+            self.zero_grad();
+            self.phase = phase;
         }
         self.phase = Phase::Backward;
         let first = micro == 0;

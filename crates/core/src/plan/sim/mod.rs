@@ -211,7 +211,7 @@ impl<'g> Sim<'g> {
         self.retain(b);
         match self.cfg.loop_shape {
             LoopShape::Plain => self.pinned.push(b),
-            LoopShape::Trainer => self.output_refs.push(b),
+            LoopShape::Trainer | LoopShape::Lightning => self.output_refs.push(b),
         }
     }
 
@@ -231,12 +231,9 @@ impl<'g> Sim<'g> {
     fn step(&mut self, create_state: bool) {
         self.phase = Phase::ZeroGrad;
         self.node = NO_NODE;
-        for p in 0..self.param_grad.len() {
-            if let Some(b) = self.param_grad[p].take() {
-                self.release(b);
-            }
+        if self.cfg.loop_shape != LoopShape::Lightning {
+            self.zero_grad();
         }
-        self.zero_sharded_grads();
         if !create_state {
             self.rebuild_ddp_buckets();
         }
@@ -248,6 +245,18 @@ impl<'g> Sim<'g> {
             }
         }
         self.optimizer_step(create_state);
+    }
+}
+
+impl Sim<'_> {
+    /// `optimizer.zero_grad(set_to_none=True)`: every gradient goes.
+    pub(super) fn zero_grad(&mut self) {
+        for p in 0..self.param_grad.len() {
+            if let Some(b) = self.param_grad[p].take() {
+                self.release(b);
+            }
+        }
+        self.zero_sharded_grads();
     }
 }
 

@@ -160,6 +160,74 @@ fn trainer_loop_frees_the_logits_before_backward() {
     }
 }
 
+/// Lightning's closure runs `training_step`, then `zero_grad`, then `backward`: the last
+/// step's gradients are freed after the measured step's forward (and its logits before
+/// backward, as in a trainer loop); every other loop frees them before the forward.
+#[test]
+fn lightning_zeroes_gradients_after_the_forward() {
+    let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+    let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+    for loop_shape in LoopShape::ALL {
+        for accum in [1, 2] {
+            let cfg = TrainConfig {
+                loop_shape,
+                accum,
+                precision: Precision::AmpBf16,
+                ..TrainConfig::default()
+            };
+            let ev = generate(
+                &g,
+                &cfg,
+                &ParamPolicy::full(&g, cfg.precision),
+                &Constants::default(),
+            );
+            let measured = &ev.events[ev.measured_start..];
+            let is_grad = |e: &Event| ev.buffers[e.buffer as usize].category == Category::Gradients;
+            let first_grad_free = measured
+                .iter()
+                .position(|e| !e.alloc && is_grad(e))
+                .expect("the last step's gradients are freed");
+            let forward_events = |micro: u16| {
+                measured
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, e)| e.phase == Phase::Forward && e.micro == micro)
+                    .map(|(i, _)| i)
+            };
+            let first_forward = forward_events(0).min().expect("forward");
+            let last_forward = forward_events(0).max().expect("forward");
+            let first_backward = measured
+                .iter()
+                .position(|e| e.phase == Phase::Backward)
+                .expect("backward");
+            // The gradients of the last step: all freed in one run, before any new one.
+            let grads_freed = measured[first_grad_free..]
+                .iter()
+                .take_while(|e| !e.alloc && is_grad(e))
+                .count();
+            assert_eq!(
+                grads_freed,
+                g.params.len(),
+                "{loop_shape}: one gradient per parameter"
+            );
+            if loop_shape == LoopShape::Lightning {
+                assert!(
+                    first_grad_free > last_forward && first_grad_free < first_backward,
+                    "{loop_shape} accum {accum}: gradients freed at event {first_grad_free}, \
+                     forward {first_forward}..={last_forward}, backward from {first_backward}"
+                );
+                assert_eq!(measured[first_grad_free].phase, Phase::ZeroGrad);
+            } else {
+                assert!(
+                    first_grad_free < first_forward,
+                    "{loop_shape} accum {accum}: gradients freed at {first_grad_free}, forward \
+                     from {first_forward}"
+                );
+            }
+        }
+    }
+}
+
 /// `NewGELUActivation` runs as Python ops: each temporary dies when the next value exists
 /// and the output comes last (GPT-2's allocator history under AMP bf16, H200): at most
 /// two fp32 temporaries are live at once, never beside the output.
