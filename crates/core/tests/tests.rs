@@ -15,6 +15,7 @@ mod grid26b;
 mod grid30;
 mod inference;
 mod invariants;
+mod max_context;
 mod maxbatch;
 mod moe;
 mod parser_props;
