@@ -285,3 +285,119 @@ fn unsupported_combinations_are_named() {
         "mixture-of-experts",
     );
 }
+
+/// `max-context`: the longest prompt of Llama-3.2-1B (bf16, 8 new tokens, batch 16) on a T4;
+/// `plan` at that prompt fits, one token more does not; the JSON fields are there.
+#[test]
+fn max_context_answer_fits_and_one_more_does_not() {
+    let (ok, out, err) = vramlab(&[
+        "max-context",
+        "--model",
+        LLAMA,
+        "--gpu",
+        "t4",
+        "--new-tokens",
+        "8",
+        "--batch",
+        "16",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let l = bytes(&v, "max_length");
+    for key in [
+        "length_cap",
+        "max_position_embeddings",
+        "usable_bytes",
+        "nvidia_smi_bytes",
+    ] {
+        bytes(&v, key);
+    }
+    assert_eq!(v["searched"], "prompt");
+    assert_eq!(v["limited_by"], "memory");
+    assert_eq!(bytes(&v, "next_length"), l + 1);
+    assert_eq!(bytes(&v, "length_cap"), 131_072 - 8);
+    let verdict = |prompt: u64| {
+        let p = plan_json(&[
+            "--gpu",
+            "t4",
+            "--step",
+            "generate",
+            "--seq",
+            &prompt.to_string(),
+            "--new-tokens",
+            "8",
+            "--batch",
+            "16",
+        ]);
+        (
+            p["fits"].as_bool().expect("fits"),
+            bytes(&p, "nvidia_smi_bytes"),
+        )
+    };
+    let (at, smi) = verdict(l);
+    assert!(at, "plan at the answer {l} fits");
+    assert_eq!(smi, bytes(&v, "nvidia_smi_bytes"));
+    assert!(!verdict(l + 1).0, "{} does not fit", l + 1);
+}
+
+/// The cap: Phi-3-mini-4k on an H200 is stopped by max_position_embeddings, said in text;
+/// errors name the flag.
+#[test]
+fn max_context_cap_and_errors() {
+    let phi = "tests/data/hf_configs/Phi-3-mini-4k-instruct.json";
+    let (ok, out, err) = vramlab(&[
+        "max-context",
+        "--model",
+        phi,
+        "--gpu",
+        "h200",
+        "--new-tokens",
+        "16",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains(": 4080 ("), "{out}");
+    assert!(
+        out.contains("limited by the model's max_position_embeddings 4096"),
+        "{out}"
+    );
+    let m = ["max-context", "--model", phi, "--gpu", "h200"];
+    let with = |extra: &[&'static str]| [&m[..], extra].concat();
+    fails_with(&with(&["--new-tokens", "4096"]), "new_tokens");
+    fails_with(&with(&["--prompt", "4096"]), "prompt");
+    fails_with(&with(&["--new-tokens", "16", "--batch", "0"]), "--batch");
+    fails_with(&with(&["--new-tokens", "16", "--seq", "100"]), "--seq");
+    fails_with(
+        &with(&["--prompt", "100", "--new-tokens", "16"]),
+        "--new-tokens",
+    );
+    fails_with(&with(&["--step", "prefill", "--prompt", "100"]), "--prompt");
+    fails_with(&with(&["--step", "train", "--new-tokens", "1"]), "--step");
+    fails_with(
+        &[
+            "max-context",
+            "--model",
+            "tests/data/hf_configs/bert-base-uncased.json",
+            "--new-tokens",
+            "4",
+        ],
+        "model",
+    );
+    let (code, _, _) = {
+        let o = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+            .args([
+                "max-context",
+                "--model",
+                "tests/data/hf_configs/Qwen2.5-7B.json",
+                "--gpu",
+                "rtx-3060",
+                "--new-tokens",
+                "4",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run");
+        (o.status.code(), o.stdout, o.stderr)
+    };
+    assert_eq!(code, Some(3), "nothing fits exits 3");
+}

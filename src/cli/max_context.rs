@@ -87,6 +87,10 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
                 serde_json::json!(plan.map(|p| p.nvidia_smi_bytes.0)),
             );
             o.insert(
+                "peak_allocated_bytes".into(),
+                serde_json::json!(plan.map(|p| p.peak_allocated_bytes.0)),
+            );
+            o.insert(
                 "kv_cache_bytes".into(),
                 serde_json::json!(plan.map(|p| p.kv_cache_bytes.0)),
             );
@@ -140,8 +144,22 @@ fn write_text(
         out,
         "{}: {what} for {} at batch {batch} ({fixed}) on {gpu} ({usable} usable): {l} \
          ({} nvidia-smi, KV cache {})",
-        m.model, p.config.step, p.nvidia_smi_bytes, p.kv_cache_bytes
+        m.model,
+        p.config.step,
+        m.nvidia_smi_on_gpu_bytes.unwrap_or(p.nvidia_smi_bytes),
+        p.kv_cache_bytes
     )?;
+    if m.nvidia_smi_on_gpu_bytes
+        .is_some_and(|b| b < p.nvidia_smi_bytes)
+    {
+        writeln!(
+            out,
+            "(peak allocated {}; with unlimited memory the cache would grow to {} nvidia-smi: \
+             on this GPU it runs only because PyTorch frees its cached blocks and retries \
+             before it runs out, slower)",
+            p.peak_allocated_bytes, p.nvidia_smi_bytes
+        )?;
+    }
     match m.limited_by {
         Some(Limit::MaxPositions) => writeln!(
             out,
@@ -150,7 +168,7 @@ fn write_text(
         )?,
         _ => writeln!(
             out,
-            "limited by memory: {} does not fit (peak at the {} of {l})",
+            "limited by memory: {} does not fit (the peak of {l} is at the {})",
             l + 1,
             p.peak_at
         )?,

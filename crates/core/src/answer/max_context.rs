@@ -15,9 +15,10 @@
 use serde::Serialize;
 
 use crate::model::Preset;
-use crate::plan::PlanError;
 use crate::plan::inference::{DecoderShape, InferConfig, InferPlan, InferPlanner, InferStep};
 use crate::plan::search::Budget;
+use crate::plan::{PlanError, eval};
+use crate::units::Bytes;
 
 /// Lengths above the bisection's boundary that are planned too (allocator rounding can
 /// make a longer call fit where a shorter one did not).
@@ -68,6 +69,10 @@ pub struct MaxContext {
     pub plan: Option<InferPlan>,
     /// `max_length + 1` when it is within the cap: it does not fit.
     pub next_length: Option<u64>,
+    /// nvidia-smi bytes on this GPU at `max_length`: near the cap PyTorch frees cached
+    /// segments and retries before it runs out, so this can be below the plan's uncapped
+    /// `nvidia_smi_bytes` (which may exceed the usable memory; it runs, slower).
+    pub nvidia_smi_on_gpu_bytes: Option<Bytes>,
     /// Lengths planned by the search.
     pub probes: u32,
 }
@@ -134,11 +139,20 @@ pub fn max_context(
         InferPlanner::new(preset, &c)?.fits(budget, c.batch)
     };
     let found = search(&mut fits, cap)?;
+    let mut on_gpu = None;
     let (plan, limited_by, next) = match found {
         None => (None, None, None),
         Some(l) => {
             let c = with_length(cfg, searched, l);
-            let plan = InferPlanner::new(preset, &c)?.plan(c.batch)?;
+            let planner = InferPlanner::new(preset, &c)?;
+            let plan = planner.plan(c.batch)?;
+            let capped = eval::reserved_within(
+                &planner.events,
+                c.batch,
+                c.allocator,
+                budget.allocator_cap(planner.context),
+            )?;
+            on_gpu = capped.and_then(|r| r.checked_add(planner.context));
             let limit = if l == cap {
                 Limit::MaxPositions
             } else {
@@ -156,6 +170,7 @@ pub fn max_context(
         limited_by,
         plan,
         next_length: next,
+        nvidia_smi_on_gpu_bytes: on_gpu,
         probes,
     })
 }
