@@ -6,6 +6,7 @@
 //! - [`max_batch`]: the largest micro-batch that fits (`vramlab max-batch`).
 //! - [`max_context`]: the longest prompt (or most new tokens) of an inference call that fits
 //!   (`vramlab max-context`).
+//! - [`vllm`]: vLLM's KV-cache capacity, planned from vLLM's source (`vramlab vllm`).
 //! - [`report`]: the plan report — everything `vramlab plan` and the GUI's planner show
 //!   (`plan --json` is its serialisation, [`report_json`]).
 //! - [`warnings`]: settings the planner plans but the card runs badly or not at all.
@@ -32,6 +33,7 @@ pub mod remedy_planners;
 pub mod report;
 pub mod report_json;
 pub mod verdict;
+pub mod vllm;
 pub mod warnings;
 pub mod words;
 
