@@ -401,3 +401,53 @@ fn max_context_cap_and_errors() {
     };
     assert_eq!(code, Some(3), "nothing fits exits 3");
 }
+
+/// `vramlab vllm`: every output says it is planned from vLLM's source, not measured; the
+/// JSON's blocks follow available // (2·16·8·128·2) // 32 for Llama-3.1-8B bf16; errors
+/// name the flag.
+#[test]
+fn vllm_capacity_is_labelled_and_follows_vllms_formula() {
+    let m = "tests/data/hf_configs/Llama-3.1-8B.json";
+    let (ok, out, err) = vramlab(&["vllm", "--model", m, "--gpu", "a100-80gb"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("planned from vLLM's source, not measured"),
+        "{out}"
+    );
+    assert!(
+        out.contains("max concurrency for 131072-token requests"),
+        "{out}"
+    );
+    let (ok, out, err) = vramlab(&[
+        "vllm",
+        "--model",
+        m,
+        "--gpu",
+        "h100",
+        "--max-model-len",
+        "8192",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(v["note"], "planned from vLLM's source, not measured");
+    let avail = bytes(&v, "available_kv_bytes");
+    assert_eq!(bytes(&v, "page_size_bytes"), 65_536);
+    assert_eq!(bytes(&v, "num_blocks"), avail / 65_536 / 32);
+    assert_eq!(bytes(&v, "kv_tokens"), avail / 65_536 / 32 * 16);
+    assert_eq!(bytes(&v, "blocks_per_request"), 512);
+    let conc = v["max_concurrency"].as_f64().expect("max_concurrency");
+    assert!((conc - (avail / 65_536 / 32) as f64 / 512.0).abs() < 1e-9);
+    fails_with(
+        &["vllm", "--model", m, "--gpu-memory-utilization", "1.2"],
+        "gpu_memory_utilization",
+    );
+    fails_with(
+        &["vllm", "--model", m, "--max-model-len", "200000"],
+        "max_model_len",
+    );
+    fails_with(
+        &["vllm", "--model", m, "--precision", "amp-bf16"],
+        "--precision",
+    );
+}

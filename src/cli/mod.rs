@@ -16,6 +16,7 @@ mod model_source;
 mod plan_bench;
 mod plan_text;
 mod stderr;
+mod vllm;
 
 use std::io::Write;
 
@@ -47,6 +48,9 @@ pub enum Command {
     /// Find the longest prompt (or, with --prompt, the most new tokens) of an inference call
     /// (--step generate|prefill) that fits a GPU at a batch.
     MaxContext(max_context::MaxContextArgs),
+    /// vLLM's KV-cache capacity on a GPU (blocks, tokens, max concurrency), planned from
+    /// vLLM's source, not measured.
+    Vllm(vllm::VllmCliArgs),
     /// Search combinations of remedies that make the configuration fit a GPU, ranked by
     /// predicted time per sample.
     Fit(fit::FitArgs),
@@ -164,6 +168,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
         Command::Export(a) => cmd_export(a, out),
         Command::MaxBatch(a) => max_batch::cmd_max_batch(a, out),
         Command::MaxContext(a) => max_context::cmd_max_context(a, out),
+        Command::Vllm(a) => vllm::cmd_vllm(a, out),
         Command::Fit(a) => fit::cmd_fit(a, out),
         Command::Presets { json } => cmd_presets(json, out),
         Command::Validate { files, markdown } => cmd_validate(&files, markdown, out),
