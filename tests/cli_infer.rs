@@ -285,3 +285,169 @@ fn unsupported_combinations_are_named() {
         "mixture-of-experts",
     );
 }
+
+/// `max-context`: the longest prompt of Llama-3.2-1B (bf16, 8 new tokens, batch 16) on a T4;
+/// `plan` at that prompt fits, one token more does not; the JSON fields are there.
+#[test]
+fn max_context_answer_fits_and_one_more_does_not() {
+    let (ok, out, err) = vramlab(&[
+        "max-context",
+        "--model",
+        LLAMA,
+        "--gpu",
+        "t4",
+        "--new-tokens",
+        "8",
+        "--batch",
+        "16",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let l = bytes(&v, "max_length");
+    for key in [
+        "length_cap",
+        "max_position_embeddings",
+        "usable_bytes",
+        "nvidia_smi_bytes",
+    ] {
+        bytes(&v, key);
+    }
+    assert_eq!(v["searched"], "prompt");
+    assert_eq!(v["limited_by"], "memory");
+    assert_eq!(bytes(&v, "next_length"), l + 1);
+    assert_eq!(bytes(&v, "length_cap"), 131_072 - 8);
+    let verdict = |prompt: u64| {
+        let p = plan_json(&[
+            "--gpu",
+            "t4",
+            "--step",
+            "generate",
+            "--seq",
+            &prompt.to_string(),
+            "--new-tokens",
+            "8",
+            "--batch",
+            "16",
+        ]);
+        (
+            p["fits"].as_bool().expect("fits"),
+            bytes(&p, "nvidia_smi_bytes"),
+        )
+    };
+    let (at, smi) = verdict(l);
+    assert!(at, "plan at the answer {l} fits");
+    assert_eq!(smi, bytes(&v, "nvidia_smi_bytes"));
+    assert!(!verdict(l + 1).0, "{} does not fit", l + 1);
+}
+
+/// The cap: Phi-3-mini-4k on an H200 is stopped by max_position_embeddings, said in text;
+/// errors name the flag.
+#[test]
+fn max_context_cap_and_errors() {
+    let phi = "tests/data/hf_configs/Phi-3-mini-4k-instruct.json";
+    let (ok, out, err) = vramlab(&[
+        "max-context",
+        "--model",
+        phi,
+        "--gpu",
+        "h200",
+        "--new-tokens",
+        "16",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains(": 4080 ("), "{out}");
+    assert!(
+        out.contains("limited by the model's max_position_embeddings 4096"),
+        "{out}"
+    );
+    let m = ["max-context", "--model", phi, "--gpu", "h200"];
+    let with = |extra: &[&'static str]| [&m[..], extra].concat();
+    fails_with(&with(&["--new-tokens", "4096"]), "new_tokens");
+    fails_with(&with(&["--prompt", "4096"]), "prompt");
+    fails_with(&with(&["--new-tokens", "16", "--batch", "0"]), "--batch");
+    fails_with(&with(&["--new-tokens", "16", "--seq", "100"]), "--seq");
+    fails_with(
+        &with(&["--prompt", "100", "--new-tokens", "16"]),
+        "--new-tokens",
+    );
+    fails_with(&with(&["--step", "prefill", "--prompt", "100"]), "--prompt");
+    fails_with(&with(&["--step", "train", "--new-tokens", "1"]), "--step");
+    fails_with(
+        &[
+            "max-context",
+            "--model",
+            "tests/data/hf_configs/bert-base-uncased.json",
+            "--new-tokens",
+            "4",
+        ],
+        "model",
+    );
+    let (code, _, _) = {
+        let o = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+            .args([
+                "max-context",
+                "--model",
+                "tests/data/hf_configs/Qwen2.5-7B.json",
+                "--gpu",
+                "rtx-3060",
+                "--new-tokens",
+                "4",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run");
+        (o.status.code(), o.stdout, o.stderr)
+    };
+    assert_eq!(code, Some(3), "nothing fits exits 3");
+}
+
+/// `vramlab vllm`: every output says it is planned from vLLM's source, not measured; the
+/// JSON's blocks follow available // (2·16·8·128·2) // 32 for Llama-3.1-8B bf16; errors
+/// name the flag.
+#[test]
+fn vllm_capacity_is_labelled_and_follows_vllms_formula() {
+    let m = "tests/data/hf_configs/Llama-3.1-8B.json";
+    let (ok, out, err) = vramlab(&["vllm", "--model", m, "--gpu", "a100-80gb"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("planned from vLLM's source, not measured"),
+        "{out}"
+    );
+    assert!(
+        out.contains("max concurrency for 131072-token requests"),
+        "{out}"
+    );
+    let (ok, out, err) = vramlab(&[
+        "vllm",
+        "--model",
+        m,
+        "--gpu",
+        "h100",
+        "--max-model-len",
+        "8192",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(v["note"], "planned from vLLM's source, not measured");
+    let avail = bytes(&v, "available_kv_bytes");
+    assert_eq!(bytes(&v, "page_size_bytes"), 65_536);
+    assert_eq!(bytes(&v, "num_blocks"), avail / 65_536 / 32);
+    assert_eq!(bytes(&v, "kv_tokens"), avail / 65_536 / 32 * 16);
+    assert_eq!(bytes(&v, "blocks_per_request"), 512);
+    let conc = v["max_concurrency"].as_f64().expect("max_concurrency");
+    assert!((conc - (avail / 65_536 / 32) as f64 / 512.0).abs() < 1e-9);
+    fails_with(
+        &["vllm", "--model", m, "--gpu-memory-utilization", "1.2"],
+        "gpu_memory_utilization",
+    );
+    fails_with(
+        &["vllm", "--model", m, "--max-model-len", "200000"],
+        "max_model_len",
+    );
+    fails_with(
+        &["vllm", "--model", m, "--precision", "amp-bf16"],
+        "--precision",
+    );
+}

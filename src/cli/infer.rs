@@ -116,7 +116,7 @@ fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
     Ok(cfg)
 }
 
-fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig)> {
+pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig)> {
     let step: InferStep = t.step.as_deref().unwrap_or("generate").parse()?;
     let name = t.model.as_deref().context("--model is required")?;
     let preset = if super::args::is_hub_source(name) {

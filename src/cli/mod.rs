@@ -11,10 +11,12 @@ mod exit;
 mod fit;
 mod infer;
 mod max_batch;
+mod max_context;
 mod model_source;
 mod plan_bench;
 mod plan_text;
 mod stderr;
+mod vllm;
 
 use std::io::Write;
 
@@ -43,6 +45,12 @@ pub enum Command {
     Export(ExportArgs),
     /// Find the largest micro-batch that fits a GPU.
     MaxBatch(max_batch::MaxBatchArgs),
+    /// Find the longest prompt (or, with --prompt, the most new tokens) of an inference call
+    /// (--step generate|prefill) that fits a GPU at a batch.
+    MaxContext(max_context::MaxContextArgs),
+    /// vLLM's KV-cache capacity on a GPU (blocks, tokens, max concurrency), planned from
+    /// vLLM's source, not measured.
+    Vllm(vllm::VllmCliArgs),
     /// Search combinations of remedies that make the configuration fit a GPU, ranked by
     /// predicted time per sample.
     Fit(fit::FitArgs),
@@ -159,6 +167,8 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
         Command::Profile { device, json } => bench::cmd_profile(device, json, out),
         Command::Export(a) => cmd_export(a, out),
         Command::MaxBatch(a) => max_batch::cmd_max_batch(a, out),
+        Command::MaxContext(a) => max_context::cmd_max_context(a, out),
+        Command::Vllm(a) => vllm::cmd_vllm(a, out),
         Command::Fit(a) => fit::cmd_fit(a, out),
         Command::Presets { json } => cmd_presets(json, out),
         Command::Validate { files, markdown } => cmd_validate(&files, markdown, out),

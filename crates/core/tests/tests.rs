@@ -15,6 +15,7 @@ mod grid26b;
 mod grid30;
 mod inference;
 mod invariants;
+mod max_context;
 mod maxbatch;
 mod moe;
 mod parser_props;
@@ -25,6 +26,7 @@ mod types30;
 mod types30_bart;
 mod types30_encoder;
 mod types30_moe;
+mod vllm;
 
 /// A file under the repository's `tests/data/`.
 pub fn data(rel: &str) -> std::path::PathBuf {

@@ -4,6 +4,9 @@
 //! - [`verdict`]: whether a plan fits, judged at the upper edge of its measured error band.
 //! - [`inference`]: an inference call's verdict, largest batch and timeline.
 //! - [`max_batch`]: the largest micro-batch that fits (`vramlab max-batch`).
+//! - [`max_context`]: the longest prompt (or most new tokens) of an inference call that fits
+//!   (`vramlab max-context`).
+//! - [`vllm`]: vLLM's KV-cache capacity, planned from vLLM's source (`vramlab vllm`).
 //! - [`report`]: the plan report — everything `vramlab plan` and the GUI's planner show
 //!   (`plan --json` is its serialisation, [`report_json`]).
 //! - [`warnings`]: settings the planner plans but the card runs badly or not at all.
@@ -23,12 +26,14 @@ pub mod doctor_report;
 pub mod fit_words;
 pub mod inference;
 pub mod max_batch;
+pub mod max_context;
 pub mod next_step;
 pub mod per_rank;
 pub mod remedy_planners;
 pub mod report;
 pub mod report_json;
 pub mod verdict;
+pub mod vllm;
 pub mod warnings;
 pub mod words;
 

@@ -1,0 +1,177 @@
+//! `vramlab max-context`: the longest prompt (with `--new-tokens` fixed) or, with `--prompt`,
+//! the most new tokens of an inference call that fits a GPU at `--batch`: the core's
+//! [`vramlab_core::answer::max_context`] as text or JSON.
+
+use std::io::Write;
+
+use anyhow::{Result, bail};
+use clap::Args;
+
+use vramlab_core::answer::max_context::{Limit, MaxContext, Searched, max_context};
+use vramlab_core::plan::inference::InferStep;
+
+use super::args::{self, TrainArgs};
+use super::exit::{EXIT_NOTHING_FITS, Exit};
+
+#[derive(Debug, Args)]
+pub struct MaxContextArgs {
+    #[command(flatten)]
+    pub train: TrainArgs,
+    /// Sequences in the batch [default: 1].
+    #[arg(long, allow_negative_numbers = true, value_parser = args::parse_batch)]
+    pub batch: Option<u64>,
+    /// Fix the prompt at P tokens and search the new tokens (--step generate); without it
+    /// the prompt is searched with --new-tokens fixed.
+    #[arg(long, value_name = "P")]
+    pub prompt: Option<u64>,
+}
+
+pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
+    let mut t = a.train.clone();
+    if t.seq.is_some() {
+        bail!(
+            "--seq: max-context searches the prompt length; to fix the prompt and search the \
+             new tokens give --prompt P"
+        );
+    }
+    let step: InferStep = match t.step.as_deref() {
+        None => InferStep::Generate,
+        Some(s) => s.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "--step: max-context plans inference calls: generate (the default) or prefill, \
+                 not `{s}`"
+            )
+        })?,
+    };
+    t.step = Some(step.as_str().into());
+    let searched = match a.prompt {
+        Some(p) => {
+            if step == InferStep::Prefill {
+                bail!(
+                    "--prompt: a prefill has no new tokens to search; leave --prompt out to \
+                     search the prompt"
+                );
+            }
+            if t.new_tokens.is_some() {
+                bail!(
+                    "--new-tokens: with --prompt the new tokens are what is searched; give one \
+                     of --prompt P (search new tokens) or --new-tokens N (search the prompt)"
+                );
+            }
+            if p == 0 {
+                bail!("--prompt: the prompt must have at least 1 token");
+            }
+            t.seq = Some(p);
+            t.new_tokens = Some(1);
+            Searched::NewTokens
+        }
+        None => {
+            t.seq = Some(1);
+            Searched::Prompt
+        }
+    };
+    let batch = a.batch.unwrap_or(1);
+    let (preset, cfg) = super::infer::resolve(&t, batch)?;
+    let (gpu, budget) = t.budget()?;
+    let m = max_context(&preset, &cfg, searched, budget)?;
+    if t.json {
+        let mut v = serde_json::to_value(&m)?;
+        if let Some(o) = v.as_object_mut() {
+            let plan = m.plan.as_ref();
+            o.insert("step".into(), serde_json::json!(step.as_str()));
+            o.insert("batch".into(), serde_json::json!(batch));
+            o.insert("gpu".into(), serde_json::json!(gpu.id));
+            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
+            o.insert(
+                "nvidia_smi_bytes".into(),
+                serde_json::json!(plan.map(|p| p.nvidia_smi_bytes.0)),
+            );
+            o.insert(
+                "peak_allocated_bytes".into(),
+                serde_json::json!(plan.map(|p| p.peak_allocated_bytes.0)),
+            );
+            o.insert(
+                "kv_cache_bytes".into(),
+                serde_json::json!(plan.map(|p| p.kv_cache_bytes.0)),
+            );
+        }
+        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+    } else {
+        write_text(out, &m, &gpu.name, budget.usable(), batch)?;
+    }
+    if m.max_length.is_none() {
+        return Err(Exit {
+            code: EXIT_NOTHING_FITS,
+            message: format!(
+                "nothing fits: {} at batch {batch} with 1 token of {} is over {}",
+                m.model,
+                m.searched.as_str(),
+                gpu.name
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn write_text(
+    out: &mut dyn Write,
+    m: &MaxContext,
+    gpu: &str,
+    usable: vramlab_core::units::Bytes,
+    batch: u64,
+) -> Result<()> {
+    let (what, fixed) = match (m.searched, m.plan.as_ref()) {
+        (Searched::Prompt, Some(p)) => (
+            "longest prompt",
+            format!("{} new tokens", p.config.new_tokens),
+        ),
+        (Searched::NewTokens, Some(p)) => {
+            ("most new tokens", format!("prompt {}", p.config.prompt))
+        }
+        (Searched::Prompt, None) => ("longest prompt", String::new()),
+        (Searched::NewTokens, None) => ("most new tokens", String::new()),
+    };
+    let (Some(l), Some(p)) = (m.max_length, m.plan.as_ref()) else {
+        writeln!(
+            out,
+            "{}: even 1 token does not fit at batch {batch} on {gpu} ({usable} usable)",
+            m.model
+        )?;
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "{}: {what} for {} at batch {batch} ({fixed}) on {gpu} ({usable} usable): {l} \
+         ({} nvidia-smi, KV cache {})",
+        m.model,
+        p.config.step,
+        m.nvidia_smi_on_gpu_bytes.unwrap_or(p.nvidia_smi_bytes),
+        p.kv_cache_bytes
+    )?;
+    if m.nvidia_smi_on_gpu_bytes
+        .is_some_and(|b| b < p.nvidia_smi_bytes)
+    {
+        writeln!(
+            out,
+            "(peak allocated {}; with unlimited memory the cache would grow to {} nvidia-smi: \
+             on this GPU it runs only because PyTorch frees its cached blocks and retries \
+             before it runs out, slower)",
+            p.peak_allocated_bytes, p.nvidia_smi_bytes
+        )?;
+    }
+    match m.limited_by {
+        Some(Limit::MaxPositions) => writeln!(
+            out,
+            "limited by the model's max_position_embeddings {}, not by memory",
+            m.max_position_embeddings
+        )?,
+        _ => writeln!(
+            out,
+            "limited by memory: {} does not fit (the peak of {l} is at the {})",
+            l + 1,
+            p.peak_at
+        )?,
+    }
+    Ok(())
+}
