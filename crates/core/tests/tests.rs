@@ -32,3 +32,4 @@ pub fn data(rel: &str) -> std::path::PathBuf {
         .join("../../tests/data")
         .join(rel)
 }
+mod sampling;
