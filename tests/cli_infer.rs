@@ -451,3 +451,115 @@ fn vllm_capacity_is_labelled_and_follows_vllms_formula() {
         "--precision",
     );
 }
+
+/// `--do-sample` with its warpers: the JSON adds `decoding` (transformers' defaults for what
+/// is not given) and keeps every other key; greedy output has no `decoding` key; sampling
+/// never needs less than greedy.
+#[test]
+fn sampling_flags_parse_and_add_a_decoding_field() {
+    let base = [
+        "--step",
+        "generate",
+        "--seq",
+        "256",
+        "--new-tokens",
+        "4",
+        "--batch",
+        "8",
+    ];
+    let greedy = plan_json(&base);
+    assert!(greedy.get("decoding").is_none(), "{greedy}");
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--do-sample", "--top-p", "0.9", "--temperature", "0.7"]);
+    let s = plan_json(&args);
+    assert_eq!(s["decoding"]["do_sample"], true);
+    assert_eq!(s["decoding"]["top_k"], 50, "transformers' default top_k");
+    assert_eq!(s["decoding"]["top_p"], 0.9);
+    assert_eq!(s["decoding"]["num_beams"], 1);
+    assert!(bytes(&s, "peak_allocated_bytes") >= bytes(&greedy, "peak_allocated_bytes"));
+    assert_eq!(
+        bytes(&s, "kv_cache_bytes"),
+        bytes(&greedy, "kv_cache_bytes")
+    );
+    let (ok, out, err) = vramlab(&[
+        "plan",
+        "--model",
+        LLAMA,
+        "--gpu",
+        "h200",
+        "--step",
+        "generate",
+        "--seq",
+        "256",
+        "--new-tokens",
+        "4",
+        "--do-sample",
+        "--top-k",
+        "0",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("decoding: multinomial sampling"), "{out}");
+    let (ok, out, err) = vramlab(&[
+        "max-batch",
+        "--model",
+        LLAMA,
+        "--gpu",
+        "h200",
+        "--step",
+        "generate",
+        "--seq",
+        "256",
+        "--new-tokens",
+        "4",
+        "--do-sample",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["decoding"]["do_sample"], true);
+    assert!(v["max_batch"].as_u64().is_some_and(|m| m > 0), "{v}");
+}
+
+#[test]
+fn unmodelled_decodings_are_refused_by_flag() {
+    let g = [
+        "plan",
+        "--model",
+        LLAMA,
+        "--step",
+        "generate",
+        "--seq",
+        "64",
+        "--new-tokens",
+        "3",
+    ];
+    let with = |extra: &[&'static str]| {
+        let mut a = g.to_vec();
+        a.extend_from_slice(extra);
+        a
+    };
+    fails_with(&with(&["--num-beams", "4"]), "num_beams");
+    fails_with(&with(&["--num-beams", "2", "--do-sample"]), "beam search");
+    fails_with(&with(&["--top-k", "5"]), "--do-sample");
+    fails_with(&with(&["--do-sample", "--top-p", "1.5"]), "top_p");
+    fails_with(&with(&["--do-sample", "--temperature", "0"]), "temperature");
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            LLAMA,
+            "--step",
+            "prefill",
+            "--seq",
+            "64",
+            "--do-sample",
+        ],
+        "--do-sample",
+    );
+    fails_with(
+        &[
+            "plan", "--model", LLAMA, "--seq", "64", "--batch", "2", "--top-k", "5",
+        ],
+        "--step generate",
+    );
+}

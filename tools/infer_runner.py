@@ -14,6 +14,9 @@ One JSON object per config line, e.g.
    "step": "generate" | "prefill", "batch": 4, "prompt": 1024, "new_tokens": 64,
    "precision": "bf16" | "fp16" | "fp32", "attention": "sdpa" | "eager",
    "kv_cache": "dynamic" | "static"}
+  and, for generate, optionally the decoding (tools/make_grid29b.py): "do_sample": true,
+  "temperature", "top_k", "top_p" (passed to generate as given; unset ones take
+  transformers' defaults), "num_beams": B (beam search).
 
 What is measured (vramlab's inference plan models exactly this):
 
@@ -27,6 +30,8 @@ What is measured (vramlab's inference plan models exactly this):
   call()                                   # measured
   generate: model.generate(input_ids, max_new_tokens=N, min_new_tokens=N, do_sample=False,
                            cache_implementation="static" | None, disable_compile=True)
+            (a row's do_sample / temperature / top_k / top_p / num_beams replace
+            do_sample=False; torch.manual_seed(29) before each of the two calls)
             (transformers compiles the decode step of a static cache on CUDA by default,
             with CUDA graphs; `disable_compile=True` keeps the eager path that is planned)
   prefill:  with torch.no_grad(): out = model(input_ids); del out   # full logits, the
@@ -103,6 +108,25 @@ def check_row(row):
         raise ValueError(f"config {row['id']}: kv_cache {row['kv_cache']!r} not dynamic or static")
     if row["step"] == "generate" and int(row.get("new_tokens", 0)) < 1:
         raise ValueError(f"config {row['id']}: generate needs new_tokens >= 1")
+    dec = {k for k in DECODING_KEYS if k in row}
+    if dec and row["step"] != "generate":
+        raise ValueError(f"config {row['id']}: {sorted(dec)} are generate settings")
+    if int(row.get("num_beams", 1)) < 1:
+        raise ValueError(f"config {row['id']}: num_beams must be >= 1")
+
+
+DECODING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "num_beams")
+
+
+def decoding_kwargs(row):
+    """The generate kwargs of a row's decoding: do_sample=False (greedy) unless the row says."""
+    kw = {"do_sample": bool(row.get("do_sample", False))}
+    for k in ("temperature", "top_k", "top_p"):
+        if k in row:
+            kw[k] = row[k]
+    if "num_beams" in row:
+        kw["num_beams"] = int(row["num_beams"])
+    return kw
 
 
 def load_config(path):
@@ -140,10 +164,13 @@ def make_call(model, row, input_ids):
     else:
         n = int(row["new_tokens"])
         cache = "static" if row.get("kv_cache", "dynamic") == "static" else None
+        kw = decoding_kwargs(row)
 
         def call():
-            out = model.generate(input_ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                 cache_implementation=cache, disable_compile=True)
+            # the same draws in the warm-up and the measured call (sampling)
+            torch.manual_seed(29)
+            out = model.generate(input_ids, max_new_tokens=n, min_new_tokens=n,
+                                 cache_implementation=cache, disable_compile=True, **kw)
             got = out.shape[1] - input_ids.shape[1]
             del out
             if got != n:

@@ -75,6 +75,23 @@ pub struct TrainArgs {
     /// (StaticCache preallocated to prompt + new tokens).
     #[arg(long, value_name = "dynamic|static")]
     pub kv_cache: Option<String>,
+    /// With --step generate: multinomial sampling (`do_sample=True`: the logits warpers,
+    /// softmax and torch.multinomial) instead of greedy decoding.
+    #[arg(long)]
+    pub do_sample: bool,
+    /// With --do-sample: the temperature (changes no memory; a TemperatureLogitsWarper when
+    /// not 1.0) [default: 1.0].
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// With --do-sample: top-k filtering, 0 = off [default: 50, transformers' default].
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<u64>,
+    /// With --do-sample: nucleus (top-p) filtering, in (0, 1]; 1.0 = off [default: 1.0].
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f64>,
+    /// With --step generate: beams of beam search (not modelled yet: only 1 is planned).
+    #[arg(long, value_name = "B")]
+    pub num_beams: Option<u64>,
     /// Inference with accelerate's device_map (not modelled yet: refused with a message).
     #[arg(long, value_name = "auto")]
     pub device_map: Option<String>,

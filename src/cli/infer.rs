@@ -7,8 +7,11 @@ use anyhow::{Context, Result, bail};
 
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
+use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
 use vramlab_core::plan::inference::setting::{dtype_name, parse_dtype};
-use vramlab_core::plan::inference::{InferConfig, InferPlan, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::inference::{
+    Decoding, InferConfig, InferPlan, InferPlanner, InferStep, KvCache,
+};
 use vramlab_core::plan::search::Budget;
 use vramlab_core::units::Bytes;
 
@@ -66,6 +69,62 @@ fn refuse_training_flags(t: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// The decoding flags (`--do-sample`, `--temperature`, `--top-k`, `--top-p`, `--num-beams`)
+/// given with a step that is not `generate`, named.
+fn decoding_flag(t: &TrainArgs) -> Option<&'static str> {
+    [
+        ("--do-sample", t.do_sample),
+        ("--temperature", t.temperature.is_some()),
+        ("--top-k", t.top_k.is_some()),
+        ("--top-p", t.top_p.is_some()),
+        ("--num-beams", t.num_beams.is_some()),
+    ]
+    .iter()
+    .find(|(_, given)| *given)
+    .map(|(flag, _)| *flag)
+}
+
+/// Refuses the decoding flags on a training step: they are `generate` settings.
+pub fn refuse_decoding_flags(t: &TrainArgs) -> Result<()> {
+    if let Some(flag) = decoding_flag(t) {
+        bail!("{flag}: a model.generate() setting; it needs --step generate");
+    }
+    Ok(())
+}
+
+/// The decoding of `model.generate()` from the flags; transformers' defaults for what is
+/// not given.
+fn decoding(t: &TrainArgs, step: InferStep) -> Result<Decoding> {
+    if step == InferStep::Prefill
+        && let Some(flag) = decoding_flag(t)
+    {
+        bail!("{flag}: a prefill picks no token; decoding settings need --step generate");
+    }
+    if !t.do_sample
+        && let Some(flag) = [
+            ("--temperature", t.temperature.is_some()),
+            ("--top-k", t.top_k.is_some()),
+            ("--top-p", t.top_p.is_some()),
+        ]
+        .iter()
+        .find(|(_, given)| *given)
+        .map(|(flag, _)| *flag)
+    {
+        bail!(
+            "{flag}: a sampling setting (transformers ignores it in greedy decoding); add --do-sample"
+        );
+    }
+    let d = Decoding {
+        do_sample: t.do_sample,
+        temperature: t.temperature.unwrap_or(1.0),
+        top_k: t.top_k.unwrap_or(DEFAULT_TOP_K),
+        top_p: t.top_p.unwrap_or(1.0),
+        num_beams: t.num_beams.unwrap_or(1),
+    };
+    d.validate()?;
+    Ok(d)
+}
+
 /// The inference config from the flags (`batch` sequences).
 fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
     refuse_training_flags(t)?;
@@ -116,7 +175,7 @@ fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
     Ok(cfg)
 }
 
-pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig)> {
+pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig, Decoding)> {
     let step: InferStep = t.step.as_deref().unwrap_or("generate").parse()?;
     let name = t.model.as_deref().context("--model is required")?;
     let preset = if super::args::is_hub_source(name) {
@@ -134,7 +193,8 @@ pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig)
         load_model(name)?
     };
     let cfg = config(t, step, batch)?;
-    Ok((preset, cfg))
+    let dec = decoding(t, step)?;
+    Ok((preset, cfg, dec))
 }
 
 /// Flags the user left out and the values planned.
@@ -154,9 +214,9 @@ fn assumed(t: &TrainArgs, batch_given: bool) -> Vec<(&'static str, &'static str)
 
 /// `plan --step prefill|generate`.
 pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Result<()> {
-    let (preset, cfg) = resolve(t, batch.unwrap_or(1))?;
+    let (preset, cfg, dec) = resolve(t, batch.unwrap_or(1))?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::new(&preset, &cfg)?;
+    let planner = InferPlanner::with_decoding(&preset, &cfg, &dec)?;
     let plan = planner.plan(cfg.batch)?;
     let fits = vramlab_core::answer::inference::fits(&plan, budget);
     let assumed = assumed(t, batch.is_some());
@@ -223,6 +283,9 @@ fn write_plan(
         dtype_name(c.dtype),
         c.attention.as_str()
     )?;
+    if let Some(d) = &p.decoding {
+        writeln!(out, "  decoding: {}", d.describe())?;
+    }
     writeln!(out, "  weights          {:>12}", p.weights_bytes)?;
     writeln!(out, "  KV cache (peak)  {:>12}", p.kv_cache_bytes)?;
     writeln!(
@@ -248,16 +311,16 @@ fn write_plan(
 
 /// `max-batch --step generate|prefill`.
 pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
-    let (preset, cfg) = resolve(t, 1)?;
+    let (preset, cfg, dec) = resolve(t, 1)?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::new(&preset, &cfg)?;
+    let planner = InferPlanner::with_decoding(&preset, &cfg, &dec)?;
     let max = vramlab_core::answer::inference::max_batch(&planner, budget)?;
     let at = match max {
         Some(m) => Some(planner.plan(m)?),
         None => None,
     };
     if t.json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "model": preset.id,
             "step": cfg.step.as_str(),
             "gpu": gpu.id,
@@ -267,15 +330,25 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             "peak_allocated_bytes": at.as_ref().map(|p| p.peak_allocated_bytes.0),
             "kv_cache_bytes": at.as_ref().map(|p| p.kv_cache_bytes.0),
         });
+        if !dec.is_greedy()
+            && let Some(o) = v.as_object_mut()
+        {
+            o.insert("decoding".into(), serde_json::to_value(dec)?);
+        }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
     }
     match (max, at) {
         (Some(m), Some(p)) => writeln!(
             out,
-            "{}: largest batch for {} on {} ({} usable): {m} ({} nvidia-smi, KV cache {})",
+            "{}: largest batch for {}{} on {} ({} usable): {m} ({} nvidia-smi, KV cache {})",
             preset.id,
             cfg.step,
+            if dec.is_greedy() {
+                String::new()
+            } else {
+                format!(" with {}", dec.describe())
+            },
             gpu.name,
             budget.usable(),
             p.nvidia_smi_bytes,

@@ -25,6 +25,7 @@ pub fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
     if super::infer::is_inference(&a.train) {
         return super::infer::cmd_max_batch(&a.train, out);
     }
+    super::infer::refuse_decoding_flags(&a.train)?;
     let report = a.train.words_loaded()?.0.max_batch_report(
         a.target_batch,
         &args::detect_gpu,

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use vramlab_core::answer::max_context::{Limit, MaxContext, Searched, max_context};
+use vramlab_core::answer::max_context::{Limit, MaxContext, Searched, max_context_decoding};
 use vramlab_core::plan::inference::InferStep;
 
 use super::args::{self, TrainArgs};
@@ -71,9 +71,9 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
         }
     };
     let batch = a.batch.unwrap_or(1);
-    let (preset, cfg) = super::infer::resolve(&t, batch)?;
+    let (preset, cfg, dec) = super::infer::resolve(&t, batch)?;
     let (gpu, budget) = t.budget()?;
-    let m = max_context(&preset, &cfg, searched, budget)?;
+    let m = max_context_decoding(&preset, &cfg, &dec, searched, budget)?;
     if t.json {
         let mut v = serde_json::to_value(&m)?;
         if let Some(o) = v.as_object_mut() {
@@ -94,6 +94,9 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
                 "kv_cache_bytes".into(),
                 serde_json::json!(plan.map(|p| p.kv_cache_bytes.0)),
             );
+            if !dec.is_greedy() {
+                o.insert("decoding".into(), serde_json::to_value(dec)?);
+            }
         }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
     } else {

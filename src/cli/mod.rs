@@ -209,6 +209,7 @@ fn cmd_plan(a: PlanArgs, out: &mut dyn Write) -> Result<()> {
     if infer::is_inference(&a.train) {
         return infer::cmd_plan(&a.train, a.batch, out);
     }
+    infer::refuse_decoding_flags(&a.train)?;
     let report = a.train.words_loaded()?.0.plan_report(
         a.batch,
         a.timeline,

@@ -34,3 +34,4 @@ pub fn data(rel: &str) -> std::path::PathBuf {
         .join("../../tests/data")
         .join(rel)
 }
+mod sampling;

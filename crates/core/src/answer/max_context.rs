@@ -15,7 +15,9 @@
 use serde::Serialize;
 
 use crate::model::Preset;
-use crate::plan::inference::{DecoderShape, InferConfig, InferPlan, InferPlanner, InferStep};
+use crate::plan::inference::{
+    DecoderShape, Decoding, InferConfig, InferPlan, InferPlanner, InferStep,
+};
 use crate::plan::search::Budget;
 use crate::plan::{PlanError, eval};
 use crate::units::Bytes;
@@ -97,6 +99,18 @@ pub fn max_context(
     searched: Searched,
     budget: Budget,
 ) -> Result<MaxContext, PlanError> {
+    max_context_decoding(preset, cfg, &Decoding::default(), searched, budget)
+}
+
+/// [`max_context`] for a `generate` call decoding with `dec` (greedy or sampling, as
+/// `plan --do-sample` plans it).
+pub fn max_context_decoding(
+    preset: &Preset,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    searched: Searched,
+    budget: Budget,
+) -> Result<MaxContext, PlanError> {
     let shape = DecoderShape::of(preset)?;
     if cfg.batch == 0 {
         return Err(PlanError::Field {
@@ -136,7 +150,7 @@ pub fn max_context(
     let mut fits = |length: u64| -> Result<bool, PlanError> {
         probes += 1;
         let c = with_length(cfg, searched, length);
-        InferPlanner::new(preset, &c)?.fits(budget, c.batch)
+        InferPlanner::with_decoding(preset, &c, dec)?.fits(budget, c.batch)
     };
     let found = search(&mut fits, cap)?;
     let mut on_gpu = None;
@@ -144,7 +158,7 @@ pub fn max_context(
         None => (None, None, None),
         Some(l) => {
             let c = with_length(cfg, searched, l);
-            let planner = InferPlanner::new(preset, &c)?;
+            let planner = InferPlanner::with_decoding(preset, &c, dec)?;
             let plan = planner.plan(c.batch)?;
             let capped = eval::reserved_within(
                 &planner.events,

@@ -19,6 +19,7 @@
 //! A prefill: `with torch.no_grad(): out = model(input_ids)` (every position's logits and the
 //! forward's `DynamicCache`, held by `out` until `del out`).
 
+use super::decoding::{Decoding, Warper};
 use super::forward::{Cache, Call, Process, forward};
 use super::program::{Buf, Prog};
 use super::setting::{InferConfig, InferStep, KvCache};
@@ -29,6 +30,17 @@ use crate::plan::events::{Category, Events, Phase};
 /// element counts in the order the model creates them; `buffers` the fp32 buffers'
 /// (rotary `inv_freq`).
 pub fn session(s: &DecoderShape, cfg: &InferConfig, params: &[u64], buffers: &[u64]) -> Events {
+    session_decoding(s, cfg, &Decoding::default(), params, buffers)
+}
+
+/// [`session`] with `dec`'s token selection (greedy or multinomial sampling).
+pub fn session_decoding(
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    params: &[u64],
+    buffers: &[u64],
+) -> Events {
     let mut p = Prog::default();
     p.phase = Some(Phase::Setup);
     let d = cfg.dtype.size();
@@ -47,13 +59,13 @@ pub fn session(s: &DecoderShape, cfg: &InferConfig, params: &[u64], buffers: &[u
     p.alloc(cfg.prompt * 8, 0, Category::Activations);
     let mut proc = Process::default();
     p.phase = Some(Phase::Forward);
-    one_call(&mut p, &mut proc, s, cfg);
+    one_call(&mut p, &mut proc, s, cfg, dec);
     p.start_measured();
-    one_call(&mut p, &mut proc, s, cfg);
+    one_call(&mut p, &mut proc, s, cfg, dec);
     p.finish()
 }
 
-fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfig) {
+fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfig, dec: &Decoding) {
     let d = cfg.dtype.size();
     let call = |t: u64, keep: u64, padding_mask: bool| Call {
         t,
@@ -89,6 +101,8 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
             p.free(ids_clone);
             let (mut next_logits, mut scores) = (Buf::NONE, Buf::NONE);
             let mut ids = Buf::NONE;
+            let mut probs = Buf::NONE;
+            let warpers = dec.warpers(s.vocab);
             for i in 1..=cfg.new_tokens {
                 if i > 1 {
                     p.forward = u16::try_from(i - 1).unwrap_or(u16::MAX);
@@ -105,7 +119,18 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
                 let nl = p.act(s.vocab * 4);
                 p.free(next_logits);
                 next_logits = nl;
-                let sc = if s.eos {
+                let sc = if dec.do_sample {
+                    let sc = sampled_scores(p, s, &warpers);
+                    // `next_token_scores` reassigned: the last token's scores go
+                    p.free(scores);
+                    scores = Buf::NONE;
+                    // `probs = nn.functional.softmax(next_token_scores, dim=-1)`
+                    let pr = p.act(s.vocab * 4);
+                    p.free(probs);
+                    probs = pr;
+                    multinomial(p, s);
+                    sc
+                } else if s.eos {
                     let clone = p.act(s.vocab * 4);
                     let vocab = p.fixed(s.vocab * 8);
                     let isin = p.fixed(s.vocab);
@@ -127,10 +152,111 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
             cache.release(p);
             p.free(next_logits);
             p.free(scores);
+            p.free(probs);
             p.free(mask);
             p.free(positions);
             // the returned sequences, dropped by the caller
             p.free(ids);
         }
     }
+}
+
+/// `next_token_scores = logits_processor(input_ids, next_token_logits)` of a sampling call
+/// (`LogitsProcessorList.__call__`: `scores = processor(input_ids, scores)`, so each
+/// processor's output replaces the previous one, which is freed; the first input, the fp32
+/// logits `nl`, stays with the caller). The processors as `_get_logits_processor` orders them
+/// (`generation/logits_process.py`):
+/// - `MinLengthLogitsProcessor` (`min_new_tokens` sets `min_length` = prompt + N; with an EOS
+///   token): `arange(vocab)`, `isin`, `scores.clone()`, `torch.where` (the clone dropped when
+///   `scores_processed` is reassigned, the arange and mask when it returns);
+/// - `MinNewTokensLengthLogitsProcessor`: `clone`, `arange`, `isin`, `where`;
+/// - the warpers ([`warp`]).
+///
+/// Returns the scores (`Buf::NONE` when no processor ran: the logits themselves).
+fn sampled_scores(p: &mut Prog, s: &DecoderShape, warpers: &[Warper]) -> Buf {
+    let v = s.vocab;
+    let mut cur = Buf::NONE;
+    let replace = |p: &mut Prog, cur: &mut Buf, new: Buf| {
+        p.free(*cur);
+        *cur = new;
+    };
+    if s.eos {
+        // MinLengthLogitsProcessor.__call__
+        let vocab = p.fixed(v * 8);
+        let isin = p.fixed(v);
+        let clone = p.act(v * 4);
+        let out = p.act(v * 4);
+        p.free(clone);
+        p.free(vocab);
+        p.free(isin);
+        replace(p, &mut cur, out);
+        // MinNewTokensLengthLogitsProcessor.__call__
+        let clone = p.act(v * 4);
+        let vocab = p.fixed(v * 8);
+        let isin = p.fixed(v);
+        let out = p.act(v * 4);
+        p.free(clone);
+        p.free(vocab);
+        p.free(isin);
+        replace(p, &mut cur, out);
+    }
+    for &w in warpers {
+        let out = warp(p, v, w);
+        replace(p, &mut cur, out);
+    }
+    cur
+}
+
+/// One logits warper's allocations (`generation/logits_process.py`, `__call__`), the input
+/// scores (`[batch, vocab]` fp32) live throughout; returns its output.
+/// - `TemperatureLogitsWarper`: `scores / temperature`.
+/// - `TopKLogitsWarper`: `scores < torch.topk(scores, k)[0][..., -1, None]`: the top-k
+///   values (fp32) and indices (int64); the tuple goes at the subscript (the indices freed),
+///   the values once the comparison's bool mask exists; `scores.masked_fill(mask, -inf)`; the
+///   mask freed at return.
+/// - `TopPLogitsWarper`: `torch.sort(scores)` (fp32 values, int64 indices), `.softmax()` then
+///   `.cumsum()` (the softmax freed by the chain), `cumulative_probs <= 1 - top_p` (bool),
+///   `fill_` of the last `min_tokens_to_keep` columns (in place), `.scatter(1, sorted_indices,
+///   …)` (a new bool), `masked_fill` (fp32); the locals freed at return in their order.
+///
+/// Not modelled: the scratch of CUDA's topk (radix select) and sort (cub segmented sort)
+/// kernels inside the ops.
+fn warp(p: &mut Prog, v: u64, w: Warper) -> Buf {
+    match w {
+        Warper::Temperature => p.act(v * 4),
+        Warper::TopK(k) => {
+            let values = p.act(k * 4);
+            let indices = p.act(k * 8);
+            p.free(indices);
+            let mask = p.act(v);
+            p.free(values);
+            let out = p.act(v * 4);
+            p.free(mask);
+            out
+        }
+        Warper::TopP => {
+            let sorted = p.act(v * 4);
+            let sorted_idx = p.act(v * 8);
+            let soft = p.act(v * 4);
+            let cum = p.act(v * 4);
+            p.free(soft);
+            let remove_sorted = p.act(v);
+            let remove = p.act(v);
+            let out = p.act(v * 4);
+            for b in [sorted, sorted_idx, cum, remove_sorted, remove] {
+                p.free(b);
+            }
+            out
+        }
+    }
+}
+
+/// `torch.multinomial(probs, num_samples=1)` (PyTorch `aten/src/ATen/native/Distributions.cpp`
+/// `multinomial_out`, its one-sample fast path, CPU and CUDA alike): `q =
+/// at::empty_like(self).exponential_()`, `div_out(q, self, q)`, `argmax_out` — one
+/// `[batch, vocab]` fp32 temporary. Its `[batch]`-sized checks (`max`, `min`, `sum(1) == 0`)
+/// and the `[batch, 1]` result are not modelled (as greedy's argmax is not).
+fn multinomial(p: &mut Prog, s: &DecoderShape) {
+    let q = p.act(s.vocab * 4);
+    p.free(q);
 }

@@ -7,6 +7,7 @@
 //! - [`shape`]: the decoder's sizes and what is refused as not modelled yet;
 //! - [`kv`]: the KV cache's tokens per layer and bytes;
 //! - [`forward`] and [`attention`]: one forward's allocations, op by op;
+//! - [`decoding`]: greedy decoding or multinomial sampling (the logits warpers);
 //! - [`call`]: weights, prompt, the warm-up and the measured `generate` / forward;
 //! - [`program`]: the event list under construction;
 //! - [`trace`]: the measured call's memory over its forwards (the GUI's timeline).
@@ -17,6 +18,7 @@
 
 pub mod attention;
 pub mod call;
+pub mod decoding;
 pub mod forward;
 pub mod kv;
 pub mod program;
@@ -26,6 +28,7 @@ pub mod trace;
 
 use serde::Serialize;
 
+pub use decoding::Decoding;
 pub use setting::{InferConfig, InferStep, KvCache};
 pub use shape::DecoderShape;
 pub use trace::TracePoint;
@@ -44,6 +47,10 @@ pub struct InferPlan {
     pub model_type: String,
     pub params: u64,
     pub config: InferConfig,
+    /// The decoding settings of a `generate` that is not greedy (absent for greedy decoding
+    /// and a prefill).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decoding: Option<Decoding>,
     /// `torch.cuda.max_memory_allocated()` over the measured call.
     pub peak_allocated_bytes: Bytes,
     /// `torch.cuda.max_memory_reserved()` over the measured call.
@@ -68,6 +75,8 @@ pub struct InferPlanner {
     pub model: String,
     pub shape: DecoderShape,
     pub config: InferConfig,
+    /// How `generate` picks tokens (greedy unless built by [`InferPlanner::with_decoding`]).
+    pub decoding: Decoding,
     pub params: u64,
     pub weights: Bytes,
     pub events: Events,
@@ -77,7 +86,26 @@ pub struct InferPlanner {
 impl InferPlanner {
     /// Builds the event list of `cfg` (its batch is a default for [`InferPlanner::plan`]).
     pub fn new(preset: &Preset, cfg: &InferConfig) -> Result<InferPlanner, PlanError> {
+        InferPlanner::with_decoding(preset, cfg, &Decoding::default())
+    }
+
+    /// [`InferPlanner::new`] for a `generate` decoding with `dec` (greedy or multinomial
+    /// sampling; beam search is refused).
+    pub fn with_decoding(
+        preset: &Preset,
+        cfg: &InferConfig,
+        dec: &Decoding,
+    ) -> Result<InferPlanner, PlanError> {
         cfg.validate()?;
+        dec.validate()?;
+        if cfg.step == InferStep::Prefill && !dec.is_greedy() {
+            return Err(PlanError::Field {
+                field: "do_sample",
+                reason: "a prefill picks no token; sampling and beam search are generate \
+                         settings (--step generate)"
+                    .into(),
+            });
+        }
         let shape = DecoderShape::of(preset)?;
         if cfg.total_tokens() > shape.max_positions {
             return Err(PlanError::Field {
@@ -99,13 +127,14 @@ impl InferPlanner {
         let buffers = vec![shape.head_dim / 2; 2 * rotaries];
         let weights =
             params.iter().sum::<u64>() * cfg.dtype.size() + buffers.iter().sum::<u64>() * 4;
-        let events = call::session(&shape, cfg, &params, &buffers);
+        let events = call::session_decoding(&shape, cfg, dec, &params, &buffers);
         Ok(InferPlanner {
             model: preset.id.clone(),
             params: params.iter().sum(),
             weights: Bytes(weights),
             shape,
             config: *cfg,
+            decoding: *dec,
             events,
             context: DEFAULT_CUDA_CONTEXT,
         })
@@ -158,6 +187,7 @@ impl InferPlanner {
             model_type: self.shape.model_type.clone(),
             params: self.params,
             config: cfg,
+            decoding: (!self.decoding.is_greedy()).then_some(self.decoding),
             peak_allocated_bytes: e.peak_allocated,
             peak_reserved_bytes: e.peak_reserved,
             nvidia_smi_bytes: smi,
