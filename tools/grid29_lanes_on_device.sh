@@ -5,19 +5,21 @@
 # again alone at the end. Memory statistics are per process, so running rows side by side does
 # not change what each measures (only their timings, which this grid does not claim).
 #   OUT=/some/dir LIMIT=540 bash tools/grid29_lanes_on_device.sh
+#   GRID=grid29b BUDGET_GB=40 ...   # another grid drawn by a make_grid29*.py (its two files)
 set -u
 cd "${REPO_ROOT:-$(dirname "$0")/..}"
 OUT="${OUT:-./device_out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-export PYTHONUNBUFFERED=1 OUT PY LIMIT="${LIMIT:-540}" BUDGET_GB="${BUDGET_GB:-120}"
+export PYTHONUNBUFFERED=1 OUT PY LIMIT="${LIMIT:-540}" BUDGET_GB="${BUDGET_GB:-120}" GRID="${GRID:-grid29}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 "$PY" - <<'PYEOF'
 import json, os, subprocess, time
 out, py = os.environ["OUT"], os.environ["PY"]
 limit, budget = float(os.environ["LIMIT"]), float(os.environ["BUDGET_GB"])
 rows = []
-for split, fn in (("fit", "tools/grid29_configs.jsonl"), ("untouched", "tools/grid29_untouched_configs.jsonl")):
+grid = os.environ["GRID"]
+for split, fn in (("fit", f"tools/{grid}_configs.jsonl"), ("untouched", f"tools/{grid}_untouched_configs.jsonl")):
     rows += [dict(json.loads(l), _file=fn, _sink=f"{out}/r_{split}") for l in open(fn) if l.strip()]
 need = lambda r: r["estimate_gb"] * 1.3 + 3.0
 t0 = time.time()
@@ -51,7 +53,7 @@ for r in retry:
     if time.time() - t0 > limit - 60:
         break
     p, _, _ = launch(r, alone=True); p.wait()
-print("grid29 lanes done", round(time.time() - t0), "s; retried alone:", [r["id"] for r in retry])
+print(grid, "lanes done", round(time.time() - t0), "s; retried alone:", [r["id"] for r in retry])
 PYEOF
 ARC=$(mktemp -u /tmp/all.XXXX.tgz)
 tar czf "$ARC" -C "$OUT" . ; find "$OUT" -mindepth 1 -delete ; mv "$ARC" "$OUT/all.tgz"

@@ -18,7 +18,7 @@ S=$(date +%s)
 ROWS="tools/grid31_lightning_configs.jsonl tools/grid31_lightning_untouched_configs.jsonl"
 # shellcheck disable=SC2086
 "$PY" tools/grid_sched.py "$OUT" $ROWS --prefix grid31_lightning --deadline "$(( LIMIT / 2 ))" \
-    --par "${PAR:-3}" 2> "$OUT/sched.log"
+    --par "${PAR:-3}" --budget-frac "${BUDGET_FRAC:-0.78}" 2> "$OUT/sched.log"
 echo "emulated rows done in $(( $(date +%s) - S ))s"
 # The real Lightning runs: two lanes, each a sequence of one-row processes.
 split -n l/2 tools/grid31_lightning_configs.jsonl "$OUT/lane."

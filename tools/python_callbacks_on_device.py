@@ -6,7 +6,7 @@ induced CUDA OOM explained by the doctor through the callback.
     pip install --no-deps .whl/py/vramlab-*.whl
     python3 tools/python_callbacks_on_device.py --out $OUT
 
-Writes $OUT/callbacks.jsonl: one record per run with the callback's lines, the plan's
+Appends to $OUT/callbacks.jsonl (`--runs lightning` runs one of the three): one record per run with the callback's lines, the plan's
 numbers and torch's measured peaks, the versions and the device.
 """
 import argparse
@@ -87,7 +87,7 @@ def lightning_run(lines):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     plan = vramlab.plan(model="gpt2", batch=BATCH, seq=SEQ, precision="amp-bf16",
-                        optimizer="adamw", loop="trainer", gpu="h200")
+                        optimizer="adamw", loop="lightning", gpu="h200")
 
     class Module(L.LightningModule):
         def __init__(self):
@@ -116,13 +116,19 @@ def lightning_run(lines):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--runs", default="hf,lightning,hf-oom",
+                    help="comma-separated; run each in its own process so peaks and caches do "
+                         "not carry over from one run to the next")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     v = versions()
-    with open(os.path.join(a.out, "callbacks.jsonl"), "w") as f:
+    runs = a.runs.split(",")
+    with open(os.path.join(a.out, "callbacks.jsonl"), "a") as f:
         for name, fn in (("hf", lambda: hf_run(BATCH, 5, [])),
                          ("lightning", lambda: lightning_run([])),
                          ("hf-oom", lambda: hf_run(64, 3, [], cap_gib=8))):
+            if name not in runs:
+                continue
             try:
                 rec = fn()
             except Exception as e:

@@ -130,7 +130,7 @@ pub fn plan_advice(
     };
     let (preset, cfg) = resolve_model(&t)?;
     let capacity = match (&a.gpu, capacity) {
-        (Some(g), _) => vramlab_core::plan::gpus::find(g.trim())
+        (Some(g), _) => vramlab_core::vocabulary::find_gpu(g.trim())
             .context("--gpu")?
             .memory(),
         (None, Some(c)) => c,

@@ -8,12 +8,13 @@ use anyhow::{Context, Result, bail};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
-use vramlab_core::plan::inference::setting::{dtype_name, parse_dtype};
+use vramlab_core::plan::inference::setting::dtype_name;
 use vramlab_core::plan::inference::{
     Decoding, InferConfig, InferPlan, InferPlanner, InferStep, KvCache,
 };
 use vramlab_core::plan::search::Budget;
 use vramlab_core::units::Bytes;
+use vramlab_core::vocabulary::parse_dtype;
 
 use super::args::{TrainArgs, load_model};
 

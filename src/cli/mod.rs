@@ -19,6 +19,7 @@ mod stderr;
 mod vllm;
 
 use std::io::Write;
+use vramlab_core::vocabulary;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -196,7 +197,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
             plan_bench::run_fit(
                 &load_model(&model)?,
                 &cfg,
-                &gpus::find(&gpu)?,
+                &vocabulary::find_gpu(&gpu)?,
                 reps,
                 json,
                 out,

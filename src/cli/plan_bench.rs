@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::time::Instant;
+use vramlab_core::vocabulary;
 
 use anyhow::Result;
 
@@ -66,7 +67,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<()> {
     let cfg = TrainConfig::default();
-    let gpu = gpus::find("h200")?;
+    let gpu = vocabulary::find_gpu("h200")?;
     let budget = Budget {
         capacity: gpu.memory(),
         margin: 0.05,

@@ -10,7 +10,8 @@ use clap::Args;
 use vramlab_core::answer::vllm::{PLANNED_NOTE, VllmArgs, capacity};
 use vramlab_core::answer::words;
 use vramlab_core::plan::DEFAULT_CUDA_CONTEXT;
-use vramlab_core::plan::inference::setting::{dtype_name, parse_dtype};
+use vramlab_core::plan::inference::setting::dtype_name;
+use vramlab_core::vocabulary::parse_dtype;
 
 use super::args;
 

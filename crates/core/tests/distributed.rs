@@ -8,6 +8,7 @@ use vramlab_core::plan::multi_gpu::{ds_zero2_model_states, ds_zero3_model_states
 use vramlab_core::plan::search::Budget;
 use vramlab_core::plan::{Category, Planner, Precision, TrainConfig};
 use vramlab_core::units::Bytes;
+use vramlab_core::vocabulary;
 
 fn estimates() -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(crate::data("deepspeed_estimates.jsonl"))
@@ -147,14 +148,13 @@ fn fewest_gpus_finds_a_world_and_sharding_shrinks_the_rank() {
 #[test]
 fn docs_multi_gpu_table() {
     use vramlab_core::plan::config::LoopShape;
-    use vramlab_core::plan::gpus;
     let models: Vec<_> = ["Llama-2-7b-hf", "Meta-Llama-3-8B"]
         .iter()
         .map(|id| find_builtin(id).expect("preset"))
         .collect();
     let cards: Vec<_> = ["rtx-4090", "a100-40gb", "a100-80gb"]
         .iter()
-        .map(|id| gpus::find(id).expect("card"))
+        .map(|id| vocabulary::find_gpu(id).expect("card"))
         .collect();
     let cfg = TrainConfig {
         batch: 1,

@@ -9,8 +9,8 @@
 use serde_json::Value;
 use vramlab_core::model::hf;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
-use vramlab_core::plan::inference::setting::parse_dtype;
 use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::vocabulary::parse_dtype;
 
 /// One measured row and its plan.
 struct Compared {

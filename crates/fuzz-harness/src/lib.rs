@@ -17,8 +17,9 @@ use vramlab_core::model::preset::{BUILTIN, find_builtin};
 use vramlab_core::plan::config::{AllocatorConfig, LoopShape, MAX_ACCUM, MAX_BATCH};
 use vramlab_core::plan::search::{Budget, max_batch_capped, sweep_allocated};
 use vramlab_core::plan::step_kind::StepKind;
-use vramlab_core::plan::{Attention, Gpu, Optimizer, Planner, Precision, TrainConfig, gpus};
+use vramlab_core::plan::{Attention, Gpu, Optimizer, Planner, Precision, TrainConfig};
 use vramlab_core::units::Bytes;
+use vramlab_core::vocabulary;
 
 /// A fuzz target's body: any bytes in, a panic only on a bug.
 pub type Target = fn(&[u8]);
@@ -242,7 +243,7 @@ pub fn units(data: &[u8]) {
     let _ = text.parse::<Optimizer>();
     let _ = text.parse::<Attention>();
     let _ = Format::parse(text);
-    let _ = gpus::find(text);
+    let _ = vocabulary::find_gpu(text);
     let _ = text.parse::<u64>();
     if let Ok(gpu) = serde_json::from_str::<Gpu>(text) {
         for margin in [0.0, 0.05, 0.999, f64::NAN, -1.0] {
@@ -263,7 +264,7 @@ pub fn vramlab_config(data: &[u8]) {
     // What was accepted is written back and read again identically.
     let back = VramlabConfig::from_bytes(doc.to_json().as_bytes()).expect("re-parses");
     assert_eq!(back.training, doc.training);
-    let _ = gpus::find(&doc.gpu);
+    let _ = vocabulary::find_gpu(&doc.gpu);
     if let Ok(preset) = doc.preset() {
         plan_small(&preset, &doc.training);
     }

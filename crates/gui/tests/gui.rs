@@ -6,6 +6,7 @@
 //! `cargo test --test gui -- --ignored --nocapture`.
 
 use std::time::Instant;
+use vramlab_core::vocabulary;
 
 use egui::accesskit::{Role, Toggled};
 use egui_kittest::Harness;
@@ -16,7 +17,7 @@ use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::remedies::remedies;
 use vramlab_core::plan::search::{Budget, max_batch};
 use vramlab_core::plan::step_kind::StepKind;
-use vramlab_core::plan::{Optimizer, Plan, Planner, Precision, TrainConfig, gpus};
+use vramlab_core::plan::{Optimizer, Plan, Planner, Precision, TrainConfig};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::DetectedGpu;
 use vramlab_gui::app::VramApp;
@@ -52,7 +53,7 @@ fn harness_tall(app: VramApp) -> Harness<'static, VramApp> {
 
 fn rtx4090_budget() -> Budget {
     Budget {
-        capacity: gpus::find("rtx-4090")
+        capacity: vocabulary::find_gpu("rtx-4090")
             .expect("catalog has the 4090")
             .memory(),
         margin: 0.05,

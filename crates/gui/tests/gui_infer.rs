@@ -9,9 +9,9 @@ use egui_kittest::kittest::Queryable;
 use vramlab_core::answer::inference::{InferAnswer, fits, max_batch};
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
-use vramlab_core::plan::gpus;
 use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::search::Budget;
+use vramlab_core::vocabulary;
 use vramlab_gui::app::VramApp;
 use vramlab_gui::ui::answer::usage_text;
 use vramlab_gui::ui::inference::PlannerMode;
@@ -29,7 +29,7 @@ fn harness(app: VramApp, (w, h): (f32, f32)) -> Harness<'static, VramApp> {
 
 fn rtx4090_budget() -> Budget {
     Budget {
-        capacity: gpus::find("rtx-4090").expect("the 4090").memory(),
+        capacity: vocabulary::find_gpu("rtx-4090").expect("the 4090").memory(),
         margin: 0.05,
     }
 }

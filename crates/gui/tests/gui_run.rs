@@ -10,13 +10,14 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+use vramlab_core::vocabulary;
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use vramlab_core::export::results::{CSV_COLUMNS, run_from_json};
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::search::{Budget, max_batch};
-use vramlab_core::plan::{Planner, TrainConfig, gpus};
+use vramlab_core::plan::{Planner, TrainConfig};
 use vramlab_core::record::{Predicted, RUN_SCHEMA_VERSION};
 use vramlab_core::units::Bytes;
 use vramlab_device::bench::{
@@ -87,7 +88,7 @@ fn synthetic_run() -> Run {
     let cfg = TrainConfig::default();
     let preset = find_builtin("gpt2").expect("gpt2");
     let planner = Planner::new(&preset, &cfg).expect("planner");
-    let h200 = gpus::find("h200").expect("h200");
+    let h200 = vocabulary::find_gpu("h200").expect("h200");
     let budget = Budget {
         capacity: h200.memory(),
         margin: 0.05,

@@ -297,7 +297,7 @@ pub fn find_gpu(id: &str, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, bo
         if let Some(g) = detect() {
             return Ok((g, true));
         }
-        let fallback = gpus::find(DEFAULT_GPU).plain()?;
+        let fallback = vocabulary::find_gpu(DEFAULT_GPU).plain()?;
         note(
             sink,
             format!(
@@ -307,7 +307,7 @@ pub fn find_gpu(id: &str, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, bo
         );
         return Ok((fallback, false));
     }
-    let g = gpus::by_name(id.trim(), &gpus::catalog()).plain()?;
+    let g = vocabulary::gpu_by_name(id.trim(), &gpus::catalog()).plain()?;
     if let Some(n) = &g.note {
         note(sink, format!("{n} ({})", g.value.name));
     }

@@ -12,7 +12,6 @@ use super::rules::conv_workspace_of;
 use super::{DEFAULT_CUDA_CONTEXT, PlanError, Planner};
 use crate::model::Preset;
 use crate::model::captured::{BufferKind, CapturedGraph, ConvCall, StepPhase};
-use crate::vocabulary;
 
 fn category(k: BufferKind) -> Category {
     match k {
@@ -200,10 +199,21 @@ fn recapture(
     }
 }
 
+/// A setting as the graph stores it: the serialized name `capture.py` writes (`amp-bf16`,
+/// `adamw`), not a word a user typed.
+fn stored<T: serde::de::DeserializeOwned>(field: &'static str, name: &str) -> Result<T, PlanError> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|e| {
+        PlanError::Field {
+            field,
+            reason: format!("the graph's settings.{field} `{name}` is not one vramlab writes: {e}"),
+        }
+    })
+}
+
 /// Checks that `cfg` asks for what the capture recorded.
 pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanError> {
     let s = &c.settings;
-    let precision = vocabulary::precision(&s.precision)?.value;
+    let precision: super::config::Precision = stored("precision", &s.precision)?;
     if precision != cfg.precision {
         let want = cfg.precision.to_string();
         return Err(recapture(
@@ -214,7 +224,7 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
             &format!("--precision {want}"),
         ));
     }
-    let optimizer = vocabulary::optimizer(&s.optimizer)?.value;
+    let optimizer: super::config::Optimizer = stored("optimizer", &s.optimizer)?;
     if optimizer != cfg.optimizer {
         let want = cfg.optimizer.to_string();
         return Err(recapture(
@@ -225,7 +235,7 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
             &format!("--optimizer {want}"),
         ));
     }
-    let loop_shape: super::config::LoopShape = s.loop_shape.parse()?;
+    let loop_shape: super::config::LoopShape = stored("loop", &s.loop_shape)?;
     if loop_shape != cfg.loop_shape {
         let want = cfg.loop_shape.as_str();
         return Err(recapture(

@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 
 use super::PlanError;
 
@@ -84,20 +83,6 @@ impl LoopShape {
 impl fmt::Display for LoopShape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for LoopShape {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        LoopShape::ALL
-            .into_iter()
-            .find(|l| l.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| PlanError::Unknown {
-                field: "loop",
-                value: s.to_string(),
-                known: "plain, trainer, lightning",
-            })
     }
 }
 

@@ -7,7 +7,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 
 use super::PlanError;
 use super::numerics::{DType, Precision};
@@ -138,62 +137,6 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// Aliases accepted besides the canonical names: FSDP1's sharding strategies where their
-/// memory is the same.
-const STRATEGY_ALIASES: [(&str, Strategy); 6] = [
-    ("single", Strategy::None),
-    ("zero", Strategy::Zero2),
-    ("fsdp", Strategy::Fsdp2),
-    ("full_shard", Strategy::Fsdp2),
-    ("shard_grad_op", Strategy::Zero2),
-    ("no_shard", Strategy::Ddp),
-];
-
-impl FromStr for Strategy {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
-        let t = s.trim().to_ascii_lowercase().replace('-', "_");
-        if let Some(st) = Strategy::ALL
-            .into_iter()
-            .find(|st| st.as_str().replace('-', "") == t.replace('_', ""))
-        {
-            return Ok(st);
-        }
-        STRATEGY_ALIASES
-            .iter()
-            .find(|(a, _)| *a == t)
-            .map(|&(_, st)| st)
-            .ok_or_else(|| PlanError::Field {
-                field: "strategy",
-                reason: format!(
-                    "unknown `{s}`{} (known: none, ddp, zero1, torch-zero1, zero2, zero3, fsdp2; aliases full_shard, shard_grad_op, no_shard)",
-                    closest(&t, &STRATEGY_NAMES)
-                ),
-            })
-    }
-}
-
-const STRATEGY_NAMES: [&str; 7] = [
-    "none",
-    "ddp",
-    "zero1",
-    "torch_zero1",
-    "zero2",
-    "zero3",
-    "fsdp2",
-];
-
-/// " (did you mean `x`?)" for the closest of `names` by edit distance, or nothing.
-fn closest(s: &str, names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| (crate::names::edit_distance(s, n), *n))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, n)| format!(" (did you mean `{n}`?)"))
-        .unwrap_or_default()
-}
-
 /// What is moved to host memory (DeepSpeed `offload_optimizer` / `offload_param`, FSDP
 /// `CPUOffloadPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -217,25 +160,6 @@ impl Offload {
             Offload::None => "none",
             Offload::Optimizer => "optimizer",
             Offload::Params => "params",
-        }
-    }
-}
-
-impl FromStr for Offload {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
-        let t = s.trim().to_ascii_lowercase();
-        match t.as_str() {
-            "none" | "no" => Ok(Offload::None),
-            "optimizer" | "opt" | "optim" => Ok(Offload::Optimizer),
-            "params" | "param" | "parameters" => Ok(Offload::Params),
-            _ => Err(PlanError::Field {
-                field: "offload",
-                reason: format!(
-                    "unknown `{s}`{} (known: none, optimizer, params)",
-                    closest(&t, &["none", "optimizer", "params"])
-                ),
-            }),
         }
     }
 }
@@ -269,24 +193,6 @@ impl FsdpMixedPrecision {
             FsdpMixedPrecision::None => None,
             FsdpMixedPrecision::Bf16 => Some(DType::BF16),
             FsdpMixedPrecision::Fp16 => Some(DType::F16),
-        }
-    }
-}
-
-impl FromStr for FsdpMixedPrecision {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "none" | "fp32" | "off" => Ok(FsdpMixedPrecision::None),
-            "bf16" | "bfloat16" => Ok(FsdpMixedPrecision::Bf16),
-            "fp16" | "float16" | "half" => Ok(FsdpMixedPrecision::Fp16),
-            other => Err(PlanError::Field {
-                field: "fsdp_mixed_precision",
-                reason: format!(
-                    "unknown `{s}`{} (known: none, bf16, fp16)",
-                    closest(other, &["none", "bf16", "fp16"])
-                ),
-            }),
         }
     }
 }
@@ -660,31 +566,6 @@ mod tests {
         let back: Distributed = serde_json::from_str(&j).expect("parse");
         assert_eq!(back.world(), 8);
         assert_eq!(back.strategy, Strategy::Fsdp2);
-    }
-
-    #[test]
-    fn names_and_aliases_parse_and_misspellings_suggest() {
-        assert_eq!("FSDP2".parse::<Strategy>().ok(), Some(Strategy::Fsdp2));
-        assert_eq!("full_shard".parse::<Strategy>().ok(), Some(Strategy::Fsdp2));
-        assert_eq!(
-            "SHARD_GRAD_OP".parse::<Strategy>().ok(),
-            Some(Strategy::Zero2)
-        );
-        assert_eq!("zero-3".parse::<Strategy>().ok(), Some(Strategy::Zero3));
-        let e = "zer03"
-            .parse::<Strategy>()
-            .expect_err("unknown")
-            .to_string();
-        assert!(e.contains("strategy") && e.contains("zero3"), "{e}");
-        let e = "optimzer"
-            .parse::<Offload>()
-            .expect_err("unknown")
-            .to_string();
-        assert!(e.contains("offload") && e.contains("optimizer"), "{e}");
-        assert_eq!(
-            "bf16".parse::<FsdpMixedPrecision>().ok(),
-            Some(FsdpMixedPrecision::Bf16)
-        );
     }
 
     #[test]

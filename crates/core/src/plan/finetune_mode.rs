@@ -43,7 +43,7 @@ pub enum LoraTargets {
 }
 
 impl LoraTargets {
-    fn mask_of(names: &[&str]) -> u16 {
+    pub(crate) fn mask_of(names: &[&str]) -> u16 {
         names
             .iter()
             .filter_map(|n| LORA_MODULES.iter().position(|m| m == n))
@@ -63,40 +63,6 @@ impl LoraTargets {
                 .iter()
                 .position(|&n| n == last)
                 .is_some_and(|i| m & (1 << i) != 0),
-        }
-    }
-}
-
-impl std::str::FromStr for LoraTargets {
-    type Err = PlanError;
-
-    fn from_str(s: &str) -> Result<Self, PlanError> {
-        match s {
-            "attn" => Ok(LoraTargets::Attn),
-            "all-linear" => Ok(LoraTargets::AllLinear),
-            _ => {
-                let names: Vec<&str> = s
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .collect();
-                if let Some(bad) = names.iter().find(|n| !LORA_MODULES.contains(n)) {
-                    return Err(PlanError::Field {
-                        field: "lora_targets",
-                        reason: format!(
-                            "unknown module `{bad}` (attn, all-linear or names among {})",
-                            LORA_MODULES.join(", ")
-                        ),
-                    });
-                }
-                if names.is_empty() {
-                    return Err(PlanError::Field {
-                        field: "lora_targets",
-                        reason: "no module named".into(),
-                    });
-                }
-                Ok(LoraTargets::Names(LoraTargets::mask_of(&names)))
-            }
         }
     }
 }
@@ -165,21 +131,6 @@ impl FineTuneMode {
     }
 }
 
-impl std::str::FromStr for FineTuneMode {
-    type Err = PlanError;
-
-    fn from_str(s: &str) -> Result<Self, PlanError> {
-        FineTuneMode::ALL
-            .into_iter()
-            .find(|m| m.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| PlanError::Unknown {
-                field: "finetune",
-                value: s.to_string(),
-                known: "full, lora, qlora",
-            })
-    }
-}
-
 /// The bitsandbytes storage of a QLoRA base (`BitsAndBytesConfig`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -213,27 +164,6 @@ impl Quant {
 impl std::fmt::Display for Quant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Quant {
-    type Err = PlanError;
-
-    fn from_str(s: &str) -> Result<Self, PlanError> {
-        let t = s.trim().to_ascii_lowercase();
-        let q = match t.as_str() {
-            "nf4" | "4bit" | "4-bit" | "load_in_4bit" => Quant::Nf4,
-            "fp4" => Quant::Fp4,
-            "int8" | "8bit" | "8-bit" | "llm.int8" | "load_in_8bit" => Quant::Int8,
-            _ => {
-                return Err(PlanError::Unknown {
-                    field: "quant",
-                    value: s.to_string(),
-                    known: "nf4, fp4, int8",
-                });
-            }
-        };
-        Ok(q)
     }
 }
 
@@ -284,18 +214,6 @@ impl LoraDropout {
 impl std::fmt::Display for LoraDropout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.p())
-    }
-}
-
-impl std::str::FromStr for LoraDropout {
-    type Err = PlanError;
-
-    fn from_str(s: &str) -> Result<Self, PlanError> {
-        let p: f64 = s.trim().parse().map_err(|_| PlanError::Field {
-            field: "lora_dropout",
-            reason: format!("`{s}` is not a number"),
-        })?;
-        LoraDropout::new(p)
     }
 }
 

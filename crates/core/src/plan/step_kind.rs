@@ -19,9 +19,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
-
-use super::PlanError;
 
 /// The step a plan is for. Files written before this setting existed have no `step` key:
 /// they planned training steps.
@@ -75,49 +72,5 @@ impl StepKind {
 impl fmt::Display for StepKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for StepKind {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        // `no_grad` spellings of the evaluation steps, as users write them.
-        let alias = match s.to_ascii_lowercase().replace('_', "-").as_str() {
-            "eval-no-grad" | "no-grad" | "inference" | "inference-mode" | "validation" => {
-                Some(StepKind::Eval)
-            }
-            "eval-with-grad" | "eval-grad-enabled" => Some(StepKind::EvalGrad),
-            "training" => Some(StepKind::Train),
-            _ => None,
-        };
-        alias
-            .or_else(|| {
-                StepKind::ALL
-                    .into_iter()
-                    .find(|k| k.as_str().eq_ignore_ascii_case(s))
-            })
-            .ok_or_else(|| PlanError::Unknown {
-                field: "step",
-                value: s.to_string(),
-                known: "train, eval, eval-grad",
-            })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_round_trip_and_unknown_names_are_refused() {
-        for k in StepKind::ALL {
-            assert_eq!(k.as_str().parse::<StepKind>().ok(), Some(k));
-            let json = serde_json::to_string(&k).unwrap_or_default();
-            assert_eq!(json, format!("\"{}\"", k.as_str()));
-        }
-        assert_eq!("no_grad".parse::<StepKind>().ok(), Some(StepKind::Eval));
-        let e = "evl".parse::<StepKind>().err().map(|e| e.to_string());
-        assert!(e.is_some_and(|m| m.contains("step") && m.contains("eval-grad")));
     }
 }

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use vramlab_core::answer::inference::{self, InferAnswer};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
-use vramlab_core::plan::inference::setting::parse_dtype;
 use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::search::Budget;
+use vramlab_core::vocabulary::parse_dtype;
 
 /// Most points drawn for a step timeline, training's and inference's (min/max decimation
 /// keeps the spikes).

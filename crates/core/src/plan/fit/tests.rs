@@ -4,11 +4,11 @@ use crate::plan::Planner;
 use crate::plan::config::{Optimizer, Precision};
 use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
 use crate::plan::finetune_mode::FineTuneMode;
-use crate::plan::gpus;
 use crate::plan::search::fits;
+use crate::vocabulary;
 
 fn request(gpu: &str) -> FitRequest {
-    FitRequest::for_gpu(&gpus::find(gpu).expect("gpu"), 0.05)
+    FitRequest::for_gpu(&vocabulary::find_gpu(gpu).expect("gpu"), 0.05)
 }
 
 fn llama3_cfg() -> TrainConfig {
@@ -483,7 +483,7 @@ fn a_fitting_ddp_plan_is_not_offered_a_switch_it_does_not_need() {
 #[test]
 fn pruning_never_drops_the_users_strategy() {
     let (_, user) = gpt2_xl_ddp4();
-    let axes = Axes::new(&user, gpus::find("rtx-4090").ok().as_ref());
+    let axes = Axes::new(&user, vocabulary::find_gpu("rtx-4090").ok().as_ref());
     assert_eq!(axes.strategy[0], Strategy::Ddp);
     let all = axes.all();
     assert_eq!(all.len() % axes.strategy.len(), 0);

@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 
 use crate::plan::PlanError;
 use crate::plan::config::{AllocatorConfig, Attention, DType};
@@ -52,22 +51,6 @@ impl fmt::Display for InferStep {
     }
 }
 
-impl FromStr for InferStep {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        match s.to_ascii_lowercase().as_str() {
-            "prefill" | "forward" => Ok(InferStep::Prefill),
-            "generate" | "generation" | "decode" => Ok(InferStep::Generate),
-            _ => Err(PlanError::Unknown {
-                field: "step",
-                value: s.to_string(),
-                known: "prefill, generate",
-            }),
-        }
-    }
-}
-
 /// The KV cache `generate` uses (transformers' `cache_implementation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum KvCache {
@@ -89,39 +72,6 @@ impl KvCache {
             KvCache::Dynamic => "dynamic",
             KvCache::Static => "static",
         }
-    }
-}
-
-impl FromStr for KvCache {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        match s.to_ascii_lowercase().as_str() {
-            "dynamic" | "dynamiccache" => Ok(KvCache::Dynamic),
-            "static" | "staticcache" => Ok(KvCache::Static),
-            _ => Err(PlanError::Unknown {
-                field: "kv_cache",
-                value: s.to_string(),
-                known: "dynamic, static",
-            }),
-        }
-    }
-}
-
-/// Parses an inference dtype: the dtype the model is loaded in (`from_pretrained(...,
-/// dtype=...)`); no autocast.
-pub fn parse_dtype(s: &str) -> Result<DType, PlanError> {
-    let s = s.trim();
-    match s.to_ascii_lowercase().as_str() {
-        "bf16" | "bfloat16" | "torch.bfloat16" => Ok(DType::BF16),
-        "fp16" | "float16" | "half" | "torch.float16" => Ok(DType::F16),
-        "fp32" | "float32" | "float" | "torch.float32" => Ok(DType::F32),
-        _ => Err(PlanError::Unknown {
-            field: "precision",
-            value: s.to_string(),
-            known: "bf16, fp16, fp32 (inference loads the weights in this dtype; amp modes \
-                    are for training)",
-        }),
     }
 }
 
@@ -219,19 +169,6 @@ mod tests {
             kv_cache: KvCache::Dynamic,
             allocator: AllocatorConfig::default(),
         }
-    }
-
-    #[test]
-    fn names_parse_and_unknown_ones_are_named() {
-        for s in InferStep::ALL {
-            assert_eq!(s.as_str().parse::<InferStep>().ok(), Some(s));
-        }
-        assert_eq!("static".parse::<KvCache>().ok(), Some(KvCache::Static));
-        let e = "sttic".parse::<KvCache>().expect_err("unknown");
-        assert!(e.to_string().contains("dynamic, static"), "{e}");
-        assert_eq!(parse_dtype("bfloat16").ok(), Some(DType::BF16));
-        let e = parse_dtype("amp-bf16").expect_err("amp");
-        assert!(e.to_string().contains("precision"), "{e}");
     }
 
     #[test]

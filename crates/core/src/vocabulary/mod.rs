@@ -3,6 +3,12 @@
 //! punctuation-insensitive, "did you mean" on a typo, ambiguous aliases refused). The
 //! `FromStr` of those types reads through here, so every parser accepts the same names.
 
+mod gpus;
+mod settings;
+
+pub use gpus::{find_gpu, gpu_by_name};
+pub use settings::parse_dtype;
+
 use std::str::FromStr;
 
 use crate::export::Format;
