@@ -67,8 +67,12 @@ def arguments(doc, golden):
 
 
 def without_seconds(text):
+    """The graph without what describes the capturing run rather than the model: the
+    wall-clock seconds and the model libraries' versions (written since session 18; the
+    committed graphs and the reference runner predate it)."""
     doc = json.loads(text)
     doc["capture"].pop("seconds")
+    doc.pop("libraries", None)
     return doc
 
 
@@ -92,6 +96,8 @@ def test_capture_writes_the_committed_graph(case, tmp_path):
     # seconds are put back
     b_doc = json.loads(got)
     b_doc["capture"]["seconds"] = json.loads(want)["capture"]["seconds"]
+    if "libraries" not in json.loads(want):
+        b_doc.pop("libraries", None)
     assert json.dumps(b_doc, separators=(",", ":")) == want.rstrip("\n")
 
 

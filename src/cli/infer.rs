@@ -219,7 +219,8 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
     let (gpu, budget) = t.budget()?;
     let planner = InferPlanner::with_decoding(&preset, &cfg, &dec)?;
     let plan = planner.plan(cfg.batch)?;
-    let fits = vramlab_core::answer::inference::fits(&plan, budget);
+    let fits = vramlab_core::answer::inference::fits(&planner, &plan, budget)?;
+    let freeing = vramlab_core::answer::inference::fits_only_by_freeing_cache(&plan, budget, fits);
     let assumed = assumed(t, batch.is_some());
     if t.json {
         let mut v = serde_json::to_value(&plan)?;
@@ -235,6 +236,9 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
             o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
             o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
             o.insert("fits".into(), serde_json::json!(fits));
+            if freeing {
+                o.insert("fits_only_by_freeing_cache".into(), serde_json::json!(true));
+            }
             let assumed: serde_json::Map<String, serde_json::Value> = assumed
                 .iter()
                 .map(|(f, v)| (f.trim_start_matches('-').to_string(), serde_json::json!(v)))
@@ -245,6 +249,13 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
         return Ok(());
     }
     write_plan(out, &plan, &gpu.name, budget, fits)?;
+    if freeing {
+        writeln!(
+            out,
+            "  (it runs only because PyTorch frees its cached blocks and retries before it runs \
+             out, slower — num_alloc_retries counts it; a smaller batch avoids it)"
+        )?;
+    }
     if !assumed.is_empty() {
         let list: Vec<String> = assumed.iter().map(|(f, v)| format!("{f} {v}")).collect();
         writeln!(out, "  assumed (not given): {}", list.join(", "))?;

@@ -212,7 +212,12 @@ fn a_batch_beyond_the_largest_does_not_fit() {
         InferPlanner::new(&preset, &tinyllama(InferStep::Generate, 1, 512, 128)).expect("p");
     let m = max_batch(&planner, budget).expect("search").expect("fits");
     let over = planner.plan(m + 64).expect("plan");
-    assert!(!fits(&over, budget));
+    assert!(!fits(&planner, &over, budget).expect("verdict"));
+    // The verdict agrees with the largest batch at its edge.
+    let at = planner.plan(m).expect("plan");
+    assert!(fits(&planner, &at, budget).expect("verdict"));
+    let next = planner.plan(m + 1).expect("plan");
+    assert!(!fits(&planner, &next, budget).expect("verdict"));
     set_value(&mut h, "Batch (sequences)", (m + 64) as f64);
     assert_shows(&h, "DOES NOT FIT");
     assert_shows(&h, &usage_text(over.nvidia_smi_bytes, budget.usable()));

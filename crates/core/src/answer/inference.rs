@@ -8,10 +8,19 @@ use crate::plan::inference::{InferPlan, InferPlanner, TracePoint};
 use crate::plan::search::Budget;
 use crate::units::Bytes;
 
-/// Whether `plan` fits `budget`: its nvidia-smi bytes (reserved + CUDA context) within the
-/// usable memory.
-pub fn fits(plan: &InferPlan, budget: Budget) -> bool {
-    plan.nvidia_smi_bytes <= budget.usable()
+/// Whether `plan` (made by `planner`) runs on `budget`'s GPU: the call replayed through the
+/// caching allocator under the GPU's cap, freeing cached blocks and retrying before an OOM
+/// as PyTorch does — the rule [`max_batch`] and `max-context` search by, so the verdict at
+/// a batch never contradicts the largest batch.
+pub fn fits(planner: &InferPlanner, plan: &InferPlan, budget: Budget) -> Result<bool, PlanError> {
+    planner.fits(budget, plan.config.batch)
+}
+
+/// Whether a call that [`fits`] runs only because PyTorch frees its cached blocks and
+/// retries (its unconstrained nvidia-smi bytes are over the usable memory): slower, and
+/// `num_alloc_retries` counts it.
+pub fn fits_only_by_freeing_cache(plan: &InferPlan, budget: Budget, fits: bool) -> bool {
+    fits && plan.nvidia_smi_bytes > budget.usable()
 }
 
 /// The largest batch (≤ [`MAX_BATCH`]) whose call runs without a CUDA OOM on `budget`'s GPU;
@@ -57,7 +66,7 @@ impl InferAnswer {
     ) -> Result<InferAnswer, PlanError> {
         let plan = planner.plan(batch)?;
         Ok(InferAnswer {
-            fits: fits(&plan, budget),
+            fits: fits(planner, &plan, budget)?,
             usable: budget.usable(),
             max_batch,
             trace: planner.trace(batch, trace_points)?,
