@@ -9,7 +9,7 @@
 use serde_json::Value;
 use vramlab_core::model::hf;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
-use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::vocabulary::parse_dtype;
 
 /// One measured row and its plan.
@@ -54,6 +54,18 @@ fn config(row: &Value) -> InferConfig {
     }
 }
 
+/// A row's decoding (tools/make_grid29b.py): transformers' defaults for what it leaves out.
+fn decoding(row: &Value) -> Decoding {
+    let d = Decoding::default();
+    Decoding {
+        do_sample: row["do_sample"].as_bool().unwrap_or(d.do_sample),
+        temperature: row["temperature"].as_f64().unwrap_or(d.temperature),
+        top_k: row["top_k"].as_u64().unwrap_or(d.top_k),
+        top_p: row["top_p"].as_f64().unwrap_or(d.top_p),
+        num_beams: 1,
+    }
+}
+
 /// Plans every row that ran (no OOM, no error) of a grid result file.
 fn compare(file: &str) -> Vec<Compared> {
     let text = std::fs::read_to_string(crate::data(file)).expect("grid results");
@@ -67,7 +79,11 @@ fn compare(file: &str) -> Vec<Compared> {
         let text = std::fs::read_to_string(root(model)).expect("config.json");
         let preset = hf::from_config_text(&text, model).expect("preset");
         let cfg = config(&row);
-        let plan = InferPlanner::new(&preset, &cfg)
+        if row["num_beams"].as_u64().unwrap_or(1) > 1 {
+            continue; // beam search: refused by the planner (measured for a later session)
+        }
+        let dec = decoding(&row);
+        let plan = InferPlanner::with_decoding(&preset, &cfg, &dec)
             .and_then(|p| p.plan(cfg.batch))
             .unwrap_or_else(|e| panic!("{}: {e}", row["id"]));
         out.push(Compared {
@@ -194,4 +210,28 @@ fn grid29_untouched_third() {
     assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
     assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
     assert!(reserved[1] <= 0.08, "reserved worst {reserved:?}");
+}
+
+/// Sampling (`tools/make_grid29b.py`, measured in session 19 on an H100 80GB HBM3, driver
+/// 580.159.04, torch 2.11.0+cu130, transformers 5.17.0): the fit rows that sample (9; the 3
+/// beam-search rows are refused by the planner and left out), within the bounds
+/// (allocated median ≤ 2 %, worst ≤ 8 %; reserved median ≤ 4 %).
+#[test]
+fn grid29b_sampling_fit_rows() {
+    let rows = compare("infer/grid29b.jsonl");
+    assert_eq!(rows.len(), 9, "the sampling fit rows");
+    let [alloc, reserved] = report(&rows);
+    assert!(alloc[0] <= 0.02, "allocated median {alloc:?}");
+    assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
+    assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
+}
+
+/// Sampling's untouched third (`tests/data/infer/grid29b_untouched.jsonl`: 3 sampling rows;
+/// its 3 beam-search rows are refused by the planner), read once at the end of session 19
+/// with no fix after it; printed as it came out (docs/inference.md quotes it).
+#[test]
+fn grid29b_sampling_untouched_third() {
+    let rows = compare("infer/grid29b_untouched.jsonl");
+    assert_eq!(rows.len(), 3, "the untouched sampling rows");
+    report(&rows);
 }

@@ -13,6 +13,7 @@ mod exports;
 mod grid26;
 mod grid26b;
 mod grid30;
+mod grid31;
 mod inference;
 mod invariants;
 mod max_context;
