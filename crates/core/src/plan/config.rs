@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use super::PlanError;
+use super::error::PlanError;
 
 pub use super::numerics::{DType, Optimizer, Precision};
 

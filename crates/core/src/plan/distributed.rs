@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use super::PlanError;
+use super::error::PlanError;
 use super::numerics::{DType, Precision};
 use super::policy::Shard;
 use crate::units::Bytes;

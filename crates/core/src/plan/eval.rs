@@ -1,11 +1,23 @@
 //! Evaluates an event list at a batch size: allocated timeline, peak, breakdown,
 //! and reserved bytes through the caching-allocator model.
 
+use serde::Serialize;
+
 use super::allocator::{CachingAllocator, round_size};
 use super::config::AllocatorConfig;
+use super::error::PlanError;
 use super::events::{Buffer, Category, Event, Events, Phase};
-use super::{PlanError, TimelinePoint};
 use crate::units::Bytes;
+
+/// One point of the predicted allocated-bytes timeline of the measured step.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimelinePoint {
+    /// Event index within the step.
+    pub index: u32,
+    pub allocated: Bytes,
+    pub phase: Phase,
+    pub micro: u16,
+}
 
 /// Result of evaluating one batch.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::PlanError;
+use super::error::PlanError;
 
 /// Module names LoRA targets match (the last component of a layer name, as peft matches
 /// `target_modules` entries).

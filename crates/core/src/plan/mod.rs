@@ -32,6 +32,7 @@ use serde::Serialize;
 
 pub use config::{Attention, DType, Optimizer, Precision, TrainConfig};
 pub use error::PlanError;
+pub use eval::TimelinePoint;
 pub use events::{Category, Constants, Phase};
 pub use gpus::Gpu;
 pub use policy::ParamPolicy;
@@ -43,16 +44,6 @@ use crate::units::Bytes;
 /// Measured per-process CUDA context + library handles beyond PyTorch's reserved bytes
 /// (H200, driver 580, CUDA 13, PyTorch 2.11; see `tests/data/`).
 pub const DEFAULT_CUDA_CONTEXT: Bytes = Bytes(782 << 20);
-
-/// One point of the predicted allocated-bytes timeline of the measured step.
-#[derive(Debug, Clone, Serialize)]
-pub struct TimelinePoint {
-    /// Event index within the step.
-    pub index: u32,
-    pub allocated: Bytes,
-    pub phase: Phase,
-    pub micro: u16,
-}
 
 /// Bytes of one breakdown category at the peak.
 #[derive(Debug, Clone, Serialize)]

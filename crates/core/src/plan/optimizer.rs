@@ -5,8 +5,8 @@
 
 use crate::model::ir::Param;
 
-use super::DType;
 use super::config::Optimizer;
+use super::numerics::DType;
 
 /// The state buffers `opt` creates on the GPU for one trainable parameter on its first
 /// step, in bytes, in allocation order. `dtype` is the parameter's storage dtype (PyTorch

@@ -5,8 +5,8 @@
 
 use crate::model::Graph;
 
-use super::DType;
 use super::finetune_mode::Quant;
+use super::numerics::DType;
 use super::numerics::Precision;
 
 /// The fraction of a tensor one rank holds: `num / den` (1/1 unsharded).
