@@ -252,8 +252,9 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
     if freeing {
         writeln!(
             out,
-            "  (it runs only because PyTorch frees its cached blocks and retries before it runs \
-             out, slower — num_alloc_retries counts it; a smaller batch avoids it)"
+            "  ({}{})",
+            super::RUNS_BY_FREEING_CACHE,
+            super::RETRIES_COUNTED
         )?;
     }
     if !assumed.is_empty() {

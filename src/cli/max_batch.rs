@@ -68,10 +68,11 @@ pub fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
         writeln!(
             out,
             "(peak allocated {}; with unlimited memory the cache would grow to {}: \
-             on this GPU it runs only because PyTorch frees its cached blocks and \
-             retries before it runs out, slower — num_alloc_retries counts it; \
-             a smaller batch avoids it)",
-            p.peak_allocated_bytes, p.peak_reserved_bytes
+             on this GPU {}{})",
+            p.peak_allocated_bytes,
+            p.peak_reserved_bytes,
+            super::RUNS_BY_FREEING_CACHE,
+            super::RETRIES_COUNTED
         )?;
     }
     if let Some((t, k)) = l.target {

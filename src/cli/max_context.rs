@@ -158,9 +158,10 @@ fn write_text(
         writeln!(
             out,
             "(peak allocated {}; with unlimited memory the cache would grow to {} nvidia-smi: \
-             on this GPU it runs only because PyTorch frees its cached blocks and retries \
-             before it runs out, slower)",
-            p.peak_allocated_bytes, p.nvidia_smi_bytes
+             on this GPU {})",
+            p.peak_allocated_bytes,
+            p.nvidia_smi_bytes,
+            super::RUNS_BY_FREEING_CACHE
         )?;
     }
     match m.limited_by {

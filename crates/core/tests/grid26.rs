@@ -162,9 +162,10 @@ fn plan_caps(lines: &[serde_json::Value], skip: &[String]) -> Caps {
     got
 }
 
-fn json_lines(file: &str) -> Vec<serde_json::Value> {
+/// A measured file's rows as JSON values (`tests/data/` relative).
+pub(crate) fn json_lines(file: &str) -> Vec<serde_json::Value> {
     std::fs::read_to_string(crate::data(file))
-        .expect("caps")
+        .expect("grid file")
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect()

@@ -8,22 +8,26 @@
 
 use std::collections::BTreeMap;
 
-use crate::grid26::rows;
-use vramlab_core::validate::{compare, max_abs, median_abs, summary};
-
-fn raw(file: &str) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(crate::data(file))
-        .expect("grid file")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
+use crate::grid26::{json_lines, rows};
+use vramlab_core::validate::{Row, compare, max_abs, median_abs, summary};
 
 fn field(v: &serde_json::Value, k: &str) -> f64 {
     v.get(k)
         .and_then(serde_json::Value::as_f64)
         .unwrap_or(f64::NAN)
+}
+
+/// Every row's signed errors, then the summary.
+fn print_rows(got: &[Row]) {
+    for r in got {
+        println!(
+            "{:<90} alloc {:+6.2} %  reserved {:+6.2} %",
+            r.config,
+            r.allocated_error(),
+            r.reserved_error()
+        );
+    }
+    println!("{}", summary(got));
 }
 
 /// The fit two-thirds: every row plans, within the targets the planner's other measured
@@ -32,15 +36,7 @@ fn field(v: &serde_json::Value, k: &str) -> f64 {
 fn grid31_lightning_fit_rows() {
     let got = compare(&rows("grid31/grid31_lightning_fit.jsonl")).expect("every row plans");
     assert_eq!(got.len(), 10, "rows planned");
-    for r in &got {
-        println!(
-            "{:<90} alloc {:+6.2} %  reserved {:+6.2} %",
-            r.config,
-            r.allocated_error(),
-            r.reserved_error()
-        );
-    }
-    println!("{}", summary(&got));
+    print_rows(&got);
     let am = median_abs(got.iter().map(|r| r.allocated_error()));
     let aw = max_abs(got.iter().map(|r| r.allocated_error()));
     let rm = median_abs(got.iter().map(|r| r.reserved_error()));
@@ -57,14 +53,14 @@ fn grid31_emulated_lightning_is_what_lightning_does() {
         "grid31/grid31_lightning_fit.jsonl",
         "grid31/grid31_lightning_untouched.jsonl",
     ] {
-        for r in raw(f) {
+        for r in json_lines(f) {
             if let Some(id) = r.get("grid_id").and_then(|v| v.as_str()) {
                 emulated.insert(id.to_string(), r.clone());
             }
         }
     }
     let mut n = 0;
-    for real in raw("grid31/grid31_lightning_real.jsonl") {
+    for real in json_lines("grid31/grid31_lightning_real.jsonl") {
         let id = real.get("grid_id").and_then(|v| v.as_str()).unwrap_or("");
         let Some(e) = emulated.get(id) else { continue };
         let (ra, ea) = (field(&real, "peak_allocated"), field(e, "peak_allocated"));
@@ -84,13 +80,5 @@ fn grid31_emulated_lightning_is_what_lightning_does() {
 fn grid31_lightning_untouched_third() {
     let got = compare(&rows("grid31/grid31_lightning_untouched.jsonl")).expect("every row plans");
     assert_eq!(got.len(), 5, "rows planned");
-    for r in &got {
-        println!(
-            "{:<90} alloc {:+6.2} %  reserved {:+6.2} %",
-            r.config,
-            r.allocated_error(),
-            r.reserved_error()
-        );
-    }
-    println!("{}", summary(&got));
+    print_rows(&got);
 }

@@ -214,17 +214,10 @@ pub fn search(
                 break;
             }
         }
-        let Some(mut bad) = bad else {
+        let Some(bad) = bad else {
             return Ok(Some(lo)); // the cap fits
         };
-        while bad - lo > 1 {
-            let mid = lo + (bad - lo) / 2;
-            if fits(mid)? {
-                lo = mid;
-            } else {
-                bad = mid;
-            }
-        }
+        lo = crate::plan::search::bisect(lo, bad, fits)?;
         // `lo` fits, `lo + 1` does not: the neighbours above
         let mut further = None;
         for x in (lo + 2)..=lo.saturating_add(1 + NEIGHBOURS).min(cap) {

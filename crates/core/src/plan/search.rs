@@ -126,16 +126,25 @@ pub fn max_batch_capped(
         bad = candidate;
         step = step.saturating_mul(2);
     };
-    let mut lo = good;
-    while bad - lo > 1 {
-        let mid = lo + (bad - lo) / 2;
+    Ok(Some(bisect(good, bad, &mut |b| fits(b))?))
+}
+
+/// The largest `x` in `good..bad` that fits, given that `good` fits and `bad` does not:
+/// bisection, `fits` taken as monotone between them. The batch and context searches share it.
+pub fn bisect(
+    mut good: u64,
+    mut bad: u64,
+    fits: &mut dyn FnMut(u64) -> Result<bool, PlanError>,
+) -> Result<u64, PlanError> {
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
         if fits(mid)? {
-            lo = mid;
+            good = mid;
         } else {
             bad = mid;
         }
     }
-    Ok(Some(lo))
+    Ok(good)
 }
 
 /// Accumulation steps so that `micro_batch × steps ≥ target` (at least 1).

@@ -219,16 +219,10 @@ impl InferPlanner {
             lo = hi;
             hi = hi.saturating_mul(2);
         }
-        let mut bad = hi.min(limit.saturating_add(1));
-        while bad - lo > 1 {
-            let mid = lo + (bad - lo) / 2;
-            if self.fits(budget, mid)? {
-                lo = mid;
-            } else {
-                bad = mid;
-            }
-        }
-        Ok(Some(lo))
+        let bad = hi.min(limit.saturating_add(1));
+        Ok(Some(super::search::bisect(lo, bad, &mut |b| {
+            self.fits(budget, b)
+        })?))
     }
 }
 

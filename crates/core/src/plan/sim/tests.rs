@@ -7,6 +7,16 @@ use crate::model::preset::builtin_presets;
 use crate::plan::config::LoopShape;
 use crate::plan::config::{Attention, Optimizer, Precision};
 
+/// The events of `cfg` on `g` with every parameter trained, under the default constants.
+fn full_events(g: &Graph, cfg: &TrainConfig) -> Events {
+    generate(
+        g,
+        cfg,
+        &ParamPolicy::full(g, cfg.precision),
+        &Constants::default(),
+    )
+}
+
 #[test]
 fn every_preset_gives_consistent_events() {
     for p in builtin_presets().expect("presets parse") {
@@ -31,12 +41,7 @@ fn every_preset_gives_consistent_events() {
                         attention: Attention::Sdpa,
                         ..TrainConfig::default()
                     };
-                    let ev = generate(
-                        &g,
-                        &cfg,
-                        &ParamPolicy::full(&g, cfg.precision),
-                        &Constants::default(),
-                    );
+                    let ev = full_events(&g, &cfg);
                     if let Err(e) = ev.check(&g) {
                         panic!("{} {prec} ckpt={ckpt} accum={accum}: {e}", p.id);
                     }
@@ -99,12 +104,7 @@ fn tied_weight_gradients_sum_out_of_place_unless_via_autocast() {
             precision,
             ..TrainConfig::default()
         };
-        let ev = generate(
-            &g,
-            &cfg,
-            &ParamPolicy::full(&g, cfg.precision),
-            &Constants::default(),
-        );
+        let ev = full_events(&g, &cfg);
         let weight_sized = ev.events[ev.measured_start..]
             .iter()
             .filter(|e| e.alloc && e.phase == Phase::Backward && e.node == wte)
@@ -135,12 +135,7 @@ fn trainer_loop_frees_the_logits_before_backward() {
             precision: Precision::Fp32,
             ..TrainConfig::default()
         };
-        let ev = generate(
-            &g,
-            &cfg,
-            &ParamPolicy::full(&g, cfg.precision),
-            &Constants::default(),
-        );
+        let ev = full_events(&g, &cfg);
         let measured = &ev.events[ev.measured_start..];
         let logits_bytes = g.tensors[logits].per_sample * 4;
         let buf = measured
@@ -175,12 +170,7 @@ fn lightning_zeroes_gradients_after_the_forward() {
                 precision: Precision::AmpBf16,
                 ..TrainConfig::default()
             };
-            let ev = generate(
-                &g,
-                &cfg,
-                &ParamPolicy::full(&g, cfg.precision),
-                &Constants::default(),
-            );
+            let ev = full_events(&g, &cfg);
             let measured = &ev.events[ev.measured_start..];
             let is_grad = |e: &Event| ev.buffers[e.buffer as usize].category == Category::Gradients;
             let first_grad_free = measured
@@ -239,12 +229,7 @@ fn gelu_new_allocates_in_python_order() {
         precision: Precision::AmpBf16,
         ..TrainConfig::default()
     };
-    let ev = generate(
-        &g,
-        &cfg,
-        &ParamPolicy::full(&g, cfg.precision),
-        &Constants::default(),
-    );
+    let ev = full_events(&g, &cfg);
     let act = g
         .nodes
         .iter()
@@ -293,12 +278,7 @@ fn chunk_gradients_are_halves_then_one_cat() {
         precision: Precision::Fp32,
         ..TrainConfig::default()
     };
-    let ev = generate(
-        &g,
-        &cfg,
-        &ParamPolicy::full(&g, cfg.precision),
-        &Constants::default(),
-    );
+    let ev = full_events(&g, &cfg);
     let chunks: Vec<usize> = (0..g.nodes.len())
         .filter(|&i| g.nodes[i].op == Op::Chunk)
         .collect();
