@@ -17,6 +17,18 @@ One JSON object per config line, e.g.
   and, for generate, optionally the decoding (tools/make_grid29b.py): "do_sample": true,
   "temperature", "top_k", "top_p" (passed to generate as given; unset ones take
   transformers' defaults), "num_beams": B (beam search).
+  Quantized weights or accelerate's offload (tools/make_grid29c.py): "quant": "nf4" | "int8"
+  ("double_quant": true | false for nf4), or "device_map": "auto" with "max_gpu_memory" and
+  "max_cpu_memory" (accelerate's size strings). Such a model is saved (random weights, in the
+  row's dtype, safetensors) to a folder once per model and dtype, then loaded the way a user
+  loads it:
+      from_pretrained(folder, dtype=dtype, attn_implementation=attention,
+          quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+              bnb_4bit_use_double_quant=dq, bnb_4bit_compute_dtype=dtype)
+          | BitsAndBytesConfig(load_in_8bit=True))                  # device_map left unset
+      from_pretrained(folder, dtype=dtype, attn_implementation=attention,
+          device_map="auto", max_memory={0: max_gpu_memory, "cpu": max_cpu_memory})
+  and the row records `hf_device_map` (the placement accelerate chose).
 
 What is measured (vramlab's inference plan models exactly this):
 
@@ -86,6 +98,11 @@ def versions(dev):
          "cuda": torch.version.cuda, "python": platform.python_version(),
          "device_name": "cpu", "driver": None, "device_total_bytes": None,
          "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")}
+    for name in ("accelerate", "bitsandbytes"):
+        try:
+            v[name] = __import__(name).__version__
+        except Exception:  # not installed: rows that need it fail with their own error
+            v[name] = None
     if dev == "cuda":
         props = torch.cuda.get_device_properties(0)
         v["device_name"] = props.name
@@ -113,6 +130,14 @@ def check_row(row):
         raise ValueError(f"config {row['id']}: {sorted(dec)} are generate settings")
     if int(row.get("num_beams", 1)) < 1:
         raise ValueError(f"config {row['id']}: num_beams must be >= 1")
+    if row.get("quant", "nf4") not in ("nf4", "int8"):
+        raise ValueError(f"config {row['id']}: quant {row['quant']!r} not nf4 or int8")
+    if row.get("device_map", "auto") != "auto":
+        raise ValueError(f"config {row['id']}: device_map {row['device_map']!r} is not auto")
+    if "quant" in row and "device_map" in row:
+        raise ValueError(f"config {row['id']}: quant and device_map are measured apart")
+    if "device_map" in row and "max_gpu_memory" not in row:
+        raise ValueError(f"config {row['id']}: device_map needs max_gpu_memory")
 
 
 DECODING_KEYS = ("do_sample", "temperature", "top_k", "top_p", "num_beams")
@@ -140,14 +165,63 @@ def load_config(path):
     return AutoConfig.for_model(model_type, **cfg)
 
 
+CHECKPOINTS = "/tmp/vramlab_infer_ckpt"
+
+
+def checkpoint(row, dev):
+    """A folder holding the row's model with random weights in its dtype (saved once per model
+    and dtype; the folder of another model is removed first, to keep the disk free)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    stem = os.path.splitext(os.path.basename(row["model"]))[0]
+    folder = os.path.join(CHECKPOINTS, f"{stem}-{row['precision']}")
+    if os.path.exists(os.path.join(folder, "config.json")):
+        return folder
+    if os.path.isdir(CHECKPOINTS):
+        shutil.rmtree(CHECKPOINTS)
+    torch.manual_seed(29)
+    with torch.device(dev):
+        model = AutoModelForCausalLM.from_config(load_config(row["model"]),
+                                                 dtype=DTYPES[row["precision"]])
+    model.save_pretrained(folder)
+    del model
+    gc.collect()
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+    return folder
+
+
 def build(row, dev):
     from transformers import AutoModelForCausalLM
 
-    config = load_config(row["model"])
     attention = row.get("attention", "sdpa")
-    with torch.device(dev):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=attention,
-                                                 dtype=DTYPES[row["precision"]])
+    dtype = DTYPES[row["precision"]]
+    if "quant" in row or "device_map" in row:
+        folder = checkpoint(row, dev)
+        if dev == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        kw = {}
+        if row.get("quant") == "nf4":
+            from transformers import BitsAndBytesConfig
+            kw["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                bnb_4bit_use_double_quant=bool(row.get("double_quant", True)),
+                bnb_4bit_compute_dtype=dtype)
+        elif row.get("quant") == "int8":
+            from transformers import BitsAndBytesConfig
+            kw["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
+        else:
+            kw["device_map"] = "auto"
+            kw["max_memory"] = {0: row["max_gpu_memory"], "cpu": row.get("max_cpu_memory", "200GiB")}
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
+                                                     attn_implementation=attention, **kw)
+    else:
+        config = load_config(row["model"])
+        with torch.device(dev):
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=attention,
+                                                     dtype=dtype)
     got = getattr(model.config, "_attn_implementation", None)
     if got != attention:
         raise RuntimeError(f"attn_implementation {attention!r} did not take effect (got {got!r})")
@@ -205,9 +279,17 @@ def measure(row, dev):
     build_s = time.time() - t0
     out = {"params": sum(p.numel() for p in model.parameters()),
            "weights_bytes": param_bytes(model), "build_s": round(build_s, 2)}
+    if getattr(model, "hf_device_map", None) is not None and "device_map" in row:
+        out["hf_device_map"] = {k: (v if isinstance(v, (int, str)) else str(v))
+                                for k, v in model.hf_device_map.items()}
+    if dev == "cuda" and ("quant" in row or "device_map" in row):
+        out["load_peak_allocated"] = torch.cuda.max_memory_allocated()
+        out["load_peak_reserved"] = torch.cuda.max_memory_reserved()
     vocab = model.config.get_text_config(decoder=True).vocab_size
     gen = torch.Generator(device="cpu").manual_seed(29)
     input_ids = torch.randint(0, vocab, (int(row["batch"]), int(row["prompt"])), generator=gen).to(dev)
+    out["quant_modules"] = sorted({type(m).__name__ for m in model.modules()
+                                   if "bitsandbytes" in type(m).__module__})
     call = make_call(model, row, input_ids)
     if dev == "cuda":
         out["allocated_after_build"] = torch.cuda.memory_allocated()
