@@ -47,7 +47,7 @@ pub struct ParamState {
 
 /// A bitsandbytes-quantized weight: its kind and whether the 4-bit block scales are
 /// quantized again (double quantization).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct QuantStorage {
     pub quant: Quant,
     pub double_quant: bool,

@@ -22,9 +22,11 @@
 use super::decoding::{Decoding, Warper};
 use super::forward::{Cache, Call, Process, forward};
 use super::program::{Buf, Prog};
+use super::quant::QuantModel;
 use super::setting::{InferConfig, InferStep, KvCache};
 use super::shape::DecoderShape;
 use crate::plan::events::{Category, Events, Phase};
+use crate::plan::policy::QuantStorage;
 
 /// The events of weights, prompt, warm-up and measured call. `params` are the parameters'
 /// element counts in the order the model creates them; `buffers` the fp32 buffers'
@@ -41,31 +43,60 @@ pub fn session_decoding(
     params: &[u64],
     buffers: &[u64],
 ) -> Events {
+    session_quant(s, cfg, dec, params, buffers, None)
+}
+
+/// [`session_decoding`] of a model loaded with bitsandbytes-quantized linears (`quant`:
+/// its parameters as `from_pretrained` loads them, [`QuantModel::load`]) at `cfg.batch`
+/// sequences; `None`: the model created in its dtype.
+pub fn session_quant(
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    params: &[u64],
+    buffers: &[u64],
+    quant: Option<&QuantModel>,
+) -> Events {
     let mut p = Prog::default();
     p.phase = Some(Phase::Setup);
     let d = cfg.dtype.size();
-    for &e in params {
-        p.alloc(0, e * d, Category::Parameters);
-    }
-    for &e in buffers {
-        p.alloc(0, e * 4, Category::Parameters);
-    }
-    if s.tied {
-        // `nn.Linear(hidden, vocab)`'s own weight, dropped when `post_init` ties `lm_head` to
-        // the embedding: its segment stays cached (reserved after the build)
-        let own = p.alloc(0, s.vocab * s.hidden * d, Category::Transient);
-        p.free(own);
+    if let Some(q) = quant {
+        q.load(&mut p);
+        for &e in buffers {
+            p.alloc(0, e * 4, Category::Parameters);
+        }
+    } else {
+        for &e in params {
+            p.alloc(0, e * d, Category::Parameters);
+        }
+        for &e in buffers {
+            p.alloc(0, e * 4, Category::Parameters);
+        }
+        if s.tied {
+            // `nn.Linear(hidden, vocab)`'s own weight, dropped when `post_init` ties `lm_head`
+            // to the embedding: its segment stays cached (reserved after the build)
+            let own = p.alloc(0, s.vocab * s.hidden * d, Category::Transient);
+            p.free(own);
+        }
     }
     p.alloc(cfg.prompt * 8, 0, Category::Activations);
     let mut proc = Process::default();
     p.phase = Some(Phase::Forward);
-    one_call(&mut p, &mut proc, s, cfg, dec);
+    let q = quant.map(|q| q.quant);
+    one_call(&mut p, &mut proc, s, cfg, dec, q);
     p.start_measured();
-    one_call(&mut p, &mut proc, s, cfg, dec);
+    one_call(&mut p, &mut proc, s, cfg, dec, q);
     p.finish()
 }
 
-fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfig, dec: &Decoding) {
+fn one_call(
+    p: &mut Prog,
+    proc: &mut Process,
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    quant: Option<QuantStorage>,
+) {
     let d = cfg.dtype.size();
     let call = |t: u64, keep: u64, padding_mask: bool| Call {
         t,
@@ -74,6 +105,8 @@ fn one_call(p: &mut Prog, proc: &mut Process, s: &DecoderShape, cfg: &InferConfi
         d,
         bf16: cfg.dtype == crate::plan::config::DType::BF16,
         imp: cfg.attention,
+        batch: cfg.batch,
+        quant,
     };
     let pr = cfg.prompt;
     p.forward = 0;

@@ -13,10 +13,12 @@
 use super::attention::{AttnCall, AttnOut, attention};
 use super::kv::{dynamic_tokens, static_tokens};
 use super::program::{Buf, Prog};
+use super::quant;
 use super::setting::KvCache;
 use super::shape::DecoderShape;
 use crate::plan::config::Attention;
 use crate::plan::events::Category;
+use crate::plan::policy::QuantStorage;
 
 /// One layer's cached keys and values.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +72,10 @@ pub struct Call {
     pub d: u64,
     pub bf16: bool,
     pub imp: Attention,
+    /// Sequences in the batch (the bitsandbytes 4-bit kernel's choice depends on the rows).
+    pub batch: u64,
+    /// bitsandbytes-quantized projections ([`super::quant`]); `None`: `nn.Linear`.
+    pub quant: Option<QuantStorage>,
 }
 
 /// Process-wide state the first matmul creates.
@@ -84,14 +90,28 @@ pub struct Process {
 /// build on every row of grid29.
 pub const CUBLAS_WORKSPACE: [u64; 1] = [32 << 20];
 
-fn linear(p: &mut Prog, proc: &mut Process, per_sample: u64) -> Buf {
+/// The cuBLAS workspace, on the process's first cuBLAS matmul.
+pub(super) fn cublas(p: &mut Prog, proc: &mut Process) {
     if !proc.cublas_ready {
         proc.cublas_ready = true;
         for w in CUBLAS_WORKSPACE {
             p.alloc(0, w, Category::Transient);
         }
     }
+}
+
+fn linear(p: &mut Prog, proc: &mut Process, per_sample: u64) -> Buf {
+    cublas(p, proc);
     p.act(per_sample)
+}
+
+/// A decoder layer's projection of `k` to `n` features over the call's tokens: `nn.Linear`,
+/// or bitsandbytes' `Linear4bit` / `Linear8bitLt` ([`quant::linear`]).
+fn proj(p: &mut Prog, proc: &mut Process, c: &Call, k: u64, n: u64) -> Buf {
+    match c.quant {
+        Some(q) => quant::linear(p, proc, q, c, k, n),
+        None => linear(p, proc, c.t * n * c.d),
+    }
 }
 
 /// RMSNorm over `n` elements per sequence (`rows` rows): Llama's `x.to(fp32)`, `pow`,
@@ -287,12 +307,12 @@ pub fn forward(
         let x = rms_norm(p, s, t * s.hidden, t, d);
         let (q_bytes, kv_bytes) = (t * s.q_width() * d, t * s.kv_width() * d);
         let (q, k, v, fused) = if s.fused {
-            let qkv = linear(p, proc, q_bytes + 2 * kv_bytes);
+            let qkv = proj(p, proc, &c, s.hidden, s.q_width() + 2 * s.kv_width());
             (Buf::NONE, Buf::NONE, Buf::NONE, qkv)
         } else {
-            let q = linear(p, proc, q_bytes);
-            let k = linear(p, proc, kv_bytes);
-            let v = linear(p, proc, kv_bytes);
+            let q = proj(p, proc, &c, s.hidden, s.q_width());
+            let k = proj(p, proc, &c, s.hidden, s.kv_width());
+            let v = proj(p, proc, &c, s.hidden, s.kv_width());
             (q, k, v, Buf::NONE)
         };
         let (q, k) = if s.qk_norm {
@@ -335,7 +355,7 @@ pub fn forward(
         if k_e_kept {
             p.free(k_e);
         }
-        let a = linear(p, proc, h_bytes);
+        let a = proj(p, proc, &c, s.q_width(), s.hidden);
         // the attention module returns: its output, q, a fused qkv and its input go
         p.free(out);
         p.free(q_e);
@@ -351,7 +371,7 @@ pub fn forward(
         let h2 = p.act(h_bytes);
         p.free(a);
         let x2 = rms_norm(p, s, t * s.hidden, t, d);
-        let m = mlp(p, proc, s, x2, t, d);
+        let m = mlp(p, proc, s, x2, &c);
         let m = if s.sandwich_norm {
             let n = rms_norm(p, s, t * s.hidden, t, d);
             p.free(m);
@@ -396,28 +416,28 @@ pub fn forward(
 }
 
 /// The MLP on `x2`; frees `x2` when the MLP returns.
-fn mlp(p: &mut Prog, proc: &mut Process, s: &DecoderShape, x2: Buf, t: u64, d: u64) -> Buf {
-    let i_bytes = t * s.intermediate * d;
-    let h_bytes = t * s.hidden * d;
+fn mlp(p: &mut Prog, proc: &mut Process, s: &DecoderShape, x2: Buf, c: &Call) -> Buf {
+    let i_bytes = c.t * s.intermediate * c.d;
+    let (h, i) = (s.hidden, s.intermediate);
     let out = if s.fused {
         // gate_up_proj; gate, up = chunk(2); up * act(gate); down_proj
-        let gu = linear(p, proc, 2 * i_bytes);
+        let gu = proj(p, proc, c, h, 2 * i);
         let act = p.act(i_bytes);
         let m = p.act(i_bytes);
         p.free(act);
-        let out = linear(p, proc, h_bytes);
+        let out = proj(p, proc, c, i, h);
         p.free(m);
         p.free(gu);
         out
     } else {
-        let g = linear(p, proc, i_bytes);
+        let g = proj(p, proc, c, h, i);
         let act = p.act(i_bytes);
         p.free(g);
-        let u = linear(p, proc, i_bytes);
+        let u = proj(p, proc, c, h, i);
         let m = p.act(i_bytes);
         p.free(act);
         p.free(u);
-        let out = linear(p, proc, h_bytes);
+        let out = proj(p, proc, c, i, h);
         p.free(m);
         out
     };

@@ -10,6 +10,8 @@
 //! - [`decoding`]: greedy decoding or multinomial sampling (the logits warpers);
 //! - [`call`]: weights, prompt, the warm-up and the measured `generate` / forward;
 //! - [`program`]: the event list under construction;
+//! - [`quant`]: bitsandbytes-quantized weights (nf4 / fp4, LLM.int8): loading and the
+//!   quantized projections;
 //! - [`trace`]: the measured call's memory over its forwards (the GUI's timeline).
 //!
 //! The model is loaded directly in its dtype (`from_pretrained(..., dtype=...)`) and runs in
@@ -22,9 +24,12 @@ pub mod decoding;
 pub mod forward;
 pub mod kv;
 pub mod program;
+pub mod quant;
 pub mod setting;
 pub mod shape;
 pub mod trace;
+
+use std::borrow::Cow;
 
 use serde::Serialize;
 
@@ -38,6 +43,8 @@ use super::search::Budget;
 use super::{DEFAULT_CUDA_CONTEXT, PlanError, Share, eval};
 use crate::model::Preset;
 use crate::model::families::transformer::AttnImpl;
+use crate::plan::policy::QuantStorage;
+use quant::QuantModel;
 use crate::units::Bytes;
 
 /// The prediction for one inference call.
@@ -51,6 +58,9 @@ pub struct InferPlan {
     /// and a prefill).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decoding: Option<Decoding>,
+    /// The bitsandbytes quantization of the linears (absent: every weight in the dtype).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quant: Option<QuantStorage>,
     /// `torch.cuda.max_memory_allocated()` over the measured call.
     pub peak_allocated_bytes: Bytes,
     /// `torch.cuda.max_memory_reserved()` over the measured call.
@@ -60,7 +70,8 @@ pub struct InferPlan {
     pub cuda_context_bytes: Bytes,
     /// The KV cache at its largest (all layers, the whole batch).
     pub kv_cache_bytes: Bytes,
-    /// The weights (and the model's buffers) in their dtype.
+    /// The weights (and the model's buffers) in their dtype; quantized linears as
+    /// bitsandbytes stores them.
     pub weights_bytes: Bytes,
     /// Where the peak is: `prefill` or `decode step k`.
     pub peak_at: String,
@@ -79,8 +90,15 @@ pub struct InferPlanner {
     pub decoding: Decoding,
     pub params: u64,
     pub weights: Bytes,
+    /// The events at `config.batch` (a quantized model's 4-bit kernels depend on the batch:
+    /// [`InferPlanner::events_at`]).
     pub events: Events,
     pub context: Bytes,
+    /// The bitsandbytes-quantized model ([`quant`]), `None` for weights in the dtype.
+    pub quant: Option<QuantModel>,
+    /// Parameter and fp32 buffer elements, to rebuild a quantized model's events.
+    param_elems: Vec<u64>,
+    buffer_elems: Vec<u64>,
 }
 
 impl InferPlanner {
@@ -95,6 +113,18 @@ impl InferPlanner {
         preset: &Preset,
         cfg: &InferConfig,
         dec: &Decoding,
+    ) -> Result<InferPlanner, PlanError> {
+        InferPlanner::with_quant(preset, cfg, dec, None)
+    }
+
+    /// [`InferPlanner::with_decoding`] of a model loaded with `quantization_config`
+    /// (`quant`: bitsandbytes nf4 / fp4 with or without double quantization, or LLM.int8;
+    /// `None`: the weights in the dtype).
+    pub fn with_quant(
+        preset: &Preset,
+        cfg: &InferConfig,
+        dec: &Decoding,
+        quant: Option<QuantStorage>,
     ) -> Result<InferPlanner, PlanError> {
         cfg.validate()?;
         dec.validate()?;
@@ -125,9 +155,13 @@ impl InferPlanner {
         let rotaries = if shape.two_rotaries { 2 } else { 1 };
         // `inv_freq` and `original_inv_freq` per rotary embedding (fp32).
         let buffers = vec![shape.head_dim / 2; 2 * rotaries];
-        let weights =
-            params.iter().sum::<u64>() * cfg.dtype.size() + buffers.iter().sum::<u64>() * 4;
-        let events = call::session_decoding(&shape, cfg, dec, &params, &buffers);
+        let qmodel = quant.map(|q| QuantModel::of(&graph, q, cfg.dtype));
+        let held = match &qmodel {
+            Some(q) => q.weights_bytes(),
+            None => params.iter().sum::<u64>() * cfg.dtype.size(),
+        };
+        let weights = held + buffers.iter().sum::<u64>() * 4;
+        let events = call::session_quant(&shape, cfg, dec, &params, &buffers, qmodel.as_ref());
         Ok(InferPlanner {
             model: preset.id.clone(),
             params: params.iter().sum(),
@@ -137,12 +171,41 @@ impl InferPlanner {
             decoding: *dec,
             events,
             context: DEFAULT_CUDA_CONTEXT,
+            quant: qmodel,
+            param_elems: params,
+            buffer_elems: buffers,
         })
+    }
+
+    /// The events at `batch`: those built, unless a 4-bit model's `gemm_4bit` dispatch
+    /// (fused kernel or dequantized weight, by the rows `batch × tokens`) makes them depend
+    /// on the batch — then rebuilt for it.
+    pub fn events_at(&self, batch: u64) -> Cow<'_, Events> {
+        match &self.quant {
+            Some(q) if q.quant.quant.is_4bit() && batch != self.config.batch => {
+                let mut cfg = self.config;
+                cfg.batch = batch;
+                Cow::Owned(call::session_quant(
+                    &self.shape,
+                    &cfg,
+                    &self.decoding,
+                    &self.param_elems,
+                    &self.buffer_elems,
+                    Some(q),
+                ))
+            }
+            _ => Cow::Borrowed(&self.events),
+        }
     }
 
     /// Peak allocated, reserved and nvidia-smi bytes at `batch`.
     pub fn peaks(&self, batch: u64) -> Result<eval::Peaks, PlanError> {
-        eval::peaks(&self.events, batch, self.config.allocator, self.context)
+        eval::peaks(
+            &self.events_at(batch),
+            batch,
+            self.config.allocator,
+            self.context,
+        )
     }
 
     /// The plan at `batch`.
@@ -150,7 +213,7 @@ impl InferPlanner {
         let mut cfg = self.config;
         cfg.batch = batch;
         cfg.validate()?;
-        let e = eval::evaluate(&self.events, batch, cfg.allocator, false)?;
+        let e = eval::evaluate(&self.events_at(batch), batch, cfg.allocator, false)?;
         let smi = e
             .peak_reserved
             .checked_add(self.context)
@@ -188,6 +251,7 @@ impl InferPlanner {
             params: self.params,
             config: cfg,
             decoding: (!self.decoding.is_greedy()).then_some(self.decoding),
+            quant: self.quant.as_ref().map(|q| q.quant),
             peak_allocated_bytes: e.peak_allocated,
             peak_reserved_bytes: e.peak_reserved,
             nvidia_smi_bytes: smi,
@@ -202,7 +266,7 @@ impl InferPlanner {
     /// Whether `batch` runs without a CUDA OOM on `budget`'s GPU.
     pub fn fits(&self, budget: Budget, batch: u64) -> Result<bool, PlanError> {
         let cap = budget.allocator_cap(self.context);
-        match eval::runs_within(&self.events, batch, self.config.allocator, cap) {
+        match eval::runs_within(&self.events_at(batch), batch, self.config.allocator, cap) {
             Err(PlanError::Overflow(_)) => Ok(false),
             other => other,
         }

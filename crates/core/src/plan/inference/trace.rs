@@ -29,9 +29,10 @@ impl InferPlanner {
     /// point (so the prefill spike and every decode step's top survive). Its largest allocated
     /// and reserved bytes are the plan's peaks.
     pub fn trace(&self, batch: u64, max_points: usize) -> Result<Vec<TracePoint>, PlanError> {
-        let values = eval::memory_trace(&self.events, batch, self.config.allocator)?;
-        let start = self.events.measured_start.min(self.events.events.len());
-        let nodes: Vec<u32> = self.events.events[start..]
+        let events = self.events_at(batch);
+        let values = eval::memory_trace(&events, batch, self.config.allocator)?;
+        let start = events.measured_start.min(events.events.len());
+        let nodes: Vec<u32> = events.events[start..]
             .iter()
             .map(|e| if e.node == u32::MAX { 0 } else { e.node })
             .collect();
