@@ -8,7 +8,10 @@ use anyhow::{Context, Result, bail};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
+use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::quant;
 use vramlab_core::plan::inference::setting::dtype_name;
+use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::inference::{
     Decoding, InferConfig, InferPlan, InferPlanner, InferStep, KvCache,
 };
@@ -27,10 +30,10 @@ pub fn is_inference(t: &TrainArgs) -> bool {
 
 /// Refuses the flags inference does not take, naming them.
 fn refuse_training_flags(t: &TrainArgs) -> Result<()> {
-    if t.quant.is_some() || t.no_double_quant {
+    if t.quant.is_some() && (t.device_map.is_some() || t.max_gpu_memory.is_some()) {
         bail!(
-            "--quant: quantized weights for inference (bitsandbytes nf4 / int8) are not \
-             modelled yet; plan bf16, fp16 or fp32 weights"
+            "--quant with --device-map: quantized weights offloaded by accelerate are not \
+             modelled; plan the quantized model on one GPU (no --device-map)"
         );
     }
     if t.device_map.is_some() || t.max_gpu_memory.is_some() {
@@ -68,6 +71,26 @@ fn refuse_training_flags(t: &TrainArgs) -> Result<()> {
         bail!("--gpus / --strategy: inference on more than one GPU is not modelled yet");
     }
     Ok(())
+}
+
+/// The bitsandbytes quantization of the weights from `--quant` / `--no-double-quant`
+/// (`BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=…,
+/// bnb_4bit_use_double_quant=…, bnb_4bit_compute_dtype=dtype)` or `load_in_8bit=True`).
+fn weight_quant(t: &TrainArgs) -> Result<Option<QuantStorage>> {
+    let Some(word) = &t.quant else {
+        if t.no_double_quant {
+            bail!("--no-double-quant: a setting of 4-bit weights; give --quant nf4");
+        }
+        return Ok(None);
+    };
+    let quant: Quant = word.parse().context("--quant")?;
+    if !quant.is_4bit() && t.no_double_quant {
+        bail!("--no-double-quant: double quantization is a 4-bit setting; LLM.int8 (--quant int8) has none");
+    }
+    Ok(Some(QuantStorage {
+        quant,
+        double_quant: quant.is_4bit() && !t.no_double_quant,
+    }))
 }
 
 /// The decoding flags (`--do-sample`, `--temperature`, `--top-k`, `--top-p`, `--num-beams`)
@@ -176,7 +199,23 @@ fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
     Ok(cfg)
 }
 
+/// The model and call from the flags, for a command that plans weights in their dtype only.
 pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig, Decoding)> {
+    let (preset, cfg, dec, quant) = resolve_quant(t, batch)?;
+    if quant.is_some() {
+        bail!(
+            "--quant: this command does not plan quantized weights yet (plan --step and \
+             max-batch --step do)"
+        );
+    }
+    Ok((preset, cfg, dec))
+}
+
+/// The model, call and weight quantization from the flags.
+fn resolve_quant(
+    t: &TrainArgs,
+    batch: u64,
+) -> Result<(Preset, InferConfig, Decoding, Option<QuantStorage>)> {
     let step: InferStep = t.step.as_deref().unwrap_or("generate").parse()?;
     let name = t.model.as_deref().context("--model is required")?;
     let preset = if super::args::is_hub_source(name) {
@@ -186,7 +225,9 @@ pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig,
         let s = super::model_source::load(name)?;
         if let Some(q) = &s.prequantized {
             bail!(
-                "--model {name}: the checkpoint is stored quantized ({q}); quantized weights                  for inference are not modelled yet: plan the unquantized model's config.json"
+                "--model {name}: the checkpoint is stored quantized ({q}); loading a \
+                 pre-quantized checkpoint for inference is not modelled yet: plan the \
+                 unquantized model's config.json with --quant"
             );
         }
         s.preset
@@ -195,7 +236,8 @@ pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig,
     };
     let cfg = config(t, step, batch)?;
     let dec = decoding(t, step)?;
-    Ok((preset, cfg, dec))
+    let quant = weight_quant(t)?;
+    Ok((preset, cfg, dec, quant))
 }
 
 /// Flags the user left out and the values planned.
@@ -215,9 +257,9 @@ fn assumed(t: &TrainArgs, batch_given: bool) -> Vec<(&'static str, &'static str)
 
 /// `plan --step prefill|generate`.
 pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Result<()> {
-    let (preset, cfg, dec) = resolve(t, batch.unwrap_or(1))?;
+    let (preset, cfg, dec, quant) = resolve_quant(t, batch.unwrap_or(1))?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_decoding(&preset, &cfg, &dec)?;
+    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?;
     let plan = planner.plan(cfg.batch)?;
     let fits = vramlab_core::answer::inference::fits(&planner, &plan, budget)?;
     let freeing = vramlab_core::answer::inference::fits_only_by_freeing_cache(&plan, budget, fits);
@@ -299,6 +341,14 @@ fn write_plan(
     if let Some(d) = &p.decoding {
         writeln!(out, "  decoding: {}", d.describe())?;
     }
+    if let Some(q) = p.quant {
+        writeln!(
+            out,
+            "  quantized linears: {}; lm_head, embeddings and norms in {}",
+            quant::describe(q),
+            dtype_name(c.dtype)
+        )?;
+    }
     writeln!(out, "  weights          {:>12}", p.weights_bytes)?;
     writeln!(out, "  KV cache (peak)  {:>12}", p.kv_cache_bytes)?;
     writeln!(
@@ -324,9 +374,9 @@ fn write_plan(
 
 /// `max-batch --step generate|prefill`.
 pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
-    let (preset, cfg, dec) = resolve(t, 1)?;
+    let (preset, cfg, dec, quant) = resolve_quant(t, 1)?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_decoding(&preset, &cfg, &dec)?;
+    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?;
     let max = vramlab_core::answer::inference::max_batch(&planner, budget)?;
     let at = match max {
         Some(m) => Some(planner.plan(m)?),
@@ -348,13 +398,20 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         {
             o.insert("decoding".into(), serde_json::to_value(dec)?);
         }
+        if let (Some(q), Some(o)) = (quant, v.as_object_mut()) {
+            o.insert("quant".into(), serde_json::to_value(q)?);
+            o.insert(
+                "weights_bytes".into(),
+                serde_json::json!(planner.weights.0),
+            );
+        }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
     }
     match (max, at) {
         (Some(m), Some(p)) => writeln!(
             out,
-            "{}: largest batch for {}{} on {} ({} usable): {m} ({} nvidia-smi, KV cache {})",
+            "{}: largest batch for {}{}{} on {} ({} usable): {m} ({} nvidia-smi, KV cache {})",
             preset.id,
             cfg.step,
             if dec.is_greedy() {
@@ -362,6 +419,7 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             } else {
                 format!(" with {}", dec.describe())
             },
+            quant.map_or(String::new(), |q| format!(" ({} weights)", quant::describe(q))),
             gpu.name,
             budget.usable(),
             p.nvidia_smi_bytes,

@@ -87,7 +87,7 @@ const DYNAMIC_MAP: u64 = 256 * 4;
 /// The quantization as outputs name it, e.g. `bitsandbytes nf4, double quantization`.
 pub fn describe(q: QuantStorage) -> String {
     match q.quant {
-        Quant::Int8 => "bitsandbytes LLM.int8 (int8 weights, fp32 row scales)".into(),
+        Quant::Int8 => "bitsandbytes LLM.int8".into(),
         k => format!(
             "bitsandbytes {k}{}",
             if q.double_quant {
