@@ -173,6 +173,64 @@ fn max_batch_for_generate() {
     assert_eq!(above["fits"], false, "{above}");
 }
 
+/// `--quant`: the weights as bitsandbytes stores them (nf4 with double quantization <
+/// without < LLM.int8 < bf16), named in the text, and `max-batch` plans them.
+#[test]
+fn quantized_weights_are_planned() {
+    let call = ["--step", "generate", "--seq", "256", "--new-tokens", "8"];
+    let at = |extra: &[&str]| {
+        let mut a = call.to_vec();
+        a.extend_from_slice(extra);
+        plan_json(&a)
+    };
+    let bf16 = at(&[]);
+    let nf4 = at(&["--quant", "nf4"]);
+    let nf4_plain = at(&["--quant", "nf4", "--no-double-quant"]);
+    let int8 = at(&["--quant", "int8"]);
+    let w = |v: &serde_json::Value| bytes(v, "weights_bytes");
+    assert!(w(&nf4) < w(&nf4_plain), "{nf4} {nf4_plain}");
+    assert!(w(&nf4_plain) < w(&int8) && w(&int8) < w(&bf16));
+    assert_eq!(nf4["quant"]["quant"], "nf4", "{nf4}");
+    assert_eq!(nf4["quant"]["double_quant"], true);
+    assert_eq!(nf4_plain["quant"]["double_quant"], false);
+    assert!(bf16.get("quant").is_none(), "{bf16}");
+    for v in [&nf4, &int8] {
+        assert!(bytes(v, "peak_allocated_bytes") > w(v));
+        assert!(bytes(v, "peak_allocated_bytes") < bytes(&bf16, "peak_allocated_bytes"));
+    }
+    let mut text = vec!["plan", "--model", LLAMA, "--gpu", "h200", "--quant", "int8"];
+    text.extend_from_slice(&call);
+    let (ok, out, err) = vramlab(&text);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("quantized linears: bitsandbytes LLM.int8"),
+        "{out}"
+    );
+    let mut mb = vec![
+        "max-batch",
+        "--model",
+        LLAMA,
+        "--gpu",
+        "rtx-4090",
+        "--quant",
+        "nf4",
+        "--json",
+    ];
+    mb.extend_from_slice(&call);
+    let (ok, out, err) = vramlab(&mb);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let m = v["max_batch"].as_u64().expect("a batch fits");
+    assert_eq!(v["quant"]["quant"], "nf4", "{v}");
+    let mut above = call.to_vec();
+    let next = (m + 1).to_string();
+    above.extend_from_slice(&["--quant", "nf4", "--gpu", "rtx-4090", "--batch", &next]);
+    assert_eq!(plan_json(&above)["fits"], false);
+    let mut mc = vec!["max-context", "--model", LLAMA, "--quant", "nf4"];
+    mc.extend_from_slice(&["--new-tokens", "8", "--gpu", "t4"]);
+    fails_with(&mc, "--quant: this command does not plan quantized weights");
+}
+
 #[test]
 fn unsupported_combinations_are_named() {
     let base = ["plan", "--model", LLAMA, "--seq", "128"];
@@ -183,9 +241,35 @@ fn unsupported_combinations_are_named() {
     }
     let with = |extra: &[&'static str]| joined(&base, extra);
     fails_with(
-        &with(&["--step", "generate", "--new-tokens", "4", "--quant", "nf4"]),
-        "--quant: quantized weights for inference",
+        &with(&[
+            "--step",
+            "generate",
+            "--new-tokens",
+            "4",
+            "--quant",
+            "nf4",
+            "--device-map",
+            "auto",
+        ]),
+        "--quant with --device-map",
     );
+    fails_with(
+        &with(&[
+            "--step",
+            "generate",
+            "--new-tokens",
+            "4",
+            "--quant",
+            "int8",
+            "--no-double-quant",
+        ]),
+        "a 4-bit setting",
+    );
+    fails_with(
+        &with(&["--step", "prefill", "--no-double-quant"]),
+        "give --quant nf4",
+    );
+    fails_with(&with(&["--step", "prefill", "--quant", "nf8"]), "--quant");
     fails_with(
         &with(&[
             "--step",

@@ -7,14 +7,14 @@ use anyhow::{Context, Result, bail};
 
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
-use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
 use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
 use vramlab_core::plan::inference::quant;
 use vramlab_core::plan::inference::setting::dtype_name;
-use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::inference::{
     Decoding, InferConfig, InferPlan, InferPlanner, InferStep, KvCache,
 };
+use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
 use vramlab_core::units::Bytes;
 use vramlab_core::vocabulary::parse_dtype;
@@ -85,7 +85,9 @@ fn weight_quant(t: &TrainArgs) -> Result<Option<QuantStorage>> {
     };
     let quant: Quant = word.parse().context("--quant")?;
     if !quant.is_4bit() && t.no_double_quant {
-        bail!("--no-double-quant: double quantization is a 4-bit setting; LLM.int8 (--quant int8) has none");
+        bail!(
+            "--no-double-quant: double quantization is a 4-bit setting; LLM.int8 (--quant int8) has none"
+        );
     }
     Ok(Some(QuantStorage {
         quant,
@@ -400,10 +402,7 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         }
         if let (Some(q), Some(o)) = (quant, v.as_object_mut()) {
             o.insert("quant".into(), serde_json::to_value(q)?);
-            o.insert(
-                "weights_bytes".into(),
-                serde_json::json!(planner.weights.0),
-            );
+            o.insert("weights_bytes".into(), serde_json::json!(planner.weights.0));
         }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
@@ -419,7 +418,10 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             } else {
                 format!(" with {}", dec.describe())
             },
-            quant.map_or(String::new(), |q| format!(" ({} weights)", quant::describe(q))),
+            quant.map_or(String::new(), |q| format!(
+                " ({} weights)",
+                quant::describe(q)
+            )),
             gpu.name,
             budget.usable(),
             p.nvidia_smi_bytes,

@@ -44,8 +44,8 @@ use super::{DEFAULT_CUDA_CONTEXT, PlanError, Share, eval};
 use crate::model::Preset;
 use crate::model::families::transformer::AttnImpl;
 use crate::plan::policy::QuantStorage;
-use quant::QuantModel;
 use crate::units::Bytes;
+use quant::QuantModel;
 
 /// The prediction for one inference call.
 #[derive(Debug, Clone, Serialize)]

@@ -59,7 +59,6 @@
 //!   `addmm` output replaces one of the output's size, below the int32 + fp16 + output that
 //!   exist together before it.
 
-
 use super::forward::{Call, Process, cublas};
 use super::program::{Buf, Prog};
 use crate::model::Graph;
@@ -405,7 +404,8 @@ mod tests {
         assert_eq!(keys[0], "model.embed_tokens.weight", "{keys:?}");
         let pos = |k: &str| keys.iter().position(|x| *x == k).expect(k);
         assert!(
-            pos("model.layers.2.mlp.down_proj.weight") < pos("model.layers.10.mlp.down_proj.weight")
+            pos("model.layers.2.mlp.down_proj.weight")
+                < pos("model.layers.10.mlp.down_proj.weight")
         );
         assert!(
             pos("model.layers.0.mlp.down_proj.weight")
@@ -461,8 +461,18 @@ mod tests {
     fn warmup_counts_param_element_size() {
         let nf4 = model("Llama-3.2-1B", Quant::Nf4, true);
         let int8 = model("Llama-3.2-1B", Quant::Int8, false);
-        let lin: u64 = nf4.tensors.iter().filter(|t| t.quantized).map(|t| t.elems).sum();
-        let rest: u64 = nf4.tensors.iter().filter(|t| !t.quantized).map(|t| t.elems).sum();
+        let lin: u64 = nf4
+            .tensors
+            .iter()
+            .filter(|t| t.quantized)
+            .map(|t| t.elems)
+            .sum();
+        let rest: u64 = nf4
+            .tensors
+            .iter()
+            .filter(|t| !t.quantized)
+            .map(|t| t.elems)
+            .sum();
         assert_eq!(nf4.warmup_bytes(), (lin / 2 + rest * 2) / 2 * 2);
         assert_eq!(int8.warmup_bytes(), (lin + rest * 2) / 2 * 2);
     }
