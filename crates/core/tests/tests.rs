@@ -14,6 +14,7 @@ mod grid26;
 mod grid26b;
 mod grid30;
 mod grid31;
+mod infer_quant;
 mod inference;
 mod invariants;
 mod max_context;
