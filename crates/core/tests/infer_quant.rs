@@ -5,6 +5,8 @@
 use serde_json::Value;
 use vramlab_core::model::hf;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
+use vramlab_core::plan::eval;
+use vramlab_core::plan::events::Phase;
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
@@ -88,5 +90,108 @@ fn cpu_quantized_weights_exact() {
             .sum();
         assert_eq!(q.quantized_modules() as u64, modules, "{row}");
         assert_eq!(row["lm_head"], "Linear");
+    }
+}
+
+/// `memory_allocated()` and `memory_reserved()` after `from_pretrained` (and the prompt on
+/// the GPU): the state when the first forward begins.
+fn after_build(p: &InferPlanner, batch: u64) -> (u64, u64) {
+    let mut ev = p.events_at(batch).into_owned();
+    ev.measured_start = ev
+        .events
+        .iter()
+        .position(|e| e.phase != Phase::Setup)
+        .unwrap_or(ev.events.len());
+    let t = eval::memory_trace(&ev, batch, AllocatorConfig::default()).expect("trace");
+    (t[0].0.0, t[0].1.0)
+}
+
+/// One measured row of grid29c and its plan.
+struct Row {
+    id: String,
+    what: String,
+    /// allocated peak, reserved peak, allocated after the build, reserved after the build
+    measured: [u64; 4],
+    planned: [u64; 4],
+}
+
+impl Row {
+    fn errors(&self) -> [f64; 4] {
+        [0, 1, 2, 3]
+            .map(|i| (self.planned[i] as f64 - self.measured[i] as f64) / self.measured[i] as f64)
+    }
+}
+
+fn grid(file: &str) -> Vec<Row> {
+    let mut out = Vec::new();
+    for row in rows(file) {
+        if row["oom"].as_bool() != Some(false) || row.get("error").is_some() {
+            continue;
+        }
+        let p = planner(&row);
+        let batch = row["batch"].as_u64().expect("batch");
+        let plan = p.plan(batch).expect("plan");
+        let (a, r) = after_build(&p, batch);
+        let u = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("{k} in {row}"));
+        out.push(Row {
+            id: row["id"].as_str().unwrap_or_default().to_string(),
+            what: format!(
+                "{} {} b{} p{} n{} {} {} {}{}",
+                row["model_type"].as_str().unwrap_or_default(),
+                row["step"].as_str().unwrap_or_default(),
+                batch,
+                u("prompt"),
+                row["new_tokens"].as_u64().unwrap_or(0),
+                row["precision"].as_str().unwrap_or_default(),
+                row["attention"].as_str().unwrap_or_default(),
+                row["quant"].as_str().unwrap_or_default(),
+                if row["double_quant"].as_bool() == Some(true) {
+                    "+dq"
+                } else {
+                    ""
+                },
+            ),
+            measured: [
+                u("peak_allocated"),
+                u("peak_reserved"),
+                u("allocated_after_build"),
+                u("reserved_after_build"),
+            ],
+            planned: [
+                plan.peak_allocated_bytes.0,
+                plan.peak_reserved_bytes.0,
+                a,
+                r,
+            ],
+        });
+    }
+    out
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn print(rows: &[Row]) {
+    for r in rows {
+        let e = r.errors();
+        println!(
+            "{} {:<48} alloc {:+6.2}% reserved {:+6.2}% | after build: alloc {:+6.2}% reserved {:+6.2}%",
+            r.id,
+            r.what,
+            100.0 * e[0],
+            100.0 * e[1],
+            100.0 * e[2],
+            100.0 * e[3]
+        );
     }
 }

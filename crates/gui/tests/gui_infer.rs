@@ -9,7 +9,9 @@ use egui_kittest::kittest::Queryable;
 use vramlab_core::answer::inference::{InferAnswer, fits, max_batch};
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
-use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
 use vramlab_core::vocabulary;
 use vramlab_gui::app::VramApp;
@@ -196,6 +198,55 @@ fn an_unsupported_model_shows_the_planners_error() {
         assert_shows(&h, "FIT");
         assert_hides(&h, "Cannot plan this call");
     }
+}
+
+/// The weights' quantization (`--quant`): nf4 with and without double quantization and
+/// LLM.int8 show the core's answer (`InferPlanner::with_quant`), the weights named.
+#[test]
+fn quantized_weights_show_the_cores_answer() {
+    let mut app = VramApp::new_for_test(None);
+    app.state.mode = PlannerMode::Inference;
+    app.state.preset_id = "TinyLlama-1.1B".into();
+    let mut h = harness(app, LARGE);
+    h.run();
+    let preset = find_builtin("TinyLlama-1.1B").expect("preset");
+    let cfg = tinyllama(InferStep::Generate, 1, 512, 128);
+    let answer = |q: Option<QuantStorage>| {
+        let p = InferPlanner::with_quant(&preset, &cfg, &Decoding::default(), q).expect("p");
+        InferAnswer::new(&p, 1, rtx4090_budget(), 100).expect("answer")
+    };
+    let plain = answer(None);
+    assert_shows_answer(&h, &plain);
+    assert_hides(&h, "double quant");
+    h.get_by_label("nf4").click();
+    h.run();
+    let nf4 = answer(Some(QuantStorage {
+        quant: Quant::Nf4,
+        double_quant: true,
+    }));
+    assert!(nf4.plan.weights_bytes.0 < plain.plan.weights_bytes.0 / 2);
+    assert_shows_answer(&h, &nf4);
+    assert_shows(&h, "bitsandbytes nf4, double quantization");
+    h.get_by_label("double quant").click();
+    h.run();
+    let single = answer(Some(QuantStorage {
+        quant: Quant::Nf4,
+        double_quant: false,
+    }));
+    assert_shows_answer(&h, &single);
+    assert_hides(&h, "bitsandbytes nf4, double quantization");
+    h.get_by_label("int8").click();
+    h.run();
+    assert_hides(&h, "double quant");
+    let int8 = answer(Some(QuantStorage {
+        quant: Quant::Int8,
+        double_quant: false,
+    }));
+    assert_shows_answer(&h, &int8);
+    assert_shows(&h, "bitsandbytes LLM.int8");
+    h.get_by_label("dtype").click();
+    h.run();
+    assert_shows_answer(&h, &plain);
 }
 
 /// The verdict and the largest batch follow the same rules as the CLI (`answer::inference`).

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use vramlab_core::answer::inference::{self, InferAnswer};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
-use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
 use vramlab_core::vocabulary::parse_dtype;
 
@@ -41,6 +43,10 @@ pub struct InferSettings {
     pub attention: Attention,
     /// Generate only (a plain forward builds its own `DynamicCache`).
     pub kv_cache: KvCache,
+    /// bitsandbytes weights (`--quant`): `None` loads every weight in the precision.
+    pub quant: Option<Quant>,
+    /// 4-bit double quantization (`bnb_4bit_use_double_quant`; `--no-double-quant` off).
+    pub double_quant: bool,
 }
 
 impl Default for InferSettings {
@@ -53,6 +59,8 @@ impl Default for InferSettings {
             precision: "bf16".into(),
             attention: Attention::Sdpa,
             kv_cache: KvCache::Dynamic,
+            quant: None,
+            double_quant: true,
         }
     }
 }
@@ -61,6 +69,14 @@ impl Default for InferSettings {
 pub const PRECISIONS: [&str; 3] = ["bf16", "fp16", "fp32"];
 
 impl InferSettings {
+    /// The weights' quantization, as `--quant` / `--no-double-quant` give it.
+    pub fn weight_quant(&self) -> Option<QuantStorage> {
+        self.quant.map(|quant| QuantStorage {
+            quant,
+            double_quant: quant.is_4bit() && self.double_quant,
+        })
+    }
+
     /// The core's config: a prefill takes no new tokens and no cache choice (as the CLI
     /// refuses them), so those settings are kept for generate but not planned.
     pub fn config(&self) -> Result<InferConfig, String> {
@@ -94,8 +110,9 @@ type AnswerEntry = ((u64, u64, Budget), Result<InferAnswer, String>);
 /// The inference planner and its answers, cached; see the module docs.
 #[derive(Default)]
 pub struct InferCache {
-    /// The model and the batch-independent config (batch 1) the planner was built for.
-    planner: Option<((Preset, InferConfig), Built)>,
+    /// The model, the batch-independent config (batch 1) and the weights' quantization the
+    /// planner was built for.
+    planner: Option<((Preset, InferConfig, Option<QuantStorage>), Built)>,
     /// A failure before a planner (the model, or a setting).
     error: Option<String>,
     /// Bumped on every planner rebuild; keys the caches below.
@@ -115,13 +132,15 @@ impl InferCache {
         self.error = None;
         let mut key_cfg = cfg;
         key_cfg.batch = 1;
+        let quant = s.weight_quant();
         let fresh = self
             .planner
             .as_ref()
-            .is_some_and(|((p, c), _)| *c == key_cfg && p == preset);
+            .is_some_and(|((p, c, q), _)| *c == key_cfg && *q == quant && p == preset);
         if !fresh {
-            let built = InferPlanner::new(preset, &key_cfg).map_err(|e| format!("{e:#}"));
-            self.planner = Some(((preset.clone(), key_cfg), built));
+            let built = InferPlanner::with_quant(preset, &key_cfg, &Decoding::default(), quant)
+                .map_err(|e| format!("{e:#}"));
+            self.planner = Some(((preset.clone(), key_cfg, quant), built));
             self.generation += 1;
         }
         let Some((_, Ok(planner))) = &self.planner else {

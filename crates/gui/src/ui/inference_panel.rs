@@ -7,7 +7,8 @@ use egui_plot::{HLine, Legend, Line, LineStyle, Plot, VLine};
 
 use vramlab_core::answer::inference::InferAnswer;
 use vramlab_core::plan::config::Attention;
-use vramlab_core::plan::inference::{InferStep, KvCache, TracePoint};
+use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::{InferStep, KvCache, TracePoint, quant};
 
 use super::answer::usage_text;
 use super::derived::BATCH_LIMIT;
@@ -24,9 +25,8 @@ use super::{Command, Derived, PlannerState, emit};
 const MAX_TOKENS: u64 = 1 << 20;
 
 /// What is not modelled yet, said where the settings are.
-pub const NOT_MODELLED: &str = "Quantization (bitsandbytes nf4 / int8) and device_map \
-    offload are not modelled yet: the weights are planned in bf16, fp16 or fp32, the whole \
-    model on one GPU.";
+pub const NOT_MODELLED: &str = "device_map offload is not modelled yet: the whole model is \
+    planned on one GPU.";
 
 const PREFILL_COLOR: egui::Color32 = egui::Color32::from_rgb(235, 160, 40);
 
@@ -193,6 +193,42 @@ fn settings_ui(s: &InferSettings, ui: &mut Ui, cmd: &mut Option<Command>) {
                 ui.label("dynamic (the forward's own)");
             }
             ui.end_row();
+            ui.label("Weights");
+            ui.horizontal(|ui| {
+                changed |= choice(
+                    ui,
+                    &mut n.quant,
+                    &[
+                        (
+                            None,
+                            "dtype",
+                            "Every weight in the precision (no quantization_config)",
+                        ),
+                        (
+                            Some(Quant::Nf4),
+                            "nf4",
+                            "bitsandbytes 4-bit NormalFloat: from_pretrained(..., \
+                             quantization_config=BitsAndBytesConfig(load_in_4bit=True, \
+                             bnb_4bit_quant_type=\"nf4\")), the compute dtype the precision; \
+                             the kernels as bitsandbytes picks them on H100 / H200",
+                        ),
+                        (
+                            Some(Quant::Int8),
+                            "int8",
+                            "bitsandbytes LLM.int8 (load_in_8bit)",
+                        ),
+                    ],
+                );
+                if n.quant.is_some_and(Quant::is_4bit) {
+                    changed |= ui
+                        .checkbox(&mut n.double_quant, "double quant")
+                        .on_hover_text(
+                            "bnb_4bit_use_double_quant: the 4-bit block scales quantized again",
+                        )
+                        .changed();
+                }
+            });
+            ui.end_row();
         });
     ui.label(RichText::new(NOT_MODELLED).weak().small());
     if changed {
@@ -270,7 +306,13 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
                 ),
             );
             row("KV cache (peak)", p.kv_cache_bytes.to_string());
-            row("Weights", p.weights_bytes.to_string());
+            row(
+                "Weights",
+                match p.quant {
+                    Some(q) => format!("{} ({})", p.weights_bytes, quant::describe(q)),
+                    None => p.weights_bytes.to_string(),
+                },
+            );
             row(&format!("Largest batch ({tokens})"), batch_text);
         });
     ui.add_space(6.0);
