@@ -22,7 +22,7 @@
 use super::decoding::{Decoding, Warper};
 use super::forward::{Cache, Call, Process, forward};
 use super::program::{Buf, Prog};
-use super::quant::QuantModel;
+use super::quant::{Int8Outliers, QuantModel};
 use super::setting::{InferConfig, InferStep, KvCache};
 use super::shape::DecoderShape;
 use crate::plan::events::{Category, Events, Phase};
@@ -82,7 +82,7 @@ pub fn session_quant(
     p.alloc(cfg.prompt * 8, 0, Category::Activations);
     let mut proc = Process::default();
     p.phase = Some(Phase::Forward);
-    let q = quant.map(|q| q.quant);
+    let q = quant.map(|q| (q.quant, q.outliers));
     one_call(&mut p, &mut proc, s, cfg, dec, q);
     p.start_measured();
     one_call(&mut p, &mut proc, s, cfg, dec, q);
@@ -95,7 +95,7 @@ fn one_call(
     s: &DecoderShape,
     cfg: &InferConfig,
     dec: &Decoding,
-    quant: Option<QuantStorage>,
+    quant: Option<(QuantStorage, Int8Outliers)>,
 ) {
     let d = cfg.dtype.size();
     let call = |t: u64, keep: u64, padding_mask: bool| Call {
@@ -106,7 +106,8 @@ fn one_call(
         bf16: cfg.dtype == crate::plan::config::DType::BF16,
         imp: cfg.attention,
         batch: cfg.batch,
-        quant,
+        quant: quant.map(|q| q.0),
+        outliers: quant.map_or(Int8Outliers::None, |q| q.1),
     };
     let pr = cfg.prompt;
     p.forward = 0;

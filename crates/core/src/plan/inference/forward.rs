@@ -13,7 +13,7 @@
 use super::attention::{AttnCall, AttnOut, attention};
 use super::kv::{dynamic_tokens, static_tokens};
 use super::program::{Buf, Prog};
-use super::quant;
+use super::quant::{self, Int8Outliers};
 use super::setting::KvCache;
 use super::shape::DecoderShape;
 use crate::plan::config::Attention;
@@ -76,6 +76,8 @@ pub struct Call {
     pub batch: u64,
     /// bitsandbytes-quantized projections ([`super::quant`]); `None`: `nn.Linear`.
     pub quant: Option<QuantStorage>,
+    /// LLM.int8's outlier columns (with `quant` int8).
+    pub outliers: Int8Outliers,
 }
 
 /// Process-wide state the first matmul creates.
@@ -109,8 +111,22 @@ fn linear(p: &mut Prog, proc: &mut Process, per_sample: u64) -> Buf {
 /// or bitsandbytes' `Linear4bit` / `Linear8bitLt` ([`quant::linear`]).
 fn proj(p: &mut Prog, proc: &mut Process, c: &Call, k: u64, n: u64) -> Buf {
     match c.quant {
-        Some(q) => quant::linear(p, proc, q, c, k, n),
+        Some(q) => quant::linear(p, proc, q, c, (k, n), 0),
         None => linear(p, proc, c.t * n * c.d),
+    }
+}
+
+/// The MLP's `down_proj` (`k` = intermediate): a quantized one's input may hold LLM.int8
+/// outlier columns.
+fn down_proj(p: &mut Prog, proc: &mut Process, s: &DecoderShape, c: &Call) -> Buf {
+    let k = s.intermediate;
+    match c.quant {
+        Some(q) if !q.quant.is_4bit() => {
+            let m = c.batch.saturating_mul(c.t);
+            let cols = c.outliers.down_proj_columns(s.hidden, s.gemma, m, k);
+            quant::linear(p, proc, q, c, (k, s.hidden), cols)
+        }
+        _ => proj(p, proc, c, k, s.hidden),
     }
 }
 
@@ -425,7 +441,7 @@ fn mlp(p: &mut Prog, proc: &mut Process, s: &DecoderShape, x2: Buf, c: &Call) ->
         let act = p.act(i_bytes);
         let m = p.act(i_bytes);
         p.free(act);
-        let out = proj(p, proc, c, i, h);
+        let out = down_proj(p, proc, s, c);
         p.free(m);
         p.free(gu);
         out
@@ -437,7 +453,7 @@ fn mlp(p: &mut Prog, proc: &mut Process, s: &DecoderShape, x2: Buf, c: &Call) ->
         let m = p.act(i_bytes);
         p.free(act);
         p.free(u);
-        let out = proj(p, proc, c, i, h);
+        let out = down_proj(p, proc, s, c);
         p.free(m);
         out
     };

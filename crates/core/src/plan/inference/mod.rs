@@ -178,11 +178,14 @@ impl InferPlanner {
     }
 
     /// The events at `batch`: those built, unless a 4-bit model's `gemm_4bit` dispatch
-    /// (fused kernel or dequantized weight, by the rows `batch × tokens`) makes them depend
-    /// on the batch — then rebuilt for it.
+    /// (fused kernel or dequantized weight, by the rows `batch × tokens`) or LLM.int8's
+    /// outlier columns make them depend on the batch — then rebuilt for it.
     pub fn events_at(&self, batch: u64) -> Cow<'_, Events> {
         match &self.quant {
-            Some(q) if q.quant.quant.is_4bit() && batch != self.config.batch => {
+            Some(q)
+                if (q.quant.quant.is_4bit() || q.outliers != quant::Int8Outliers::None)
+                    && batch != self.config.batch =>
+            {
                 let mut cfg = self.config;
                 cfg.batch = batch;
                 Cow::Owned(call::session_quant(
@@ -196,6 +199,23 @@ impl InferPlanner {
             }
             _ => Cow::Borrowed(&self.events),
         }
+    }
+
+    /// The planner with LLM.int8's outlier columns `outliers` (a quantized model; see
+    /// [`quant::Int8Outliers`]); its events rebuilt.
+    pub fn with_int8_outliers(mut self, outliers: quant::Int8Outliers) -> InferPlanner {
+        if let Some(q) = &mut self.quant {
+            q.outliers = outliers;
+            self.events = call::session_quant(
+                &self.shape,
+                &self.config,
+                &self.decoding,
+                &self.param_elems,
+                &self.buffer_elems,
+                Some(q),
+            );
+        }
+        self
     }
 
     /// Peak allocated, reserved and nvidia-smi bytes at `batch`.

@@ -53,11 +53,14 @@
 //!   freed, `outliers.any()`; the mask freed at return), the fp16 copy freed;
 //!   `int8_mixed_scaled_mm` → `int8_scaled_mm`: `int8_linear_matmul`'s int32 result,
 //!   `int8_mm_dequant`'s fp16 output, `.to(A.dtype)` (a copy unless fp16), the int32 freed;
-//!   CA and SCA freed when the forward returns. Not modelled: the outlier columns' path
-//!   (`subA = A[:, cols]`, the dequantized `subB`, `output.addmm(subA, subB)`), taken only
-//!   when some input reaches the threshold; its tensors are a few columns wide and its
-//!   `addmm` output replaces one of the output's size, below the int32 + fp16 + output that
-//!   exist together before it.
+//!   CA and SCA freed when the forward returns. When some input element reaches the
+//!   threshold, its columns (`outlier_cols`, [`Int8Outliers`]) take the mixed path
+//!   (`int8_mixed_scaled_mm`): `outliers.any(dim=0)` and `argwhere`; `subA = A[:, cols]`;
+//!   `CB[:, cols]` (int8), `int8_vectorwise_dequant` (`A * stats * (1/127)`: two fp32
+//!   temporaries), `.to(A.dtype)` (`subB`); the int8 product as above; `output.addmm(subA,
+//!   subB)` replaces the output; `subB` freed at return, `subA` when the forward returns.
+
+use serde::Serialize;
 
 use super::forward::{Call, Process, cublas};
 use super::program::{Buf, Prog};
@@ -82,6 +85,100 @@ const BLOCK: u64 = 64;
 /// `name2qmap["dynamic"]`: the 256-entry fp32 map `quantize_blockwise` caches on the GPU once
 /// per process.
 const DYNAMIC_MAP: u64 = 256 * 4;
+
+/// LLM.int8's threshold (`BitsAndBytesConfig.llm_int8_threshold`, 6.0): input elements at
+/// or above it in magnitude make their column an outlier column.
+const INT8_THRESHOLD: f64 = 6.0;
+
+/// How many input columns of an LLM.int8 projection hold an element at or above the
+/// threshold: data, not architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub enum Int8Outliers {
+    /// None (every projection takes the int8 path alone): the plan for trained checkpoints,
+    /// whose outliers sit in a handful of feature dimensions (Dettmers et al. 2022).
+    #[default]
+    None,
+    /// A checkpoint of random weights as `from_config` initialises them (`_init_weights`:
+    /// every linear weight N(0, `std`²), transformers' `initializer_range`): the RMS-normed
+    /// inputs (≈ N(0, 1)) practically never reach 6, but the MLP's `down_proj` input
+    /// `act(gate) · up` is a product of two N(0, `std`² · hidden) projections; each element
+    /// reaches the threshold with probability `p` ([`down_proj_tail`]), and over `m` rows a
+    /// column holds one with `1 − (1 − p)^m` (the expected count is planned).
+    RandomInit { std: f64 },
+}
+
+impl Int8Outliers {
+    /// Expected outlier columns of a `down_proj` input of `k` columns over `m` rows, in a
+    /// decoder of `hidden` features (`gelu`: Gemma's tanh GELU, else SiLU).
+    pub fn down_proj_columns(self, hidden: u64, gelu: bool, m: u64, k: u64) -> u64 {
+        let Int8Outliers::RandomInit { std } = self else {
+            return 0;
+        };
+        let p = down_proj_tail(std * (hidden as f64).sqrt(), gelu);
+        let any = 1.0 - (1.0 - p).powf(m as f64);
+        let cols = (k as f64 * any).round();
+        if cols.is_finite() && cols > 0.0 {
+            (cols as u64).min(k)
+        } else {
+            0
+        }
+    }
+}
+
+/// `P(|act(g) · u| ≥ 6)` for independent `g`, `u` ~ N(0, `s`²): the integral over `g` of its
+/// density times `P(|u| ≥ 6 / |act(g)|) = erfc(6 / (|act(g)| s √2))` (Simpson's rule over
+/// ±12 s).
+pub fn down_proj_tail(s: f64, gelu: bool) -> f64 {
+    if s <= 0.0 || !s.is_finite() {
+        return 0.0;
+    }
+    let act = |g: f64| {
+        if gelu {
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044_715 * g.powi(3));
+            0.5 * g * (1.0 + inner.tanh())
+        } else {
+            g / (1.0 + (-g).exp())
+        }
+    };
+    let f = |g: f64| {
+        let density = (-0.5 * (g / s).powi(2)).exp() / (s * (2.0 * std::f64::consts::PI).sqrt());
+        let a = act(g).abs();
+        if a == 0.0 {
+            return 0.0;
+        }
+        density * erfc(INT8_THRESHOLD / (a * s * std::f64::consts::SQRT_2))
+    };
+    let n = 6000;
+    let (lo, hi) = (-12.0 * s, 12.0 * s);
+    let h = (hi - lo) / f64::from(n);
+    let mut sum = f(lo) + f(hi);
+    for i in 1..n {
+        let w = if i % 2 == 1 { 4.0 } else { 2.0 };
+        sum += w * f(lo + h * f64::from(i));
+    }
+    (sum * h / 3.0).clamp(0.0, 1.0)
+}
+
+/// The complementary error function (Numerical Recipes' `erfcc`, relative error < 1.2e-7).
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let c = [
+        -1.265_512_23,
+        1.000_023_68,
+        0.374_091_96,
+        0.096_784_18,
+        -0.186_288_06,
+        0.278_868_07,
+        -1.135_203_98,
+        1.488_515_87,
+        -0.822_152_23,
+        0.170_872_77,
+    ];
+    let poly = c.iter().rev().fold(0.0, |acc, &k| acc * t + k);
+    let r = t * (-z * z + poly).exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
 
 /// The quantization as outputs name it, e.g. `bitsandbytes nf4, double quantization`.
 pub fn describe(q: QuantStorage) -> String {
@@ -113,6 +210,8 @@ struct Tensor {
 pub struct QuantModel {
     pub quant: QuantStorage,
     pub dtype: DType,
+    /// LLM.int8's outlier columns (none unless set).
+    pub outliers: Int8Outliers,
     tensors: Vec<Tensor>,
 }
 
@@ -148,6 +247,7 @@ impl QuantModel {
         QuantModel {
             quant,
             dtype,
+            outliers: Int8Outliers::None,
             tensors,
         }
     }
@@ -314,8 +414,16 @@ pub fn gemm_4bit_fused(m: u64, n: u64, k: u64, fp32: bool) -> bool {
 }
 
 /// One quantized projection of `k` to `n` features over the call's `c.t` tokens per
-/// sequence (`c.batch` sequences); returns its output (`c.t × n` in the dtype).
-pub fn linear(p: &mut Prog, proc: &mut Process, q: QuantStorage, c: &Call, k: u64, n: u64) -> Buf {
+/// sequence (`c.batch` sequences); returns its output (`c.t × n` in the dtype). `outliers`:
+/// LLM.int8's outlier columns of the input.
+pub fn linear(
+    p: &mut Prog,
+    proc: &mut Process,
+    q: QuantStorage,
+    c: &Call,
+    (k, n): (u64, u64),
+    outliers: u64,
+) -> Buf {
     let (t, d) = (c.t, c.d);
     if q.quant.is_4bit() {
         let m = c.batch.saturating_mul(t);
@@ -341,14 +449,41 @@ pub fn linear(p: &mut Prog, proc: &mut Process, q: QuantStorage, c: &Call, k: u6
     let row_stats = p.act(t * 4);
     let ca = p.act(t * k);
     let abs = p.act(t * k * 2);
-    let outliers = p.act(t * k);
+    let mask = p.act(t * k);
     p.free(abs);
     p.scratch(0, 1);
-    p.free(outliers);
+    let cols = if outliers > 0 {
+        // outlier_cols = torch.argwhere(outliers.any(dim=0)).view(-1)
+        let any = p.fixed(k);
+        let cols = p.fixed(outliers * 8);
+        p.free(any);
+        cols
+    } else {
+        Buf::NONE
+    };
+    p.free(mask);
     p.free(a16);
+    let (sub_a, sub_b) = if outliers > 0 {
+        let sub_a = p.act(t * outliers * d);
+        let cb = p.fixed(n * outliers);
+        let scaled = p.fixed(n * outliers * 4);
+        let dequant = p.fixed(n * outliers * 4);
+        p.free(scaled);
+        p.free(cb);
+        let sub_b = if d == 4 {
+            dequant
+        } else {
+            let b = p.fixed(n * outliers * d);
+            p.free(dequant);
+            b
+        };
+        (sub_a, sub_b)
+    } else {
+        (Buf::NONE, Buf::NONE)
+    };
     let i32 = p.act(t * n * 4);
     let f16 = p.act(t * n * 2);
-    let out = if fp16 {
+    let mut out = if fp16 {
         f16
     } else {
         let o = p.act(t * n * d);
@@ -356,8 +491,17 @@ pub fn linear(p: &mut Prog, proc: &mut Process, q: QuantStorage, c: &Call, k: u6
         o
     };
     p.free(i32);
+    if outliers > 0 {
+        // output = output.addmm(subA, subB)
+        let added = p.act(t * n * d);
+        p.free(out);
+        out = added;
+    }
+    p.free(sub_b);
     p.free(ca);
     p.free(row_stats);
+    p.free(cols);
+    p.free(sub_a);
     out
 }
 
@@ -475,6 +619,29 @@ mod tests {
             .sum();
         assert_eq!(nf4.warmup_bytes(), (lin / 2 + rest * 2) / 2 * 2);
         assert_eq!(int8.warmup_bytes(), (lin + rest * 2) / 2 * 2);
+    }
+
+    /// The random-init outlier probability against a Monte-Carlo estimate (4 M samples of
+    /// `act(g) · u`, numpy): Llama-3.1-8B's `down_proj` input (SiLU, s = 0.02 √4096) 3.39e-3,
+    /// Gemma-2B's (tanh GELU, s = 0.02 √2048) 8.35e-5; Qwen3-0.6B's (√1024) under 1e-6.
+    #[test]
+    fn random_init_outlier_tail() {
+        let close = |got: f64, want: f64, tol: f64| {
+            assert!((got - want).abs() <= tol * want, "{got:e} vs {want:e}");
+        };
+        close(down_proj_tail(0.02 * 64.0, false), 3.39e-3, 0.03);
+        close(down_proj_tail(0.02 * 2048f64.sqrt(), true), 8.35e-5, 0.05);
+        // (one sample of 4 M reached it: an upper bound)
+        assert!(down_proj_tail(0.02 * 32.0, false) < 1e-6);
+        let o = Int8Outliers::RandomInit { std: 0.02 };
+        // Llama-3.1-8B's prefill of 4 × 111 rows: most of the 14336 columns
+        let cols = o.down_proj_columns(4096, false, 444, 14336);
+        assert!((11_000..11_400).contains(&cols), "{cols}");
+        assert_eq!(
+            Int8Outliers::None.down_proj_columns(4096, false, 444, 14336),
+            0
+        );
+        assert!((erfc(0.0) - 1.0).abs() < 1e-6 && (erfc(1.0) - 0.157_299_2).abs() < 1e-6);
     }
 
     /// The sm90 choice of `gemm_4bit`: one to four rows always fused; a prefill's thousands
