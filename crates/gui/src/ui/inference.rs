@@ -102,6 +102,9 @@ impl InferSettings {
 }
 
 type Built = Result<InferPlanner, String>;
+/// What the planner was built for: the model, the batch-independent config (batch 1) and
+/// the weights' quantization.
+type PlannerKey = (Preset, InferConfig, Option<QuantStorage>);
 /// The largest batch, keyed by planner generation and budget.
 type MaxBatchEntry = ((u64, Budget), Result<Option<u64>, String>);
 /// The answer, keyed by planner generation, batch and budget.
@@ -110,9 +113,8 @@ type AnswerEntry = ((u64, u64, Budget), Result<InferAnswer, String>);
 /// The inference planner and its answers, cached; see the module docs.
 #[derive(Default)]
 pub struct InferCache {
-    /// The model, the batch-independent config (batch 1) and the weights' quantization the
-    /// planner was built for.
-    planner: Option<((Preset, InferConfig, Option<QuantStorage>), Built)>,
+    /// The planner and what it was built for.
+    planner: Option<(PlannerKey, Built)>,
     /// A failure before a planner (the model, or a setting).
     error: Option<String>,
     /// Bumped on every planner rebuild; keys the caches below.

@@ -227,7 +227,7 @@ impl QuantModel {
             let linear = matches!(node.op, Op::Linear { .. });
             let last = name.rsplit('.').next().unwrap_or(name);
             for (k, &pid) in node.params.iter().enumerate() {
-                let i = pid as usize;
+                let i = pid;
                 if seen.get(i).copied().unwrap_or(true) {
                     continue;
                 }
@@ -410,7 +410,7 @@ pub fn fused_kernel(m: u64, n: u64, k: u64, fp32: bool) -> bool {
 /// The `bitsandbytes::gemm_4bit` CUDA dispatch: the fused kernel or the dequantizing
 /// fallback, for `m` rows.
 pub fn gemm_4bit_fused(m: u64, n: u64, k: u64, fp32: bool) -> bool {
-    m <= CUSTOM_MAX_M && k % BLOCK == 0 && fused_kernel(m, n, k, fp32)
+    m <= CUSTOM_MAX_M && k.is_multiple_of(BLOCK) && fused_kernel(m, n, k, fp32)
 }
 
 /// One quantized projection of `k` to `n` features over the call's `c.t` tokens per
