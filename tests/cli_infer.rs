@@ -226,6 +226,47 @@ fn quantized_weights_are_planned() {
     let next = (m + 1).to_string();
     above.extend_from_slice(&["--quant", "nf4", "--gpu", "rtx-4090", "--batch", &next]);
     assert_eq!(plan_json(&above)["fits"], false);
+    // LLM.int8's outlier columns of a random-weight checkpoint (Llama-3.1-8B's down_proj
+    // inputs cross 6.0 in most columns over a prefill): more than none
+    let eight_b = |outliers: &str| {
+        let mut a = vec!["plan", "--model", "tests/data/hf_configs/Llama-3.1-8B.json"];
+        a.extend_from_slice(&["--gpu", "h200", "--json", "--batch", "4", "--quant", "int8"]);
+        a.extend_from_slice(&["--step", "generate", "--seq", "111", "--new-tokens", "4"]);
+        a.extend_from_slice(&["--int8-outliers", outliers]);
+        let (ok, out, err) = vramlab(&a);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        bytes(&v, "peak_allocated_bytes")
+    };
+    assert!(eight_b("random-init") > eight_b("none") + (256 << 20));
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            LLAMA,
+            "--seq",
+            "64",
+            "--step",
+            "prefill",
+            "--quant",
+            "nf4",
+            "--int8-outliers",
+            "none",
+        ],
+        "give --quant int8",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "2",
+            "--int8-outliers",
+            "none",
+        ],
+        "an inference setting",
+    );
     let mut mc = vec!["max-context", "--model", LLAMA, "--quant", "nf4"];
     mc.extend_from_slice(&["--new-tokens", "8", "--gpu", "t4"]);
     fails_with(&mc, "--quant: this command does not plan quantized weights");

@@ -131,6 +131,11 @@ pub struct TrainArgs {
     /// QLoRA: turn bitsandbytes double quantization of the 4-bit block scales off.
     #[arg(long)]
     pub no_double_quant: bool,
+    /// Inference with --quant int8: the checkpoint's LLM.int8 outlier columns — none (a
+    /// trained checkpoint; the default) or random-init (from_config's random weights, whose
+    /// MLP down_proj inputs cross the 6.0 threshold in many columns).
+    #[arg(long, value_name = "none|random-init")]
+    pub int8_outliers: Option<String>,
     /// Mixture-of-experts routing imbalance F ≥ 1 (mixtral, qwen2_moe, qwen3_moe): every
     /// expert's routed rows sized for the busiest expert receiving F× its uniform
     /// tokens·k/E share [default: 1, uniform routing].

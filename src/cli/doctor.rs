@@ -114,6 +114,7 @@ pub fn plan_advice(
         dist: Default::default(),
         quant: None,
         no_double_quant: false,
+        int8_outliers: None,
         moe_imbalance: None,
         expandable_segments: false,
         max_split_size_mb: None,

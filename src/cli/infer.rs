@@ -9,7 +9,7 @@ use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
-use vramlab_core::plan::inference::quant;
+use vramlab_core::plan::inference::quant::{self, DEFAULT_INITIALIZER_RANGE, Int8Outliers};
 use vramlab_core::plan::inference::setting::dtype_name;
 use vramlab_core::plan::inference::{
     Decoding, InferConfig, InferPlan, InferPlanner, InferStep, KvCache,
@@ -115,7 +115,27 @@ pub fn refuse_decoding_flags(t: &TrainArgs) -> Result<()> {
     if let Some(flag) = decoding_flag(t) {
         bail!("{flag}: a model.generate() setting; it needs --step generate");
     }
+    if t.int8_outliers.is_some() {
+        bail!("--int8-outliers: an inference setting (--step prefill|generate --quant int8)");
+    }
     Ok(())
+}
+
+/// `--int8-outliers`: LLM.int8's outlier columns of the checkpoint (`none` unless given).
+fn int8_outliers(t: &TrainArgs, quant: Option<QuantStorage>) -> Result<Int8Outliers> {
+    let Some(word) = &t.int8_outliers else {
+        return Ok(Int8Outliers::None);
+    };
+    if quant.is_none_or(|q| q.quant.is_4bit()) {
+        bail!("--int8-outliers: a setting of LLM.int8 weights; give --quant int8");
+    }
+    match word.trim().to_ascii_lowercase().as_str() {
+        "none" => Ok(Int8Outliers::None),
+        "random-init" | "random" => Ok(Int8Outliers::RandomInit {
+            std: DEFAULT_INITIALIZER_RANGE,
+        }),
+        other => bail!("--int8-outliers: unknown `{other}` (known: none, random-init)"),
+    }
 }
 
 /// The decoding of `model.generate()` from the flags; transformers' defaults for what is
@@ -261,7 +281,8 @@ fn assumed(t: &TrainArgs, batch_given: bool) -> Vec<(&'static str, &'static str)
 pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, dec, quant) = resolve_quant(t, batch.unwrap_or(1))?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?;
+    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?
+        .with_int8_outliers(int8_outliers(t, quant)?);
     let plan = planner.plan(cfg.batch)?;
     let fits = vramlab_core::answer::inference::fits(&planner, &plan, budget)?;
     let freeing = vramlab_core::answer::inference::fits_only_by_freeing_cache(&plan, budget, fits);
@@ -378,7 +399,8 @@ fn write_plan(
 pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, dec, quant) = resolve_quant(t, 1)?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?;
+    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?
+        .with_int8_outliers(int8_outliers(t, quant)?);
     let max = vramlab_core::answer::inference::max_batch(&planner, budget)?;
     let at = match max {
         Some(m) => Some(planner.plan(m)?),

@@ -95,16 +95,19 @@ fn cpu_quantized_weights_exact() {
 }
 
 /// `memory_allocated()` and `memory_reserved()` after `from_pretrained` (and the prompt on
-/// the GPU): the state when the first forward begins.
-fn after_build(p: &InferPlanner, batch: u64) -> (u64, u64) {
+/// the GPU): the state when the first forward begins; and the largest allocated bytes
+/// before it (`from_pretrained`'s peak).
+fn after_build(p: &InferPlanner, batch: u64) -> (u64, u64, u64) {
     let mut ev = p.events_at(batch).into_owned();
-    ev.measured_start = ev
+    let setup = ev
         .events
         .iter()
         .position(|e| e.phase != Phase::Setup)
         .unwrap_or(ev.events.len());
+    ev.measured_start = 0;
     let t = eval::memory_trace(&ev, batch, AllocatorConfig::default()).expect("trace");
-    (t[0].0.0, t[0].1.0)
+    let peak = t[..=setup].iter().map(|x| x.0.0).max().unwrap_or(0);
+    (t[setup].0.0, t[setup].1.0, peak)
 }
 
 /// The config's `initializer_range` (transformers' default 0.02).
@@ -149,7 +152,14 @@ fn grid(file: &str) -> Vec<Row> {
         });
         let batch = row["batch"].as_u64().expect("batch");
         let plan = p.plan(batch).expect("plan");
-        let (a, r) = after_build(&p, batch);
+        let (a, r, load_peak) = after_build(&p, batch);
+        if let Some(m) = row["load_peak_allocated"].as_u64() {
+            println!(
+                "{} load peak allocated {:+.2}%",
+                row["id"].as_str().unwrap_or_default(),
+                100.0 * (load_peak as f64 - m as f64) / m as f64
+            );
+        }
         let u = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("{k} in {row}"));
         out.push(Row {
             id: row["id"].as_str().unwrap_or_default().to_string(),

@@ -90,6 +90,10 @@ const DYNAMIC_MAP: u64 = 256 * 4;
 /// or above it in magnitude make their column an outlier column.
 const INT8_THRESHOLD: f64 = 6.0;
 
+/// transformers' `PretrainedConfig.initializer_range` default (the Llama lineage's configs
+/// keep it): the std of `_init_weights`' normal linear weights.
+pub const DEFAULT_INITIALIZER_RANGE: f64 = 0.02;
+
 /// How many input columns of an LLM.int8 projection hold an element at or above the
 /// threshold: data, not architecture.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
