@@ -153,6 +153,16 @@ fn grid(file: &str) -> Vec<Row> {
         let batch = row["batch"].as_u64().expect("batch");
         let plan = p.plan(batch).expect("plan");
         let (a, r, load_peak) = after_build(&p, batch);
+        if std::env::var_os("VRAMLAB_PRINT").is_some() {
+            println!(
+                "{} planned after build: allocated {} reserved {} (reserved − allocated {} MiB); peak reserved {}",
+                row["id"].as_str().unwrap_or_default(),
+                a,
+                r,
+                (r - a) >> 20,
+                p.plan(batch).expect("plan").peak_reserved_bytes.0
+            );
+        }
         if let Some(m) = row["load_peak_allocated"].as_u64() {
             println!(
                 "{} load peak allocated {:+.2}%",

@@ -1,6 +1,7 @@
-//! The events of the measured session: the model created in its dtype, the prompt on the
-//! GPU, a warm-up call, and the measured call (the warm-up leaves the allocator's pool as a
-//! second call finds it; `reset_peak_memory_stats` sits between them).
+//! The events of the measured session: the model created in its dtype (or loaded with
+//! bitsandbytes-quantized linears, [`QuantModel::load`]), the prompt on the GPU, a warm-up
+//! call, and the measured call (the warm-up leaves the allocator's pool as a second call
+//! finds it; `reset_peak_memory_stats` sits between them).
 //!
 //! `model.generate(input_ids, max_new_tokens=N, min_new_tokens=N, do_sample=False)`
 //! (transformers 5.17 `generation/utils.py`, `_sample`):
