@@ -121,6 +121,9 @@ fn initializer_range(row: &Value) -> f64 {
 /// One measured row of grid29c and its plan.
 struct Row {
     id: String,
+    /// Ran in its own process (`"process": "own"`): reserved and the state after the build are
+    /// this row's alone (the first run shared one process: its cuBLAS workspace and pool stayed).
+    own: bool,
     what: String,
     /// allocated peak, reserved peak, allocated after the build, reserved after the build
     measured: [u64; 4],
@@ -173,6 +176,7 @@ fn grid(file: &str) -> Vec<Row> {
         let u = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("{k} in {row}"));
         out.push(Row {
             id: row["id"].as_str().unwrap_or_default().to_string(),
+            own: row["process"] == "own",
             what: format!(
                 "{} {} b{} p{} n{} {} {} {}{}",
                 row["model_type"].as_str().unwrap_or_default(),
@@ -235,21 +239,38 @@ fn print(rows: &[Row]) {
 }
 
 /// The fit rows of grid29c's quantized calls (`tools/make_grid29c.py`, pre-registered;
-/// measured on an H100 80GB HBM3 by `tools/infer_runner.py`).
+/// measured on an H100 80GB HBM3 by `tools/infer_runner.py`; random-weight checkpoints, so
+/// LLM.int8's outlier columns are `Int8Outliers::RandomInit`). Issue 29's targets: peak
+/// allocated median ≤ 2 %, worst ≤ 8 %; peak reserved median ≤ 4 % (the rows run in their
+/// own process). What `from_pretrained` leaves allocated and reserved is exact there.
 #[test]
 fn grid29c_quantized_fit_rows() {
     let rows = grid("infer/grid29c_quant.jsonl");
     print(&rows);
-    let alloc: Vec<f64> = rows.iter().map(|r| r.errors()[0].abs()).collect();
-    let built: Vec<f64> = rows.iter().map(|r| r.errors()[2].abs()).collect();
-    println!(
-        "allocated: median {:.2}% worst {:.2}%; after build median {:.2}% worst {:.2}%",
-        100.0 * median(alloc.clone()),
-        100.0 * alloc.iter().copied().fold(0.0, f64::max),
-        100.0 * median(built.clone()),
-        100.0 * built.iter().copied().fold(0.0, f64::max),
-    );
     assert_eq!(rows.len(), 18);
+    let own: Vec<&Row> = rows.iter().filter(|r| r.own).collect();
+    assert_eq!(own.len(), 13);
+    let abs =
+        |rs: &[&Row], i: usize| -> Vec<f64> { rs.iter().map(|r| r.errors()[i].abs()).collect() };
+    let all: Vec<&Row> = rows.iter().collect();
+    let worst = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let (alloc, reserved) = (abs(&all, 0), abs(&own, 1));
+    let (built_a, built_r) = (abs(&own, 2), abs(&own, 3));
+    println!(
+        "allocated: median {:.2}% worst {:.2}%; reserved (own process): median {:.2}% worst {:.2}%; \
+         after the build: allocated worst {:.3}%, reserved worst {:.3}%",
+        100.0 * median(alloc.clone()),
+        100.0 * worst(&alloc),
+        100.0 * median(reserved.clone()),
+        100.0 * worst(&reserved),
+        100.0 * worst(&built_a),
+        100.0 * worst(&built_r),
+    );
     assert!(median(alloc.clone()) <= 0.02, "allocated median");
-    assert!(alloc.iter().all(|&e| e <= 0.08), "allocated worst");
+    assert!(worst(&alloc) <= 0.08, "allocated worst");
+    assert!(median(reserved) <= 0.04, "reserved median");
+    assert!(
+        worst(&built_a) <= 0.001 && worst(&built_r) <= 0.001,
+        "after the build"
+    );
 }
