@@ -8,6 +8,8 @@
 //! - [`kv`]: the KV cache's tokens per layer and bytes;
 //! - [`forward`] and [`attention`]: one forward's allocations, op by op;
 //! - [`decoding`]: greedy decoding or multinomial sampling (the logits warpers);
+//! - [`device_map`]: `device_map="auto"`: which modules accelerate puts on GPU 0, the CPU
+//!   or disk, and the weights an offloaded module copies to the GPU at each call;
 //! - [`call`]: weights, prompt, the warm-up and the measured `generate` / forward;
 //! - [`program`]: the event list under construction;
 //! - [`trace`]: the measured call's memory over its forwards (the GUI's timeline).
@@ -19,6 +21,7 @@
 pub mod attention;
 pub mod call;
 pub mod decoding;
+pub mod device_map;
 pub mod forward;
 pub mod kv;
 pub mod program;

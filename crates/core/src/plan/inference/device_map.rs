@@ -1,0 +1,661 @@
+//! `from_pretrained(..., device_map="auto", max_memory={0: GPU, "cpu": CPU})` (issue 29): which
+//! modules of a Llama-lineage decoder transformers 5.17 puts on GPU 0, on the CPU or on disk,
+//! and which tensors the dispatched model copies to the GPU at each call.
+//!
+//! The placement mirrors transformers 5.17 `integrations/accelerate.py`, `_get_device_map` for
+//! a string device map: `get_balanced_memory` (one GPU with `max_memory` given: the budgets
+//! unchanged; `get_max_memory` takes the minimum of the user's budget and the free plus
+//! reserved-but-unused memory, which is the user's budget whenever it is below the free
+//! memory), no quantizer, then its copy of accelerate's `infer_auto_device_map`:
+//! - module sizes from `compute_module_sizes`: every parameter and buffer (non-persistent
+//!   ones too: the rotary `inv_freq` / `original_inv_freq` in fp32, Gemma's `embed_scale` in
+//!   the dtype) at its dtype, tied keys (`lm_head.weight` of a tied model) not counted;
+//! - the modules treated in order (`named_children`: `model` then `lm_head`), a module that
+//!   does not fit split into its children unless it has none or is in `_no_split_modules`
+//!   (the decoder layer class), which then goes with everything after it to the next device
+//!   (0, "cpu", "disk");
+//! - on the main devices (0 and "cpu") the largest remaining unsplittable layer
+//!   (`get_max_layer_size`) is kept free: the budget is `max_memory − max_layer_size`, and a
+//!   device left behind counts that reserve as used;
+//! - tied parameters: a module holding one of a tied group is placed together with the
+//!   modules holding the others (`get_module_size_with_ties`), so a tied `lm_head` follows
+//!   `model.embed_tokens`;
+//! - "disk" takes what exceeds the CPU budget;
+//! - `clean_device_map` (accelerate 1.15 `utils/modeling.py`) merges every subtree whose
+//!   entries share one device into its name (`{"": 0}` when everything fits).
+//!
+//! Sizes are read as accelerate's `convert_file_size_to_int` reads them ([`max_memory_bytes`]).
+
+use std::fmt;
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
+use crate::model::families::llama::{LlamaParams, head_dim};
+use crate::plan::PlanError;
+
+/// A device of accelerate's device map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Device {
+    /// GPU 0 (written `0`).
+    Gpu0,
+    Cpu,
+    Disk,
+}
+
+impl Device {
+    const ORDER: [Device; 3] = [Device::Gpu0, Device::Cpu, Device::Disk];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Device::Gpu0 => "0",
+            Device::Cpu => "cpu",
+            Device::Disk => "disk",
+        }
+    }
+
+    /// Whether the module's weights live off the GPU and are copied in at each call.
+    pub fn offloaded(self) -> bool {
+        self != Device::Gpu0
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Device {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Device::Gpu0 => s.serialize_u64(0),
+            other => s.serialize_str(other.as_str()),
+        }
+    }
+}
+
+/// A parameter-holding submodule of the model, for the tensors a dispatched model copies to
+/// the GPU when the module runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sub {
+    Embed,
+    Q,
+    K,
+    V,
+    O,
+    Qkv,
+    QNorm,
+    KNorm,
+    Gate,
+    Up,
+    Down,
+    GateUp,
+    InputNorm,
+    PostAttnNorm,
+    PreFfNorm,
+    PostFfNorm,
+    FinalNorm,
+    LmHead,
+}
+
+/// The sizes the placement and the streamed weights depend on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelTensors {
+    pub layers: u64,
+    hidden: u64,
+    intermediate: u64,
+    q_width: u64,
+    kv_width: u64,
+    head_dim: u64,
+    vocab: u64,
+    /// Bytes per element of the weights.
+    d: u64,
+    qkv_bias: bool,
+    o_bias: bool,
+    mlp_bias: bool,
+    qk_norm: bool,
+    sandwich: bool,
+    fused: bool,
+    gemma: bool,
+    tied: bool,
+    /// Rotary embeddings (Gemma 3: local and global).
+    rotaries: u64,
+}
+
+impl ModelTensors {
+    /// The tensors of `p` with weights of `d` bytes per element.
+    pub fn new(p: &LlamaParams, d: u64) -> ModelTensors {
+        let hd = head_dim(p);
+        let model_type = p.model_type.as_deref().unwrap_or("llama");
+        ModelTensors {
+            layers: p.num_hidden_layers,
+            hidden: p.hidden_size,
+            intermediate: p.intermediate_size,
+            q_width: p.num_attention_heads * hd,
+            kv_width: p.num_key_value_heads * hd,
+            head_dim: hd,
+            vocab: p.vocab_size,
+            d,
+            qkv_bias: p.attention_bias || p.qkv_bias,
+            o_bias: p.attention_bias,
+            mlp_bias: p.mlp_bias,
+            qk_norm: p.qk_norm,
+            sandwich: p.sandwich_norm,
+            fused: p.fused_projections,
+            gemma: p.gemma,
+            tied: p.tie_word_embeddings,
+            rotaries: if model_type == "gemma3_text" { 2 } else { 1 },
+        }
+    }
+
+    /// The bytes of `sub`'s parameters in `named_parameters` order (weight, then bias); a
+    /// tied `lm_head` has none of its own.
+    pub fn tensors(&self, sub: Sub) -> Vec<u64> {
+        let (h, i, q, kv) = (self.hidden, self.intermediate, self.q_width, self.kv_width);
+        let lin = |w: u64, out: u64, bias: bool| {
+            let mut v = vec![w * self.d];
+            if bias {
+                v.push(out * self.d);
+            }
+            v
+        };
+        match sub {
+            Sub::Embed => vec![self.vocab * h * self.d],
+            Sub::LmHead if self.tied => Vec::new(),
+            Sub::LmHead => vec![self.vocab * h * self.d],
+            Sub::Q => lin(h * q, q, self.qkv_bias),
+            Sub::K | Sub::V => lin(h * kv, kv, self.qkv_bias),
+            Sub::Qkv => lin(h * (q + 2 * kv), q + 2 * kv, self.qkv_bias),
+            Sub::O => lin(q * h, h, self.o_bias),
+            Sub::Gate | Sub::Up => lin(h * i, i, self.mlp_bias),
+            Sub::GateUp => lin(h * 2 * i, 2 * i, self.mlp_bias),
+            Sub::Down => lin(i * h, h, self.mlp_bias),
+            Sub::QNorm | Sub::KNorm => vec![self.head_dim * self.d],
+            Sub::InputNorm
+            | Sub::PostAttnNorm
+            | Sub::PreFfNorm
+            | Sub::PostFfNorm
+            | Sub::FinalNorm => vec![h * self.d],
+        }
+    }
+
+    /// The parameter-holding submodules of one decoder layer.
+    pub fn layer_subs(&self) -> Vec<Sub> {
+        let mut v = if self.fused {
+            vec![Sub::Qkv, Sub::O]
+        } else {
+            vec![Sub::Q, Sub::K, Sub::V, Sub::O]
+        };
+        if self.qk_norm {
+            v.extend([Sub::QNorm, Sub::KNorm]);
+        }
+        if self.fused {
+            v.extend([Sub::GateUp, Sub::Down]);
+        } else {
+            v.extend([Sub::Gate, Sub::Up, Sub::Down]);
+        }
+        v.extend([Sub::InputNorm, Sub::PostAttnNorm]);
+        if self.sandwich {
+            v.extend([Sub::PreFfNorm, Sub::PostFfNorm]);
+        }
+        v
+    }
+
+    /// One decoder layer's bytes.
+    pub fn layer_bytes(&self) -> u64 {
+        self.layer_subs()
+            .iter()
+            .flat_map(|&s| self.tensors(s))
+            .sum()
+    }
+
+    /// Buffers that stay on the GPU whatever the map says (`offload_buffers=False`: the
+    /// dispatch moves an offloaded module's buffers to the execution device): the rotary
+    /// `inv_freq` and `original_inv_freq` (fp32, `head_dim / 2` each) and Gemma's
+    /// `embed_scale` (a scalar in the dtype).
+    pub fn resident_buffers(&self) -> Vec<u64> {
+        let mut v = vec![self.head_dim / 2 * 4; 2 * self.rotaries as usize];
+        if self.gemma {
+            v.push(self.d);
+        }
+        v
+    }
+
+    /// The module tree `infer_auto_device_map` walks, with `compute_module_sizes`' bytes.
+    pub fn tree(&self) -> Module {
+        let leaf = |name: &str, bytes: u64| Module {
+            name: name.to_string(),
+            bytes,
+            children: Vec::new(),
+            no_split: false,
+        };
+        let embed = self.tensors(Sub::Embed)[0] + if self.gemma { self.d } else { 0 };
+        let layer = self.layer_bytes();
+        let layers: Vec<Module> = (0..self.layers)
+            .map(|l| Module {
+                name: format!("model.layers.{l}"),
+                bytes: layer,
+                // the decoder layer has submodules but is in `_no_split_modules`
+                children: vec![leaf(&format!("model.layers.{l}.self_attn"), 0)],
+                no_split: true,
+            })
+            .collect();
+        let rotary = self.head_dim / 2 * 4 * 2 * self.rotaries;
+        let norm = self.hidden * self.d;
+        let layers = Module {
+            name: "model.layers".into(),
+            bytes: layer * self.layers,
+            children: layers,
+            no_split: false,
+        };
+        let model = Module {
+            name: "model".into(),
+            bytes: embed + layers.bytes + norm + rotary,
+            children: vec![
+                leaf("model.embed_tokens", embed),
+                layers,
+                leaf("model.norm", norm),
+                leaf("model.rotary_emb", rotary),
+            ],
+            no_split: false,
+        };
+        let head: u64 = self.tensors(Sub::LmHead).iter().sum();
+        Module {
+            name: String::new(),
+            bytes: model.bytes + head,
+            children: vec![model, leaf("lm_head", head)],
+            no_split: false,
+        }
+    }
+
+    /// `model.all_tied_weights_keys` as `infer_auto_device_map`'s groups.
+    pub fn tied_groups(&self) -> Vec<Vec<String>> {
+        if self.tied {
+            vec![vec![
+                "lm_head.weight".to_string(),
+                "model.embed_tokens.weight".to_string(),
+            ]]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// A module of the tree `infer_auto_device_map` walks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Module {
+    /// Its name in `named_modules` (`""` for the model).
+    pub name: String,
+    /// Parameters and buffers, tied keys not counted.
+    pub bytes: u64,
+    pub children: Vec<Module>,
+    /// Its class is in `_no_split_modules`.
+    pub no_split: bool,
+}
+
+/// `get_max_layer_size`: the largest module that is not split (no children, or a no-split
+/// class) under `modules`, and the names that reach it.
+fn max_layer_size(modules: &[(String, &Module)]) -> (u64, Vec<String>) {
+    let mut max = 0u64;
+    let mut names: Vec<String> = Vec::new();
+    let mut todo: Vec<&Module> = modules.iter().rev().map(|(_, m)| *m).collect();
+    while let Some(m) = todo.pop() {
+        if m.children.is_empty() || m.no_split {
+            if m.bytes > max {
+                max = m.bytes;
+                names = vec![m.name.clone()];
+            } else if m.bytes == max {
+                names.push(m.name.clone());
+            }
+        } else {
+            todo.extend(m.children.iter().rev());
+        }
+    }
+    (max, names)
+}
+
+/// accelerate's device map, in its naming and grouping.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceMap {
+    pub entries: Vec<(String, Device)>,
+}
+
+impl Serialize for DeviceMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.entries.len()))?;
+        for (k, v) in &self.entries {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl DeviceMap {
+    /// The device of module `name`: the entry naming it or its closest ancestor.
+    pub fn device_of(&self, name: &str) -> Option<Device> {
+        self.entries
+            .iter()
+            .filter(|(k, _)| {
+                k.is_empty()
+                    || name == k
+                    || (name.starts_with(k.as_str()) && name.as_bytes().get(k.len()) == Some(&b'.'))
+            })
+            .max_by_key(|(k, _)| k.len())
+            .map(|(_, d)| *d)
+    }
+
+    /// Whether any module is off the GPU (the model is then dispatched with hooks).
+    pub fn offloads(&self) -> bool {
+        self.entries.iter().any(|(_, d)| d.offloaded())
+    }
+}
+
+/// `clean_device_map`: every subtree whose entries share one device becomes one entry.
+fn clean(map: &mut Vec<(String, Device)>, module: &str) {
+    let prefix = if module.is_empty() {
+        String::new()
+    } else {
+        format!("{module}.")
+    };
+    let values: Vec<Device> = map
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, v)| *v)
+        .collect();
+    if values.len() > 1 && values.iter().all(|v| *v == values[0]) {
+        map.retain(|(k, _)| !k.starts_with(&prefix));
+        map.push((module.to_string(), values[0]));
+    }
+    let depth = if module.is_empty() {
+        1
+    } else {
+        module.split('.').count() + 1
+    };
+    let mut children: Vec<String> = Vec::new();
+    for (k, _) in map.iter() {
+        if k.starts_with(&prefix) && k.len() > module.len() {
+            let c = k.split('.').take(depth).collect::<Vec<_>>().join(".");
+            if !children.contains(&c) {
+                children.push(c);
+            }
+        }
+    }
+    for c in children {
+        clean(map, &c);
+    }
+}
+
+/// The GPU and CPU budgets of `max_memory` (bytes); `cpu: None` is no CPU limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MaxMemory {
+    pub gpu: u64,
+    pub cpu: Option<u64>,
+}
+
+/// transformers' `infer_auto_device_map` over `root` (see the module doc), cleaned.
+pub fn infer_auto_device_map(
+    root: &Module,
+    tied: &[Vec<String>],
+    budget: MaxMemory,
+) -> Result<DeviceMap, PlanError> {
+    let limit = |d: Device| -> Option<i128> {
+        match d {
+            Device::Gpu0 => Some(i128::from(budget.gpu)),
+            Device::Cpu => budget.cpu.map(i128::from),
+            Device::Disk => None,
+        }
+    };
+    let main = |d: Device| d != Device::Disk;
+    let mut todo: Vec<(String, &Module)> =
+        root.children.iter().map(|m| (m.name.clone(), m)).collect();
+    let mut map: Vec<(String, Device)> = Vec::new();
+    let mut used = [0i128; 3];
+    let mut current = 0usize;
+    let (mut max_layer, mut max_names) = max_layer_size(&todo);
+    while !todo.is_empty() {
+        let (name, module) = todo.remove(0);
+        max_names.retain(|n| *n != name && !n.starts_with(&format!("{name}.")));
+        if max_names.is_empty() {
+            (max_layer, max_names) = max_layer_size(&todo);
+        }
+        let dot = format!("{name}.");
+        let inside = |k: &String| format!("{k}.").contains(&dot);
+        let tied_params: Vec<&String> = tied
+            .iter()
+            .filter(|g| g.iter().any(inside) && !g.iter().all(inside))
+            .flat_map(|g| g.iter().filter(|k| !inside(k)))
+            .collect();
+        let device = Device::ORDER[current];
+        let mut max_size = limit(device);
+        let mut reserved = 0i128;
+        if main(device) {
+            max_size = max_size.map(|m| m - i128::from(max_layer));
+            reserved = i128::from(max_layer);
+        }
+        // `get_module_size_with_ties`
+        let mut with_ties = i128::from(module.bytes);
+        let mut tied_names: Vec<String> = Vec::new();
+        for p in tied_params {
+            let Some((n, m)) = todo
+                .iter()
+                .find(|(n, _)| p.starts_with(&format!("{n}.")))
+            else {
+                return Err(PlanError::Field {
+                    field: "device_map",
+                    reason: format!("the module holding the tied {p} is already placed"),
+                });
+            };
+            if !tied_names.contains(n) {
+                tied_names.push(n.clone());
+                with_ties += i128::from(m.bytes);
+            }
+        }
+        let slot = device as usize;
+        if max_size.is_none_or(|m| used[slot] + with_ties <= m) {
+            used[slot] += with_ties;
+            map.push((name, device));
+            for t in tied_names {
+                todo.retain(|(n, _)| *n != t);
+                map.push((t, device));
+            }
+            continue;
+        }
+        // (The split of a tied module that does not fit with its ties is never reached
+        // here: the tied `lm_head` counts no bytes of its own, so a module fits with its
+        // ties whenever it fits alone.)
+        if !module.children.is_empty() && !module.no_split {
+            let mut next: Vec<(String, &Module)> = module
+                .children
+                .iter()
+                .map(|m| (m.name.clone(), m))
+                .collect();
+            next.append(&mut todo);
+            todo = next;
+            (max_layer, max_names) = max_layer_size(&todo);
+            continue;
+        }
+        used[slot] += reserved;
+        current += 1;
+        if current >= Device::ORDER.len() {
+            return Err(PlanError::Field {
+                field: "device_map",
+                reason: format!("{name} fits on no device"),
+            });
+        }
+        todo.insert(0, (name, module));
+    }
+    clean(&mut map, "");
+    Ok(DeviceMap { entries: map })
+}
+
+/// accelerate 1.15 `convert_file_size_to_int`: an integer is bytes; `GiB` / `MiB` / `KiB`
+/// (any case) are powers of 1024, `GB` / `MB` / `KB` powers of 1000, and a lowercase final
+/// `b` (`"8Gb"`) counts bits (the bytes are divided by 8); the result is truncated to whole
+/// bytes (`int(float(...) * unit)`).
+pub fn max_memory_bytes(text: &str) -> Result<u64, PlanError> {
+    let t = text.trim();
+    let err = || PlanError::Field {
+        field: "max_memory",
+        reason: format!(
+            "`{text}` is not a size accelerate reads: give bytes (an integer) or a number with \
+             GiB, MiB, KiB, GB, MB or KB (e.g. 10GiB, 500MB, 1.5GB)"
+        ),
+    };
+    if let Ok(b) = t.parse::<u64>() {
+        return Ok(b);
+    }
+    let upper = t.to_ascii_uppercase();
+    let units: [(&str, f64, bool); 6] = [
+        ("GIB", (1u64 << 30) as f64, false),
+        ("MIB", (1u64 << 20) as f64, false),
+        ("KIB", 1024.0, false),
+        ("GB", 1e9, true),
+        ("MB", 1e6, true),
+        ("KB", 1e3, true),
+    ];
+    for (unit, mult, bits) in units {
+        if let Some(num) = upper.strip_suffix(unit) {
+            let v: f64 = num.trim().parse().map_err(|_| err())?;
+            let bytes = v * mult;
+            if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+                return Err(err());
+            }
+            let b = bytes as u64;
+            return Ok(if bits && t.ends_with('b') { b / 8 } else { b });
+        }
+    }
+    Err(err())
+}
+
+/// The placement of a model under `device_map="auto"`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Placement {
+    pub max_memory: MaxMemory,
+    /// The map in accelerate's naming (what `model.hf_device_map` holds when something is
+    /// offloaded).
+    pub device_map: DeviceMap,
+    /// Weights and buffers per device, as `compute_module_sizes` counts them.
+    pub gpu_bytes: u64,
+    pub cpu_bytes: u64,
+    pub disk_bytes: u64,
+    /// Decoder layers per device.
+    pub layers: u64,
+    pub layers_gpu: u64,
+    pub layers_cpu: u64,
+    pub layers_disk: u64,
+    #[serde(skip)]
+    pub tensors: ModelTensors,
+}
+
+impl Placement {
+    /// The placement of `p` in weights of `d` bytes per element within `budget`.
+    pub fn of(p: &LlamaParams, d: u64, budget: MaxMemory) -> Result<Placement, PlanError> {
+        let tensors = ModelTensors::new(p, d);
+        let tree = tensors.tree();
+        let device_map = infer_auto_device_map(&tree, &tensors.tied_groups(), budget)?;
+        let mut bytes = [0u64; 3];
+        let mut walk = vec![&tree];
+        while let Some(m) = walk.pop() {
+            if m.children.is_empty() || m.no_split {
+                if let Some(d) = device_map.device_of(&m.name) {
+                    bytes[d as usize] += m.bytes;
+                }
+            } else {
+                walk.extend(m.children.iter());
+            }
+        }
+        let mut layers = [0u64; 3];
+        for l in 0..tensors.layers {
+            if let Some(d) = device_map.device_of(&format!("model.layers.{l}")) {
+                layers[d as usize] += 1;
+            }
+        }
+        Ok(Placement {
+            max_memory: budget,
+            device_map,
+            gpu_bytes: bytes[0],
+            cpu_bytes: bytes[1],
+            disk_bytes: bytes[2],
+            layers: tensors.layers,
+            layers_gpu: layers[0],
+            layers_cpu: layers[1],
+            layers_disk: layers[2],
+            tensors,
+        })
+    }
+
+    /// The device of a module (`"model.layers.3"`, `"lm_head"`, …).
+    pub fn device_of(&self, name: &str) -> Device {
+        self.device_map.device_of(name).unwrap_or(Device::Gpu0)
+    }
+
+    /// The device of decoder layer `l`.
+    pub fn layer(&self, l: u64) -> Device {
+        self.device_of(&format!("model.layers.{l}"))
+    }
+
+    /// One line: "12 of 16 layers on GPU 0, 4 on cpu; embed_tokens 0, lm_head cpu".
+    pub fn summary(&self) -> String {
+        let mut parts = vec![format!(
+            "{} of {} layers on GPU 0",
+            self.layers_gpu, self.layers
+        )];
+        if self.layers_cpu > 0 {
+            parts.push(format!("{} on cpu", self.layers_cpu));
+        }
+        if self.layers_disk > 0 {
+            parts.push(format!("{} on disk", self.layers_disk));
+        }
+        format!(
+            "{}; embed_tokens {}, norm {}, lm_head {}",
+            parts.join(", "),
+            self.device_of("model.embed_tokens"),
+            self.device_of("model.norm"),
+            self.device_of("lm_head")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_accelerate_reads_them() {
+        assert_eq!(max_memory_bytes("455MiB").ok(), Some(455 << 20));
+        assert_eq!(max_memory_bytes("10GiB").ok(), Some(10 << 30));
+        assert_eq!(max_memory_bytes("1.5GB").ok(), Some(1_500_000_000));
+        assert_eq!(max_memory_bytes("500MB").ok(), Some(500_000_000));
+        assert_eq!(max_memory_bytes("8Gb").ok(), Some(1_000_000_000));
+        assert_eq!(max_memory_bytes("12345").ok(), Some(12345));
+        // int(0.3 * 2**30) truncates
+        assert_eq!(max_memory_bytes("0.3GiB").ok(), Some(322_122_547));
+        assert!(max_memory_bytes("lots").is_err());
+        assert!(max_memory_bytes("10G").is_err());
+    }
+
+    #[test]
+    fn clean_merges_subtrees_on_one_device() {
+        let mut m = vec![
+            ("model.embed_tokens".to_string(), Device::Gpu0),
+            ("model.layers.0".to_string(), Device::Cpu),
+            ("model.layers.1".to_string(), Device::Cpu),
+            ("model.norm".to_string(), Device::Cpu),
+            ("lm_head".to_string(), Device::Gpu0),
+        ];
+        clean(&mut m, "");
+        let mut keys: Vec<&str> = m.iter().map(|(k, _)| k.as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["lm_head", "model.embed_tokens", "model.layers", "model.norm"]
+        );
+        let mut all = vec![
+            ("model".to_string(), Device::Gpu0),
+            ("lm_head".to_string(), Device::Gpu0),
+        ];
+        clean(&mut all, "");
+        assert_eq!(all, vec![(String::new(), Device::Gpu0)]);
+    }
+}
