@@ -63,7 +63,7 @@ fn placement_equals_transformers_device_map() {
     let mut kinds = BTreeMap::new();
     for row in &rows {
         let p = placement(row);
-        let total = p.gpu_bytes + p.cpu_bytes + p.disk_bytes;
+        let total = p.offload.gpu_bytes + p.offload.cpu_bytes + p.offload.disk_bytes;
         assert_eq!(
             total,
             row["weights_bytes"].as_u64().expect("weights"),

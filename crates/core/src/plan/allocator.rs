@@ -131,6 +131,17 @@ impl CachingAllocator {
         }
     }
 
+    /// `torch.cuda.empty_cache()`: every cached segment without a live block goes back to
+    /// the device (`release_cached_blocks`); expandable segments unmap their free pages.
+    pub fn empty_cache(&mut self) {
+        self.release_cached();
+        let need = self.live_large.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
+        if self.mapped_large > need {
+            self.reserved -= self.mapped_large - need;
+            self.mapped_large = need;
+        }
+    }
+
     /// Accounts for a new segment of `seg` bytes, honouring the cap.
     fn reserve(&mut self, seg: u64) {
         if let Some(cap) = self.cap

@@ -31,8 +31,14 @@ use std::fmt;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use super::decoding::Decoding;
+use super::forward::Process;
+use super::program::{Buf, Prog};
+use super::setting::InferConfig;
+use super::shape::DecoderShape;
 use crate::model::families::llama::{LlamaParams, head_dim};
 use crate::plan::PlanError;
+use crate::plan::events::{Category, Events, Phase};
 
 /// A device of accelerate's device map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -528,24 +534,35 @@ pub fn max_memory_bytes(text: &str) -> Result<u64, PlanError> {
     Err(err())
 }
 
-/// The placement of a model under `device_map="auto"`.
+/// The placement of a model under `device_map="auto"` (serialized as `device_map`, the map
+/// in accelerate's naming, and `offload`, the budgets and the bytes per device).
 #[derive(Debug, Clone, Serialize)]
 pub struct Placement {
-    pub max_memory: MaxMemory,
     /// The map in accelerate's naming (what `model.hf_device_map` holds when something is
     /// offloaded).
     pub device_map: DeviceMap,
+    pub offload: Offload,
+    #[serde(skip)]
+    pub tensors: ModelTensors,
+}
+
+/// The budgets of a placement and what it puts on each device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Offload {
+    /// `max_memory[0]` in bytes.
+    pub max_gpu_memory_bytes: u64,
+    /// `max_memory["cpu"]` in bytes (absent: no CPU limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cpu_memory_bytes: Option<u64>,
     /// Weights and buffers per device, as `compute_module_sizes` counts them.
     pub gpu_bytes: u64,
     pub cpu_bytes: u64,
     pub disk_bytes: u64,
-    /// Decoder layers per device.
+    /// Decoder layers, and those per device.
     pub layers: u64,
     pub layers_gpu: u64,
     pub layers_cpu: u64,
     pub layers_disk: u64,
-    #[serde(skip)]
-    pub tensors: ModelTensors,
 }
 
 impl Placement {
@@ -572,15 +589,18 @@ impl Placement {
             }
         }
         Ok(Placement {
-            max_memory: budget,
             device_map,
-            gpu_bytes: bytes[0],
-            cpu_bytes: bytes[1],
-            disk_bytes: bytes[2],
-            layers: tensors.layers,
-            layers_gpu: layers[0],
-            layers_cpu: layers[1],
-            layers_disk: layers[2],
+            offload: Offload {
+                max_gpu_memory_bytes: budget.gpu,
+                max_cpu_memory_bytes: budget.cpu,
+                gpu_bytes: bytes[0],
+                cpu_bytes: bytes[1],
+                disk_bytes: bytes[2],
+                layers: tensors.layers,
+                layers_gpu: layers[0],
+                layers_cpu: layers[1],
+                layers_disk: layers[2],
+            },
             tensors,
         })
     }
@@ -597,15 +617,13 @@ impl Placement {
 
     /// One line: "12 of 16 layers on GPU 0, 4 on cpu; embed_tokens 0, lm_head cpu".
     pub fn summary(&self) -> String {
-        let mut parts = vec![format!(
-            "{} of {} layers on GPU 0",
-            self.layers_gpu, self.layers
-        )];
-        if self.layers_cpu > 0 {
-            parts.push(format!("{} on cpu", self.layers_cpu));
+        let o = &self.offload;
+        let mut parts = vec![format!("{} of {} layers on GPU 0", o.layers_gpu, o.layers)];
+        if o.layers_cpu > 0 {
+            parts.push(format!("{} on cpu", o.layers_cpu));
         }
-        if self.layers_disk > 0 {
-            parts.push(format!("{} on disk", self.layers_disk));
+        if o.layers_disk > 0 {
+            parts.push(format!("{} on disk", o.layers_disk));
         }
         format!(
             "{}; embed_tokens {}, norm {}, lm_head {}",
@@ -615,6 +633,139 @@ impl Placement {
             self.device_of("lm_head")
         )
     }
+}
+
+impl Placement {
+    /// The tensors resident on GPU 0 once the model is dispatched, in the order they are
+    /// loaded: the parameters of the modules the map puts on 0 (`model.embed_tokens`, the
+    /// layers, `model.norm`, an untied `lm_head`), then the buffers, which stay on the GPU
+    /// whatever the map says (`offload_buffers=False`).
+    pub fn resident(&self) -> Vec<u64> {
+        let t = &self.tensors;
+        let mut v = Vec::new();
+        if !self.device_of("model.embed_tokens").offloaded() {
+            v.extend(t.tensors(Sub::Embed));
+        }
+        for l in 0..t.layers {
+            if !self.layer(l).offloaded() {
+                for sub in t.layer_subs() {
+                    v.extend(t.tensors(sub));
+                }
+            }
+        }
+        if !self.device_of("model.norm").offloaded() {
+            v.extend(t.tensors(Sub::FinalNorm));
+        }
+        if !self.device_of("lm_head").offloaded() {
+            v.extend(t.tensors(Sub::LmHead));
+        }
+        v.extend(t.resident_buffers());
+        v
+    }
+
+    /// The bytes on GPU 0 after dispatch (what [`Placement::resident`] lists).
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident().iter().sum()
+    }
+
+    /// Whether the model runs on the CPU: no module on GPU 0 (`dispatch_model` then uses the
+    /// CPU as the main device, or the map is `{"": "cpu"}` and nothing is dispatched).
+    pub fn nothing_on_gpu(&self) -> bool {
+        !self.device_map.entries.iter().any(|(_, d)| *d == Device::Gpu0)
+    }
+}
+
+/// What accelerate's hooks copy to the GPU while the dispatched model runs (accelerate 1.15
+/// `hooks.py`): `attach_align_device_hook_on_blocks` gives every submodule with direct
+/// parameters of an offloaded entry an `AlignDevicesHook(offload=True)` (so each `nn.Linear`
+/// and norm of an offloaded decoder layer separately, `place_submodules=False`). Its
+/// `pre_forward` copies each parameter from `weights_map` (the CPU state dict; for "disk",
+/// the offload folder's safetensors, read onto the execution device) to GPU 0 with
+/// `set_module_tensor_to_device`, which calls `torch.cuda.empty_cache()` after each tensor
+/// (`clear_cache=True`, the device is not "cpu" / "meta"); its `post_forward` sets them back
+/// to meta once the module's output exists, freeing the copies. Inputs and outputs already
+/// sit on GPU 0, the execution device of every module (`send_to_device` is then a no-op;
+/// `past_key_values` is in `_skip_keys_device_placement`), so the KV cache of an offloaded
+/// layer is on the GPU with the others. A tied `lm_head` on the CPU copies its weight at its
+/// own call, as the embedding does at its own (`tied_params_map` shares a copy only while
+/// both are loaded at once, which they never are).
+#[derive(Debug, Clone)]
+pub struct Streams {
+    tensors: ModelTensors,
+    layers: Vec<bool>,
+    embed: bool,
+    norm: bool,
+    lm_head: bool,
+}
+
+impl Streams {
+    /// The streamed modules of `pl` (`None` when nothing is offloaded: no hooks).
+    pub fn of(pl: &Placement) -> Option<Streams> {
+        if !pl.device_map.offloads() {
+            return None;
+        }
+        Some(Streams {
+            tensors: pl.tensors.clone(),
+            layers: (0..pl.tensors.layers)
+                .map(|l| pl.layer(l).offloaded())
+                .collect(),
+            embed: pl.device_of("model.embed_tokens").offloaded(),
+            norm: pl.device_of("model.norm").offloaded(),
+            lm_head: pl.device_of("lm_head").offloaded(),
+        })
+    }
+
+    /// The pre-forward of `sub` (in decoder layer `layer`, or outside the layers): its
+    /// parameters' GPU copies, each followed by `empty_cache()`; none when it is on GPU 0.
+    pub fn load(&self, p: &mut Prog, layer: Option<u64>, sub: Sub) -> Vec<Buf> {
+        let streamed = match (layer, sub) {
+            (_, Sub::Embed) => self.embed,
+            (_, Sub::FinalNorm) => self.norm,
+            (_, Sub::LmHead) => self.lm_head,
+            (Some(l), _) => self.layers.get(l as usize).copied().unwrap_or(false),
+            (None, _) => false,
+        };
+        if !streamed {
+            return Vec::new();
+        }
+        let bytes = match sub {
+            // the tied weight is in the state dict under `lm_head.weight` too
+            Sub::LmHead => self.tensors.tensors(Sub::Embed),
+            other => self.tensors.tensors(other),
+        };
+        bytes
+            .into_iter()
+            .map(|b| {
+                let buf = p.alloc(0, b, Category::Parameters);
+                p.empty_cache();
+                buf
+            })
+            .collect()
+    }
+}
+
+/// The events of a model loaded by `from_pretrained(..., device_map="auto", max_memory=...)`
+/// and called as [`super::call::session`] calls it: the resident tensors loaded, then
+/// (when something is offloaded) `dispatch_model`'s `init_hook`s move each resident tensor to
+/// its device with `set_module_tensor_to_device`, whose `empty_cache()` leaves only the
+/// segments holding weights; the prompt, warm-up and measured call with the offloaded
+/// modules' weights copied in as they run. The model is created on the meta device, so a
+/// tied `lm_head`'s own weight never exists.
+pub fn session(s: &DecoderShape, cfg: &InferConfig, dec: &Decoding, pl: &Placement) -> Events {
+    let mut p = Prog::default();
+    p.phase = Some(Phase::Setup);
+    for b in pl.resident() {
+        p.alloc(0, b, Category::Parameters);
+    }
+    let streams = Streams::of(pl);
+    if streams.is_some() {
+        p.empty_cache();
+    }
+    let proc = Process {
+        streams,
+        ..Process::default()
+    };
+    super::call::calls(p, proc, s, cfg, dec)
 }
 
 #[cfg(test)]
