@@ -786,6 +786,90 @@ mod tests {
         assert!(max_memory_bytes("10G").is_err());
     }
 
+    fn llama(name: &str) -> LlamaParams {
+        let path = format!(
+            "{}/../../tests/data/hf_configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        let preset = crate::model::hf::from_config_text(&text, name).expect("preset");
+        match preset.spec {
+            crate::model::ModelSpec::Llama(p) => *p,
+            _ => panic!("{name}: not a Llama-lineage decoder"),
+        }
+    }
+
+    /// Llama 3.2 1B in bf16: GPU 0 keeps the largest unsplittable module still to place
+    /// free: the embedding (tied to `lm_head`) while it is unplaced, then a decoder layer.
+    #[test]
+    fn gpu_keeps_the_largest_layer_free() {
+        let p = llama("Llama-3.2-1B");
+        let t = ModelTensors::new(&p, 2);
+        let embed = 128_256 * 2048 * 2;
+        let layer = t.layer_bytes();
+        assert_eq!(layer, 60_821_504 * 2);
+        // the embedding fits beside its own reserve (4.5 layers > its size); then the
+        // embedding + 3 layers + a layer's reserve, plus half a layer: 3 layers on GPU 0
+        assert!(embed < 4 * layer + layer / 2);
+        let gpu = embed + 4 * layer + layer / 2;
+        let pl = Placement::of(&p, 2, MaxMemory { gpu, cpu: None }).expect("placement");
+        assert_eq!(pl.offload.layers_gpu, 3, "{:?}", pl.device_map);
+        assert_eq!(pl.device_of("lm_head"), Device::Gpu0, "tied to the embedding");
+        assert_eq!(pl.device_of("model.layers.3"), Device::Cpu);
+        assert_eq!(pl.device_of("model.norm"), Device::Cpu);
+        // everything fits: one entry
+        let all = Placement::of(&p, 2, MaxMemory { gpu: 1 << 40, cpu: None }).expect("all");
+        assert_eq!(all.device_map.entries, vec![(String::new(), Device::Gpu0)]);
+        assert!(Streams::of(&all).is_none());
+    }
+
+    /// The dispatched model's events: what the measured call copies in, each copy followed
+    /// by `empty_cache()`, and every buffer freed once.
+    #[test]
+    fn offloaded_weights_are_copied_in_at_each_forward() {
+        use crate::plan::config::{AllocatorConfig, Attention, DType};
+        use crate::plan::inference::{InferStep, KvCache};
+        let p = llama("Qwen2.5-0.5B");
+        let shape = DecoderShape::from_params(&p).expect("shape");
+        let cfg = InferConfig {
+            step: InferStep::Generate,
+            batch: 2,
+            prompt: 64,
+            new_tokens: 3,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
+        };
+        let pl = Placement::of(&p, 2, MaxMemory { gpu: 455 << 20, cpu: None }).expect("pl");
+        let off = pl.offload;
+        assert!(off.layers_cpu > 0 && off.layers_gpu > 0, "{off:?}");
+        let ev = session(&shape, &cfg, &Decoding::default(), &pl);
+        let mut state = vec![0u8; ev.buffers.len()];
+        for e in &ev.events {
+            let st = &mut state[e.buffer as usize];
+            assert_eq!(*st, u8::from(!e.alloc));
+            *st += 1;
+        }
+        let measured = &ev.events[ev.measured_start..];
+        let copied: Vec<u64> = measured
+            .iter()
+            .filter(|e| e.alloc && ev.buffers[e.buffer as usize].category == Category::Parameters)
+            .map(|e| ev.buffers[e.buffer as usize].fixed)
+            .collect();
+        // per forward: the offloaded layers' tensors and the final norm's weight
+        let per_layer = pl.tensors.layer_subs().iter().map(|&s| pl.tensors.tensors(s).len()).sum::<usize>();
+        let per_forward = off.layers_cpu as usize * per_layer + 1;
+        assert_eq!(copied.len(), 3 * per_forward, "3 forwards");
+        let bytes_per_forward = off.layers_cpu * pl.tensors.layer_bytes() + 896 * 2;
+        assert_eq!(copied.iter().sum::<u64>(), 3 * bytes_per_forward);
+        // one empty_cache after each copy (warm-up and measured call) and one at dispatch
+        assert_eq!(ev.empty_cache.len(), 2 * 3 * per_forward + 1);
+        // resident: the embedding (tied lm_head), the layers on GPU 0 and the buffers
+        let resident = 151_936 * 896 * 2 + off.layers_gpu * pl.tensors.layer_bytes() + 2 * 32 * 4;
+        assert_eq!(pl.resident_bytes(), resident);
+    }
+
     #[test]
     fn clean_merges_subtrees_on_one_device() {
         let mut m = vec![
