@@ -601,20 +601,43 @@ fn device_map_auto() {
     // text: the summary line
     let (ok, out, err) = vramlab(&[&["plan", "--model", LLAMA][..], &call[..]].concat());
     assert!(ok, "{err}");
-    assert!(out.contains("device_map: 3 of 16 layers on GPU 0, 13 on cpu"), "{out}");
+    assert!(
+        out.contains("device_map: 3 of 16 layers on GPU 0, 13 on cpu"),
+        "{out}"
+    );
     // max-batch: the map depends on max_memory only
     let (ok, out, err) = vramlab(&[&["max-batch", "--model", LLAMA][..], &call[..]].concat());
     assert!(ok, "{err}");
-    assert!(out.contains("device_map: ") && out.contains("largest batch"), "{out}");
+    assert!(
+        out.contains("device_map: ") && out.contains("largest batch"),
+        "{out}"
+    );
 
-    let base = ["plan", "--model", LLAMA, "--seq", "128", "--step", "generate", "--new-tokens", "4"];
+    let base = [
+        "plan",
+        "--model",
+        LLAMA,
+        "--seq",
+        "128",
+        "--step",
+        "generate",
+        "--new-tokens",
+        "4",
+    ];
     let with = |extra: &[&'static str]| [&base[..], extra].concat();
     fails_with(
         &with(&["--device-map", "balanced", "--max-gpu-memory", "1GiB"]),
         "only `auto`",
     );
     fails_with(
-        &with(&["--device-map", "auto", "--max-gpu-memory", "1GiB", "--quant", "nf4"]),
+        &with(&[
+            "--device-map",
+            "auto",
+            "--max-gpu-memory",
+            "1GiB",
+            "--quant",
+            "nf4",
+        ]),
         "llm_int8_enable_fp32_cpu_offload",
     );
     fails_with(&with(&["--max-gpu-memory", "1GiB"]), "--device-map auto");
@@ -628,7 +651,15 @@ fn device_map_auto() {
     );
     fails_with(
         &[
-            "plan", "--model", LLAMA, "--step", "train", "--seq", "128", "--device-map", "auto",
+            "plan",
+            "--model",
+            LLAMA,
+            "--step",
+            "train",
+            "--seq",
+            "128",
+            "--device-map",
+            "auto",
         ],
         "--step generate|prefill",
     );

@@ -256,7 +256,12 @@ fn assumed(t: &TrainArgs, batch_given: bool) -> Vec<(&'static str, &'static str)
 /// `plan --step prefill|generate`.
 /// The planner of the flags: with `--device-map auto`, the model offloaded as accelerate
 /// places it.
-fn planner(t: &TrainArgs, preset: &Preset, cfg: &InferConfig, dec: &Decoding) -> Result<InferPlanner> {
+fn planner(
+    t: &TrainArgs,
+    preset: &Preset,
+    cfg: &InferConfig,
+    dec: &Decoding,
+) -> Result<InferPlanner> {
     Ok(match device_map_budget(t)? {
         Some(m) => InferPlanner::with_device_map(preset, cfg, dec, m)?,
         None => InferPlanner::with_decoding(preset, cfg, dec)?,

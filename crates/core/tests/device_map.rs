@@ -89,6 +89,14 @@ fn placement_equals_transformers_device_map() {
         rows.len()
     );
     // the reference covers split maps and disk
-    assert!(kinds.keys().any(|k| k.contains("disk") && k.contains("\"0\"")));
-    assert!(kinds.keys().any(|k| k.contains("cpu") && k.contains("\"0\"")));
+    assert!(
+        kinds
+            .keys()
+            .any(|k| k.contains("disk") && k.contains("\"0\""))
+    );
+    assert!(
+        kinds
+            .keys()
+            .any(|k| k.contains("cpu") && k.contains("\"0\""))
+    );
 }

@@ -76,8 +76,8 @@ impl InferSettings {
         if !self.device_map {
             return Ok(None);
         }
-        let gpu = max_memory_bytes(&self.max_gpu_memory)
-            .map_err(|e| format!("max GPU memory: {e:#}"))?;
+        let gpu =
+            max_memory_bytes(&self.max_gpu_memory).map_err(|e| format!("max GPU memory: {e:#}"))?;
         let cpu = match self.max_cpu_memory.trim() {
             "" => None,
             c => Some(max_memory_bytes(c).map_err(|e| format!("max CPU memory: {e:#}"))?),
@@ -110,6 +110,8 @@ impl InferSettings {
 }
 
 type Built = Result<InferPlanner, String>;
+/// What a planner is built from: the model, the batch-1 config, the device map's budgets.
+type PlannerKey = (Preset, InferConfig, Option<MaxMemory>);
 /// The largest batch, keyed by planner generation and budget.
 type MaxBatchEntry = ((u64, Budget), Result<Option<u64>, String>);
 /// The answer, keyed by planner generation, batch and budget.
@@ -120,7 +122,7 @@ type AnswerEntry = ((u64, u64, Budget), Result<InferAnswer, String>);
 pub struct InferCache {
     /// The model, the batch-independent config (batch 1) and the device map's budgets the
     /// planner was built for.
-    planner: Option<((Preset, InferConfig, Option<MaxMemory>), Built)>,
+    planner: Option<(PlannerKey, Built)>,
     /// A failure before a planner (the model, or a setting).
     error: Option<String>,
     /// Bumped on every planner rebuild; keys the caches below.
@@ -146,9 +148,7 @@ impl InferCache {
             .is_some_and(|((p, c, m), _)| *c == key_cfg && *m == mm && p == preset);
         if !fresh {
             let built = match mm {
-                Some(m) => {
-                    InferPlanner::with_device_map(preset, &key_cfg, &Decoding::default(), m)
-                }
+                Some(m) => InferPlanner::with_device_map(preset, &key_cfg, &Decoding::default(), m),
                 None => InferPlanner::new(preset, &key_cfg),
             }
             .map_err(|e| format!("{e:#}"));

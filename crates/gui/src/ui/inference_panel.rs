@@ -335,7 +335,11 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
                 .striped(true)
                 .show(ui, |ui| {
                     for (module, device) in &pl.device_map.entries {
-                        ui.label(if module.is_empty() { "(whole model)" } else { module });
+                        ui.label(if module.is_empty() {
+                            "(whole model)"
+                        } else {
+                            module
+                        });
                         ui.label(device.as_str());
                         ui.end_row();
                     }

@@ -28,8 +28,8 @@
 
 use std::fmt;
 
-use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 
 use super::decoding::Decoding;
 use super::forward::Process;
@@ -443,10 +443,7 @@ pub fn infer_auto_device_map(
         let mut with_ties = i128::from(module.bytes);
         let mut tied_names: Vec<String> = Vec::new();
         for p in tied_params {
-            let Some((n, m)) = todo
-                .iter()
-                .find(|(n, _)| p.starts_with(&format!("{n}.")))
-            else {
+            let Some((n, m)) = todo.iter().find(|(n, _)| p.starts_with(&format!("{n}."))) else {
                 return Err(PlanError::Field {
                     field: "device_map",
                     reason: format!("the module holding the tied {p} is already placed"),
@@ -671,7 +668,11 @@ impl Placement {
     /// Whether the model runs on the CPU: no module on GPU 0 (`dispatch_model` then uses the
     /// CPU as the main device, or the map is `{"": "cpu"}` and nothing is dispatched).
     pub fn nothing_on_gpu(&self) -> bool {
-        !self.device_map.entries.iter().any(|(_, d)| *d == Device::Gpu0)
+        !self
+            .device_map
+            .entries
+            .iter()
+            .any(|(_, d)| *d == Device::Gpu0)
     }
 }
 
@@ -814,11 +815,23 @@ mod tests {
         let gpu = embed + 4 * layer + layer / 2;
         let pl = Placement::of(&p, 2, MaxMemory { gpu, cpu: None }).expect("placement");
         assert_eq!(pl.offload.layers_gpu, 3, "{:?}", pl.device_map);
-        assert_eq!(pl.device_of("lm_head"), Device::Gpu0, "tied to the embedding");
+        assert_eq!(
+            pl.device_of("lm_head"),
+            Device::Gpu0,
+            "tied to the embedding"
+        );
         assert_eq!(pl.device_of("model.layers.3"), Device::Cpu);
         assert_eq!(pl.device_of("model.norm"), Device::Cpu);
         // everything fits: one entry
-        let all = Placement::of(&p, 2, MaxMemory { gpu: 1 << 40, cpu: None }).expect("all");
+        let all = Placement::of(
+            &p,
+            2,
+            MaxMemory {
+                gpu: 1 << 40,
+                cpu: None,
+            },
+        )
+        .expect("all");
         assert_eq!(all.device_map.entries, vec![(String::new(), Device::Gpu0)]);
         assert!(Streams::of(&all).is_none());
     }
@@ -841,7 +854,15 @@ mod tests {
             kv_cache: KvCache::Dynamic,
             allocator: AllocatorConfig::default(),
         };
-        let pl = Placement::of(&p, 2, MaxMemory { gpu: 455 << 20, cpu: None }).expect("pl");
+        let pl = Placement::of(
+            &p,
+            2,
+            MaxMemory {
+                gpu: 455 << 20,
+                cpu: None,
+            },
+        )
+        .expect("pl");
         let off = pl.offload;
         assert!(off.layers_cpu > 0 && off.layers_gpu > 0, "{off:?}");
         let ev = session(&shape, &cfg, &Decoding::default(), &pl);
@@ -858,7 +879,12 @@ mod tests {
             .map(|e| ev.buffers[e.buffer as usize].fixed)
             .collect();
         // per forward: the offloaded layers' tensors and the final norm's weight
-        let per_layer = pl.tensors.layer_subs().iter().map(|&s| pl.tensors.tensors(s).len()).sum::<usize>();
+        let per_layer = pl
+            .tensors
+            .layer_subs()
+            .iter()
+            .map(|&s| pl.tensors.tensors(s).len())
+            .sum::<usize>();
         let per_forward = off.layers_cpu as usize * per_layer + 1;
         assert_eq!(copied.len(), 3 * per_forward, "3 forwards");
         let bytes_per_forward = off.layers_cpu * pl.tensors.layer_bytes() + 896 * 2;
@@ -884,7 +910,12 @@ mod tests {
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["lm_head", "model.embed_tokens", "model.layers", "model.norm"]
+            [
+                "lm_head",
+                "model.embed_tokens",
+                "model.layers",
+                "model.norm"
+            ]
         );
         let mut all = vec![
             ("model".to_string(), Device::Gpu0),
