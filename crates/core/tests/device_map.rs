@@ -5,7 +5,9 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use vramlab_core::model::{ModelSpec, hf};
+use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::inference::device_map::{MaxMemory, Placement, max_memory_bytes};
+use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::vocabulary::parse_dtype;
 
 fn rows(rel: &str) -> Vec<Value> {
@@ -98,5 +100,136 @@ fn placement_equals_transformers_device_map() {
         kinds
             .keys()
             .any(|k| k.contains("cpu") && k.contains("\"0\""))
+    );
+}
+
+/// The row's inference config (tools/infer_runner.py keys).
+fn infer_config(row: &Value) -> InferConfig {
+    let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
+    let u = |k: &str| row[k].as_u64().unwrap_or(0);
+    InferConfig {
+        step: s("step").parse::<InferStep>().expect("step"),
+        batch: u("batch"),
+        prompt: u("prompt"),
+        new_tokens: u("new_tokens"),
+        dtype: parse_dtype(&s("precision")).expect("precision"),
+        attention: if s("attention") == "eager" {
+            Attention::Eager
+        } else {
+            Attention::Sdpa
+        },
+        kv_cache: s("kv_cache").parse::<KvCache>().unwrap_or_default(),
+        allocator: AllocatorConfig::default(),
+    }
+}
+
+fn median_worst(mut e: Vec<f64>) -> (f64, f64) {
+    e.sort_by(f64::total_cmp);
+    let n = e.len();
+    let median = if n % 2 == 1 {
+        e[n / 2]
+    } else {
+        0.5 * (e[n / 2 - 1] + e[n / 2])
+    };
+    (median, e[n - 1])
+}
+
+/// Issue 29's pre-registered `device_map="auto"` rows (tools/grid29c_configs.jsonl, the "fit"
+/// split: 10 rows), measured on an H100 80GB HBM3 (driver 580.159.04, torch 2.11.0+cu130,
+/// transformers 5.17.0, accelerate 1.15.0) by tools/grid29c_on_device.sh →
+/// tools/infer_runner.py (`from_pretrained` of a saved random-weight checkpoint with
+/// `device_map="auto"` and `max_memory`; the warm-up, then the measured call):
+/// - the planned map equals `hf_device_map` on every row (absent when nothing is dispatched,
+///   `{"": 0}`: 2 rows);
+/// - allocated: median 0.02 %, worst 1.29 % (g29c-028, qwen3 generate with every layer on the
+///   CPU), within the issue's bounds;
+/// - reserved is not comparable on these rows: grid29c_on_device.sh runs all 28 rows of the
+///   grid in one Python process, and a segment of about 8.46 GiB reserved by an earlier row
+///   stays (the process-wide cuBLAS workspace and other live blocks sit in it, so no
+///   `empty_cache()` returns it): `reserved_after_build` is ≥ 8.45 GiB on every row, for
+///   models with 0.3 to 9.3 GiB on the GPU; the plan is of a fresh process. Only where the
+///   call outgrows that pool (g29c-035: +1.13 %, g29c-040: −0.13 %) is the device's peak the
+///   call's. The test asserts that condition, so a re-measurement with one process per row
+///   (as grid29's lanes did) fails here until reserved is checked against it.
+#[test]
+fn grid29c_device_map_rows() {
+    let rows = rows("infer/grid29c_device_map.jsonl");
+    let (mut alloc, mut reserved) = (Vec::new(), Vec::new());
+    let mut maps_equal = 0;
+    for row in &rows {
+        let id = row["id"].as_str().unwrap_or_default();
+        let p = placement(row);
+        let want = match row.get("hf_device_map") {
+            Some(m) => as_map(m),
+            None => BTreeMap::from([(String::new(), "0".to_string())]),
+        };
+        assert_eq!(planned_map(&p), want, "{id}: the device map");
+        maps_equal += 1;
+        let path = row["model"].as_str().expect("model");
+        let text =
+            std::fs::read_to_string(crate::data("").join("../..").join(path)).expect("config");
+        let preset = hf::from_config_text(&text, path).expect("preset");
+        let cfg = infer_config(row);
+        let budget = MaxMemory {
+            gpu: p.offload.max_gpu_memory_bytes,
+            cpu: p.offload.max_cpu_memory_bytes,
+        };
+        let plan = InferPlanner::with_device_map(&preset, &cfg, &Decoding::default(), budget)
+            .and_then(|pl| pl.plan(cfg.batch))
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        let m = [
+            row["peak_allocated"].as_u64().expect("peak_allocated"),
+            row["peak_reserved"].as_u64().expect("peak_reserved"),
+        ];
+        let planned = [plan.peak_allocated_bytes.0, plan.peak_reserved_bytes.0];
+        let err = |i: usize| (planned[i] as f64 - m[i] as f64) / m[i] as f64;
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        println!(
+            "{id} {:<14} {:<8} {:<5} b{:<3} p{:<4} n{:<3} {:<5} gpu {:>8}: {}/{} layers on GPU 0; \
+             allocated {:.3} planned {:.3} ({:+.2}%), reserved {:.3} planned {:.3} ({:+.2}%)",
+            row["model_type"].as_str().unwrap_or_default(),
+            cfg.step.as_str(),
+            row["precision"].as_str().unwrap_or_default(),
+            cfg.batch,
+            cfg.prompt,
+            cfg.new_tokens,
+            row["attention"].as_str().unwrap_or_default(),
+            row["max_gpu_memory"].as_str().unwrap_or_default(),
+            p.offload.layers_gpu,
+            p.offload.layers,
+            gib(m[0]),
+            gib(planned[0]),
+            100.0 * err(0),
+            gib(m[1]),
+            gib(planned[1]),
+            100.0 * err(1)
+        );
+        alloc.push(err(0).abs());
+        reserved.push(err(1).abs());
+        let pool = row["reserved_after_build"]
+            .as_u64()
+            .expect("reserved_after_build");
+        assert!(
+            pool as f64 >= 8.45 * (1u64 << 30) as f64,
+            "{id}: reserved after the build {:.3} GiB: no pool carried over from earlier rows; \
+             check the planned reserved against this row",
+            gib(pool)
+        );
+    }
+    let (am, aw) = median_worst(alloc);
+    let (rm, rw) = median_worst(reserved);
+    println!(
+        "grid29c device_map: maps equal {maps_equal} of {}; allocated median {:.2}% worst {:.2}%; \
+         reserved median {:.2}% worst {:.2}%",
+        rows.len(),
+        100.0 * am,
+        100.0 * aw,
+        100.0 * rm,
+        100.0 * rw
+    );
+    assert_eq!(maps_equal, 10);
+    assert!(
+        am <= 0.02 && aw <= 0.08,
+        "allocated median {am}, worst {aw}"
     );
 }

@@ -638,6 +638,14 @@ impl Placement {
     /// layers, `model.norm`, an untied `lm_head`), then the buffers, which stay on the GPU
     /// whatever the map says (`offload_buffers=False`).
     pub fn resident(&self) -> Vec<u64> {
+        let mut v = self.resident_params();
+        v.extend(self.tensors.resident_buffers());
+        v
+    }
+
+    /// The parameters of the modules on GPU 0 (a tied `lm_head` has none of its own), in
+    /// the order they are loaded.
+    pub fn resident_params(&self) -> Vec<u64> {
         let t = &self.tensors;
         let mut v = Vec::new();
         if !self.device_of("model.embed_tokens").offloaded() {
@@ -656,7 +664,6 @@ impl Placement {
         if !self.device_of("lm_head").offloaded() {
             v.extend(t.tensors(Sub::LmHead));
         }
-        v.extend(t.resident_buffers());
         v
     }
 
@@ -746,7 +753,12 @@ impl Streams {
 }
 
 /// The events of a model loaded by `from_pretrained(..., device_map="auto", max_memory=...)`
-/// and called as [`super::call::session`] calls it: the resident tensors loaded, then
+/// in a fresh process and called as [`super::call::session`] calls it: transformers 5.17
+/// `modeling_utils.caching_allocator_warmup` first allocates and drops one fp16 tensor of the
+/// bytes of every checkpoint key mapped to GPU 0 (tied keys and buffers not counted; the
+/// pool has no unused reserved memory to subtract in a fresh process; the cap of total
+/// memory − 1.2 GiB is not applied), so the weights loaded next are cut from that one
+/// segment; the resident tensors loaded, then
 /// (when something is offloaded) `dispatch_model`'s `init_hook`s move each resident tensor to
 /// its device with `set_module_tensor_to_device`, whose `empty_cache()` leaves only the
 /// segments holding weights; the prompt, warm-up and measured call with the offloaded
@@ -755,6 +767,8 @@ impl Streams {
 pub fn session(s: &DecoderShape, cfg: &InferConfig, dec: &Decoding, pl: &Placement) -> Events {
     let mut p = Prog::default();
     p.phase = Some(Phase::Setup);
+    let warmup = p.alloc(0, pl.resident_params().iter().sum(), Category::Transient);
+    p.free(warmup);
     for b in pl.resident() {
         p.alloc(0, b, Category::Parameters);
     }
