@@ -663,4 +663,16 @@ fn device_map_auto() {
         ],
         "--step generate|prefill",
     );
+    fails_with(
+        &[
+            "max-context",
+            "--model",
+            LLAMA,
+            "--device-map",
+            "auto",
+            "--max-gpu-memory",
+            "1GiB",
+        ],
+        "max-context does not search an offloaded model",
+    );
 }
