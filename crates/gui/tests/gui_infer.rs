@@ -324,6 +324,11 @@ fn device_map_auto_shows_the_placement() {
         assert_shows_answer(&h, &a);
         assert_shows(&h, &pl.summary());
         assert_shows(&h, "Device map (");
+        h.get_by_label_contains("Device map (").click();
+        h.run();
+        for (module, _) in pl.device_map.runs() {
+            assert_shows(&h, &module);
+        }
         assert!(
             a.plan.peak_allocated_bytes < core_answer(&cfg).plan.peak_allocated_bytes,
             "offloading lowers the peak"

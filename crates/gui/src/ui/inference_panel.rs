@@ -325,7 +325,7 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
         });
     if let Some(pl) = &p.device_map {
         egui::CollapsingHeader::new(format!(
-            "Device map ({} entries)",
+            "Device map ({} entries; consecutive layers merged here)",
             pl.device_map.entries.len()
         ))
         .id_salt("infer_device_map")
@@ -334,7 +334,7 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
                 .num_columns(2)
                 .striped(true)
                 .show(ui, |ui| {
-                    for (module, device) in &pl.device_map.entries {
+                    for (module, device) in &pl.device_map.runs() {
                         ui.label(if module.is_empty() {
                             "(whole model)"
                         } else {

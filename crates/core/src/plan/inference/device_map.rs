@@ -351,6 +351,42 @@ impl DeviceMap {
             .map(|(_, d)| *d)
     }
 
+    /// The entries with consecutive decoder layers on one device merged, for display:
+    /// `("model.layers.0–8", 0)`, `("model.layers.9–21", cpu)`, the other entries as they are.
+    pub fn runs(&self) -> Vec<(String, Device)> {
+        let layer = |k: &str| {
+            k.strip_prefix("model.layers.")
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        let mut out: Vec<(String, Device)> = Vec::new();
+        let mut run: Option<(u64, u64, Device)> = None;
+        let close = |run: &mut Option<(u64, u64, Device)>, out: &mut Vec<(String, Device)>| {
+            if let Some((a, b, d)) = run.take() {
+                let name = if a == b {
+                    format!("model.layers.{a}")
+                } else {
+                    format!("model.layers.{a}–{b}")
+                };
+                out.push((name, d));
+            }
+        };
+        for (k, d) in &self.entries {
+            match (layer(k), run) {
+                (Some(n), Some((a, b, rd))) if rd == *d && n == b + 1 => run = Some((a, n, rd)),
+                (Some(n), _) => {
+                    close(&mut run, &mut out);
+                    run = Some((n, n, *d));
+                }
+                (None, _) => {
+                    close(&mut run, &mut out);
+                    out.push((k.clone(), *d));
+                }
+            }
+        }
+        close(&mut run, &mut out);
+        out
+    }
+
     /// Whether any module is off the GPU (the model is then dispatched with hooks).
     pub fn offloads(&self) -> bool {
         self.entries.iter().any(|(_, d)| d.offloaded())
@@ -908,6 +944,36 @@ mod tests {
         // resident: the embedding (tied lm_head), the layers on GPU 0 and the buffers
         let resident = 151_936 * 896 * 2 + off.layers_gpu * pl.tensors.layer_bytes() + 2 * 32 * 4;
         assert_eq!(pl.resident_bytes(), resident);
+    }
+
+    #[test]
+    fn runs_merge_consecutive_layers() {
+        let m = DeviceMap {
+            entries: vec![
+                ("model.embed_tokens".into(), Device::Gpu0),
+                ("model.layers.0".into(), Device::Gpu0),
+                ("model.layers.1".into(), Device::Gpu0),
+                ("model.layers.2".into(), Device::Cpu),
+                ("model.layers.3".into(), Device::Cpu),
+                ("model.layers.4".into(), Device::Disk),
+                ("model.norm".into(), Device::Disk),
+            ],
+        };
+        let names: Vec<String> = m
+            .runs()
+            .into_iter()
+            .map(|(k, d)| format!("{k} {d}"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "model.embed_tokens 0",
+                "model.layers.0–1 0",
+                "model.layers.2–3 cpu",
+                "model.layers.4 disk",
+                "model.norm disk"
+            ]
+        );
     }
 
     #[test]
