@@ -63,7 +63,8 @@ pub struct InferPlan {
     pub cuda_context_bytes: Bytes,
     /// The KV cache at its largest (all layers, the whole batch).
     pub kv_cache_bytes: Bytes,
-    /// The weights (and the model's buffers) in their dtype.
+    /// The weights (and the model's buffers) in their dtype; with a device map, those that
+    /// stay on GPU 0.
     pub weights_bytes: Bytes,
     /// Where the peak is: `prefill` or `decode step k`.
     pub peak_at: String,
