@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
+use vramlab_core::plan::inference::device_map::{MaxMemory, max_memory_bytes};
 use vramlab_core::plan::inference::setting::dtype_name;
 use vramlab_core::plan::inference::{
     Decoding, InferConfig, InferPlan, InferPlanner, InferStep, KvCache,
@@ -25,18 +26,50 @@ pub fn is_inference(t: &TrainArgs) -> bool {
         .is_some_and(|s| s.parse::<InferStep>().is_ok())
 }
 
+/// `--device-map auto --max-gpu-memory SIZE [--max-cpu-memory SIZE]` as accelerate's
+/// `max_memory`, or `None` without --device-map; the other combinations refused.
+pub(super) fn device_map_budget(t: &TrainArgs) -> Result<Option<MaxMemory>> {
+    let Some(map) = t.device_map.as_deref() else {
+        if t.max_gpu_memory.is_some() || t.max_cpu_memory.is_some() {
+            bail!(
+                "--max-gpu-memory / --max-cpu-memory: accelerate's max_memory, planned with \
+                 --device-map auto"
+            );
+        }
+        return Ok(None);
+    };
+    if map.trim() != "auto" {
+        bail!(
+            "--device-map {map}: only `auto` is planned (one GPU; balanced, balanced_low_0, \
+             sequential and explicit maps are not modelled)"
+        );
+    }
+    if t.quant.is_some() || t.no_double_quant {
+        bail!(
+            "--device-map with --quant: offloading bitsandbytes-quantized modules needs \
+             llm_int8_enable_fp32_cpu_offload, which is not modelled; plan --device-map auto \
+             with bf16, fp16 or fp32 weights"
+        );
+    }
+    let gpu = t.max_gpu_memory.as_deref().context(
+        "--device-map auto: give --max-gpu-memory SIZE (max_memory[0], e.g. 10GiB); the \
+         free-memory default of from_pretrained is not planned",
+    )?;
+    let gpu = max_memory_bytes(gpu).context("--max-gpu-memory")?;
+    let cpu = match t.max_cpu_memory.as_deref() {
+        Some(c) => Some(max_memory_bytes(c).context("--max-cpu-memory")?),
+        None => None,
+    };
+    Ok(Some(MaxMemory { gpu, cpu }))
+}
+
 /// Refuses the flags inference does not take, naming them.
 fn refuse_training_flags(t: &TrainArgs) -> Result<()> {
+    device_map_budget(t)?;
     if t.quant.is_some() || t.no_double_quant {
         bail!(
             "--quant: quantized weights for inference (bitsandbytes nf4 / int8) are not \
              modelled yet; plan bf16, fp16 or fp32 weights"
-        );
-    }
-    if t.device_map.is_some() || t.max_gpu_memory.is_some() {
-        bail!(
-            "--device-map / --max-gpu-memory: accelerate's device_map offload is not modelled \
-             yet; plan the whole model on one GPU"
         );
     }
     if t.config.is_some() {
@@ -85,10 +118,17 @@ fn decoding_flag(t: &TrainArgs) -> Option<&'static str> {
     .map(|(flag, _)| *flag)
 }
 
-/// Refuses the decoding flags on a training step: they are `generate` settings.
+/// Refuses the decoding flags on a training step (they are `generate` settings), and the
+/// device map's (inference settings).
 pub fn refuse_decoding_flags(t: &TrainArgs) -> Result<()> {
     if let Some(flag) = decoding_flag(t) {
         bail!("{flag}: a model.generate() setting; it needs --step generate");
+    }
+    if t.device_map.is_some() || t.max_gpu_memory.is_some() || t.max_cpu_memory.is_some() {
+        bail!(
+            "--device-map / --max-gpu-memory / --max-cpu-memory: accelerate's offload of an \
+             inference model; it needs --step generate|prefill"
+        );
     }
     Ok(())
 }
@@ -214,10 +254,24 @@ fn assumed(t: &TrainArgs, batch_given: bool) -> Vec<(&'static str, &'static str)
 }
 
 /// `plan --step prefill|generate`.
+/// The planner of the flags: with `--device-map auto`, the model offloaded as accelerate
+/// places it.
+fn planner(
+    t: &TrainArgs,
+    preset: &Preset,
+    cfg: &InferConfig,
+    dec: &Decoding,
+) -> Result<InferPlanner> {
+    Ok(match device_map_budget(t)? {
+        Some(m) => InferPlanner::with_device_map(preset, cfg, dec, m)?,
+        None => InferPlanner::with_decoding(preset, cfg, dec)?,
+    })
+}
+
 pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, dec) = resolve(t, batch.unwrap_or(1))?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_decoding(&preset, &cfg, &dec)?;
+    let planner = planner(t, &preset, &cfg, &dec)?;
     let plan = planner.plan(cfg.batch)?;
     let fits = vramlab_core::answer::inference::fits(&planner, &plan, budget)?;
     let freeing = vramlab_core::answer::inference::fits_only_by_freeing_cache(&plan, budget, fits);
@@ -299,7 +353,23 @@ fn write_plan(
     if let Some(d) = &p.decoding {
         writeln!(out, "  decoding: {}", d.describe())?;
     }
-    writeln!(out, "  weights          {:>12}", p.weights_bytes)?;
+    match &p.device_map {
+        Some(pl) => {
+            let o = &pl.offload;
+            writeln!(out, "  device_map: {}", pl.summary())?;
+            writeln!(
+                out,
+                "  weights on GPU 0 {:>12}   (cpu {}, disk {}; max_memory 0: {}, cpu: {})",
+                p.weights_bytes,
+                Bytes(o.cpu_bytes),
+                Bytes(o.disk_bytes),
+                Bytes(o.max_gpu_memory_bytes),
+                o.max_cpu_memory_bytes
+                    .map_or_else(|| "no limit".to_string(), |c| Bytes(c).to_string())
+            )?;
+        }
+        None => writeln!(out, "  weights          {:>12}", p.weights_bytes)?,
+    }
     writeln!(out, "  KV cache (peak)  {:>12}", p.kv_cache_bytes)?;
     writeln!(
         out,
@@ -326,7 +396,7 @@ fn write_plan(
 pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, dec) = resolve(t, 1)?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_decoding(&preset, &cfg, &dec)?;
+    let planner = planner(t, &preset, &cfg, &dec)?;
     let max = vramlab_core::answer::inference::max_batch(&planner, budget)?;
     let at = match max {
         Some(m) => Some(planner.plan(m)?),
@@ -343,13 +413,20 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             "peak_allocated_bytes": at.as_ref().map(|p| p.peak_allocated_bytes.0),
             "kv_cache_bytes": at.as_ref().map(|p| p.kv_cache_bytes.0),
         });
-        if !dec.is_greedy()
-            && let Some(o) = v.as_object_mut()
-        {
-            o.insert("decoding".into(), serde_json::to_value(dec)?);
+        if let Some(o) = v.as_object_mut() {
+            if !dec.is_greedy() {
+                o.insert("decoding".into(), serde_json::to_value(dec)?);
+            }
+            if let Some(pl) = &planner.placement {
+                o.insert("device_map".into(), serde_json::to_value(&pl.device_map)?);
+                o.insert("offload".into(), serde_json::to_value(pl.offload)?);
+            }
         }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
+    }
+    if let Some(pl) = &planner.placement {
+        writeln!(out, "device_map: {}", pl.summary())?;
     }
     match (max, at) {
         (Some(m), Some(p)) => writeln!(

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use vramlab_core::answer::inference::{self, InferAnswer};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
-use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::inference::device_map::{MaxMemory, max_memory_bytes};
+use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::search::Budget;
 use vramlab_core::vocabulary::parse_dtype;
 
@@ -41,6 +42,12 @@ pub struct InferSettings {
     pub attention: Attention,
     /// Generate only (a plain forward builds its own `DynamicCache`).
     pub kv_cache: KvCache,
+    /// Loaded with `device_map="auto"` (`--device-map auto`).
+    pub device_map: bool,
+    /// `max_memory[0]` (`--max-gpu-memory`), as accelerate reads it.
+    pub max_gpu_memory: String,
+    /// `max_memory["cpu"]` (`--max-cpu-memory`); empty: no CPU limit.
+    pub max_cpu_memory: String,
 }
 
 impl Default for InferSettings {
@@ -53,6 +60,9 @@ impl Default for InferSettings {
             precision: "bf16".into(),
             attention: Attention::Sdpa,
             kv_cache: KvCache::Dynamic,
+            device_map: false,
+            max_gpu_memory: "1GiB".into(),
+            max_cpu_memory: String::new(),
         }
     }
 }
@@ -61,6 +71,20 @@ impl Default for InferSettings {
 pub const PRECISIONS: [&str; 3] = ["bf16", "fp16", "fp32"];
 
 impl InferSettings {
+    /// `max_memory` with the device map on (`None` without it).
+    pub fn max_memory(&self) -> Result<Option<MaxMemory>, String> {
+        if !self.device_map {
+            return Ok(None);
+        }
+        let gpu =
+            max_memory_bytes(&self.max_gpu_memory).map_err(|e| format!("max GPU memory: {e:#}"))?;
+        let cpu = match self.max_cpu_memory.trim() {
+            "" => None,
+            c => Some(max_memory_bytes(c).map_err(|e| format!("max CPU memory: {e:#}"))?),
+        };
+        Ok(Some(MaxMemory { gpu, cpu }))
+    }
+
     /// The core's config: a prefill takes no new tokens and no cache choice (as the CLI
     /// refuses them), so those settings are kept for generate but not planned.
     pub fn config(&self) -> Result<InferConfig, String> {
@@ -86,6 +110,8 @@ impl InferSettings {
 }
 
 type Built = Result<InferPlanner, String>;
+/// What a planner is built from: the model, the batch-1 config, the device map's budgets.
+type PlannerKey = (Preset, InferConfig, Option<MaxMemory>);
 /// The largest batch, keyed by planner generation and budget.
 type MaxBatchEntry = ((u64, Budget), Result<Option<u64>, String>);
 /// The answer, keyed by planner generation, batch and budget.
@@ -94,8 +120,9 @@ type AnswerEntry = ((u64, u64, Budget), Result<InferAnswer, String>);
 /// The inference planner and its answers, cached; see the module docs.
 #[derive(Default)]
 pub struct InferCache {
-    /// The model and the batch-independent config (batch 1) the planner was built for.
-    planner: Option<((Preset, InferConfig), Built)>,
+    /// The model, the batch-independent config (batch 1) and the device map's budgets the
+    /// planner was built for.
+    planner: Option<(PlannerKey, Built)>,
     /// A failure before a planner (the model, or a setting).
     error: Option<String>,
     /// Bumped on every planner rebuild; keys the caches below.
@@ -107,10 +134,10 @@ pub struct InferCache {
 impl InferCache {
     /// Brings the planner and answers up to date; cheap when nothing changed.
     pub fn refresh(&mut self, preset: Result<&Preset, &str>, s: &InferSettings, budget: Budget) {
-        let (preset, cfg) = match (preset, s.config()) {
-            (Ok(p), Ok(c)) => (p, c),
-            (Err(e), _) => return self.fail(format!("model: {e}")),
-            (_, Err(e)) => return self.fail(e),
+        let (preset, cfg, mm) = match (preset, s.config(), s.max_memory()) {
+            (Ok(p), Ok(c), Ok(m)) => (p, c, m),
+            (Err(e), _, _) => return self.fail(format!("model: {e}")),
+            (_, Err(e), _) | (_, _, Err(e)) => return self.fail(e),
         };
         self.error = None;
         let mut key_cfg = cfg;
@@ -118,10 +145,14 @@ impl InferCache {
         let fresh = self
             .planner
             .as_ref()
-            .is_some_and(|((p, c), _)| *c == key_cfg && p == preset);
+            .is_some_and(|((p, c, m), _)| *c == key_cfg && *m == mm && p == preset);
         if !fresh {
-            let built = InferPlanner::new(preset, &key_cfg).map_err(|e| format!("{e:#}"));
-            self.planner = Some(((preset.clone(), key_cfg), built));
+            let built = match mm {
+                Some(m) => InferPlanner::with_device_map(preset, &key_cfg, &Decoding::default(), m),
+                None => InferPlanner::new(preset, &key_cfg),
+            }
+            .map_err(|e| format!("{e:#}"));
+            self.planner = Some(((preset.clone(), key_cfg, mm), built));
             self.generation += 1;
         }
         let Some((_, Ok(planner))) = &self.planner else {

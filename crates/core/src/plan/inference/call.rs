@@ -56,8 +56,19 @@ pub fn session_decoding(
         let own = p.alloc(0, s.vocab * s.hidden * d, Category::Transient);
         p.free(own);
     }
+    calls(p, Process::default(), s, cfg, dec)
+}
+
+/// After the model's setup events: the prompt on the GPU, the warm-up and the measured call
+/// (`proc` says which modules' weights are copied in as they run).
+pub(super) fn calls(
+    mut p: Prog,
+    mut proc: Process,
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    dec: &Decoding,
+) -> Events {
     p.alloc(cfg.prompt * 8, 0, Category::Activations);
-    let mut proc = Process::default();
     p.phase = Some(Phase::Forward);
     one_call(&mut p, &mut proc, s, cfg, dec);
     p.start_measured();

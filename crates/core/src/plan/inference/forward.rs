@@ -11,6 +11,7 @@
 //! (`down(act(gate(x)) * up(x))`), `h = residual + h`.
 
 use super::attention::{AttnCall, AttnOut, attention};
+use super::device_map::{Streams, Sub};
 use super::kv::{dynamic_tokens, static_tokens};
 use super::program::{Buf, Prog};
 use super::setting::KvCache;
@@ -72,10 +73,30 @@ pub struct Call {
     pub imp: Attention,
 }
 
-/// Process-wide state the first matmul creates.
+/// Process-wide state the first matmul creates, and the offloaded modules whose weights
+/// accelerate's hooks copy to the GPU when they run (`device_map` with "cpu" / "disk").
 #[derive(Debug, Default)]
 pub struct Process {
     pub cublas_ready: bool,
+    pub streams: Option<Streams>,
+    /// The decoder layer running (`None` outside the layers).
+    pub layer: Option<u64>,
+}
+
+impl Process {
+    /// An offloaded module's pre-forward: its parameters copied to the GPU.
+    fn weights_in(&self, p: &mut Prog, sub: Sub) -> Vec<Buf> {
+        self.streams
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.load(p, self.layer, sub))
+    }
+}
+
+/// An offloaded module's post-forward: its GPU copies dropped (set back to meta).
+fn weights_out(p: &mut Prog, w: Vec<Buf>) {
+    for b in w {
+        p.free(b);
+    }
 }
 
 /// The cuBLAS workspace, created by the process's first matmul and kept (one handle and
@@ -84,14 +105,36 @@ pub struct Process {
 /// build on every row of grid29.
 pub const CUBLAS_WORKSPACE: [u64; 1] = [32 << 20];
 
-fn linear(p: &mut Prog, proc: &mut Process, per_sample: u64) -> Buf {
+/// `sub`'s `nn.Linear` with an output of `per_sample` bytes per sequence (an offloaded one's
+/// weights live from before the matmul until it returns).
+fn linear(p: &mut Prog, proc: &mut Process, sub: Sub, per_sample: u64) -> Buf {
+    let w = proc.weights_in(p, sub);
     if !proc.cublas_ready {
         proc.cublas_ready = true;
         for w in CUBLAS_WORKSPACE {
             p.alloc(0, w, Category::Transient);
         }
     }
-    p.act(per_sample)
+    let out = p.act(per_sample);
+    weights_out(p, w);
+    out
+}
+
+/// [`rms_norm`] of the norm module `sub` (an offloaded one's weight copied in around it).
+#[allow(clippy::too_many_arguments)]
+fn norm(
+    p: &mut Prog,
+    proc: &Process,
+    sub: Sub,
+    s: &DecoderShape,
+    n: u64,
+    rows: u64,
+    d: u64,
+) -> Buf {
+    let w = proc.weights_in(p, sub);
+    let out = rms_norm(p, s, n, rows, d);
+    weights_out(p, w);
+    out
 }
 
 /// RMSNorm over `n` elements per sequence (`rows` rows): Llama's `x.to(fp32)`, `pow`,
@@ -253,12 +296,15 @@ pub fn forward(
 ) -> Buf {
     let (t, d) = (c.t, c.d);
     let h_bytes = t * s.hidden * d;
+    proc.layer = None;
+    let w = proc.weights_in(p, Sub::Embed);
     let mut h = p.act(h_bytes);
     if s.gemma {
         let scaled = p.act(h_bytes);
         p.free(h);
         h = scaled;
     }
+    weights_out(p, w);
     // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding until
     // the model's forward returns.
     let embeds = h;
@@ -284,21 +330,22 @@ pub fn forward(
     for l in 0..s.layers as usize {
         let window = s.windows[l];
         let mask_on = masks.iter().find(|m| m.0 == window).is_some_and(|m| m.2);
-        let x = rms_norm(p, s, t * s.hidden, t, d);
+        proc.layer = Some(l as u64);
+        let x = norm(p, proc, Sub::InputNorm, s, t * s.hidden, t, d);
         let (q_bytes, kv_bytes) = (t * s.q_width() * d, t * s.kv_width() * d);
         let (q, k, v, fused) = if s.fused {
-            let qkv = linear(p, proc, q_bytes + 2 * kv_bytes);
+            let qkv = linear(p, proc, Sub::Qkv, q_bytes + 2 * kv_bytes);
             (Buf::NONE, Buf::NONE, Buf::NONE, qkv)
         } else {
-            let q = linear(p, proc, q_bytes);
-            let k = linear(p, proc, kv_bytes);
-            let v = linear(p, proc, kv_bytes);
+            let q = linear(p, proc, Sub::Q, q_bytes);
+            let k = linear(p, proc, Sub::K, kv_bytes);
+            let v = linear(p, proc, Sub::V, kv_bytes);
             (q, k, v, Buf::NONE)
         };
         let (q, k) = if s.qk_norm {
-            let qn = rms_norm(p, s, t * s.q_width(), t * s.heads, d);
+            let qn = norm(p, proc, Sub::QNorm, s, t * s.q_width(), t * s.heads, d);
             p.free(q);
-            let kn = rms_norm(p, s, t * s.kv_width(), t * s.kv_heads, d);
+            let kn = norm(p, proc, Sub::KNorm, s, t * s.kv_width(), t * s.kv_heads, d);
             p.free(k);
             (qn, kn)
         } else {
@@ -335,14 +382,14 @@ pub fn forward(
         if k_e_kept {
             p.free(k_e);
         }
-        let a = linear(p, proc, h_bytes);
+        let a = linear(p, proc, Sub::O, h_bytes);
         // the attention module returns: its output, q, a fused qkv and its input go
         p.free(out);
         p.free(q_e);
         p.free(fused);
         p.free(x);
         let a = if s.sandwich_norm {
-            let n = rms_norm(p, s, t * s.hidden, t, d);
+            let n = norm(p, proc, Sub::PostAttnNorm, s, t * s.hidden, t, d);
             p.free(a);
             n
         } else {
@@ -350,10 +397,15 @@ pub fn forward(
         };
         let h2 = p.act(h_bytes);
         p.free(a);
-        let x2 = rms_norm(p, s, t * s.hidden, t, d);
+        let pre_mlp = if s.sandwich_norm {
+            Sub::PreFfNorm
+        } else {
+            Sub::PostAttnNorm
+        };
+        let x2 = norm(p, proc, pre_mlp, s, t * s.hidden, t, d);
         let m = mlp(p, proc, s, x2, t, d);
         let m = if s.sandwich_norm {
-            let n = rms_norm(p, s, t * s.hidden, t, d);
+            let n = norm(p, proc, Sub::PostFfNorm, s, t * s.hidden, t, d);
             p.free(m);
             n
         } else {
@@ -370,6 +422,7 @@ pub fn forward(
         h = h3;
     }
     cache.seen = cached + t;
+    proc.layer = None;
     for (_, _, _, b) in masks {
         p.free(b);
     }
@@ -377,12 +430,12 @@ pub fn forward(
         p.free(cos);
         p.free(sin);
     }
-    let hn = rms_norm(p, s, t * s.hidden, t, d);
+    let hn = norm(p, proc, Sub::FinalNorm, s, t * s.hidden, t, d);
     p.free(h);
     if h != embeds {
         p.free(embeds);
     }
-    let mut logits = linear(p, proc, c.keep * s.vocab * d);
+    let mut logits = linear(p, proc, Sub::LmHead, c.keep * s.vocab * d);
     if s.final_softcap {
         // logits / cap, tanh, * cap
         for _ in 0..3 {
@@ -401,23 +454,23 @@ fn mlp(p: &mut Prog, proc: &mut Process, s: &DecoderShape, x2: Buf, t: u64, d: u
     let h_bytes = t * s.hidden * d;
     let out = if s.fused {
         // gate_up_proj; gate, up = chunk(2); up * act(gate); down_proj
-        let gu = linear(p, proc, 2 * i_bytes);
+        let gu = linear(p, proc, Sub::GateUp, 2 * i_bytes);
         let act = p.act(i_bytes);
         let m = p.act(i_bytes);
         p.free(act);
-        let out = linear(p, proc, h_bytes);
+        let out = linear(p, proc, Sub::Down, h_bytes);
         p.free(m);
         p.free(gu);
         out
     } else {
-        let g = linear(p, proc, i_bytes);
+        let g = linear(p, proc, Sub::Gate, i_bytes);
         let act = p.act(i_bytes);
         p.free(g);
-        let u = linear(p, proc, i_bytes);
+        let u = linear(p, proc, Sub::Up, i_bytes);
         let m = p.act(i_bytes);
         p.free(act);
         p.free(u);
-        let out = linear(p, proc, h_bytes);
+        let out = linear(p, proc, Sub::Down, h_bytes);
         p.free(m);
         out
     };
