@@ -292,7 +292,7 @@ fn unsupported_combinations_are_named() {
             "--device-map",
             "auto",
         ]),
-        "--quant with --device-map",
+        "--device-map with --quant",
     );
     fails_with(
         &with(&[
@@ -320,7 +320,7 @@ fn unsupported_combinations_are_named() {
             "--device-map",
             "auto",
         ]),
-        "not modelled yet",
+        "--max-gpu-memory SIZE",
     );
     fails_with(
         &with(&["--step", "generate", "--new-tokens", "0"]),
@@ -686,5 +686,118 @@ fn unmodelled_decodings_are_refused_by_flag() {
             "plan", "--model", LLAMA, "--seq", "64", "--batch", "2", "--top-k", "5",
         ],
         "--step generate",
+    );
+}
+
+/// `--device-map auto --max-gpu-memory SIZE` (issue 29): the map in accelerate's naming, the
+/// bytes per device, the offloaded plan below the whole-GPU plan; the refusals named.
+#[test]
+fn device_map_auto() {
+    let call = [
+        "--step",
+        "generate",
+        "--seq",
+        "256",
+        "--new-tokens",
+        "8",
+        "--device-map",
+        "auto",
+        "--max-gpu-memory",
+        "1GiB",
+    ];
+    let v = plan_json(&call);
+    let map = v["device_map"].as_object().expect("device_map object");
+    assert_eq!(map["model.embed_tokens"], 0, "{v}");
+    assert_eq!(map["lm_head"], 0, "tied to the embedding: {v}");
+    assert_eq!(map["model.norm"], "cpu", "{v}");
+    let off = &v["offload"];
+    assert_eq!(bytes(off, "max_gpu_memory_bytes"), 1 << 30);
+    let (gpu, cpu) = (bytes(off, "gpu_bytes"), bytes(off, "cpu_bytes"));
+    assert!(gpu < 1 << 30 && cpu > 0, "{off}");
+    assert_eq!(gpu + cpu + bytes(off, "disk_bytes"), 2_471_629_056, "{off}");
+    let whole = plan_json(&call[..6]);
+    assert!(bytes(&v, "peak_allocated_bytes") < bytes(&whole, "peak_allocated_bytes"));
+    assert!(whole.get("device_map").is_none(), "{whole}");
+    // a CPU budget below what is offloaded sends the rest to disk
+    let mut small_cpu = call.to_vec();
+    small_cpu.extend_from_slice(&["--max-cpu-memory", "500MB"]);
+    let d = plan_json(&small_cpu);
+    assert!(bytes(&d["offload"], "disk_bytes") > 0, "{d}");
+    // text: the summary line
+    let (ok, out, err) = vramlab(&[&["plan", "--model", LLAMA][..], &call[..]].concat());
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("device_map: 3 of 16 layers on GPU 0, 13 on cpu"),
+        "{out}"
+    );
+    // max-batch: the map depends on max_memory only
+    let (ok, out, err) = vramlab(&[&["max-batch", "--model", LLAMA][..], &call[..]].concat());
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("device_map: ") && out.contains("largest batch"),
+        "{out}"
+    );
+
+    let base = [
+        "plan",
+        "--model",
+        LLAMA,
+        "--seq",
+        "128",
+        "--step",
+        "generate",
+        "--new-tokens",
+        "4",
+    ];
+    let with = |extra: &[&'static str]| [&base[..], extra].concat();
+    fails_with(
+        &with(&["--device-map", "balanced", "--max-gpu-memory", "1GiB"]),
+        "only `auto`",
+    );
+    fails_with(
+        &with(&[
+            "--device-map",
+            "auto",
+            "--max-gpu-memory",
+            "1GiB",
+            "--quant",
+            "nf4",
+        ]),
+        "llm_int8_enable_fp32_cpu_offload",
+    );
+    fails_with(&with(&["--max-gpu-memory", "1GiB"]), "--device-map auto");
+    fails_with(
+        &with(&["--device-map", "auto", "--max-gpu-memory", "lots"]),
+        "--max-gpu-memory",
+    );
+    fails_with(
+        &with(&["--device-map", "auto", "--max-gpu-memory", "10MiB"]),
+        "runs on the CPU",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            LLAMA,
+            "--step",
+            "train",
+            "--seq",
+            "128",
+            "--device-map",
+            "auto",
+        ],
+        "--step generate|prefill",
+    );
+    fails_with(
+        &[
+            "max-context",
+            "--model",
+            LLAMA,
+            "--device-map",
+            "auto",
+            "--max-gpu-memory",
+            "1GiB",
+        ],
+        "max-context does not search an offloaded model",
     );
 }

@@ -3,6 +3,7 @@
 #   PART=ranks    OUT=/some/dir bash tools/grid26b_on_device.sh  # 30 ranks, one process each, 3 lanes
 #   PART=captures OUT=/some/dir bash tools/grid26b_on_device.sh  # 12 models: captured on the GPU host and measured
 #   PART=caps     OUT=/some/dir bash tools/grid26b_on_device.sh  # max-batch searches under caps
+#                 (LANES=1 ONLY="c26b-03 c26b-04": one at a time, on a card under 141 GiB)
 # Ranks: FSDP2 / PyTorch ZeRO-1 as rank 0 of a world of N under the fake process group and DDP
 # at world 1 under NCCL (crates/device/runners/dist_runner.py), DeepSpeed ZeRO-1/2/3 (crates/device/runners/ds_runner.py, the
 # wheels in .whl/ds/). Caps: the grid's 8 new searches and the 6 of tools/grid26_cap_configs.jsonl
@@ -15,8 +16,9 @@ mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 SITE=$(mktemp -d)
-"$PY" -m pip install -q --no-deps --no-compile --target "$SITE" .whl/bitsandbytes-0.50.2-*.whl .whl/ds/*.whl \
-    > "$OUT/pip.log" 2>&1 || echo "pip install failed (see pip.log)"
+WHEELS=$(ls .whl/bitsandbytes-0.50.2-*.whl .whl/ds/*.whl 2>/dev/null)
+[ -n "$WHEELS" ] && { "$PY" -m pip install -q --no-deps --no-compile --target "$SITE" $WHEELS \
+    > "$OUT/pip.log" 2>&1 || echo "pip install failed (see pip.log)"; }
 export PYTHONPATH="$SITE:$(pwd)/crates/device/runners:$(pwd)/tools${PYTHONPATH:+:$PYTHONPATH}"
 export DS_ACCELERATOR=cuda
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
@@ -101,8 +103,12 @@ again = {"c26-00", "c26-01", "c26-04", "c26-10", "c26-11", "c26-13"}
 rows += [json.loads(l) for l in open("tools/grid26_cap_configs.jsonl") if l.strip() and json.loads(l)["grid_id"] in again]
 ids = os.environ.get("ONLY", "").split()
 rows = [r for r in rows if not ids or r["grid_id"] in ids]
-# lane 0: the 80 GiB caps; lanes 1, 2: the rest (at most 80 + 48 + 48 < 141 GiB at once)
-lanes = [[r for r in rows if r["cap_gib"] == 80]] + [[r for r in rows if r["cap_gib"] != 80][i::2] for i in range(2)]
+# lane 0: the 80 GiB caps; lanes 1, 2: the rest (at most 80 + 48 + 48 < 141 GiB at once);
+# LANES=1 (a card under 141 GiB, an H100) runs them one by one
+if os.environ.get("LANES") == "1":
+    lanes = [rows, [], []]
+else:
+    lanes = [[r for r in rows if r["cap_gib"] == 80]] + [[r for r in rows if r["cap_gib"] != 80][i::2] for i in range(2)]
 t0 = time.time()
 def start(k):
     if not lanes[k]:

@@ -165,7 +165,7 @@ def load_config(path):
     return AutoConfig.for_model(model_type, **cfg)
 
 
-CHECKPOINTS = "/tmp/vramlab_infer_ckpt"
+CHECKPOINTS = os.environ.get("VRAMLAB_CKPT_DIR", "/tmp/vramlab_infer_ckpt")
 
 
 def checkpoint(row, dev):

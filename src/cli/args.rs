@@ -92,12 +92,20 @@ pub struct TrainArgs {
     /// With --step generate: beams of beam search (not modelled yet: only 1 is planned).
     #[arg(long, value_name = "B")]
     pub num_beams: Option<u64>,
-    /// Inference with accelerate's device_map (not modelled yet: refused with a message).
+    /// Inference (--step generate|prefill) of a model loaded with accelerate's
+    /// `device_map="auto"`: the modules that do not fit --max-gpu-memory stay on the CPU (or
+    /// disk) and their weights are copied to the GPU as they run. Only `auto`.
     #[arg(long, value_name = "auto")]
     pub device_map: Option<String>,
-    /// With --device-map: the GPU's max_memory (not modelled yet: refused with a message).
+    /// With --device-map auto: `max_memory[0]`, GPU 0's budget for weights, as accelerate
+    /// reads it (10GiB, 500MB, 1.5GB, or bytes). Required with --device-map.
     #[arg(long, value_name = "SIZE")]
     pub max_gpu_memory: Option<String>,
+    /// With --device-map auto: `max_memory["cpu"]`; what exceeds it goes to disk
+    /// [default: no CPU limit; note that transformers itself sends to disk whatever does not
+    /// fit GPU 0 when max_memory names no "cpu"].
+    #[arg(long, value_name = "SIZE")]
+    pub max_cpu_memory: Option<String>,
     /// Fine-tuning: full (every parameter trains; the default), lora (peft 0.21 LoRA
     /// adapters in fp32, the base model frozen) or qlora (the same adapters on a
     /// bitsandbytes 4-bit base, see --quant).

@@ -104,6 +104,7 @@ pub fn plan_advice(
         num_beams: None,
         device_map: None,
         max_gpu_memory: None,
+        max_cpu_memory: None,
         finetune: None,
         lora_rank: None,
         lora_targets: None,

@@ -9,6 +9,7 @@ use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
+use vramlab_core::plan::inference::device_map::{MaxMemory, max_memory_bytes};
 use vramlab_core::plan::inference::quant::{self, DEFAULT_INITIALIZER_RANGE, Int8Outliers};
 use vramlab_core::plan::inference::setting::dtype_name;
 use vramlab_core::plan::inference::{
@@ -28,20 +29,47 @@ pub fn is_inference(t: &TrainArgs) -> bool {
         .is_some_and(|s| s.parse::<InferStep>().is_ok())
 }
 
+/// `--device-map auto --max-gpu-memory SIZE [--max-cpu-memory SIZE]` as accelerate's
+/// `max_memory`, or `None` without --device-map; the other combinations refused.
+pub(super) fn device_map_budget(t: &TrainArgs) -> Result<Option<MaxMemory>> {
+    let Some(map) = t.device_map.as_deref() else {
+        if t.max_gpu_memory.is_some() || t.max_cpu_memory.is_some() {
+            bail!(
+                "--max-gpu-memory / --max-cpu-memory: accelerate's max_memory, planned with \
+                 --device-map auto"
+            );
+        }
+        return Ok(None);
+    };
+    if map.trim() != "auto" {
+        bail!(
+            "--device-map {map}: only `auto` is planned (one GPU; balanced, balanced_low_0, \
+             sequential and explicit maps are not modelled)"
+        );
+    }
+    if t.quant.is_some() || t.no_double_quant {
+        bail!(
+            "--device-map with --quant: offloading bitsandbytes-quantized modules needs \
+             llm_int8_enable_fp32_cpu_offload, which is not modelled; plan --device-map auto \
+             with bf16, fp16 or fp32 weights"
+        );
+    }
+    let gpu = t.max_gpu_memory.as_deref().context(
+        "--device-map auto: give --max-gpu-memory SIZE (max_memory[0], e.g. 10GiB); the \
+         free-memory default of from_pretrained is not planned",
+    )?;
+    let gpu = max_memory_bytes(gpu).context("--max-gpu-memory")?;
+    let cpu = match t.max_cpu_memory.as_deref() {
+        Some(c) => Some(max_memory_bytes(c).context("--max-cpu-memory")?),
+        None => None,
+    };
+    Ok(Some(MaxMemory { gpu, cpu }))
+}
+
 /// Refuses the flags inference does not take, naming them.
 fn refuse_training_flags(t: &TrainArgs) -> Result<()> {
-    if t.quant.is_some() && (t.device_map.is_some() || t.max_gpu_memory.is_some()) {
-        bail!(
-            "--quant with --device-map: quantized weights offloaded by accelerate are not \
-             modelled; plan the quantized model on one GPU (no --device-map)"
-        );
-    }
-    if t.device_map.is_some() || t.max_gpu_memory.is_some() {
-        bail!(
-            "--device-map / --max-gpu-memory: accelerate's device_map offload is not modelled \
-             yet; plan the whole model on one GPU"
-        );
-    }
+    // refuses --device-map with --quant too (offloaded bitsandbytes modules: not modelled)
+    device_map_budget(t)?;
     if t.config.is_some() {
         bail!("--config: saved plans hold training steps; give --model for inference");
     }
@@ -110,10 +138,17 @@ fn decoding_flag(t: &TrainArgs) -> Option<&'static str> {
     .map(|(flag, _)| *flag)
 }
 
-/// Refuses the decoding flags on a training step: they are `generate` settings.
+/// Refuses the decoding flags on a training step (they are `generate` settings), and the
+/// device map's (inference settings).
 pub fn refuse_decoding_flags(t: &TrainArgs) -> Result<()> {
     if let Some(flag) = decoding_flag(t) {
         bail!("{flag}: a model.generate() setting; it needs --step generate");
+    }
+    if t.device_map.is_some() || t.max_gpu_memory.is_some() || t.max_cpu_memory.is_some() {
+        bail!(
+            "--device-map / --max-gpu-memory / --max-cpu-memory: accelerate's offload of an \
+             inference model; it needs --step generate|prefill"
+        );
     }
     if t.int8_outliers.is_some() {
         bail!("--int8-outliers: an inference setting (--step prefill|generate --quant int8)");
@@ -278,11 +313,26 @@ fn assumed(t: &TrainArgs, batch_given: bool) -> Vec<(&'static str, &'static str)
 }
 
 /// `plan --step prefill|generate`.
+/// The planner of the flags: with `--device-map auto`, the model offloaded as accelerate
+/// places it.
+fn planner(
+    t: &TrainArgs,
+    preset: &Preset,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    quant: Option<QuantStorage>,
+) -> Result<InferPlanner> {
+    Ok(match device_map_budget(t)? {
+        Some(m) => InferPlanner::with_device_map(preset, cfg, dec, m)?,
+        None => InferPlanner::with_quant(preset, cfg, dec, quant)?
+            .with_int8_outliers(int8_outliers(t, quant)?),
+    })
+}
+
 pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, dec, quant) = resolve_quant(t, batch.unwrap_or(1))?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?
-        .with_int8_outliers(int8_outliers(t, quant)?);
+    let planner = planner(t, &preset, &cfg, &dec, quant)?;
     let plan = planner.plan(cfg.batch)?;
     let fits = vramlab_core::answer::inference::fits(&planner, &plan, budget)?;
     let freeing = vramlab_core::answer::inference::fits_only_by_freeing_cache(&plan, budget, fits);
@@ -372,7 +422,23 @@ fn write_plan(
             dtype_name(c.dtype)
         )?;
     }
-    writeln!(out, "  weights          {:>12}", p.weights_bytes)?;
+    match &p.device_map {
+        Some(pl) => {
+            let o = &pl.offload;
+            writeln!(out, "  device_map: {}", pl.summary())?;
+            writeln!(
+                out,
+                "  weights on GPU 0 {:>12}   (cpu {}, disk {}; max_memory 0: {}, cpu: {})",
+                p.weights_bytes,
+                Bytes(o.cpu_bytes),
+                Bytes(o.disk_bytes),
+                Bytes(o.max_gpu_memory_bytes),
+                o.max_cpu_memory_bytes
+                    .map_or_else(|| "no limit".to_string(), |c| Bytes(c).to_string())
+            )?;
+        }
+        None => writeln!(out, "  weights          {:>12}", p.weights_bytes)?,
+    }
     writeln!(out, "  KV cache (peak)  {:>12}", p.kv_cache_bytes)?;
     writeln!(
         out,
@@ -399,8 +465,7 @@ fn write_plan(
 pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, dec, quant) = resolve_quant(t, 1)?;
     let (gpu, budget) = t.budget()?;
-    let planner = InferPlanner::with_quant(&preset, &cfg, &dec, quant)?
-        .with_int8_outliers(int8_outliers(t, quant)?);
+    let planner = planner(t, &preset, &cfg, &dec, quant)?;
     let max = vramlab_core::answer::inference::max_batch(&planner, budget)?;
     let at = match max {
         Some(m) => Some(planner.plan(m)?),
@@ -417,10 +482,14 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
             "peak_allocated_bytes": at.as_ref().map(|p| p.peak_allocated_bytes.0),
             "kv_cache_bytes": at.as_ref().map(|p| p.kv_cache_bytes.0),
         });
-        if !dec.is_greedy()
-            && let Some(o) = v.as_object_mut()
-        {
-            o.insert("decoding".into(), serde_json::to_value(dec)?);
+        if let Some(o) = v.as_object_mut() {
+            if !dec.is_greedy() {
+                o.insert("decoding".into(), serde_json::to_value(dec)?);
+            }
+            if let Some(pl) = &planner.placement {
+                o.insert("device_map".into(), serde_json::to_value(&pl.device_map)?);
+                o.insert("offload".into(), serde_json::to_value(pl.offload)?);
+            }
         }
         if let (Some(q), Some(o)) = (quant, v.as_object_mut()) {
             o.insert("quant".into(), serde_json::to_value(q)?);
@@ -428,6 +497,9 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
+    }
+    if let Some(pl) = &planner.placement {
+        writeln!(out, "device_map: {}", pl.summary())?;
     }
     match (max, at) {
         (Some(m), Some(p)) => writeln!(

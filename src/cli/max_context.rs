@@ -28,6 +28,12 @@ pub struct MaxContextArgs {
 
 pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
     let mut t = a.train.clone();
+    if t.device_map.is_some() || t.max_gpu_memory.is_some() || t.max_cpu_memory.is_some() {
+        bail!(
+            "--device-map: max-context does not search an offloaded model yet; plan it with \
+             vramlab plan / max-batch --step generate|prefill --device-map auto"
+        );
+    }
     if t.seq.is_some() {
         bail!(
             "--seq: max-context searches the prompt length; to fix the prompt and search the \

@@ -5,6 +5,7 @@ mod accuracy;
 mod accuracy_tables;
 mod bench_data;
 mod captured;
+mod device_map;
 mod distributed;
 mod distributed_deepspeed;
 mod distributed_knobs;

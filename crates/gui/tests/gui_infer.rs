@@ -343,3 +343,50 @@ fn ctrl_s_in_inference_mode_saves_nothing() {
     assert!(!opened.get(), "a save dialog opened in Inference mode");
     assert_shows(&h, "saved plans hold training steps");
 }
+
+/// `device_map="auto"` (issue 29): the checkbox offloads what does not fit the GPU budget;
+/// the answer shows the core's placement and plan; a budget in another unit replans.
+#[test]
+fn device_map_auto_shows_the_placement() {
+    use vramlab_core::plan::inference::Decoding;
+    use vramlab_core::plan::inference::device_map::MaxMemory;
+    {
+        let size = SMALL;
+        let mut h = harness(VramApp::new_for_test(None), size);
+        h.run();
+        h.get_by_label("Inference call").click();
+        h.run();
+        select_tinyllama(&mut h);
+        assert_hides(&h, "Max GPU memory");
+        h.get_by_label("Offload").click();
+        h.run();
+        assert_shows(&h, "Max GPU memory");
+        let preset = find_builtin("TinyLlama-1.1B").expect("preset");
+        let cfg = tinyllama(InferStep::Generate, 1, 512, 128);
+        let budget = MaxMemory {
+            gpu: 1 << 30,
+            cpu: None,
+        };
+        let planner = InferPlanner::with_device_map(&preset, &cfg, &Decoding::default(), budget)
+            .expect("planner");
+        let a = InferAnswer::new(&planner, 1, rtx4090_budget(), 100).expect("answer");
+        let pl = a.plan.device_map.as_ref().expect("a placement");
+        assert!(pl.offload.layers_cpu > 0, "{:?}", pl.offload);
+        assert_shows_answer(&h, &a);
+        assert_shows(&h, &pl.summary());
+        assert_shows(&h, "Device map (");
+        h.get_by_label_contains("Device map (").click();
+        h.run();
+        for (module, _) in pl.device_map.runs() {
+            assert_shows(&h, &module);
+        }
+        assert!(
+            a.plan.peak_allocated_bytes < core_answer(&cfg).plan.peak_allocated_bytes,
+            "offloading lowers the peak"
+        );
+        h.get_by_label("Offload").click();
+        h.run();
+        assert_shows_answer(&h, &core_answer(&cfg));
+        assert_hides(&h, "Device map (");
+    }
+}

@@ -77,6 +77,9 @@ pub struct CachingAllocator {
     pub oom: bool,
     /// Per segment: (size, first block, released).
     segs: Vec<(u64, u32, bool)>,
+    /// The segments not released yet (what `release_cached` looks at: `empty_cache()` may run
+    /// thousands of times in one call).
+    open: Vec<u32>,
     /// Ids of blocks merged into a neighbour (or freed expandable blocks), reused for new
     /// blocks so that the table stays as small as the live blocks.
     dead: Vec<u32>,
@@ -120,14 +123,30 @@ impl CachingAllocator {
 
     /// Frees every cached segment without live blocks (`release_cached_blocks`).
     fn release_cached(&mut self) {
-        for s in 0..self.segs.len() {
-            let (size, head, released) = self.segs[s];
+        let mut open = std::mem::take(&mut self.open);
+        open.retain(|&s| {
+            let (size, head, _) = self.segs[s as usize];
             let b = self.blocks[head as usize];
-            if !released && b.free && b.size == size {
+            if b.free && b.size == size {
                 self.remove_free(head);
-                self.segs[s].2 = true;
+                self.segs[s as usize].2 = true;
                 self.reserved -= size;
+                false
+            } else {
+                true
             }
+        });
+        self.open = open;
+    }
+
+    /// `torch.cuda.empty_cache()`: every cached segment without a live block goes back to
+    /// the device (`release_cached_blocks`); expandable segments unmap their free pages.
+    pub fn empty_cache(&mut self) {
+        self.release_cached();
+        let need = self.live_large.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
+        if self.mapped_large > need {
+            self.reserved -= self.mapped_large - need;
+            self.mapped_large = need;
         }
     }
 
@@ -230,6 +249,7 @@ impl CachingAllocator {
                     small,
                 });
                 self.segs.push((seg, head, false));
+                self.open.push(segment);
                 head
             }
         };

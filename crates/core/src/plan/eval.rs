@@ -92,6 +92,30 @@ impl Slots {
     }
 }
 
+/// The `torch.cuda.empty_cache()` calls of an event list, run as the events are applied.
+struct Flushes<'e> {
+    at: &'e [u32],
+    next: usize,
+}
+
+impl<'e> Flushes<'e> {
+    fn new(ev: &'e Events) -> Flushes<'e> {
+        Flushes {
+            at: &ev.empty_cache,
+            next: 0,
+        }
+    }
+
+    /// Runs the calls due before event `i`.
+    #[inline(always)]
+    fn before(&mut self, i: usize, a: &mut CachingAllocator) {
+        while self.next < self.at.len() && self.at[self.next] as usize <= i {
+            a.empty_cache();
+            self.next += 1;
+        }
+    }
+}
+
 /// Whether the whole event list (model creation, warm-up, measured step) runs without a
 /// CUDA OOM when the allocator may reserve at most `cap` bytes.
 pub fn runs_within(
@@ -117,7 +141,9 @@ pub fn reserved_within(
     if ev.side_streams {
         return side_reserved_within(ev, &mut slots, allocator, alloc_cfg, cap);
     }
-    for e in &ev.events {
+    let mut flushes = Flushes::new(ev);
+    for (i, e) in ev.events.iter().enumerate() {
+        flushes.before(i, &mut allocator);
         let b = e.buffer as usize;
         if e.alloc {
             slots.handles[b] = allocator.malloc_rounded(slots.size_of(&ev.buffers[b]));
@@ -242,7 +268,9 @@ pub fn evaluate(
     };
     let start = ev.measured_start.min(ev.events.len());
     let (before, measured) = ev.events.split_at(start);
-    for e in before {
+    let mut flushes = Flushes::new(ev);
+    for (i, e) in before.iter().enumerate() {
+        flushes.before(i, &mut run.allocator);
         run.apply(e)?;
     }
     // The measured step's peak starts from the bytes live when it begins.
@@ -252,6 +280,7 @@ pub fn evaluate(
     let mut peak_node = None;
     let mut points = Vec::with_capacity(if timeline { measured.len() } else { 0 });
     for (i, e) in measured.iter().enumerate() {
+        flushes.before(start + i, &mut run.allocator);
         run.apply(e)?;
         if run.current > peak {
             peak = run.current;
@@ -304,7 +333,9 @@ pub fn memory_trace(
     };
     let start = ev.measured_start.min(ev.events.len());
     let (before, measured) = ev.events.split_at(start);
-    for e in before {
+    let mut flushes = Flushes::new(ev);
+    for (i, e) in before.iter().enumerate() {
+        flushes.before(i, &mut run.allocator);
         run.apply(e)?;
     }
     let mut out = Vec::with_capacity(measured.len() + 1);
@@ -313,7 +344,8 @@ pub fn memory_trace(
         (Bytes(r.current), Bytes(reserved.max(r.current)))
     };
     out.push(point(&run));
-    for e in measured {
+    for (i, e) in measured.iter().enumerate() {
+        flushes.before(start + i, &mut run.allocator);
         run.apply(e)?;
         out.push(point(&run));
     }

@@ -158,6 +158,10 @@ pub struct Events {
     /// so the remainder counts as allocated (`CUDACachingAllocator.cpp`, `should_split`).
     /// Otherwise the sum of the requests, each rounded to 512 bytes.
     pub whole_blocks: bool,
+    /// Event indices before which `torch.cuda.empty_cache()` runs (ascending): the allocator
+    /// returns every cached segment without a live block (accelerate's
+    /// `set_module_tensor_to_device` calls it after each tensor it copies to the GPU).
+    pub empty_cache: Vec<u32>,
 }
 
 impl Events {

@@ -10,6 +10,7 @@ use vramlab_core::answer::inference::{self, InferAnswer};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::device_map::{MaxMemory, max_memory_bytes};
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
@@ -43,6 +44,12 @@ pub struct InferSettings {
     pub attention: Attention,
     /// Generate only (a plain forward builds its own `DynamicCache`).
     pub kv_cache: KvCache,
+    /// Loaded with `device_map="auto"` (`--device-map auto`).
+    pub device_map: bool,
+    /// `max_memory[0]` (`--max-gpu-memory`), as accelerate reads it.
+    pub max_gpu_memory: String,
+    /// `max_memory["cpu"]` (`--max-cpu-memory`); empty: no CPU limit.
+    pub max_cpu_memory: String,
     /// bitsandbytes weights (`--quant`): `None` loads every weight in the precision.
     pub quant: Option<Quant>,
     /// 4-bit double quantization (`bnb_4bit_use_double_quant`; `--no-double-quant` off).
@@ -59,6 +66,9 @@ impl Default for InferSettings {
             precision: "bf16".into(),
             attention: Attention::Sdpa,
             kv_cache: KvCache::Dynamic,
+            device_map: false,
+            max_gpu_memory: "1GiB".into(),
+            max_cpu_memory: String::new(),
             quant: None,
             double_quant: true,
         }
@@ -75,6 +85,20 @@ impl InferSettings {
             quant,
             double_quant: quant.is_4bit() && self.double_quant,
         })
+    }
+
+    /// `max_memory` with the device map on (`None` without it).
+    pub fn max_memory(&self) -> Result<Option<MaxMemory>, String> {
+        if !self.device_map {
+            return Ok(None);
+        }
+        let gpu =
+            max_memory_bytes(&self.max_gpu_memory).map_err(|e| format!("max GPU memory: {e:#}"))?;
+        let cpu = match self.max_cpu_memory.trim() {
+            "" => None,
+            c => Some(max_memory_bytes(c).map_err(|e| format!("max CPU memory: {e:#}"))?),
+        };
+        Ok(Some(MaxMemory { gpu, cpu }))
     }
 
     /// The core's config: a prefill takes no new tokens and no cache choice (as the CLI
@@ -102,9 +126,9 @@ impl InferSettings {
 }
 
 type Built = Result<InferPlanner, String>;
-/// What the planner was built for: the model, the batch-independent config (batch 1) and
+/// What a planner is built from: the model, the batch-1 config, the device map's budgets and
 /// the weights' quantization.
-type PlannerKey = (Preset, InferConfig, Option<QuantStorage>);
+type PlannerKey = (Preset, InferConfig, Option<MaxMemory>, Option<QuantStorage>);
 /// The largest batch, keyed by planner generation and budget.
 type MaxBatchEntry = ((u64, Budget), Result<Option<u64>, String>);
 /// The answer, keyed by planner generation, batch and budget.
@@ -126,23 +150,32 @@ pub struct InferCache {
 impl InferCache {
     /// Brings the planner and answers up to date; cheap when nothing changed.
     pub fn refresh(&mut self, preset: Result<&Preset, &str>, s: &InferSettings, budget: Budget) {
-        let (preset, cfg) = match (preset, s.config()) {
-            (Ok(p), Ok(c)) => (p, c),
-            (Err(e), _) => return self.fail(format!("model: {e}")),
-            (_, Err(e)) => return self.fail(e),
+        let (preset, cfg, mm) = match (preset, s.config(), s.max_memory()) {
+            (Ok(p), Ok(c), Ok(m)) => (p, c, m),
+            (Err(e), _, _) => return self.fail(format!("model: {e}")),
+            (_, Err(e), _) | (_, _, Err(e)) => return self.fail(e),
         };
         self.error = None;
         let mut key_cfg = cfg;
         key_cfg.batch = 1;
         let quant = s.weight_quant();
-        let fresh = self
-            .planner
-            .as_ref()
-            .is_some_and(|((p, c, q), _)| *c == key_cfg && *q == quant && p == preset);
+        if mm.is_some() && quant.is_some() {
+            return self.fail(
+                "a device map with quantized weights is not modelled (offloading bitsandbytes \
+                 modules needs llm_int8_enable_fp32_cpu_offload); choose one"
+                    .into(),
+            );
+        }
+        let fresh = self.planner.as_ref().is_some_and(|((p, c, m, q), _)| {
+            *c == key_cfg && *m == mm && *q == quant && p == preset
+        });
         if !fresh {
-            let built = InferPlanner::with_quant(preset, &key_cfg, &Decoding::default(), quant)
-                .map_err(|e| format!("{e:#}"));
-            self.planner = Some(((preset.clone(), key_cfg, quant), built));
+            let built = match mm {
+                Some(m) => InferPlanner::with_device_map(preset, &key_cfg, &Decoding::default(), m),
+                None => InferPlanner::with_quant(preset, &key_cfg, &Decoding::default(), quant),
+            }
+            .map_err(|e| format!("{e:#}"));
+            self.planner = Some(((preset.clone(), key_cfg, mm, quant), built));
             self.generation += 1;
         }
         let Some((_, Ok(planner))) = &self.planner else {

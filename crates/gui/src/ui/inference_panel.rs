@@ -9,6 +9,7 @@ use vramlab_core::answer::inference::InferAnswer;
 use vramlab_core::plan::config::Attention;
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::{InferStep, KvCache, TracePoint, quant};
+use vramlab_core::units::Bytes;
 
 use super::answer::usage_text;
 use super::derived::BATCH_LIMIT;
@@ -25,8 +26,8 @@ use super::{Command, Derived, PlannerState, emit};
 const MAX_TOKENS: u64 = 1 << 20;
 
 /// What is not modelled yet, said where the settings are.
-pub const NOT_MODELLED: &str = "device_map offload is not modelled yet: the whole model is \
-    planned on one GPU.";
+pub const NOT_MODELLED: &str = "A device map with quantized weights, checkpoints stored \
+    pre-quantized and beam search are not modelled yet.";
 
 const PREFILL_COLOR: egui::Color32 = egui::Color32::from_rgb(235, 160, 40);
 
@@ -81,6 +82,59 @@ fn tokens_drag(ui: &mut Ui, label: &str, tip: &str, value: &mut u64, max: u64) -
         .labelled_by(l.id)
         .on_hover_text(tip)
         .changed()
+}
+
+const DEVICE_MAP_TIP: &str = "from_pretrained(..., device_map=\"auto\", max_memory=...): the \
+    modules that do not fit the GPU budget stay on the CPU (or disk); their weights are copied \
+    to the GPU as they run";
+
+fn size_edit(ui: &mut Ui, label: &str, tip: &str, value: &mut String) -> bool {
+    let l = ui.label(label).on_hover_text(tip);
+    ui.add(egui::TextEdit::singleline(value).desired_width(90.0))
+        .labelled_by(l.id)
+        .on_hover_text(tip)
+        .changed()
+}
+
+/// The "Weights" row: the dtype or bitsandbytes nf4 (with its double-quantization box) or
+/// int8 (`--quant`, `--no-double-quant`); whether it changed.
+fn weights_row(ui: &mut Ui, n: &mut InferSettings) -> bool {
+    let mut changed = false;
+    ui.label("Weights");
+    ui.horizontal(|ui| {
+        changed |= choice(
+            ui,
+            &mut n.quant,
+            &[
+                (
+                    None,
+                    "dtype",
+                    "Every weight in the precision (no quantization_config)",
+                ),
+                (
+                    Some(Quant::Nf4),
+                    "nf4",
+                    "bitsandbytes 4-bit NormalFloat: from_pretrained(..., \
+                     quantization_config=BitsAndBytesConfig(load_in_4bit=True, \
+                     bnb_4bit_quant_type=\"nf4\")), the compute dtype the precision; \
+                     the kernels as bitsandbytes picks them on H100 / H200",
+                ),
+                (
+                    Some(Quant::Int8),
+                    "int8",
+                    "bitsandbytes LLM.int8 (load_in_8bit)",
+                ),
+            ],
+        );
+        if n.quant.is_some_and(Quant::is_4bit) {
+            changed |= ui
+                .checkbox(&mut n.double_quant, "double quant")
+                .on_hover_text("bnb_4bit_use_double_quant: the 4-bit block scales quantized again")
+                .changed();
+        }
+    });
+    ui.end_row();
+    changed
 }
 
 fn settings_ui(s: &InferSettings, ui: &mut Ui, cmd: &mut Option<Command>) {
@@ -193,42 +247,31 @@ fn settings_ui(s: &InferSettings, ui: &mut Ui, cmd: &mut Option<Command>) {
                 ui.label("dynamic (the forward's own)");
             }
             ui.end_row();
-            ui.label("Weights");
-            ui.horizontal(|ui| {
-                changed |= choice(
-                    ui,
-                    &mut n.quant,
-                    &[
-                        (
-                            None,
-                            "dtype",
-                            "Every weight in the precision (no quantization_config)",
-                        ),
-                        (
-                            Some(Quant::Nf4),
-                            "nf4",
-                            "bitsandbytes 4-bit NormalFloat: from_pretrained(..., \
-                             quantization_config=BitsAndBytesConfig(load_in_4bit=True, \
-                             bnb_4bit_quant_type=\"nf4\")), the compute dtype the precision; \
-                             the kernels as bitsandbytes picks them on H100 / H200",
-                        ),
-                        (
-                            Some(Quant::Int8),
-                            "int8",
-                            "bitsandbytes LLM.int8 (load_in_8bit)",
-                        ),
-                    ],
-                );
-                if n.quant.is_some_and(Quant::is_4bit) {
-                    changed |= ui
-                        .checkbox(&mut n.double_quant, "double quant")
-                        .on_hover_text(
-                            "bnb_4bit_use_double_quant: the 4-bit block scales quantized again",
-                        )
-                        .changed();
-                }
-            });
+            changed |= weights_row(ui, &mut n);
+            let l = ui.label("Offload").on_hover_text(DEVICE_MAP_TIP);
+            changed |= ui
+                .checkbox(&mut n.device_map, "device_map=\"auto\"")
+                .labelled_by(l.id)
+                .on_hover_text(DEVICE_MAP_TIP)
+                .changed();
             ui.end_row();
+            if n.device_map {
+                changed |= size_edit(
+                    ui,
+                    "Max GPU memory",
+                    "max_memory[0] (--max-gpu-memory): 10GiB, 500MB, 1.5GB or bytes",
+                    &mut n.max_gpu_memory,
+                );
+                ui.end_row();
+                changed |= size_edit(
+                    ui,
+                    "Max CPU memory",
+                    "max_memory[\"cpu\"] (--max-cpu-memory); what exceeds it goes to disk; \
+                     empty: no limit",
+                    &mut n.max_cpu_memory,
+                );
+                ui.end_row();
+            }
         });
     ui.label(RichText::new(NOT_MODELLED).weak().small());
     if changed {
@@ -306,15 +349,52 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
                 ),
             );
             row("KV cache (peak)", p.kv_cache_bytes.to_string());
-            row(
-                "Weights",
-                match p.quant {
-                    Some(q) => format!("{} ({})", p.weights_bytes, quant::describe(q)),
-                    None => p.weights_bytes.to_string(),
-                },
-            );
+            match &p.device_map {
+                Some(pl) => {
+                    row("Weights on GPU 0", p.weights_bytes.to_string());
+                    row(
+                        "Offloaded weights",
+                        format!(
+                            "cpu {}, disk {}",
+                            Bytes(pl.offload.cpu_bytes),
+                            Bytes(pl.offload.disk_bytes)
+                        ),
+                    );
+                    row("device_map", pl.summary());
+                }
+                None => row(
+                    "Weights",
+                    match p.quant {
+                        Some(q) => format!("{} ({})", p.weights_bytes, quant::describe(q)),
+                        None => p.weights_bytes.to_string(),
+                    },
+                ),
+            }
             row(&format!("Largest batch ({tokens})"), batch_text);
         });
+    if let Some(pl) = &p.device_map {
+        egui::CollapsingHeader::new(format!(
+            "Device map ({} entries; consecutive layers merged here)",
+            pl.device_map.entries.len()
+        ))
+        .id_salt("infer_device_map")
+        .show(ui, |ui| {
+            egui::Grid::new("infer_device_map_grid")
+                .num_columns(2)
+                .striped(true)
+                .show(ui, |ui| {
+                    for (module, device) in &pl.device_map.runs() {
+                        ui.label(if module.is_empty() {
+                            "(whole model)"
+                        } else {
+                            module
+                        });
+                        ui.label(device.as_str());
+                        ui.end_row();
+                    }
+                });
+        });
+    }
     ui.add_space(6.0);
     ui.horizontal(|ui| {
         ui.label(RichText::new("Memory over the call").heading())

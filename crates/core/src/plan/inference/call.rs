@@ -80,10 +80,23 @@ pub fn session_quant(
             p.free(own);
         }
     }
-    p.alloc(cfg.prompt * 8, 0, Category::Activations);
-    let mut proc = Process::default();
-    p.phase = Some(Phase::Forward);
     let q = quant.map(|q| (q.quant, q.outliers));
+    calls(p, Process::default(), s, cfg, dec, q)
+}
+
+/// After the model's setup events: the prompt on the GPU, the warm-up and the measured call
+/// (`proc` says which modules' weights are copied in as they run; `q`: the quantized
+/// linears and LLM.int8's outlier columns).
+pub(super) fn calls(
+    mut p: Prog,
+    mut proc: Process,
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    q: Option<(QuantStorage, Int8Outliers)>,
+) -> Events {
+    p.alloc(cfg.prompt * 8, 0, Category::Activations);
+    p.phase = Some(Phase::Forward);
     one_call(&mut p, &mut proc, s, cfg, dec, q);
     p.start_measured();
     one_call(&mut p, &mut proc, s, cfg, dec, q);

@@ -11,6 +11,7 @@
 //! (`down(act(gate(x)) * up(x))`), `h = residual + h`.
 
 use super::attention::{AttnCall, AttnOut, attention};
+use super::device_map::{Streams, Sub};
 use super::kv::{dynamic_tokens, static_tokens};
 use super::program::{Buf, Prog};
 use super::quant::{self, Int8Outliers};
@@ -80,10 +81,30 @@ pub struct Call {
     pub outliers: Int8Outliers,
 }
 
-/// Process-wide state the first matmul creates.
+/// Process-wide state the first matmul creates, and the offloaded modules whose weights
+/// accelerate's hooks copy to the GPU when they run (`device_map` with "cpu" / "disk").
 #[derive(Debug, Default)]
 pub struct Process {
     pub cublas_ready: bool,
+    pub streams: Option<Streams>,
+    /// The decoder layer running (`None` outside the layers).
+    pub layer: Option<u64>,
+}
+
+impl Process {
+    /// An offloaded module's pre-forward: its parameters copied to the GPU.
+    fn weights_in(&self, p: &mut Prog, sub: Sub) -> Vec<Buf> {
+        self.streams
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.load(p, self.layer, sub))
+    }
+}
+
+/// An offloaded module's post-forward: its GPU copies dropped (set back to meta).
+fn weights_out(p: &mut Prog, w: Vec<Buf>) {
+    for b in w {
+        p.free(b);
+    }
 }
 
 /// The cuBLAS workspace, created by the process's first matmul and kept (one handle and
@@ -91,6 +112,16 @@ pub struct Process {
 /// unified workspaces). Measured: 32 MiB more allocated after the warm-up than after the
 /// build on every row of grid29.
 pub const CUBLAS_WORKSPACE: [u64; 1] = [32 << 20];
+
+/// `sub`'s `nn.Linear` with an output of `per_sample` bytes per sequence (an offloaded one's
+/// weights live from before the matmul until it returns).
+fn linear(p: &mut Prog, proc: &mut Process, sub: Sub, per_sample: u64) -> Buf {
+    let w = proc.weights_in(p, sub);
+    cublas(p, proc);
+    let out = p.act(per_sample);
+    weights_out(p, w);
+    out
+}
 
 /// The cuBLAS workspace, on the process's first cuBLAS matmul.
 pub(super) fn cublas(p: &mut Prog, proc: &mut Process) {
@@ -102,17 +133,13 @@ pub(super) fn cublas(p: &mut Prog, proc: &mut Process) {
     }
 }
 
-fn linear(p: &mut Prog, proc: &mut Process, per_sample: u64) -> Buf {
-    cublas(p, proc);
-    p.act(per_sample)
-}
-
-/// A decoder layer's projection of `k` to `n` features over the call's tokens: `nn.Linear`,
-/// or bitsandbytes' `Linear4bit` / `Linear8bitLt` ([`quant::linear`]).
-fn proj(p: &mut Prog, proc: &mut Process, c: &Call, k: u64, n: u64) -> Buf {
+/// A decoder layer's projection `sub` of `k` to `n` features over the call's tokens:
+/// `nn.Linear`, or bitsandbytes' `Linear4bit` / `Linear8bitLt` ([`quant::linear`]; never
+/// offloaded: `--quant` with `--device-map` is refused).
+fn proj(p: &mut Prog, proc: &mut Process, c: &Call, sub: Sub, k: u64, n: u64) -> Buf {
     match c.quant {
         Some(q) => quant::linear(p, proc, q, c, (k, n), 0),
-        None => linear(p, proc, c.t * n * c.d),
+        None => linear(p, proc, sub, c.t * n * c.d),
     }
 }
 
@@ -126,8 +153,25 @@ fn down_proj(p: &mut Prog, proc: &mut Process, s: &DecoderShape, c: &Call) -> Bu
             let cols = c.outliers.down_proj_columns(s.hidden, s.gemma, m, k);
             quant::linear(p, proc, q, c, (k, s.hidden), cols)
         }
-        _ => proj(p, proc, c, k, s.hidden),
+        _ => proj(p, proc, c, Sub::Down, k, s.hidden),
     }
+}
+
+/// [`rms_norm`] of the norm module `sub` (an offloaded one's weight copied in around it).
+#[allow(clippy::too_many_arguments)]
+fn norm(
+    p: &mut Prog,
+    proc: &Process,
+    sub: Sub,
+    s: &DecoderShape,
+    n: u64,
+    rows: u64,
+    d: u64,
+) -> Buf {
+    let w = proc.weights_in(p, sub);
+    let out = rms_norm(p, s, n, rows, d);
+    weights_out(p, w);
+    out
 }
 
 /// RMSNorm over `n` elements per sequence (`rows` rows): Llama's `x.to(fp32)`, `pow`,
@@ -289,12 +333,15 @@ pub fn forward(
 ) -> Buf {
     let (t, d) = (c.t, c.d);
     let h_bytes = t * s.hidden * d;
+    proc.layer = None;
+    let w = proc.weights_in(p, Sub::Embed);
     let mut h = p.act(h_bytes);
     if s.gemma {
         let scaled = p.act(h_bytes);
         p.free(h);
         h = scaled;
     }
+    weights_out(p, w);
     // `hidden_states = inputs_embeds`: the local `inputs_embeds` keeps the embedding until
     // the model's forward returns.
     let embeds = h;
@@ -320,21 +367,23 @@ pub fn forward(
     for l in 0..s.layers as usize {
         let window = s.windows[l];
         let mask_on = masks.iter().find(|m| m.0 == window).is_some_and(|m| m.2);
-        let x = rms_norm(p, s, t * s.hidden, t, d);
+        proc.layer = Some(l as u64);
+        let x = norm(p, proc, Sub::InputNorm, s, t * s.hidden, t, d);
         let (q_bytes, kv_bytes) = (t * s.q_width() * d, t * s.kv_width() * d);
         let (q, k, v, fused) = if s.fused {
-            let qkv = proj(p, proc, &c, s.hidden, s.q_width() + 2 * s.kv_width());
+            let qkv_width = s.q_width() + 2 * s.kv_width();
+            let qkv = proj(p, proc, &c, Sub::Qkv, s.hidden, qkv_width);
             (Buf::NONE, Buf::NONE, Buf::NONE, qkv)
         } else {
-            let q = proj(p, proc, &c, s.hidden, s.q_width());
-            let k = proj(p, proc, &c, s.hidden, s.kv_width());
-            let v = proj(p, proc, &c, s.hidden, s.kv_width());
+            let q = proj(p, proc, &c, Sub::Q, s.hidden, s.q_width());
+            let k = proj(p, proc, &c, Sub::K, s.hidden, s.kv_width());
+            let v = proj(p, proc, &c, Sub::V, s.hidden, s.kv_width());
             (q, k, v, Buf::NONE)
         };
         let (q, k) = if s.qk_norm {
-            let qn = rms_norm(p, s, t * s.q_width(), t * s.heads, d);
+            let qn = norm(p, proc, Sub::QNorm, s, t * s.q_width(), t * s.heads, d);
             p.free(q);
-            let kn = rms_norm(p, s, t * s.kv_width(), t * s.kv_heads, d);
+            let kn = norm(p, proc, Sub::KNorm, s, t * s.kv_width(), t * s.kv_heads, d);
             p.free(k);
             (qn, kn)
         } else {
@@ -371,14 +420,14 @@ pub fn forward(
         if k_e_kept {
             p.free(k_e);
         }
-        let a = proj(p, proc, &c, s.q_width(), s.hidden);
+        let a = proj(p, proc, &c, Sub::O, s.q_width(), s.hidden);
         // the attention module returns: its output, q, a fused qkv and its input go
         p.free(out);
         p.free(q_e);
         p.free(fused);
         p.free(x);
         let a = if s.sandwich_norm {
-            let n = rms_norm(p, s, t * s.hidden, t, d);
+            let n = norm(p, proc, Sub::PostAttnNorm, s, t * s.hidden, t, d);
             p.free(a);
             n
         } else {
@@ -386,10 +435,15 @@ pub fn forward(
         };
         let h2 = p.act(h_bytes);
         p.free(a);
-        let x2 = rms_norm(p, s, t * s.hidden, t, d);
+        let pre_mlp = if s.sandwich_norm {
+            Sub::PreFfNorm
+        } else {
+            Sub::PostAttnNorm
+        };
+        let x2 = norm(p, proc, pre_mlp, s, t * s.hidden, t, d);
         let m = mlp(p, proc, s, x2, &c);
         let m = if s.sandwich_norm {
-            let n = rms_norm(p, s, t * s.hidden, t, d);
+            let n = norm(p, proc, Sub::PostFfNorm, s, t * s.hidden, t, d);
             p.free(m);
             n
         } else {
@@ -406,6 +460,7 @@ pub fn forward(
         h = h3;
     }
     cache.seen = cached + t;
+    proc.layer = None;
     for (_, _, _, b) in masks {
         p.free(b);
     }
@@ -413,12 +468,12 @@ pub fn forward(
         p.free(cos);
         p.free(sin);
     }
-    let hn = rms_norm(p, s, t * s.hidden, t, d);
+    let hn = norm(p, proc, Sub::FinalNorm, s, t * s.hidden, t, d);
     p.free(h);
     if h != embeds {
         p.free(embeds);
     }
-    let mut logits = linear(p, proc, c.keep * s.vocab * d);
+    let mut logits = linear(p, proc, Sub::LmHead, c.keep * s.vocab * d);
     if s.final_softcap {
         // logits / cap, tanh, * cap
         for _ in 0..3 {
@@ -437,7 +492,7 @@ fn mlp(p: &mut Prog, proc: &mut Process, s: &DecoderShape, x2: Buf, c: &Call) ->
     let (h, i) = (s.hidden, s.intermediate);
     let out = if s.fused {
         // gate_up_proj; gate, up = chunk(2); up * act(gate); down_proj
-        let gu = proj(p, proc, c, h, 2 * i);
+        let gu = proj(p, proc, c, Sub::GateUp, h, 2 * i);
         let act = p.act(i_bytes);
         let m = p.act(i_bytes);
         p.free(act);
@@ -446,10 +501,10 @@ fn mlp(p: &mut Prog, proc: &mut Process, s: &DecoderShape, x2: Buf, c: &Call) ->
         p.free(gu);
         out
     } else {
-        let g = proj(p, proc, c, h, i);
+        let g = proj(p, proc, c, Sub::Gate, h, i);
         let act = p.act(i_bytes);
         p.free(g);
-        let u = proj(p, proc, c, h, i);
+        let u = proj(p, proc, c, Sub::Up, h, i);
         let m = p.act(i_bytes);
         p.free(act);
         p.free(u);

@@ -8,6 +8,8 @@
 //! - [`kv`]: the KV cache's tokens per layer and bytes;
 //! - [`forward`] and [`attention`]: one forward's allocations, op by op;
 //! - [`decoding`]: greedy decoding or multinomial sampling (the logits warpers);
+//! - [`device_map`]: `device_map="auto"`: which modules accelerate puts on GPU 0, the CPU
+//!   or disk, and the weights an offloaded module copies to the GPU at each call;
 //! - [`call`]: weights, prompt, the warm-up and the measured `generate` / forward;
 //! - [`program`]: the event list under construction;
 //! - [`quant`]: bitsandbytes-quantized weights (nf4 / fp4, LLM.int8): loading and the
@@ -21,6 +23,7 @@
 pub mod attention;
 pub mod call;
 pub mod decoding;
+pub mod device_map;
 pub mod forward;
 pub mod kv;
 pub mod program;
@@ -70,13 +73,17 @@ pub struct InferPlan {
     pub cuda_context_bytes: Bytes,
     /// The KV cache at its largest (all layers, the whole batch).
     pub kv_cache_bytes: Bytes,
-    /// The weights (and the model's buffers) in their dtype; quantized linears as
-    /// bitsandbytes stores them.
+    /// The weights (and the model's buffers) in their dtype (quantized linears as
+    /// bitsandbytes stores them); with a device map, those that stay on GPU 0.
     pub weights_bytes: Bytes,
     /// Where the peak is: `prefill` or `decode step k`.
     pub peak_at: String,
     /// Bytes per category at the peak, then allocator overhead and CUDA context.
     pub breakdown: Vec<Share>,
+    /// `device_map="auto"`: where accelerate puts each module (`device_map`, in its naming)
+    /// and the bytes per device (`offload`); both absent without a device map.
+    #[serde(flatten)]
+    pub device_map: Option<device_map::Placement>,
 }
 
 /// A model + inference config with its event list built once; evaluating a batch is a pass
@@ -94,6 +101,8 @@ pub struct InferPlanner {
     /// [`InferPlanner::events_at`]).
     pub events: Events,
     pub context: Bytes,
+    /// `device_map="auto"`'s placement (`None`: the whole model on the GPU).
+    pub placement: Option<device_map::Placement>,
     /// The bitsandbytes-quantized model ([`quant`]), `None` for weights in the dtype.
     pub quant: Option<QuantModel>,
     /// Parameter and fp32 buffer elements, to rebuild a quantized model's events.
@@ -171,6 +180,7 @@ impl InferPlanner {
             decoding: *dec,
             events,
             context: DEFAULT_CUDA_CONTEXT,
+            placement: None,
             quant: qmodel,
             param_elems: params,
             buffer_elems: buffers,
@@ -216,6 +226,40 @@ impl InferPlanner {
             );
         }
         self
+    }
+
+    /// [`InferPlanner::with_decoding`] for a model loaded with `device_map="auto"` and
+    /// `max_memory` = `budget` ([`device_map`]): the modules that do not fit GPU 0 stay on
+    /// the CPU (or disk) and their weights are copied in as they run. `weights` is then what
+    /// stays on the GPU.
+    pub fn with_device_map(
+        preset: &Preset,
+        cfg: &InferConfig,
+        dec: &Decoding,
+        budget: device_map::MaxMemory,
+    ) -> Result<InferPlanner, PlanError> {
+        let mut planner = InferPlanner::with_decoding(preset, cfg, dec)?;
+        let crate::model::ModelSpec::Llama(p) = &preset.spec else {
+            return Err(PlanError::Field {
+                field: "model",
+                reason: "device_map is planned for the decoders of the Llama lineage".into(),
+            });
+        };
+        let placement = device_map::Placement::of(p, cfg.dtype.size(), budget)?;
+        if placement.nothing_on_gpu() {
+            return Err(PlanError::Field {
+                field: "max_gpu_memory",
+                reason: format!(
+                    "device_map {}: no module fits GPU 0 beside accelerate's reserve for the \
+                     largest layer, so the model runs on the CPU; give more GPU memory",
+                    serde_json::to_string(&placement.device_map).unwrap_or_default()
+                ),
+            });
+        }
+        planner.events = device_map::session(&planner.shape, cfg, dec, &placement);
+        planner.weights = Bytes(placement.resident_bytes());
+        planner.placement = Some(placement);
+        Ok(planner)
     }
 
     /// Peak allocated, reserved and nvidia-smi bytes at `batch`.
@@ -280,6 +324,7 @@ impl InferPlanner {
             weights_bytes: self.weights,
             peak_at,
             breakdown,
+            device_map: self.placement.clone(),
         })
     }
 

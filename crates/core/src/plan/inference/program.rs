@@ -22,6 +22,8 @@ pub struct Prog {
     pub phase: Option<Phase>,
     /// Where the measured call starts.
     measured_start: usize,
+    /// Event indices before which `torch.cuda.empty_cache()` runs.
+    empty_cache: Vec<u32>,
 }
 
 impl Prog {
@@ -73,6 +75,11 @@ impl Prog {
         });
     }
 
+    /// `torch.cuda.empty_cache()` at this point of the events.
+    pub fn empty_cache(&mut self) {
+        self.empty_cache.push(self.events.len() as u32);
+    }
+
     /// Marks the start of the measured call (what `reset_peak_memory_stats` follows).
     pub fn start_measured(&mut self) {
         self.measured_start = self.events.len();
@@ -86,6 +93,7 @@ impl Prog {
             side_streams: false,
             // `memory_allocated()` as PyTorch reports it (see `Events::whole_blocks`)
             whole_blocks: true,
+            empty_cache: self.empty_cache,
         }
     }
 }

@@ -457,6 +457,7 @@ pub fn generate_unless_above(
         measured_start,
         side_streams,
         whole_blocks: false,
+        empty_cache: Vec::new(),
     })
 }
 

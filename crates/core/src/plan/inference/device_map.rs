@@ -1,0 +1,1007 @@
+//! `from_pretrained(..., device_map="auto", max_memory={0: GPU, "cpu": CPU})` (issue 29): which
+//! modules of a Llama-lineage decoder transformers 5.17 puts on GPU 0, on the CPU or on disk,
+//! and which tensors the dispatched model copies to the GPU at each call.
+//!
+//! The placement mirrors transformers 5.17 `integrations/accelerate.py`, `_get_device_map` for
+//! a string device map: `get_balanced_memory` (one GPU with `max_memory` given: the budgets
+//! unchanged; `get_max_memory` takes the minimum of the user's budget and the free plus
+//! reserved-but-unused memory, which is the user's budget whenever it is below the free
+//! memory), no quantizer, then its copy of accelerate's `infer_auto_device_map`:
+//! - module sizes from `compute_module_sizes`: every parameter and buffer (non-persistent
+//!   ones too: the rotary `inv_freq` / `original_inv_freq` in fp32, Gemma's `embed_scale` in
+//!   the dtype) at its dtype, tied keys (`lm_head.weight` of a tied model) not counted;
+//! - the modules treated in order (`named_children`: `model` then `lm_head`), a module that
+//!   does not fit split into its children unless it has none or is in `_no_split_modules`
+//!   (the decoder layer class), which then goes with everything after it to the next device
+//!   (0, "cpu", "disk");
+//! - on the main devices (0 and "cpu") the largest remaining unsplittable layer
+//!   (`get_max_layer_size`) is kept free: the budget is `max_memory − max_layer_size`, and a
+//!   device left behind counts that reserve as used;
+//! - tied parameters: a module holding one of a tied group is placed together with the
+//!   modules holding the others (`get_module_size_with_ties`), so a tied `lm_head` follows
+//!   `model.embed_tokens`;
+//! - "disk" takes what exceeds the CPU budget;
+//! - `clean_device_map` (accelerate 1.15 `utils/modeling.py`) merges every subtree whose
+//!   entries share one device into its name (`{"": 0}` when everything fits).
+//!
+//! Sizes are read as accelerate's `convert_file_size_to_int` reads them ([`max_memory_bytes`]).
+
+use std::fmt;
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+
+use super::decoding::Decoding;
+use super::forward::Process;
+use super::program::{Buf, Prog};
+use super::setting::InferConfig;
+use super::shape::DecoderShape;
+use crate::model::families::llama::{LlamaParams, head_dim};
+use crate::plan::PlanError;
+use crate::plan::events::{Category, Events, Phase};
+
+/// A device of accelerate's device map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Device {
+    /// GPU 0 (written `0`).
+    Gpu0,
+    Cpu,
+    Disk,
+}
+
+impl Device {
+    const ORDER: [Device; 3] = [Device::Gpu0, Device::Cpu, Device::Disk];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Device::Gpu0 => "0",
+            Device::Cpu => "cpu",
+            Device::Disk => "disk",
+        }
+    }
+
+    /// Whether the module's weights live off the GPU and are copied in at each call.
+    pub fn offloaded(self) -> bool {
+        self != Device::Gpu0
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Device {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Device::Gpu0 => s.serialize_u64(0),
+            other => s.serialize_str(other.as_str()),
+        }
+    }
+}
+
+/// A parameter-holding submodule of the model, for the tensors a dispatched model copies to
+/// the GPU when the module runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sub {
+    Embed,
+    Q,
+    K,
+    V,
+    O,
+    Qkv,
+    QNorm,
+    KNorm,
+    Gate,
+    Up,
+    Down,
+    GateUp,
+    InputNorm,
+    PostAttnNorm,
+    PreFfNorm,
+    PostFfNorm,
+    FinalNorm,
+    LmHead,
+}
+
+/// The sizes the placement and the streamed weights depend on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelTensors {
+    pub layers: u64,
+    hidden: u64,
+    intermediate: u64,
+    q_width: u64,
+    kv_width: u64,
+    head_dim: u64,
+    vocab: u64,
+    /// Bytes per element of the weights.
+    d: u64,
+    qkv_bias: bool,
+    o_bias: bool,
+    mlp_bias: bool,
+    qk_norm: bool,
+    sandwich: bool,
+    fused: bool,
+    gemma: bool,
+    tied: bool,
+    /// Rotary embeddings (Gemma 3: local and global).
+    rotaries: u64,
+}
+
+impl ModelTensors {
+    /// The tensors of `p` with weights of `d` bytes per element.
+    pub fn new(p: &LlamaParams, d: u64) -> ModelTensors {
+        let hd = head_dim(p);
+        let model_type = p.model_type.as_deref().unwrap_or("llama");
+        ModelTensors {
+            layers: p.num_hidden_layers,
+            hidden: p.hidden_size,
+            intermediate: p.intermediate_size,
+            q_width: p.num_attention_heads * hd,
+            kv_width: p.num_key_value_heads * hd,
+            head_dim: hd,
+            vocab: p.vocab_size,
+            d,
+            qkv_bias: p.attention_bias || p.qkv_bias,
+            o_bias: p.attention_bias,
+            mlp_bias: p.mlp_bias,
+            qk_norm: p.qk_norm,
+            sandwich: p.sandwich_norm,
+            fused: p.fused_projections,
+            gemma: p.gemma,
+            tied: p.tie_word_embeddings,
+            rotaries: if model_type == "gemma3_text" { 2 } else { 1 },
+        }
+    }
+
+    /// The bytes of `sub`'s parameters in `named_parameters` order (weight, then bias); a
+    /// tied `lm_head` has none of its own.
+    pub fn tensors(&self, sub: Sub) -> Vec<u64> {
+        let (h, i, q, kv) = (self.hidden, self.intermediate, self.q_width, self.kv_width);
+        let lin = |w: u64, out: u64, bias: bool| {
+            let mut v = vec![w * self.d];
+            if bias {
+                v.push(out * self.d);
+            }
+            v
+        };
+        match sub {
+            Sub::Embed => vec![self.vocab * h * self.d],
+            Sub::LmHead if self.tied => Vec::new(),
+            Sub::LmHead => vec![self.vocab * h * self.d],
+            Sub::Q => lin(h * q, q, self.qkv_bias),
+            Sub::K | Sub::V => lin(h * kv, kv, self.qkv_bias),
+            Sub::Qkv => lin(h * (q + 2 * kv), q + 2 * kv, self.qkv_bias),
+            Sub::O => lin(q * h, h, self.o_bias),
+            Sub::Gate | Sub::Up => lin(h * i, i, self.mlp_bias),
+            Sub::GateUp => lin(h * 2 * i, 2 * i, self.mlp_bias),
+            Sub::Down => lin(i * h, h, self.mlp_bias),
+            Sub::QNorm | Sub::KNorm => vec![self.head_dim * self.d],
+            Sub::InputNorm
+            | Sub::PostAttnNorm
+            | Sub::PreFfNorm
+            | Sub::PostFfNorm
+            | Sub::FinalNorm => vec![h * self.d],
+        }
+    }
+
+    /// The parameter-holding submodules of one decoder layer.
+    pub fn layer_subs(&self) -> Vec<Sub> {
+        let mut v = if self.fused {
+            vec![Sub::Qkv, Sub::O]
+        } else {
+            vec![Sub::Q, Sub::K, Sub::V, Sub::O]
+        };
+        if self.qk_norm {
+            v.extend([Sub::QNorm, Sub::KNorm]);
+        }
+        if self.fused {
+            v.extend([Sub::GateUp, Sub::Down]);
+        } else {
+            v.extend([Sub::Gate, Sub::Up, Sub::Down]);
+        }
+        v.extend([Sub::InputNorm, Sub::PostAttnNorm]);
+        if self.sandwich {
+            v.extend([Sub::PreFfNorm, Sub::PostFfNorm]);
+        }
+        v
+    }
+
+    /// One decoder layer's bytes.
+    pub fn layer_bytes(&self) -> u64 {
+        self.layer_subs()
+            .iter()
+            .flat_map(|&s| self.tensors(s))
+            .sum()
+    }
+
+    /// Buffers that stay on the GPU whatever the map says (`offload_buffers=False`: the
+    /// dispatch moves an offloaded module's buffers to the execution device): the rotary
+    /// `inv_freq` and `original_inv_freq` (fp32, `head_dim / 2` each) and Gemma's
+    /// `embed_scale` (a scalar in the dtype).
+    pub fn resident_buffers(&self) -> Vec<u64> {
+        let mut v = vec![self.head_dim / 2 * 4; 2 * self.rotaries as usize];
+        if self.gemma {
+            v.push(self.d);
+        }
+        v
+    }
+
+    /// The module tree `infer_auto_device_map` walks, with `compute_module_sizes`' bytes.
+    pub fn tree(&self) -> Module {
+        let leaf = |name: &str, bytes: u64| Module {
+            name: name.to_string(),
+            bytes,
+            children: Vec::new(),
+            no_split: false,
+        };
+        let embed = self.tensors(Sub::Embed)[0] + if self.gemma { self.d } else { 0 };
+        let layer = self.layer_bytes();
+        let layers: Vec<Module> = (0..self.layers)
+            .map(|l| Module {
+                name: format!("model.layers.{l}"),
+                bytes: layer,
+                // the decoder layer has submodules but is in `_no_split_modules`
+                children: vec![leaf(&format!("model.layers.{l}.self_attn"), 0)],
+                no_split: true,
+            })
+            .collect();
+        let rotary = self.head_dim / 2 * 4 * 2 * self.rotaries;
+        let norm = self.hidden * self.d;
+        let layers = Module {
+            name: "model.layers".into(),
+            bytes: layer * self.layers,
+            children: layers,
+            no_split: false,
+        };
+        let model = Module {
+            name: "model".into(),
+            bytes: embed + layers.bytes + norm + rotary,
+            children: vec![
+                leaf("model.embed_tokens", embed),
+                layers,
+                leaf("model.norm", norm),
+                leaf("model.rotary_emb", rotary),
+            ],
+            no_split: false,
+        };
+        let head: u64 = self.tensors(Sub::LmHead).iter().sum();
+        Module {
+            name: String::new(),
+            bytes: model.bytes + head,
+            children: vec![model, leaf("lm_head", head)],
+            no_split: false,
+        }
+    }
+
+    /// `model.all_tied_weights_keys` as `infer_auto_device_map`'s groups.
+    pub fn tied_groups(&self) -> Vec<Vec<String>> {
+        if self.tied {
+            vec![vec![
+                "lm_head.weight".to_string(),
+                "model.embed_tokens.weight".to_string(),
+            ]]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// A module of the tree `infer_auto_device_map` walks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Module {
+    /// Its name in `named_modules` (`""` for the model).
+    pub name: String,
+    /// Parameters and buffers, tied keys not counted.
+    pub bytes: u64,
+    pub children: Vec<Module>,
+    /// Its class is in `_no_split_modules`.
+    pub no_split: bool,
+}
+
+/// `get_max_layer_size`: the largest module that is not split (no children, or a no-split
+/// class) under `modules`, and the names that reach it.
+fn max_layer_size(modules: &[(String, &Module)]) -> (u64, Vec<String>) {
+    let mut max = 0u64;
+    let mut names: Vec<String> = Vec::new();
+    let mut todo: Vec<&Module> = modules.iter().rev().map(|(_, m)| *m).collect();
+    while let Some(m) = todo.pop() {
+        if m.children.is_empty() || m.no_split {
+            if m.bytes > max {
+                max = m.bytes;
+                names = vec![m.name.clone()];
+            } else if m.bytes == max {
+                names.push(m.name.clone());
+            }
+        } else {
+            todo.extend(m.children.iter().rev());
+        }
+    }
+    (max, names)
+}
+
+/// accelerate's device map, in its naming and grouping.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceMap {
+    pub entries: Vec<(String, Device)>,
+}
+
+impl Serialize for DeviceMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.entries.len()))?;
+        for (k, v) in &self.entries {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl DeviceMap {
+    /// The device of module `name`: the entry naming it or its closest ancestor.
+    pub fn device_of(&self, name: &str) -> Option<Device> {
+        self.entries
+            .iter()
+            .filter(|(k, _)| {
+                k.is_empty()
+                    || name == k
+                    || (name.starts_with(k.as_str()) && name.as_bytes().get(k.len()) == Some(&b'.'))
+            })
+            .max_by_key(|(k, _)| k.len())
+            .map(|(_, d)| *d)
+    }
+
+    /// The entries with consecutive decoder layers on one device merged, for display:
+    /// `("model.layers.0–8", 0)`, `("model.layers.9–21", cpu)`, the other entries as they are.
+    pub fn runs(&self) -> Vec<(String, Device)> {
+        let layer = |k: &str| {
+            k.strip_prefix("model.layers.")
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        let mut out: Vec<(String, Device)> = Vec::new();
+        let mut run: Option<(u64, u64, Device)> = None;
+        let close = |run: &mut Option<(u64, u64, Device)>, out: &mut Vec<(String, Device)>| {
+            if let Some((a, b, d)) = run.take() {
+                let name = if a == b {
+                    format!("model.layers.{a}")
+                } else {
+                    format!("model.layers.{a}–{b}")
+                };
+                out.push((name, d));
+            }
+        };
+        for (k, d) in &self.entries {
+            match (layer(k), run) {
+                (Some(n), Some((a, b, rd))) if rd == *d && n == b + 1 => run = Some((a, n, rd)),
+                (Some(n), _) => {
+                    close(&mut run, &mut out);
+                    run = Some((n, n, *d));
+                }
+                (None, _) => {
+                    close(&mut run, &mut out);
+                    out.push((k.clone(), *d));
+                }
+            }
+        }
+        close(&mut run, &mut out);
+        out
+    }
+
+    /// Whether any module is off the GPU (the model is then dispatched with hooks).
+    pub fn offloads(&self) -> bool {
+        self.entries.iter().any(|(_, d)| d.offloaded())
+    }
+}
+
+/// `clean_device_map`: every subtree whose entries share one device becomes one entry.
+fn clean(map: &mut Vec<(String, Device)>, module: &str) {
+    let prefix = if module.is_empty() {
+        String::new()
+    } else {
+        format!("{module}.")
+    };
+    let values: Vec<Device> = map
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, v)| *v)
+        .collect();
+    if values.len() > 1 && values.iter().all(|v| *v == values[0]) {
+        map.retain(|(k, _)| !k.starts_with(&prefix));
+        map.push((module.to_string(), values[0]));
+    }
+    let depth = if module.is_empty() {
+        1
+    } else {
+        module.split('.').count() + 1
+    };
+    let mut children: Vec<String> = Vec::new();
+    for (k, _) in map.iter() {
+        if k.starts_with(&prefix) && k.len() > module.len() {
+            let c = k.split('.').take(depth).collect::<Vec<_>>().join(".");
+            if !children.contains(&c) {
+                children.push(c);
+            }
+        }
+    }
+    for c in children {
+        clean(map, &c);
+    }
+}
+
+/// The GPU and CPU budgets of `max_memory` (bytes); `cpu: None` is no CPU limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MaxMemory {
+    pub gpu: u64,
+    pub cpu: Option<u64>,
+}
+
+/// transformers' `infer_auto_device_map` over `root` (see the module doc), cleaned.
+pub fn infer_auto_device_map(
+    root: &Module,
+    tied: &[Vec<String>],
+    budget: MaxMemory,
+) -> Result<DeviceMap, PlanError> {
+    let limit = |d: Device| -> Option<i128> {
+        match d {
+            Device::Gpu0 => Some(i128::from(budget.gpu)),
+            Device::Cpu => budget.cpu.map(i128::from),
+            Device::Disk => None,
+        }
+    };
+    let main = |d: Device| d != Device::Disk;
+    let mut todo: Vec<(String, &Module)> =
+        root.children.iter().map(|m| (m.name.clone(), m)).collect();
+    let mut map: Vec<(String, Device)> = Vec::new();
+    let mut used = [0i128; 3];
+    let mut current = 0usize;
+    let (mut max_layer, mut max_names) = max_layer_size(&todo);
+    while !todo.is_empty() {
+        let (name, module) = todo.remove(0);
+        max_names.retain(|n| *n != name && !n.starts_with(&format!("{name}.")));
+        if max_names.is_empty() {
+            (max_layer, max_names) = max_layer_size(&todo);
+        }
+        let dot = format!("{name}.");
+        let inside = |k: &String| format!("{k}.").contains(&dot);
+        let tied_params: Vec<&String> = tied
+            .iter()
+            .filter(|g| g.iter().any(inside) && !g.iter().all(inside))
+            .flat_map(|g| g.iter().filter(|k| !inside(k)))
+            .collect();
+        let device = Device::ORDER[current];
+        let mut max_size = limit(device);
+        let mut reserved = 0i128;
+        if main(device) {
+            max_size = max_size.map(|m| m - i128::from(max_layer));
+            reserved = i128::from(max_layer);
+        }
+        // `get_module_size_with_ties`
+        let mut with_ties = i128::from(module.bytes);
+        let mut tied_names: Vec<String> = Vec::new();
+        for p in tied_params {
+            let Some((n, m)) = todo.iter().find(|(n, _)| p.starts_with(&format!("{n}."))) else {
+                return Err(PlanError::Field {
+                    field: "device_map",
+                    reason: format!("the module holding the tied {p} is already placed"),
+                });
+            };
+            if !tied_names.contains(n) {
+                tied_names.push(n.clone());
+                with_ties += i128::from(m.bytes);
+            }
+        }
+        let slot = device as usize;
+        if max_size.is_none_or(|m| used[slot] + with_ties <= m) {
+            used[slot] += with_ties;
+            map.push((name, device));
+            for t in tied_names {
+                todo.retain(|(n, _)| *n != t);
+                map.push((t, device));
+            }
+            continue;
+        }
+        // (The split of a tied module that does not fit with its ties is never reached
+        // here: the tied `lm_head` counts no bytes of its own, so a module fits with its
+        // ties whenever it fits alone.)
+        if !module.children.is_empty() && !module.no_split {
+            let mut next: Vec<(String, &Module)> = module
+                .children
+                .iter()
+                .map(|m| (m.name.clone(), m))
+                .collect();
+            next.append(&mut todo);
+            todo = next;
+            (max_layer, max_names) = max_layer_size(&todo);
+            continue;
+        }
+        used[slot] += reserved;
+        current += 1;
+        if current >= Device::ORDER.len() {
+            return Err(PlanError::Field {
+                field: "device_map",
+                reason: format!("{name} fits on no device"),
+            });
+        }
+        todo.insert(0, (name, module));
+    }
+    clean(&mut map, "");
+    Ok(DeviceMap { entries: map })
+}
+
+/// accelerate 1.15 `convert_file_size_to_int`: an integer is bytes; `GiB` / `MiB` / `KiB`
+/// (any case) are powers of 1024, `GB` / `MB` / `KB` powers of 1000, and a lowercase final
+/// `b` (`"8Gb"`) counts bits (the bytes are divided by 8); the result is truncated to whole
+/// bytes (`int(float(...) * unit)`).
+pub fn max_memory_bytes(text: &str) -> Result<u64, PlanError> {
+    let t = text.trim();
+    let err = || PlanError::Field {
+        field: "max_memory",
+        reason: format!(
+            "`{text}` is not a size accelerate reads: give bytes (an integer) or a number with \
+             GiB, MiB, KiB, GB, MB or KB (e.g. 10GiB, 500MB, 1.5GB)"
+        ),
+    };
+    if let Ok(b) = t.parse::<u64>() {
+        return Ok(b);
+    }
+    let upper = t.to_ascii_uppercase();
+    let units: [(&str, f64, bool); 6] = [
+        ("GIB", (1u64 << 30) as f64, false),
+        ("MIB", (1u64 << 20) as f64, false),
+        ("KIB", 1024.0, false),
+        ("GB", 1e9, true),
+        ("MB", 1e6, true),
+        ("KB", 1e3, true),
+    ];
+    for (unit, mult, bits) in units {
+        if let Some(num) = upper.strip_suffix(unit) {
+            let v: f64 = num.trim().parse().map_err(|_| err())?;
+            let bytes = v * mult;
+            if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+                return Err(err());
+            }
+            let b = bytes as u64;
+            return Ok(if bits && t.ends_with('b') { b / 8 } else { b });
+        }
+    }
+    Err(err())
+}
+
+/// The placement of a model under `device_map="auto"` (serialized as `device_map`, the map
+/// in accelerate's naming, and `offload`, the budgets and the bytes per device).
+#[derive(Debug, Clone, Serialize)]
+pub struct Placement {
+    /// The map in accelerate's naming (what `model.hf_device_map` holds when something is
+    /// offloaded).
+    pub device_map: DeviceMap,
+    pub offload: Offload,
+    #[serde(skip)]
+    pub tensors: ModelTensors,
+}
+
+/// The budgets of a placement and what it puts on each device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Offload {
+    /// `max_memory[0]` in bytes.
+    pub max_gpu_memory_bytes: u64,
+    /// `max_memory["cpu"]` in bytes (absent: no CPU limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cpu_memory_bytes: Option<u64>,
+    /// Weights and buffers per device, as `compute_module_sizes` counts them.
+    pub gpu_bytes: u64,
+    pub cpu_bytes: u64,
+    pub disk_bytes: u64,
+    /// Decoder layers, and those per device.
+    pub layers: u64,
+    pub layers_gpu: u64,
+    pub layers_cpu: u64,
+    pub layers_disk: u64,
+}
+
+impl Placement {
+    /// The placement of `p` in weights of `d` bytes per element within `budget`.
+    pub fn of(p: &LlamaParams, d: u64, budget: MaxMemory) -> Result<Placement, PlanError> {
+        let tensors = ModelTensors::new(p, d);
+        let tree = tensors.tree();
+        let device_map = infer_auto_device_map(&tree, &tensors.tied_groups(), budget)?;
+        let mut bytes = [0u64; 3];
+        let mut walk = vec![&tree];
+        while let Some(m) = walk.pop() {
+            if m.children.is_empty() || m.no_split {
+                if let Some(d) = device_map.device_of(&m.name) {
+                    bytes[d as usize] += m.bytes;
+                }
+            } else {
+                walk.extend(m.children.iter());
+            }
+        }
+        let mut layers = [0u64; 3];
+        for l in 0..tensors.layers {
+            if let Some(d) = device_map.device_of(&format!("model.layers.{l}")) {
+                layers[d as usize] += 1;
+            }
+        }
+        Ok(Placement {
+            device_map,
+            offload: Offload {
+                max_gpu_memory_bytes: budget.gpu,
+                max_cpu_memory_bytes: budget.cpu,
+                gpu_bytes: bytes[0],
+                cpu_bytes: bytes[1],
+                disk_bytes: bytes[2],
+                layers: tensors.layers,
+                layers_gpu: layers[0],
+                layers_cpu: layers[1],
+                layers_disk: layers[2],
+            },
+            tensors,
+        })
+    }
+
+    /// The device of a module (`"model.layers.3"`, `"lm_head"`, …).
+    pub fn device_of(&self, name: &str) -> Device {
+        self.device_map.device_of(name).unwrap_or(Device::Gpu0)
+    }
+
+    /// The device of decoder layer `l`.
+    pub fn layer(&self, l: u64) -> Device {
+        self.device_of(&format!("model.layers.{l}"))
+    }
+
+    /// One line: "12 of 16 layers on GPU 0, 4 on cpu; embed_tokens 0, lm_head cpu".
+    pub fn summary(&self) -> String {
+        let o = &self.offload;
+        let mut parts = vec![format!("{} of {} layers on GPU 0", o.layers_gpu, o.layers)];
+        if o.layers_cpu > 0 {
+            parts.push(format!("{} on cpu", o.layers_cpu));
+        }
+        if o.layers_disk > 0 {
+            parts.push(format!("{} on disk", o.layers_disk));
+        }
+        format!(
+            "{}; embed_tokens {}, norm {}, lm_head {}",
+            parts.join(", "),
+            self.device_of("model.embed_tokens"),
+            self.device_of("model.norm"),
+            self.device_of("lm_head")
+        )
+    }
+}
+
+impl Placement {
+    /// The tensors resident on GPU 0 once the model is dispatched, in the order they are
+    /// loaded: the parameters of the modules the map puts on 0 (`model.embed_tokens`, the
+    /// layers, `model.norm`, an untied `lm_head`), then the buffers, which stay on the GPU
+    /// whatever the map says (`offload_buffers=False`).
+    pub fn resident(&self) -> Vec<u64> {
+        let mut v = self.resident_params();
+        v.extend(self.tensors.resident_buffers());
+        v
+    }
+
+    /// The parameters of the modules on GPU 0 (a tied `lm_head` has none of its own), in
+    /// the order they are loaded.
+    pub fn resident_params(&self) -> Vec<u64> {
+        let t = &self.tensors;
+        let mut v = Vec::new();
+        if !self.device_of("model.embed_tokens").offloaded() {
+            v.extend(t.tensors(Sub::Embed));
+        }
+        for l in 0..t.layers {
+            if !self.layer(l).offloaded() {
+                for sub in t.layer_subs() {
+                    v.extend(t.tensors(sub));
+                }
+            }
+        }
+        if !self.device_of("model.norm").offloaded() {
+            v.extend(t.tensors(Sub::FinalNorm));
+        }
+        if !self.device_of("lm_head").offloaded() {
+            v.extend(t.tensors(Sub::LmHead));
+        }
+        v
+    }
+
+    /// The bytes on GPU 0 after dispatch (what [`Placement::resident`] lists).
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident().iter().sum()
+    }
+
+    /// Whether the model runs on the CPU: no module on GPU 0 (`dispatch_model` then uses the
+    /// CPU as the main device, or the map is `{"": "cpu"}` and nothing is dispatched).
+    pub fn nothing_on_gpu(&self) -> bool {
+        !self
+            .device_map
+            .entries
+            .iter()
+            .any(|(_, d)| *d == Device::Gpu0)
+    }
+}
+
+/// What accelerate's hooks copy to the GPU while the dispatched model runs (accelerate 1.15
+/// `hooks.py`): `attach_align_device_hook_on_blocks` gives every submodule with direct
+/// parameters of an offloaded entry an `AlignDevicesHook(offload=True)` (so each `nn.Linear`
+/// and norm of an offloaded decoder layer separately, `place_submodules=False`). Its
+/// `pre_forward` copies each parameter from `weights_map` (the CPU state dict; for "disk",
+/// the offload folder's safetensors, read onto the execution device) to GPU 0 with
+/// `set_module_tensor_to_device`, which calls `torch.cuda.empty_cache()` after each tensor
+/// (`clear_cache=True`, the device is not "cpu" / "meta"); its `post_forward` sets them back
+/// to meta once the module's output exists, freeing the copies. Inputs and outputs already
+/// sit on GPU 0, the execution device of every module (`send_to_device` is then a no-op;
+/// `past_key_values` is in `_skip_keys_device_placement`), so the KV cache of an offloaded
+/// layer is on the GPU with the others. A tied `lm_head` on the CPU copies its weight at its
+/// own call, as the embedding does at its own (`tied_params_map` shares a copy only while
+/// both are loaded at once, which they never are).
+#[derive(Debug, Clone)]
+pub struct Streams {
+    tensors: ModelTensors,
+    layers: Vec<bool>,
+    embed: bool,
+    norm: bool,
+    lm_head: bool,
+}
+
+impl Streams {
+    /// The streamed modules of `pl` (`None` when nothing is offloaded: no hooks).
+    pub fn of(pl: &Placement) -> Option<Streams> {
+        if !pl.device_map.offloads() {
+            return None;
+        }
+        Some(Streams {
+            tensors: pl.tensors.clone(),
+            layers: (0..pl.tensors.layers)
+                .map(|l| pl.layer(l).offloaded())
+                .collect(),
+            embed: pl.device_of("model.embed_tokens").offloaded(),
+            norm: pl.device_of("model.norm").offloaded(),
+            lm_head: pl.device_of("lm_head").offloaded(),
+        })
+    }
+
+    /// The pre-forward of `sub` (in decoder layer `layer`, or outside the layers): its
+    /// parameters' GPU copies, each followed by `empty_cache()`; none when it is on GPU 0.
+    pub fn load(&self, p: &mut Prog, layer: Option<u64>, sub: Sub) -> Vec<Buf> {
+        let streamed = match (layer, sub) {
+            (_, Sub::Embed) => self.embed,
+            (_, Sub::FinalNorm) => self.norm,
+            (_, Sub::LmHead) => self.lm_head,
+            (Some(l), _) => self.layers.get(l as usize).copied().unwrap_or(false),
+            (None, _) => false,
+        };
+        if !streamed {
+            return Vec::new();
+        }
+        let bytes = match sub {
+            // the tied weight is in the state dict under `lm_head.weight` too
+            Sub::LmHead => self.tensors.tensors(Sub::Embed),
+            other => self.tensors.tensors(other),
+        };
+        bytes
+            .into_iter()
+            .map(|b| {
+                let buf = p.alloc(0, b, Category::Parameters);
+                p.empty_cache();
+                buf
+            })
+            .collect()
+    }
+}
+
+/// The events of a model loaded by `from_pretrained(..., device_map="auto", max_memory=...)`
+/// in a fresh process and called as [`super::call::session`] calls it: transformers 5.17
+/// `modeling_utils.caching_allocator_warmup` first allocates and drops one fp16 tensor of the
+/// bytes of every checkpoint key mapped to GPU 0 (tied keys and buffers not counted; the
+/// pool has no unused reserved memory to subtract in a fresh process; the cap of total
+/// memory − 1.2 GiB is not applied), so the weights loaded next are cut from that one
+/// segment; the resident tensors loaded, then
+/// (when something is offloaded) `dispatch_model`'s `init_hook`s move each resident tensor to
+/// its device with `set_module_tensor_to_device`, whose `empty_cache()` leaves only the
+/// segments holding weights; the prompt, warm-up and measured call with the offloaded
+/// modules' weights copied in as they run. The model is created on the meta device, so a
+/// tied `lm_head`'s own weight never exists.
+pub fn session(s: &DecoderShape, cfg: &InferConfig, dec: &Decoding, pl: &Placement) -> Events {
+    let mut p = Prog::default();
+    p.phase = Some(Phase::Setup);
+    let warmup = p.alloc(0, pl.resident_params().iter().sum(), Category::Transient);
+    p.free(warmup);
+    for b in pl.resident() {
+        p.alloc(0, b, Category::Parameters);
+    }
+    let streams = Streams::of(pl);
+    if streams.is_some() {
+        p.empty_cache();
+    }
+    let proc = Process {
+        streams,
+        ..Process::default()
+    };
+    super::call::calls(p, proc, s, cfg, dec, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_accelerate_reads_them() {
+        assert_eq!(max_memory_bytes("455MiB").ok(), Some(455 << 20));
+        assert_eq!(max_memory_bytes("10GiB").ok(), Some(10 << 30));
+        assert_eq!(max_memory_bytes("1.5GB").ok(), Some(1_500_000_000));
+        assert_eq!(max_memory_bytes("500MB").ok(), Some(500_000_000));
+        assert_eq!(max_memory_bytes("8Gb").ok(), Some(1_000_000_000));
+        assert_eq!(max_memory_bytes("12345").ok(), Some(12345));
+        // int(0.3 * 2**30) truncates
+        assert_eq!(max_memory_bytes("0.3GiB").ok(), Some(322_122_547));
+        assert!(max_memory_bytes("lots").is_err());
+        assert!(max_memory_bytes("10G").is_err());
+    }
+
+    fn llama(name: &str) -> LlamaParams {
+        let path = format!(
+            "{}/../../tests/data/hf_configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        let preset = crate::model::hf::from_config_text(&text, name).expect("preset");
+        match preset.spec {
+            crate::model::ModelSpec::Llama(p) => *p,
+            _ => panic!("{name}: not a Llama-lineage decoder"),
+        }
+    }
+
+    /// Llama 3.2 1B in bf16: GPU 0 keeps the largest unsplittable module still to place
+    /// free: the embedding (tied to `lm_head`) while it is unplaced, then a decoder layer.
+    #[test]
+    fn gpu_keeps_the_largest_layer_free() {
+        let p = llama("Llama-3.2-1B");
+        let t = ModelTensors::new(&p, 2);
+        let embed = 128_256 * 2048 * 2;
+        let layer = t.layer_bytes();
+        assert_eq!(layer, 60_821_504 * 2);
+        // the embedding fits beside its own reserve (4.5 layers > its size); then the
+        // embedding + 3 layers + a layer's reserve, plus half a layer: 3 layers on GPU 0
+        assert!(embed < 4 * layer + layer / 2);
+        let gpu = embed + 4 * layer + layer / 2;
+        let pl = Placement::of(&p, 2, MaxMemory { gpu, cpu: None }).expect("placement");
+        assert_eq!(pl.offload.layers_gpu, 3, "{:?}", pl.device_map);
+        assert_eq!(
+            pl.device_of("lm_head"),
+            Device::Gpu0,
+            "tied to the embedding"
+        );
+        assert_eq!(pl.device_of("model.layers.3"), Device::Cpu);
+        assert_eq!(pl.device_of("model.norm"), Device::Cpu);
+        // everything fits: one entry
+        let all = Placement::of(
+            &p,
+            2,
+            MaxMemory {
+                gpu: 1 << 40,
+                cpu: None,
+            },
+        )
+        .expect("all");
+        assert_eq!(all.device_map.entries, vec![(String::new(), Device::Gpu0)]);
+        assert!(Streams::of(&all).is_none());
+    }
+
+    /// The dispatched model's events: what the measured call copies in, each copy followed
+    /// by `empty_cache()`, and every buffer freed once.
+    #[test]
+    fn offloaded_weights_are_copied_in_at_each_forward() {
+        use crate::plan::config::{AllocatorConfig, Attention, DType};
+        use crate::plan::inference::{InferStep, KvCache};
+        let p = llama("Qwen2.5-0.5B");
+        let shape = DecoderShape::from_params(&p).expect("shape");
+        let cfg = InferConfig {
+            step: InferStep::Generate,
+            batch: 2,
+            prompt: 64,
+            new_tokens: 3,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
+        };
+        let pl = Placement::of(
+            &p,
+            2,
+            MaxMemory {
+                gpu: 455 << 20,
+                cpu: None,
+            },
+        )
+        .expect("pl");
+        let off = pl.offload;
+        assert!(off.layers_cpu > 0 && off.layers_gpu > 0, "{off:?}");
+        let ev = session(&shape, &cfg, &Decoding::default(), &pl);
+        let mut state = vec![0u8; ev.buffers.len()];
+        for e in &ev.events {
+            let st = &mut state[e.buffer as usize];
+            assert_eq!(*st, u8::from(!e.alloc));
+            *st += 1;
+        }
+        let measured = &ev.events[ev.measured_start..];
+        let copied: Vec<u64> = measured
+            .iter()
+            .filter(|e| e.alloc && ev.buffers[e.buffer as usize].category == Category::Parameters)
+            .map(|e| ev.buffers[e.buffer as usize].fixed)
+            .collect();
+        // per forward: the offloaded layers' tensors and the final norm's weight
+        let per_layer = pl
+            .tensors
+            .layer_subs()
+            .iter()
+            .map(|&s| pl.tensors.tensors(s).len())
+            .sum::<usize>();
+        let per_forward = off.layers_cpu as usize * per_layer + 1;
+        assert_eq!(copied.len(), 3 * per_forward, "3 forwards");
+        let bytes_per_forward = off.layers_cpu * pl.tensors.layer_bytes() + 896 * 2;
+        assert_eq!(copied.iter().sum::<u64>(), 3 * bytes_per_forward);
+        // one empty_cache after each copy (warm-up and measured call) and one at dispatch
+        assert_eq!(ev.empty_cache.len(), 2 * 3 * per_forward + 1);
+        // resident: the embedding (tied lm_head), the layers on GPU 0 and the buffers
+        let resident = 151_936 * 896 * 2 + off.layers_gpu * pl.tensors.layer_bytes() + 2 * 32 * 4;
+        assert_eq!(pl.resident_bytes(), resident);
+    }
+
+    #[test]
+    fn runs_merge_consecutive_layers() {
+        let m = DeviceMap {
+            entries: vec![
+                ("model.embed_tokens".into(), Device::Gpu0),
+                ("model.layers.0".into(), Device::Gpu0),
+                ("model.layers.1".into(), Device::Gpu0),
+                ("model.layers.2".into(), Device::Cpu),
+                ("model.layers.3".into(), Device::Cpu),
+                ("model.layers.4".into(), Device::Disk),
+                ("model.norm".into(), Device::Disk),
+            ],
+        };
+        let names: Vec<String> = m
+            .runs()
+            .into_iter()
+            .map(|(k, d)| format!("{k} {d}"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "model.embed_tokens 0",
+                "model.layers.0–1 0",
+                "model.layers.2–3 cpu",
+                "model.layers.4 disk",
+                "model.norm disk"
+            ]
+        );
+    }
+
+    #[test]
+    fn clean_merges_subtrees_on_one_device() {
+        let mut m = vec![
+            ("model.embed_tokens".to_string(), Device::Gpu0),
+            ("model.layers.0".to_string(), Device::Cpu),
+            ("model.layers.1".to_string(), Device::Cpu),
+            ("model.norm".to_string(), Device::Cpu),
+            ("lm_head".to_string(), Device::Gpu0),
+        ];
+        clean(&mut m, "");
+        let mut keys: Vec<&str> = m.iter().map(|(k, _)| k.as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "lm_head",
+                "model.embed_tokens",
+                "model.layers",
+                "model.norm"
+            ]
+        );
+        let mut all = vec![
+            ("model".to_string(), Device::Gpu0),
+            ("lm_head".to_string(), Device::Gpu0),
+        ];
+        clean(&mut all, "");
+        assert_eq!(all, vec![(String::new(), Device::Gpu0)]);
+    }
+}
