@@ -150,18 +150,48 @@ fn median_worst(mut e: Vec<f64>) -> (f64, f64) {
 #[test]
 fn grid29c_device_map_rows() {
     let rows = rows("infer/grid29c_device_map.jsonl");
+    let got = compare_rows(&rows);
+    assert_eq!(got.maps_equal, 10);
+    let (am, aw) = got.allocated;
+    assert!(
+        am <= 0.02 && aw <= 0.08,
+        "allocated median {am}, worst {aw}"
+    );
+    if let Some((rm, _)) = got.reserved {
+        assert!(rm <= 0.04, "reserved median {rm}");
+    }
+}
+
+/// What a set of measured device-map rows came to.
+struct Compared {
+    /// Rows whose planned map equals `hf_device_map`.
+    maps_equal: usize,
+    /// |allocated error|: median, worst.
+    allocated: (f64, f64),
+    /// |reserved error| over the rows run in their own process: median, worst.
+    reserved: Option<(f64, f64)>,
+}
+
+/// Plans every row, prints it beside the measurement, and sums up.
+fn compare_rows(rows: &[Value]) -> Compared {
     let (mut alloc, mut reserved) = (Vec::new(), Vec::new());
     let mut maps_equal = 0;
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    for row in &rows {
+    for row in rows {
         let id = row["id"].as_str().unwrap_or_default();
         let p = placement(row);
         let want = match row.get("hf_device_map") {
             Some(m) => as_map(m),
             None => BTreeMap::from([(String::new(), "0".to_string())]),
         };
-        assert_eq!(planned_map(&p), want, "{id}: the device map");
-        maps_equal += 1;
+        if planned_map(&p) == want {
+            maps_equal += 1;
+        } else {
+            println!(
+                "{id}: planned map {:?}\n  hf_device_map {want:?}",
+                planned_map(&p)
+            );
+        }
         let path = row["model"].as_str().expect("model");
         let text =
             std::fs::read_to_string(crate::data("").join("../..").join(path)).expect("config");
@@ -215,12 +245,7 @@ fn grid29c_device_map_rows() {
         100.0 * am,
         100.0 * aw
     );
-    assert_eq!(maps_equal, 10);
-    assert!(
-        am <= 0.02 && aw <= 0.08,
-        "allocated median {am}, worst {aw}"
-    );
-    if !reserved.is_empty() {
+    let reserved = (!reserved.is_empty()).then(|| {
         let n = reserved.len();
         let (rm, rw) = median_worst(reserved);
         println!(
@@ -228,6 +253,26 @@ fn grid29c_device_map_rows() {
             100.0 * rm,
             100.0 * rw
         );
-        assert!(rm <= 0.04, "reserved median {rm}");
+        (rm, rw)
+    });
+    Compared {
+        maps_equal,
+        allocated: (am, aw),
+        reserved,
     }
+}
+
+/// grid29c's untouched third, its `device_map="auto"` rows (`tests/data/infer/
+/// grid29c_untouched.jsonl`), read once after the fixes, as it came out (session 20): maps
+/// equal 5 of 5; allocated median 0.08 %, worst 0.14 %; reserved (3 rows run in their own
+/// process) median 0.11 %, worst 0.16 %.
+#[test]
+fn grid29c_device_map_untouched_third() {
+    let rows: Vec<Value> = rows("infer/grid29c_untouched.jsonl")
+        .into_iter()
+        .filter(|r| r.get("device_map").is_some())
+        .collect();
+    let got = compare_rows(&rows);
+    assert_eq!(rows.len(), 5, "the untouched device-map rows");
+    println!("untouched: maps equal {} of {}", got.maps_equal, rows.len());
 }
