@@ -268,8 +268,70 @@ fn quantized_weights_are_planned() {
         "an inference setting",
     );
     let mut mc = vec!["max-context", "--model", LLAMA, "--quant", "nf4"];
-    mc.extend_from_slice(&["--new-tokens", "8", "--gpu", "t4"]);
-    fails_with(&mc, "--quant: this command does not plan quantized weights");
+    mc.extend_from_slice(&[
+        "--new-tokens",
+        "8",
+        "--gpu",
+        "t4",
+        "--int8-outliers",
+        "none",
+    ]);
+    fails_with(&mc, "give --quant int8");
+}
+
+/// `max-context --quant nf4`: the longest prompt of Llama-3.2-1B (8 new tokens, batch 16) on
+/// a T4 with 4-bit weights is the one `plan --quant nf4` says fits (and one more does not),
+/// longer than with bf16 weights; the JSON names the quantization.
+#[test]
+fn max_context_with_quantized_weights() {
+    let search = |quant: &[&str]| {
+        let mut a = vec![
+            "max-context",
+            "--model",
+            LLAMA,
+            "--gpu",
+            "t4",
+            "--new-tokens",
+            "8",
+            "--batch",
+            "16",
+            "--json",
+        ];
+        a.extend_from_slice(quant);
+        let (ok, out, err) = vramlab(&a);
+        assert!(ok, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("one JSON object")
+    };
+    let nf4 = search(&["--quant", "nf4"]);
+    let bf16 = search(&[]);
+    assert_eq!(nf4["quant"]["quant"], "nf4", "{nf4}");
+    assert!(bf16.get("quant").is_none());
+    let l = bytes(&nf4, "max_length");
+    assert!(
+        l > bytes(&bf16, "max_length"),
+        "4-bit weights leave more room: {l} vs {}",
+        bytes(&bf16, "max_length")
+    );
+    let fits = |prompt: u64| {
+        plan_json(&[
+            "--gpu",
+            "t4",
+            "--step",
+            "generate",
+            "--seq",
+            &prompt.to_string(),
+            "--new-tokens",
+            "8",
+            "--batch",
+            "16",
+            "--quant",
+            "nf4",
+        ])["fits"]
+            .as_bool()
+            .expect("fits")
+    };
+    assert!(fits(l), "plan --quant nf4 at the answer {l} fits");
+    assert!(!fits(l + 1), "{} does not fit", l + 1);
 }
 
 #[test]

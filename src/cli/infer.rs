@@ -157,7 +157,7 @@ pub fn refuse_decoding_flags(t: &TrainArgs) -> Result<()> {
 }
 
 /// `--int8-outliers`: LLM.int8's outlier columns of the checkpoint (`none` unless given).
-fn int8_outliers(t: &TrainArgs, quant: Option<QuantStorage>) -> Result<Int8Outliers> {
+pub(super) fn int8_outliers(t: &TrainArgs, quant: Option<QuantStorage>) -> Result<Int8Outliers> {
     let Some(word) = &t.int8_outliers else {
         return Ok(Int8Outliers::None);
     };
@@ -256,20 +256,8 @@ fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
     Ok(cfg)
 }
 
-/// The model and call from the flags, for a command that plans weights in their dtype only.
-pub(super) fn resolve(t: &TrainArgs, batch: u64) -> Result<(Preset, InferConfig, Decoding)> {
-    let (preset, cfg, dec, quant) = resolve_quant(t, batch)?;
-    if quant.is_some() {
-        bail!(
-            "--quant: this command does not plan quantized weights yet (plan --step and \
-             max-batch --step do)"
-        );
-    }
-    Ok((preset, cfg, dec))
-}
-
 /// The model, call and weight quantization from the flags.
-fn resolve_quant(
+pub(super) fn resolve_quant(
     t: &TrainArgs,
     batch: u64,
 ) -> Result<(Preset, InferConfig, Decoding, Option<QuantStorage>)> {

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use vramlab_core::answer::max_context::{Limit, MaxContext, Searched, max_context_decoding};
+use vramlab_core::answer::max_context::{Limit, MaxContext, Searched, max_context_quant};
 use vramlab_core::plan::inference::InferStep;
 
 use super::args::{self, TrainArgs};
@@ -77,9 +77,10 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
         }
     };
     let batch = a.batch.unwrap_or(1);
-    let (preset, cfg, dec) = super::infer::resolve(&t, batch)?;
+    let (preset, cfg, dec, quant) = super::infer::resolve_quant(&t, batch)?;
+    let outliers = super::infer::int8_outliers(&t, quant)?;
     let (gpu, budget) = t.budget()?;
-    let m = max_context_decoding(&preset, &cfg, &dec, searched, budget)?;
+    let m = max_context_quant(&preset, &cfg, &dec, quant, outliers, searched, budget)?;
     if t.json {
         let mut v = serde_json::to_value(&m)?;
         if let Some(o) = v.as_object_mut() {
@@ -102,6 +103,9 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
             );
             if !dec.is_greedy() {
                 o.insert("decoding".into(), serde_json::to_value(dec)?);
+            }
+            if let Some(q) = quant {
+                o.insert("quant".into(), serde_json::to_value(q)?);
             }
         }
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
@@ -158,6 +162,14 @@ fn write_text(
         m.nvidia_smi_on_gpu_bytes.unwrap_or(p.nvidia_smi_bytes),
         p.kv_cache_bytes
     )?;
+    if let Some(q) = p.quant {
+        writeln!(
+            out,
+            "quantized linears: {} (weights {})",
+            vramlab_core::plan::inference::quant::describe(q),
+            p.weights_bytes
+        )?;
+    }
     if m.nvidia_smi_on_gpu_bytes
         .is_some_and(|b| b < p.nvidia_smi_bytes)
     {

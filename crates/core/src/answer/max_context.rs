@@ -15,9 +15,11 @@
 use serde::Serialize;
 
 use crate::model::Preset;
+use crate::plan::inference::quant::Int8Outliers;
 use crate::plan::inference::{
     DecoderShape, Decoding, InferConfig, InferPlan, InferPlanner, InferStep,
 };
+use crate::plan::policy::QuantStorage;
 use crate::plan::search::Budget;
 use crate::plan::{PlanError, eval};
 use crate::units::Bytes;
@@ -111,6 +113,24 @@ pub fn max_context_decoding(
     searched: Searched,
     budget: Budget,
 ) -> Result<MaxContext, PlanError> {
+    max_context_quant(preset, cfg, dec, None, Int8Outliers::None, searched, budget)
+}
+
+/// [`max_context_decoding`] of a model loaded with `quantization_config` (`quant`, as
+/// `plan --quant` plans it; `None`: the weights in the dtype), LLM.int8's outlier columns
+/// planned as `outliers`.
+pub fn max_context_quant(
+    preset: &Preset,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    quant: Option<QuantStorage>,
+    outliers: Int8Outliers,
+    searched: Searched,
+    budget: Budget,
+) -> Result<MaxContext, PlanError> {
+    let make = |c: &InferConfig| {
+        InferPlanner::with_quant(preset, c, dec, quant).map(|p| p.with_int8_outliers(outliers))
+    };
     let shape = DecoderShape::of(preset)?;
     if cfg.batch == 0 {
         return Err(PlanError::Field {
@@ -150,7 +170,7 @@ pub fn max_context_decoding(
     let mut fits = |length: u64| -> Result<bool, PlanError> {
         probes += 1;
         let c = with_length(cfg, searched, length);
-        InferPlanner::with_decoding(preset, &c, dec)?.fits(budget, c.batch)
+        make(&c)?.fits(budget, c.batch)
     };
     let found = search(&mut fits, cap)?;
     let mut on_gpu = None;
@@ -158,7 +178,7 @@ pub fn max_context_decoding(
         None => (None, None, None),
         Some(l) => {
             let c = with_length(cfg, searched, l);
-            let planner = InferPlanner::with_decoding(preset, &c, dec)?;
+            let planner = make(&c)?;
             let plan = planner.plan(c.batch)?;
             let capped = eval::reserved_within(
                 &planner.events,
