@@ -859,7 +859,62 @@ fn device_map_auto() {
             "auto",
             "--max-gpu-memory",
             "1GiB",
+            "--quant",
+            "nf4",
         ],
-        "max-context does not search an offloaded model",
+        "--device-map with --quant",
     );
+}
+
+/// `max-context --device-map auto`: the longest prompt of Llama-3.2-1B with 1 GiB of weights on
+/// a T4 is the one `plan --device-map auto` says fits, and one more does not; the JSON's plan
+/// holds the device map.
+#[test]
+fn max_context_with_a_device_map() {
+    let (ok, out, err) = vramlab(&[
+        "max-context",
+        "--model",
+        LLAMA,
+        "--gpu",
+        "t4",
+        "--new-tokens",
+        "4",
+        "--batch",
+        "8",
+        "--device-map",
+        "auto",
+        "--max-gpu-memory",
+        "1GiB",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let l = bytes(&v, "max_length");
+    assert!(
+        v["plan"]["device_map"]["model.layers.0"].is_number()
+            && v["plan"]["offload"]["layers_cpu"].as_u64() > Some(0),
+        "the plan's device map, some layers on the CPU: {v}"
+    );
+    let fits = |prompt: u64| {
+        plan_json(&[
+            "--gpu",
+            "t4",
+            "--step",
+            "generate",
+            "--seq",
+            &prompt.to_string(),
+            "--new-tokens",
+            "4",
+            "--batch",
+            "8",
+            "--device-map",
+            "auto",
+            "--max-gpu-memory",
+            "1GiB",
+        ])["fits"]
+            .as_bool()
+            .expect("fits")
+    };
+    assert!(fits(l), "plan --device-map auto at the answer {l} fits");
+    assert!(!fits(l + 1), "{} does not fit", l + 1);
 }

@@ -7,7 +7,9 @@ use std::io::Write;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use vramlab_core::answer::max_context::{Limit, MaxContext, Searched, max_context_quant};
+use vramlab_core::answer::max_context::{
+    Limit, MaxContext, Searched, Weights, max_context_weights,
+};
 use vramlab_core::plan::inference::InferStep;
 
 use super::args::{self, TrainArgs};
@@ -28,12 +30,6 @@ pub struct MaxContextArgs {
 
 pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
     let mut t = a.train.clone();
-    if t.device_map.is_some() || t.max_gpu_memory.is_some() || t.max_cpu_memory.is_some() {
-        bail!(
-            "--device-map: max-context does not search an offloaded model yet; plan it with \
-             vramlab plan / max-batch --step generate|prefill --device-map auto"
-        );
-    }
     if t.seq.is_some() {
         bail!(
             "--seq: max-context searches the prompt length; to fix the prompt and search the \
@@ -78,9 +74,15 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
     };
     let batch = a.batch.unwrap_or(1);
     let (preset, cfg, dec, quant) = super::infer::resolve_quant(&t, batch)?;
-    let outliers = super::infer::int8_outliers(&t, quant)?;
+    let weights = match super::infer::device_map_budget(&t)? {
+        Some(m) => Weights::DeviceMap(m),
+        None => Weights::OnGpu {
+            quant,
+            outliers: super::infer::int8_outliers(&t, quant)?,
+        },
+    };
     let (gpu, budget) = t.budget()?;
-    let m = max_context_quant(&preset, &cfg, &dec, quant, outliers, searched, budget)?;
+    let m = max_context_weights(&preset, &cfg, &dec, weights, searched, budget)?;
     if t.json {
         let mut v = serde_json::to_value(&m)?;
         if let Some(o) = v.as_object_mut() {
@@ -162,6 +164,18 @@ fn write_text(
         m.nvidia_smi_on_gpu_bytes.unwrap_or(p.nvidia_smi_bytes),
         p.kv_cache_bytes
     )?;
+    if let Some(pl) = &p.device_map {
+        let o = &pl.offload;
+        writeln!(
+            out,
+            "device_map: {} of {} layers on GPU 0, {} on cpu, {} on disk (weights on GPU 0 {})",
+            o.layers_gpu,
+            o.layers,
+            o.layers_cpu,
+            o.layers_disk,
+            vramlab_core::units::Bytes(o.gpu_bytes)
+        )?;
+    }
     if let Some(q) = p.quant {
         writeln!(
             out,

@@ -15,6 +15,7 @@
 use serde::Serialize;
 
 use crate::model::Preset;
+use crate::plan::inference::device_map::MaxMemory;
 use crate::plan::inference::quant::Int8Outliers;
 use crate::plan::inference::{
     DecoderShape, Decoding, InferConfig, InferPlan, InferPlanner, InferStep,
@@ -113,24 +114,55 @@ pub fn max_context_decoding(
     searched: Searched,
     budget: Budget,
 ) -> Result<MaxContext, PlanError> {
-    max_context_quant(preset, cfg, dec, None, Int8Outliers::None, searched, budget)
+    max_context_weights(preset, cfg, dec, Weights::DTYPE, searched, budget)
 }
 
-/// [`max_context_decoding`] of a model loaded with `quantization_config` (`quant`, as
-/// `plan --quant` plans it; `None`: the weights in the dtype), LLM.int8's outlier columns
-/// planned as `outliers`.
-pub fn max_context_quant(
+/// How the searched calls' weights are loaded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Weights {
+    /// On GPU 0: in the dtype (`quant` `None`) or quantized by bitsandbytes as `plan --quant`
+    /// plans it, LLM.int8's outlier columns planned as `outliers`.
+    OnGpu {
+        quant: Option<QuantStorage>,
+        outliers: Int8Outliers,
+    },
+    /// `device_map="auto"` under `max_memory` (`plan --device-map auto`): the placement
+    /// depends on the budget only, so every probe has the same map.
+    DeviceMap(MaxMemory),
+}
+
+impl Weights {
+    /// The weights in the dtype, on GPU 0.
+    pub const DTYPE: Weights = Weights::OnGpu {
+        quant: None,
+        outliers: Int8Outliers::None,
+    };
+
+    fn planner(
+        self,
+        preset: &Preset,
+        c: &InferConfig,
+        dec: &Decoding,
+    ) -> Result<InferPlanner, PlanError> {
+        match self {
+            Weights::OnGpu { quant, outliers } => InferPlanner::with_quant(preset, c, dec, quant)
+                .map(|p| p.with_int8_outliers(outliers)),
+            Weights::DeviceMap(m) => InferPlanner::with_device_map(preset, c, dec, m),
+        }
+    }
+}
+
+/// [`max_context_decoding`] with the weights loaded as `weights` (quantized, or offloaded by
+/// accelerate).
+pub fn max_context_weights(
     preset: &Preset,
     cfg: &InferConfig,
     dec: &Decoding,
-    quant: Option<QuantStorage>,
-    outliers: Int8Outliers,
+    weights: Weights,
     searched: Searched,
     budget: Budget,
 ) -> Result<MaxContext, PlanError> {
-    let make = |c: &InferConfig| {
-        InferPlanner::with_quant(preset, c, dec, quant).map(|p| p.with_int8_outliers(outliers))
-    };
+    let make = |c: &InferConfig| weights.planner(preset, c, dec);
     let shape = DecoderShape::of(preset)?;
     if cfg.batch == 0 {
         return Err(PlanError::Field {
