@@ -30,6 +30,8 @@ import math
 import os
 import random
 
+from make_grid29b import shape  # the same config.json sizes
+
 SEED = 29_2026_12_06
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_QUANT = 27
@@ -56,17 +58,6 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 LIMIT_BYTES = 30e9
 LIMIT_SECONDS = 25.0
 MAP_MAX_PARAMS = 4.2e9
-
-
-def shape(cfg):
-    h = cfg["hidden_size"]
-    heads = cfg["num_attention_heads"]
-    kvh = cfg.get("num_key_value_heads") or heads
-    hd = cfg.get("head_dim") or h // heads
-    return dict(h=h, heads=heads, kvh=kvh, hd=hd, layers=cfg["num_hidden_layers"],
-                inter=cfg["intermediate_size"], vocab=cfg["vocab_size"],
-                tied=cfg.get("tie_word_embeddings", False),
-                maxpos=cfg["max_position_embeddings"])
 
 
 def linear_params(s):

@@ -5,9 +5,8 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use vramlab_core::model::{ModelSpec, hf};
-use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::inference::device_map::{MaxMemory, Placement, max_memory_bytes};
-use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::inference::{Decoding, InferPlanner};
 use vramlab_core::vocabulary::parse_dtype;
 
 fn rows(rel: &str) -> Vec<Value> {
@@ -103,26 +102,6 @@ fn placement_equals_transformers_device_map() {
     );
 }
 
-/// The row's inference config (tools/infer_runner.py keys).
-fn infer_config(row: &Value) -> InferConfig {
-    let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
-    let u = |k: &str| row[k].as_u64().unwrap_or(0);
-    InferConfig {
-        step: s("step").parse::<InferStep>().expect("step"),
-        batch: u("batch"),
-        prompt: u("prompt"),
-        new_tokens: u("new_tokens"),
-        dtype: parse_dtype(&s("precision")).expect("precision"),
-        attention: if s("attention") == "eager" {
-            Attention::Eager
-        } else {
-            Attention::Sdpa
-        },
-        kv_cache: s("kv_cache").parse::<KvCache>().unwrap_or_default(),
-        allocator: AllocatorConfig::default(),
-    }
-}
-
 fn median_worst(mut e: Vec<f64>) -> (f64, f64) {
     e.sort_by(f64::total_cmp);
     let n = e.len();
@@ -196,7 +175,7 @@ fn compare_rows(rows: &[Value]) -> Compared {
         let text =
             std::fs::read_to_string(crate::data("").join("../..").join(path)).expect("config");
         let preset = hf::from_config_text(&text, path).expect("preset");
-        let cfg = infer_config(row);
+        let cfg = crate::inference::config(row);
         let budget = MaxMemory {
             gpu: p.offload.max_gpu_memory_bytes,
             cpu: p.offload.max_cpu_memory_bytes,

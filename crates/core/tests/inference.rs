@@ -35,7 +35,8 @@ fn root(rel: &str) -> std::path::PathBuf {
         .join(rel)
 }
 
-fn config(row: &Value) -> InferConfig {
+/// A grid row's call (tools/infer_runner.py keys).
+pub(crate) fn config(row: &Value) -> InferConfig {
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     let u = |k: &str| row[k].as_u64().unwrap_or(0);
     InferConfig {
