@@ -3,6 +3,7 @@
 # (tools/make_grid29c.py drew it). Carry .whl (the slimmed bitsandbytes 0.50.2 wheel).
 #   LIMIT=480 OUT=/some/dir bash tools/grid29c_on_device.sh
 #   DONE=path/to/grid29c_all.jsonl ...   # rows already measured (a previous call) are skipped
+#   CONFIGS="a.jsonl b.jsonl" GRID=grid29d LANES=1 ...   # another grid (outputs named GRID*)
 # Rows of both files run one process each, grouped by model and dtype so that each
 # random-weight checkpoint is saved once per lane; the results are split again by "split"
 # into grid29c.jsonl and grid29c_untouched.jsonl.
@@ -13,11 +14,12 @@ mkdir -p "$OUT"
 PY="${PYTHON:-python3}"; export PY
 export PYTHONUNBUFFERED=1
 SITE=$(mktemp -d)
-"$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/bitsandbytes-0.50.2-*.whl \
+ls .whl/bitsandbytes-0.50.2-*.whl >/dev/null 2>&1 && "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/bitsandbytes-0.50.2-*.whl \
     > "$OUT/pip.log" 2>&1 || echo "pip install failed (see pip.log)"
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt" 2>&1
-ALL="$OUT/grid29c_all.jsonl"
+GRID="${GRID:-grid29c}"; export GRID
+ALL="$OUT/${GRID}_all.jsonl"
 [ -n "${DONE:-}" ] && [ -f "$DONE" ] && cp "$DONE" "$ALL"
 # Each row in its own process (a process that loaded one model keeps segments reserved that
 # the next row's numbers would include), in LANES lanes that split the models between them
@@ -82,7 +84,9 @@ cat "$OUT"/runner_*.log > "$OUT/runner.log" 2>/dev/null; rm -f "$OUT"/runner_*.l
 "$PY" - "$ALL" "$OUT" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-for split, name in (("fit", "grid29c.jsonl"), ("untouched", "grid29c_untouched.jsonl")):
+import os
+g = os.environ["GRID"]
+for split, name in (("fit", f"{g}.jsonl"), ("untouched", f"{g}_untouched.jsonl")):
     with open(f"{sys.argv[2]}/{name}", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows if r["split"] == split)
 print(len(rows), "rows measured;", sum(1 for r in rows if "error" in r), "with an error")

@@ -278,6 +278,7 @@ def measure(row, dev):
     sync(dev)
     build_s = time.time() - t0
     out = {"params": sum(p.numel() for p in model.parameters()),
+           "experts_implementation": getattr(model.config, "_experts_implementation", None),
            "weights_bytes": param_bytes(model), "build_s": round(build_s, 2)}
     if getattr(model, "hf_device_map", None) is not None and "device_map" in row:
         out["hf_device_map"] = {k: (v if isinstance(v, (int, str)) else str(v))
