@@ -15,6 +15,7 @@ mod grid26;
 mod grid26b;
 mod grid30;
 mod grid31;
+mod infer_moe;
 mod infer_quant;
 mod inference;
 mod invariants;

@@ -115,7 +115,7 @@ pub const CUBLAS_WORKSPACE: [u64; 1] = [32 << 20];
 
 /// `sub`'s `nn.Linear` with an output of `per_sample` bytes per sequence (an offloaded one's
 /// weights live from before the matmul until it returns).
-fn linear(p: &mut Prog, proc: &mut Process, sub: Sub, per_sample: u64) -> Buf {
+pub(super) fn linear(p: &mut Prog, proc: &mut Process, sub: Sub, per_sample: u64) -> Buf {
     let w = proc.weights_in(p, sub);
     cublas(p, proc);
     let out = p.act(per_sample);
@@ -441,7 +441,10 @@ pub fn forward(
             Sub::PostAttnNorm
         };
         let x2 = norm(p, proc, pre_mlp, s, t * s.hidden, t, d);
-        let m = mlp(p, proc, s, x2, &c);
+        let m = match &s.moe {
+            Some(moe) if moe.sparse[l] => super::moe::block(p, proc, moe, s.hidden, x2, &c),
+            _ => mlp(p, proc, s, x2, &c),
+        };
         let m = if s.sandwich_norm {
             let n = norm(p, proc, Sub::PostFfNorm, s, t * s.hidden, t, d);
             p.free(m);

@@ -89,6 +89,7 @@ mod tests {
             two_rotaries: false,
             final_softcap: false,
             tied: false,
+            moe: None,
             eos: true,
         }
     }

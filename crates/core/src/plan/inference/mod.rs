@@ -26,6 +26,7 @@ pub mod decoding;
 pub mod device_map;
 pub mod forward;
 pub mod kv;
+pub mod moe;
 pub mod program;
 pub mod quant;
 pub mod setting;
@@ -159,6 +160,18 @@ impl InferPlanner {
                 ),
             });
         }
+        if let (Some(_), Some(q)) = (&shape.moe, quant) {
+            return Err(PlanError::Field {
+                field: "quant",
+                reason: format!(
+                    "{} with bitsandbytes {} is not modelled yet: bitsandbytes converts the \
+                     nn.Linear layers, and a mixture-of-experts model's experts are 3-D \
+                     parameters it leaves as they are; plan it without --quant",
+                    preset.id,
+                    q.quant.as_str()
+                ),
+            });
+        }
         let graph = preset.build(1, AttnImpl::Sdpa)?;
         let params: Vec<u64> = graph.params.iter().map(|p| p.elems).collect();
         let rotaries = if shape.two_rotaries { 2 } else { 1 };
@@ -239,6 +252,17 @@ impl InferPlanner {
         budget: device_map::MaxMemory,
     ) -> Result<InferPlanner, PlanError> {
         let mut planner = InferPlanner::with_decoding(preset, cfg, dec)?;
+        if planner.shape.moe.is_some() {
+            return Err(PlanError::Field {
+                field: "device_map",
+                reason: format!(
+                    "device_map=\"auto\" for {} is not modelled yet: the placement mirrors \
+                     accelerate's module sizes of dense decoders, not a mixture-of-experts \
+                     model's experts",
+                    preset.id
+                ),
+            });
+        }
         let crate::model::ModelSpec::Llama(p) = &preset.spec else {
             return Err(PlanError::Field {
                 field: "model",

@@ -1,6 +1,7 @@
 //! The sizes of a decoder that inference memory depends on, from the Llama-lineage
 //! parameters (`model::families::llama`), and the refusals for what is not modelled yet.
 
+use super::moe::MoeShape;
 use crate::model::families::llama::{LlamaParams, head_dim};
 use crate::model::{ModelSpec, Preset};
 use crate::plan::PlanError;
@@ -33,6 +34,9 @@ pub struct DecoderShape {
     /// `tie_word_embeddings`: `lm_head` is created with its own weight, then `post_init`'s
     /// `tie_weights` replaces it with the embedding's (the first one is freed).
     pub tied: bool,
+    /// The sparse mixture-of-experts blocks (Mixtral, Qwen2/3-MoE), `None` for a dense
+    /// model.
+    pub moe: Option<MoeShape>,
     /// Whether `generate` runs a logits processor over the vocabulary (`min_new_tokens`
     /// masks the EOS token: the config has one).
     pub eos: bool,
@@ -57,14 +61,6 @@ impl DecoderShape {
     }
 
     pub fn from_params(p: &LlamaParams) -> Result<DecoderShape, PlanError> {
-        if p.moe.is_some() {
-            return Err(PlanError::Field {
-                field: "model",
-                reason: "inference of mixture-of-experts decoders (mixtral, qwen2_moe, \
-                         qwen3_moe) is not modelled yet"
-                    .into(),
-            });
-        }
         if p.attn_logit_softcapping.is_some() {
             return Err(PlanError::Field {
                 field: "model",
@@ -98,7 +94,12 @@ impl DecoderShape {
                 ),
             });
         }
+        let moe = match &p.moe {
+            Some(m) => Some(MoeShape::of(m, p.num_hidden_layers, &model_type)?),
+            None => None,
+        };
         Ok(DecoderShape {
+            moe,
             layers: p.num_hidden_layers,
             hidden: p.hidden_size,
             intermediate: p.intermediate_size,

@@ -1,0 +1,190 @@
+//! Inference of mixture-of-experts decoders (issue 29): the MoE block's allocations equal
+//! those of transformers' own modules traced on the CPU, and the planner plans Qwen2-MoE,
+//! Qwen3-MoE and Mixtral calls, refusing what it does not model.
+
+use serde_json::Value;
+use vramlab_core::model::{Preset, hf};
+use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
+use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::forward::{Call, Process};
+use vramlab_core::plan::inference::moe::{self, MoeShape};
+use vramlab_core::plan::inference::program::Prog;
+use vramlab_core::plan::inference::quant::Int8Outliers;
+use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::policy::QuantStorage;
+
+const TRACE: &str = include_str!("../../../tests/data/infer/moe_trace_cpu.jsonl");
+
+/// An allocation of `bytes`, or the free of the n-th allocation.
+#[derive(Debug, PartialEq)]
+enum Ev {
+    Alloc(u64),
+    Free(usize),
+}
+
+fn planned(row: &Value) -> Vec<Ev> {
+    let n = |k: &str| row[k].as_u64().unwrap_or(0);
+    let model_type = row["model_type"].as_str().expect("model_type");
+    let d = if row["dtype"] == "float32" { 4 } else { 2 };
+    let m = MoeShape {
+        experts: n("experts"),
+        top_k: n("k"),
+        inter: n("inter"),
+        shared: (model_type == "qwen2_moe").then(|| n("shared")),
+        norm_topk: row["norm_topk_prob"].as_bool().expect("norm_topk_prob"),
+        fp32_scores: model_type == "mixtral",
+        sparse: vec![true],
+    };
+    let c = Call {
+        t: n("tokens"),
+        keep: 1,
+        padding_mask: false,
+        d,
+        bf16: d == 2,
+        imp: Attention::Sdpa,
+        batch: 1,
+        quant: None,
+        outliers: Int8Outliers::None,
+    };
+    let mut p = Prog::default();
+    let mut proc = Process {
+        cublas_ready: true, // a CPU trace has no cuBLAS workspace
+        ..Process::default()
+    };
+    let hidden = n("hidden");
+    let x = p.act(c.t * hidden * d);
+    let _out = moe::block(&mut p, &mut proc, &m, hidden, x, &c);
+    let ev = p.finish();
+    // buffer 0 is the block's input (not in the trace, as the block's output's free is not)
+    let mut order = vec![usize::MAX; ev.buffers.len()];
+    let mut out = Vec::new();
+    for e in ev.events.iter().filter(|e| e.buffer != 0) {
+        let b = e.buffer as usize;
+        if e.alloc {
+            order[b] = out.iter().filter(|e| matches!(e, Ev::Alloc(_))).count();
+            let buf = &ev.buffers[b];
+            out.push(Ev::Alloc(buf.per_sample + buf.fixed));
+        } else {
+            out.push(Ev::Free(order[b]));
+        }
+    }
+    out
+}
+
+fn traced(row: &Value) -> Vec<Ev> {
+    let mut ids = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for e in row["events"].as_array().expect("events") {
+        let id = e[1].as_u64().expect("id");
+        if e[0] == "alloc" {
+            ids.insert(id, ids.len());
+            out.push(Ev::Alloc(e[2].as_u64().expect("bytes")));
+        } else {
+            out.push(Ev::Free(ids[&id]));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_moe_block_allocates_what_transformers_modules_allocate() {
+    let mut rows = 0;
+    for line in TRACE.lines().filter(|l| !l.trim().is_empty()) {
+        let row: Value = serde_json::from_str(line).expect("trace row");
+        let (want, got) = (traced(&row), planned(&row));
+        assert_eq!(
+            got, want,
+            "{} {} {} tokens: planned (left) vs traced (right)",
+            row["model_type"], row["dtype"], row["tokens"]
+        );
+        rows += 1;
+    }
+    assert!(rows >= 24, "{rows} traced block calls");
+}
+
+fn cfg(step: InferStep, batch: u64, prompt: u64, new_tokens: u64, dtype: DType) -> InferConfig {
+    InferConfig {
+        step,
+        batch,
+        prompt,
+        new_tokens,
+        kv_cache: KvCache::Dynamic,
+        dtype,
+        attention: Attention::Sdpa,
+        allocator: AllocatorConfig::default(),
+    }
+}
+
+fn load(name: &str) -> Preset {
+    let path = crate::data(&format!("hf_configs/{name}.json"));
+    let text = std::fs::read_to_string(&path).expect("config.json");
+    hf::from_config_text(&text, name).expect(name)
+}
+
+#[test]
+fn moe_decoders_are_planned() {
+    for (name, params) in [
+        ("Qwen1.5-MoE-A2.7B", 14_315_784_192u64),
+        ("Qwen3-30B-A3B", 30_532_122_624),
+        ("Mixtral-8x7B-v0.1", 46_702_792_704),
+    ] {
+        let preset = load(name);
+        let c = cfg(InferStep::Generate, 4, 1024, 64, DType::BF16);
+        let planner = InferPlanner::new(&preset, &c).expect(name);
+        assert_eq!(planner.params, params, "{name}");
+        let plan = planner.plan(4).expect("plan");
+        // the weights in bf16 and the rotary embedding's two fp32 `inv_freq` buffers
+        let head_dim = planner.shape.head_dim;
+        assert_eq!(
+            plan.weights_bytes.0,
+            params * 2 + 2 * head_dim / 2 * 4,
+            "{name}"
+        );
+        assert!(plan.peak_allocated_bytes.0 > plan.weights_bytes.0 + plan.kv_cache_bytes.0);
+        // the routed rows grow with the batch: more sequences, a higher peak
+        let bigger = planner.plan(16).expect("plan");
+        assert!(
+            bigger.peak_allocated_bytes.0 > plan.peak_allocated_bytes.0,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_prefill_of_qwen3_moe_holds_the_routed_rows_of_every_token() {
+    let preset = load("Qwen3-30B-A3B");
+    let c = cfg(InferStep::Prefill, 2, 2048, 0, DType::BF16);
+    let plan = InferPlanner::new(&preset, &c)
+        .expect("planner")
+        .plan(2)
+        .expect("plan");
+    // 2 × 2048 tokens × 8 experts each: the gate_up grouped GEMM's output and its masked
+    // copy (2 × moe_intermediate_size 768 wide, bf16) live together at the block's peak
+    let rows = 2 * 2048 * 8;
+    let gate_up = rows * 2 * 768 * 2;
+    let above = plan.peak_allocated_bytes.0 - plan.weights_bytes.0;
+    assert!(above > 2 * gate_up, "{above} above the weights");
+}
+
+#[test]
+fn what_inference_does_not_model_for_moe_is_refused_by_name() {
+    let c = cfg(InferStep::Generate, 1, 128, 8, DType::BF16);
+    for (name, words) in [
+        ("gpt-oss-20b", "gpt_oss is not modelled yet"),
+        ("DeepSeek-V3", "multi-head latent attention"),
+    ] {
+        let err = InferPlanner::new(&load(name), &c)
+            .expect_err(name)
+            .to_string();
+        assert!(err.contains(words), "{name}: {err}");
+    }
+    let qwen = load("Qwen3-30B-A3B");
+    let nf4 = QuantStorage {
+        quant: Quant::Nf4,
+        double_quant: true,
+    };
+    let err = InferPlanner::with_quant(&qwen, &c, &Decoding::default(), Some(nf4))
+        .expect_err("quant")
+        .to_string();
+    assert!(err.contains("quant") && err.contains("3-D"), "{err}");
+}
