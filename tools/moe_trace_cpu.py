@@ -39,7 +39,12 @@ class Tracer(TorchDispatchMode):
 
     def note_existing(self, tensors):
         for t in tensors:
-            self.known.add(t.untyped_storage()._cdata)
+            st = t.untyped_storage()
+            if st._cdata in self.known:
+                continue
+            self.known.add(st._cdata)
+            # a storage that dies during the trace frees its address for a new one
+            weakref.finalize(st, self.known.discard, st._cdata)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -78,6 +83,10 @@ def block_of(model_type, dtype, sizes):
                                    shared_expert_intermediate_size=sizes["shared"],
                                    num_experts=e, num_experts_per_tok=k,
                                    norm_topk_prob=sizes["norm_topk_prob"])
+    elif model_type == "gpt_oss":
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP as B
+        cfg = AutoConfig.for_model(model_type, hidden_size=h, intermediate_size=inter,
+                                   num_local_experts=e, num_experts_per_tok=k)
     else:
         from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock as B
         cfg = AutoConfig.for_model(model_type, hidden_size=h, intermediate_size=inter,
@@ -96,7 +105,65 @@ CASES = [
     ("qwen2_moe", {"hidden": 64, "inter": 48, "shared": 96, "experts": 8, "k": 4,
                    "norm_topk_prob": False}),
     ("mixtral", {"hidden": 64, "inter": 48, "experts": 8, "k": 2, "norm_topk_prob": True}),
+    ("gpt_oss", {"hidden": 64, "inter": 48, "experts": 8, "k": 2, "norm_topk_prob": False}),
 ]
+
+# A gpt-oss of two layers (a sliding one, a full one): each layer's call is traced inside
+# the model's own forward (a prefill of `tokens`, then one decode step), so that its inputs
+# (the masks, cos/sin, the cache) are what transformers builds
+GPT_OSS = {"hidden_size": 64, "intermediate_size": 48, "num_local_experts": 8,
+           "num_experts_per_tok": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "head_dim": 16, "num_hidden_layers": 2, "sliding_window": 4,
+           "layer_types": ["sliding_attention", "full_attention"], "vocab_size": 128,
+           "max_position_embeddings": 4096}
+
+
+def trace_gpt_oss_layers(dtype, tokens):
+    from transformers import AutoConfig
+    from transformers.cache_utils import DynamicCache
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssModel
+
+    cfg = AutoConfig.for_model("gpt_oss", **GPT_OSS)
+    cfg._experts_implementation = "grouped_mm"
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = GptOssModel(cfg).to(dtype).eval()
+    rows = []
+    state = {}
+
+    def pre(module, args, kwargs):
+        tr = Tracer()
+        flat, _ = tree_flatten((args, kwargs))
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        cache = kwargs.get("past_key_values")
+        for layer in getattr(cache, "layers", []):
+            for name in ("keys", "values"):
+                t = getattr(layer, name, None)
+                if isinstance(t, torch.Tensor):
+                    tensors.append(t)
+        tr.note_existing(list(model.parameters()) + list(model.buffers()) + tensors)
+        state["tr"] = tr
+        tr.__enter__()
+
+    def post(module, args, kwargs, out):
+        tr = state.pop("tr")
+        events = list(tr.events)
+        tr.__exit__(None, None, None)
+        rows.append({"layer": module.self_attn.layer_idx, "events": events})
+
+    for layer in model.layers:
+        layer.register_forward_pre_hook(pre, with_kwargs=True)
+        layer.register_forward_hook(post, with_kwargs=True)
+    cache = DynamicCache(config=cfg)
+    ids = torch.randint(0, 128, (1, tokens))
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        model(ids[:, -1:], past_key_values=cache, use_cache=True)
+    for i, r in enumerate(rows):
+        r["call"] = "prefill" if i < 2 else "decode"
+        r["tokens"] = tokens if i < 2 else 1
+        r["cached"] = 0 if i < 2 else tokens
+    return rows
 
 
 def main():
@@ -115,6 +182,13 @@ def main():
                 row = {"model_type": model_type, "dtype": str(dtype).replace("torch.", ""),
                        "tokens": tokens, **sizes, "torch": torch.__version__,
                        "transformers": transformers.__version__, "events": events}
+                sys.stdout.write(json.dumps(row) + "\n")
+    for dtype in (torch.bfloat16, torch.float32):
+        for tokens in (3, 6):
+            for r in trace_gpt_oss_layers(dtype, tokens):
+                row = {"model_type": "gpt_oss", "module": "decoder_layer",
+                       "dtype": str(dtype).replace("torch.", ""), **GPT_OSS, **r,
+                       "torch": torch.__version__, "transformers": transformers.__version__}
                 sys.stdout.write(json.dumps(row) + "\n")
 
 

@@ -5,12 +5,15 @@
 use serde_json::Value;
 use vramlab_core::model::{Preset, hf};
 use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
+use vramlab_core::plan::events::Events;
 use vramlab_core::plan::finetune_mode::Quant;
-use vramlab_core::plan::inference::forward::{Call, Process};
+use vramlab_core::plan::inference::forward::{self, Cache, Call, Process};
 use vramlab_core::plan::inference::moe::{self, MoeShape};
 use vramlab_core::plan::inference::program::Prog;
 use vramlab_core::plan::inference::quant::Int8Outliers;
-use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::inference::{
+    DecoderShape, Decoding, InferConfig, InferPlanner, InferStep, KvCache,
+};
 use vramlab_core::plan::policy::QuantStorage;
 
 const TRACE: &str = include_str!("../../../tests/data/infer/moe_trace_cpu.jsonl");
@@ -34,6 +37,7 @@ fn planned(row: &Value) -> Vec<Ev> {
         norm_topk: row["norm_topk_prob"].as_bool().expect("norm_topk_prob"),
         fp32_scores: model_type == "mixtral",
         sparse: vec![true],
+        gpt_oss: model_type == "gpt_oss",
     };
     let c = Call {
         t: n("tokens"),
@@ -54,17 +58,27 @@ fn planned(row: &Value) -> Vec<Ev> {
     let hidden = n("hidden");
     let x = p.act(c.t * hidden * d);
     let _out = moe::block(&mut p, &mut proc, &m, hidden, x, &c);
-    let ev = p.finish();
-    // buffer 0 is the block's input (not in the trace, as the block's output's free is not)
+    // the block's input is not in the trace (as the block's output's free is not)
+    segment(&p.finish(), 1)
+}
+
+/// The events from `start` on (at batch 1), in the trace's terms: allocations in order, the
+/// frees of those (a buffer allocated before `start` existed before the trace).
+fn segment(ev: &Events, start: usize) -> Vec<Ev> {
     let mut order = vec![usize::MAX; ev.buffers.len()];
     let mut out = Vec::new();
-    for e in ev.events.iter().filter(|e| e.buffer != 0) {
+    let mut allocs = 0;
+    for (i, e) in ev.events.iter().enumerate() {
         let b = e.buffer as usize;
+        if i < start {
+            continue;
+        }
         if e.alloc {
-            order[b] = out.iter().filter(|e| matches!(e, Ev::Alloc(_))).count();
+            order[b] = allocs;
+            allocs += 1;
             let buf = &ev.buffers[b];
             out.push(Ev::Alloc(buf.per_sample + buf.fixed));
-        } else {
+        } else if order[b] != usize::MAX {
             out.push(Ev::Free(order[b]));
         }
     }
@@ -91,6 +105,9 @@ fn the_moe_block_allocates_what_transformers_modules_allocate() {
     let mut rows = 0;
     for line in TRACE.lines().filter(|l| !l.trim().is_empty()) {
         let row: Value = serde_json::from_str(line).expect("trace row");
+        if row["module"] == "decoder_layer" {
+            continue;
+        }
         let (want, got) = (traced(&row), planned(&row));
         assert_eq!(
             got, want,
@@ -99,7 +116,85 @@ fn the_moe_block_allocates_what_transformers_modules_allocate() {
         );
         rows += 1;
     }
-    assert!(rows >= 24, "{rows} traced block calls");
+    assert!(rows >= 30, "{rows} traced block calls");
+}
+
+/// A gpt-oss decoder layer's call as the planner writes it: `row` is a traced layer call
+/// (a prefill, or a decode step after a prefill of `cached` tokens).
+fn planned_layer(row: &Value) -> Vec<Ev> {
+    let n = |k: &str| row[k].as_u64().expect(k);
+    let mut config = row.clone();
+    for k in [
+        "events", "layer", "call", "tokens", "cached", "dtype", "module", "torch",
+    ] {
+        config.as_object_mut().expect("row").remove(k);
+    }
+    config["transformers_version"] = row["transformers"].clone();
+    let preset = hf::from_config_text(&config.to_string(), "gpt-oss-tiny").expect("config");
+    let s = DecoderShape::of(&preset).expect("shape");
+    let d = if row["dtype"] == "float32" { 4 } else { 2 };
+    let call = |t: u64| Call {
+        t,
+        keep: t,
+        padding_mask: false,
+        d,
+        bf16: d == 2,
+        imp: Attention::Eager,
+        batch: 1,
+        quant: None,
+        outliers: Int8Outliers::None,
+    };
+    let mut p = Prog::default();
+    let mut proc = Process {
+        cublas_ready: true,
+        ..Process::default()
+    };
+    let mut cache = Cache::new(KvCache::Dynamic, 4096, s.layers);
+    let l = n("layer") as usize;
+    let cached = n("cached");
+    if cached > 0 {
+        let h = p.act(cached * s.hidden * d);
+        forward::layer(&mut p, &mut proc, &s, &mut cache, l, &call(cached), true);
+        p.free(h);
+        cache.seen = cached;
+    }
+    let t = n("tokens");
+    let _h = p.act(t * s.hidden * d);
+    let ev = p.finish();
+    let start = ev.events.len();
+    // the events so far are replayed into a new program with the layer call appended
+    let mut p = Prog::default();
+    let mut cache = Cache::new(KvCache::Dynamic, 4096, s.layers);
+    if cached > 0 {
+        let h = p.act(cached * s.hidden * d);
+        forward::layer(&mut p, &mut proc, &s, &mut cache, l, &call(cached), true);
+        p.free(h);
+        cache.seen = cached;
+    }
+    let _h = p.act(t * s.hidden * d);
+    forward::layer(&mut p, &mut proc, &s, &mut cache, l, &call(t), true);
+    segment(&p.finish(), start)
+}
+
+#[test]
+fn a_gpt_oss_layer_allocates_what_transformers_layer_allocates() {
+    let mut rows = 0;
+    for line in TRACE.lines().filter(|l| !l.trim().is_empty()) {
+        let row: Value = serde_json::from_str(line).expect("trace row");
+        if row["module"] != "decoder_layer" {
+            continue;
+        }
+        let (want, got) = (traced(&row), planned_layer(&row));
+        let first = got.iter().zip(&want).position(|(a, b)| a != b);
+        assert_eq!(
+            got, want,
+            "gpt_oss layer {} {} {} of {} tokens after {}: planned (left) vs traced (right), \
+             first difference at {first:?}",
+            row["layer"], row["dtype"], row["call"], row["tokens"], row["cached"]
+        );
+        rows += 1;
+    }
+    assert_eq!(rows, 16, "traced layer calls");
 }
 
 fn cfg(step: InferStep, batch: u64, prompt: u64, new_tokens: u64, dtype: DType) -> InferConfig {
@@ -151,6 +246,29 @@ fn moe_decoders_are_planned() {
 }
 
 #[test]
+fn gpt_oss_is_planned_with_the_eager_attention_transformers_runs() {
+    let preset = load("gpt-oss-20b");
+    let c = cfg(InferStep::Generate, 2, 4096, 32, DType::BF16);
+    let planner = InferPlanner::new(&preset, &c).expect("planner");
+    assert_eq!(planner.config.attention, Attention::Eager);
+    let plan = planner.plan(2).expect("plan");
+    // At the prefill's end every layer holds the 4096 prompt tokens of 8 kv heads × 64: a
+    // sliding layer's keys are a view of the last 127 of them, which keeps the whole
+    // concatenation alive until its first decode step (`DynamicSlidingWindowLayer.update`)
+    let row = 2 * 8 * 64 * 2;
+    let prefill = 2 * 24 * row * 4096;
+    let most = 2 * 24 * row * (4096 + 32);
+    let kv = plan.kv_cache_bytes.0;
+    assert!(
+        (prefill..=most).contains(&kv),
+        "{kv} not in {prefill}..={most}"
+    );
+    // eager scores of 64 heads over the whole prompt dominate the prefill
+    let scores = 2 * 64 * 4096 * 4097 * 2;
+    assert!(plan.peak_allocated_bytes.0 > plan.weights_bytes.0 + scores);
+}
+
+#[test]
 fn a_prefill_of_qwen3_moe_holds_the_routed_rows_of_every_token() {
     let preset = load("Qwen3-30B-A3B");
     let c = cfg(InferStep::Prefill, 2, 2048, 0, DType::BF16);
@@ -169,10 +287,7 @@ fn a_prefill_of_qwen3_moe_holds_the_routed_rows_of_every_token() {
 #[test]
 fn what_inference_does_not_model_for_moe_is_refused_by_name() {
     let c = cfg(InferStep::Generate, 1, 128, 8, DType::BF16);
-    for (name, words) in [
-        ("gpt-oss-20b", "gpt_oss is not modelled yet"),
-        ("DeepSeek-V3", "multi-head latent attention"),
-    ] {
+    for (name, words) in [("DeepSeek-V3", "multi-head latent attention")] {
         let err = InferPlanner::new(&load(name), &c)
             .expect_err(name)
             .to_string();

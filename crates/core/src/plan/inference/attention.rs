@@ -16,6 +16,11 @@
 //! - Eager: `repeat_kv`, `q @ kᵀ`, `* scaling`, `+ mask`, `softmax(dtype=float32)`,
 //!   `.to(dtype)`, `@ v`, `transpose(1, 2).contiguous()`; the probabilities are returned and
 //!   held by the decoder layer's `_` until the layer returns.
+//! - Eager with attention sinks (gpt-oss's own `eager_attention_forward`, the only one it
+//!   runs): `repeat_kv`, `q @ kᵀ` (q is contiguous: its RoPE ends in a `cat`), `* scaling`,
+//!   `+ mask`, `cat([scores, sinks])`, `- max(dim=-1).values`, `softmax` in the scores'
+//!   dtype, the probabilities without the sink column (a view) `@ v`,
+//!   `transpose(1, 2).contiguous()`.
 
 use super::program::{Buf, Prog};
 use super::shape::DecoderShape;
@@ -43,6 +48,57 @@ pub struct AttnOut {
     pub held: Buf,
 }
 
+/// gpt-oss's eager attention with sinks (see the module docs).
+fn eager_with_sinks(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
+    let (t, k, d) = (c.t, c.kv, c.d);
+    let heads = s.heads;
+    let rep = heads * k * s.head_dim * d;
+    let out_bytes = t * heads * s.head_dim * d;
+    let scores = heads * t * k;
+    let (kr, vr) = repeat_kv(p, s, rep);
+    let raw = p.act(scores * d);
+    let scaled = p.act(scores * d);
+    p.free(raw);
+    // `attn_weights` holds the masked scores until it is rebound to the probabilities
+    let weights = if c.mask {
+        let masked = p.act(scores * d);
+        p.free(scaled);
+        masked
+    } else {
+        scaled
+    };
+    let joined = p.act(heads * t * (k + 1) * d);
+    // `max(dim=-1, keepdim=True)`: values and int64 indices; the named tuple goes (with its
+    // indices) once `.values` is read, the values after the subtraction
+    let max_values = p.act(heads * t * d);
+    let max_indices = p.act(heads * t * 8);
+    p.free(max_indices);
+    let shifted = p.act(heads * t * (k + 1) * d);
+    p.free(max_values);
+    p.free(joined);
+    let probs = p.act(heads * t * (k + 1) * d);
+    p.free(weights);
+    let o = p.act(out_bytes);
+    // `transpose(1, 2).contiguous()` copies unless the query is one token (then the
+    // transposed tensor is already contiguous)
+    let o = if t > 1 {
+        let o2 = p.act(out_bytes);
+        p.free(o);
+        o2
+    } else {
+        o
+    };
+    // the function returns: the repeated keys and values and the shifted logits go; the
+    // probabilities stay with the returned view
+    p.free(kr);
+    p.free(vr);
+    p.free(shifted);
+    AttnOut {
+        out: o,
+        held: probs,
+    }
+}
+
 /// Emits the attention call's allocations.
 pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
     let (t, k, d) = (c.t, c.kv, c.d);
@@ -52,6 +108,7 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
     let out_bytes = t * heads * hd * d;
     let scores = heads * t * k;
     match c.imp {
+        Attention::Eager if s.sinks => eager_with_sinks(p, s, c),
         Attention::Eager => {
             let (kr, vr) = repeat_kv(p, s, rep);
             // `matmul(q, kᵀ)`: q (a transposed view of the RoPE output) is copied contiguous

@@ -178,6 +178,9 @@ fn norm(
 /// `mean`, `x * rsqrt`, `.to(dtype)`, `weight *`; Gemma's `x.float()`, the same, `* (1 +
 /// w.float())` in fp32, `.type_as(x)`. `to` of a tensor already in the dtype is the tensor.
 fn rms_norm(p: &mut Prog, s: &DecoderShape, n: u64, rows: u64, d: u64) -> Buf {
+    if s.fp32_product_norm {
+        return rms_norm_fp32_product(p, n, rows, d);
+    }
     let up = if d == 4 { Buf::NONE } else { p.act(n * 4) };
     let sq = p.act(n * 4);
     let var = p.act(rows * 4);
@@ -208,6 +211,33 @@ fn rms_norm(p: &mut Prog, s: &DecoderShape, n: u64, rows: u64, d: u64) -> Buf {
     }
 }
 
+/// gpt-oss's RMSNorm (`GptOssRMSNorm.forward`), every op: `x.to(fp32)`, `pow(2)`,
+/// `mean`, `+ eps`, `rsqrt`, `x * rsqrt` (the fp32 copy dropped), `(weight * x).to(dtype)`;
+/// the normalised tensor and `variance` go when it returns.
+fn rms_norm_fp32_product(p: &mut Prog, n: u64, rows: u64, d: u64) -> Buf {
+    let up = if d == 4 { Buf::NONE } else { p.act(n * 4) };
+    let sq = p.act(n * 4);
+    let var = p.act(rows * 4);
+    p.free(sq);
+    let eps = p.act(rows * 4);
+    let rs = p.act(rows * 4);
+    p.free(eps);
+    let normed = p.act(n * 4);
+    p.free(rs);
+    p.free(up);
+    let scaled = p.act(n * 4);
+    let out = if d == 4 {
+        scaled
+    } else {
+        let out = p.act(n * d);
+        p.free(scaled);
+        out
+    };
+    p.free(normed);
+    p.free(var);
+    out
+}
+
 /// `(x * cos) + (rotate_half(x) * sin)` over `x_bytes` per sequence.
 fn rope(p: &mut Prog, x_bytes: u64) -> Buf {
     let a = p.act(x_bytes);
@@ -219,6 +249,25 @@ fn rope(p: &mut Prog, x_bytes: u64) -> Buf {
     let out = p.act(x_bytes);
     p.free(a);
     p.free(b);
+    out
+}
+
+/// gpt-oss's `_apply_rotary_emb` over `x_bytes` per sequence: the halves of `chunk(x, 2)`,
+/// `first_ = first * cos - second * sin`, `second_ = second * cos + first * sin`,
+/// `cat((first_, second_))` (a contiguous result); `first_`, `second_` go when it returns.
+fn rope_chunked(p: &mut Prog, x_bytes: u64) -> Buf {
+    let half = x_bytes / 2;
+    let mut parts = [Buf::NONE; 2];
+    for part in parts.iter_mut() {
+        let a = p.act(half);
+        let b = p.act(half);
+        *part = p.act(half);
+        p.free(a);
+        p.free(b);
+    }
+    let out = p.act(x_bytes);
+    p.free(parts[0]);
+    p.free(parts[1]);
     out
 }
 
@@ -237,7 +286,13 @@ fn rotary(p: &mut Prog, s: &DecoderShape, c: &Call) -> (Buf, Buf) {
     };
     let pos = alloc(p, t * 4);
     let freqs = alloc(p, t * hd / 2 * 4);
-    let emb = alloc(p, t * hd * 4);
+    // `emb = torch.cat((freqs, freqs))`; gpt-oss takes `emb = freqs` (its RoPE rotates the
+    // two halves with the same angles)
+    let (emb, hd) = if s.chunked_rope {
+        (Buf::NONE, hd / 2)
+    } else {
+        (alloc(p, t * hd * 4), hd)
+    };
     let mut pair = [Buf::NONE; 2];
     for slot in pair.iter_mut() {
         let raw = alloc(p, t * hd * 4);
@@ -367,95 +422,7 @@ pub fn forward(
     for l in 0..s.layers as usize {
         let window = s.windows[l];
         let mask_on = masks.iter().find(|m| m.0 == window).is_some_and(|m| m.2);
-        proc.layer = Some(l as u64);
-        let x = norm(p, proc, Sub::InputNorm, s, t * s.hidden, t, d);
-        let (q_bytes, kv_bytes) = (t * s.q_width() * d, t * s.kv_width() * d);
-        let (q, k, v, fused) = if s.fused {
-            let qkv_width = s.q_width() + 2 * s.kv_width();
-            let qkv = proj(p, proc, &c, Sub::Qkv, s.hidden, qkv_width);
-            (Buf::NONE, Buf::NONE, Buf::NONE, qkv)
-        } else {
-            let q = proj(p, proc, &c, Sub::Q, s.hidden, s.q_width());
-            let k = proj(p, proc, &c, Sub::K, s.hidden, s.kv_width());
-            let v = proj(p, proc, &c, Sub::V, s.hidden, s.kv_width());
-            (q, k, v, Buf::NONE)
-        };
-        let (q, k) = if s.qk_norm {
-            let qn = norm(p, proc, Sub::QNorm, s, t * s.q_width(), t * s.heads, d);
-            p.free(q);
-            let kn = norm(p, proc, Sub::KNorm, s, t * s.kv_width(), t * s.kv_heads, d);
-            p.free(k);
-            (qn, kn)
-        } else {
-            (q, k)
-        };
-        let q_e = rope(p, q_bytes);
-        let k_e = rope(p, kv_bytes);
-        p.free(q);
-        p.free(k);
-        let (kv_len, k_e_kept) = update(p, s, cache, l, window, t, cached, d);
-        if !k_e_kept {
-            p.free(k_e);
-        }
-        p.free(v);
-        // SDPA's causal path without a mask slices the keys to the query's length (a
-        // static cache's prefill)
-        let kv_len = if c.imp == Attention::Sdpa && !mask_on && t > 1 {
-            kv_len.min(t)
-        } else {
-            kv_len
-        };
-        let AttnOut { out, held } = attention(
-            p,
-            s,
-            AttnCall {
-                t,
-                kv: kv_len,
-                mask: mask_on,
-                d,
-                bf16: c.bf16,
-                imp: c.imp,
-            },
-        );
-        if k_e_kept {
-            p.free(k_e);
-        }
-        let a = proj(p, proc, &c, Sub::O, s.q_width(), s.hidden);
-        // the attention module returns: its output, q, a fused qkv and its input go
-        p.free(out);
-        p.free(q_e);
-        p.free(fused);
-        p.free(x);
-        let a = if s.sandwich_norm {
-            let n = norm(p, proc, Sub::PostAttnNorm, s, t * s.hidden, t, d);
-            p.free(a);
-            n
-        } else {
-            a
-        };
-        let h2 = p.act(h_bytes);
-        p.free(a);
-        let pre_mlp = if s.sandwich_norm {
-            Sub::PreFfNorm
-        } else {
-            Sub::PostAttnNorm
-        };
-        let x2 = norm(p, proc, pre_mlp, s, t * s.hidden, t, d);
-        let m = match &s.moe {
-            Some(moe) if moe.sparse[l] => super::moe::block(p, proc, moe, s.hidden, x2, &c),
-            _ => mlp(p, proc, s, x2, &c),
-        };
-        let m = if s.sandwich_norm {
-            let n = norm(p, proc, Sub::PostFfNorm, s, t * s.hidden, t, d);
-            p.free(m);
-            n
-        } else {
-            m
-        };
-        let h3 = p.act(h_bytes);
-        p.free(m);
-        p.free(h2);
-        p.free(held);
+        let h3 = layer(p, proc, s, cache, l, &c, mask_on);
         // the layer returns: the caller's `hidden_states` (its input) is replaced
         if h != embeds {
             p.free(h);
@@ -487,6 +454,128 @@ pub fn forward(
     }
     p.free(hn);
     logits
+}
+
+/// Decoder layer `l` on the hidden states of the call (`c.t` tokens of `hidden` per
+/// sequence; the caller's buffer, not freed here), with `cache.seen` tokens cached before
+/// this forward and its mask materialized or not (`mask_on`; built by the caller, as are the
+/// rotary `cos`/`sin`). Returns the layer's output.
+pub fn layer(
+    p: &mut Prog,
+    proc: &mut Process,
+    s: &DecoderShape,
+    cache: &mut Cache,
+    l: usize,
+    c: &Call,
+    mask_on: bool,
+) -> Buf {
+    let c = *c;
+    let (t, d) = (c.t, c.d);
+    let h_bytes = t * s.hidden * d;
+    let window = s.windows[l];
+    let cached = cache.seen;
+    proc.layer = Some(l as u64);
+    let x = norm(p, proc, Sub::InputNorm, s, t * s.hidden, t, d);
+    let (q_bytes, kv_bytes) = (t * s.q_width() * d, t * s.kv_width() * d);
+    let (q, k, v, fused) = if s.fused {
+        let qkv_width = s.q_width() + 2 * s.kv_width();
+        let qkv = proj(p, proc, &c, Sub::Qkv, s.hidden, qkv_width);
+        (Buf::NONE, Buf::NONE, Buf::NONE, qkv)
+    } else {
+        let q = proj(p, proc, &c, Sub::Q, s.hidden, s.q_width());
+        let k = proj(p, proc, &c, Sub::K, s.hidden, s.kv_width());
+        let v = proj(p, proc, &c, Sub::V, s.hidden, s.kv_width());
+        (q, k, v, Buf::NONE)
+    };
+    let (q, k) = if s.qk_norm {
+        let qn = norm(p, proc, Sub::QNorm, s, t * s.q_width(), t * s.heads, d);
+        p.free(q);
+        let kn = norm(p, proc, Sub::KNorm, s, t * s.kv_width(), t * s.kv_heads, d);
+        p.free(k);
+        (qn, kn)
+    } else {
+        (q, k)
+    };
+    let (q_e, k_e) = if s.chunked_rope {
+        (rope_chunked(p, q_bytes), rope_chunked(p, kv_bytes))
+    } else {
+        (rope(p, q_bytes), rope(p, kv_bytes))
+    };
+    p.free(q);
+    p.free(k);
+    let (kv_len, k_e_kept) = update(p, s, cache, l, window, t, cached, d);
+    if !k_e_kept {
+        p.free(k_e);
+    }
+    p.free(v);
+    // SDPA's causal path without a mask slices the keys to the query's length (a
+    // static cache's prefill)
+    let kv_len = if c.imp == Attention::Sdpa && !mask_on && t > 1 {
+        kv_len.min(t)
+    } else {
+        kv_len
+    };
+    let AttnOut { out, held } = attention(
+        p,
+        s,
+        AttnCall {
+            t,
+            kv: kv_len,
+            mask: mask_on,
+            d,
+            bf16: c.bf16,
+            imp: c.imp,
+        },
+    );
+    if k_e_kept {
+        p.free(k_e);
+    }
+    let a = proj(p, proc, &c, Sub::O, s.q_width(), s.hidden);
+    // the attention module returns: its output, q, a fused qkv and its input go
+    p.free(out);
+    p.free(q_e);
+    p.free(fused);
+    p.free(x);
+    let a = if s.sandwich_norm {
+        let n = norm(p, proc, Sub::PostAttnNorm, s, t * s.hidden, t, d);
+        p.free(a);
+        n
+    } else {
+        a
+    };
+    let h2 = p.act(h_bytes);
+    p.free(a);
+    let pre_mlp = if s.sandwich_norm {
+        Sub::PreFfNorm
+    } else {
+        Sub::PostAttnNorm
+    };
+    let x2 = norm(p, proc, pre_mlp, s, t * s.hidden, t, d);
+    let (m, mlp_held) = match &s.moe {
+        Some(moe) if moe.sparse[l] => super::moe::block(p, proc, moe, s.hidden, x2, &c),
+        _ => (mlp(p, proc, s, x2, &c), Buf::NONE),
+    };
+    // gpt-oss: `hidden_states, _ = self.mlp(...)` rebinds `_`, dropping the attention's
+    // probabilities; the router scores take their place until the layer returns
+    let (held, mlp_held) = if s.sinks {
+        p.free(held);
+        (mlp_held, Buf::NONE)
+    } else {
+        (held, mlp_held)
+    };
+    let m = if s.sandwich_norm {
+        let n = norm(p, proc, Sub::PostFfNorm, s, t * s.hidden, t, d);
+        p.free(m);
+        n
+    } else {
+        m
+    };
+    let h3 = p.act(h_bytes);
+    p.free(m);
+    p.free(h2);
+    p.free(held);
+    p.free(mlp_held);
+    h3
 }
 
 /// The MLP on `x2`; frees `x2` when the MLP returns.

@@ -90,6 +90,9 @@ mod tests {
             final_softcap: false,
             tied: false,
             moe: None,
+            fp32_product_norm: false,
+            chunked_rope: false,
+            sinks: false,
             eos: true,
         }
     }

@@ -47,6 +47,7 @@ use super::search::Budget;
 use super::{DEFAULT_CUDA_CONTEXT, PlanError, Share, eval};
 use crate::model::Preset;
 use crate::model::families::transformer::AttnImpl;
+use crate::plan::config::Attention;
 use crate::plan::policy::QuantStorage;
 use crate::units::Bytes;
 use quant::QuantModel;
@@ -147,6 +148,18 @@ impl InferPlanner {
             });
         }
         let shape = DecoderShape::of(preset)?;
+        // gpt-oss: transformers 5.17 refuses SDPA (`_supports_sdpa = False`) and falls back
+        // to eager when none is asked for; its attention sinks run only there
+        let forced;
+        let cfg = if shape.sinks && cfg.attention != Attention::Eager {
+            forced = InferConfig {
+                attention: Attention::Eager,
+                ..*cfg
+            };
+            &forced
+        } else {
+            cfg
+        };
         if cfg.total_tokens() > shape.max_positions {
             return Err(PlanError::Field {
                 field: "seq",

@@ -51,19 +51,29 @@ pub struct MoeShape {
     /// Per layer: whether its MLP is the sparse block (`decoder_sparse_step`,
     /// `mlp_only_layers`).
     pub sparse: Vec<bool>,
+    /// gpt-oss: `GptOssTopKRouter` (a linear with bias, `topk` of the logits, softmax of the
+    /// k values in their dtype) and `GptOssExperts` through the same `grouped_mm` forward
+    /// with biases (`has_bias`, `is_transposed`) and its clamped SwiGLU `_apply_gate`;
+    /// `GptOssMLP` returns the router scores, which the decoder layer holds (`_`).
+    pub gpt_oss: bool,
 }
 
 impl MoeShape {
     /// The MoE shape of a decoder of `layers` layers, or an error naming what inference does
     /// not model yet (DeepSeek-V3's grouped sigmoid router, gpt-oss's experts).
     pub fn of(m: &MoeParams, layers: u64, model_type: &str) -> Result<MoeShape, PlanError> {
+        // `ExpertsKind::ClampedSwigluLoop` names gpt-oss's experts as training reads them;
+        // under `@use_experts_implementation` they run the `grouped_mm` forward by default
+        let gpt_oss = matches!(
+            (m.router, m.experts),
+            (RouterKind::TopKSoftmax, ExpertsKind::ClampedSwigluLoop)
+        );
         let unsupported = match (m.router, m.experts) {
-            (RouterKind::Softmax, ExpertsKind::GroupedMm) if !m.shared_expert_ungated => None,
+            _ if m.shared_expert_ungated => Some("an ungated shared expert"),
+            (RouterKind::Softmax, ExpertsKind::GroupedMm) => None,
+            _ if gpt_oss => None,
             (RouterKind::SigmoidGrouped { .. }, _) => Some("DeepSeek-V3's grouped sigmoid router"),
-            (RouterKind::TopKSoftmax, _) | (_, ExpertsKind::ClampedSwigluLoop) => {
-                Some("gpt-oss's router and clamped SwiGLU experts")
-            }
-            _ => Some("an ungated shared expert"),
+            _ => Some("a router and experts that no model type pairs"),
         };
         if let Some(what) = unsupported {
             return Err(PlanError::Field {
@@ -84,6 +94,7 @@ impl MoeShape {
             norm_topk: m.norm_topk_prob,
             fp32_scores: m.fp32_scores,
             sparse: (0..layers).map(|l| m.is_sparse(l)).collect(),
+            gpt_oss,
         })
     }
 }
@@ -108,6 +119,15 @@ fn dense(p: &mut Prog, proc: &mut Process, c: &Call, hidden: u64, inter: u64) ->
 fn router(p: &mut Prog, proc: &mut Process, m: &MoeShape, c: &Call) -> (Buf, Buf, Buf) {
     let (t, d, e, k) = (c.t, c.d, m.experts, m.top_k);
     let logits = linear(p, proc, Sub::Gate, t * e * d);
+    if m.gpt_oss {
+        // `topk(router_logits, k)`, `softmax(router_top_value, dim=1, dtype=its dtype)`; the
+        // top values go when the router returns
+        let values = p.act(t * k * d);
+        let indices = p.act(t * k * 8);
+        let scores = p.act(t * k * d);
+        p.free(values);
+        return (logits, scores, indices);
+    }
     // ATen's `softmax(x, dtype=float)` converts first, except CUDA's half-to-float kernel
     // for fp16; `logits.float()` (Mixtral) is a copy for any 16-bit dtype
     let converted = if d == 4 || (!m.fp32_scores && !c.bf16) {
@@ -151,14 +171,25 @@ fn experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
     let per_expert = p.fixed(e * 4);
     let offsets = p.fixed(e * 4);
     let sentinel = p.act(s);
+    // gpt-oss: `gate_up_proj_bias[expert_ids_g]`, added in place to the GEMM's output
+    let bias = if m.gpt_oss {
+        p.act(s * 2 * m.inter * d)
+    } else {
+        Buf::NONE
+    };
     let gate_up = p.act(s * 2 * m.inter * d);
     let gate_up_masked = p.act(s * 2 * m.inter * d);
     p.free(gate_up);
-    // `_apply_gate`: `act_fn(gate) * up` on the chunks
-    let act = p.act(s * m.inter * d);
-    let gated = p.act(s * m.inter * d);
-    p.free(act);
+    let gated = apply_gate(p, m, s * m.inter * d);
     p.free(gate_up_masked);
+    // `selected_biases = down_proj_bias[expert_ids_g]` replaces the gate-up biases
+    let bias = if m.gpt_oss {
+        let down_bias = p.act(s * hidden * d);
+        p.free(bias);
+        down_bias
+    } else {
+        bias
+    };
     let down = p.act(s * hidden * d);
     p.free(gated);
     let down_masked = p.act(s * hidden * d);
@@ -190,6 +221,7 @@ fn experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
         per_expert,
         offsets,
         sentinel,
+        bias,
         down_masked,
         back,
         inv_perm,
@@ -204,9 +236,45 @@ fn experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
     }
 }
 
+/// `_apply_gate` on the masked gate-up rows (`n` bytes per half): the default's
+/// `act_fn(gate) * up` on the two chunks, or gpt-oss's `gate.clamp(max=7)`,
+/// `up.clamp(-7, 7)`, `gate * sigmoid(gate * 1.702)`, `(up + 1) * glu` on the interleaved
+/// halves. Returns the gated rows.
+fn apply_gate(p: &mut Prog, m: &MoeShape, n: u64) -> Buf {
+    if !m.gpt_oss {
+        let act = p.act(n);
+        let gated = p.act(n);
+        p.free(act);
+        return gated;
+    }
+    let gate = p.act(n);
+    let up = p.act(n);
+    let scaled = p.act(n);
+    let sig = p.act(n);
+    p.free(scaled);
+    let glu = p.act(n);
+    p.free(sig);
+    let up1 = p.act(n);
+    let gated = p.act(n);
+    p.free(up1);
+    // the function returns: `gate`, `up`, `glu` go
+    p.free(gate);
+    p.free(up);
+    p.free(glu);
+    gated
+}
+
 /// The sparse block on `x` (the post-attention norm's output; freed when the block returns,
-/// as the dense MLP frees it).
-pub fn block(p: &mut Prog, proc: &mut Process, m: &MoeShape, hidden: u64, x: Buf, c: &Call) -> Buf {
+/// as the dense MLP frees it). Returns the output and what the decoder layer holds from it
+/// (gpt-oss's router scores, bound to the layer's `_`; [`Buf::NONE`] otherwise).
+pub fn block(
+    p: &mut Prog,
+    proc: &mut Process,
+    m: &MoeShape,
+    hidden: u64,
+    x: Buf,
+    c: &Call,
+) -> (Buf, Buf) {
     let h_bytes = c.t * hidden * c.d;
     let shared = m.shared.map(|inter| dense(p, proc, c, hidden, inter));
     let (logits, scores, indices) = router(p, proc, m, c);
@@ -227,11 +295,16 @@ pub fn block(p: &mut Prog, proc: &mut Process, m: &MoeShape, hidden: u64, x: Buf
         }
         None => routed,
     };
-    // the block returns: the logits (`_`), the scores and the indices go; the layer drops
-    // the block's input when `hidden_states` is rebound
+    // the block returns: the logits (`_`), the scores and the indices go (gpt-oss returns
+    // its scores); the layer drops the block's input when `hidden_states` is rebound
     p.free(logits);
-    p.free(scores);
+    let held = if m.gpt_oss {
+        scores
+    } else {
+        p.free(scores);
+        Buf::NONE
+    };
     p.free(indices);
     p.free(x);
-    out
+    (out, held)
 }

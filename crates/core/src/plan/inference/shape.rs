@@ -34,6 +34,12 @@ pub struct DecoderShape {
     /// `tie_word_embeddings`: `lm_head` is created with its own weight, then `post_init`'s
     /// `tie_weights` replaces it with the embedding's (the first one is freed).
     pub tied: bool,
+    /// gpt-oss: RMSNorm's weight multiplies the fp32 normalised input before the cast back.
+    pub fp32_product_norm: bool,
+    /// gpt-oss: `_apply_rotary_emb` on the two halves (`cos`/`sin` of `head_dim / 2`).
+    pub chunked_rope: bool,
+    /// gpt-oss: learned attention sinks joined to the scores (eager attention only).
+    pub sinks: bool,
     /// The sparse mixture-of-experts blocks (Mixtral, Qwen2/3-MoE), `None` for a dense
     /// model.
     pub moe: Option<MoeShape>,
@@ -71,9 +77,10 @@ impl DecoderShape {
         }
         let model_type = p.model_type.clone().unwrap_or_else(|| "llama".into());
         // The decoders of issue 30 run other ops than the forward `plan::inference` mirrors.
+        let gpt_oss = model_type == "gpt_oss";
         let other = [
             (
-                p.norm.is_some(),
+                p.norm.is_some() && !gpt_oss,
                 "its norm layers (LayerNorm / OLMo 2's RMSNorm)",
             ),
             (p.post_norm, "norms after attention and MLP only (OLMo 2)"),
@@ -82,7 +89,7 @@ impl DecoderShape {
             (p.multipliers.is_some(), "µP multipliers (Granite)"),
             (p.falcon.is_some(), "Falcon's fused, parallel layer"),
             (p.mla.is_some(), "multi-head latent attention (DeepSeek-V3)"),
-            (p.attention_sinks, "attention sinks (gpt-oss)"),
+            (p.attention_sinks && !gpt_oss, "attention sinks"),
         ];
         if let Some((_, what)) = other.iter().find(|(on, _)| *on) {
             return Err(PlanError::Field {
@@ -100,6 +107,9 @@ impl DecoderShape {
         };
         Ok(DecoderShape {
             moe,
+            fp32_product_norm: gpt_oss,
+            chunked_rope: gpt_oss,
+            sinks: gpt_oss,
             layers: p.num_hidden_layers,
             hidden: p.hidden_size,
             intermediate: p.intermediate_size,
