@@ -287,12 +287,10 @@ fn a_prefill_of_qwen3_moe_holds_the_routed_rows_of_every_token() {
 #[test]
 fn what_inference_does_not_model_for_moe_is_refused_by_name() {
     let c = cfg(InferStep::Generate, 1, 128, 8, DType::BF16);
-    for (name, words) in [("DeepSeek-V3", "multi-head latent attention")] {
-        let err = InferPlanner::new(&load(name), &c)
-            .expect_err(name)
-            .to_string();
-        assert!(err.contains(words), "{name}: {err}");
-    }
+    let err = InferPlanner::new(&load("DeepSeek-V3"), &c)
+        .expect_err("DeepSeek-V3")
+        .to_string();
+    assert!(err.contains("multi-head latent attention"), "{err}");
     let qwen = load("Qwen3-30B-A3B");
     let nf4 = QuantStorage {
         quant: Quant::Nf4,
