@@ -108,9 +108,9 @@ CASES = [
     ("gpt_oss", {"hidden": 64, "inter": 48, "experts": 8, "k": 2, "norm_topk_prob": False}),
 ]
 
-# A gpt-oss of two layers (a sliding one, a full one): each layer's call is traced inside
-# the model's own forward (a prefill of `tokens`, then one decode step), so that its inputs
-# (the masks, cos/sin, the cache) are what transformers builds
+# Decoders of two layers (gpt-oss: a sliding one, a full one): each layer's call is traced
+# inside the model's own forward (a prefill of `tokens`, then one decode step), so that its
+# inputs (the masks, cos/sin, the cache) are what transformers builds
 GPT_OSS = {"hidden_size": 64, "intermediate_size": 48, "num_local_experts": 8,
            "num_experts_per_tok": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
            "head_dim": 16, "num_hidden_layers": 2, "sliding_window": 4,
@@ -118,16 +118,39 @@ GPT_OSS = {"hidden_size": 64, "intermediate_size": 48, "num_local_experts": 8,
            "max_position_embeddings": 4096}
 
 
-def trace_gpt_oss_layers(dtype, tokens):
-    from transformers import AutoConfig
-    from transformers.cache_utils import DynamicCache
-    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssModel
+# Tiny decoders of the Llama lineage with MoE blocks (eager attention: SDPA's kernels differ
+# between the CPU and CUDA; eager's ops do not)
+LAYER_MODELS = [
+    ("gpt_oss", GPT_OSS),
+    ("qwen3_moe", {"hidden_size": 64, "moe_intermediate_size": 48, "intermediate_size": 80,
+                   "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": True,
+                   "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16,
+                   "num_hidden_layers": 2, "mlp_only_layers": [1], "vocab_size": 128,
+                   "max_position_embeddings": 4096}),
+    ("qwen2_moe", {"hidden_size": 64, "moe_intermediate_size": 48, "intermediate_size": 80,
+                   "shared_expert_intermediate_size": 96, "num_experts": 8,
+                   "num_experts_per_tok": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+                   "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 4096}),
+    ("mixtral", {"hidden_size": 64, "intermediate_size": 48, "num_local_experts": 8,
+                 "num_experts_per_tok": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+                 "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 128,
+                 "max_position_embeddings": 4096}),
+]
 
-    cfg = AutoConfig.for_model("gpt_oss", **GPT_OSS)
+
+BATCH = 2
+
+
+def trace_layers(model_type, keys, dtype, tokens):
+    from transformers import AutoConfig, AutoModel
+    from transformers.cache_utils import DynamicCache
+
+    cfg = AutoConfig.for_model(model_type, **keys)
     cfg._experts_implementation = "grouped_mm"
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = GptOssModel(cfg).to(dtype).eval()
+    model = AutoModel.from_config(cfg, attn_implementation="eager").to(dtype).eval()
+    model.config._experts_implementation = "grouped_mm" 
     rows = []
     state = {}
 
@@ -155,7 +178,8 @@ def trace_gpt_oss_layers(dtype, tokens):
         layer.register_forward_pre_hook(pre, with_kwargs=True)
         layer.register_forward_hook(post, with_kwargs=True)
     cache = DynamicCache(config=cfg)
-    ids = torch.randint(0, 128, (1, tokens))
+    # two sequences: with one, `matmul` folds a transposed query without copying it
+    ids = torch.randint(0, keys["vocab_size"], (BATCH, tokens))
     with torch.no_grad():
         model(ids, past_key_values=cache, use_cache=True)
         model(ids[:, -1:], past_key_values=cache, use_cache=True)
@@ -163,6 +187,7 @@ def trace_gpt_oss_layers(dtype, tokens):
         r["call"] = "prefill" if i < 2 else "decode"
         r["tokens"] = tokens if i < 2 else 1
         r["cached"] = 0 if i < 2 else tokens
+        r["batch"] = BATCH
     return rows
 
 
@@ -183,13 +208,15 @@ def main():
                        "tokens": tokens, **sizes, "torch": torch.__version__,
                        "transformers": transformers.__version__, "events": events}
                 sys.stdout.write(json.dumps(row) + "\n")
-    for dtype in (torch.bfloat16, torch.float32):
-        for tokens in (3, 6):
-            for r in trace_gpt_oss_layers(dtype, tokens):
-                row = {"model_type": "gpt_oss", "module": "decoder_layer",
-                       "dtype": str(dtype).replace("torch.", ""), **GPT_OSS, **r,
-                       "torch": torch.__version__, "transformers": transformers.__version__}
-                sys.stdout.write(json.dumps(row) + "\n")
+    for model_type, keys in LAYER_MODELS:
+        for dtype in (torch.bfloat16, torch.float32):
+            for tokens in (3, 6):
+                for r in trace_layers(model_type, keys, dtype, tokens):
+                    row = {"model_type": model_type, "module": "decoder_layer",
+                           "dtype": str(dtype).replace("torch.", ""), **keys, **r,
+                           "torch": torch.__version__,
+                           "transformers": transformers.__version__}
+                    sys.stdout.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

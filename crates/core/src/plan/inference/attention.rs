@@ -147,12 +147,18 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
             };
             let o = p.act(out_bytes);
             p.free(vc);
-            let o2 = p.act(out_bytes);
-            p.free(o);
+            // `transpose(1, 2).contiguous()` of one query position is already contiguous
+            let o = if t > 1 {
+                let o2 = p.act(out_bytes);
+                p.free(o);
+                o2
+            } else {
+                o
+            };
             p.free(kr);
             p.free(vr);
             AttnOut {
-                out: o2,
+                out: o,
                 held: probs,
             }
         }

@@ -185,8 +185,26 @@ fn rms_norm(p: &mut Prog, s: &DecoderShape, n: u64, rows: u64, d: u64) -> Buf {
     let sq = p.act(n * 4);
     let var = p.act(rows * 4);
     p.free(sq);
+    if !s.gemma {
+        // `rsqrt(variance + eps)`: the sum and the root, per row (traced on the CPU,
+        // `crates/core/tests/infer_moe.rs`)
+        let eps = p.act(rows * 4);
+        let rs = p.act(rows * 4);
+        p.free(eps);
+        let normed = p.act(n * 4);
+        p.free(rs);
+        // `hidden_states = hidden_states * rsqrt(...)` replaces the fp32 copy; `variance`
+        // and the normalised tensor live until `return self.weight * hidden_states.to(dtype)`
+        p.free(up);
+        let cast = if d == 4 { Buf::NONE } else { p.act(n * d) };
+        let out = p.act(n * d);
+        p.free(cast);
+        p.free(normed);
+        p.free(var);
+        return out;
+    }
     let normed = p.act(n * 4);
-    if s.gemma {
+    {
         // `_norm` returns; its argument `x.float()` goes
         p.free(var);
         p.free(up);
@@ -197,16 +215,6 @@ fn rms_norm(p: &mut Prog, s: &DecoderShape, n: u64, rows: u64, d: u64) -> Buf {
         }
         let out = p.act(n * d);
         p.free(scaled);
-        out
-    } else {
-        // `hidden_states = hidden_states * rsqrt(...)` replaces the fp32 copy; `variance` and
-        // the normalised tensor live until `return self.weight * hidden_states.to(dtype)`
-        p.free(up);
-        let cast = if d == 4 { Buf::NONE } else { p.act(n * d) };
-        let out = p.act(n * d);
-        p.free(cast);
-        p.free(normed);
-        p.free(var);
         out
     }
 }
@@ -481,13 +489,24 @@ pub fn layer(
         let qkv_width = s.q_width() + 2 * s.kv_width();
         let qkv = proj(p, proc, &c, Sub::Qkv, s.hidden, qkv_width);
         (Buf::NONE, Buf::NONE, Buf::NONE, qkv)
+    } else if s.qk_norm && !s.gemma {
+        // Qwen3: `q_norm(q_proj(x).view(...))`, then k's, then `v_proj`: each projection goes
+        // once its norm returns
+        let q = proj(p, proc, &c, Sub::Q, s.hidden, s.q_width());
+        let qn = norm(p, proc, Sub::QNorm, s, t * s.q_width(), t * s.heads, d);
+        p.free(q);
+        let k = proj(p, proc, &c, Sub::K, s.hidden, s.kv_width());
+        let kn = norm(p, proc, Sub::KNorm, s, t * s.kv_width(), t * s.kv_heads, d);
+        p.free(k);
+        let v = proj(p, proc, &c, Sub::V, s.hidden, s.kv_width());
+        (qn, kn, v, Buf::NONE)
     } else {
         let q = proj(p, proc, &c, Sub::Q, s.hidden, s.q_width());
         let k = proj(p, proc, &c, Sub::K, s.hidden, s.kv_width());
         let v = proj(p, proc, &c, Sub::V, s.hidden, s.kv_width());
         (q, k, v, Buf::NONE)
     };
-    let (q, k) = if s.qk_norm {
+    let (q, k) = if s.qk_norm && s.gemma {
         let qn = norm(p, proc, Sub::QNorm, s, t * s.q_width(), t * s.heads, d);
         p.free(q);
         let kn = norm(p, proc, Sub::KNorm, s, t * s.kv_width(), t * s.kv_heads, d);
