@@ -468,9 +468,59 @@ fn unsupported_combinations_are_named() {
             "prefill",
             "--seq",
             "16",
+            "--quant",
+            "nf4",
         ],
-        "mixture-of-experts",
+        "mixture-of-experts model's experts are 3-D",
     );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "tests/data/hf_configs/Qwen3-30B-A3B.json",
+            "--step",
+            "generate",
+            "--seq",
+            "16",
+            "--new-tokens",
+            "2",
+            "--device-map",
+            "auto",
+            "--max-gpu-memory",
+            "20GiB",
+        ],
+        "device_map",
+    );
+}
+
+/// Mixture-of-experts inference (`plan/inference/moe.rs`): Qwen3-30B-A3B generates on an
+/// H100, its routed rows growing the prefill's peak with the prompt.
+#[test]
+fn a_moe_model_is_planned_for_generate() {
+    let plan = |seq: &str| {
+        let (ok, out, err) = vramlab(&[
+            "plan",
+            "--model",
+            "tests/data/hf_configs/Qwen3-30B-A3B.json",
+            "--gpu",
+            "h100",
+            "--step",
+            "generate",
+            "--seq",
+            seq,
+            "--new-tokens",
+            "16",
+            "--batch",
+            "2",
+            "--precision",
+            "bf16",
+            "--json",
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        v["peak_allocated_bytes"].as_u64().expect("peak")
+    };
+    assert!(plan("4096") > plan("1024"));
 }
 
 /// `max-context`: the longest prompt of Llama-3.2-1B (bf16, 8 new tokens, batch 16) on a T4;
