@@ -459,6 +459,11 @@ fn unsupported_combinations_are_named() {
         ],
         "not modelled yet",
     );
+}
+
+/// `--quant` and `--device-map` with a mixture-of-experts model are refused by name.
+#[test]
+fn moe_refusals_are_named() {
     fails_with(
         &[
             "plan",

@@ -16,7 +16,7 @@ use vramlab_core::plan::inference::{
 };
 use vramlab_core::plan::policy::QuantStorage;
 
-const TRACE: &str = include_str!("../../../tests/data/infer/moe_trace_cpu.jsonl");
+const TRACE: &str = include_str!("../../../tests/data/infer/trace_cpu.jsonl");
 
 /// An allocation of `bytes`, or the free of the n-th allocation.
 #[derive(Debug, PartialEq)]
@@ -205,7 +205,7 @@ fn decoder_layers_allocate_what_transformers_layers_allocate() {
         );
         rows += 1;
     }
-    assert_eq!(rows, 64, "traced layer calls");
+    assert_eq!(rows, 176, "traced layer calls");
 }
 
 fn cfg(step: InferStep, batch: u64, prompt: u64, new_tokens: u64, dtype: DType) -> InferConfig {

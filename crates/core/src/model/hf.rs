@@ -577,15 +577,7 @@ fn decoder_params(k: &Keys, model_type: &str) -> Result<LlamaParams, ModelError>
             "smollm3" => smollm3_nope_layers(k, layers)?,
             _ => Vec::new(),
         },
-        sliding_layers: match model_type {
-            "smollm3" => smollm3_sliding_layers(k, layers)?,
-            // GptOssConfig: `layer_types` default: every even layer slides.
-            "gpt_oss" => match layer_types(k, layers)? {
-                Some(sliding) => Some(sliding),
-                None => Some((0..layers).filter(|i| i % 2 == 0).collect()),
-            },
-            _ => None,
-        },
+        sliding_layers: sliding_layers(k, model_type, layers)?,
         falcon: None,
         mla: match model_type {
             "deepseek_v3" => Some(mla_params(k)?),
@@ -753,6 +745,24 @@ fn smollm3_sliding_layers(k: &Keys, layers: u64) -> Result<Option<Vec<u64>>, Mod
         Some(sliding) => Ok(Some(sliding)),
         None => smollm3_nope_layers(k, layers).map(Some),
     }
+}
+
+/// The layers that slide, where the config lists them: SmolLM3's `no_rope`-style list,
+/// gpt-oss's `layer_types` (default: every even layer), and an explicit `layer_types` of the
+/// types whose transformers 5.17 configs take one (when absent they derive it from
+/// `sliding_window_pattern` / `use_sliding_window`, read elsewhere).
+fn sliding_layers(k: &Keys, model_type: &str, layers: u64) -> Result<Option<Vec<u64>>, ModelError> {
+    Ok(match model_type {
+        "smollm3" => smollm3_sliding_layers(k, layers)?,
+        "gpt_oss" => match layer_types(k, layers)? {
+            Some(sliding) => Some(sliding),
+            None => Some((0..layers).filter(|i| i % 2 == 0).collect()),
+        },
+        "gemma2" | "gemma3_text" | "mistral" | "qwen2" | "qwen3" | "qwen2_moe" => {
+            layer_types(k, layers)?
+        }
+        _ => None,
+    })
 }
 
 /// The layers `layer_types` calls `"sliding_attention"`, or `None` when the key is absent.

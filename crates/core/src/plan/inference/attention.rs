@@ -114,15 +114,21 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
             // `matmul(q, kᵀ)`: q (a transposed view of the RoPE output) is copied contiguous
             // for the batched GEMM when it has more than one position; an MQA key (a stride-0
             // expand) is materialised for the call
-            let qc = if t > 1 { p.act(out_bytes) } else { Buf::NONE };
+            // (Phi-3's q is the contiguous output of a `cat`: no copy)
+            let qc = if t > 1 && !s.rope_cat {
+                p.act(out_bytes)
+            } else {
+                Buf::NONE
+            };
             let kc = if s.kv_heads == 1 && s.heads > 1 {
                 p.act(rep)
             } else {
                 Buf::NONE
             };
             let raw = p.act(scores * d);
-            p.free(qc);
+            // `at::matmul`'s folded operands go in reverse order (C++ locals)
             p.free(kc);
+            p.free(qc);
             let scaled = p.act(scores * d);
             p.free(raw);
             let masked = p.act(scores * d);

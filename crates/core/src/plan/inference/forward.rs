@@ -203,20 +203,34 @@ fn rms_norm(p: &mut Prog, s: &DecoderShape, n: u64, rows: u64, d: u64) -> Buf {
         p.free(var);
         return out;
     }
+    // Gemma's `_norm(x.float())`: `x * rsqrt(x.pow(2).mean(-1) + eps)`, each a temporary;
+    // `_norm` returns and its argument `x.float()` goes
+    let eps = p.act(rows * 4);
+    p.free(var);
+    let rs = p.act(rows * 4);
+    p.free(eps);
     let normed = p.act(n * 4);
-    {
-        // `_norm` returns; its argument `x.float()` goes
-        p.free(var);
-        p.free(up);
-        let scaled = p.act(n * 4);
-        p.free(normed);
-        if d == 4 {
-            return scaled;
-        }
-        let out = p.act(n * d);
-        p.free(scaled);
-        out
+    p.free(rs);
+    p.free(up);
+    // `output * (1.0 + self.weight.float())`: the weight's fp32 copy (none in fp32) and the
+    // sum, one element per feature
+    let width = n / rows.max(1);
+    let wf = if d == 4 {
+        Buf::NONE
+    } else {
+        p.fixed(width * 4)
+    };
+    let w1 = p.fixed(width * 4);
+    p.free(wf);
+    let scaled = p.act(n * 4);
+    p.free(w1);
+    p.free(normed);
+    if d == 4 {
+        return scaled;
     }
+    let out = p.act(n * d);
+    p.free(scaled);
+    out
 }
 
 /// gpt-oss's RMSNorm (`GptOssRMSNorm.forward`), every op: `x.to(fp32)`, `pow(2)`,
@@ -517,6 +531,16 @@ pub fn layer(
     };
     let (q_e, k_e) = if s.chunked_rope {
         (rope_chunked(p, q_bytes), rope_chunked(p, kv_bytes))
+    } else if s.rope_cat {
+        // Phi-3's `apply_rotary_pos_emb`: `cat([rotated q_rot, q_pass])` (partial rotary; an
+        // empty pass-through at the full factor), the rotated half going once it is joined
+        let mut pair = [Buf::NONE; 2];
+        for (slot, bytes) in pair.iter_mut().zip([q_bytes, kv_bytes]) {
+            let r = rope(p, bytes);
+            *slot = p.act(bytes);
+            p.free(r);
+        }
+        (pair[0], pair[1])
     } else {
         (rope(p, q_bytes), rope(p, kv_bytes))
     };
@@ -550,10 +574,11 @@ pub fn layer(
         p.free(k_e);
     }
     let a = proj(p, proc, &c, Sub::O, s.q_width(), s.hidden);
-    // the attention module returns: its output, q, a fused qkv and its input go
+    // the attention module returns: its output (rebound to `o_proj`'s), then its locals in
+    // binding order — a fused `qkv` before q — and the layer drops its input
     p.free(out);
-    p.free(q_e);
     p.free(fused);
+    p.free(q_e);
     p.free(x);
     let a = if s.sandwich_norm {
         let n = norm(p, proc, Sub::PostAttnNorm, s, t * s.hidden, t, d);

@@ -93,6 +93,7 @@ mod tests {
             fp32_product_norm: false,
             chunked_rope: false,
             sinks: false,
+            rope_cat: false,
             eos: true,
         }
     }

@@ -62,8 +62,10 @@ impl MoeShape {
     /// The MoE shape of a decoder of `layers` layers, or an error naming what inference does
     /// not model yet (DeepSeek-V3's grouped sigmoid router, gpt-oss's experts).
     pub fn of(m: &MoeParams, layers: u64, model_type: &str) -> Result<MoeShape, PlanError> {
-        // `ExpertsKind::ClampedSwigluLoop` names gpt-oss's experts as training reads them;
-        // under `@use_experts_implementation` they run the `grouped_mm` forward by default
+        // `ExpertsKind::ClampedSwigluLoop` is how the training graph writes gpt-oss's
+        // experts; `GptOssExperts` is under `@use_experts_implementation` and runs the
+        // `grouped_mm` forward by default (`experts_implementation` recorded on the device,
+        // `tests/data/types30_moe_saved.jsonl`)
         let gpt_oss = matches!(
             (m.router, m.experts),
             (RouterKind::TopKSoftmax, ExpertsKind::ClampedSwigluLoop)

@@ -38,6 +38,8 @@ pub struct DecoderShape {
     pub fp32_product_norm: bool,
     /// gpt-oss: `_apply_rotary_emb` on the two halves (`cos`/`sin` of `head_dim / 2`).
     pub chunked_rope: bool,
+    /// Phi-3: RoPE joined to the pass-through part by `torch.cat`.
+    pub rope_cat: bool,
     /// gpt-oss: learned attention sinks joined to the scores (eager attention only).
     pub sinks: bool,
     /// The sparse mixture-of-experts blocks (Mixtral, Qwen2/3-MoE), `None` for a dense
@@ -110,6 +112,7 @@ impl DecoderShape {
             fp32_product_norm: gpt_oss,
             chunked_rope: gpt_oss,
             sinks: gpt_oss,
+            rope_cat: model_type == "phi3",
             layers: p.num_hidden_layers,
             hidden: p.hidden_size,
             intermediate: p.intermediate_size,

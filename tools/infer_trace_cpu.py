@@ -1,4 +1,26 @@
 #!/usr/bin/env python3
+"""The tensor allocations of transformers' inference modules under `torch.no_grad()`, traced
+on the CPU, for `crates/core/tests/infer_moe.rs` (issue 29): the sequences the inference
+planner (`plan/inference/forward.rs`, `attention.rs`, `moe.rs`) mirrors, read off the real
+modules of transformers 5.17 rather than written from reading their source:
+- mixture-of-experts blocks (`Qwen3MoeSparseMoeBlock`, `Qwen2MoeSparseMoeBlock`,
+  `MixtralSparseMoeBlock`, `GptOssMLP`; the default `grouped_mm` experts), called alone;
+- decoder layers of every type the inference planner models (tiny configs, two layers each,
+  eager attention), each traced inside its model's own forward — a prefill, then one decode
+  step on the same `DynamicCache` — so that its inputs (masks, cos/sin, the cache) are what
+  transformers builds.
+
+A `TorchDispatchMode` sees every ATen op the module runs; each op output whose storage is new
+is an allocation of `nbytes`, and a `weakref.finalize` on that storage records when its last
+reference goes. The trace is device-independent except where ATen's kernels differ by device:
+the CPU's `softmax(x, dtype=float)` converts fp16 first where CUDA has a half-to-float
+kernel, so fp16 is not traced (bf16 and fp32 are); SDPA's kernels differ, so attention is
+eager. What existed before the call (parameters, inputs, the cache's tensors) is not in it.
+
+    python3 tools/infer_trace_cpu.py > tests/data/infer/trace_cpu.jsonl
+
+One JSON line per module call: model type, dtype, tokens, the sizes, the versions, and
+`events`: `["alloc", id, nbytes, op]` / `["free", id]`.
 """The tensor allocations of transformers' mixture-of-experts blocks under `torch.no_grad()`,
 traced on the CPU, for `crates/core/tests/infer_moe.rs` (issue 29): the sequence the
 inference planner's `plan/inference/moe.rs` mirrors, read off the real modules
@@ -14,7 +36,7 @@ kernel, so fp16 is not traced (bf16 and fp32 are; the planner's fp16 branch is r
 ATen's `softmax`). The parameters and the block's input exist before the trace and are not
 in it.
 
-    python3 tools/moe_trace_cpu.py > tests/data/infer/moe_trace_cpu.jsonl
+    python3 tools/infer_trace_cpu.py > tests/data/infer/trace_cpu.jsonl
 
 One JSON line per block call: model type, dtype, tokens, the sizes, the versions, and
 `events`: `["alloc", id, nbytes, op]` / `["free", id]`.
@@ -141,16 +163,33 @@ LAYER_MODELS = [
 BATCH = 2
 
 
+# The dense decoders of the Llama lineage the planner models, tiny, two layers each (a
+# sliding and a full one where the type has windows)
+DENSE = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 8,
+         "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 128,
+         "max_position_embeddings": 4096}
+LAYER_MODELS += [
+    ("llama", DENSE),
+    ("mistral", {**DENSE, "sliding_window": 4}),
+    ("qwen2", DENSE),
+    ("qwen3", DENSE),
+    ("gemma", {**DENSE, "num_key_value_heads": 1}),
+    ("gemma3_text", {**DENSE, "sliding_window": 4, "layer_types": ["sliding_attention",
+                                                                   "full_attention"]}),
+    ("phi3", {**{k: v for k, v in DENSE.items() if k != "head_dim"}, "num_attention_heads": 4,
+              "num_key_value_heads": 4, "sliding_window": 4, "pad_token_id": 0,
+              "eos_token_id": 1, "bos_token_id": 1}),
+]
+
+
 def trace_layers(model_type, keys, dtype, tokens):
     from transformers import AutoConfig, AutoModel
     from transformers.cache_utils import DynamicCache
 
     cfg = AutoConfig.for_model(model_type, **keys)
-    cfg._experts_implementation = "grouped_mm"
-    cfg._attn_implementation = "eager"
     torch.manual_seed(0)
+    # transformers' defaults otherwise: `grouped_mm` experts where the model has experts
     model = AutoModel.from_config(cfg, attn_implementation="eager").to(dtype).eval()
-    model.config._experts_implementation = "grouped_mm" 
     rows = []
     state = {}
 
@@ -188,6 +227,7 @@ def trace_layers(model_type, keys, dtype, tokens):
         r["tokens"] = tokens if i < 2 else 1
         r["cached"] = 0 if i < 2 else tokens
         r["batch"] = BATCH
+        r["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
     return rows
 
 
