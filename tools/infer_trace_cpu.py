@@ -21,25 +21,6 @@ eager. What existed before the call (parameters, inputs, the cache's tensors) is
 
 One JSON line per module call: model type, dtype, tokens, the sizes, the versions, and
 `events`: `["alloc", id, nbytes, op]` / `["free", id]`.
-"""The tensor allocations of transformers' mixture-of-experts blocks under `torch.no_grad()`,
-traced on the CPU, for `crates/core/tests/infer_moe.rs` (issue 29): the sequence the
-inference planner's `plan/inference/moe.rs` mirrors, read off the real modules
-(transformers 5.17 `Qwen3MoeSparseMoeBlock`, `Qwen2MoeSparseMoeBlock`,
-`MixtralSparseMoeBlock` with the default `grouped_mm` experts) rather than written from
-reading their source.
-
-A `TorchDispatchMode` sees every ATen op the block runs; each op output whose storage is new
-is an allocation of `nbytes`, and a `weakref.finalize` on that storage records when its last
-reference goes. The trace is device-independent except where ATen's kernels differ by device:
-the CPU's `softmax(x, dtype=float)` converts fp16 first where CUDA has a half-to-float
-kernel, so fp16 is not traced (bf16 and fp32 are; the planner's fp16 branch is read from
-ATen's `softmax`). The parameters and the block's input exist before the trace and are not
-in it.
-
-    python3 tools/infer_trace_cpu.py > tests/data/infer/trace_cpu.jsonl
-
-One JSON line per block call: model type, dtype, tokens, the sizes, the versions, and
-`events`: `["alloc", id, nbytes, op]` / `["free", id]`.
 """
 import json
 import sys
