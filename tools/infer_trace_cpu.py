@@ -163,9 +163,12 @@ LAYER_MODELS += [
 ]
 
 
-def trace_layers(model_type, keys, dtype, tokens):
+STATIC_LEN = 12  # `max_cache_len` of the static-cache traces
+
+
+def trace_layers(model_type, keys, dtype, tokens, kind="dynamic"):
     from transformers import AutoConfig, AutoModel
-    from transformers.cache_utils import DynamicCache
+    from transformers.cache_utils import DynamicCache, StaticCache
 
     cfg = AutoConfig.for_model(model_type, **keys)
     torch.manual_seed(0)
@@ -180,10 +183,8 @@ def trace_layers(model_type, keys, dtype, tokens):
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
         cache = kwargs.get("past_key_values")
         for layer in getattr(cache, "layers", []):
-            for name in ("keys", "values"):
-                t = getattr(layer, name, None)
-                if isinstance(t, torch.Tensor):
-                    tensors.append(t)
+            # keys, values, a static layer's `cumulative_length`
+            tensors += [t for t in vars(layer).values() if isinstance(t, torch.Tensor)]
         tr.note_existing(list(model.parameters()) + list(model.buffers()) + tensors)
         state["tr"] = tr
         tr.__enter__()
@@ -197,7 +198,10 @@ def trace_layers(model_type, keys, dtype, tokens):
     for layer in model.layers:
         layer.register_forward_pre_hook(pre, with_kwargs=True)
         layer.register_forward_hook(post, with_kwargs=True)
-    cache = DynamicCache(config=cfg)
+    if kind == "static":
+        cache = StaticCache(config=cfg, max_cache_len=STATIC_LEN)
+    else:
+        cache = DynamicCache(config=cfg)
     # two sequences: with one, `matmul` folds a transposed query without copying it
     ids = torch.randint(0, keys["vocab_size"], (BATCH, tokens))
     with torch.no_grad():
@@ -209,6 +213,9 @@ def trace_layers(model_type, keys, dtype, tokens):
         r["cached"] = 0 if i < 2 else tokens
         r["batch"] = BATCH
         r["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
+        r["cache"] = kind
+        if kind == "static":
+            r["max_cache_len"] = STATIC_LEN
     return rows
 
 
@@ -229,10 +236,13 @@ def main():
                        "tokens": tokens, **sizes, "torch": torch.__version__,
                        "transformers": transformers.__version__, "events": events}
                 sys.stdout.write(json.dumps(row) + "\n")
+    runs = [(dtype, tokens, "dynamic") for dtype in (torch.bfloat16, torch.float32)
+            for tokens in (3, 6)]
+    runs += [(torch.bfloat16, tokens, "static") for tokens in (3, 6)]
     for model_type, keys in LAYER_MODELS:
-        for dtype in (torch.bfloat16, torch.float32):
-            for tokens in (3, 6):
-                for r in trace_layers(model_type, keys, dtype, tokens):
+        for dtype, tokens, kind in runs:
+            if True:
+                for r in trace_layers(model_type, keys, dtype, tokens, kind):
                     row = {"model_type": model_type, "module": "decoder_layer",
                            "dtype": str(dtype).replace("torch.", ""), **keys, **r,
                            "torch": torch.__version__,

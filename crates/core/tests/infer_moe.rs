@@ -150,7 +150,12 @@ fn planned_layer(row: &Value) -> Vec<Ev> {
         cublas_ready: true,
         ..Process::default()
     };
-    let mut cache = Cache::new(KvCache::Dynamic, 4096, s.layers);
+    let (kind, max_len) = if row["cache"] == "static" {
+        (KvCache::Static, n("max_cache_len"))
+    } else {
+        (KvCache::Dynamic, 0)
+    };
+    let mut cache = Cache::new(kind, max_len, s.layers);
     let l = n("layer") as usize;
     let cached = n("cached");
     if cached > 0 {
@@ -165,7 +170,7 @@ fn planned_layer(row: &Value) -> Vec<Ev> {
     let start = ev.events.len();
     // the events so far are replayed into a new program with the layer call appended
     let mut p = Prog::default();
-    let mut cache = Cache::new(KvCache::Dynamic, 4096, s.layers);
+    let mut cache = Cache::new(kind, max_len, s.layers);
     if cached > 0 {
         let h = p.act(cached * s.hidden * d);
         forward::layer(&mut p, &mut proc, &s, &mut cache, l, &call(cached), true);
@@ -194,9 +199,10 @@ fn decoder_layers_allocate_what_transformers_layers_allocate() {
         assert_eq!(
             got,
             want,
-            "{} layer {} {} {} of {} tokens after {}: planned (left) vs traced (right), \
-             first difference at {first:?}",
+            "{} {} cache layer {} {} {} of {} tokens after {}: planned (left) vs traced \
+             (right), first difference at {first:?}",
             row["model_type"],
+            row["cache"],
             row["layer"],
             row["dtype"],
             row["call"],
@@ -205,7 +211,7 @@ fn decoder_layers_allocate_what_transformers_layers_allocate() {
         );
         rows += 1;
     }
-    assert_eq!(rows, 176, "traced layer calls");
+    assert_eq!(rows, 264, "traced layer calls");
 }
 
 fn cfg(step: InferStep, batch: u64, prompt: u64, new_tokens: u64, dtype: DType) -> InferConfig {

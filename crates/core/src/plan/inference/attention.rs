@@ -38,6 +38,9 @@ pub struct AttnCall {
     /// bf16 (fp16 has its own half-to-float softmax kernel; bf16 is converted first).
     pub bf16: bool,
     pub imp: Attention,
+    /// The values are a strided view (Phi-3's slice of the fused `qkv`, returned as they are
+    /// by a static sliding layer's long prefill): eager's `matmul` copies them.
+    pub v_strided: bool,
 }
 
 /// The attention output (`b × t × heads × head_dim`) and a tensor held until the decoder
@@ -146,7 +149,7 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
                 pd
             };
             p.free(masked);
-            let vc = if s.kv_heads == 1 && s.heads > 1 {
+            let vc = if (s.kv_heads == 1 && s.heads > 1) || (c.v_strided && !s.grouped()) {
                 p.act(rep)
             } else {
                 Buf::NONE

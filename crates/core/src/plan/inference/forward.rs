@@ -547,10 +547,13 @@ pub fn layer(
     p.free(q);
     p.free(k);
     let (kv_len, k_e_kept) = update(p, s, cache, l, window, t, cached, d);
+    // the cache's tensors replace k and v, unless it returns the new ones themselves (a
+    // static sliding layer's prefill longer than its window): then they are the attention
+    // module's `key_states` / `value_states` until it returns
     if !k_e_kept {
         p.free(k_e);
+        p.free(v);
     }
-    p.free(v);
     // SDPA's causal path without a mask slices the keys to the query's length (a
     // static cache's prefill)
     let kv_len = if c.imp == Attention::Sdpa && !mask_on && t > 1 {
@@ -568,17 +571,23 @@ pub fn layer(
             d,
             bf16: c.bf16,
             imp: c.imp,
+            v_strided: s.fused && k_e_kept,
         },
     );
-    if k_e_kept {
-        p.free(k_e);
-    }
     let a = proj(p, proc, &c, Sub::O, s.q_width(), s.hidden);
     // the attention module returns: its output (rebound to `o_proj`'s), then its locals in
     // binding order — a fused `qkv` before q — and the layer drops its input
     p.free(out);
-    p.free(fused);
-    p.free(q_e);
+    if k_e_kept {
+        // a fused `qkv` lives on in the returned values, a view of it
+        p.free(q_e);
+        p.free(k_e);
+        p.free(v);
+        p.free(fused);
+    } else {
+        p.free(fused);
+        p.free(q_e);
+    }
     p.free(x);
     let a = if s.sandwich_norm {
         let n = norm(p, proc, Sub::PostAttnNorm, s, t * s.hidden, t, d);
@@ -710,8 +719,11 @@ fn update(
                     // full: roll(-1) copies of keys and values, written back with copy_
                     let nk = p.act(len * row);
                     let nv = p.act(len * row);
+                    // `index = torch.tensor([-1], device=...)`, put into with `[:, :, index]`
+                    let index = p.fixed(8);
                     p.free(nk);
                     p.free(nv);
+                    p.free(index);
                     (len, false)
                 }
                 Some(_) if cached + t > len => {
@@ -726,8 +738,12 @@ fn update(
                     }
                 }
                 _ => {
-                    // cache_position = arange(t) + cumulative_length; index_copy_ in place
-                    p.scratch(0, t * 8);
+                    // `cache_position = torch.arange(t) + self.cumulative_length` (two int64
+                    // tensors, the first a temporary); `index_copy_` in place
+                    let arange = p.fixed(t * 8);
+                    let position = p.fixed(t * 8);
+                    p.free(arange);
+                    p.free(position);
                     (len, false)
                 }
             }
