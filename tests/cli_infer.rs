@@ -762,6 +762,43 @@ fn sampling_flags_parse_and_add_a_decoding_field() {
     assert!(v["max_batch"].as_u64().is_some_and(|m| m > 0), "{v}");
 }
 
+/// Beam search (`_beam_search`): `--num-beams 4` plans 4 sequences a prompt; its
+/// `--json` says so, and it holds more than greedy decoding of the same prompts.
+#[test]
+fn beam_search_is_planned() {
+    let plan = |beams: &'static str| {
+        let (ok, out, err) = vramlab(&[
+            "plan",
+            "--model",
+            LLAMA,
+            "--step",
+            "generate",
+            "--seq",
+            "256",
+            "--new-tokens",
+            "8",
+            "--batch",
+            "4",
+            "--num-beams",
+            beams,
+            "--json",
+        ]);
+        assert!(ok, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let (greedy, beams) = (plan("1"), plan("4"));
+    assert_eq!(beams["decoding"]["num_beams"], 4);
+    let kv = |v: &serde_json::Value| v["kv_cache_bytes"].as_u64().expect("kv");
+    assert!(
+        kv(&beams) >= 4 * kv(&greedy),
+        "{} vs {}",
+        kv(&beams),
+        kv(&greedy)
+    );
+    let peak = |v: &serde_json::Value| v["peak_allocated_bytes"].as_u64().expect("peak");
+    assert!(peak(&beams) > peak(&greedy));
+}
+
 #[test]
 fn unmodelled_decodings_are_refused_by_flag() {
     let g = [
@@ -780,8 +817,8 @@ fn unmodelled_decodings_are_refused_by_flag() {
         a.extend_from_slice(extra);
         a
     };
-    fails_with(&with(&["--num-beams", "4"]), "num_beams");
-    fails_with(&with(&["--num-beams", "2", "--do-sample"]), "beam search");
+    fails_with(&with(&["--num-beams", "0"]), "num_beams");
+    fails_with(&with(&["--num-beams", "2", "--do-sample"]), "beam sampling");
     fails_with(&with(&["--top-k", "5"]), "--do-sample");
     fails_with(&with(&["--do-sample", "--top-p", "1.5"]), "top_p");
     fails_with(&with(&["--do-sample", "--temperature", "0"]), "temperature");

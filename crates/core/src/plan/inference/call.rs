@@ -133,6 +133,9 @@ fn one_call(
             p.free(logits);
             cache.release(p);
         }
+        InferStep::Generate if dec.num_beams > 1 => {
+            beam_search(p, proc, s, cfg, dec.num_beams, &call);
+        }
         InferStep::Generate => {
             let mut cache = Cache::new(cfg.kv_cache, cfg.total_tokens(), s.layers);
             let mut mask = p.act(pr * 8);
@@ -207,6 +210,112 @@ fn one_call(
             p.free(ids);
         }
     }
+}
+
+/// `model.generate(..., num_beams=nb)` (transformers 5.17 `_beam_search`), its large
+/// tensors: the prompt's ids, attention mask and position ids repeated `nb` times
+/// (`_expand_inputs_for_generation`: `repeat_interleave`, each replacing the one it copies),
+/// `running_sequences` and `sequences` (`[batch, nb, max_length]` int64), the prefill and
+/// every decode forward over `batch × nb` sequences; per token the fp32 copy of the last
+/// logits, `log_softmax`, the `min_new_tokens` processor (as greedy's), `+
+/// running_beam_scores` over `[batch, nb × vocab]`, the flattened running sequences of the
+/// next step, and `reorder_cache(beam_idx)`: every layer's keys and values copied by
+/// `index_select` in turn. The `[batch, 2·nb]` top-k candidates, scores and masks (a few
+/// bytes per beam) are not modelled.
+fn beam_search(
+    p: &mut Prog,
+    proc: &mut Process,
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    nb: u64,
+    call: &dyn Fn(u64, u64, bool) -> Call,
+) {
+    let pr = cfg.prompt;
+    let n = cfg.new_tokens;
+    let mut cache = Cache::new(cfg.kv_cache, cfg.total_tokens(), s.layers);
+    // before the expansion, as greedy: the mask and the position ids
+    let mask = p.act(pr * 8);
+    let cumsum = p.act(pr * 8);
+    let minus = p.act(pr * 8);
+    p.free(cumsum);
+    let eq = p.act(pr);
+    let positions = p.act(pr * 8);
+    p.free(eq);
+    p.free(minus);
+    p.per_prompt = nb;
+    let ids = p.act(pr * 8);
+    let mut mask = {
+        let m = p.act(pr * 8);
+        p.free(mask);
+        m
+    };
+    let mut positions = {
+        let m = p.act(pr * 8);
+        p.free(positions);
+        m
+    };
+    let running = p.act((pr + n) * 8);
+    let sequences = p.act((pr + n) * 8);
+    let with_beams = |t: u64, keep: u64, mask: bool| Call {
+        batch: cfg.batch * nb,
+        ..call(t, keep, mask)
+    };
+    let ids_clone = p.act(pr * 8);
+    let mut logits = forward(p, proc, s, &mut cache, with_beams(pr, 1, true));
+    p.free(ids_clone);
+    let (mut logits32, mut log_probs, mut flat) = (Buf::NONE, Buf::NONE, Buf::NONE);
+    let v = s.vocab;
+    let row = s.kv_width() * cfg.dtype.size();
+    for i in 1..=n {
+        if i > 1 {
+            p.forward = u16::try_from(i - 1).unwrap_or(u16::MAX);
+            // `flat_running_sequences = _flatten_beam_dim(running_sequences[:, :, :cur_len])`
+            let f = p.act((pr + i - 1) * 8);
+            p.free(flat);
+            flat = f;
+            logits = forward(p, proc, s, &mut cache, with_beams(1, 1, true));
+        }
+        let grown = p.act((pr + i) * 8);
+        p.free(positions);
+        positions = grown;
+        let grown = p.act((pr + i) * 8);
+        p.free(mask);
+        mask = grown;
+        // `logits = outputs.logits[:, -1, :].to(copy=True, dtype=float32)`
+        let l32 = p.act(v * 4);
+        p.free(logits32);
+        logits32 = l32;
+        // `log_probs = log_softmax(logits)`, then the processor's output replaces it
+        let lsm = p.act(v * 4);
+        p.free(log_probs);
+        let processed = if s.eos {
+            let clone = p.act(v * 4);
+            let vocab = p.fixed(v * 8);
+            let isin = p.fixed(v);
+            let out = p.act(v * 4);
+            p.free(clone);
+            p.free(vocab);
+            p.free(isin);
+            p.free(lsm);
+            out
+        } else {
+            lsm
+        };
+        // `del model_outputs`
+        p.free(logits);
+        // `log_probs + running_beam_scores[:, :, None]`
+        let plus = p.act(v * 4);
+        p.free(processed);
+        log_probs = plus;
+        cache.reorder(p, &s.windows, row);
+    }
+    cache.release(p);
+    for b in [
+        logits32, log_probs, flat, mask, positions, running, sequences, ids,
+    ] {
+        p.free(b);
+    }
+    p.per_prompt = 0;
 }
 
 /// `next_token_scores = logits_processor(input_ids, next_token_logits)` of a sampling call

@@ -1,7 +1,8 @@
 //! How `generate` picks the next token (transformers 5.17 `generation/utils.py`,
 //! `GenerationMixin._get_logits_processor` and `_sample`): greedy (`do_sample=False`, the
 //! argmax) or multinomial sampling (`do_sample=True`: the logits warpers, then
-//! `nn.functional.softmax` and `torch.multinomial`). Beam search (`num_beams > 1`) is refused
+//! `nn.functional.softmax` and `torch.multinomial`). Beam search (`num_beams > 1`) is planned in
+//! `call.rs` (`beam_search`); beam sampling (with `do_sample`) is refused
 //! as not modelled yet.
 
 use serde::Serialize;
@@ -82,12 +83,12 @@ impl Decoding {
                 reason: "must be at least 1 (1 = no beam search)".into(),
             });
         }
-        if self.num_beams > 1 {
+        if self.num_beams > 1 && self.do_sample {
             return Err(PlanError::Field {
                 field: "num_beams",
                 reason: format!(
-                    "beam search (num_beams {}) is not modelled yet; plan greedy decoding \
-                     (--num-beams 1) or sampling (--do-sample)",
+                    "beam sampling (num_beams {} with do_sample) is not modelled yet; plan \
+                     beam search (without --do-sample) or sampling (--num-beams 1)",
                     self.num_beams
                 ),
             });
@@ -194,13 +195,6 @@ mod tests {
             (Decoding { num_beams: 4, ..s }, "num_beams"),
             (
                 Decoding {
-                    num_beams: 2,
-                    ..Decoding::default()
-                },
-                "num_beams",
-            ),
-            (
-                Decoding {
                     top_k: 5,
                     ..Decoding::default()
                 },
@@ -212,5 +206,11 @@ mod tests {
         }
         assert!(s.validate().is_ok());
         assert!(Decoding::default().validate().is_ok());
+        // beam search without sampling is planned
+        let beams = Decoding {
+            num_beams: 2,
+            ..Decoding::default()
+        };
+        assert!(beams.validate().is_ok());
     }
 }

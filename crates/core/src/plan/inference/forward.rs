@@ -49,6 +49,34 @@ impl Cache {
         }
     }
 
+    /// Beam search's `reorder_cache(beam_idx)` (`CacheLayerMixin.reorder_cache`): per layer
+    /// `self.keys = self.keys.index_select(0, beam_idx)`, then the values: a new tensor of
+    /// what the layer holds, the old one freed. A dynamic sliding layer holds a view of its
+    /// last `window − 1` tokens (of `row` bytes each, per sequence): the copy is that view's.
+    pub fn reorder(&mut self, p: &mut Prog, windows: &[Option<u64>], row: u64) {
+        for (l, slot) in self.layers.iter_mut().enumerate() {
+            let Some(kv) = slot else { continue };
+            let copy = |p: &mut Prog, b: Buf| match (self.kind, windows.get(l).copied().flatten()) {
+                (KvCache::Dynamic, Some(w)) => {
+                    // per-sample bytes count every sequence of a prompt
+                    let held = p.per_sample_of(b) / (row * p.per_prompt.max(1)).max(1);
+                    let kept = held.min(w.saturating_sub(1));
+                    if kept == held {
+                        p.copy_of(b, Category::KvCache)
+                    } else {
+                        p.alloc(kept * row, 0, Category::KvCache)
+                    }
+                }
+                _ => p.copy_of(b, Category::KvCache),
+            };
+            let k = copy(p, kv.k);
+            p.free(kv.k);
+            let v = copy(p, kv.v);
+            p.free(kv.v);
+            *slot = Some(LayerKv { k, v });
+        }
+    }
+
     /// Frees every layer's keys and values (the cache object dropped).
     pub fn release(&mut self, p: &mut Prog) {
         for l in self.layers.iter_mut() {

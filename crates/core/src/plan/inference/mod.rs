@@ -357,7 +357,12 @@ impl InferPlanner {
             peak_reserved_bytes: e.peak_reserved,
             nvidia_smi_bytes: smi,
             cuda_context_bytes: self.context,
-            kv_cache_bytes: Bytes(kv::peak_cache_bytes(&self.shape, &cfg)),
+            // beam search holds `num_beams` sequences a prompt (its `reorder_cache` copies one
+            // layer more for a moment: in the peak, not here)
+            kv_cache_bytes: Bytes(
+                kv::peak_cache_bytes(&self.shape, &cfg)
+                    .saturating_mul(self.decoding.num_beams.max(1)),
+            ),
             weights_bytes: self.weights,
             peak_at,
             breakdown,

@@ -24,11 +24,37 @@ pub struct Prog {
     measured_start: usize,
     /// Event indices before which `torch.cuda.empty_cache()` runs.
     empty_cache: Vec<u32>,
+    /// Sequences per prompt of what is allocated per sequence (beam search's `num_beams`);
+    /// 0 means 1.
+    pub per_prompt: u64,
 }
 
 impl Prog {
     /// Allocates `per_sample` bytes per sequence plus `fixed` bytes.
     pub fn alloc(&mut self, per_sample: u64, fixed: u64, category: Category) -> Buf {
+        let per_sample = per_sample * self.per_prompt.max(1);
+        self.alloc_scaled(per_sample, fixed, category)
+    }
+
+    /// A new buffer of `b`'s size (an `index_select` of it).
+    pub fn copy_of(&mut self, b: Buf, category: Category) -> Buf {
+        match self.buffers.get(b.0 as usize) {
+            Some(buf) => {
+                let (per_sample, fixed) = (buf.per_sample, buf.fixed);
+                self.alloc_scaled(per_sample, fixed, category)
+            }
+            None => Buf::NONE,
+        }
+    }
+
+    /// `b`'s bytes per prompt (its per-sample bytes), 0 for [`Buf::NONE`].
+    pub fn per_sample_of(&self, b: Buf) -> u64 {
+        self.buffers
+            .get(b.0 as usize)
+            .map_or(0, |buf| buf.per_sample)
+    }
+
+    fn alloc_scaled(&mut self, per_sample: u64, fixed: u64, category: Category) -> Buf {
         if per_sample == 0 && fixed == 0 {
             return Buf::NONE;
         }
