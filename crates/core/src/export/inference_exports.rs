@@ -503,15 +503,17 @@ pub fn vllm_command(e: &InferExport<'_>, serve: &VllmServe, gpu_name: &str) -> S
         "# max concurrency of {}-token requests (prompt {} + {} new): {:.2}x -> --max-num-seqs {}\n",
         c.max_model_len, cfg.prompt, cfg.new_tokens, c.max_concurrency, serve.max_num_seqs
     ));
+    let seqs = if cfg.batch == 1 {
+        "1 sequence".to_string()
+    } else {
+        format!("{} sequences", cfg.batch)
+    };
     s.push_str(&if cfg.batch <= serve.max_num_seqs {
-        format!(
-            "# the planned batch of {} sequences runs at once\n",
-            cfg.batch
-        )
+        format!("# the planned batch of {seqs} runs at once\n")
     } else {
         format!(
-            "# the planned batch of {} sequences does NOT run at once: vLLM queues all but {}\n",
-            cfg.batch, serve.max_num_seqs
+            "# the planned batch of {seqs} does NOT run at once: vLLM runs {} and queues the rest\n",
+            serve.max_num_seqs
         )
     });
     if e.quant.is_some() {
