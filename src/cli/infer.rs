@@ -1,5 +1,6 @@
-//! `vramlab plan --step generate|prefill` and `vramlab max-batch --step generate`: the
-//! inference planner (`vramlab_core::plan::inference`) behind the shared flags.
+//! `vramlab plan --step generate|prefill`, `vramlab max-batch --step generate` and
+//! `vramlab export --step generate|prefill --format transformers|vllm`: the inference planner
+//! (`vramlab_core::plan::inference`) behind the shared flags.
 
 use std::io::Write;
 
