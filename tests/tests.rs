@@ -4,6 +4,7 @@
 mod architecture;
 mod cli;
 mod cli_infer;
+mod cli_infer_export;
 mod cli_outputs;
 mod docs;
 mod doctor;

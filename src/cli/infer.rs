@@ -1,10 +1,15 @@
-//! `vramlab plan --step generate|prefill` and `vramlab max-batch --step generate`: the
-//! inference planner (`vramlab_core::plan::inference`) behind the shared flags.
+//! `vramlab plan --step generate|prefill`, `vramlab max-batch --step generate` and
+//! `vramlab export --step generate|prefill --format transformers|vllm`: the inference planner
+//! (`vramlab_core::plan::inference`) behind the shared flags.
 
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
 
+use vramlab_core::answer::vllm::VllmArgs;
+use vramlab_core::export::inference_exports::{
+    InferExport, InferFormat, ModelRef, transformers_script, vllm_command, vllm_serve,
+};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::finetune_mode::Quant;
@@ -17,6 +22,7 @@ use vramlab_core::plan::inference::{
 };
 use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
+use vramlab_core::plan::{DEFAULT_CUDA_CONTEXT, PlanError};
 use vramlab_core::units::Bytes;
 use vramlab_core::vocabulary::parse_dtype;
 
@@ -261,8 +267,26 @@ pub(super) fn resolve_quant(
     t: &TrainArgs,
     batch: u64,
 ) -> Result<(Preset, InferConfig, Decoding, Option<QuantStorage>)> {
+    let (preset, cfg, dec, quant, _) = resolve_with_source(t, batch)?;
+    Ok((preset, cfg, dec, quant))
+}
+
+/// [`resolve_quant`] with where the weights are, as the exports name them: the Hub
+/// repository (and pinned revision) of `--model ORG/NAME[@REV]`, the folder given, the Hub
+/// id of a built-in preset, else unknown (a preset or config.json file).
+fn resolve_with_source(
+    t: &TrainArgs,
+    batch: u64,
+) -> Result<(
+    Preset,
+    InferConfig,
+    Decoding,
+    Option<QuantStorage>,
+    ModelRef,
+)> {
     let step: InferStep = t.step.as_deref().unwrap_or("generate").parse()?;
     let name = t.model.as_deref().context("--model is required")?;
+    let mut model = ModelRef::Unknown;
     let preset = if super::args::is_hub_source(name) {
         // A Hub id or a model folder: a checkpoint stored quantized would be loaded as
         // stored, which the inference plan does not model yet — refused, not planned in
@@ -275,14 +299,110 @@ pub(super) fn resolve_quant(
                  unquantized model's config.json with --quant"
             );
         }
+        let folder = name.trim();
+        model = if std::path::Path::new(folder).is_dir() {
+            ModelRef::Path(folder.to_string())
+        } else if let Some(repo) = s.hub_repo {
+            ModelRef::Hub {
+                repo,
+                revision: folder
+                    .split_once('@')
+                    .map(|(_, r)| r.to_string())
+                    .filter(|r| !r.is_empty()),
+            }
+        } else {
+            ModelRef::Unknown
+        };
         s.preset
     } else {
-        load_model(name)?
+        let preset = load_model(name)?;
+        // only a built-in preset named by its id names a Hub id (a preset file may reuse an id
+        // for other weights)
+        if vramlab_core::vocabulary::model_id(name).is_ok()
+            && let Some(id) = preset.hub_id()
+        {
+            model = ModelRef::Hub {
+                repo: id.to_string(),
+                revision: None,
+            };
+        }
+        preset
     };
     let cfg = config(t, step, batch)?;
     let dec = decoding(t, step)?;
     let quant = weight_quant(t)?;
-    Ok((preset, cfg, dec, quant))
+    Ok((preset, cfg, dec, quant, model))
+}
+
+/// `export --step generate|prefill --format transformers|vllm`: the text of the export
+/// (`gpu_memory_utilization`: vLLM's, `--format vllm` only).
+pub fn export_text(
+    t: &TrainArgs,
+    batch: Option<u64>,
+    format: InferFormat,
+    gpu_memory_utilization: Option<f64>,
+) -> Result<String> {
+    let (preset, cfg, dec, quant, model) = resolve_with_source(t, batch.unwrap_or(1))?;
+    let max_memory = device_map_budget(t)?;
+    let e = InferExport {
+        model: &model,
+        config: &cfg,
+        decoding: &dec,
+        quant,
+        max_memory,
+    };
+    match format {
+        InferFormat::Transformers => {
+            if gpu_memory_utilization.is_some() {
+                bail!("--gpu-memory-utilization: a vLLM setting; it needs --format vllm");
+            }
+            let plan = planner(t, &preset, &cfg, &dec, quant)?.plan(cfg.batch)?;
+            Ok(transformers_script(&e, &plan))
+        }
+        InferFormat::Vllm => {
+            if max_memory.is_some() {
+                bail!(
+                    "--device-map: accelerate's offload is transformers'; vLLM keeps every \
+                     weight on the GPU (--format vllm takes no --device-map)"
+                );
+            }
+            if let Some(flag) = decoding_flag(t) {
+                bail!(
+                    "{flag}: vLLM takes the decoding settings per request (SamplingParams), not \
+                     on its command line; leave it out with --format vllm"
+                );
+            }
+            if t.int8_outliers.is_some() {
+                bail!("--int8-outliers: an LLM.int8 setting; --format vllm takes --quant nf4 only");
+            }
+            let (gpu, _) = t.budget()?;
+            let serve = vllm_serve(
+                &preset,
+                &cfg,
+                quant,
+                gpu.memory(),
+                DEFAULT_CUDA_CONTEXT,
+                gpu_memory_utilization.unwrap_or(VllmArgs::default().gpu_memory_utilization),
+            )
+            .map_err(|e| match e {
+                // the core's field as the flag that sets it
+                PlanError::Field { field, reason } => {
+                    let flag = match field {
+                        "max_model_len" => "--seq / --new-tokens",
+                        "step" => "--step",
+                        "kv_cache" => "--kv-cache",
+                        "attention" => "--attention",
+                        "quant" => "--quant",
+                        "gpu_memory_utilization" => "--gpu-memory-utilization",
+                        other => other,
+                    };
+                    anyhow::anyhow!("{flag} (--format vllm): {reason}")
+                }
+                other => anyhow::anyhow!("--format vllm: {other}"),
+            })?;
+            Ok(vllm_command(&e, &serve, &gpu.name))
+        }
+    }
 }
 
 /// Flags the user left out and the values planned.

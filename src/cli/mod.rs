@@ -148,14 +148,19 @@ pub struct ExportArgs {
     #[command(flatten)]
     pub train: TrainArgs,
     /// Micro-batch size: samples per forward/backward pass, at least 1 (required unless
-    /// --config gives it).
-    #[arg(long, required_unless_present = "config", allow_negative_numbers = true,
+    /// --config gives it; inference steps: sequences, default 1).
+    #[arg(long, required_unless_present_any = ["config", "step"], allow_negative_numbers = true,
           value_parser = args::parse_batch)]
     pub batch: Option<u64>,
-    /// vramlab, deepspeed, hf, lightning, pytorch, env or peft (LoraConfig, QLoRA's
-    /// BitsAndBytesConfig, SFTConfig); with --gpus: accelerate, torchrun or fsdp2.
+    /// Training: vramlab, deepspeed, hf, lightning, pytorch, env or peft (LoraConfig, QLoRA's
+    /// BitsAndBytesConfig, SFTConfig); with --gpus: accelerate, torchrun or fsdp2. Inference
+    /// (--step generate|prefill): transformers (a runnable script of the planned call) or vllm
+    /// (`vllm serve` sized from vLLM's source, generate only).
     #[arg(long)]
     pub format: String,
+    /// With --format vllm: vLLM's --gpu-memory-utilization [default: 0.9].
+    #[arg(long, value_name = "U")]
+    pub gpu_memory_utilization: Option<f64>,
     /// Write to this file (atomically) instead of standard output.
     #[arg(short, long)]
     pub output: Option<std::path::PathBuf>,
@@ -312,15 +317,54 @@ fn cmd_validate(files: &[std::path::PathBuf], markdown: bool, out: &mut dyn Writ
     Ok(())
 }
 
+/// The formats of a training step, for messages.
+fn training_formats() -> String {
+    let names = |fs: &[vramlab_core::export::Format]| {
+        fs.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+    };
+    format!(
+        "{}; with --gpus: {}",
+        names(&vramlab_core::export::Format::ALL),
+        names(&vramlab_core::export::Format::DISTRIBUTED)
+    )
+}
+
 fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
-    let (words, hub_repo) = a.train.words_loaded()?;
-    let (text, format) = words.export(
-        &a.format,
-        a.batch,
-        hub_repo.as_deref(),
-        &args::detect_gpu,
-        &mut args::say,
-    )?;
+    use vramlab_core::export::InferFormat;
+    let (text, format) = if infer::is_inference(&a.train) {
+        let Some(format) = InferFormat::parse(&a.format) else {
+            bail!(
+                "--format {}: an inference step (--step generate|prefill) exports as {}; \
+                 the training formats ({}) need a training step",
+                a.format.trim(),
+                InferFormat::choices(),
+                training_formats()
+            );
+        };
+        let text = infer::export_text(&a.train, a.batch, format, a.gpu_memory_utilization)?;
+        (text, format.as_str())
+    } else {
+        if let Some(f) = InferFormat::parse(&a.format) {
+            bail!(
+                "--format {}: an inference export; it needs --step generate|prefill (a training \
+                 step exports as {})",
+                f.as_str(),
+                training_formats()
+            );
+        }
+        if a.gpu_memory_utilization.is_some() {
+            bail!("--gpu-memory-utilization: a vLLM setting; it needs --format vllm");
+        }
+        infer::refuse_decoding_flags(&a.train)?;
+        let (words, hub_repo) = a.train.words_loaded()?;
+        words.export(
+            &a.format,
+            a.batch,
+            hub_repo.as_deref(),
+            &args::detect_gpu,
+            &mut args::say,
+        )?
+    };
     match &a.output {
         Some(path) => {
             vramlab_core::fsutil::write_atomic(path, text.as_bytes())

@@ -3,10 +3,12 @@
 
 pub mod distributed_exports;
 pub mod frameworks;
+pub mod inference_exports;
 pub mod peft;
 pub(crate) mod python;
 pub mod results;
 pub mod vramlab_file;
 
 pub use frameworks::{ExportError, Format, render};
+pub use inference_exports::InferFormat;
 pub use vramlab_file::{SCHEMA_VERSION, VramlabConfig};

@@ -140,18 +140,14 @@ pub fn attention(input: &str) -> Result<Resolved<Attention>, NameError> {
     resolve("attention", input, &choices, Partial::Exact, "")
 }
 
-/// Export-format aliases (`huggingface`, `transformers`, `ds`, `pl`, `torch`, `json`).
+/// Export-format aliases (`huggingface`, `ds`, `pl`, `torch`, `json`; `transformers` is the
+/// inference export, [`crate::export::InferFormat`]).
 pub fn format(input: &str) -> Result<Resolved<Format>, NameError> {
     let aliases = |f: Format| -> &'static [&'static str] {
         match f {
             Format::Vramlab => &["json", "vramlab-json"],
             Format::DeepSpeed => &["ds", "deepspeed-json"],
-            Format::HuggingFace => &[
-                "huggingface",
-                "transformers",
-                "training-arguments",
-                "trainer",
-            ],
+            Format::HuggingFace => &["huggingface", "training-arguments", "trainer"],
             Format::Lightning => &["pl", "pytorch-lightning", "lightning-trainer"],
             Format::PyTorch => &["torch", "pt", "python"],
             Format::Env => &["alloc-conf", "pytorch-cuda-alloc-conf", "shell"],
