@@ -277,7 +277,7 @@ fn the_readme_outputs_are_this_builds() {
         "the README shows three real outputs"
     );
     assert_eq!(shown_outputs_are_real("docs/cli.md"), 3);
-    assert_eq!(shown_outputs_are_real("docs/inference.md"), 7);
+    assert_eq!(shown_outputs_are_real("docs/inference.md"), 9);
 }
 
 /// Checks every `$ vramlab …` block of `page`; returns how many there are.

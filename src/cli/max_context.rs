@@ -7,9 +7,7 @@ use std::io::Write;
 use anyhow::{Result, bail};
 use clap::Args;
 
-use vramlab_core::answer::max_context::{
-    Limit, MaxContext, Searched, Weights, max_context_weights,
-};
+use vramlab_core::answer::max_context::{MaxContext, Searched, Weights, max_context_weights};
 use vramlab_core::plan::inference::InferStep;
 
 use super::args::{self, TrainArgs};
@@ -196,18 +194,8 @@ fn write_text(
             super::RUNS_BY_FREEING_CACHE
         )?;
     }
-    match m.limited_by {
-        Some(Limit::MaxPositions) => writeln!(
-            out,
-            "limited by the model's max_position_embeddings {}, not by memory",
-            m.max_position_embeddings
-        )?,
-        _ => writeln!(
-            out,
-            "limited by memory: {} does not fit (the peak of {l} is at the {})",
-            l + 1,
-            p.peak_at
-        )?,
+    if let Some(words) = m.limit_words() {
+        writeln!(out, "{words}")?;
     }
     Ok(())
 }

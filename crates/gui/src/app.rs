@@ -207,6 +207,7 @@ impl VramApp {
         // What tests draw must not depend on a worker thread's timing.
         app.derived.fit.blocking = true;
         app.derived.sweep.blocking = true;
+        app.derived.infer.context.blocking = true;
         app.hub_blocking = true;
         app
     }
@@ -216,6 +217,7 @@ impl VramApp {
     pub fn search_in_background(&mut self) {
         self.derived.fit.blocking = false;
         self.derived.sweep.blocking = false;
+        self.derived.infer.context.blocking = false;
     }
 
     /// Whether a "make it fit" search is running on its worker thread.
@@ -846,6 +848,11 @@ impl VramApp {
         if self.derived.sweep.on_done.is_none() {
             let c = ctx.clone();
             self.derived.sweep.on_done = Some(std::sync::Arc::new(move || c.request_repaint()));
+        }
+        if self.derived.infer.context.on_done.is_none() {
+            let c = ctx.clone();
+            self.derived.infer.context.on_done =
+                Some(std::sync::Arc::new(move || c.request_repaint()));
         }
         let inference = self.state.mode == crate::ui::inference::PlannerMode::Inference;
         if !inference {

@@ -393,3 +393,32 @@ fn device_map_auto_shows_the_placement() {
         assert_hides(&h, "Device map (");
     }
 }
+
+/// The longest prompt at the call's batch: the core's `answer::max_context` (as `vramlab
+/// max-context` answers it), limited by memory at a large batch and by
+/// `max_position_embeddings` at a small one.
+#[test]
+fn the_longest_prompt_is_the_cores_answer() {
+    use vramlab_core::answer::max_context::{Searched, max_context};
+    let preset = find_builtin("TinyLlama-1.1B").expect("preset");
+    for (batch, limit) in [
+        (200u64, "limited by memory"),
+        (8, "max_position_embeddings"),
+    ] {
+        let mut app = inference_app();
+        app.state.infer.batch = batch;
+        let mut h = harness(app, LARGE);
+        h.run();
+        let cfg = tinyllama(InferStep::Generate, batch, 1024, 256);
+        let m = max_context(&preset, &cfg, Searched::Prompt, rtx4090_budget()).expect("search");
+        let l = m.max_length.expect("a prompt fits");
+        let words = m.limit_words().expect("words");
+        assert!(words.contains(limit), "batch {batch}: {words}");
+        assert_shows(
+            &h,
+            &format!("Longest prompt (batch {batch}, 256 new tokens)"),
+        );
+        assert_shows(&h, &format!("{l} tokens"));
+        assert_shows(&h, &format!("The longest prompt is {words}."));
+    }
+}

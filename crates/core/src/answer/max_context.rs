@@ -82,6 +82,26 @@ pub struct MaxContext {
     pub probes: u32,
 }
 
+impl MaxContext {
+    /// What stops the length, in words (`None` when nothing fits): the model's
+    /// `max_position_embeddings`, or memory — the next length does not fit, and where the
+    /// answer's peak is.
+    pub fn limit_words(&self) -> Option<String> {
+        let l = self.max_length?;
+        Some(match self.limited_by? {
+            Limit::MaxPositions => format!(
+                "limited by the model's max_position_embeddings {}, not by memory",
+                self.max_position_embeddings
+            ),
+            Limit::Memory => format!(
+                "limited by memory: {} does not fit (the peak of {l} is at the {})",
+                l + 1,
+                self.plan.as_ref().map_or("call", |p| p.peak_at.as_str())
+            ),
+        })
+    }
+}
+
 /// Builds the event list of the call with the searched length set to `length`.
 fn with_length(cfg: &InferConfig, searched: Searched, length: u64) -> InferConfig {
     let mut c = *cfg;

@@ -6,11 +6,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::context_job::{ContextJob, ContextKey};
 use vramlab_core::answer::inference::{self, InferAnswer};
+use vramlab_core::answer::max_context::{MaxContext, Searched, Weights, max_context_weights};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::device_map::{MaxMemory, max_memory_bytes};
+use vramlab_core::plan::inference::quant::Int8Outliers;
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
@@ -145,6 +148,10 @@ pub struct InferCache {
     generation: u64,
     max_batch: Option<MaxBatchEntry>,
     answer: Option<AnswerEntry>,
+    /// The longest prompt at the current batch, searched on a worker thread.
+    pub context: ContextJob,
+    /// What [`InferCache::longest_prompt`] asks for: the key, or why there is none.
+    context_key: Option<ContextKey>,
 }
 
 impl InferCache {
@@ -156,6 +163,7 @@ impl InferCache {
             (_, Err(e), _) | (_, _, Err(e)) => return self.fail(e),
         };
         self.error = None;
+        self.context_key = None;
         let mut key_cfg = cfg;
         key_cfg.batch = 1;
         let quant = s.weight_quant();
@@ -197,10 +205,40 @@ impl InferCache {
             };
             self.answer = Some(((gen_, cfg.batch, budget), answer));
         }
+        let key = (gen_, cfg.batch, budget);
+        let (preset, weights) = (
+            preset.clone(),
+            match mm {
+                Some(m) => Weights::DeviceMap(m),
+                None => Weights::OnGpu {
+                    quant,
+                    outliers: Int8Outliers::None,
+                },
+            },
+        );
+        self.context.ensure(key, move || {
+            max_context_weights(
+                &preset,
+                &cfg,
+                &Decoding::default(),
+                weights,
+                Searched::Prompt,
+                budget,
+            )
+            .map_err(|e| format!("{e:#}"))
+        });
+        self.context_key = Some(key);
+    }
+
+    /// The longest prompt at the current batch: `None` while it is searched.
+    pub fn longest_prompt(&self) -> Option<&Result<MaxContext, String>> {
+        let key = self.context_key?;
+        self.context.answer(key)
     }
 
     fn fail(&mut self, e: String) {
         self.error = Some(e);
+        self.context_key = None;
     }
 
     /// The answer at the current settings, or why there is none.

@@ -26,8 +26,8 @@ use super::{Command, Derived, PlannerState, emit};
 const MAX_TOKENS: u64 = 1 << 20;
 
 /// What is not modelled yet, said where the settings are.
-pub const NOT_MODELLED: &str = "A device map with quantized weights, checkpoints stored \
-    pre-quantized and beam search are not modelled yet.";
+pub const NOT_MODELLED: &str = "A device map with quantized weights and checkpoints stored \
+    pre-quantized are not modelled yet; beam search is planned by the CLI (--num-beams).";
 
 const PREFILL_COLOR: egui::Color32 = egui::Color32::from_rgb(235, 160, 40);
 
@@ -279,6 +279,21 @@ fn settings_ui(s: &InferSettings, ui: &mut Ui, cmd: &mut Option<Command>) {
     }
 }
 
+/// The longest prompt's row and the sentence saying what limits it: the core's answer
+/// (`answer::max_context`), or that it is being searched.
+fn longest_prompt_text(
+    m: Option<&Result<vramlab_core::answer::max_context::MaxContext, String>>,
+) -> (String, Option<String>) {
+    match m {
+        None => ("searching…".into(), None),
+        Some(Err(e)) => (format!("no answer: {e}"), None),
+        Some(Ok(m)) => match m.max_length {
+            None => ("none: even 1 token does not fit".into(), None),
+            Some(l) => (format!("{l} tokens"), m.limit_words()),
+        },
+    }
+}
+
 /// The central panel in Inference mode.
 pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
     let dark = ui.visuals().dark_mode;
@@ -326,6 +341,7 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
         ),
         InferStep::Prefill => format!("prompt {} tokens", p.config.prompt),
     };
+    let longest = longest_prompt_text(d.infer.longest_prompt());
     egui::Grid::new("infer_numbers")
         .num_columns(2)
         .spacing([16.0, 4.0])
@@ -371,7 +387,25 @@ pub fn infer_results_ui(state: &PlannerState, d: &Derived, ui: &mut Ui) {
                 ),
             }
             row(&format!("Largest batch ({tokens})"), batch_text);
+            let (what, fixed) = match p.config.step {
+                InferStep::Generate => ("prompt", format!(", {} new tokens", p.config.new_tokens)),
+                InferStep::Prefill => ("prefill prompt", String::new()),
+            };
+            row(
+                &format!("Longest {what} (batch {}{fixed})", p.config.batch),
+                longest.0.clone(),
+            );
         });
+    if let Some(words) = &longest.1 {
+        let what = match p.config.step {
+            InferStep::Generate => "prompt",
+            InferStep::Prefill => "prefill prompt",
+        };
+        ui.add(
+            egui::Label::new(RichText::new(format!("The longest {what} is {words}.")).small())
+                .wrap(),
+        );
+    }
     if let Some(pl) = &p.device_map {
         egui::CollapsingHeader::new(format!(
             "Device map ({} entries; consecutive layers merged here)",

@@ -4,6 +4,7 @@
 
 pub mod answer;
 pub mod breakdown;
+pub mod context_job;
 pub mod custom;
 pub mod derived;
 pub mod distributed_panel;
