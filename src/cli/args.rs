@@ -89,7 +89,8 @@ pub struct TrainArgs {
     /// With --do-sample: nucleus (top-p) filtering, in (0, 1]; 1.0 = off [default: 1.0].
     #[arg(long, value_name = "P")]
     pub top_p: Option<f64>,
-    /// With --step generate: beams of beam search (not modelled yet: only 1 is planned).
+    /// With --step generate: beam search with B beams (transformers' `num_beams`; without
+    /// --do-sample) [default: 1, greedy].
     #[arg(long, value_name = "B")]
     pub num_beams: Option<u64>,
     /// Inference (--step generate|prefill) of a model loaded with accelerate's
