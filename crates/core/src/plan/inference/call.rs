@@ -21,6 +21,7 @@
 //! forward's `DynamicCache`, held by `out` until `del out`).
 
 use super::decoding::{Decoding, Warper};
+use super::device_map::{Placement, Streams};
 use super::forward::{Cache, Call, Process, forward};
 use super::program::{Buf, Prog};
 use super::quant::{Int8Outliers, QuantModel};
@@ -82,6 +83,42 @@ pub fn session_quant(
     }
     let q = quant.map(|q| (q.quant, q.outliers));
     calls(p, Process::default(), s, cfg, dec, q)
+}
+
+/// The events of a model loaded by `from_pretrained(..., device_map="auto", max_memory=...)`
+/// in a fresh process and called as [`session`] calls it: transformers 5.17
+/// `modeling_utils.caching_allocator_warmup` first allocates and drops one fp16 tensor of the
+/// bytes of every checkpoint key mapped to GPU 0 (tied keys and buffers not counted; the
+/// pool has no unused reserved memory to subtract in a fresh process; the cap of total
+/// memory − 1.2 GiB is not applied), so the weights loaded next are cut from that one
+/// segment; the resident tensors loaded, then
+/// (when something is offloaded) `dispatch_model`'s `init_hook`s move each resident tensor to
+/// its device with `set_module_tensor_to_device`, whose `empty_cache()` leaves only the
+/// segments holding weights; the prompt, warm-up and measured call with the offloaded
+/// modules' weights copied in as they run. The model is created on the meta device, so a
+/// tied `lm_head`'s own weight never exists.
+pub fn device_map_session(
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    pl: &Placement,
+) -> Events {
+    let mut p = Prog::default();
+    p.phase = Some(Phase::Setup);
+    let warmup = p.alloc(0, pl.resident_params().iter().sum(), Category::Transient);
+    p.free(warmup);
+    for b in pl.resident() {
+        p.alloc(0, b, Category::Parameters);
+    }
+    let streams = Streams::of(pl);
+    if streams.is_some() {
+        p.empty_cache();
+    }
+    let proc = Process {
+        streams,
+        ..Process::default()
+    };
+    calls(p, proc, s, cfg, dec, None)
 }
 
 /// After the model's setup events: the prompt on the GPU, the warm-up and the measured call

@@ -31,14 +31,10 @@ use std::fmt;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
-use super::decoding::Decoding;
-use super::forward::Process;
 use super::program::{Buf, Prog};
-use super::setting::InferConfig;
-use super::shape::DecoderShape;
 use crate::model::families::llama::{LlamaParams, head_dim};
 use crate::plan::PlanError;
-use crate::plan::events::{Category, Events, Phase};
+use crate::plan::events::Category;
 
 /// A device of accelerate's device map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -788,40 +784,13 @@ impl Streams {
     }
 }
 
-/// The events of a model loaded by `from_pretrained(..., device_map="auto", max_memory=...)`
-/// in a fresh process and called as [`super::call::session`] calls it: transformers 5.17
-/// `modeling_utils.caching_allocator_warmup` first allocates and drops one fp16 tensor of the
-/// bytes of every checkpoint key mapped to GPU 0 (tied keys and buffers not counted; the
-/// pool has no unused reserved memory to subtract in a fresh process; the cap of total
-/// memory − 1.2 GiB is not applied), so the weights loaded next are cut from that one
-/// segment; the resident tensors loaded, then
-/// (when something is offloaded) `dispatch_model`'s `init_hook`s move each resident tensor to
-/// its device with `set_module_tensor_to_device`, whose `empty_cache()` leaves only the
-/// segments holding weights; the prompt, warm-up and measured call with the offloaded
-/// modules' weights copied in as they run. The model is created on the meta device, so a
-/// tied `lm_head`'s own weight never exists.
-pub fn session(s: &DecoderShape, cfg: &InferConfig, dec: &Decoding, pl: &Placement) -> Events {
-    let mut p = Prog::default();
-    p.phase = Some(Phase::Setup);
-    let warmup = p.alloc(0, pl.resident_params().iter().sum(), Category::Transient);
-    p.free(warmup);
-    for b in pl.resident() {
-        p.alloc(0, b, Category::Parameters);
-    }
-    let streams = Streams::of(pl);
-    if streams.is_some() {
-        p.empty_cache();
-    }
-    let proc = Process {
-        streams,
-        ..Process::default()
-    };
-    super::call::calls(p, proc, s, cfg, dec, None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::inference::call::device_map_session as session;
+    use crate::plan::inference::decoding::Decoding;
+    use crate::plan::inference::setting::InferConfig;
+    use crate::plan::inference::shape::DecoderShape;
 
     #[test]
     fn sizes_read_as_accelerate_reads_them() {

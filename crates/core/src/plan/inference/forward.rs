@@ -11,15 +11,16 @@
 //! (`down(act(gate(x)) * up(x))`), `h = residual + h`.
 
 use super::attention::{AttnCall, AttnOut, attention};
-use super::device_map::{Streams, Sub};
+use super::device_map::Sub;
 use super::kv::{dynamic_tokens, static_tokens};
+pub use super::linear::{CUBLAS_WORKSPACE, Call, Process};
+use super::linear::{linear, weights_out};
 use super::program::{Buf, Prog};
-use super::quant::{self, Int8Outliers};
+use super::quant;
 use super::setting::KvCache;
 use super::shape::DecoderShape;
 use crate::plan::config::Attention;
 use crate::plan::events::Category;
-use crate::plan::policy::QuantStorage;
 
 /// One layer's cached keys and values.
 #[derive(Debug, Clone, Copy)]
@@ -84,79 +85,6 @@ impl Cache {
                 p.free(kv.k);
                 p.free(kv.v);
             }
-        }
-    }
-}
-
-/// What a forward is called with.
-#[derive(Debug, Clone, Copy)]
-pub struct Call {
-    /// Query tokens per sequence.
-    pub t: u64,
-    /// Positions whose logits are computed (`logits_to_keep`; `t` for all).
-    pub keep: u64,
-    /// Whether generate's 2-D `attention_mask` and (batch, t) `position_ids` are passed:
-    /// masks and the rotary embedding built from them have a batch dimension.
-    pub padding_mask: bool,
-    pub d: u64,
-    pub bf16: bool,
-    pub imp: Attention,
-    /// Sequences in the batch (the bitsandbytes 4-bit kernel's choice depends on the rows).
-    pub batch: u64,
-    /// bitsandbytes-quantized projections ([`super::quant`]); `None`: `nn.Linear`.
-    pub quant: Option<QuantStorage>,
-    /// LLM.int8's outlier columns (with `quant` int8).
-    pub outliers: Int8Outliers,
-}
-
-/// Process-wide state the first matmul creates, and the offloaded modules whose weights
-/// accelerate's hooks copy to the GPU when they run (`device_map` with "cpu" / "disk").
-#[derive(Debug, Default)]
-pub struct Process {
-    pub cublas_ready: bool,
-    pub streams: Option<Streams>,
-    /// The decoder layer running (`None` outside the layers).
-    pub layer: Option<u64>,
-}
-
-impl Process {
-    /// An offloaded module's pre-forward: its parameters copied to the GPU.
-    fn weights_in(&self, p: &mut Prog, sub: Sub) -> Vec<Buf> {
-        self.streams
-            .as_ref()
-            .map_or_else(Vec::new, |s| s.load(p, self.layer, sub))
-    }
-}
-
-/// An offloaded module's post-forward: its GPU copies dropped (set back to meta).
-fn weights_out(p: &mut Prog, w: Vec<Buf>) {
-    for b in w {
-        p.free(b);
-    }
-}
-
-/// The cuBLAS workspace, created by the process's first matmul and kept (one handle and
-/// stream: inference runs no autograd thread; cublasLt shares it, `CUDABlasHandlePool.cpp`'s
-/// unified workspaces). Measured: 32 MiB more allocated after the warm-up than after the
-/// build on every row of grid29.
-pub const CUBLAS_WORKSPACE: [u64; 1] = [32 << 20];
-
-/// `sub`'s `nn.Linear` with an output of `per_sample` bytes per sequence (an offloaded one's
-/// weights live from before the matmul until it returns).
-pub(super) fn linear(p: &mut Prog, proc: &mut Process, sub: Sub, per_sample: u64) -> Buf {
-    let w = proc.weights_in(p, sub);
-    cublas(p, proc);
-    let out = p.act(per_sample);
-    weights_out(p, w);
-    out
-}
-
-/// The cuBLAS workspace, on the process's first cuBLAS matmul.
-pub(super) fn cublas(p: &mut Prog, proc: &mut Process) {
-    if !proc.cublas_ready {
-        proc.cublas_ready = true;
-        for w in CUBLAS_WORKSPACE {
-            p.alloc(0, w, Category::Transient);
         }
     }
 }

@@ -26,7 +26,9 @@ pub mod decoding;
 pub mod device_map;
 pub mod forward;
 pub mod kv;
+pub mod linear;
 pub mod moe;
+pub mod outliers;
 pub mod program;
 pub mod quant;
 pub mod setting;
@@ -293,7 +295,7 @@ impl InferPlanner {
                 ),
             });
         }
-        planner.events = device_map::session(&planner.shape, cfg, dec, &placement);
+        planner.events = call::device_map_session(&planner.shape, cfg, dec, &placement);
         planner.weights = Bytes(placement.resident_bytes());
         planner.placement = Some(placement);
         Ok(planner)

@@ -27,7 +27,7 @@
 //! `torch._grouped_mm`'s own argument buffer (a few bytes per expert).
 
 use super::device_map::Sub;
-use super::forward::{Call, Process, linear};
+use super::linear::{Call, Process, linear};
 use super::program::{Buf, Prog};
 use crate::model::families::moe_params::{ExpertsKind, MoeParams, RouterKind};
 use crate::plan::PlanError;
