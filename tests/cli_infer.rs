@@ -3,9 +3,11 @@
 
 use std::process::Command;
 
-const LLAMA: &str = "tests/data/hf_configs/Llama-3.2-1B.json";
+/// The Llama config the inference CLI tests plan (`cli_infer_export.rs` too).
+pub const LLAMA: &str = "tests/data/hf_configs/Llama-3.2-1B.json";
 
-fn vramlab(args: &[&str]) -> (bool, String, String) {
+/// Runs the binary from the repository root: (success, stdout, stderr).
+pub fn vramlab(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))

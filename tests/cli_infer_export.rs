@@ -3,22 +3,7 @@
 //! training formats are refused for an inference step and the inference formats for a
 //! training step, and `--output` writes the same text.
 
-use std::process::Command;
-
-const LLAMA: &str = "tests/data/hf_configs/Llama-3.2-1B.json";
-
-fn vramlab(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run vramlab");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use crate::cli_infer::{LLAMA, vramlab};
 
 fn ok(args: &[&str]) -> String {
     let (ok, out, err) = vramlab(args);

@@ -28,6 +28,8 @@ import math
 import os
 import random
 
+from make_grid29c import log_uniform  # the same draw of lengths
+
 SEED = 29_2026_12_06_4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_ROWS = 24
@@ -90,10 +92,6 @@ def estimate(row, s):
     secs += n * (s["layers"] * 2.0e-3 + (active(s) * d + kv) / 2e12 + 3e-3)
     build = weights / 10e9
     return total, 2 * secs + 8.0 + build
-
-
-def log_uniform(rng, lo, hi):
-    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
 def draw(rng, models):

@@ -166,20 +166,11 @@ fn planned_layer(row: &Value) -> Vec<Ev> {
     }
     let t = n("tokens");
     let _h = p.act(t * s.hidden * d);
-    let ev = p.finish();
-    let start = ev.events.len();
-    // the events so far are replayed into a new program with the layer call appended
-    let mut p = Prog::default();
-    let mut cache = Cache::new(kind, max_len, s.layers);
-    if cached > 0 {
-        let h = p.act(cached * s.hidden * d);
-        forward::layer(&mut p, &mut proc, &s, &mut cache, l, &call(cached), true);
-        p.free(h);
-        cache.seen = cached;
-    }
-    let _h = p.act(t * s.hidden * d);
+    // the traced call: what came before existed before the trace
+    p.start_measured();
     forward::layer(&mut p, &mut proc, &s, &mut cache, l, &call(t), true);
-    segment(&p.finish(), start, batch)
+    let ev = p.finish();
+    segment(&ev, ev.measured_start, batch)
 }
 
 /// Decoder layers of gpt-oss (a sliding and a full one), Qwen3-MoE (a sparse and a dense

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::context_job::{ContextJob, ContextKey};
+use super::background_job::BackgroundJob;
 use vramlab_core::answer::inference::{self, InferAnswer};
 use vramlab_core::answer::max_context::{MaxContext, Searched, Weights, max_context_weights};
 use vramlab_core::model::Preset;
@@ -132,6 +132,12 @@ type Built = Result<InferPlanner, String>;
 /// What a planner is built from: the model, the batch-1 config, the device map's budgets and
 /// the weights' quantization.
 type PlannerKey = (Preset, InferConfig, Option<MaxMemory>, Option<QuantStorage>);
+/// The longest prompt at the current batch (`answer::max_context`, as `vramlab max-context`
+/// answers it), searched on a worker thread: the search plans whole calls at a few dozen
+/// lengths (about a second for a 1 B model in a release build), so the panel says
+/// "searching…" until it arrives. Keyed by planner generation, batch and budget.
+pub type ContextKey = (u64, u64, Budget);
+pub type ContextJob = BackgroundJob<ContextKey, Result<MaxContext, String>>;
 /// The largest batch, keyed by planner generation and budget.
 type MaxBatchEntry = ((u64, Budget), Result<Option<u64>, String>);
 /// The answer, keyed by planner generation, batch and budget.
@@ -206,34 +212,37 @@ impl InferCache {
             self.answer = Some(((gen_, cfg.batch, budget), answer));
         }
         let key = (gen_, cfg.batch, budget);
-        let (preset, weights) = (
-            preset.clone(),
-            match mm {
+        if self.context.wants(&key) {
+            let preset = preset.clone();
+            let weights = match mm {
                 Some(m) => Weights::DeviceMap(m),
                 None => Weights::OnGpu {
                     quant,
                     outliers: Int8Outliers::None,
                 },
-            },
-        );
-        self.context.ensure(key, move || {
-            max_context_weights(
-                &preset,
-                &cfg,
-                &Decoding::default(),
-                weights,
-                Searched::Prompt,
-                budget,
-            )
-            .map_err(|e| format!("{e:#}"))
-        });
+            };
+            self.context.start(key, move || {
+                max_context_weights(
+                    &preset,
+                    &cfg,
+                    &Decoding::default(),
+                    weights,
+                    Searched::Prompt,
+                    budget,
+                )
+                .map_err(|e| format!("{e:#}"))
+            });
+        }
         self.context_key = Some(key);
     }
 
     /// The longest prompt at the current batch: `None` while it is searched.
     pub fn longest_prompt(&self) -> Option<&Result<MaxContext, String>> {
         let key = self.context_key?;
-        self.context.answer(key)
+        match self.context.done() {
+            Some((k, answer)) if *k == key => Some(answer),
+            _ => None,
+        }
     }
 
     fn fail(&mut self, e: String) {

@@ -3,8 +3,8 @@
 //! and never plan: planning happens in [`derived::Derived::refresh`].
 
 pub mod answer;
+pub mod background_job;
 pub mod breakdown;
-pub mod context_job;
 pub mod custom;
 pub mod derived;
 pub mod distributed_panel;

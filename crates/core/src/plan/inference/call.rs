@@ -175,15 +175,7 @@ fn one_call(
         }
         InferStep::Generate => {
             let mut cache = Cache::new(cfg.kv_cache, cfg.total_tokens(), s.layers);
-            let mut mask = p.act(pr * 8);
-            // position_ids = attention_mask.cumsum(-1) - 1, masked_fill(attention_mask == 0, 0)
-            let cumsum = p.act(pr * 8);
-            let minus = p.act(pr * 8);
-            p.free(cumsum);
-            let eq = p.act(pr);
-            let mut positions = p.act(pr * 8);
-            p.free(eq);
-            p.free(minus);
+            let (mut mask, mut positions) = mask_and_positions(p, pr);
             let ids_clone = p.act(pr * 8);
             let mut logits = forward(p, proc, s, &mut cache, call(pr, 1, true));
             p.free(ids_clone);
@@ -219,14 +211,7 @@ fn one_call(
                     multinomial(p, s);
                     sc
                 } else if s.eos {
-                    let clone = p.act(s.vocab * 4);
-                    let vocab = p.fixed(s.vocab * 8);
-                    let isin = p.fixed(s.vocab);
-                    let out = p.act(s.vocab * 4);
-                    p.free(clone);
-                    p.free(vocab);
-                    p.free(isin);
-                    out
+                    min_new_tokens_processor(p, s.vocab)
                 } else {
                     Buf::NONE
                 };
@@ -247,6 +232,34 @@ fn one_call(
             p.free(ids);
         }
     }
+}
+
+/// generate's `attention_mask = torch.ones(...)` for a prompt of `pr` tokens and its
+/// `position_ids = attention_mask.cumsum(-1) - 1`, `masked_fill(attention_mask == 0, 0)`.
+fn mask_and_positions(p: &mut Prog, pr: u64) -> (Buf, Buf) {
+    let mask = p.act(pr * 8);
+    let cumsum = p.act(pr * 8);
+    let minus = p.act(pr * 8);
+    p.free(cumsum);
+    let eq = p.act(pr);
+    let positions = p.act(pr * 8);
+    p.free(eq);
+    p.free(minus);
+    (mask, positions)
+}
+
+/// `MinNewTokensLengthLogitsProcessor.__call__` on `[sequences, v]` fp32 scores: `clone`, an
+/// `arange(v)`, `isin`, `torch.where`; returns the processed scores (the input stays with
+/// the caller).
+fn min_new_tokens_processor(p: &mut Prog, v: u64) -> Buf {
+    let clone = p.act(v * 4);
+    let vocab = p.fixed(v * 8);
+    let isin = p.fixed(v);
+    let out = p.act(v * 4);
+    p.free(clone);
+    p.free(vocab);
+    p.free(isin);
+    out
 }
 
 /// `model.generate(..., num_beams=nb)` (transformers 5.17 `_beam_search`), its large
@@ -271,14 +284,7 @@ fn beam_search(
     let n = cfg.new_tokens;
     let mut cache = Cache::new(cfg.kv_cache, cfg.total_tokens(), s.layers);
     // before the expansion, as greedy: the mask and the position ids
-    let mask = p.act(pr * 8);
-    let cumsum = p.act(pr * 8);
-    let minus = p.act(pr * 8);
-    p.free(cumsum);
-    let eq = p.act(pr);
-    let positions = p.act(pr * 8);
-    p.free(eq);
-    p.free(minus);
+    let (mask, positions) = mask_and_positions(p, pr);
     p.per_prompt = nb;
     let ids = p.act(pr * 8);
     let mut mask = {
@@ -326,13 +332,7 @@ fn beam_search(
         let lsm = p.act(v * 4);
         p.free(log_probs);
         let processed = if s.eos {
-            let clone = p.act(v * 4);
-            let vocab = p.fixed(v * 8);
-            let isin = p.fixed(v);
-            let out = p.act(v * 4);
-            p.free(clone);
-            p.free(vocab);
-            p.free(isin);
+            let out = min_new_tokens_processor(p, v);
             p.free(lsm);
             out
         } else {
@@ -384,14 +384,7 @@ fn sampled_scores(p: &mut Prog, s: &DecoderShape, warpers: &[Warper]) -> Buf {
         p.free(vocab);
         p.free(isin);
         replace(p, &mut cur, out);
-        // MinNewTokensLengthLogitsProcessor.__call__
-        let clone = p.act(v * 4);
-        let vocab = p.fixed(v * 8);
-        let isin = p.fixed(v);
-        let out = p.act(v * 4);
-        p.free(clone);
-        p.free(vocab);
-        p.free(isin);
+        let out = min_new_tokens_processor(p, v);
         replace(p, &mut cur, out);
     }
     for &w in warpers {
