@@ -263,3 +263,18 @@ fn grid29b_sampling_untouched_third() {
     assert_eq!(rows.len(), 3, "the untouched sampling rows");
     report(&rows);
 }
+
+
+/// Mixture-of-experts decoders (`tools/make_grid29d.py`: qwen2_moe, qwen3_moe and gpt_oss —
+/// transformers 5.17 forces eager attention for gpt_oss: sinks, alternating sliding window),
+/// measured in session 23 on an H200 (driver 580.159.04, torch 2.11.0+cu130, transformers
+/// 5.17.0; `tests/data/infer/grid29d_nvidia-smi.txt`): the 16 fit rows.
+#[test]
+fn grid29d_moe_fit_rows() {
+    let rows = compare("infer/grid29d.jsonl");
+    assert_eq!(rows.len(), 16, "the MoE fit rows");
+    let [alloc, reserved] = report(&rows);
+    assert!(alloc[0] <= 0.02, "allocated median {alloc:?}");
+    assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
+    assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
+}
