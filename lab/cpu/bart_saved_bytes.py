@@ -5,7 +5,7 @@
 Writes tests/data/bart_saved_bytes.jsonl, which crates/core/tests/types30_bart.rs compares
 with the saved tensors of vramlab's graph (the same rules the planner uses).
 
-    python3 tools/bart_saved_bytes.py
+    python3 lab/cpu/bart_saved_bytes.py
 
 Dropout runs as `torch.native_dropout`, the fused kernel a GPU runs (it saves a bool mask);
 on CPU `F.dropout` would save a float noise tensor instead. SDPA rows: the CPU's flash kernel
@@ -20,7 +20,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "bart_saved_bytes.jsonl")
 
 BASE = {"vocab_size": 1000, "d_model": 64, "encoder_layers": 2, "decoder_layers": 3,

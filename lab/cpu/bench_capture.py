@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Capture speed, old vs new side by side in one run (issue 32; quoted in docs/speed.md).
 
-    /work/venv/bin/python tools/bench_capture.py                       # convnextv2_tiny, 5 runs each
-    /work/venv/bin/python tools/bench_capture.py --runs 7 --binary target/debug/vramlab \\
+    /work/venv/bin/python lab/cpu/bench_capture.py                       # convnextv2_tiny, 5 runs each
+    /work/venv/bin/python lab/cpu/bench_capture.py --runs 7 --binary target/debug/vramlab \\
         -- --timm vit_base_patch16_224
 
 Times whole processes, as a user runs `vramlab capture`: Python starts, imports torch and timm,
 captures at the default batches 2, 4, 6 and writes the graph. "old" is the runner as it was
-before the speed-up (tools/capture_ref/capture.py, kept for this bench and
-tools/capture_equal.py only), "new" is runners/capture.py (what the binary embeds), and with
+before the speed-up (lab/cpu/capture_ref/capture.py, kept for this bench and
+lab/cpu/capture_equal.py only), "new" is runners/capture.py (what the binary embeds), and with
 --binary also `vramlab capture --python THIS_PYTHON` (the new runner through the binary: the
 whole command). The runs alternate (old, new, [binary], old, new, ...) so that a change of the
 machine's load falls on all of them alike; each run's wall-clock and CPU time (user + sys of the
@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def runner_dir(tmp, name, script):
@@ -61,7 +61,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         cmds = {
             "old runner": [sys.executable,
-                           runner_dir(tmp, "old", os.path.join(ROOT, "tools", "capture_ref", "capture.py")),
+                           runner_dir(tmp, "old", os.path.join(ROOT, "lab", "cpu", "capture_ref", "capture.py")),
                            *cargs, "-o", os.path.join(tmp, "old.json")],
             "new runner": [sys.executable, runner_dir(tmp, "new", os.path.join(ROOT, "runners", "capture.py")),
                            *cargs, "-o", os.path.join(tmp, "new.json")],

@@ -4,8 +4,8 @@ binaries given side by side in one run (alternated, so that a change of the mach
 falls on all of them alike). Prints medians of wall-clock time and their ratios to the
 first binary; asserts nothing about time.
 
-    python3 tools/bench_search.py --runs 21 before=/path/to/old/vramlab now=target/release/vramlab
-    python3 tools/bench_search.py now1=target/release/vramlab:VRAMLAB_THREADS=1 now=target/release/vramlab
+    python3 lab/cpu/bench_search.py --runs 21 before=/path/to/old/vramlab now=target/release/vramlab
+    python3 lab/cpu/bench_search.py now1=target/release/vramlab:VRAMLAB_THREADS=1 now=target/release/vramlab
 
 A binary is NAME=PATH, optionally :VAR=VALUE,... for its environment (VRAMLAB_THREADS=1
 runs the search on one thread). Every binary's outputs must be equal byte for byte (checked

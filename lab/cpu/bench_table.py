@@ -6,7 +6,7 @@ import os
 import sys
 
 GIB = 2 ** 30
-root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "bench")
+root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "bench")
 runs = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(root, "*.json"))) if "profile" not in p]
 
 

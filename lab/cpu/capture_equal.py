@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Old vs new `runners/capture.py`: the same graph, and how long each took (issue 32).
 
-    /work/venv/bin/python tools/capture_equal.py                 # the default cases
-    /work/venv/bin/python tools/capture_equal.py --case "timm:convnextv2_tiny fp32"
+    /work/venv/bin/python lab/cpu/capture_equal.py                 # the default cases
+    /work/venv/bin/python lab/cpu/capture_equal.py --case "timm:convnextv2_tiny fp32"
 
 Runs the reference copy of the capture runner as it was before the speed-up
-(tools/capture_ref/capture.py, kept for this check and tools/bench_capture.sh only; the binary
+(lab/cpu/capture_ref/capture.py, kept for this check and lab/cpu/bench_capture.py only; the binary
 embeds runners/capture.py) and the current runner, one after the other for each case, with the
 Python this script runs in (it needs torch, timm and, for the torchvision case, torchvision).
 Each pair of graph files must be identical byte for byte once `capture.seconds` (the
@@ -14,7 +14,7 @@ their ratio, and exits 1 on the first case whose graphs differ (naming the first
 field), 0 when every graph is identical.
 
 A case is "SOURCE PRECISION [extra runner arguments]": SOURCE is timm:NAME, tv:NAME (a
-torchvision model) or module:PATH:FACTORY (tools/handwritten_models.py's models).
+torchvision model) or module:PATH:FACTORY (lab/models/handwritten_models.py's models).
 """
 
 import argparse
@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CASES = [
     "timm:convnextv2_tiny amp-bf16",
@@ -35,10 +35,10 @@ CASES = [
     "timm:resnet50 fp32",
     "timm:vit_base_patch16_224 amp-bf16",
     "timm:vit_base_patch16_224 fp32",
-    "module:tools/handwritten_models.py:seg_unet amp-bf16 --image 64",
-    "module:tools/handwritten_models.py:seg_unet fp32 --image 64",
-    "module:tools/handwritten_models.py:spec_conformer amp-bf16 --input 1x80x256",
-    "module:tools/handwritten_models.py:spec_conformer fp32 --input 1x80x256",
+    "module:lab/models/handwritten_models.py:seg_unet amp-bf16 --image 64",
+    "module:lab/models/handwritten_models.py:seg_unet fp32 --image 64",
+    "module:lab/models/handwritten_models.py:spec_conformer amp-bf16 --input 1x80x256",
+    "module:lab/models/handwritten_models.py:spec_conformer fp32 --input 1x80x256",
     # the other build paths: pure bf16 (parameters made in bf16), checkpointing, a torchvision
     # model, a Hugging Face config (built under fake tensors: no CPU build at all)
     "timm:convnextv2_tiny bf16",
@@ -47,14 +47,14 @@ CASES = [
     "hf:tests/data/hf_configs/gpt2.json amp-bf16 --seq 128",
     # a one-time allocation in the first capture of a process: captured again (also the
     # forked child's first capture)
-    "module:tools/capture_one_time_model.py:build amp-bf16 --input 64",
+    "module:lab/models/capture_one_time_model.py:build amp-bf16 --input 64",
 ]
 
 
 def runner_dirs(tmp):
     """Two folders, each with a capture.py and the modules it imports from beside itself."""
     dirs = {}
-    for name, script in (("old", os.path.join(ROOT, "tools", "capture_ref", "capture.py")),
+    for name, script in (("old", os.path.join(ROOT, "lab", "cpu", "capture_ref", "capture.py")),
                          ("new", os.path.join(ROOT, "runners", "capture.py"))):
         d = os.path.join(tmp, name)
         os.makedirs(d)

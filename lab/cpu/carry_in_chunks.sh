@@ -2,7 +2,7 @@
 # The device call carries at most 64 MiB: the tracked repository (about 59 MiB in session 20)
 # plus the `carry` paths. A wheel that does not fit beside the repository travels in chunks,
 # one per call, to a machine that stays warm between calls (30 s idle):
-#   bash tools/carry_in_chunks.sh /path/to/bitsandbytes-0.50.2-...whl   # writes .whl/c0..cN
+#   bash lab/cpu/carry_in_chunks.sh /path/to/bitsandbytes-0.50.2-...whl   # writes .whl/c0..cN
 # then, back to back, one `run` per chunk with carry [".whl/cK"] and the command
 #   mkdir -p /tmp/parts && cp .whl/cK/* /tmp/parts/
 # and in the last call, before the work:

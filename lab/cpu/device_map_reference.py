@@ -3,7 +3,7 @@
 `from_pretrained(..., device_map="auto", max_memory={0: GPU, "cpu": CPU}, dtype=dtype)`, on the
 CPU, without a GPU and without weights.
 
-    /tmp/bart_venv/bin/python tools/device_map_reference.py \
+    /tmp/bart_venv/bin/python lab/cpu/device_map_reference.py \
         --out tests/data/infer/device_maps_accelerate.jsonl
 
 How (transformers 5.17 `modeling_utils.py`, `PreTrainedModel.from_pretrained`): the model is
@@ -17,7 +17,7 @@ functions return. Without CUDA `get_max_memory` adds no "reserved but unused" me
 it adds `memory_reserved() - memory_allocated()` and then takes the minimum with the user's
 `max_memory`, so with `max_memory` given (and less than the free memory) the result is the same.
 
-Each model's config is loaded as tools/infer_runner.py `load_config` does. GPU budgets run
+Each model's config is loaded as lab/device/infer_runner.py `load_config` does. GPU budgets run
 from a few % of the weights to more than all of them; a few rows have a CPU budget small
 enough to send modules to "disk".
 """
@@ -28,7 +28,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "device"))
 from infer_runner import DTYPES, load_config  # noqa: E402
 
 MODELS = ["Llama-3.2-1B", "Llama-3.1-8B", "Qwen2.5-0.5B", "Qwen2.5-7B", "Qwen3-0.6B", "Qwen3-8B",
@@ -76,7 +76,7 @@ def main():
     rows = []
     here = os.path.dirname(os.path.abspath(__file__))
     for name in MODELS:
-        path = os.path.join(here, "..", "tests", "data", "hf_configs", f"{name}.json")
+        path = os.path.join(here, "..", "..", "tests", "data", "hf_configs", f"{name}.json")
         for prec in ["bf16", "fp16", "fp32"]:
             model = meta_model(path, DTYPES[prec])
             total = weights_bytes(model)

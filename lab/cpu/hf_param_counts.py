@@ -7,7 +7,7 @@ such as t5) built on the meta device, written as JSON lines
 with the versions to tests/data/hf_param_counts.jsonl (tests/hf_import.rs asserts the
 Rust builders give the same numbers).
 
-    python3 tools/hf_param_counts.py [--write | --append]
+    python3 lab/cpu/hf_param_counts.py [--write | --append]
 
 --write rewrites every row with this environment's versions; --append adds rows only for the
 configs the file does not count yet (the older rows keep the versions they were counted with).
@@ -20,7 +20,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = os.path.join(ROOT, "tests", "data", "hf_configs")
 OUT = os.path.join(ROOT, "tests", "data", "hf_param_counts.jsonl")
 MASKED_LM = ("bert", "roberta", "modernbert", "deberta-v2")

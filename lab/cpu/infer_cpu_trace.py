@@ -6,7 +6,7 @@ PyTorch's profiler records every CPU allocation and free (`profile_memory=True`)
 live bytes above the call's start is what the CUDA caching allocator would see as allocated,
 except inside attention kernels (the CPU's SDPA kernels differ: compare eager attention).
 
-    python3 tools/infer_cpu_trace.py CONFIG.json generate|prefill BATCH PROMPT NEW \\
+    python3 lab/cpu/infer_cpu_trace.py CONFIG.json generate|prefill BATCH PROMPT NEW \\
         eager|sdpa dynamic|static fp32|bf16 [N_EVENTS_TO_LIST]
 
 Prints {"peak_above_start": bytes, ...}; with N_EVENTS_TO_LIST, the first allocation and

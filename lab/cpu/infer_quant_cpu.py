@@ -6,7 +6,7 @@ device_map="cpu")`), and every parameter, buffer and quantization-state tensor s
 the tensors of a quantized weight each rounded to the caching allocator's 512-byte blocks,
 as `QuantStorage::bytes` counts them on a GPU. Also the bitsandbytes module classes.
 
-    python3 tools/infer_quant_cpu.py > tests/data/infer/quant_weights_cpu.jsonl
+    python3 lab/cpu/infer_quant_cpu.py > tests/data/infer/quant_weights_cpu.jsonl
 
 Needs torch, transformers and bitsandbytes (its CPU backend quantizes).
 """

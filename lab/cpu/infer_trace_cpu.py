@@ -17,7 +17,7 @@ the CPU's `softmax(x, dtype=float)` converts fp16 first where CUDA has a half-to
 kernel, so fp16 is not traced (bf16 and fp32 are); SDPA's kernels differ, so attention is
 eager. What existed before the call (parameters, inputs, the cache's tensors) is not in it.
 
-    python3 tools/infer_trace_cpu.py > tests/data/infer/trace_cpu.jsonl
+    python3 lab/cpu/infer_trace_cpu.py > tests/data/infer/trace_cpu.jsonl
 
 One JSON line per module call: model type, dtype, tokens, the sizes, the versions, and
 `events`: `["alloc", id, nbytes, op]` / `["free", id]`.

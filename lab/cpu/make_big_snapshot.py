@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a large memory snapshot the way a user gets one, no GPU needed.
 
-    python3 tools/make_big_snapshot.py OUT.pickle [--mb 150] [--steps N]
+    python3 lab/cpu/make_big_snapshot.py OUT.pickle [--mb 150] [--steps N]
         [--template tests/data/doctor/real_all_gpt2.snapshot.pickle]
 
 A user records a training loop with PyTorch's defaults --
@@ -237,7 +237,7 @@ def main():
     ap.add_argument("--layers", type=int, default=24)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--template", default=os.path.join(
-        here, "..", "tests", "data", "doctor", "real_all_gpt2.snapshot.pickle"))
+        here, "..", "..", "tests", "data", "doctor", "real_all_gpt2.snapshot.pickle"))
     a = ap.parse_args()
     stacks, settings = harvest(a.template)
     steps = a.steps

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the doctor's stack-format fixtures (tests/data/doctor/stacks_*), no GPU needed.
 
-    python3 tools/make_doctor_fixtures.py tests/data/doctor
+    python3 lab/cpu/make_doctor_fixtures.py tests/data/doctor
 
 Each fixture is a `torch.cuda.memory._snapshot()` dict written with `pickle.dump` (what
 `torch.cuda.memory._dump_snapshot` does), its stacks in the two forms PyTorch records:

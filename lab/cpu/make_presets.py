@@ -5,13 +5,13 @@ Standard library only. The values mirror torchvision's builder functions
 (weights=None) and the well-known Hugging Face configs; crates/device/runners/torch_runner.py
 `count` checks them against the real PyTorch modules.
 
-    python3 tools/make_presets.py            # (re)write all preset files
+    python3 lab/cpu/make_presets.py            # (re)write all preset files
 """
 import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT_DIR = os.path.join(ROOT, "presets", "models")
 
 

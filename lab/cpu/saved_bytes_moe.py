@@ -6,7 +6,7 @@ by storage, parameters left out) plus what the step's output holds (logits, the
 DynamicCache's tensors) and the input ids, at batch 2 and 4; half the difference is the
 per-sample bytes (batch 1 is left out: some reshapes are views there and copies above) the planner's activations at the end of forward are compared with.
 
-    python3 tools/saved_bytes_moe.py   # writes tests/data/types30_moe_saved.jsonl
+    python3 lab/cpu/saved_bytes_moe.py   # writes tests/data/types30_moe_saved.jsonl
 """
 import json
 import os
@@ -15,7 +15,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "types30_moe_saved.jsonl")
 SEQ = 32
 

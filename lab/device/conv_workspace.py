@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the shipped runner lives with the crate that embeds it
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "device", "runners"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "device", "runners"))
 import torch_runner as tr  # noqa: E402
 import trace as trc  # noqa: E402
 

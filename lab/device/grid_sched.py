@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a pre-registered grid's rows on one GPU, several processes at once, under a memory budget.
 
-    python3 tools/grid_sched.py OUT_DIR ROWS.jsonl [ROWS.jsonl ...] [--deadline S] [--par N]
+    python3 lab/device/grid_sched.py OUT_DIR ROWS.jsonl [ROWS.jsonl ...] [--deadline S] [--par N]
                                 [--budget-frac F] [--skip DONE.jsonl ...]
 
 Every row (a JSON line with "grid_id", "split" and "estimate_gb") runs in its own
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNNER = os.environ.get("GRID_SCHED_RUNNER") or os.path.join(ROOT, "crates", "device", "runners", "torch_runner.py")
 DROP = ("estimate_gb", "model_type")
 

@@ -6,18 +6,18 @@ Dependencies: torch, transformers (optionally pynvml). Nothing is downloaded: ea
 built from its config.json with random weights, directly on the device and in the target
 dtype.
 
-    python3 tools/infer_runner.py --configs tools/grid29_configs.jsonl --out $OUT/grid29.jsonl
-    python3 tools/infer_runner.py --configs FILE --out FILE --device cpu   # dry run, no GPU
+    python3 lab/device/infer_runner.py --configs lab/grids/grid29_configs.jsonl --out $OUT/grid29.jsonl
+    python3 lab/device/infer_runner.py --configs FILE --out FILE --device cpu   # dry run, no GPU
 
 One JSON object per config line, e.g.
   {"id": "g29-007", "split": "fit", "model": "tests/data/hf_configs/Llama-3.2-1B.json",
    "step": "generate" | "prefill", "batch": 4, "prompt": 1024, "new_tokens": 64,
    "precision": "bf16" | "fp16" | "fp32", "attention": "sdpa" | "eager",
    "kv_cache": "dynamic" | "static"}
-  and, for generate, optionally the decoding (tools/make_grid29b.py): "do_sample": true,
+  and, for generate, optionally the decoding (lab/grids/make_grid29b.py): "do_sample": true,
   "temperature", "top_k", "top_p" (passed to generate as given; unset ones take
   transformers' defaults), "num_beams": B (beam search).
-  Quantized weights or accelerate's offload (tools/make_grid29c.py): "quant": "nf4" | "int8"
+  Quantized weights or accelerate's offload (lab/grids/make_grid29c.py): "quant": "nf4" | "int8"
   ("double_quant": true | false for nf4), or "device_map": "auto" with "max_gpu_memory" and
   "max_cpu_memory" (accelerate's size strings). Such a model is saved (random weights, in the
   row's dtype, safetensors) to a folder once per model and dtype, then loaded the way a user

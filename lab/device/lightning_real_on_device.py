@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The Lightning grid's rows (tools/make_grid31_lightning.py) run by a real PyTorch Lightning
+"""The Lightning grid's rows (lab/grids/make_grid31_lightning.py) run by a real PyTorch Lightning
 `Trainer`, to check that torch_runner's `loop: "lightning"` (Lightning's closure order,
 emulated) is what Lightning does. One process per row:
 
-    python3 tools/lightning_real_on_device.py ROWS.jsonl [ROWS.jsonl ...] > real.jsonl
+    python3 lab/device/lightning_real_on_device.py ROWS.jsonl [ROWS.jsonl ...] > real.jsonl
 
 The model is built as torch_runner builds it (on the GPU, checkpointing as it enables it);
 the LightningModule's `training_step` returns the loss (`model(input_ids, labels).loss`, or
@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "crates", "device", "runners"))
 PLUGIN = {"fp32": "32-true", "amp-bf16": "bf16-mixed", "amp-fp16": "16-mixed", "bf16": "bf16-true"}
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Real "CUDA out of memory" cases for `vramlab doctor` (run on the GPU machine).
 
-    python3 tools/oom_cases.py OUTDIR            # every case, each in a fresh process
-    python3 tools/oom_cases.py OUTDIR --case NAME
-    python3 tools/oom_cases.py OUTDIR --set stacks [--budget SECONDS]
+    python3 lab/device/oom_cases.py OUTDIR            # every case, each in a fresh process
+    python3 lab/device/oom_cases.py OUTDIR --case NAME
+    python3 lab/device/oom_cases.py OUTDIR --set stacks [--budget SECONDS]
 
 `--set stacks` records the cases below with PyTorch's default history settings, as a user
 records them: `torch.cuda.memory._record_memory_history()` (stacks="all": C++ frames

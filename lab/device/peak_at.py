@@ -5,7 +5,7 @@ blocks live at the peak of allocated memory, largest first, each with the Python
 that allocated it (none for allocations made by the autograd engine's backward thread) and
 the index of its allocation in the trace.
 
-    python3 tools/peak_at.py ROWS.jsonl GRID_ID [GRID_ID ...] > peak.txt
+    python3 lab/device/peak_at.py ROWS.jsonl GRID_ID [GRID_ID ...] > peak.txt
 
 A debugging aid for a row the planner misses: the sizes at the peak (s x s score matrices,
 dropout masks, ...) name the tensors the plan lacks.
@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "crates", "device", "runners"))
 
 import torch  # noqa: E402

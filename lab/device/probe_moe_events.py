@@ -4,7 +4,7 @@ GPU, as PyTorch's memory history records them (`_record_memory_history()` as is)
 mirroring the inference planner's MoE ops (issue 29). Writes JSON lines: one per module call,
 with the (action, size) sequence of its device trace.
 
-    python3 tools/probe_moe_events.py --out $OUT/moe_events.jsonl
+    python3 lab/device/probe_moe_events.py --out $OUT/moe_events.jsonl
 """
 import argparse
 import json

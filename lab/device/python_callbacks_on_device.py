@@ -4,7 +4,7 @@ Lightning run of GPT-2 (random init, built from its config; nothing downloaded),
 induced CUDA OOM explained by the doctor through the callback.
 
     pip install --no-deps .whl/py/vramlab-*.whl
-    python3 tools/python_callbacks_on_device.py --out $OUT
+    python3 lab/device/python_callbacks_on_device.py --out $OUT
 
 Appends to $OUT/callbacks.jsonl (`--runs lightning` runs one of the three): one record per run with the callback's lines, the plan's
 numbers and torch's measured peaks, the versions and the device.

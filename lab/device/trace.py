@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # the shipped runner lives with the crate that embeds it
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "device", "runners"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "device", "runners"))
 import torch_runner as tr  # noqa: E402
 
 DEV = os.environ.get("VRAMLAB_TRACE_DEVICE", "cuda")

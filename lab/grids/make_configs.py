@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes tools/calibration_configs.jsonl and tools/holdout_configs.jsonl.
+"""Writes lab/grids/calibration_configs.jsonl and lab/grids/holdout_configs.jsonl.
 
 Standard library only. Configs are grouped by model and, within a model, by
 (precision dtype, attention, checkpointing) so torch_runner.py rebuilds the model
 as rarely as possible. Every config is sized to peak well under ~100 GB on an
 H200 (141 GB).
 
-    python3 tools/make_configs.py
+    python3 lab/grids/make_configs.py
 """
 import json
 import os

@@ -6,7 +6,7 @@ drawn; the rows with `"split": "untouched"` (a random third) are measured but no
 while fixing the planner: their results go to tests/data/grid26/*untouched*.jsonl and are
 quoted once, at the end, as they came out.
 
-    python3 tools/make_grid26.py     # writes tools/grid26_*.jsonl (deterministic)
+    python3 lab/grids/make_grid26.py     # writes lab/grids/grid26_*.jsonl (deterministic)
 
 Axes users combine (LoRA / QLoRA): model family and size, fine-tuning mode, rank, targets,
 dropout, checkpointing (non-reentrant and reentrant), precision (fp32-without-autocast
@@ -21,7 +21,7 @@ import os
 import random
 
 SEED = 26_2026_12_04
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MODELS = [  # (path, size class, weight)
     ("presets/models/gpt2.json", "small", 1.0),
@@ -144,7 +144,7 @@ def main():
     for i, c in enumerate(caps):
         c["grid_id"] = f"c26-{i:02d}"
     def write(name, rows):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
     write("grid26_fit_configs.jsonl", [s for s in steps if s["split"] == "fit"])

@@ -7,7 +7,7 @@ drawn; rows with `"split": "untouched"` (a random third of each part) are measur
 looked at while fixing the planner: their results go to tests/data/grid26b/*untouched*
 and are quoted once, at the end, as they came out.
 
-    python3 tools/make_grid26b.py     # writes tools/grid26b_*.jsonl (deterministic)
+    python3 lab/grids/make_grid26b.py     # writes lab/grids/grid26b_*.jsonl (deterministic)
 
 Parts:
 - ranks (30): strategy (FSDP2, DDP, PyTorch ZeRO-1, DeepSpeed ZeRO-1/2/3), world size, model,
@@ -17,7 +17,7 @@ Parts:
   and crates/device/runners/ds_runner.py run them. Constraint fixed before drawing: tokens per micro-batch
   <= 8192.
 - captures (12): models not in tests/data/captured yet (timm, torchvision) and two new
-  hand-written modules (tools/handwritten_models.py), with precision, loop shape,
+  hand-written modules (lab/models/handwritten_models.py), with precision, loop shape,
   checkpointing (timm only), image side and two measured batches drawn. Captured on the
   CPU-only machine with `vramlab capture` defaults; captured again and measured on the GPU
   host with runners/capture.py --measure.
@@ -29,7 +29,7 @@ import os
 import random
 
 SEED = 2026_12_04_2
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 RANK_MODELS = [
     "tests/data/hf_configs_device/gpt2-L12.json",
@@ -57,8 +57,8 @@ CAPTURE_POOL = [  # (source args, fixed image or None)
     ("--torchvision fcn_resnet50", None), ("--torchvision shufflenet_v2_x1_0", None),
 ]
 HANDWRITTEN = [
-    ("--module tools/handwritten_models.py:seg_unet", None),
-    ("--module tools/handwritten_models.py:spec_conformer", "1x80x256"),
+    ("--module lab/models/handwritten_models.py:seg_unet", None),
+    ("--module lab/models/handwritten_models.py:spec_conformer", "1x80x256"),
 ]
 
 CAP_MODELS = [
@@ -170,7 +170,7 @@ def main():
             r["split"] = "untouched" if i in untouched else "fit"
         out[part] = rows
     for part, rows in out.items():
-        with open(os.path.join(ROOT, "tools", f"grid26b_{part}.jsonl"), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", f"grid26b_{part}.jsonl"), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
         print(part, len(rows), "untouched", sum(r["split"] == "untouched" for r in rows))
 

@@ -2,13 +2,13 @@
 """Pre-registered measurement grid for issue 29 (inference: generate and prefill).
 
 Drawn at random with a fixed seed BEFORE any of it was measured or planned, committed as
-drawn. The rows in tools/grid29_untouched_configs.jsonl (a random third) are measured but not
+drawn. The rows in lab/grids/grid29_untouched_configs.jsonl (a random third) are measured but not
 looked at while the planner is fixed; their errors are quoted once, at the end, as they came
 out.
 
-    python3 tools/make_grid29.py      # writes tools/grid29_configs.jsonl and
-                                      # tools/grid29_untouched_configs.jsonl (deterministic)
-    python3 tools/infer_runner.py --configs tools/grid29_configs.jsonl --out $OUT/grid29.jsonl
+    python3 lab/grids/make_grid29.py      # writes lab/grids/grid29_configs.jsonl and
+                                      # lab/grids/grid29_untouched_configs.jsonl (deterministic)
+    python3 lab/device/infer_runner.py --configs lab/grids/grid29_configs.jsonl --out $OUT/grid29.jsonl
 
 Axes: model type (llama, qwen2, qwen3, mistral, gemma with MQA, gemma3_text with hybrid
 sliding-window layers, phi3 with a sliding window on every layer), step (generate, or a plain
@@ -29,7 +29,7 @@ import os
 import random
 
 SEED = 29_2026_12_04
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_ROWS = 48
 
 MODELS = [  # (path, weight)
@@ -134,7 +134,7 @@ def main():
         r = {"id": f"g29-{i:03d}", "split": "untouched" if i in untouched else "fit", **r}
         (held if i in untouched else fit).append(r)
     for name, part in (("grid29_configs.jsonl", fit), ("grid29_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             for r in part:
                 f.write(json.dumps(r) + "\n")
     types = sorted({r["model_type"] for r in rows})

@@ -3,12 +3,12 @@
 with `do_sample=True` and its logits warpers, or `num_beams > 1`).
 
 Drawn at random with a fixed seed BEFORE any of it was measured, committed as drawn. The rows
-in tools/grid29b_untouched_configs.jsonl (a random third) are measured but not looked at while
+in lab/grids/grid29b_untouched_configs.jsonl (a random third) are measured but not looked at while
 the planner is fixed; their errors are quoted once, at the end, as they came out.
 
-    python3 tools/make_grid29b.py     # writes tools/grid29b_configs.jsonl and
-                                      # tools/grid29b_untouched_configs.jsonl (deterministic)
-    python3 tools/infer_runner.py --configs tools/grid29b_configs.jsonl --out $OUT/grid29b.jsonl
+    python3 lab/grids/make_grid29b.py     # writes lab/grids/grid29b_configs.jsonl and
+                                      # lab/grids/grid29b_untouched_configs.jsonl (deterministic)
+    python3 lab/device/infer_runner.py --configs lab/grids/grid29b_configs.jsonl --out $OUT/grid29b.jsonl
 
 Axes: model type (the grid29 configs: llama, qwen2, qwen3, mistral, gemma, gemma3_text,
 phi3), decoding (sampling with transformers' default top_k=50; top_k 0 with top_p; top_k,
@@ -29,7 +29,7 @@ import os
 import random
 
 SEED = 29_2026_12_05
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_ROWS = 18
 
 MODELS = [  # (path, weight): the grid29 configs
@@ -143,7 +143,7 @@ def main():
         (held if i in untouched else fit).append(r)
     for name, part in (("grid29b_configs.jsonl", fit),
                        ("grid29b_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             for r in part:
                 f.write(json.dumps(r) + "\n")
     types = sorted({r["model_type"] for r in rows})

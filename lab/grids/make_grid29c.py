@@ -4,12 +4,12 @@ nf4 / LLM.int8 loaded by `from_pretrained(..., quantization_config=BitsAndBytesC
 and accelerate's `device_map="auto"` under `max_memory={0: GPU, "cpu": "200GiB"}`.
 
 Drawn at random with a fixed seed BEFORE any of it was measured, committed as drawn. The rows
-in tools/grid29c_untouched_configs.jsonl (a random third) are measured but not looked at while
+in lab/grids/grid29c_untouched_configs.jsonl (a random third) are measured but not looked at while
 the planner is fixed; their errors are quoted once, at the end, as they came out.
 
-    python3 tools/make_grid29c.py     # writes tools/grid29c_configs.jsonl and
-                                      # tools/grid29c_untouched_configs.jsonl (deterministic)
-    python3 tools/infer_runner.py --configs tools/grid29c_configs.jsonl --out $OUT/grid29c.jsonl
+    python3 lab/grids/make_grid29c.py     # writes lab/grids/grid29c_configs.jsonl and
+                                      # lab/grids/grid29c_untouched_configs.jsonl (deterministic)
+    python3 lab/device/infer_runner.py --configs lab/grids/grid29c_configs.jsonl --out $OUT/grid29c.jsonl
 
 Axes, quantized rows: model type (the grid29 configs: llama, qwen2, qwen3, mistral, gemma,
 gemma3_text, phi3), quantization (nf4 with and without double quantization, int8), precision
@@ -33,7 +33,7 @@ import random
 from make_grid29b import shape  # the same config.json sizes
 
 SEED = 29_2026_12_06
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_QUANT = 27
 N_MAP = 15
 
@@ -203,7 +203,7 @@ def main():
         (held if i in untouched else fit).append(r)
     for name, part in (("grid29c_configs.jsonl", fit),
                        ("grid29c_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             for r in part:
                 f.write(json.dumps(r) + "\n")
     types = sorted({r["model_type"] for r in rows})

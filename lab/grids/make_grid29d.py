@@ -5,13 +5,13 @@ model type whose attention transformers forces to eager (`_supports_sdpa = False
 attention sinks and alternating sliding-window layers.
 
 Drawn at random with a fixed seed BEFORE any of it was measured, committed as drawn. The rows
-in tools/grid29d_untouched_configs.jsonl (a random third) are measured but not looked at while
+in lab/grids/grid29d_untouched_configs.jsonl (a random third) are measured but not looked at while
 the planner is fixed; their errors are quoted once, at the end, as they came out.
 
-    python3 tools/make_grid29d.py     # writes tools/grid29d_configs.jsonl and
-                                      # tools/grid29d_untouched_configs.jsonl (deterministic)
-    CONFIGS="tools/grid29d_configs.jsonl tools/grid29d_untouched_configs.jsonl" GRID=grid29d \
-        LANES=1 bash tools/grid29c_on_device.sh
+    python3 lab/grids/make_grid29d.py     # writes lab/grids/grid29d_configs.jsonl and
+                                      # lab/grids/grid29d_untouched_configs.jsonl (deterministic)
+    CONFIGS="lab/grids/grid29d_configs.jsonl lab/grids/grid29d_untouched_configs.jsonl" GRID=grid29d \
+        LANES=1 lab/run grid29c
 
 Axes: model (Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B, gpt-oss-20b: the public configs with random
 weights built by `from_config` on the GPU), step generate / prefill, batch 1-32, prompt
@@ -31,7 +31,7 @@ import random
 from make_grid29c import log_uniform  # the same draw of lengths
 
 SEED = 29_2026_12_06_4
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_ROWS = 24
 
 MODELS = [  # (path, weight, precisions)
@@ -139,7 +139,7 @@ def main():
         (held if i in untouched else fit).append(r)
     for name, part in (("grid29d_configs.jsonl", fit),
                        ("grid29d_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             for r in part:
                 f.write(json.dumps(r) + "\n")
     types = sorted({r["model_type"] for r in rows})

@@ -4,12 +4,12 @@ starcoder2, smollm3, falcon): training steps of the config.json import, measured
 crates/device/runners/torch_runner.py (`measure`) and compared with `vramlab validate`.
 
 Measured in session 17 (tests/data/grid30/). Drawn at random with a fixed seed BEFORE any of it was measured or planned,
-committed as drawn, for a later session that has the GPU (tools/grid30_on_device.sh runs it).
-The rows in tools/grid30_untouched_configs.jsonl (a random third of each type's) are measured but not looked
+committed as drawn, for a later session that has the GPU (lab/run grid30 runs it).
+The rows in lab/grids/grid30_untouched_configs.jsonl (a random third of each type's) are measured but not looked
 at while the planner is fixed; their errors are quoted once, at the end, as they came out.
 
-    python3 tools/make_grid30.py      # writes tools/grid30_configs.jsonl and
-                                      # tools/grid30_untouched_configs.jsonl (deterministic)
+    python3 lab/grids/make_grid30.py      # writes lab/grids/grid30_configs.jsonl and
+                                      # lab/grids/grid30_untouched_configs.jsonl (deterministic)
 
 Axes: model type x a small (layer-cut) config of two sizes per type
 (tests/data/hf_configs_device/*-L*.json, cut from the public configs in tests/data/hf_configs/),
@@ -31,7 +31,7 @@ import os
 import random
 
 SEED = 30_2026_12_04
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_ROWS = 60
 LIMIT_BYTES = 60e9
 
@@ -150,7 +150,7 @@ def main():
         r = {"grid_id": f"g30-{i:02d}", "split": "untouched" if i in untouched else "fit", **r}
         (held if i in untouched else fit).append(r)
     for name, part in (("grid30_configs.jsonl", fit), ("grid30_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in part))
     print(f"seed {seed}: {len(fit)} fit rows, {len(held)} untouched")
 

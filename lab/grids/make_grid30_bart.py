@@ -4,13 +4,13 @@ config.json): training steps measured by crates/device/runners/torch_runner.py (
 compared with `vramlab validate`.
 
 Measured in session 17 (tests/data/grid30/). Drawn at random with a fixed seed BEFORE any of it was measured or planned,
-committed as drawn, for a later session that has the GPU (tools/grid30_new_on_device.sh runs
-it). The rows in tools/grid30_bart_untouched_configs.jsonl (a random third) are measured but
+committed as drawn, for a later session that has the GPU (lab/run grid30_new runs
+it). The rows in lab/grids/grid30_bart_untouched_configs.jsonl (a random third) are measured but
 not looked at while the planner is fixed; their errors are quoted once, at the end, as they
 came out.
 
-    python3 tools/make_grid30_bart.py   # writes tools/grid30_bart_configs.jsonl and
-                                        # tools/grid30_bart_untouched_configs.jsonl (deterministic)
+    python3 lab/grids/make_grid30_bart.py   # writes lab/grids/grid30_bart_configs.jsonl and
+                                        # lab/grids/grid30_bart_untouched_configs.jsonl (deterministic)
 
 Axes: three configs (tests/data/hf_configs_device/bart-*.json: bart-base whole, bart-large cut
 to 4 + 4 layers, bart-large-cnn cut to 3 + 3 layers, whose attention and activation dropouts
@@ -32,7 +32,7 @@ import os
 import random
 
 SEED = 30_2026_12_05
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_ROWS = 12
 LIMIT_BYTES = 35e9
 MODELS = ["bart-base-L6", "bart-large-L4", "bart-large-cnn-L3"]
@@ -126,7 +126,7 @@ def main():
         r = {"grid_id": f"g30-bart-{i:02d}", "split": "untouched" if i in untouched else "fit", **r}
         (held if i in untouched else fit).append(r)
     for name, part in (("grid30_bart_configs.jsonl", fit), ("grid30_bart_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in part))
     print(f"seed {seed}: {len(fit)} fit rows, {len(held)} untouched")
 

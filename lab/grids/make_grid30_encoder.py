@@ -4,15 +4,15 @@ deberta-v2): training steps of the config.json import, measured by
 crates/device/runners/torch_runner.py (`measure`) and compared with `vramlab validate`.
 
 Measured in session 17 (tests/data/grid30/). Drawn at random with a fixed seed BEFORE any of it was measured or planned,
-committed as drawn, for a later session that has the GPU (tools/grid30_new_on_device.sh
-runs it). The rows in tools/grid30_encoder_untouched_configs.jsonl (a random third of each
+committed as drawn, for a later session that has the GPU (lab/run grid30_new
+runs it). The rows in lab/grids/grid30_encoder_untouched_configs.jsonl (a random third of each
 type's) are measured but not looked at while the planner is fixed; their errors are quoted
 once, at the end, as they came out.
 
-    python3 tools/make_grid30_encoder.py   # writes tools/grid30_encoder_configs.jsonl and
-                                           # tools/grid30_encoder_untouched_configs.jsonl
+    python3 lab/grids/make_grid30_encoder.py   # writes lab/grids/grid30_encoder_configs.jsonl and
+                                           # lab/grids/grid30_encoder_untouched_configs.jsonl
 
-Axes (as tools/make_grid30.py): model type x a layer-cut config of two sizes per type
+Axes (as lab/grids/make_grid30.py): model type x a layer-cut config of two sizes per type
 (tests/data/hf_configs_device/*-L*.json, cut from the public configs in tests/data/hf_configs/),
 batch, sequence length, precision (fp32, amp-bf16, bf16), activation checkpointing (off / on),
 loop shape (plain / trainer), attention: ModernBERT sdpa for three quarters of its rows and
@@ -35,7 +35,7 @@ import os
 import random
 
 SEED = 30_2026_12_05
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS_PER_TYPE = 12
 LIMIT_BYTES = 35e9
 
@@ -155,7 +155,7 @@ def main():
         (held if i in untouched else fit).append(r)
     for name, part in (("grid30_encoder_configs.jsonl", fit),
                        ("grid30_encoder_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in part))
     print(f"seed {seed}: {len(fit)} fit rows, {len(held)} untouched")
 

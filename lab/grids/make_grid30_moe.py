@@ -5,15 +5,15 @@ crates/device/runners/torch_runner.py (`measure`) and compared with `vramlab val
 
 Measured in session 17 (tests/data/grid30/). Drawn at random with a fixed seed BEFORE any of it was measured or planned,
 committed as drawn, for a later session that has the GPU. The rows in
-tools/grid30_moe_untouched_configs.jsonl (a random third of each type's) are measured but not
+lab/grids/grid30_moe_untouched_configs.jsonl (a random third of each type's) are measured but not
 looked at while the planner is fixed; their errors are quoted once, at the end, as they came
 out.
 
-    python3 tools/make_grid30_moe.py  # writes tools/grid30_moe_configs.jsonl and
-                                      # tools/grid30_moe_untouched_configs.jsonl (deterministic)
+    python3 lab/grids/make_grid30_moe.py  # writes lab/grids/grid30_moe_configs.jsonl and
+                                      # lab/grids/grid30_moe_untouched_configs.jsonl (deterministic)
 
 Axes: model type x a small config of two sizes per type (tests/data/hf_configs_device/, cut
-from the public configs in tests/data/hf_configs/): layer-cut as tools/make_grid30.py does, and
+from the public configs in tests/data/hf_configs/): layer-cut as lab/grids/make_grid30.py does, and
 where one layer of the published model is too large for a row, expert-cut too (fewer routed
 experts, every width, the router and the shared expert as published; DeepSeek-V3 keeps 2
 experts per router group), batch, sequence length, precision (fp32, amp-bf16, bf16),
@@ -34,7 +34,7 @@ import os
 import random
 
 SEED = 30_2026_12_05
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS_PER_TYPE = 12
 LIMIT_BYTES = 35e9
 
@@ -158,7 +158,7 @@ def main():
         (held if i in untouched else fit).append(r)
     for name, part in (("grid30_moe_configs.jsonl", fit),
                        ("grid30_moe_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in part))
     print(f"seed {seed}: {len(fit)} fit rows, {len(held)} untouched")
     for n, s in cfgs.items():

@@ -7,10 +7,10 @@ through the forward; `loop: "lightning"` in crates/device/runners/torch_runner.p
 order, and `vramlab plan --loop lightning` plans it.
 
 Drawn at random with a fixed seed BEFORE any row was measured, committed as drawn. A random
-third (tools/grid31_lightning_untouched_configs.jsonl) is measured but not looked at while
+third (lab/grids/grid31_lightning_untouched_configs.jsonl) is measured but not looked at while
 the planner is fixed; its errors are quoted once, at the end, as they came out.
 
-    python3 tools/make_grid31_lightning.py [path/to/vramlab]   # writes the two files
+    python3 lab/grids/make_grid31_lightning.py [path/to/vramlab]   # writes the two files
 
 Axes: model (GPT-2, Qwen2.5-0.5B and TinyLlama-1.1B from their configs, ResNet-50, ViT-B/16),
 precision (fp32, amp-bf16, amp-fp16 with GradScaler, bf16), checkpointing, accumulation
@@ -26,7 +26,7 @@ import sys
 
 SEED = 31_2026_12_05
 N_ROWS = 15
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LMS = {
     "gpt2": "gpt2",
     "qwen2.5-0.5b": "tests/data/hf_configs/Qwen2.5-0.5B.json",
@@ -79,7 +79,7 @@ def main():
         (held if i in untouched else fit).append(r)
     for name, part in (("grid31_lightning_configs.jsonl", fit),
                        ("grid31_lightning_untouched_configs.jsonl", held)):
-        with open(os.path.join(ROOT, "tools", name), "w") as f:
+        with open(os.path.join(ROOT, "lab", "grids", name), "w") as f:
             for r in part:
                 f.write(json.dumps(r) + "\n")
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes tools/holdout5_configs.jsonl: configurations drawn at random (seed 5) before any of
+"""Writes lab/grids/holdout5_configs.jsonl: configurations drawn at random (seed 5) before any of
 them was measured, to check the planner on configurations it was never tuned on.
 
-    python3 tools/make_holdout5.py
+    python3 lab/grids/make_holdout5.py
 """
 import json
 import os

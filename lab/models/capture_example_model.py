@@ -1,6 +1,6 @@
 """A hand-written model with an unusual head, for `vramlab capture --module`.
 
-    vramlab capture --module tools/capture_example_model.py:build --image 160 -o odd.vramlab-graph.json
+    vramlab capture --module lab/models/capture_example_model.py:build --image 160 -o odd.vramlab-graph.json
 
 A small convolutional trunk, then a head no builder has: learned queries cross-attend to the
 feature map (a Perceiver-style pooling head), a gated MLP mixes the pooled queries, and a

@@ -1,7 +1,7 @@
 """Hand-written models for `vramlab capture --module` (issue 26's grid: models no builder has).
 
-    vramlab capture --module tools/handwritten_models.py:seg_unet --image 224 -o unet.vramlab-graph.json
-    vramlab capture --module tools/handwritten_models.py:spec_conformer --input 1x80x256 -o conf.vramlab-graph.json
+    vramlab capture --module lab/models/handwritten_models.py:seg_unet --image 224 -o unet.vramlab-graph.json
+    vramlab capture --module lab/models/handwritten_models.py:spec_conformer --input 1x80x256 -o conf.vramlab-graph.json
 
 seg_unet: a segmentation U-Net as people write it for diffusion-style or medical work:
 GroupNorm + SiLU residual blocks, strided-conv downsampling, nearest upsampling with

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # REFERENCE COPY of runners/capture.py before issue 32 (commit 8b8ab64), kept only for
-# tools/capture_equal.py and tools/bench_capture.sh (old vs new, side by side). Not shipped.
+# lab/cpu/capture_equal.py and lab/cpu/bench_capture.py (old vs new, side by side). Not shipped.
 """vramlab capture: record the tensor allocations of one training step of any PyTorch model.
 
 Runs the training step vramlab plans (the loop of crates/device/runners/torch_runner.py) on fake tensors
@@ -195,7 +195,7 @@ def enable_checkpointing(model):
 
 # --------------------------------------------------------------------------- kernel calls
 # Ops whose CUDA kernels allocate temporaries of their own through the caching allocator,
-# which fake tensors cannot see (measured per op on the H200 with tools/op_temps.py). The
+# which fake tensors cannot see (measured per op on the H200 with lab/device/op_temps.py). The
 # capture records the shapes the planner's rules need (crates/core/src/plan/kernel_temps.rs).
 REDUCTIONS = {"sum", "mean", "linalg_vector_norm", "norm", "amax", "amin"}
 KERNEL_OPS = REDUCTIONS | {"roll", "_softmax_backward_data", "native_layer_norm",
