@@ -9,7 +9,7 @@
 #
 #     lab/cpu/bench_snapshot.sh [FILE]        (REPS=5 by default)
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 FILE=${1:-target/bench/snapshot150.pickle}
 mkdir -p "$(dirname "$FILE")"
 [ -f "$FILE" ] || python3 lab/cpu/make_big_snapshot.py "$FILE" --mb 150

@@ -11,7 +11,7 @@
 set -euo pipefail
 file="$1"
 size="${CHUNK_BYTES:-920000}"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rm -rf .whl/c[0-9]*
 tmp=$(mktemp -d)
 split -b "$size" -d -a 2 "$file" "$tmp/chunk"
