@@ -88,7 +88,7 @@ fn named_paths(text: &str) -> Vec<String> {
             let start = from + at;
             from = start + prefix.len();
             let before = text[..start].chars().next_back();
-            if before.is_some_and(|c| c.is_alphanumeric() || "_-./".contains(c)) {
+            if before.is_some_and(|c| c.is_alphanumeric() || "_./".contains(c)) {
                 continue;
             }
             let len = text[start..]
@@ -201,7 +201,10 @@ fn the_lab_names_files_that_exist() {
 fn every_lab_shell_script_parses() {
     let root = root();
     let mut scripts = vec![root.join("lab/run")];
-    for e in std::fs::read_dir(root.join("lab/cpu")).expect("lab/cpu").flatten() {
+    for e in std::fs::read_dir(root.join("lab/cpu"))
+        .expect("lab/cpu")
+        .flatten()
+    {
         if e.path().extension().is_some_and(|x| x == "sh") {
             scripts.push(e.path());
         }
