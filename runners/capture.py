@@ -35,7 +35,7 @@ buffer gets a fresh fake storage), so a model built on the CPU has its parameter
 device (no weight initialisation), and the fake-tensor attempt that fails for it is made once;
 the garbage collector walks only what each capture makes (gc.freeze); with two CPUs a forked
 child captures the last half of the batches at the same time. The graph is the same byte for
-byte (tools/capture_equal.py, python/tests/test_capture_golden.py).
+byte (lab/cpu/capture_equal.py, python/tests/test_capture_golden.py).
 """
 
 import argparse
@@ -240,7 +240,7 @@ def enable_checkpointing(model):
 
 # --------------------------------------------------------------------------- kernel calls
 # Ops whose CUDA kernels allocate temporaries of their own through the caching allocator,
-# which fake tensors cannot see (measured per op on the H200 with tools/op_temps.py). The
+# which fake tensors cannot see (measured per op on the H200 with lab/device/op_temps.py). The
 # capture records the shapes the planner's rules need (crates/core/src/plan/kernel_temps.rs).
 REDUCTIONS = {"sum", "mean", "linalg_vector_norm", "norm", "amax", "amin"}
 KERNEL_OPS = REDUCTIONS | {"roll", "_softmax_backward_data", "native_layer_norm",

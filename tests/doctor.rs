@@ -1,4 +1,4 @@
-//! The OOM doctor on real messages and snapshots recorded on an H200 (tools/oom_cases.py,
+//! The OOM doctor on real messages and snapshots recorded on an H200 (lab/device/oom_cases.py,
 //! tests/data/doctor/cases.jsonl), and on hostile pickles.
 
 use std::path::PathBuf;
@@ -460,7 +460,7 @@ fn synthetic_snapshot_round_trip() {
 
 /// `cargo test --release --test doctor -- --ignored big --nocapture`
 #[test]
-#[ignore = "writes and reads a ≥ 100 MB snapshot; run in release (timed by tools/bench_snapshot.sh, not here)"]
+#[ignore = "writes and reads a ≥ 100 MB snapshot; run in release (timed by lab/cpu/bench_snapshot.sh, not here)"]
 fn big_snapshot_opens_in_seconds() {
     let b = synthetic_snapshot(330_000);
     assert!(b.len() >= 100 << 20, "{} bytes", b.len());
@@ -526,7 +526,7 @@ fn cli_lays_the_planned_step_over_a_snapshot() {
 
 // Snapshots with the stacks PyTorch records by default (`_record_memory_history()`:
 // stacks="all", C++ frames interleaved with Python ones) and with stacks="python";
-// tools/make_doctor_fixtures.py writes them.
+// lab/cpu/make_doctor_fixtures.py writes them.
 
 fn doctor_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["vramlab", "doctor"];
@@ -793,7 +793,7 @@ fn the_doctors_plan_honours_the_cap_and_the_loop() {
 }
 
 // Real OOMs recorded on an H200 with the default history settings
-// (`tools/oom_cases.py --set stacks`, tests/data/doctor/real_cases.jsonl): stacks="all" for
+// (`lab/device/oom_cases.py --set stacks`, tests/data/doctor/real_cases.jsonl): stacks="all" for
 // the `all_` cases, stacks="python" for the `py_` ones, written by `_dump_snapshot`.
 
 struct RealCase {

@@ -405,7 +405,7 @@ fn fsdp2_world_2_under_torchrun_reports_both_ranks() {
 
 /// DeepSpeed ZeRO-2 at world 2, rank 0 emulated on one GPU (`crates/device/runners/ds_runner.py`). Needs
 /// DeepSpeed in the Python the bench uses (`python3`): on the device, install the carried
-/// wheels as `tools/run_ds_on_device.sh` does (`pip install --no-index --no-deps --target
+/// wheels as `lab/run ds` does (`pip install --no-index --no-deps --target
 /// /tmp/dssite .whl/ds/*.whl`) and run with `PYTHONPATH=/tmp/dssite`. Prints measured vs
 /// predicted; no accuracy assertion (the DeepSpeed plans are being reworked).
 #[test]

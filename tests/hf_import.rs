@@ -1,5 +1,5 @@
 //! Hugging Face `config.json` import: parameter counts equal transformers' exactly
-//! (`tests/data/hf_param_counts.jsonl`, from `tools/hf_param_counts.py`), and the CLI takes
+//! (`tests/data/hf_param_counts.jsonl`, from `lab/cpu/hf_param_counts.py`), and the CLI takes
 //! a config file wherever it takes a model.
 
 use std::process::Command;

@@ -11,4 +11,5 @@ mod doctor;
 mod gpu;
 mod hf_import;
 mod hub;
+mod lab;
 mod regressions;

@@ -52,7 +52,7 @@ def arguments(doc, golden):
     elif kind == "torchvision":
         src = ["--torchvision", name]
     elif kind == "module":
-        src = ["--module", str(ROOT / "tools" / name)]
+        src = ["--module", str(ROOT / "lab" / "models" / name)]
     elif kind == "hf":
         src = ["--hf", str(ROOT / "tests" / "data" / "hf_configs" / name)]
     else:
@@ -113,12 +113,12 @@ def _runner(tmp_path, name, script):
 
 def _both(tmp_path, args):
     """(returncode, last stderr line, graph without seconds or None) of the reference runner
-    (tools/capture_ref: the runner before issue 32) and of runners/capture.py."""
+    (lab/cpu/capture_ref: the runner before issue 32) and of runners/capture.py."""
     py, why = capture_python()
     if py is None:
         pytest.skip(f"capture Python: {why} (set VRAMLAB_CAPTURE_PYTHON)")
     got = []
-    for name, script in (("old", ROOT / "tools" / "capture_ref" / "capture.py"),
+    for name, script in (("old", ROOT / "lab" / "cpu" / "capture_ref" / "capture.py"),
                          ("new", ROOT / "runners" / "capture.py")):
         out = tmp_path / f"{name}.vramlab-graph.json"
         p = subprocess.run([py, str(_runner(tmp_path, name, script)), *args, "-o", str(out)],
@@ -132,7 +132,7 @@ def _both(tmp_path, args):
 def test_one_time_allocation_is_captured_again_like_the_reference(tmp_path):
     """The first capture of a process (and the forked child's) holds a one-time allocation:
     both are captured again, and the graph is the reference runner's."""
-    old, new = _both(tmp_path, ["--module", str(ROOT / "tools" / "capture_one_time_model.py") + ":build",
+    old, new = _both(tmp_path, ["--module", str(ROOT / "lab" / "models" / "capture_one_time_model.py") + ":build",
                                 "--input", "64", "--device", "cpu"])
     assert old[0] == 0, old[1]
     assert new == old
@@ -141,7 +141,7 @@ def test_one_time_allocation_is_captured_again_like_the_reference(tmp_path):
 @pytest.mark.parametrize("factory,code", [("data_dependent", 5), ("not_affine", 6), ("fails_at_batch_6", 1)])
 def test_errors_are_the_reference_runners(tmp_path, factory, code):
     """Exit status and message as before, also where only the child's batch fails."""
-    old, new = _both(tmp_path, ["--module", str(ROOT / "tools" / "capture_error_models.py") + ":" + factory,
+    old, new = _both(tmp_path, ["--module", str(ROOT / "lab" / "models" / "capture_error_models.py") + ":" + factory,
                                 "--input", "32", "--device", "cpu"])
     assert old[0] == code, old
     assert new[:2] == old[:2]

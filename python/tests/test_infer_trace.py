@@ -1,4 +1,4 @@
-"""`tools/infer_trace_cpu.py` writes the committed CPU traces again, byte for byte (issue 29):
+"""`lab/cpu/infer_trace_cpu.py` writes the committed CPU traces again, byte for byte (issue 29):
 `tests/data/infer/trace_cpu.jsonl` holds what transformers' own modules allocate (MoE blocks,
 decoder layers of every type inference plans), and `crates/core/tests/infer_moe.rs` checks the
 planner against it; this test checks that the file is what the tool writes.
@@ -36,8 +36,8 @@ def trace_python():
 def test_the_committed_traces_are_what_the_tool_writes():
     py, why = trace_python()
     if py is None:
-        pytest.skip(f"tools/infer_trace_cpu.py needs torch 2.11.0 + transformers 5.17.0: {why}")
-    out = subprocess.run([py, os.path.join(ROOT, "tools", "infer_trace_cpu.py")],
+        pytest.skip(f"lab/cpu/infer_trace_cpu.py needs torch 2.11.0 + transformers 5.17.0: {why}")
+    out = subprocess.run([py, os.path.join(ROOT, "lab", "cpu", "infer_trace_cpu.py")],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     with open(os.path.join(ROOT, "tests", "data", "infer", "trace_cpu.jsonl")) as f:

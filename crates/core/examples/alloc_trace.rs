@@ -1,5 +1,5 @@
 //! Prints the planner's allocation events and the caching-allocator segments they create,
-//! to compare with a real allocator history (`tools/trace.py memory`).
+//! to compare with a real allocator history (`lab/device/trace.py memory`).
 //!
 //! cargo run --release --example alloc_trace -- resnet18 256 224 fp32 adamw [ckpt]
 

@@ -4,7 +4,7 @@
 //! alternated, in-process and as whole processes; it checks that both give the same report.
 //!
 //! ```sh
-//! tools/bench_snapshot.sh            # writes a 150 MB snapshot, builds, runs this
+//! lab/cpu/bench_snapshot.sh            # writes a 150 MB snapshot, builds, runs this
 //! cargo run --release -p vramlab-core --example snapshot_bench -- FILE [--reps N] [--vramlab BIN]
 //! ```
 //!

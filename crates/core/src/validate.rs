@@ -122,7 +122,7 @@ pub struct Measured {
     /// QLoRA rows: bitsandbytes double quantization.
     #[serde(default)]
     pub double_quant: Option<bool>,
-    /// Partial full fine-tuning rows (`tools/freeze_configs.jsonl`).
+    /// Partial full fine-tuning rows (`lab/grids/freeze_configs.jsonl`).
     #[serde(default)]
     pub freeze_embeddings: bool,
     #[serde(default)]
@@ -578,7 +578,7 @@ mod tests {
     #[test]
     fn deepspeed_runner_rows_carry_their_zero_knobs() {
         let path = format!(
-            "{}/../../tools/ds_configs.jsonl",
+            "{}/../../lab/grids/ds_configs.jsonl",
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(&path).expect("rows");
@@ -633,7 +633,7 @@ not json"#;
             ("reentrant_configs.jsonl", "checkpoint_reentrant"),
             ("merged_configs.jsonl", "lora_merged"),
         ] {
-            let path = format!("{}/../../tools/{file}", env!("CARGO_MANIFEST_DIR"));
+            let path = format!("{}/../../lab/grids/{file}", env!("CARGO_MANIFEST_DIR"));
             let text = std::fs::read_to_string(&path).expect("rows");
             let mut with_key = 0;
             for line in text.lines().filter(|l| !l.trim().is_empty()) {

@@ -125,14 +125,14 @@ fn third_holdout_set_within_targets() {
 }
 
 /// Measured after the convolution-workspace rule was written from per-convolution
-/// measurements (tools/conv_workspace.py), on an H100 (PyTorch 2.11, cuDNN 9.19); its
+/// measurements (lab/device/conv_workspace.py), on an H100 (PyTorch 2.11, cuDNN 9.19); its
 /// whole-model rows were never tuned on.
 #[test]
 fn fourth_holdout_set_within_targets() {
     check(&["holdout4.jsonl"]);
 }
 
-/// 44 configurations drawn at random (`tools/make_holdout5.py`, seed 5) and measured on the
+/// 44 configurations drawn at random (`lab/grids/make_holdout5.py`, seed 5) and measured on the
 /// H200 after session 5's rule changes (residual-add gradients, weight-gradient partials, stem
 /// workspaces), before any of its rows was looked at.
 #[test]
@@ -174,7 +174,7 @@ fn every_family_within_targets() {
 
 /// Hugging Face models imported from their config.json (`tests/data/hf_configs_device/`:
 /// public configs with fewer layers), both loop shapes, fp32 / AMP bf16 / bf16, with and
-/// without checkpointing (`tools/hf_import_configs.jsonl`, H200, transformers 5.17). The
+/// without checkpointing (`lab/grids/hf_import_configs.jsonl`, H200, transformers 5.17). The
 /// issue's targets, per `model_type`: allocated median ≤ 2 %, worst ≤ 8 %, reserved median
 /// ≤ 4 %.
 #[test]
@@ -225,7 +225,7 @@ fn hf_import_within_targets_per_model_type() {
 }
 
 /// T5 (`T5ForConditionalGeneration` from config.json, source `seq` and target `target_seq`
-/// tokens; `tools/t5_moe_configs.jsonl`, H200, transformers 5.17) against the issue's
+/// tokens; `lab/grids/t5_moe_configs.jsonl`, H200, transformers 5.17) against the issue's
 /// per-family targets: allocated median ≤ 2 %, worst ≤ 8 %, reserved median ≤ 4 %.
 #[test]
 fn t5_within_targets() {
@@ -251,12 +251,12 @@ fn t5_within_targets() {
     assert_within("t5", rows.iter(), ISSUE);
 }
 
-/// The T5 rows the lead measures (`tools/t5_moe_configs.jsonl`) plan, carrying their
+/// The T5 rows the lead measures (`lab/grids/t5_moe_configs.jsonl`) plan, carrying their
 /// target length into the plan.
 #[test]
 fn t5_device_configs_plan_with_their_target() {
     std::env::set_current_dir(crate::data("..").join("..")).expect("repository root");
-    let text = std::fs::read_to_string("tools/t5_moe_configs.jsonl").expect("configs");
+    let text = std::fs::read_to_string("lab/grids/t5_moe_configs.jsonl").expect("configs");
     let lines: Vec<String> = text
         .lines()
         .filter(|l| l.contains("target_seq"))
@@ -287,7 +287,7 @@ fn trainer_loop_presets_within_targets() {
     }
 }
 
-/// peft 0.21 LoRA on GPT-2 and a Llama-style config (`tools/lora_configs.jsonl`, H200):
+/// peft 0.21 LoRA on GPT-2 and a Llama-style config (`lab/grids/lora_configs.jsonl`, H200):
 /// ranks 8–64, attention-only / all-linear / named targets, fp32 / AMP bf16 / bf16 base,
 /// with and without checkpointing, both loop shapes. Trainable parameter counts equal
 /// peft's `get_nb_trainable_parameters()` (what `print_trainable_parameters` prints); the
@@ -303,7 +303,7 @@ fn lora_within_targets_and_trainable_counts_exact() {
     assert_within("LoRA", rows.iter(), ISSUE);
 }
 
-/// The evaluation step after two training steps (`tools/eval_configs.jsonl`, H200): one
+/// The evaluation step after two training steps (`lab/grids/eval_configs.jsonl`, H200): one
 /// validation forward + loss in `model.eval()`, under `torch.no_grad()` ("eval") and without it
 /// ("eval-grad": the seed articles' validation OOM), on GPT-2, BERT, ViT, ResNet, ConvNeXt,
 /// EfficientNet and imported Qwen2.5, Llama 3.2 and Gemma 2 configs, fp32 / AMP / bf16.
@@ -399,11 +399,11 @@ fn distributed_per_rank_within_targets() {
 
 /// QLoRA (bitsandbytes 0.50.2 NF4 / FP4 with and without double quantization, LLM.int8)
 /// under peft 0.21, and the bitsandbytes optimizers (AdamW8bit, PagedAdamW8bit,
-/// PagedAdamW32bit) on LoRA and QLoRA (`tools/qlora_configs.jsonl`, H200): GPT-2, BERT,
+/// PagedAdamW32bit) on LoRA and QLoRA (`lab/grids/qlora_configs.jsonl`, H200): GPT-2, BERT,
 /// Llama-style and imported Qwen2 configs, ranks 8–64, attention-only / all-linear, with
 /// and without checkpointing, both loop shapes. Trainable counts exact; together with
 /// `lora.jsonl` and `lora_dropout.jsonl` (`lora_dropout=0.05` on GPT-2, BERT, Llama-style and
-/// Qwen2 configs, LoRA and QLoRA, `tools/lora_dropout_configs.jsonl`) the issue's targets
+/// Qwen2 configs, LoRA and QLoRA, `lab/grids/lora_dropout_configs.jsonl`) the issue's targets
 /// over all LoRA + QLoRA rows.
 #[test]
 fn qlora_and_bnb_optimizers_within_targets() {
@@ -432,7 +432,7 @@ fn qlora_and_bnb_optimizers_within_targets() {
     }
 }
 
-/// Partial full fine-tuning (`tools/freeze_configs.jsonl`, H200, session 9): every
+/// Partial full fine-tuning (`lab/grids/freeze_configs.jsonl`, H200, session 9): every
 /// `nn.Embedding` and/or the first N blocks `requires_grad_(False)` on GPT-2, BERT, a
 /// Llama-style and the imported Qwen2.5 config, AMP / bf16 / fp32, with and without
 /// checkpointing, both loops. The issue's targets, and trainable counts equal to PyTorch's.
@@ -449,7 +449,7 @@ fn partial_fine_tuning_within_targets_and_trainable_counts_exact() {
 }
 
 /// PyTorch's ZeRO-1 (DDP + `ZeroRedundancyOptimizer`) as rank 0 of a world of 2, 4, 8 under
-/// the fake process group (`tools/dist_zero_configs.jsonl`, H200, session 9): allocated within
+/// the fake process group (`lab/grids/dist_zero_configs.jsonl`, H200, session 9): allocated within
 /// issue 17's targets; reserved over-predicted on the fp32 rows (+7 … +13 %: the allocator
 /// model keeps DDP's rebuilt buckets apart from the optimizer-state blocks more than PyTorch
 /// does) — bounded here, and the whole per-rank set (FSDP2, DDP, ZeRO-1) held to the targets.
@@ -479,7 +479,7 @@ fn torch_zero1_per_rank_within_targets() {
 }
 
 /// Reentrant checkpointing (`use_reentrant=True`, `enable_input_require_grads` for LoRA;
-/// `tools/reentrant_configs.jsonl`, H200, session 9; the QLoRA rows did not run: the
+/// `lab/grids/reentrant_configs.jsonl`, H200, session 9; the QLoRA rows did not run: the
 /// bitsandbytes wheel did not fit in that call's upload; measured in session 10: allocated
 /// within 1 %, reserved −2 … −16 % as for the other QLoRA rows): GPT-2, Llama-style and
 /// Qwen2.5, LoRA attn / all-linear, QLoRA and full, both loops — the issue's targets.
@@ -493,7 +493,7 @@ fn reentrant_checkpointing_within_targets() {
 }
 
 /// Merged adapters (`merge_and_unload`) in evaluation steps against the same adapters
-/// unmerged (`tools/merged_configs.jsonl`, H200, session 9; its two QLoRA rows in session 10):
+/// unmerged (`lab/grids/merged_configs.jsonl`, H200, session 9; its two QLoRA rows in session 10):
 /// LoRA allocated within 0.5 %, QLoRA within 1.1 %. With autograd on, a merged model records
 /// no graph (nothing requires grad): planned as such since this run showed it (first plan:
 /// +104 %). Reserved of the LoRA evaluation steps is over-predicted (+10 … +13 %, as for the

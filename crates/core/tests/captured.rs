@@ -1,7 +1,7 @@
 //! Captured graphs (`tests/data/captured/*.vramlab-graph.json`, written by `runners/capture.py`
 //! on the H200 machine on fake tensors) planned by the core and compared with the same
 //! training step run for real on the H200 (`tests/data/captured.jsonl`, written by
-//! `tools/capture_on_device.sh`). CI has no torch: the graphs are committed.
+//! `lab/run capture`). CI has no torch: the graphs are committed.
 
 use vramlab_core::model::{ModelSpec, Preset};
 use vramlab_core::plan::{Planner, TrainConfig};

@@ -1,5 +1,5 @@
 //! `device_map="auto"` (issue 29): the planner's placement against the maps transformers 5.17
-//! itself computes (`tools/device_map_reference.py`: `_get_device_map` on a meta-device model,
+//! itself computes (`lab/cpu/device_map_reference.py`: `_get_device_map` on a meta-device model,
 //! accelerate 1.15, on the CPU), module for module.
 
 use serde_json::Value;
@@ -113,10 +113,10 @@ fn median_worst(mut e: Vec<f64>) -> (f64, f64) {
     (median, e[n - 1])
 }
 
-/// Issue 29's pre-registered `device_map="auto"` rows (tools/grid29c_configs.jsonl, the "fit"
+/// Issue 29's pre-registered `device_map="auto"` rows (lab/grids/grid29c_configs.jsonl, the "fit"
 /// split: 10 rows), measured on an H100 80GB HBM3 (driver 580.159.04, torch 2.11.0+cu130,
-/// transformers 5.17.0, accelerate 1.15.0) by tools/grid29c_on_device.sh →
-/// tools/infer_runner.py (`from_pretrained` of a saved random-weight checkpoint with
+/// transformers 5.17.0, accelerate 1.15.0) by lab/run grid29c →
+/// lab/device/infer_runner.py (`from_pretrained` of a saved random-weight checkpoint with
 /// `device_map="auto"` and `max_memory`; the warm-up, then the measured call):
 /// - the planned map equals `hf_device_map` on every row (absent when nothing is dispatched,
 ///   `{"": 0}`: 2 rows);

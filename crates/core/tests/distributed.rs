@@ -1,5 +1,5 @@
 //! More than one GPU: DeepSpeed's model-state estimators (numbers recorded by running
-//! DeepSpeed 0.19.8's own functions, `tools/check_ds_zero.py`), the planner's per-rank
+//! DeepSpeed 0.19.8's own functions, `lab/cpu/check_ds_zero.py`), the planner's per-rank
 //! model states against them, and the fewest-GPU search.
 
 use vramlab_core::model::preset::find_builtin;

@@ -1,5 +1,5 @@
-//! Issue 26's pre-registered grid (`tools/make_grid26.py`, measured on an H200 by
-//! `tools/grid26_on_device.sh`): LoRA / QLoRA steps drawn at random over the axes users
+//! Issue 26's pre-registered grid (`lab/grids/make_grid26.py`, measured on an H200 by
+//! `lab/run grid26`): LoRA / QLoRA steps drawn at random over the axes users
 //! combine, and max-batch searches under caps of 24, 48 and 80 GiB. The untouched third
 //! (`tests/data/grid26_lora_untouched.jsonl`) was read once, after the fixes
 //! (`grid26_untouched_third`); it does not feed the error bands.

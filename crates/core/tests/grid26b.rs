@@ -1,5 +1,5 @@
-//! Issue 26's second pre-registered grid (`tools/make_grid26b.py`, measured on an H200 by
-//! `tools/grid26b_on_device.sh`, session 12): 30 multi-GPU ranks (FSDP2, DDP, PyTorch ZeRO-1,
+//! Issue 26's second pre-registered grid (`lab/grids/make_grid26b.py`, measured on an H200 by
+//! `lab/run grid26b`, session 12): 30 multi-GPU ranks (FSDP2, DDP, PyTorch ZeRO-1,
 //! DeepSpeed ZeRO-1/2/3; rank 0 of a world of N under the fake process group, DDP at world 1
 //! under NCCL) and 12 models captured on a CPU-only machine (`vramlab capture` defaults,
 //! torch 2.11.0 from the package registry) and measured on the GPU host. A random third of
@@ -110,7 +110,7 @@ fn graph(path: &str) -> Preset {
 }
 
 /// The same model captured on the CPU-only machine (`runners/cuda_autocast.py`,
-/// `tools/cuda_sdpa.py`) and on the H200 host plans alike: within 1 % at batches 1 to 64,
+/// `runners/cuda_composites.py`) and on the H200 host plans alike: within 1 % at batches 1 to 64,
 /// the TinyViT whose learned attention biases sent the CPU's SDPA to its math path (+13 %
 /// before `cuda_sdpa`) included.
 #[test]

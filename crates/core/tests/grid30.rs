@@ -1,7 +1,7 @@
 //! Issue 30's pre-registered grids: training steps of olmo2, granite, starcoder2, smollm3 and
-//! falcon (`tools/make_grid30.py`, measured by `tools/grid30_on_device.sh`) and of bart,
-//! modernbert, deberta-v2, deepseek_v3 and gpt_oss (`tools/make_grid30_{bart,encoder,moe}.py`,
-//! measured by `tools/grid30_new_on_device.sh`), imported from config.json and drawn at random
+//! falcon (`lab/grids/make_grid30.py`, measured by `lab/run grid30`) and of bart,
+//! modernbert, deberta-v2, deepseek_v3 and gpt_oss (`lab/grids/make_grid30_{bart,encoder,moe}.py`,
+//! measured by `lab/run grid30_new`), imported from config.json and drawn at random
 //! over loop shape, precision, checkpointing, attention, batch and sequence. The untouched
 //! thirds (`tests/data/grid30/*_untouched.jsonl`) were read once, at the end
 //! (`grid30_untouched_thirds`), and fed no fix.
@@ -77,7 +77,7 @@ fn grid30_fit_rows_are_within_issue_30s_targets() {
     }
 }
 
-/// The later five types' fit two-thirds (`tools/grid30_new_on_device.sh`: bart, modernbert,
+/// The later five types' fit two-thirds (`lab/run grid30_new`: bart, modernbert,
 /// deberta-v2, deepseek_v3, gpt_oss), measured on an H100 in session 17.
 #[test]
 fn grid30_new_fit_rows_are_within_issue_30s_targets() {

@@ -1,10 +1,10 @@
-//! The Lightning loop's pre-registered grid (`tools/make_grid31_lightning.py`: 15 rows over
+//! The Lightning loop's pre-registered grid (`lab/grids/make_grid31_lightning.py`: 15 rows over
 //! vision and language models, precision, checkpointing, batch and sequence, a random third
-//! set aside untouched), measured by `tools/grid31_lightning_on_device.sh` on an H100 80GB
+//! set aside untouched), measured by `lab/run grid31_lightning` on an H100 80GB
 //! HBM3 (driver 580.159.04, torch 2.11.0+cu130, transformers 5.17.0, lightning 2.6.6):
 //! every row through torch_runner's `loop: "lightning"` (Lightning's closure order:
 //! training_step, zero_grad, backward), and the same rows under a real Lightning `Trainer`
-//! (`tools/lightning_real_on_device.py`) to check the emulation.
+//! (`lab/device/lightning_real_on_device.py`) to check the emulation.
 
 use std::collections::BTreeMap;
 

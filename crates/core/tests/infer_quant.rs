@@ -1,6 +1,6 @@
 //! Inference with bitsandbytes-quantized weights (issue 29, `plan::inference::quant`): the
 //! bytes bitsandbytes 0.50.2 keeps for tiny models loaded with `quantization_config` on the
-//! CPU (`tools/infer_quant_cpu.py`), exactly.
+//! CPU (`lab/cpu/infer_quant_cpu.py`), exactly.
 
 use serde_json::Value;
 use vramlab_core::model::hf;
@@ -242,8 +242,8 @@ fn print(rows: &[Row]) {
     }
 }
 
-/// The fit rows of grid29c's quantized calls (`tools/make_grid29c.py`, pre-registered;
-/// measured on an H100 80GB HBM3 by `tools/infer_runner.py`; random-weight checkpoints, so
+/// The fit rows of grid29c's quantized calls (`lab/grids/make_grid29c.py`, pre-registered;
+/// measured on an H100 80GB HBM3 by `lab/device/infer_runner.py`; random-weight checkpoints, so
 /// LLM.int8's outlier columns are `Int8Outliers::RandomInit`). Issue 29's targets: peak
 /// allocated median ≤ 2 %, worst ≤ 8 %; peak reserved median ≤ 4 % (the rows run in their
 /// own process). What `from_pretrained` leaves allocated and reserved is exact there.

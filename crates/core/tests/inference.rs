@@ -1,5 +1,5 @@
-//! Issue 29's pre-registered inference grid (`tools/make_grid29.py`, measured on an H200 by
-//! `tools/grid29_lanes_on_device.sh` → `tools/infer_runner.py`, one process per row, several
+//! Issue 29's pre-registered inference grid (`lab/grids/make_grid29.py`, measured on an H200 by
+//! `lab/run grid29_lanes` → `lab/device/infer_runner.py`, one process per row, several
 //! side by side on the GPU; memory stats are per process): `generate` and no_grad prefill
 //! calls drawn at random over model types, caches, dtypes, attention, batch, prompt and new
 //! tokens. The plan of every measured fit row is compared with the device; the untouched
@@ -35,7 +35,7 @@ fn root(rel: &str) -> std::path::PathBuf {
         .join(rel)
 }
 
-/// A grid row's call (tools/infer_runner.py keys).
+/// A grid row's call (lab/device/infer_runner.py keys).
 pub(crate) fn config(row: &Value) -> InferConfig {
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     let u = |k: &str| row[k].as_u64().unwrap_or(0);
@@ -55,7 +55,7 @@ pub(crate) fn config(row: &Value) -> InferConfig {
     }
 }
 
-/// A row's decoding (tools/make_grid29b.py): transformers' defaults for what it leaves out.
+/// A row's decoding (lab/grids/make_grid29b.py): transformers' defaults for what it leaves out.
 fn decoding(row: &Value) -> Decoding {
     let d = Decoding::default();
     Decoding {
@@ -219,7 +219,7 @@ fn grid29_untouched_third() {
     assert!(reserved[1] <= 0.08, "reserved worst {reserved:?}");
 }
 
-/// Sampling (`tools/make_grid29b.py`, measured in session 19 on an H100 80GB HBM3, driver
+/// Sampling (`lab/grids/make_grid29b.py`, measured in session 19 on an H100 80GB HBM3, driver
 /// 580.159.04, torch 2.11.0+cu130, transformers 5.17.0): the fit rows that sample (9; the 3
 /// beam-search rows are refused by the planner and left out), within the issue's bounds
 /// (allocated median ≤ 2 %, worst ≤ 8 %; reserved median ≤ 4 %).
@@ -233,7 +233,7 @@ fn grid29b_sampling_fit_rows() {
     assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
 }
 
-/// Beam search (`tools/make_grid29b.py`'s 3 fit rows with `num_beams` 2–4, measured in
+/// Beam search (`lab/grids/make_grid29b.py`'s 3 fit rows with `num_beams` 2–4, measured in
 /// session 19 with the sampling rows; planned from session 21).
 #[test]
 fn grid29b_beam_fit_rows() {

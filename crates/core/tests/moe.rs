@@ -1,6 +1,6 @@
 //! Mixture-of-experts decoders imported from config.json (mixtral, qwen2_moe, qwen3_moe):
 //! exact parameter counts, the routing-imbalance setting, key errors, and the accuracy
-//! targets on the measured rows (`tests/data/t5_moe.jsonl`, from `tools/t5_moe_configs.jsonl`).
+//! targets on the measured rows (`tests/data/t5_moe.jsonl`, from `lab/grids/t5_moe_configs.jsonl`).
 
 use vramlab_core::model::families::transformer::AttnImpl;
 use vramlab_core::model::hf;
@@ -15,7 +15,7 @@ fn config(name: &str) -> String {
 }
 
 /// `sum(p.numel())` of transformers 5.17's `from_config` on the meta device
-/// (`tools/hf_param_counts.py`), two configs per MoE type.
+/// (`lab/cpu/hf_param_counts.py`), two configs per MoE type.
 #[test]
 fn moe_parameter_counts_equal_transformers() {
     let text = std::fs::read_to_string(crate::data("hf_param_counts.jsonl")).expect("counts");
@@ -242,7 +242,7 @@ fn moe_rows_within_targets_per_model_type() {
     }
 }
 
-/// MoE rows whose planned peak is in backward (`tools/moe_backward_configs.jsonl`, H200,
+/// MoE rows whose planned peak is in backward (`lab/grids/moe_backward_configs.jsonl`, H200,
 /// session 9): the routed activations, gathered rows and grouped-GEMM inputs alive at the
 /// peak. Until session 10 Mixtral's reserved was over-predicted here (+8.6 %, +10.5 %):
 /// the experts' `gate, up = chunk(2)` got two whole-size gradients in the plan where

@@ -1,6 +1,6 @@
 //! The doctor's snapshot report, byte for byte, for every snapshot under
 //! `tests/data/doctor/` (the H200 recordings, the stack-format fixtures and a training loop
-//! written by `tools/make_big_snapshot.py --steps 3`). The `.report.json` files under
+//! written by `lab/cpu/make_big_snapshot.py --steps 3`). The `.report.json` files under
 //! `tests/data/doctor/golden/` were written by the reader before issue 32's faster one
 //! (`VRAMLAB_BLESS=1 cargo test -p vramlab-core --test tests snapshot_golden` writes them
 //! again): the report must not change when the reader gets faster.

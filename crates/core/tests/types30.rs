@@ -31,7 +31,7 @@ fn named<'a>(g: &'a Graph, suffix: &str) -> Vec<&'a vramlab_core::model::ir::Nod
 }
 
 /// `sum(p.numel())` of `AutoModelForCausalLM.from_config` on the meta device
-/// (`tools/hf_param_counts.py`, transformers 5.17), two or more configs per type.
+/// (`lab/cpu/hf_param_counts.py`, transformers 5.17), two or more configs per type.
 #[test]
 fn parameter_counts_equal_transformers() {
     let text = std::fs::read_to_string(crate::data("hf_param_counts.jsonl")).expect("counts");
@@ -324,7 +324,7 @@ fn unknown_types_point_at_the_new_ones() {
     }
 }
 
-/// Issue 30's pre-registered device grid (`tools/make_grid30.py`; not measured yet): every
+/// Issue 30's pre-registered device grid (`lab/grids/make_grid30.py`; not measured yet): every
 /// row of both thirds plans, on one H200, with each type at two sizes, each precision, both
 /// checkpointing settings and both loop shapes.
 #[test]
@@ -334,7 +334,7 @@ fn grid30_rows_plan() {
     let mut seen = std::collections::BTreeSet::new();
     let mut n = 0;
     for file in ["grid30_configs.jsonl", "grid30_untouched_configs.jsonl"] {
-        let text = std::fs::read_to_string(format!("{root}/tools/{file}")).expect(file);
+        let text = std::fs::read_to_string(format!("{root}/lab/grids/{file}")).expect(file);
         let rows = parse_lines(&text);
         assert_eq!(rows.len(), text.lines().count(), "{file}");
         for m in rows {

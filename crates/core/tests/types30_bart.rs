@@ -32,7 +32,7 @@ fn named<'a>(g: &'a Graph, suffix: &str) -> Vec<&'a Node> {
 }
 
 /// `sum(p.numel())` of `AutoModelForSeq2SeqLM.from_config` on the meta device
-/// (`tools/hf_param_counts.py`, transformers 5.17): bart-base, bart-large and
+/// (`lab/cpu/hf_param_counts.py`, transformers 5.17): bart-base, bart-large and
 /// bart-large-cnn (one token fewer).
 #[test]
 fn parameter_counts_equal_transformers() {
@@ -356,7 +356,7 @@ fn saved_bytes(g: &Graph, batch: u64) -> u64 {
     tensors + extras
 }
 
-/// `tools/bart_saved_bytes.py`: what autograd saved in an fp32 CPU training forward of a
+/// `lab/cpu/bart_saved_bytes.py`: what autograd saved in an fp32 CPU training forward of a
 /// tiny BART (eager, and SDPA without attention dropout; dropout as the GPU's fused
 /// kernel), deduplicated by storage, equals what the graph saves, to the 4-byte
 /// `total_weight` scalar of the loss.
@@ -394,7 +394,7 @@ fn field<T: serde::de::DeserializeOwned>(row: &serde_json::Value, key: &str) -> 
     serde_json::from_value(row[key].clone()).unwrap_or_else(|e| panic!("{key}: {e}"))
 }
 
-/// The pre-registered device grid (`tools/make_grid30_bart.py`, not measured yet) imports
+/// The pre-registered device grid (`lab/grids/make_grid30_bart.py`, not measured yet) imports
 /// and plans row by row: 12 rows, a third of them untouched, every precision, both
 /// attentions, both loop shapes, checkpointing on and off.
 #[test]
@@ -405,7 +405,7 @@ fn device_grid_rows_plan() {
         ("grid30_bart_configs.jsonl", "fit"),
         ("grid30_bart_untouched_configs.jsonl", "untouched"),
     ] {
-        let text = std::fs::read_to_string(root.join("tools").join(file)).expect(file);
+        let text = std::fs::read_to_string(root.join("lab").join("grids").join(file)).expect(file);
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let r: serde_json::Value = serde_json::from_str(line).expect("row");
             assert_eq!(r["split"], split);

@@ -37,7 +37,7 @@ fn config(name: &str) -> serde_json::Value {
 }
 
 /// `sum(p.numel())` of `AutoModelForMaskedLM.from_config` on the meta device
-/// (`tools/hf_param_counts.py`, transformers 5.17), two configs per type.
+/// (`lab/cpu/hf_param_counts.py`, transformers 5.17), two configs per type.
 #[test]
 fn parameter_counts_equal_transformers() {
     let text = std::fs::read_to_string(crate::data("hf_param_counts.jsonl")).expect("counts");
@@ -311,7 +311,7 @@ fn live_per_sample(p: &Preset, seq: u64, attention: Attention) -> u64 {
     u64::try_from(live).expect("non-negative")
 }
 
-/// The saved tensors of tiny configs on CPU (`tools/encoder30_saved_bytes.py`: autograd's
+/// The saved tensors of tiny configs on CPU (`lab/cpu/encoder30_saved_bytes.py`: autograd's
 /// saved-tensor hooks, deduplicated by storage, plus the logits; batch 3 minus batch 2)
 /// against the activations the plan holds at the end of the forward, per sample, fp32.
 /// Dropout is off in the DeBERTa rows: PyTorch's CPU dropout saves a float noise tensor

@@ -42,7 +42,7 @@ fn edit(name: &str, f: impl FnOnce(&mut serde_json::Map<String, serde_json::Valu
 }
 
 /// `sum(p.numel())` of `AutoModelForCausalLM.from_config` on the meta device
-/// (`tools/hf_param_counts.py`, transformers 5.17), two or more configs per type.
+/// (`lab/cpu/hf_param_counts.py`, transformers 5.17), two or more configs per type.
 #[test]
 fn parameter_counts_equal_transformers() {
     let text = std::fs::read_to_string(crate::data("hf_param_counts.jsonl")).expect("counts");
@@ -218,7 +218,7 @@ fn keys_are_read_and_named() {
     assert!(err.contains("num_local_experts"), "{err}");
 }
 
-/// The pre-registered device grid (`tools/make_grid30_moe.py`): every row parses and plans,
+/// The pre-registered device grid (`lab/grids/make_grid30_moe.py`): every row parses and plans,
 /// each type covers both configs, the three precisions, both checkpointing settings and both
 /// loops; gpt_oss rows ask for eager attention (transformers 5.17 refuses SDPA for it).
 /// Prints each row's planned peak (not compared: nothing is measured yet).
@@ -232,7 +232,7 @@ fn grid30_moe_rows_plan() {
         "grid30_moe_configs.jsonl",
         "grid30_moe_untouched_configs.jsonl",
     ] {
-        let text = std::fs::read_to_string(format!("{root}/tools/{file}")).expect(file);
+        let text = std::fs::read_to_string(format!("{root}/lab/grids/{file}")).expect(file);
         let rows = parse_lines(&text);
         assert_eq!(rows.len(), text.lines().count(), "{file}");
         for m in rows {
@@ -297,7 +297,7 @@ fn activations_after_forward(preset: &Preset, cfg: &TrainConfig) -> i64 {
 }
 
 /// Strong check: the bytes autograd saves in a forward of tiny deepseek_v3 / gpt_oss configs
-/// on CPU (transformers 5.17, eager attention, fp32 and bf16; `tools/saved_bytes_moe.py`:
+/// on CPU (transformers 5.17, eager attention, fp32 and bf16; `lab/cpu/saved_bytes_moe.py`:
 /// the saved storages deduplicated, plus the logits, the cache and the ids), per sample,
 /// against the planner's activations alive at the end of forward. deepseek_v3's SDPA is not
 /// compared here: on CPU PyTorch runs the math path for q/k heads wider than v heads, on CUDA
@@ -334,7 +334,7 @@ fn saved_bytes_match_torch() {
 }
 
 /// The grid's cut configs count as transformers 5.17 counts them (meta device, the
-/// counting step of `GRID=grid30_moe tools/grid30_on_device.sh`, run on CPU).
+/// counting step of `GRID=grid30_moe lab/run grid30`, run on CPU).
 #[test]
 fn grid30_moe_configs_count_as_transformers() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");

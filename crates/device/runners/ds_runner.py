@@ -65,7 +65,7 @@ The loop (torch_runner.WARMUP = 2 warm-up steps, then the measured one: ZeRO-3's
 is recorded in step 2 and complete in step 3): per micro-step `loss = engine(**batch).loss`
 (torch_runner.forward_loss), `engine.backward(loss)`, `engine.step()` (DeepSpeed steps the
 optimizer at the accumulation boundary); peak allocated / reserved after
-reset_peak_memory_stats at the start of step 3. One config per process is safest (run_ds_on_device.sh
+reset_peak_memory_stats at the start of step 3. One config per process is safest (`lab/run ds`
 does that): DeepSpeed keeps hooks and groups in module globals.
 """
 

@@ -3,7 +3,7 @@
 //! [`crate::answer::vllm`] (`--format vllm`). Both take the typed inference settings
 //! ([`InferConfig`], [`Decoding`], [`QuantStorage`], [`MaxMemory`]), never CLI words.
 //!
-//! The script mirrors what `tools/infer_runner.py` measured and the inference plan models:
+//! The script mirrors what `lab/device/infer_runner.py` measured and the inference plan models:
 //! `from_pretrained(MODEL, dtype=…, attn_implementation=…[, quantization_config=…]
 //! [, device_map="auto", max_memory=…])`, `model.eval()`, random input ids of the planned
 //! batch × prompt, one warm-up call, `torch.cuda.reset_peak_memory_stats()`, the measured call

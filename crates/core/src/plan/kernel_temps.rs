@@ -1,7 +1,7 @@
 //! Temporaries CUDA kernels allocate for themselves through the caching allocator, which a
 //! fake-tensor capture cannot see ([`crate::model::captured_kernels`]). Each rule mirrors
 //! the kernel's host code in PyTorch 2.11 and was checked against the per-op measurements
-//! of `tools/op_temps.py` on the H200 (`peak − before − outputs` around every ATen op;
+//! of `lab/device/op_temps.py` on the H200 (`peak − before − outputs` around every ATen op;
 //! `tests/data/op_temps.jsonl`).
 
 use crate::model::captured_kernels::{AttentionBackend, KernelKind};
@@ -139,7 +139,7 @@ pub fn affine_at(kind: &KernelKind, batch: u64) -> (u64, u64) {
 mod tests {
     use super::*;
 
-    /// `tools/op_temps.py` on the H200 (PyTorch 2.11): the hidden bytes of `sum` over the
+    /// `lab/device/op_temps.py` on the H200 (PyTorch 2.11): the hidden bytes of `sum` over the
     /// leading dimension of a contiguous `[N, C]` bf16 gradient (a Linear's bias gradient)
     /// and of `linalg_vector_norm` over the two spatial dimensions of `[B, H, W, C]`
     /// (ConvNeXt-V2's GRN). Measured values include the 512-byte semaphore block.

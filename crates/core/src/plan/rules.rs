@@ -262,7 +262,7 @@ struct ConvShape {
 }
 
 /// cuDNN 9 workspaces of one convolution with PyTorch's default NCHW tensors (measured per
-/// convolution with `tools/conv_workspace.py` on every convolution of the measured CNN and
+/// convolution with `lab/device/conv_workspace.py` on every convolution of the measured CNN and
 /// segmentation configs: `tests/data/conv_workspace.jsonl.gz`, H100/H200, cuDNN 9.19).
 /// Returns the forward workspace in elements of `dt` (per sample, fixed) and the
 /// backward ones in bytes.
