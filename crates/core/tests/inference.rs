@@ -265,7 +265,7 @@ fn grid29b_sampling_untouched_third() {
 }
 
 
-/// Mixture-of-experts decoders (`tools/make_grid29d.py`: qwen2_moe, qwen3_moe and gpt_oss —
+/// Mixture-of-experts decoders (`lab/grids/make_grid29d.py`: qwen2_moe, qwen3_moe and gpt_oss —
 /// transformers 5.17 forces eager attention for gpt_oss: sinks, alternating sliding window),
 /// measured in session 23 on an H200 (driver 580.159.04, torch 2.11.0+cu130, transformers
 /// 5.17.0; `tests/data/infer/grid29d_nvidia-smi.txt`): the 16 fit rows.
