@@ -49,6 +49,8 @@ fn planned(row: &Value) -> Vec<Ev> {
         batch: 1,
         quant: None,
         outliers: Int8Outliers::None,
+        // traced on a CPU, where generate keeps `grouped_mm` in decode steps
+        decode: false,
     };
     let mut p = Prog::default();
     let mut proc = Process {
@@ -144,6 +146,8 @@ fn planned_layer(row: &Value) -> Vec<Ev> {
         batch,
         quant: None,
         outliers: Int8Outliers::None,
+        // traced on a CPU, where generate keeps `grouped_mm` in decode steps
+        decode: false,
     };
     let mut p = Prog::default();
     let mut proc = Process {

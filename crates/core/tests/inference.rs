@@ -264,17 +264,32 @@ fn grid29b_sampling_untouched_third() {
     report(&rows);
 }
 
-
 /// Mixture-of-experts decoders (`lab/grids/make_grid29d.py`: qwen2_moe, qwen3_moe and gpt_oss —
 /// transformers 5.17 forces eager attention for gpt_oss: sinks, alternating sliding window),
 /// measured in session 23 on an H200 (driver 580.159.04, torch 2.11.0+cu130, transformers
-/// 5.17.0; `tests/data/infer/grid29d_nvidia-smi.txt`): the 16 fit rows.
+/// 5.17.0; `tests/data/infer/grid29d_nvidia-smi.txt`): the 16 fit rows. As first planned:
+/// allocated median 0.00 %, worst 6.13 % (g29d-011, qwen2_moe b32 static: 1.82 GiB under;
+/// g29d-014, gpt_oss fp16 b8: 1.29 GiB under), both under at a decode step: generate's
+/// decode loop switches the experts to `batched_mm`, which gathers each routed row's expert
+/// weights (`plan/inference/moe.rs`, `batched_experts`). With it: allocated median 0.00 %,
+/// worst 0.35 %; reserved median 0.01 %, worst 4.55 % (g29d-009, gpt_oss eager static
+/// b2 p3342: the allocator model, its allocated exact).
 #[test]
 fn grid29d_moe_fit_rows() {
     let rows = compare("infer/grid29d.jsonl");
     assert_eq!(rows.len(), 16, "the MoE fit rows");
     let [alloc, reserved] = report(&rows);
-    assert!(alloc[0] <= 0.02, "allocated median {alloc:?}");
-    assert!(alloc[1] <= 0.08, "allocated worst {alloc:?}");
-    assert!(reserved[0] <= 0.04, "reserved median {reserved:?}");
+    assert!(alloc[0] <= 0.001, "allocated median {alloc:?}");
+    assert!(alloc[1] <= 0.01, "allocated worst {alloc:?}");
+    assert!(reserved[0] <= 0.01, "reserved median {reserved:?}");
+    assert!(reserved[1] <= 0.05, "reserved worst {reserved:?}");
+}
+
+/// grid29d's untouched third (8 rows), read once after the fix above, with no fix after it;
+/// printed as it came out (docs/inference.md quotes it).
+#[test]
+fn grid29d_moe_untouched_third() {
+    let rows = compare("infer/grid29d_untouched.jsonl");
+    assert_eq!(rows.len(), 8, "the untouched MoE rows");
+    report(&rows);
 }

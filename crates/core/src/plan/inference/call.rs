@@ -159,6 +159,7 @@ fn one_call(
         batch: cfg.batch,
         quant: quant.map(|q| q.0),
         outliers: quant.map_or(Int8Outliers::None, |q| q.1),
+        decode: false,
     };
     let pr = cfg.prompt;
     p.forward = 0;
@@ -186,7 +187,11 @@ fn one_call(
             for i in 1..=cfg.new_tokens {
                 if i > 1 {
                     p.forward = u16::try_from(i - 1).unwrap_or(u16::MAX);
-                    logits = forward(p, proc, s, &mut cache, call(1, 1, true));
+                    let decode = Call {
+                        decode: true,
+                        ..call(1, 1, true)
+                    };
+                    logits = forward(p, proc, s, &mut cache, decode);
                 }
                 // `_update_model_kwargs_for_generation`: position_ids and attention_mask
                 // grow by one column (torch.cat)

@@ -28,6 +28,11 @@ pub struct Call {
     pub quant: Option<QuantStorage>,
     /// LLM.int8's outlier columns (with `quant` int8).
     pub outliers: Int8Outliers,
+    /// A decode forward of generate's `_sample` loop, which runs inside
+    /// `_optimize_model_for_decode` (transformers 5.17 `generation/utils.py`): on a GPU a
+    /// model whose experts run `grouped_mm` is switched to `batched_mm` until the loop ends
+    /// ([`super::moe`]). The prefill and a plain forward keep `grouped_mm`.
+    pub decode: bool,
 }
 
 /// Process-wide state the first matmul creates, and the offloaded modules whose weights

@@ -23,6 +23,11 @@
 //!    rows put back in token order, `view(t, k, hidden).sum(1)`, `.to(hidden.dtype)`;
 //! 4. Qwen2-MoE: `sigmoid(shared_expert_gate(x)) * shared`, added to the experts' output.
 //!
+//! In generate's decode steps (`_optimize_model_for_decode`) the experts run
+//! `batched_mm` instead: each routed row gathers its expert's weights ([`batched_experts`]).
+//! Beam search's loop is not known to switch (its source was not read): it is planned with
+//! `grouped_mm`.
+//!
 //! Not modelled: the CUDA sort's cub scratch (`t·k` 8-byte keys and values, transient) and
 //! `torch._grouped_mm`'s own argument buffer (a few bytes per expert).
 
@@ -157,9 +162,75 @@ fn router(p: &mut Prog, proc: &mut Process, m: &MoeShape, c: &Call) -> (Buf, Buf
     (logits, scores, indices)
 }
 
+/// The experts on `x` with the router's `scores` and `indices`: `batched_mm` in a decode
+/// forward ([`Call::decode`]), `grouped_mm` otherwise. Returns the block's routed output
+/// (`t × hidden` in the dtype); frees nothing of its arguments.
+fn experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
+    if c.decode {
+        batched_experts(p, m, hidden, c)
+    } else {
+        grouped_experts(p, m, hidden, c)
+    }
+}
+
+/// `batched_mm_experts_forward` (transformers 5.17 `integrations/moe.py`), which generate's
+/// decode loop switches `grouped_mm` models to: every routed (token, expert) row gets its own
+/// copy of its expert's weights, `gate_up_proj[expert_ids]` (`s × 2·inter × hidden`), then
+/// `down_proj[expert_ids]` — evaluated before `selected_weights` is rebound, so both copies
+/// are live at once — and one `bmm` per projection. With `s` rows that is `s` experts' worth
+/// of weights per block, far above the rows themselves: a decode step's peak. In order:
+/// `hidden_states.repeat_interleave(k)`, `expert_ids.clamp(0, E - 1)`, the gate-up weights
+/// (gpt-oss: and biases) gathered, `bmm` (the bias added in place), `_apply_gate`, the down
+/// weights (and biases) gathered, `bmm`, `× sample_weights` (Mixtral's fp32 scores promote
+/// it), `view(t, k, hidden).sum(1)`, `.to(hidden.dtype)`.
+fn batched_experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
+    let (t, d, inter) = (c.t, c.d, m.inter);
+    let s = t * m.top_k;
+    let w = if m.fp32_scores { 4 } else { d };
+    let rows = p.act(s * hidden * d);
+    let ids = p.act(s * 8);
+    let gate_up_w = p.act(s * 2 * inter * hidden * d);
+    let gate_up_b = if m.gpt_oss {
+        p.act(s * 2 * inter * d)
+    } else {
+        Buf::NONE
+    };
+    let gate_up = p.act(s * 2 * inter * d);
+    let gated = apply_gate(p, m, s * inter * d);
+    p.free(gate_up);
+    let down_w = p.act(s * hidden * inter * d);
+    p.free(gate_up_w);
+    let down_b = if m.gpt_oss {
+        p.act(s * hidden * d)
+    } else {
+        Buf::NONE
+    };
+    p.free(gate_up_b);
+    let down = p.act(s * hidden * d);
+    p.free(gated);
+    let product_bytes = w.max(d);
+    let weighted = p.act(s * hidden * product_bytes);
+    let summed = p.act(t * hidden * product_bytes);
+    let out = if product_bytes == d {
+        Buf::NONE
+    } else {
+        p.act(t * hidden * d)
+    };
+    // the function returns: its locals go in the order Python binds them
+    for b in [rows, ids, down_w, down_b, down, weighted] {
+        p.free(b);
+    }
+    if out == Buf::NONE {
+        summed
+    } else {
+        p.free(summed);
+        out
+    }
+}
+
 /// `grouped_mm_experts_forward` on `x` with the router's `scores` and `indices`; returns
 /// the block's routed output (`t × hidden` in the dtype). Frees nothing of its arguments.
-fn experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
+fn grouped_experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
     let (t, d, e) = (c.t, c.d, m.experts);
     let s = t * m.top_k;
     let w = if m.fp32_scores { 4 } else { d };
