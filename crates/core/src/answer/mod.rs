@@ -33,7 +33,8 @@ pub mod remedy_planners;
 pub mod report;
 pub mod report_json;
 pub mod verdict;
-pub mod vllm;
+/// vLLM's KV capacity, planned in [`crate::plan::inference::vllm`] (the exports use it too).
+pub use crate::plan::inference::vllm;
 pub mod warnings;
 pub mod words;
 

@@ -1,6 +1,6 @@
 //! Inference exports (issue 29): the planned call as a runnable transformers script
 //! (`--format transformers`) and vLLM's `vllm serve` command line sized from
-//! [`crate::answer::vllm`] (`--format vllm`). Both take the typed inference settings
+//! [`crate::plan::inference::vllm`] (`--format vllm`). Both take the typed inference settings
 //! ([`InferConfig`], [`Decoding`], [`QuantStorage`], [`MaxMemory`]), never CLI words.
 //!
 //! The script mirrors what `lab/device/infer_runner.py` measured and the inference plan models:
@@ -12,7 +12,7 @@
 //! it still runs (on the CPU, unquantized and not offloaded: bitsandbytes' kernels and
 //! accelerate's GPU budget need CUDA) and says so.
 
-use crate::answer::vllm::{self, PLANNED_NOTE, VLLM_SOURCE, VllmArgs, VllmCapacity};
+use crate::plan::inference::vllm::{self, PLANNED_NOTE, VLLM_SOURCE, VllmArgs, VllmCapacity};
 use crate::model::Preset;
 use crate::plan::PlanError;
 use crate::plan::config::{Attention, DType};

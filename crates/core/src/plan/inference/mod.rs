@@ -34,6 +34,7 @@ pub mod quant;
 pub mod setting;
 pub mod shape;
 pub mod trace;
+pub mod vllm;
 
 use std::borrow::Cow;
 

@@ -34,7 +34,7 @@ use serde::Serialize;
 use crate::model::Preset;
 use crate::plan::PlanError;
 use crate::plan::config::{AllocatorConfig, Attention, DType};
-use crate::plan::inference::{DecoderShape, InferConfig, InferPlanner, InferStep, KvCache};
+use super::{DecoderShape, InferConfig, InferPlanner, InferStep, KvCache};
 use crate::units::Bytes;
 
 /// What every output of this answer says.
