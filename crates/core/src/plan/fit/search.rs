@@ -34,7 +34,9 @@ pub(super) struct Search<'a> {
     /// Step times per graph, checkpointing and micro-batch (the optimizer, loop shape and
     /// allocator do not change them).
     pub(super) times: HashMap<(GraphKey, bool, u64), CandidateTime>,
-    pub(super) dead: Vec<Knobs>,
+    /// The dead combinations, each with its [`Search::band_factor`] (looked up once: the
+    /// presumption below asks it of every dead combination for every combination classified).
+    pub(super) dead: Vec<(Knobs, f64)>,
     pub(super) planned: usize,
     /// The leanest plan seen that did not fit: (nvidia-smi at micro-batch 1, settings,
     /// nvidia-smi at the upper edge of its mode's measured reserved band: what the verdict
@@ -154,9 +156,10 @@ impl<'a> Search<'a> {
     /// fine-tuning mode and strategy, so a leaner combination in a wider band can fail where
     /// a heavier one in a narrower band fits).
     pub(super) fn presumed_dead(&self, k: &Knobs) -> bool {
-        self.dead
-            .iter()
-            .any(|d| k.needs_at_least(d) && self.band_factor(k) >= self.band_factor(d))
+        let mut own = None;
+        self.dead.iter().any(|(d, df)| {
+            k.needs_at_least(d) && *own.get_or_insert_with(|| self.band_factor(k)) >= *df
+        })
     }
 
     /// The factor from planned reserved to the upper edge of `k`'s measured band.
@@ -217,8 +220,17 @@ impl<'a> Search<'a> {
             return None;
         }
         self.planned += 1;
-        if fresh && let Some(pl) = &planner {
-            self.twins.insert(twin_key(&knobs), pl.clone());
+        // The twin cache keeps the planner itself unless a candidate needs it too.
+        let mut planner = planner;
+        if fresh {
+            let keep = if matches!(outcome, Outcome::Fits { .. }) {
+                planner.clone()
+            } else {
+                planner.take()
+            };
+            if let Some(pl) = keep {
+                self.twins.insert(twin_key(&knobs), pl);
+            }
         }
         match outcome {
             Outcome::Invalid | Outcome::TooMuchAccum | Outcome::Alive => None,
@@ -230,7 +242,8 @@ impl<'a> Search<'a> {
                 {
                     self.closest = Some((smi, knobs, upper_smi));
                 }
-                self.dead.push(knobs);
+                let factor = self.band_factor(&knobs);
+                self.dead.push((knobs, factor));
                 None
             }
             Outcome::Fits {
