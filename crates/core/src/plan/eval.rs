@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::allocator::{CachingAllocator, round_size};
+use super::allocator::{CachingAllocator, ExpandableBound, round_size};
 use super::config::AllocatorConfig;
 use super::error::PlanError;
 use super::events::{Buffer, Category, Event, Events, Phase};
@@ -125,6 +125,36 @@ pub fn runs_within(
     cap: Bytes,
 ) -> Result<bool, PlanError> {
     Ok(reserved_within(ev, batch, alloc_cfg, cap)?.is_some())
+}
+
+/// An upper bound of the peak reserved bytes of [`reserved_within`] at `batch` under any cap
+/// at least that bound, where one is cheap to give ([`ExpandableBound`]): with expandable
+/// segments, no side stream, no `empty_cache()` and sizes that cannot overflow (the cases
+/// where [`reserved_within`] replays the plain allocator and cannot fail but for the cap);
+/// `None` otherwise.
+pub fn reserved_bound(ev: &Events, batch: u64, alloc_cfg: AllocatorConfig) -> Option<Bytes> {
+    if !alloc_cfg.expandable_segments || ev.side_streams || !ev.empty_cache.is_empty() {
+        return None;
+    }
+    let (ps, fx) = ev
+        .buffers
+        .iter()
+        .fold((0, 0), |(p, f), b| (b.per_sample.max(p), b.fixed.max(f)));
+    let most = ps.checked_mul(batch).and_then(|x| x.checked_add(fx))?;
+    if most > LIMIT {
+        return None;
+    }
+    let mut bound = ExpandableBound::default();
+    for e in &ev.events {
+        let b = &ev.buffers[e.buffer as usize];
+        let size = round_size(b.per_sample * batch + b.fixed);
+        if e.alloc {
+            bound.malloc_rounded(size);
+        } else {
+            bound.free_rounded(size);
+        }
+    }
+    Some(Bytes(bound.reserved()))
 }
 
 /// The peak reserved bytes when the allocator may reserve at most `cap` bytes: near the cap

@@ -62,8 +62,18 @@ pub fn fits_with_reserved(
 /// Whether `batch` runs on the budget's GPU without a CUDA OOM, at the upper edge of the
 /// mode's measured reserved band: the caching allocator is simulated under
 /// [`verdict_cap`], releasing cached segments before failing as PyTorch does.
+///
+/// When an upper bound of the uncapped peak reserved bytes is cheap to give and within the
+/// cap ([`super::eval::reserved_bound`]), the capped allocator cannot reach its cap: the
+/// batch fits without the replay (the make-it-fit search's seeds, expandable segments).
 pub fn fits(planner: &Planner, budget: Budget, batch: u64) -> Result<bool, PlanError> {
-    match planner.runs_within(batch, verdict_cap(planner, budget)) {
+    let cap = verdict_cap(planner, budget);
+    if super::eval::reserved_bound(&planner.events, batch, planner.config.allocator)
+        .is_some_and(|bound| bound <= cap)
+    {
+        return Ok(true);
+    }
+    match planner.runs_within(batch, cap) {
         Err(PlanError::Overflow(_)) => Ok(false),
         other => other,
     }
@@ -230,6 +240,42 @@ mod tests {
             max_batch_capped(&planner, Bytes::mib(10), 4096).expect("search"),
             None
         );
+    }
+
+    /// `fits` without the replay (the expandable bound within the cap) answers as the
+    /// replay does, on budgets from far too small to ample.
+    #[test]
+    fn fits_by_the_bound_agrees_with_the_replay() {
+        let preset = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let mut cfg = crate::plan::TrainConfig {
+            size: Some(256),
+            ..Default::default()
+        };
+        cfg.allocator.expandable_segments = true;
+        let planner = Planner::new(&preset, &cfg).expect("planner");
+        let mut skipped = 0;
+        for gib in 1..=24u64 {
+            let budget = Budget {
+                capacity: Bytes::gib(gib),
+                margin: 0.05,
+            };
+            for batch in [1, 2, 4, 8] {
+                let replayed = matches!(
+                    planner.runs_within(batch, verdict_cap(&planner, budget)),
+                    Ok(true)
+                );
+                assert_eq!(fits(&planner, budget, batch).expect("fits"), replayed);
+                let bound = crate::plan::eval::reserved_bound(
+                    &planner.events,
+                    batch,
+                    planner.config.allocator,
+                )
+                .expect("a bound");
+                assert!(bound >= planner.peaks(batch).expect("peaks").reserved);
+                skipped += usize::from(bound <= verdict_cap(&planner, budget));
+            }
+        }
+        assert!(skipped > 0, "the bound never spared a replay");
     }
 
     #[test]
