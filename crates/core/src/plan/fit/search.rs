@@ -9,7 +9,6 @@ use super::axes::{Knobs, change_words, cost_words};
 use super::cost::{CandidateTime, step_time};
 use super::report::{FitCandidate, FitRequest};
 use super::strategy;
-use crate::model::families::transformer::AttnImpl;
 use crate::model::{Graph, Preset};
 use crate::plan::config::{MAX_ACCUM, TrainConfig};
 use crate::plan::policy::ParamPolicy;
@@ -30,7 +29,7 @@ pub(super) struct Search<'a> {
     pub(super) user: Knobs,
     pub(super) eff: u64,
     pub(super) req: &'a FitRequest,
-    pub(super) graphs: HashMap<GraphKey, (Graph, ParamPolicy)>,
+    pub(super) graphs: HashMap<GraphKey, (std::sync::Arc<Graph>, ParamPolicy)>,
     /// Step times per graph, checkpointing and micro-batch (the optimizer, loop shape and
     /// allocator do not change them).
     pub(super) times: HashMap<(GraphKey, bool, u64), CandidateTime>,
@@ -46,6 +45,8 @@ pub(super) struct Search<'a> {
     /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::take_twin`]).
     pub(super) twins: HashMap<Knobs, Planner>,
     pub(super) tuning: Tuning,
+    /// The planners' graphs, built once per graph key ([`crate::plan::GraphCache`]).
+    pub(super) graph_cache: &'a crate::plan::GraphCache,
 }
 
 /// A planned combination that fits.
@@ -104,24 +105,28 @@ impl Figures {
 }
 
 impl<'a> Search<'a> {
-    pub(super) fn graph(&mut self, k: &Knobs) -> Result<&(Graph, ParamPolicy), PlanError> {
+    pub(super) fn graph(
+        &mut self,
+        k: &Knobs,
+    ) -> Result<&(std::sync::Arc<Graph>, ParamPolicy), PlanError> {
         let key = (k.precision, k.attention, k.finetune);
         if !self.graphs.contains_key(&key) {
             let size = self
                 .user_cfg
                 .size
                 .unwrap_or_else(|| self.preset.default_size());
-            let attn = match k.attention {
-                crate::plan::Attention::Eager => AttnImpl::Eager,
-                crate::plan::Attention::Sdpa => AttnImpl::Sdpa,
-            };
-            let g = self.preset.build_full(
-                size,
-                self.user_cfg.target_seq,
-                attn,
-                self.user_cfg.moe_imbalance,
+            // The planners' cache: a planner of the same graph takes it from there.
+            let gp = self.graph_cache.get(
+                self.preset,
+                &crate::plan::GraphKey {
+                    size,
+                    target_seq: self.user_cfg.target_seq,
+                    attention: k.attention,
+                    moe_imbalance: self.user_cfg.moe_imbalance,
+                    finetune: k.finetune,
+                    precision: k.precision,
+                },
             )?;
-            let gp = crate::plan::finetune::apply(g, &k.finetune, k.precision)?;
             self.graphs.insert(key, gp);
         }
         self.graphs
@@ -204,6 +209,7 @@ impl<'a> Search<'a> {
             stop_early: self.tuning.stop_early,
             figures: false,
             only_alive: false,
+            graphs: self.graph_cache,
         }
     }
 
@@ -338,6 +344,7 @@ pub(super) struct Task<'a> {
     pub(super) figures: bool,
     /// Whether only dead or alive is asked (the seeds): no max-batch search, no micro-batch.
     pub(super) only_alive: bool,
+    pub(super) graphs: &'a crate::plan::GraphCache,
 }
 
 impl Task<'_> {
@@ -414,7 +421,7 @@ pub(super) fn plan_one(
                     .filter(|_| stop_early)
                     .map_or(u64::MAX, |smi| cap.max(smi.0.saturating_sub(context.0)))
             };
-            match Planner::new_unless_above(t.preset, &cfg, bound) {
+            match Planner::new_unless_above_cached(t.preset, &cfg, Some(t.graphs), bound) {
                 Ok(Some(p)) => (p, true),
                 Ok(None) => return Ok(done(Outcome::Dead { closest: None }, None, true)),
                 Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => {
