@@ -75,6 +75,9 @@ pub struct CachingAllocator {
     /// Set when a request could not be served within `cap`, even after releasing
     /// every cached segment that holds no live block (PyTorch's OOM condition).
     pub oom: bool,
+    /// Set when a request would have passed `cap` (cached segments released then): until
+    /// it is set, a capped allocator has run exactly as an uncapped one.
+    pub reached_cap: bool,
     /// Per segment: (size, first block, released).
     segs: Vec<(u64, u32, bool)>,
     /// The segments not released yet (what `release_cached` looks at: `empty_cache()` may run
@@ -155,6 +158,7 @@ impl CachingAllocator {
         if let Some(cap) = self.cap
             && self.reserved.saturating_add(seg) > cap
         {
+            self.reached_cap = true;
             self.release_cached();
             if self.reserved.saturating_add(seg) > cap {
                 self.oom = true;

@@ -280,6 +280,69 @@ impl Run<'_> {
     }
 }
 
+/// [`reserved_within`] (`None` on a CUDA OOM) and, when the capped allocator never reached
+/// its cap — it then ran exactly as an uncapped one — the uncapped [`peaks`] too, from the
+/// same replay (`context` added for nvidia-smi). The make-it-fit search's max-batch replay
+/// at the batch that fits is then also the candidate's figures. Lists with side streams are
+/// replayed by [`reserved_within`] alone.
+pub fn reserved_and_peaks_within(
+    ev: &Events,
+    batch: u64,
+    alloc_cfg: AllocatorConfig,
+    cap: Bytes,
+    context: Bytes,
+) -> Result<(Option<Bytes>, Option<Peaks>), PlanError> {
+    if ev.side_streams {
+        return Ok((reserved_within(ev, batch, alloc_cfg, cap)?, None));
+    }
+    let mut run = Run {
+        ev,
+        slots: Slots::new(ev, batch)?,
+        allocator: CachingAllocator::with_cap(alloc_cfg, cap.0),
+        side: CachingAllocator::new(alloc_cfg),
+        side_peak: 0,
+        current: 0,
+        live: [0; Category::COUNT],
+    };
+    // As `evaluate` without the timeline and the breakdown; stopped at the OOM as
+    // `reserved_within` is.
+    let start = ev.measured_start.min(ev.events.len());
+    let mut flushes = Flushes::new(ev);
+    let mut peak = 0;
+    for (i, e) in ev.events.iter().enumerate() {
+        flushes.before(i, &mut run.allocator);
+        if i == start {
+            peak = run.current;
+        }
+        run.apply(e)?;
+        if run.allocator.oom {
+            return Ok((None, None));
+        }
+        if i >= start && run.current > peak {
+            peak = run.current;
+        }
+    }
+    if start == ev.events.len() {
+        peak = run.current;
+    }
+    let reserved = Bytes(run.allocator.peak_reserved);
+    if run.allocator.reached_cap {
+        return Ok((Some(reserved), None));
+    }
+    let reserved_uncapped = Bytes(run.allocator.peak_reserved.max(peak));
+    let smi = reserved_uncapped
+        .checked_add(context)
+        .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
+    Ok((
+        Some(reserved),
+        Some(Peaks {
+            allocated: Bytes(peak),
+            reserved: reserved_uncapped,
+            nvidia_smi: smi,
+        }),
+    ))
+}
+
 /// Full evaluation; `timeline` keeps one point per event of the measured step.
 pub fn evaluate(
     ev: &Events,

@@ -398,10 +398,7 @@ pub struct GraphKey {
 
 impl GraphKey {
     /// Builds the graph of `preset` and applies the fine-tuning.
-    pub fn build(
-        &self,
-        preset: &Preset,
-    ) -> Result<(std::sync::Arc<Graph>, ParamPolicy), PlanError> {
+    pub fn build(&self, preset: &Preset) -> Result<Built, PlanError> {
         let attn = match self.attention {
             Attention::Eager => AttnImpl::Eager,
             Attention::Sdpa => AttnImpl::Sdpa,
@@ -412,16 +409,7 @@ impl GraphKey {
     }
 
     /// The key as a map's key (the imbalance by its bits).
-    fn hashable(
-        &self,
-    ) -> (
-        u64,
-        Option<u64>,
-        Attention,
-        u64,
-        finetune_mode::FineTune,
-        Precision,
-    ) {
+    fn hashable(&self) -> HashableKey {
         (
             self.size,
             self.target_seq,
@@ -440,21 +428,18 @@ type Built = (std::sync::Arc<Graph>, ParamPolicy);
 /// ([`Planner::new_unless_above_cached`]).
 #[derive(Debug, Default)]
 pub struct GraphCache {
-    #[allow(clippy::type_complexity)]
-    built: std::sync::Mutex<
-        std::collections::HashMap<
-            (
-                u64,
-                Option<u64>,
-                Attention,
-                u64,
-                finetune_mode::FineTune,
-                Precision,
-            ),
-            Built,
-        >,
-    >,
+    built: std::sync::Mutex<std::collections::HashMap<HashableKey, Built>>,
 }
+
+/// [`GraphKey`] as a map's key (the imbalance by its bits).
+type HashableKey = (
+    u64,
+    Option<u64>,
+    Attention,
+    u64,
+    finetune_mode::FineTune,
+    Precision,
+);
 
 impl GraphCache {
     /// The graph and policy of `key` for `preset` (always the same preset), built when not

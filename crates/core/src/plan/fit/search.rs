@@ -12,7 +12,7 @@ use super::strategy;
 use crate::model::{Graph, Preset};
 use crate::plan::config::{MAX_ACCUM, TrainConfig};
 use crate::plan::policy::ParamPolicy;
-use crate::plan::search::{fits, max_batch};
+use crate::plan::search::{fits, max_batch_seen};
 use crate::plan::{PlanError, Planner};
 use crate::units::Bytes;
 
@@ -71,11 +71,14 @@ pub(super) struct Figures {
 }
 
 impl Figures {
+    /// `known`: the uncapped peaks at `micro` when the max-batch search's replay gave them
+    /// ([`crate::plan::search::max_batch_seen`]).
     fn of(
         t: &Task<'_>,
         knobs: &Knobs,
         micro: u64,
         planner: &Planner,
+        known: Option<crate::plan::eval::Peaks>,
     ) -> Result<Figures, PlanError> {
         let config = t.config(knobs, micro);
         // The search planned the knobs at micro-batch 1, so with the whole effective batch
@@ -84,14 +87,17 @@ impl Figures {
         // The events depend on the accumulation only through whether it is 1 (gradients
         // freed before the forward) or more (`sim::Sim::step` runs at most two micro-steps).
         let own;
-        let planner = if config.accum.min(2) == planner.config.accum.min(2) {
-            planner
+        let (planner, known) = if config.accum.min(2) == planner.config.accum.min(2) {
+            (planner, known)
         } else {
             own = Planner::new(t.preset, &config)?;
-            &own
+            (&own, None)
         };
         let cap = t.req.budget.allocator_cap(planner.context);
-        let peaks = planner.peaks(micro)?;
+        let peaks = match known {
+            Some(p) => p,
+            None => planner.peaks(micro)?,
+        };
         let reserved = planner
             .reserved_within_given(micro, cap, peaks.reserved)?
             .unwrap_or(peaks.reserved);
@@ -280,7 +286,7 @@ impl<'a> Search<'a> {
         let config = self.config(&f.knobs, f.micro);
         let fig = match f.figures {
             Some(fig) => fig,
-            None => Figures::of(&self.task(), &f.knobs, f.micro, &f.planner)?,
+            None => Figures::of(&self.task(), &f.knobs, f.micro, &f.planner, None)?,
         };
         let (peaks, reserved) = (fig.peaks, fig.reserved);
         let time = self.time(&f.knobs, f.micro)?;
@@ -434,10 +440,10 @@ pub(super) fn plan_one(
     // A seed only tells dead from alive: whether micro-batch 1 fits, which is what the
     // max-batch search answers `None` to (it reaches batch 1 only when every larger batch
     // failed, or when the live bytes alone pass the cap, which makes batch 1 fail too).
-    let max_micro = if t.only_alive {
-        fits(&planner, budget, 1)?.then_some(1)
+    let (max_micro, seen) = if t.only_alive {
+        (fits(&planner, budget, 1)?.then_some(1), Vec::new())
     } else {
-        max_batch(&planner, budget, t.eff)?
+        max_batch_seen(&planner, budget, t.eff)?
     };
     let Some(max_micro) = max_micro else {
         // The closest miss, for the answer when nothing fits. The envelope plus the
@@ -491,7 +497,8 @@ pub(super) fn plan_one(
         Outcome::TooMuchAccum
     } else {
         let figures = if t.figures {
-            Some(Figures::of(t, k, micro, &planner)?)
+            let known = seen.iter().find(|(b, _)| *b == micro).map(|(_, p)| *p);
+            Some(Figures::of(t, k, micro, &planner, known)?)
         } else {
             None
         };
