@@ -295,41 +295,48 @@ pub fn reserved_and_peaks_within(
     if ev.side_streams {
         return Ok((reserved_within(ev, batch, alloc_cfg, cap)?, None));
     }
-    let mut run = Run {
-        ev,
-        slots: Slots::new(ev, batch)?,
-        allocator: CachingAllocator::with_cap(alloc_cfg, cap.0),
-        side: CachingAllocator::new(alloc_cfg),
-        side_peak: 0,
-        current: 0,
-        live: [0; Category::COUNT],
-    };
-    // As `evaluate` without the timeline and the breakdown; stopped at the OOM as
-    // `reserved_within` is.
+    let mut slots = Slots::new(ev, batch)?;
+    let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
+    // `evaluate`'s allocated bytes (`Run::apply` without the breakdown, one pool), stopped
+    // at the OOM as `reserved_within` is.
     let start = ev.measured_start.min(ev.events.len());
     let mut flushes = Flushes::new(ev);
-    let mut peak = 0;
+    let (mut current, mut peak) = (0u64, 0u64);
     for (i, e) in ev.events.iter().enumerate() {
-        flushes.before(i, &mut run.allocator);
+        flushes.before(i, &mut allocator);
         if i == start {
-            peak = run.current;
+            peak = current;
         }
-        run.apply(e)?;
-        if run.allocator.oom {
-            return Ok((None, None));
+        let b = e.buffer as usize;
+        let size = slots.size_of(&ev.buffers[b]);
+        if e.alloc {
+            current = match current.checked_add(size) {
+                Some(c) if c <= LIMIT => c,
+                _ => return Err(PlanError::Overflow("allocated bytes")),
+            };
+            slots.handles[b] = allocator.malloc_rounded(size);
+            if allocator.oom {
+                return Ok((None, None));
+            }
+        } else {
+            current -= size;
+            allocator.free(slots.handles[b]);
         }
-        if i >= start && run.current > peak {
-            peak = run.current;
+        if ev.whole_blocks {
+            current = allocator.allocated;
+        }
+        if i >= start && current > peak {
+            peak = current;
         }
     }
     if start == ev.events.len() {
-        peak = run.current;
+        peak = current;
     }
-    let reserved = Bytes(run.allocator.peak_reserved);
-    if run.allocator.reached_cap {
+    let reserved = Bytes(allocator.peak_reserved);
+    if allocator.reached_cap {
         return Ok((Some(reserved), None));
     }
-    let reserved_uncapped = Bytes(run.allocator.peak_reserved.max(peak));
+    let reserved_uncapped = Bytes(allocator.peak_reserved.max(peak));
     let smi = reserved_uncapped
         .checked_add(context)
         .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
