@@ -132,6 +132,7 @@ impl PlanStart {
         let remedies = remedies::remedies_against(
             &self.preset,
             &cfg,
+            &self.planner,
             self.plan.peak_allocated_bytes,
             self.plan.nvidia_smi_bytes,
             self.budget,

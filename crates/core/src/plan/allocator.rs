@@ -75,6 +75,9 @@ pub struct CachingAllocator {
     /// Set when a request could not be served within `cap`, even after releasing
     /// every cached segment that holds no live block (PyTorch's OOM condition).
     pub oom: bool,
+    /// Set when a request would have passed `cap` (cached segments released then): until
+    /// it is set, a capped allocator has run exactly as an uncapped one.
+    pub reached_cap: bool,
     /// Per segment: (size, first block, released).
     segs: Vec<(u64, u32, bool)>,
     /// The segments not released yet (what `release_cached` looks at: `empty_cache()` may run
@@ -155,6 +158,7 @@ impl CachingAllocator {
         if let Some(cap) = self.cap
             && self.reserved.saturating_add(seg) > cap
         {
+            self.reached_cap = true;
             self.release_cached();
             if self.reserved.saturating_add(seg) > cap {
                 self.oom = true;
@@ -381,6 +385,55 @@ impl CachingAllocator {
     }
 }
 
+/// An upper bound of the peak reserved bytes of an uncapped allocator with
+/// `expandable_segments`, fed the same (rounded) requests and frees, in one pass without
+/// the allocator: the large pool maps the live large bytes rounded up to 20 MiB pages (its
+/// peak is the largest live large bytes, so rounded), and the small pool opens a 2 MiB
+/// segment only when no cached block fits — every segment then holds a live block, since a
+/// segment whose blocks are all free is one free 2 MiB block that any small request fits —
+/// so it has at most as many segments as small blocks are ever live at once. Under a cap at
+/// least this bound the capped allocator never reaches its cap: it runs as the uncapped one
+/// and never fails ([`crate::plan::search::fits`] skips its replay then).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ExpandableBound {
+    live_large: u64,
+    max_live_large: u64,
+    live_small: u64,
+    max_live_small: u64,
+}
+
+impl ExpandableBound {
+    /// A request of `size` bytes, rounded by [`round_size`].
+    #[inline]
+    pub fn malloc_rounded(&mut self, size: u64) {
+        if size <= SMALL_SIZE {
+            self.live_small += 1;
+            self.max_live_small = self.max_live_small.max(self.live_small);
+        } else {
+            self.live_large = self.live_large.saturating_add(size);
+            self.max_live_large = self.max_live_large.max(self.live_large);
+        }
+    }
+
+    /// The free of a block of `size` rounded bytes, allocated before.
+    #[inline]
+    pub fn free_rounded(&mut self, size: u64) {
+        if size <= SMALL_SIZE {
+            self.live_small = self.live_small.saturating_sub(1);
+        } else {
+            self.live_large = self.live_large.saturating_sub(size);
+        }
+    }
+
+    /// At least the uncapped allocator's peak reserved bytes.
+    pub fn reserved(&self) -> u64 {
+        self.max_live_large
+            .div_ceil(LARGE_BUFFER)
+            .saturating_mul(LARGE_BUFFER)
+            .saturating_add(self.max_live_small.saturating_mul(SMALL_BUFFER))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,6 +454,45 @@ mod tests {
         let mut a = CachingAllocator::new(AllocatorConfig::default());
         a.malloc(u64::MAX - (1 << 20));
         a.malloc(u64::MAX / 2);
+    }
+
+    /// [`ExpandableBound`] is at least the peak reserved bytes of the allocator it bounds,
+    /// on random request sequences (small and large, freed in random order).
+    #[test]
+    fn the_expandable_bound_is_above_the_peak() {
+        let cfg = AllocatorConfig {
+            expandable_segments: true,
+            max_split_size_mb: None,
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200 {
+            let mut a = CachingAllocator::new(cfg);
+            let mut bound = ExpandableBound::default();
+            let mut live: Vec<(u32, u64)> = Vec::new();
+            for _ in 0..300 {
+                if live.is_empty() || next() % 3 != 0 {
+                    let size = if next() % 2 == 0 {
+                        next() % (SMALL_SIZE + 1)
+                    } else {
+                        next() % (64 << 20)
+                    };
+                    let size = round_size(size);
+                    live.push((a.malloc_rounded(size), size));
+                    bound.malloc_rounded(size);
+                } else {
+                    let (id, size) = live.swap_remove((next() % live.len() as u64) as usize);
+                    a.free(id);
+                    bound.free_rounded(size);
+                }
+                assert!(a.peak_reserved <= bound.reserved());
+            }
+        }
     }
 
     #[test]

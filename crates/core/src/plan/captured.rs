@@ -336,7 +336,7 @@ pub fn planner(
     );
     Ok(Planner {
         model: preset.id.clone(),
-        graph: crate::model::Graph::default(),
+        graph: std::sync::Arc::default(),
         config: cfg,
         size: c.size,
         target_seq: None,

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::allocator::{CachingAllocator, round_size};
+use super::allocator::{CachingAllocator, ExpandableBound, round_size};
 use super::config::AllocatorConfig;
 use super::error::PlanError;
 use super::events::{Buffer, Category, Event, Events, Phase};
@@ -127,6 +127,36 @@ pub fn runs_within(
     Ok(reserved_within(ev, batch, alloc_cfg, cap)?.is_some())
 }
 
+/// An upper bound of the peak reserved bytes of [`reserved_within`] at `batch` under any cap
+/// at least that bound, where one is cheap to give ([`ExpandableBound`]): with expandable
+/// segments, no side stream, no `empty_cache()` and sizes that cannot overflow (the cases
+/// where [`reserved_within`] replays the plain allocator and cannot fail but for the cap);
+/// `None` otherwise.
+pub fn reserved_bound(ev: &Events, batch: u64, alloc_cfg: AllocatorConfig) -> Option<Bytes> {
+    if !alloc_cfg.expandable_segments || ev.side_streams || !ev.empty_cache.is_empty() {
+        return None;
+    }
+    let (ps, fx) = ev
+        .buffers
+        .iter()
+        .fold((0, 0), |(p, f), b| (b.per_sample.max(p), b.fixed.max(f)));
+    let most = ps.checked_mul(batch).and_then(|x| x.checked_add(fx))?;
+    if most > LIMIT {
+        return None;
+    }
+    let mut bound = ExpandableBound::default();
+    for e in &ev.events {
+        let b = &ev.buffers[e.buffer as usize];
+        let size = round_size(b.per_sample * batch + b.fixed);
+        if e.alloc {
+            bound.malloc_rounded(size);
+        } else {
+            bound.free_rounded(size);
+        }
+    }
+    Some(Bytes(bound.reserved()))
+}
+
 /// The peak reserved bytes when the allocator may reserve at most `cap` bytes: near the cap
 /// PyTorch releases cached segments before it fails, so this can be well below the uncapped
 /// peak. `None` on a CUDA OOM.
@@ -248,6 +278,76 @@ impl Run<'_> {
         }
         Ok(())
     }
+}
+
+/// [`reserved_within`] (`None` on a CUDA OOM) and, when the capped allocator never reached
+/// its cap — it then ran exactly as an uncapped one — the uncapped [`peaks`] too, from the
+/// same replay (`context` added for nvidia-smi). The make-it-fit search's max-batch replay
+/// at the batch that fits is then also the candidate's figures. Lists with side streams are
+/// replayed by [`reserved_within`] alone.
+pub fn reserved_and_peaks_within(
+    ev: &Events,
+    batch: u64,
+    alloc_cfg: AllocatorConfig,
+    cap: Bytes,
+    context: Bytes,
+) -> Result<(Option<Bytes>, Option<Peaks>), PlanError> {
+    if ev.side_streams {
+        return Ok((reserved_within(ev, batch, alloc_cfg, cap)?, None));
+    }
+    let mut slots = Slots::new(ev, batch)?;
+    let mut allocator = CachingAllocator::with_cap(alloc_cfg, cap.0);
+    // `evaluate`'s allocated bytes (`Run::apply` without the breakdown, one pool), stopped
+    // at the OOM as `reserved_within` is.
+    let start = ev.measured_start.min(ev.events.len());
+    let mut flushes = Flushes::new(ev);
+    let (mut current, mut peak) = (0u64, 0u64);
+    for (i, e) in ev.events.iter().enumerate() {
+        flushes.before(i, &mut allocator);
+        if i == start {
+            peak = current;
+        }
+        let b = e.buffer as usize;
+        let size = slots.size_of(&ev.buffers[b]);
+        if e.alloc {
+            current = match current.checked_add(size) {
+                Some(c) if c <= LIMIT => c,
+                _ => return Err(PlanError::Overflow("allocated bytes")),
+            };
+            slots.handles[b] = allocator.malloc_rounded(size);
+            if allocator.oom {
+                return Ok((None, None));
+            }
+        } else {
+            current -= size;
+            allocator.free(slots.handles[b]);
+        }
+        if ev.whole_blocks {
+            current = allocator.allocated;
+        }
+        if i >= start && current > peak {
+            peak = current;
+        }
+    }
+    if start == ev.events.len() {
+        peak = current;
+    }
+    let reserved = Bytes(allocator.peak_reserved);
+    if allocator.reached_cap {
+        return Ok((Some(reserved), None));
+    }
+    let reserved_uncapped = Bytes(allocator.peak_reserved.max(peak));
+    let smi = reserved_uncapped
+        .checked_add(context)
+        .ok_or(PlanError::Overflow("nvidia-smi bytes"))?;
+    Ok((
+        Some(reserved),
+        Some(Peaks {
+            allocated: Bytes(peak),
+            reserved: reserved_uncapped,
+            nvidia_smi: smi,
+        }),
+    ))
 }
 
 /// Full evaluation; `timeline` keeps one point per event of the measured step.

@@ -127,7 +127,9 @@ fn category_key(c: Category) -> String {
 #[derive(Debug, Clone)]
 pub struct Planner {
     pub model: String,
-    pub graph: Graph,
+    /// Shared between the planners of one search that build the same graph
+    /// ([`GraphCache`]).
+    pub graph: std::sync::Arc<Graph>,
     pub config: TrainConfig,
     pub size: u64,
     /// The target (decoder) length of an encoder-decoder model (given or its default).
@@ -171,6 +173,18 @@ impl Planner {
         cfg: &TrainConfig,
         bound: impl FnOnce(Bytes, &band::ErrorBand) -> u64,
     ) -> Result<Option<Planner>, PlanError> {
+        Planner::new_unless_above_cached(preset, cfg, None, bound)
+    }
+
+    /// [`Planner::new_unless_above`] with the graphs (and their parameter policies before
+    /// the strategy shards them) taken from `cache` when it built them already: the
+    /// make-it-fit search builds the same few graphs for many combinations.
+    pub fn new_unless_above_cached(
+        preset: &Preset,
+        cfg: &TrainConfig,
+        cache: Option<&GraphCache>,
+        bound: impl FnOnce(Bytes, &band::ErrorBand) -> u64,
+    ) -> Result<Option<Planner>, PlanError> {
         if let crate::model::ModelSpec::Captured(c) = &preset.spec {
             return captured::planner(preset, c, cfg).map(Some);
         }
@@ -200,9 +214,19 @@ impl Planner {
                 ),
             });
         }
-        let graph = preset.build_full(size, cfg.target_seq, attn, cfg.moe_imbalance)?;
         let precision = cfg.distributed.module_precision(cfg.precision);
-        let (graph, mut policy) = finetune::apply(graph, &cfg.finetune, precision)?;
+        let key = GraphKey {
+            size,
+            target_seq: cfg.target_seq,
+            attention: cfg.attention,
+            moe_imbalance: cfg.moe_imbalance,
+            finetune: cfg.finetune,
+            precision,
+        };
+        let (graph, mut policy) = match cache {
+            Some(cache) => cache.get(preset, &key)?,
+            None => key.build(preset)?,
+        };
         let sim_cfg = distributed_sim_config(cfg, &graph, &mut policy);
         let context = DEFAULT_CUDA_CONTEXT
             .checked_add(cfg.distributed.nccl_bytes())
@@ -357,6 +381,83 @@ impl Planner {
             paged_optimizer_bytes: Bytes(self.paged_bytes),
             timeline: e.timeline,
         })
+    }
+}
+
+/// What a built graph and its parameter policy depend on, for one preset ([`GraphCache`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GraphKey {
+    pub size: u64,
+    pub target_seq: Option<u64>,
+    pub attention: Attention,
+    pub moe_imbalance: f64,
+    pub finetune: finetune_mode::FineTune,
+    /// The precision the modules are built in (a strategy's module precision).
+    pub precision: Precision,
+}
+
+impl GraphKey {
+    /// Builds the graph of `preset` and applies the fine-tuning.
+    pub fn build(&self, preset: &Preset) -> Result<Built, PlanError> {
+        let attn = match self.attention {
+            Attention::Eager => AttnImpl::Eager,
+            Attention::Sdpa => AttnImpl::Sdpa,
+        };
+        let graph = preset.build_full(self.size, self.target_seq, attn, self.moe_imbalance)?;
+        let (graph, policy) = finetune::apply(graph, &self.finetune, self.precision)?;
+        Ok((std::sync::Arc::new(graph), policy))
+    }
+
+    /// The key as a map's key (the imbalance by its bits).
+    fn hashable(&self) -> HashableKey {
+        (
+            self.size,
+            self.target_seq,
+            self.attention,
+            self.moe_imbalance.to_bits(),
+            self.finetune,
+            self.precision,
+        )
+    }
+}
+
+/// A graph and its parameter policy, cached by [`GraphKey`].
+type Built = (std::sync::Arc<Graph>, ParamPolicy);
+
+/// Graphs built for one preset, shared by the threads that plan its combinations
+/// ([`Planner::new_unless_above_cached`]).
+#[derive(Debug, Default)]
+pub struct GraphCache {
+    built: std::sync::Mutex<std::collections::HashMap<HashableKey, Built>>,
+}
+
+/// [`GraphKey`] as a map's key (the imbalance by its bits).
+type HashableKey = (
+    u64,
+    Option<u64>,
+    Attention,
+    u64,
+    finetune_mode::FineTune,
+    Precision,
+);
+
+impl GraphCache {
+    /// The graph and policy of `key` for `preset` (always the same preset), built when not
+    /// cached (a build that fails is not cached: it fails again when asked again).
+    pub fn get(&self, preset: &Preset, key: &GraphKey) -> Result<Built, PlanError> {
+        let cached = self
+            .built
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key.hashable()).cloned());
+        if let Some(hit) = cached {
+            return Ok(hit);
+        }
+        let built = key.build(preset)?;
+        if let Ok(mut m) = self.built.lock() {
+            m.entry(key.hashable()).or_insert_with(|| built.clone());
+        }
+        Ok(built)
     }
 }
 

@@ -241,15 +241,27 @@ pub fn remedies(
     cfg: &TrainConfig,
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
-    let base = Planner::new(preset, cfg)?.peaks(cfg.batch)?;
-    remedies_against(preset, cfg, base.allocated, base.nvidia_smi, budget)
+    let planner = Planner::new(preset, cfg)?;
+    let base = planner.peaks(cfg.batch)?;
+    remedies_against(
+        preset,
+        cfg,
+        &planner,
+        base.allocated,
+        base.nvidia_smi,
+        budget,
+    )
 }
 
 /// [`remedies`] against the peaks of `cfg`'s plan when they are known (`base_allocated`,
-/// `base_nvidia_smi`): each remedy built and evaluated by the same thread.
+/// `base_nvidia_smi`; `base` is `cfg`'s planner): each remedy built and evaluated by the
+/// same thread. A remedy that changes only the allocator settings takes `base`'s events
+/// (the allocator does not change them, only how they are replayed) instead of generating
+/// them again.
 pub fn remedies_against(
     preset: &Preset,
     cfg: &TrainConfig,
+    base: &Planner,
     base_allocated: Bytes,
     base_nvidia_smi: Bytes,
     budget: Budget,
@@ -258,7 +270,19 @@ pub fn remedies_against(
     let planned = crate::par::map(
         candidates(cfg, preset.input.is_tokens()),
         |(name, description, c)| {
-            let planner = match Planner::new(preset, &c) {
+            let same_events = TrainConfig {
+                allocator: cfg.allocator,
+                ..c
+            } == *cfg
+                && !matches!(preset.spec, crate::model::ModelSpec::Captured(_));
+            let built = if same_events {
+                let mut p = base.clone();
+                p.config.allocator = c.allocator;
+                Ok(p)
+            } else {
+                Planner::new(preset, &c)
+            };
+            let planner = match built {
                 Ok(p) => p,
                 // A captured graph plans only what it recorded: the rest needs a re-capture.
                 Err(_) if matches!(preset.spec, crate::model::ModelSpec::Captured(_)) => {

@@ -62,8 +62,18 @@ pub fn fits_with_reserved(
 /// Whether `batch` runs on the budget's GPU without a CUDA OOM, at the upper edge of the
 /// mode's measured reserved band: the caching allocator is simulated under
 /// [`verdict_cap`], releasing cached segments before failing as PyTorch does.
+///
+/// When an upper bound of the uncapped peak reserved bytes is cheap to give and within the
+/// cap ([`super::eval::reserved_bound`]), the capped allocator cannot reach its cap: the
+/// batch fits without the replay (the make-it-fit search's seeds, expandable segments).
 pub fn fits(planner: &Planner, budget: Budget, batch: u64) -> Result<bool, PlanError> {
-    match planner.runs_within(batch, verdict_cap(planner, budget)) {
+    let cap = verdict_cap(planner, budget);
+    if super::eval::reserved_bound(&planner.events, batch, planner.config.allocator)
+        .is_some_and(|bound| bound <= cap)
+    {
+        return Ok(true);
+    }
+    match planner.runs_within(batch, cap) {
         Err(PlanError::Overflow(_)) => Ok(false),
         other => other,
     }
@@ -84,12 +94,57 @@ pub fn max_batch_capped(
     cap: Bytes,
     limit: u64,
 ) -> Result<Option<u64>, PlanError> {
-    let fits = |b: u64| -> Result<bool, PlanError> {
+    let mut fits = |b: u64| -> Result<bool, PlanError> {
         match planner.runs_within(b, cap) {
             Err(PlanError::Overflow(_)) => Ok(false),
             other => other,
         }
     };
+    max_batch_by(planner, cap, limit, &mut fits)
+}
+
+/// Batches with their uncapped peaks, as a max-batch search's replays gave them.
+pub type SeenPeaks = Vec<(u64, Peaks)>;
+
+/// [`max_batch`], with the uncapped peaks of the batches whose replay never reached the cap
+/// (the same replay, [`super::eval::reserved_and_peaks_within`]): the make-it-fit search
+/// takes its candidate's figures from there instead of replaying the batch again.
+pub fn max_batch_seen(
+    planner: &Planner,
+    budget: Budget,
+    limit: u64,
+) -> Result<(Option<u64>, SeenPeaks), PlanError> {
+    let cap = verdict_cap(planner, budget);
+    let mut seen = Vec::new();
+    let mut fits = |b: u64| -> Result<bool, PlanError> {
+        match super::eval::reserved_and_peaks_within(
+            &planner.events,
+            b,
+            planner.config.allocator,
+            cap,
+            planner.context,
+        ) {
+            Ok((reserved, peaks)) => {
+                if let Some(p) = peaks {
+                    seen.push((b, p));
+                }
+                Ok(reserved.is_some())
+            }
+            Err(PlanError::Overflow(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    let max = max_batch_by(planner, cap, limit, &mut fits)?;
+    Ok((max, seen))
+}
+
+/// The search of [`max_batch_capped`] with `fits` telling whether a batch runs under `cap`.
+fn max_batch_by(
+    planner: &Planner,
+    cap: Bytes,
+    limit: u64,
+    fits: &mut dyn FnMut(u64) -> Result<bool, PlanError>,
+) -> Result<Option<u64>, PlanError> {
     // Allocated bytes never exceed reserved, so the envelope of peak allocated gives a cheap
     // upper bound: the first batch whose live bytes alone pass the cap cannot run.
     let env = planner.live_peaks();
@@ -126,7 +181,7 @@ pub fn max_batch_capped(
         bad = candidate;
         step = step.saturating_mul(2);
     };
-    Ok(Some(bisect(good, bad, &mut |b| fits(b))?))
+    Ok(Some(bisect(good, bad, fits)?))
 }
 
 /// The largest `x` in `good..bad` that fits, given that `good` fits and `bad` does not:
@@ -230,6 +285,87 @@ mod tests {
             max_batch_capped(&planner, Bytes::mib(10), 4096).expect("search"),
             None
         );
+    }
+
+    /// `fits` without the replay (the expandable bound within the cap) answers as the
+    /// replay does, on budgets from far too small to ample.
+    #[test]
+    fn fits_by_the_bound_agrees_with_the_replay() {
+        let preset = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let mut cfg = crate::plan::TrainConfig {
+            size: Some(256),
+            ..Default::default()
+        };
+        cfg.allocator.expandable_segments = true;
+        let planner = Planner::new(&preset, &cfg).expect("planner");
+        let mut skipped = 0;
+        for gib in 1..=24u64 {
+            let budget = Budget {
+                capacity: Bytes::gib(gib),
+                margin: 0.05,
+            };
+            for batch in [1, 2, 4, 8] {
+                let replayed = matches!(
+                    planner.runs_within(batch, verdict_cap(&planner, budget)),
+                    Ok(true)
+                );
+                assert_eq!(fits(&planner, budget, batch).expect("fits"), replayed);
+                let bound = crate::plan::eval::reserved_bound(
+                    &planner.events,
+                    batch,
+                    planner.config.allocator,
+                )
+                .expect("a bound");
+                assert!(bound >= planner.peaks(batch).expect("peaks").reserved);
+                skipped += usize::from(bound <= verdict_cap(&planner, budget));
+            }
+        }
+        assert!(skipped > 0, "the bound never spared a replay");
+    }
+
+    /// The max-batch replay that also gives the uncapped peaks answers as the capped replay
+    /// does, and its peaks, when given, are the uncapped evaluation's.
+    #[test]
+    fn the_shared_replay_agrees_with_both_replays() {
+        let preset = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let cfg = crate::plan::TrainConfig {
+            size: Some(256),
+            ..Default::default()
+        };
+        let planner = Planner::new(&preset, &cfg).expect("planner");
+        let mut given = 0;
+        for mib in [300u64, 1_000, 2_000, 4_000, 8_000] {
+            for batch in [1, 2, 4, 8, 16] {
+                let cap = Bytes::mib(mib);
+                let (reserved, peaks) = crate::plan::eval::reserved_and_peaks_within(
+                    &planner.events,
+                    batch,
+                    planner.config.allocator,
+                    cap,
+                    planner.context,
+                )
+                .expect("replay");
+                assert_eq!(
+                    reserved,
+                    planner.reserved_within(batch, cap).expect("capped"),
+                    "{mib} MiB, batch {batch}"
+                );
+                if let Some(p) = peaks {
+                    assert_eq!(p, planner.peaks(batch).expect("peaks"));
+                    given += 1;
+                }
+            }
+        }
+        assert!(given > 0, "no replay gave the uncapped peaks");
+        let budget = Budget {
+            capacity: Bytes::gib(4),
+            margin: 0.05,
+        };
+        let (max, seen) = max_batch_seen(&planner, budget, 64).expect("search");
+        assert_eq!(max, max_batch(&planner, budget, 64).expect("search"));
+        for (b, p) in seen {
+            assert_eq!(p, planner.peaks(b).expect("peaks"), "batch {b}");
+        }
     }
 
     #[test]

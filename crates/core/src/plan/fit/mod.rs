@@ -55,10 +55,12 @@ fn fit_with(
     req: &FitRequest,
     tuning: Tuning,
 ) -> Result<FitReport, PlanError> {
+    // The graphs the combinations share, built once for the whole search.
+    let graphs = crate::plan::GraphCache::default();
     // The workers live for the whole search ([`crate::par::Workers`]).
     std::thread::scope(|scope| {
         let workers = crate::par::Workers::new(scope, tuning.width.saturating_sub(1));
-        search(preset, user, req, tuning, &workers)
+        search(preset, user, req, tuning, &workers, &graphs)
     })
 }
 
@@ -68,6 +70,7 @@ fn search<'a: 'w, 'w>(
     req: &'a FitRequest,
     tuning: Tuning,
     workers: &crate::par::Workers<'w>,
+    graph_cache: &'a crate::plan::GraphCache,
 ) -> Result<FitReport, PlanError> {
     user.validate()?;
     let eff = req
@@ -93,6 +96,7 @@ fn search<'a: 'w, 'w>(
         closest: None,
         twins: HashMap::new(),
         tuning,
+        graph_cache,
     };
     // Fine-tuning settings this model cannot take are not searched: LoRA on the attention
     // projections of a model that has none (a CNN; a model type whose module names are not

@@ -9,11 +9,10 @@ use super::axes::{Knobs, change_words, cost_words};
 use super::cost::{CandidateTime, step_time};
 use super::report::{FitCandidate, FitRequest};
 use super::strategy;
-use crate::model::families::transformer::AttnImpl;
 use crate::model::{Graph, Preset};
 use crate::plan::config::{MAX_ACCUM, TrainConfig};
 use crate::plan::policy::ParamPolicy;
-use crate::plan::search::{fits, max_batch};
+use crate::plan::search::{fits, max_batch_seen};
 use crate::plan::{PlanError, Planner};
 use crate::units::Bytes;
 
@@ -30,11 +29,13 @@ pub(super) struct Search<'a> {
     pub(super) user: Knobs,
     pub(super) eff: u64,
     pub(super) req: &'a FitRequest,
-    pub(super) graphs: HashMap<GraphKey, (Graph, ParamPolicy)>,
+    pub(super) graphs: HashMap<GraphKey, (std::sync::Arc<Graph>, ParamPolicy)>,
     /// Step times per graph, checkpointing and micro-batch (the optimizer, loop shape and
     /// allocator do not change them).
     pub(super) times: HashMap<(GraphKey, bool, u64), CandidateTime>,
-    pub(super) dead: Vec<Knobs>,
+    /// The dead combinations, each with its [`Search::band_factor`] (looked up once: the
+    /// presumption below asks it of every dead combination for every combination classified).
+    pub(super) dead: Vec<(Knobs, f64)>,
     pub(super) planned: usize,
     /// The leanest plan seen that did not fit: (nvidia-smi at micro-batch 1, settings,
     /// nvidia-smi at the upper edge of its mode's measured reserved band: what the verdict
@@ -44,6 +45,8 @@ pub(super) struct Search<'a> {
     /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::take_twin`]).
     pub(super) twins: HashMap<Knobs, Planner>,
     pub(super) tuning: Tuning,
+    /// The planners' graphs, built once per graph key ([`crate::plan::GraphCache`]).
+    pub(super) graph_cache: &'a crate::plan::GraphCache,
 }
 
 /// A planned combination that fits.
@@ -68,11 +71,14 @@ pub(super) struct Figures {
 }
 
 impl Figures {
+    /// `known`: the uncapped peaks at `micro` when the max-batch search's replay gave them
+    /// ([`crate::plan::search::max_batch_seen`]).
     fn of(
         t: &Task<'_>,
         knobs: &Knobs,
         micro: u64,
         planner: &Planner,
+        known: Option<crate::plan::eval::Peaks>,
     ) -> Result<Figures, PlanError> {
         let config = t.config(knobs, micro);
         // The search planned the knobs at micro-batch 1, so with the whole effective batch
@@ -81,14 +87,17 @@ impl Figures {
         // The events depend on the accumulation only through whether it is 1 (gradients
         // freed before the forward) or more (`sim::Sim::step` runs at most two micro-steps).
         let own;
-        let planner = if config.accum.min(2) == planner.config.accum.min(2) {
-            planner
+        let (planner, known) = if config.accum.min(2) == planner.config.accum.min(2) {
+            (planner, known)
         } else {
             own = Planner::new(t.preset, &config)?;
-            &own
+            (&own, None)
         };
         let cap = t.req.budget.allocator_cap(planner.context);
-        let peaks = planner.peaks(micro)?;
+        let peaks = match known {
+            Some(p) => p,
+            None => planner.peaks(micro)?,
+        };
         let reserved = planner
             .reserved_within_given(micro, cap, peaks.reserved)?
             .unwrap_or(peaks.reserved);
@@ -102,24 +111,28 @@ impl Figures {
 }
 
 impl<'a> Search<'a> {
-    pub(super) fn graph(&mut self, k: &Knobs) -> Result<&(Graph, ParamPolicy), PlanError> {
+    pub(super) fn graph(
+        &mut self,
+        k: &Knobs,
+    ) -> Result<&(std::sync::Arc<Graph>, ParamPolicy), PlanError> {
         let key = (k.precision, k.attention, k.finetune);
         if !self.graphs.contains_key(&key) {
             let size = self
                 .user_cfg
                 .size
                 .unwrap_or_else(|| self.preset.default_size());
-            let attn = match k.attention {
-                crate::plan::Attention::Eager => AttnImpl::Eager,
-                crate::plan::Attention::Sdpa => AttnImpl::Sdpa,
-            };
-            let g = self.preset.build_full(
-                size,
-                self.user_cfg.target_seq,
-                attn,
-                self.user_cfg.moe_imbalance,
+            // The planners' cache: a planner of the same graph takes it from there.
+            let gp = self.graph_cache.get(
+                self.preset,
+                &crate::plan::GraphKey {
+                    size,
+                    target_seq: self.user_cfg.target_seq,
+                    attention: k.attention,
+                    moe_imbalance: self.user_cfg.moe_imbalance,
+                    finetune: k.finetune,
+                    precision: k.precision,
+                },
             )?;
-            let gp = crate::plan::finetune::apply(g, &k.finetune, k.precision)?;
             self.graphs.insert(key, gp);
         }
         self.graphs
@@ -154,9 +167,10 @@ impl<'a> Search<'a> {
     /// fine-tuning mode and strategy, so a leaner combination in a wider band can fail where
     /// a heavier one in a narrower band fits).
     pub(super) fn presumed_dead(&self, k: &Knobs) -> bool {
-        self.dead
-            .iter()
-            .any(|d| k.needs_at_least(d) && self.band_factor(k) >= self.band_factor(d))
+        let mut own = None;
+        self.dead.iter().any(|(d, df)| {
+            k.needs_at_least(d) && *own.get_or_insert_with(|| self.band_factor(k)) >= *df
+        })
     }
 
     /// The factor from planned reserved to the upper edge of `k`'s measured band.
@@ -201,6 +215,7 @@ impl<'a> Search<'a> {
             stop_early: self.tuning.stop_early,
             figures: false,
             only_alive: false,
+            graphs: self.graph_cache,
         }
     }
 
@@ -217,8 +232,17 @@ impl<'a> Search<'a> {
             return None;
         }
         self.planned += 1;
-        if fresh && let Some(pl) = &planner {
-            self.twins.insert(twin_key(&knobs), pl.clone());
+        // The twin cache keeps the planner itself unless a candidate needs it too.
+        let mut planner = planner;
+        if fresh {
+            let keep = if matches!(outcome, Outcome::Fits { .. }) {
+                planner.clone()
+            } else {
+                planner.take()
+            };
+            if let Some(pl) = keep {
+                self.twins.insert(twin_key(&knobs), pl);
+            }
         }
         match outcome {
             Outcome::Invalid | Outcome::TooMuchAccum | Outcome::Alive => None,
@@ -230,7 +254,8 @@ impl<'a> Search<'a> {
                 {
                     self.closest = Some((smi, knobs, upper_smi));
                 }
-                self.dead.push(knobs);
+                let factor = self.band_factor(&knobs);
+                self.dead.push((knobs, factor));
                 None
             }
             Outcome::Fits {
@@ -261,7 +286,7 @@ impl<'a> Search<'a> {
         let config = self.config(&f.knobs, f.micro);
         let fig = match f.figures {
             Some(fig) => fig,
-            None => Figures::of(&self.task(), &f.knobs, f.micro, &f.planner)?,
+            None => Figures::of(&self.task(), &f.knobs, f.micro, &f.planner, None)?,
         };
         let (peaks, reserved) = (fig.peaks, fig.reserved);
         let time = self.time(&f.knobs, f.micro)?;
@@ -325,6 +350,7 @@ pub(super) struct Task<'a> {
     pub(super) figures: bool,
     /// Whether only dead or alive is asked (the seeds): no max-batch search, no micro-batch.
     pub(super) only_alive: bool,
+    pub(super) graphs: &'a crate::plan::GraphCache,
 }
 
 impl Task<'_> {
@@ -401,7 +427,7 @@ pub(super) fn plan_one(
                     .filter(|_| stop_early)
                     .map_or(u64::MAX, |smi| cap.max(smi.0.saturating_sub(context.0)))
             };
-            match Planner::new_unless_above(t.preset, &cfg, bound) {
+            match Planner::new_unless_above_cached(t.preset, &cfg, Some(t.graphs), bound) {
                 Ok(Some(p)) => (p, true),
                 Ok(None) => return Ok(done(Outcome::Dead { closest: None }, None, true)),
                 Err(PlanError::Field { .. } | PlanError::Unknown { .. }) => {
@@ -414,10 +440,10 @@ pub(super) fn plan_one(
     // A seed only tells dead from alive: whether micro-batch 1 fits, which is what the
     // max-batch search answers `None` to (it reaches batch 1 only when every larger batch
     // failed, or when the live bytes alone pass the cap, which makes batch 1 fail too).
-    let max_micro = if t.only_alive {
-        fits(&planner, budget, 1)?.then_some(1)
+    let (max_micro, seen) = if t.only_alive {
+        (fits(&planner, budget, 1)?.then_some(1), Vec::new())
     } else {
-        max_batch(&planner, budget, t.eff)?
+        max_batch_seen(&planner, budget, t.eff)?
     };
     let Some(max_micro) = max_micro else {
         // The closest miss, for the answer when nothing fits. The envelope plus the
@@ -471,7 +497,8 @@ pub(super) fn plan_one(
         Outcome::TooMuchAccum
     } else {
         let figures = if t.figures {
-            Some(Figures::of(t, k, micro, &planner)?)
+            let known = seen.iter().find(|(b, _)| *b == micro).map(|(_, p)| *p);
+            Some(Figures::of(t, k, micro, &planner, known)?)
         } else {
             None
         };

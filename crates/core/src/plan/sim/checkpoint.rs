@@ -41,28 +41,97 @@ pub(super) fn input_embeddings(g: &Graph, cfg: &TrainConfig) -> Vec<usize> {
         .collect()
 }
 
+/// What checkpointing asks of the graph's blocks, computed once per generation (it asked
+/// by scanning the whole graph for every block, and every block's nodes for every input).
+#[derive(Debug, Default)]
+pub(super) struct Blocks {
+    /// Per block: from its first node to past its last (what a scan for the block's nodes
+    /// found; empty at 0 for a block without nodes).
+    ranges: Vec<std::ops::Range<usize>>,
+    /// Per block: the tensors the nodes of its range output, sorted.
+    outputs: Vec<Vec<usize>>,
+    /// Per tensor: the first and last node that reads it (`None`: no node does).
+    readers: Vec<Option<(usize, usize)>>,
+}
+
+impl Blocks {
+    /// The blocks of `g` (none without checkpointing, which is what asks).
+    pub(super) fn new(g: &Graph, checkpointing: bool) -> Blocks {
+        if !checkpointing {
+            return Blocks::default();
+        }
+        let count = g.block_count() as usize;
+        let mut first: Vec<Option<usize>> = vec![None; count];
+        let mut last = vec![0usize; count];
+        let mut readers: Vec<Option<(usize, usize)>> = vec![None; g.tensors.len()];
+        for (n, node) in g.nodes.iter().enumerate() {
+            if let Some(b) = node.block {
+                let b = b as usize;
+                first[b].get_or_insert(n);
+                last[b] = n;
+            }
+            for &t in &node.inputs {
+                let r = readers[t].get_or_insert((n, n));
+                r.1 = n;
+            }
+        }
+        let ranges: Vec<_> = first
+            .iter()
+            .zip(&last)
+            .map(|(f, &l)| f.map_or(0..0, |f| f..l + 1))
+            .collect();
+        let outputs = ranges
+            .iter()
+            .map(|r| {
+                let mut o: Vec<usize> = g.nodes[r.clone()].iter().map(|m| m.output).collect();
+                o.sort_unstable();
+                o
+            })
+            .collect();
+        Blocks {
+            ranges,
+            outputs,
+            readers,
+        }
+    }
+
+    /// The nodes of block `b`: from its first node to past its last.
+    pub(super) fn nodes(&self, b: u32) -> std::ops::Range<usize> {
+        self.ranges.get(b as usize).cloned().unwrap_or(0..0)
+    }
+
+    /// Whether some node of block `b`'s range outputs tensor `t`.
+    pub(super) fn produced_inside(&self, b: u32, t: usize) -> bool {
+        self.outputs
+            .get(b as usize)
+            .is_some_and(|o| o.binary_search(&t).is_ok())
+    }
+
+    /// Whether some node outside `range` reads tensor `t`.
+    fn read_outside(&self, t: usize, range: &std::ops::Range<usize>) -> bool {
+        self.readers
+            .get(t)
+            .copied()
+            .flatten()
+            .is_some_and(|(lo, hi)| lo < range.start || hi >= range.end)
+    }
+}
+
 impl Sim<'_> {
     pub(super) fn in_ckpt_block(&self, n: usize) -> bool {
         self.ckpt && self.g.nodes[n].block.is_some()
     }
 
     fn block_nodes(&self, b: u32) -> std::ops::Range<usize> {
-        let nodes = &self.g.nodes;
-        let start = nodes.iter().position(|n| n.block == Some(b)).unwrap_or(0);
-        let end = nodes
-            .iter()
-            .rposition(|n| n.block == Some(b))
-            .map_or(start, |e| e + 1);
-        start..end
+        self.blocks.nodes(b)
     }
 
     pub(super) fn block_external_inputs(&self, b: u32) -> Vec<u32> {
         let range = self.block_nodes(b);
         let mut out = Vec::new();
-        for n in range.clone() {
+        for n in range {
             for &t in &self.g.nodes[n].inputs {
-                let produced_inside = self.g.nodes[range.clone()].iter().any(|m| m.output == t);
-                if !produced_inside
+                if !self.blocks.produced_inside(b, t)
                     && let Some(buf) = self.tbuf[t]
                     && !out.contains(&buf)
                 {
@@ -80,18 +149,16 @@ impl Sim<'_> {
         range
             .clone()
             .map(|n| nodes[n].output)
-            .filter(|&t| {
-                nodes
-                    .iter()
-                    .enumerate()
-                    .any(|(m, node)| !range.contains(&m) && node.inputs.contains(&t))
-            })
+            .filter(|&t| self.blocks.read_outside(t, &range))
             .collect()
     }
 
     pub(super) fn recompute_block(&mut self, b: u32) {
         let range = self.block_nodes(b);
-        let mut consumers = vec![0u32; self.g.tensors.len()];
+        // The block's own consumer counts, in a scratch list that is all zeros between
+        // recomputations (the entries set here are reset at the end).
+        let mut consumers = std::mem::take(&mut self.ckpt_consumers);
+        consumers.resize(self.g.tensors.len(), 0);
         for n in range.clone() {
             for &t in &self.g.nodes[n].inputs {
                 consumers[t] += 1;
@@ -117,8 +184,9 @@ impl Sim<'_> {
             // Inputs from outside the block are held by the checkpoint: give the
             // consumers' releases something to release.
             for &t in &self.g.nodes[n].inputs {
-                let inside = self.g.nodes[range.clone()].iter().any(|m| m.output == t);
-                if !inside && let Some(buf) = self.tbuf[t] {
+                if !self.blocks.produced_inside(b, t)
+                    && let Some(buf) = self.tbuf[t]
+                {
                     self.retain(buf);
                 }
             }
@@ -140,6 +208,15 @@ impl Sim<'_> {
         }
         self.phase = phase;
         self.recomputing = false;
+        for n in range {
+            for &t in &self.g.nodes[n].inputs {
+                consumers[t] = 0;
+            }
+        }
+        for &t in &outputs {
+            consumers[t] = 0;
+        }
+        self.ckpt_consumers = consumers;
     }
 
     /// Before the backward of node `n`: the output of a hooked embedding lookup over a

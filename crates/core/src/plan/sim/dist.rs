@@ -288,7 +288,16 @@ impl Sim<'_> {
     /// ZeRO-3, before node `n` (forward, recomputed forward or backward): DeepSpeed's
     /// `fetch_sub_module` for its parameters — the all-gather of those not available, then
     /// the prefetch.
+    #[inline]
     pub(super) fn ds_fetch(&mut self, n: usize) {
+        // Called for every node of every pass: without ZeRO-3 nothing to do, decided here.
+        if self.dist.ds.is_some() {
+            self.ds_fetch_params(n);
+        }
+    }
+
+    #[inline(never)]
+    fn ds_fetch_params(&mut self, n: usize) {
         let g = self.g;
         let params = &g.nodes[n].params;
         if params.is_empty() {
@@ -303,7 +312,15 @@ impl Sim<'_> {
     }
 
     /// ZeRO-3, after node `n`: `release_sub_module`.
+    #[inline]
     pub(super) fn ds_release(&mut self, n: usize) {
+        if self.dist.ds.is_some() {
+            self.ds_release_params(n);
+        }
+    }
+
+    #[inline(never)]
+    fn ds_release_params(&mut self, n: usize) {
         let g = self.g;
         let params = &g.nodes[n].params;
         if params.is_empty() {

@@ -81,6 +81,10 @@ struct Sim<'g> {
     /// (`loss = model(**batch).loss`); a plain loop keeps them in `pinned`.
     output_refs: Vec<u32>,
     ckpt: bool,
+    /// The blocks checkpointing recomputes ([`checkpoint::Blocks`]).
+    blocks: checkpoint::Blocks,
+    /// Scratch consumer counts of a recomputed block (all zeros between recomputations).
+    ckpt_consumers: Vec<u32>,
     block_inputs: Vec<Vec<u32>>,
     /// Reentrant checkpointing (`CheckpointFunction`): what its backward holds through the
     /// block's inner backward (the recomputed outputs and their incoming gradients).
@@ -402,6 +406,8 @@ pub fn generate_unless_above(
         pinned: Vec::new(),
         output_refs: Vec::new(),
         ckpt: cfg.checkpointing,
+        blocks: checkpoint::Blocks::new(g, cfg.checkpointing),
+        ckpt_consumers: Vec::new(),
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         reentrant: cfg.checkpointing && cfg.checkpoint_reentrant,
         reentrant_held: Vec::new(),
