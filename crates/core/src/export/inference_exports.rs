@@ -12,7 +12,6 @@
 //! it still runs (on the CPU, unquantized and not offloaded: bitsandbytes' kernels and
 //! accelerate's GPU budget need CUDA) and says so.
 
-use crate::plan::inference::vllm::{self, PLANNED_NOTE, VLLM_SOURCE, VllmArgs, VllmCapacity};
 use crate::model::Preset;
 use crate::plan::PlanError;
 use crate::plan::config::{Attention, DType};
@@ -20,6 +19,7 @@ use crate::plan::finetune_mode::Quant;
 use crate::plan::inference::device_map::MaxMemory;
 use crate::plan::inference::quant::describe as describe_quant;
 use crate::plan::inference::setting::dtype_name;
+use crate::plan::inference::vllm::{self, PLANNED_NOTE, VLLM_SOURCE, VllmArgs, VllmCapacity};
 use crate::plan::inference::{Decoding, InferConfig, InferPlan, InferStep, KvCache};
 use crate::plan::policy::QuantStorage;
 use crate::units::Bytes;

@@ -31,10 +31,10 @@
 
 use serde::Serialize;
 
+use super::{DecoderShape, InferConfig, InferPlanner, InferStep, KvCache};
 use crate::model::Preset;
 use crate::plan::PlanError;
 use crate::plan::config::{AllocatorConfig, Attention, DType};
-use super::{DecoderShape, InferConfig, InferPlanner, InferStep, KvCache};
 use crate::units::Bytes;
 
 /// What every output of this answer says.
