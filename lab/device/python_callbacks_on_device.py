@@ -6,12 +6,15 @@ induced CUDA OOM explained by the doctor through the callback.
     pip install --no-deps .whl/py/vramlab-*.whl
     python3 lab/device/python_callbacks_on_device.py --out $OUT
 
-Appends to $OUT/callbacks.jsonl (`--runs lightning` runs one of the three): one record per run with the callback's lines, the plan's
+Appends to $OUT/callbacks.jsonl (`--runs lightning` runs one of the three; several run each in a
+process of its own): one record per run with the callback's lines, the plan's
 numbers and torch's measured peaks, the versions and the device.
 """
 import argparse
 import json
 import os
+import subprocess
+import sys
 import traceback
 
 import torch
@@ -117,12 +120,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", default="hf,lightning,hf-oom",
-                    help="comma-separated; run each in its own process so peaks and caches do "
-                         "not carry over from one run to the next")
+                    help="comma-separated; with several, each runs in a process of its own "
+                         "(this script again), so peaks and caches do not carry over from one "
+                         "run to the next")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    v = versions()
     runs = a.runs.split(",")
+    if len(runs) > 1:
+        # session 23 ran the three in one process: the Lightning run then measured the HF
+        # run's leftovers (+0.46 GiB). One process per run, always.
+        for name in runs:
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--out", a.out,
+                                "--runs", name])
+            print(f"{name}: exit {r.returncode}", flush=True)
+        return
+    v = versions()
     with open(os.path.join(a.out, "callbacks.jsonl"), "a") as f:
         for name, fn in (("hf", lambda: hf_run(BATCH, 5, [])),
                          ("lightning", lambda: lightning_run([])),
