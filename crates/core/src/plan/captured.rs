@@ -6,11 +6,10 @@
 //! accumulation, fine-tuning, input size) are refused with the re-capture to run.
 
 use super::config::{DType, TrainConfig};
+use super::error::PlanError;
 use super::events::{Buffer, Category, Constants, Event, Events, Phase};
 use super::kernel_temps;
 use super::rules::conv_workspace_of;
-use super::{DEFAULT_CUDA_CONTEXT, PlanError, Planner};
-use crate::model::Preset;
 use crate::model::captured::{BufferKind, CapturedGraph, ConvCall, StepPhase};
 
 fn category(k: BufferKind) -> Category {
@@ -315,41 +314,4 @@ pub fn check_settings(c: &CapturedGraph, cfg: &TrainConfig) -> Result<(), PlanEr
         });
     }
     Ok(())
-}
-
-/// The planner of a captured graph under `cfg` (kernels' temporaries are sized exactly at
-/// its batch, by their local slope at others).
-pub fn planner(
-    preset: &Preset,
-    c: &CapturedGraph,
-    cfg: &TrainConfig,
-) -> Result<Planner, PlanError> {
-    cfg.validate()?;
-    check_settings(c, cfg)?;
-    let mut cfg = *cfg;
-    cfg.size = Some(c.size);
-    // The capture records element counts; parameters are stored in the precision's dtype.
-    let elem = cfg.precision.param_dtype().size();
-    let param_split = (
-        c.params.saturating_sub(c.trainable).saturating_mul(elem),
-        c.trainable.saturating_mul(elem),
-    );
-    Ok(Planner {
-        model: preset.id.clone(),
-        graph: std::sync::Arc::default(),
-        config: cfg,
-        size: c.size,
-        target_seq: None,
-        events: events(c, &Constants::default(), cfg.batch),
-        context: DEFAULT_CUDA_CONTEXT,
-        trainable: c.trainable,
-        params_override: Some(c.params),
-        op_labels: c.ops.clone(),
-        param_split,
-        // Paged optimizers are not captured (the capture runs the optimizer it names).
-        paged_bytes: 0,
-        mode: super::mode_key(preset, &cfg),
-        live: std::sync::OnceLock::new(),
-        unmodelled: Vec::new(),
-    })
 }

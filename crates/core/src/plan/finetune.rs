@@ -27,8 +27,8 @@
 //! `prepare_model_for_kbit_training` leaves every other base parameter in fp32; the
 //! 4-bit layers' biases are cast to the bf16 compute dtype by their first forward.
 
-use super::PlanError;
 use super::config::{DType, Precision};
+use super::error::PlanError;
 use super::policy::{ParamPolicy, QuantStorage};
 use crate::model::ir::{Elem, Graph, Node, Op, Param, Pointwise, Tensor};
 

@@ -186,7 +186,7 @@ impl Planner {
         bound: impl FnOnce(Bytes, &band::ErrorBand) -> u64,
     ) -> Result<Option<Planner>, PlanError> {
         if let crate::model::ModelSpec::Captured(c) = &preset.spec {
-            return captured::planner(preset, c, cfg).map(Some);
+            return captured_planner(preset, c, cfg).map(Some);
         }
         cfg.validate()?;
         let effective;
@@ -490,6 +490,43 @@ fn distributed_sim_config(
         out.precision = Precision::Bf16;
     }
     out
+}
+
+/// The planner of a captured graph under `cfg` (kernels' temporaries are sized exactly at
+/// its batch, by their local slope at others; the events from [`captured::events`]).
+fn captured_planner(
+    preset: &Preset,
+    c: &crate::model::captured::CapturedGraph,
+    cfg: &TrainConfig,
+) -> Result<Planner, PlanError> {
+    cfg.validate()?;
+    captured::check_settings(c, cfg)?;
+    let mut cfg = *cfg;
+    cfg.size = Some(c.size);
+    // The capture records element counts; parameters are stored in the precision's dtype.
+    let elem = cfg.precision.param_dtype().size();
+    let param_split = (
+        c.params.saturating_sub(c.trainable).saturating_mul(elem),
+        c.trainable.saturating_mul(elem),
+    );
+    Ok(Planner {
+        model: preset.id.clone(),
+        graph: std::sync::Arc::default(),
+        config: cfg,
+        size: c.size,
+        target_seq: None,
+        events: captured::events(c, &Constants::default(), cfg.batch),
+        context: DEFAULT_CUDA_CONTEXT,
+        trainable: c.trainable,
+        params_override: Some(c.params),
+        op_labels: c.ops.clone(),
+        param_split,
+        // Paged optimizers are not captured (the capture runs the optimizer it names).
+        paged_bytes: 0,
+        mode: mode_key(preset, &cfg),
+        live: std::sync::OnceLock::new(),
+        unmodelled: Vec::new(),
+    })
 }
 
 /// The mode a plan of `preset` under `cfg` is measured in: family × fine-tuning mode ×

@@ -10,7 +10,7 @@
 
 use super::{NO_NODE, Sim};
 use crate::model::ir::{Graph, Op};
-use crate::plan::TrainConfig;
+use crate::plan::config::TrainConfig;
 
 /// The nodes `model.enable_input_require_grads()` hooks under checkpointing: every lookup
 /// of the input embedding (`get_input_embeddings()`, the first embedding table; an
@@ -248,7 +248,7 @@ impl Sim<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{gpt2_peak as peak, gpt2_planner as planner};
-    use crate::plan::TrainConfig;
+    use crate::plan::config::TrainConfig;
     use crate::plan::finetune::{FineTune, FineTuneMode};
 
     const B: u64 = 2;

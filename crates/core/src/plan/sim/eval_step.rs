@@ -3,7 +3,7 @@
 
 use super::{NO_NODE, Sim};
 use crate::model::ir::{Graph, Op};
-use crate::plan::TrainConfig;
+use crate::plan::config::TrainConfig;
 use crate::plan::events::Phase;
 use crate::plan::rules::Rule;
 
