@@ -59,6 +59,18 @@ fn sizes(ev: &Events, batch: u64) -> Result<Vec<u64>, PlanError> {
     Ok(out)
 }
 
+/// Whether no buffer's bytes at `batch` can pass [`LIMIT`]: the largest per-sample and the
+/// largest fixed bytes of all buffers together stay within it.
+fn sizes_within_limit(ev: &Events, batch: u64) -> bool {
+    let (ps, fx) = ev
+        .buffers
+        .iter()
+        .fold((0, 0), |(p, f), b| (b.per_sample.max(p), b.fixed.max(f)));
+    ps.checked_mul(batch)
+        .and_then(|x| x.checked_add(fx))
+        .is_some_and(|x| x <= LIMIT)
+}
+
 /// Per buffer: its allocator handle, set at its allocation. (Its rounded bytes are computed
 /// again at the free: cheaper than reading them back from a list twice the size.)
 struct Slots {
@@ -71,12 +83,7 @@ impl Slots {
     /// per-sample and fixed bytes of all buffers together stay within [`LIMIT`], no buffer
     /// can overflow and the sizes are computed at each allocation instead of in a pass.
     fn new(ev: &Events, batch: u64) -> Result<Slots, PlanError> {
-        let (ps, fx) = ev
-            .buffers
-            .iter()
-            .fold((0, 0), |(p, f), b| (b.per_sample.max(p), b.fixed.max(f)));
-        let bound = ps.checked_mul(batch).and_then(|x| x.checked_add(fx));
-        if bound.is_none_or(|x| x > LIMIT) {
+        if !sizes_within_limit(ev, batch) {
             sizes(ev, batch)?;
         }
         Ok(Slots {
@@ -136,12 +143,7 @@ pub fn reserved_bound(ev: &Events, batch: u64, alloc_cfg: AllocatorConfig) -> Op
     if !alloc_cfg.expandable_segments || ev.side_streams || !ev.empty_cache.is_empty() {
         return None;
     }
-    let (ps, fx) = ev
-        .buffers
-        .iter()
-        .fold((0, 0), |(p, f), b| (b.per_sample.max(p), b.fixed.max(f)));
-    let most = ps.checked_mul(batch).and_then(|x| x.checked_add(fx))?;
-    if most > LIMIT {
+    if !sizes_within_limit(ev, batch) {
         return None;
     }
     let mut bound = ExpandableBound::default();

@@ -266,6 +266,7 @@ pub fn remedies_against(
     base_nvidia_smi: Bytes,
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
+    let captured = matches!(preset.spec, crate::model::ModelSpec::Captured(_));
     // Each remedy is planned on its own core ([`crate::par`]), in the candidates' order.
     let planned = crate::par::map(
         candidates(cfg, preset.input.is_tokens()),
@@ -274,7 +275,7 @@ pub fn remedies_against(
                 allocator: cfg.allocator,
                 ..c
             } == *cfg
-                && !matches!(preset.spec, crate::model::ModelSpec::Captured(_));
+                && !captured;
             let built = if same_events {
                 let mut p = base.clone();
                 p.config.allocator = c.allocator;
@@ -285,9 +286,7 @@ pub fn remedies_against(
             let planner = match built {
                 Ok(p) => p,
                 // A captured graph plans only what it recorded: the rest needs a re-capture.
-                Err(_) if matches!(preset.spec, crate::model::ModelSpec::Captured(_)) => {
-                    return None;
-                }
+                Err(_) if captured => return None,
                 Err(e) => return Some(Err(e)),
             };
             Some(evaluate(
