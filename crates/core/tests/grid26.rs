@@ -182,7 +182,8 @@ pub(crate) fn json_lines(file: &str) -> Vec<serde_json::Value> {
 /// (release_cached_blocks, then one retry) gives up. Session 20 added the grid's three
 /// remaining QLoRA searches under 48 GiB, run one at a time on an H100 80GB HBM3
 /// (`LANES=1`): c26b-07 (Qwen2.5-0.5B fp32, paged AdamW 8-bit) planned 3, 3 ran; c26b-03
-/// (Gemma-2-2B fp32, paged AdamW 8-bit) planned 3, 4 ran; c26b-04 (Mistral-7B bf16,
+/// (Gemma-2-2B fp32, paged AdamW 8-bit) planned 3, 4 ran (4 since session 24: SDPA no
+/// longer planned as eager for the soft-cap, see `gemma2_softcap_is_eager_only`); c26b-04 (Mistral-7B bf16,
 /// checkpointed, trainer loop) planned 71, 76 ran — its allocated peaks are planned to the
 /// MB, its reserved 15-20 % above what ran (b64: 52.5 GB planned, 43.8 GB measured, no
 /// cache flush), so the capped search stops early: safe, and 6.6 % short. Session 23 ran
@@ -375,4 +376,31 @@ fn grid26_untouched_third() {
     // As it came out (24 rows): allocated 0.15 / 2.96 %, reserved 1.73 / 12.2 %.
     assert!(am <= 0.5 && aw <= 3.5, "allocated {am:.2} / {aw:.2}");
     assert!(rm <= 2.0 && rw <= 12.5, "reserved {rm:.2} / {rw:.2}");
+}
+
+/// Gemma 2's attention soft-cap is eager attention's only (transformers 5.17: Gemma 2 gets
+/// SDPA by default, and `sdpa_attention_forward` drops the `softcap` keyword). An SDPA plan
+/// builds the SDPA kernel without the cap and says so; an eager plan builds the cap's
+/// `tanh` (its s×s output saved per head) and says nothing. c26b-03 (Gemma-2-2B QLoRA fp32,
+/// SDPA) planned 3 where 4 ran while the soft-cap forced eager; it plans 4 now.
+#[test]
+fn gemma2_softcap_is_eager_only() {
+    use vramlab_core::model::families::transformer::AttnImpl;
+    let p = preset(&root("tests/data/hf_configs/gemma-2-2b.json"));
+    let softcaps = |imp| {
+        let g = p.build(1024, imp).expect("build");
+        g.nodes
+            .iter()
+            .filter(|n| g.name(n).contains("softcap.tanh"))
+            .count()
+    };
+    assert_eq!(softcaps(AttnImpl::Sdpa), 0, "SDPA drops the soft-cap");
+    assert_eq!(softcaps(AttnImpl::Eager), 26, "one tanh per layer");
+    let note = |imp| {
+        p.unmodelled(1024, imp)
+            .iter()
+            .any(|n| n.contains("attn_logit_softcapping"))
+    };
+    assert!(note(AttnImpl::Sdpa));
+    assert!(!note(AttnImpl::Eager));
 }

@@ -11,7 +11,7 @@
 //! | `hidden_act` | Gemma (`gelu_pytorch_tanh`) | the MLP activation |
 //! | `gemma` | all Gemmas | RMSNorm `(1 + w)` in fp32; embeddings × √hidden |
 //! | `sandwich_norm` | Gemma 2/3 | norms after attention and MLP too, and before the MLP |
-//! | `attn_logit_softcapping` | Gemma 2 | tanh soft-cap of the scores (eager attention only) |
+//! | `attn_logit_softcapping` | Gemma 2 | tanh soft-cap of the scores (eager attention; SDPA drops it) |
 //! | `final_logit_softcapping` | Gemma 2 | tanh soft-cap of the logits |
 //! | `fused_projections` | Phi-3 | one `qkv_proj` and one `gate_up_proj`, sliced as views |
 //! | `moe` | Mixtral, Qwen2-MoE, Qwen3-MoE | a sparse MoE block in place of the MLP ([`super::moe`]) |
@@ -71,8 +71,10 @@ fn activation(
     b.op(op, &[x], elems, &[], name)
 }
 
-/// Builds the decoder for `seq` tokens. Attention soft-capping forces eager attention, as
-/// transformers' SDPA path refuses `softcap`. `moe_imbalance` sizes the routed rows of
+/// Builds the decoder for `seq` tokens. Attention soft-capping (Gemma 2) is eager attention's
+/// only: transformers 5.17's `sdpa_attention_forward` takes the layer's `softcap` keyword in
+/// `**kwargs` and drops it, and `get_correct_attn_implementation` gives Gemma 2 SDPA by default,
+/// so an SDPA plan runs the uncapped kernel. `moe_imbalance` sizes the routed rows of
 /// sparse layers (see [`super::moe`]; 1 = uniform routing).
 pub fn build(
     p: &LlamaParams,
@@ -82,7 +84,7 @@ pub fn build(
 ) -> Result<Graph, ModelError> {
     crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
     // transformers 5.17 refuses SDPA for gpt-oss (attention sinks): eager runs.
-    let imp = if p.attn_logit_softcapping.is_some() || p.attention_sinks {
+    let imp = if p.attention_sinks {
         AttnImpl::Eager
     } else {
         imp
@@ -114,7 +116,7 @@ pub fn build(
         dropout: p.attention_dropout,
         softmax_fp32: true,
         causal: true,
-        softcap: p.attn_logit_softcapping.is_some(),
+        softcap: p.attn_logit_softcapping.is_some() && imp == AttnImpl::Eager,
     };
     for l in 0..p.num_hidden_layers {
         if let Some(f) = &p.falcon {

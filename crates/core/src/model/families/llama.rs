@@ -340,7 +340,6 @@ impl LlamaParams {
     pub fn unmodelled(&self, seq: u64, sdpa: bool) -> Vec<String> {
         let mut notes = Vec::new();
         // Eager attention runs whatever is asked (the decoder builder forces it).
-        let eager_only = self.attention_sinks || self.attn_logit_softcapping.is_some();
         if self.attention_sinks && sdpa {
             notes.push(
                 "attention sinks (gpt_oss): transformers 5.17 refuses SDPA for this model; \
@@ -348,7 +347,15 @@ impl LlamaParams {
                     .to_string(),
             );
         }
-        let sdpa = sdpa && !eager_only;
+        if let (Some(cap), true) = (self.attn_logit_softcapping, sdpa && !self.attention_sinks) {
+            notes.push(format!(
+                "attn_logit_softcapping ({cap}) is applied by eager attention only: transformers \
+                 5.17's SDPA attention drops the softcap keyword, so this SDPA step runs \
+                 uncapped scores (planned as the SDPA kernel it runs; --attention eager plans \
+                 the capped scores, with their s×s tensors per head)"
+            ));
+        }
+        let sdpa = sdpa && !self.attention_sinks;
         if let Some(q) = &self.quantization {
             notes.push(format!(
                 "quantization_config ({q}) is not modelled: the plan is of the dequantized \

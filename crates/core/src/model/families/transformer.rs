@@ -24,7 +24,7 @@ pub struct AttnShape {
     /// Eager softmax called with `dtype=torch.float32` (Llama) rather than in the input dtype.
     pub softmax_fp32: bool,
     /// Gemma 2's `attn_logit_softcapping`: the scaled scores are soft-capped before the mask
-    /// (eager only: transformers' SDPA path refuses `softcap`).
+    /// (eager only: transformers 5.17's SDPA path drops the `softcap` keyword).
     pub softcap: bool,
 }
 
