@@ -25,8 +25,9 @@
 //!
 //! In generate's decode steps (`_optimize_model_for_decode`) the experts run
 //! `batched_mm` instead: each routed row gathers its expert's weights ([`batched_experts`]).
-//! Beam search's loop is not known to switch (its source was not read): it is planned with
-//! `grouped_mm`.
+//! Beam search's loop does not switch: in transformers 5.17 `_optimize_model_for_decode` is
+//! entered only by `_sample` (`generation/utils.py`), not by `_beam_search`, so beam search's
+//! decode steps are planned with `grouped_mm`, as they run (not measured on a GPU).
 //!
 //! Not modelled: the CUDA sort's cub scratch (`t·k` 8-byte keys and values, transient) and
 //! `torch._grouped_mm`'s own argument buffer (a few bytes per expert).
