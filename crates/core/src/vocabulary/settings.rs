@@ -283,6 +283,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn lora_dropout_words_are_read_and_checked() {
+        for (s, p) in [("0", 0.0), ("0.05", 0.05), ("0.1", 0.1), (" 0.5 ", 0.5)] {
+            let d: LoraDropout = s.parse().expect(s);
+            assert_eq!(d.p(), p, "{s}");
+            assert_eq!(d.is_zero(), p == 0.0);
+        }
+        for bad in ["1", "1.5", "-0.1", "NaN", "inf", "abc", ""] {
+            let err = bad.parse::<LoraDropout>().expect_err(bad).to_string();
+            assert!(err.starts_with("lora_dropout: "), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn lora_target_words_round_trip_and_unknown_modules_are_named() {
+        for s in [
+            "attn",
+            "all-linear",
+            "c_attn,c_fc",
+            "q_proj,v_proj,down_proj",
+        ] {
+            let t: LoraTargets = s.parse().expect(s);
+            assert_eq!(t.to_string(), s);
+        }
+        let err = "c_attn,nope".parse::<LoraTargets>().expect_err("unknown");
+        assert!(
+            err.to_string()
+                .starts_with("lora_targets: unknown module `nope`")
+        );
+        assert!("".parse::<LoraTargets>().is_err());
+    }
+
+    #[test]
     fn names_parse_and_unknown_ones_are_named() {
         for s in InferStep::ALL {
             assert_eq!(s.as_str().parse::<InferStep>().ok(), Some(s));
