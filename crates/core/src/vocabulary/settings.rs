@@ -9,7 +9,7 @@ use crate::plan::PlanError;
 use crate::plan::config::DType;
 use crate::plan::config::LoopShape;
 use crate::plan::distributed::{FsdpMixedPrecision, Offload, Strategy};
-use crate::plan::finetune_mode::{FineTuneMode, LORA_MODULES, LoraDropout, LoraTargets, Quant};
+use crate::plan::finetune_mode::{FineTuneMode, LoraDropout, LoraTargets, Quant};
 use crate::plan::inference::{InferStep, KvCache};
 use crate::plan::step_kind::StepKind;
 
@@ -89,34 +89,9 @@ impl FromStr for LoopShape {
 impl FromStr for LoraTargets {
     type Err = PlanError;
 
+    /// The words users type for the targets are their saved form (no aliases).
     fn from_str(s: &str) -> Result<Self, PlanError> {
-        match s {
-            "attn" => Ok(LoraTargets::Attn),
-            "all-linear" => Ok(LoraTargets::AllLinear),
-            _ => {
-                let names: Vec<&str> = s
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .collect();
-                if let Some(bad) = names.iter().find(|n| !LORA_MODULES.contains(n)) {
-                    return Err(PlanError::Field {
-                        field: "lora_targets",
-                        reason: format!(
-                            "unknown module `{bad}` (attn, all-linear or names among {})",
-                            LORA_MODULES.join(", ")
-                        ),
-                    });
-                }
-                if names.is_empty() {
-                    return Err(PlanError::Field {
-                        field: "lora_targets",
-                        reason: "no module named".into(),
-                    });
-                }
-                Ok(LoraTargets::Names(LoraTargets::mask_of(&names)))
-            }
-        }
+        LoraTargets::from_saved(s)
     }
 }
 
