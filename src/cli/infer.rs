@@ -477,8 +477,8 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
         writeln!(
             out,
             "  ({}{})",
-            super::RUNS_BY_FREEING_CACHE,
-            super::RETRIES_COUNTED
+            super::plan_text::RUNS_BY_FREEING_CACHE,
+            super::plan_text::RETRIES_COUNTED
         )?;
     }
     if !assumed.is_empty() {
