@@ -14,7 +14,7 @@ use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::decoding::DEFAULT_TOP_K;
-use vramlab_core::plan::inference::device_map::{MaxMemory, max_memory_bytes};
+use vramlab_core::plan::inference::device_map::MaxMemory;
 use vramlab_core::plan::inference::quant::{self, DEFAULT_INITIALIZER_RANGE, Int8Outliers};
 use vramlab_core::plan::inference::setting::dtype_name;
 use vramlab_core::plan::inference::{
@@ -24,6 +24,7 @@ use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
 use vramlab_core::plan::{DEFAULT_CUDA_CONTEXT, PlanError};
 use vramlab_core::units::Bytes;
+use vramlab_core::vocabulary::max_memory_bytes;
 use vramlab_core::vocabulary::parse_dtype;
 
 use super::args::{TrainArgs, load_model};
@@ -476,8 +477,8 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
         writeln!(
             out,
             "  ({}{})",
-            super::RUNS_BY_FREEING_CACHE,
-            super::RETRIES_COUNTED
+            super::plan_text::RUNS_BY_FREEING_CACHE,
+            super::plan_text::RETRIES_COUNTED
         )?;
     }
     if !assumed.is_empty() {

@@ -71,8 +71,8 @@ pub fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
              on this GPU {}{})",
             p.peak_allocated_bytes,
             p.peak_reserved_bytes,
-            super::RUNS_BY_FREEING_CACHE,
-            super::RETRIES_COUNTED
+            super::plan_text::RUNS_BY_FREEING_CACHE,
+            super::plan_text::RETRIES_COUNTED
         )?;
     }
     if let Some((t, k)) = l.target {

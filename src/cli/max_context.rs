@@ -191,7 +191,7 @@ fn write_text(
              on this GPU {})",
             p.peak_allocated_bytes,
             p.nvidia_smi_bytes,
-            super::RUNS_BY_FREEING_CACHE
+            super::plan_text::RUNS_BY_FREEING_CACHE
         )?;
     }
     if let Some(words) = m.limit_words() {

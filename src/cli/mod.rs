@@ -30,13 +30,6 @@ pub use exit::{EXIT_NOTHING_FITS, Exit, is_broken_pipe};
 use vramlab_core::model::preset::builtin_presets;
 use vramlab_core::plan::gpus;
 
-/// Said of a plan that runs on its GPU only through the caching allocator's free-and-retry
-/// (`max-batch`, `max-context`, an inference `plan`).
-const RUNS_BY_FREEING_CACHE: &str =
-    "it runs only because PyTorch frees its cached blocks and retries before it runs out, slower";
-/// What follows it where the batch is the user's to change.
-const RETRIES_COUNTED: &str = " — num_alloc_retries counts it; a smaller batch avoids it";
-
 /// vramlab — will this training run fit on my GPU, and with which batch size?
 #[derive(Debug, Parser)]
 #[command(name = "vramlab", version, about)]

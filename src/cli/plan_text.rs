@@ -15,6 +15,14 @@ use vramlab_core::plan::search::Budget;
 use vramlab_core::plan::{Attention, Plan, TrainConfig};
 use vramlab_core::units::Bytes;
 
+/// Said of a plan that runs on its GPU only through the caching allocator's free-and-retry
+/// (`max-batch`, `max-context`, an inference `plan`).
+pub(super) const RUNS_BY_FREEING_CACHE: &str =
+    "it runs only because PyTorch frees its cached blocks and retries before it runs out, slower";
+/// What follows it where the batch is the user's to change.
+pub(super) const RETRIES_COUNTED: &str =
+    " — num_alloc_retries counts it; a smaller batch avoids it";
+
 /// Writes `r` as `vramlab plan` prints it. When the next step's fit search failed, its
 /// error comes after the remedies are written.
 pub fn write(out: &mut dyn Write, r: &PlanReport) -> Result<()> {

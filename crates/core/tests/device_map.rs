@@ -5,8 +5,9 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use vramlab_core::model::{ModelSpec, hf};
-use vramlab_core::plan::inference::device_map::{MaxMemory, Placement, max_memory_bytes};
+use vramlab_core::plan::inference::device_map::{MaxMemory, Placement};
 use vramlab_core::plan::inference::{Decoding, InferPlanner};
+use vramlab_core::vocabulary::max_memory_bytes;
 use vramlab_core::vocabulary::parse_dtype;
 
 fn rows(rel: &str) -> Vec<Value> {

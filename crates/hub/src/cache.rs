@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::HubId;
+use crate::id::HubId;
 
 /// `CACHE/models--ORG--NAME`.
 pub fn repo_dir(cache: &Path, id: &HubId) -> PathBuf {

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use vramlab_core::fsutil::FileKind;
 
-use crate::{HubEnv, HubError, HubId};
+use crate::env::HubEnv;
+use crate::error::HubError;
+use crate::id::HubId;
 
 /// A downloaded file and the headers that place it in the cache.
 #[derive(Debug, Clone)]

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use vramlab_core::fsutil::{self, FileKind};
 
-use crate::HubError;
+use crate::error::HubError;
+use crate::resolve::check_config;
 
 /// The most bytes of a safetensors header read (the `safetensors` library's
 /// `MAX_HEADER_SIZE`: a header above it is refused there too).
@@ -114,7 +115,7 @@ pub fn read(dir: &Path) -> Result<Folder, HubError> {
     }
     let text = fsutil::read_bounded_string(&config_path, FileKind::Model)
         .map_err(|e| folder_err(&config_path, e.to_string()))?;
-    crate::check_config(&text, &config_path.display().to_string())?;
+    check_config(&text, &config_path.display().to_string())?;
     let name = dir
         .canonicalize()
         .ok()

@@ -1,6 +1,6 @@
 //! `ORG/NAME[@REVISION]`: a Hub model id, told apart from a preset name or a file path.
 
-use crate::HubError;
+use crate::error::HubError;
 
 /// A Hugging Face Hub model repository and the revision asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]

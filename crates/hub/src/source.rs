@@ -7,7 +7,11 @@ use std::path::Path;
 use vramlab_core::model::{Preset, hf};
 use vramlab_core::units::Bytes;
 
-use crate::{HubEnv, HubError, HubId, Origin, Prequantized, folder};
+use crate::env::HubEnv;
+use crate::error::HubError;
+use crate::folder::{self, Prequantized};
+use crate::id::HubId;
+use crate::resolve::{Origin, resolve};
 
 /// A model read from a folder or the Hub.
 #[derive(Debug, Clone)]
@@ -52,7 +56,7 @@ fn set_reference(p: &mut Preset, from: &str) {
 /// A Hub id's config: from the Hugging Face cache, else downloaded into it. The preset is
 /// named after the repository (`Qwen2.5-1.5B`), as a clone's `config.json` would be.
 pub fn from_hub(id: &HubId, env: &HubEnv) -> Result<Source, HubError> {
-    let r = crate::resolve(id, env)?;
+    let r = resolve(id, env)?;
     let mut notes: Vec<String> = r.warning.iter().cloned().collect();
     notes.push(format!(
         "{id}: config.json at commit {}, {} {}",

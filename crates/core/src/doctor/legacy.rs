@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
 
+use super::error::DoctorError;
 use super::pickle::{Limits, Node, NodeId, Pickle, PickleError};
+use super::snapshot::Frame;
 use super::snapshot::{Action, BlockState, SegmentState, Snapshot, TraceEntry};
-use super::{DoctorError, Frame};
 
 /// Small-pool segments are this large (`kSmallBuffer`).
 const SMALL_BUFFER: u64 = 2 << 20;

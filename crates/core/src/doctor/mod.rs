@@ -4,6 +4,7 @@
 //! Pure: depends on std, serde, serde_json and thiserror only (and [`crate::units`]).
 //! The planner's answers (the batch that fits, planned remedies) are added by the callers.
 
+mod error;
 pub mod legacy;
 pub mod message;
 pub mod overlay;
@@ -11,35 +12,12 @@ pub mod pickle;
 pub mod snapshot;
 
 use serde::Serialize;
-use thiserror::Error;
 
+pub use error::DoctorError;
 pub use message::{MessageFormat, OomMessage, ProcessUse, parse_message};
-pub use snapshot::{Snapshot, SnapshotReport, analyze};
+pub use snapshot::{Frame, Snapshot, SnapshotReport, analyze};
 
 use crate::units::{Bytes, GIB, MIB};
-
-/// What the doctor could not read.
-#[derive(Debug, Error)]
-pub enum DoctorError {
-    #[error("snapshot: {0}")]
-    Pickle(#[from] pickle::PickleError),
-    #[error("snapshot: not a PyTorch memory snapshot: {0}")]
-    NotSnapshot(String),
-    #[error(
-        "message: no \"out of memory\" message found (paste the whole error, starting at \
-         `torch.OutOfMemoryError: CUDA out of memory.`)"
-    )]
-    NoMessage,
-}
-
-/// One frame of a stack trace: Python or C++ (a snapshot recorded with `stacks="all"` holds
-/// both; [`snapshot::is_python_frame`] tells them apart).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct Frame {
-    pub filename: String,
-    pub line: i64,
-    pub name: String,
-}
 
 /// Why the allocation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -14,9 +14,18 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::error::DoctorError;
 use super::pickle::{Node, NodeId, Pickle};
-use super::{DoctorError, Frame};
 use crate::units::{Bytes, MIB};
+
+/// One frame of a stack trace: Python or C++ (a snapshot recorded with `stacks="all"` holds
+/// both; [`is_python_frame`] tells them apart).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Frame {
+    pub filename: String,
+    pub line: i64,
+    pub name: String,
+}
 
 /// Small allocations are rounded to this (`kMinBlockSize`).
 const MIN_BLOCK: u64 = 512;

@@ -61,7 +61,7 @@ impl ConvSpec {
 }
 
 /// The product of shape dimensions, saturating: an absurd model gives an element count that
-/// [`crate::model::check_graph_size`] refuses, never a wrapped or panicking multiplication.
+/// [`crate::model::checks::check_graph_size`] refuses, never a wrapped or panicking multiplication.
 pub fn prod(dims: &[u64]) -> u64 {
     dims.iter().fold(1u64, |a, &d| a.saturating_mul(d))
 }

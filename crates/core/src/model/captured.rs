@@ -23,7 +23,7 @@
 
 use serde::Deserialize;
 
-use super::ModelError;
+use super::checks::ModelError;
 
 /// The current file version.
 pub const FORMAT_VERSION: u32 = 1;
@@ -273,7 +273,7 @@ impl CapturedGraph {
                 ));
             }
         };
-        if doc.input.size == 0 || doc.input.size > super::MAX_DIM {
+        if doc.input.size == 0 || doc.input.size > super::checks::MAX_DIM {
             return Err(bad("input.size", "must be in 1..=1048576"));
         }
         if doc.buffers.len() > MAX_BUFFERS {

@@ -9,7 +9,7 @@
 //! which the kernel runs (its last output's allocation). Unknown ops are skipped (a newer
 //! capture helper may record more than this version plans).
 
-use super::ModelError;
+use super::checks::ModelError;
 
 /// `per_sample × batch + fixed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,7 +89,7 @@ fn lin(
         .filter(|a| a.len() == 2)
         .and_then(|a| Some((a[0].as_u64()?, a[1].as_u64()?)))
         .ok_or_else(|| bad(field(), "must be [per_sample, fixed] (whole numbers)"))?;
-    if pair.0 > super::MAX_DIM * super::MAX_DIM || pair.1 > 1 << 50 {
+    if pair.0 > super::checks::MAX_DIM * super::checks::MAX_DIM || pair.1 > 1 << 50 {
         return Err(bad(field(), "is absurdly large"));
     }
     Ok(Lin {

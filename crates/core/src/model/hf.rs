@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value};
 
+use super::checks::{ModelError, check_positive};
 use super::families::{
     bert::BertParams,
     deberta::{ConvOptions, DebertaOptions},
@@ -19,7 +20,6 @@ use super::families::{
     t5::T5Params,
 };
 use super::preset::{InputSpec, ModelSpec, Preset};
-use super::{ModelError, check_positive};
 
 /// `model_type`s this import understands.
 pub const SUPPORTED: &[&str] = &[
@@ -1088,7 +1088,7 @@ fn bart_params(k: &Keys) -> Result<T5Params, ModelError> {
     let prob = |key: &str, default: f64| k.prob(key, default);
     let layers = |key: &str| -> Result<u64, ModelError> {
         let v = k.req(key)?;
-        super::check_layers(key, v)?;
+        super::checks::check_layers(key, v)?;
         Ok(v)
     };
     Ok(T5Params {

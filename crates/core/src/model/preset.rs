@@ -3,12 +3,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::checks::{ModelError, check_positive};
 use super::families::transformer::AttnImpl;
 use super::families::{
     bert, convnext, decoder, efficientnet, encoder, gpt_neox, gpt2, llama, mobilenet, resnet,
     segmentation, t5, unet, vit,
 };
-use super::{Graph, ModelError, check_positive};
+use super::ir::Graph;
 
 /// Family names accepted in a preset's `family` field.
 pub const FAMILIES: &[&str] = &[
@@ -191,7 +192,12 @@ impl ModelSpec {
                         .into(),
                 });
             }
-            other => return Err(ModelError::UnknownFamily(other.to_string())),
+            other => {
+                return Err(ModelError::UnknownFamily {
+                    family: other.to_string(),
+                    known: FAMILIES,
+                });
+            }
         })
     }
 
@@ -428,7 +434,7 @@ impl Preset {
                 ),
             }),
         }?;
-        super::check_graph_size(&graph)?;
+        super::checks::check_graph_size(&graph)?;
         Ok(graph)
     }
 

@@ -50,6 +50,39 @@ impl LoraTargets {
             .fold(0, |m, i| m | (1 << i))
     }
 
+    /// The targets from their saved form, what [`Display`](std::fmt::Display) writes:
+    /// `attn`, `all-linear`, or module names of [`LORA_MODULES`] joined by commas (the
+    /// `.vramlab.json` field; the CLI's `--lora-targets` takes the same form).
+    pub fn from_saved(s: &str) -> Result<LoraTargets, PlanError> {
+        match s {
+            "attn" => Ok(LoraTargets::Attn),
+            "all-linear" => Ok(LoraTargets::AllLinear),
+            _ => {
+                let names: Vec<&str> = s
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                if let Some(bad) = names.iter().find(|n| !LORA_MODULES.contains(n)) {
+                    return Err(PlanError::Field {
+                        field: "lora_targets",
+                        reason: format!(
+                            "unknown module `{bad}` (attn, all-linear or names among {})",
+                            LORA_MODULES.join(", ")
+                        ),
+                    });
+                }
+                if names.is_empty() {
+                    return Err(PlanError::Field {
+                        field: "lora_targets",
+                        reason: "no module named".into(),
+                    });
+                }
+                Ok(LoraTargets::Names(LoraTargets::mask_of(&names)))
+            }
+        }
+    }
+
     /// Whether a Linear named `name` (full layer name) is a target.
     pub(super) fn matches(self, name: &str) -> bool {
         let last = name.rsplit('.').next().unwrap_or(name);
@@ -94,7 +127,7 @@ impl Serialize for LoraTargets {
 impl<'de> Deserialize<'de> for LoraTargets {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        LoraTargets::from_saved(&s).map_err(serde::de::Error::custom)
     }
 }
 

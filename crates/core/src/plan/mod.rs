@@ -26,6 +26,8 @@ pub mod search;
 pub mod sim;
 pub mod step_kind;
 pub mod strategy_remedies;
+#[cfg(test)]
+mod tests;
 pub mod timing;
 
 use serde::Serialize;

@@ -5,9 +5,11 @@
 
 mod gpus;
 mod settings;
+mod sizes;
 
 pub use gpus::{find_gpu, gpu_by_name};
 pub use settings::parse_dtype;
+pub use sizes::max_memory_bytes;
 
 use std::str::FromStr;
 

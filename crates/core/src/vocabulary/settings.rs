@@ -9,7 +9,7 @@ use crate::plan::PlanError;
 use crate::plan::config::DType;
 use crate::plan::config::LoopShape;
 use crate::plan::distributed::{FsdpMixedPrecision, Offload, Strategy};
-use crate::plan::finetune_mode::{FineTuneMode, LORA_MODULES, LoraDropout, LoraTargets, Quant};
+use crate::plan::finetune_mode::{FineTuneMode, LoraDropout, LoraTargets, Quant};
 use crate::plan::inference::{InferStep, KvCache};
 use crate::plan::step_kind::StepKind;
 
@@ -89,34 +89,9 @@ impl FromStr for LoopShape {
 impl FromStr for LoraTargets {
     type Err = PlanError;
 
+    /// The words users type for the targets are their saved form (no aliases).
     fn from_str(s: &str) -> Result<Self, PlanError> {
-        match s {
-            "attn" => Ok(LoraTargets::Attn),
-            "all-linear" => Ok(LoraTargets::AllLinear),
-            _ => {
-                let names: Vec<&str> = s
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .collect();
-                if let Some(bad) = names.iter().find(|n| !LORA_MODULES.contains(n)) {
-                    return Err(PlanError::Field {
-                        field: "lora_targets",
-                        reason: format!(
-                            "unknown module `{bad}` (attn, all-linear or names among {})",
-                            LORA_MODULES.join(", ")
-                        ),
-                    });
-                }
-                if names.is_empty() {
-                    return Err(PlanError::Field {
-                        field: "lora_targets",
-                        reason: "no module named".into(),
-                    });
-                }
-                Ok(LoraTargets::Names(LoraTargets::mask_of(&names)))
-            }
-        }
+        LoraTargets::from_saved(s)
     }
 }
 
@@ -281,6 +256,38 @@ pub fn parse_dtype(s: &str) -> Result<DType, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lora_dropout_words_are_read_and_checked() {
+        for (s, p) in [("0", 0.0), ("0.05", 0.05), ("0.1", 0.1), (" 0.5 ", 0.5)] {
+            let d: LoraDropout = s.parse().expect(s);
+            assert_eq!(d.p(), p, "{s}");
+            assert_eq!(d.is_zero(), p == 0.0);
+        }
+        for bad in ["1", "1.5", "-0.1", "NaN", "inf", "abc", ""] {
+            let err = bad.parse::<LoraDropout>().expect_err(bad).to_string();
+            assert!(err.starts_with("lora_dropout: "), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn lora_target_words_round_trip_and_unknown_modules_are_named() {
+        for s in [
+            "attn",
+            "all-linear",
+            "c_attn,c_fc",
+            "q_proj,v_proj,down_proj",
+        ] {
+            let t: LoraTargets = s.parse().expect(s);
+            assert_eq!(t.to_string(), s);
+        }
+        let err = "c_attn,nope".parse::<LoraTargets>().expect_err("unknown");
+        assert!(
+            err.to_string()
+                .starts_with("lora_targets: unknown module `nope`")
+        );
+        assert!("".parse::<LoraTargets>().is_err());
+    }
 
     #[test]
     fn names_parse_and_unknown_ones_are_named() {

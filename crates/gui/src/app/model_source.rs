@@ -19,24 +19,6 @@ pub(crate) struct Loading {
     rx: Receiver<Result<Source, String>>,
 }
 
-/// The model picker's button for `typed`, when it is a Hub id or a folder and no built-in
-/// preset goes by that name (`ViT-B/16` stays the preset, as on the command line).
-pub fn button_label(typed: &str) -> Option<String> {
-    let typed = typed.trim();
-    // The cheap test first: the preset names are parsed only for a Hub-shaped text.
-    if typed.is_empty()
-        || !vramlab_hub::source::is_source(typed)
-        || vramlab_core::vocabulary::model_id(typed).is_ok()
-    {
-        return None;
-    }
-    Some(if std::path::Path::new(typed).is_dir() {
-        format!("Open model folder {typed}")
-    } else {
-        format!("Load {typed} from the Hugging Face Hub")
-    })
-}
-
 impl VramApp {
     /// Starts reading `name` (a Hub id or a model folder) with the app's Hub settings.
     pub(super) fn load_model_source(&mut self, name: &str) {

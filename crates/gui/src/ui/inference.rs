@@ -12,11 +12,12 @@ use vramlab_core::answer::max_context::{MaxContext, Searched, Weights, max_conte
 use vramlab_core::model::Preset;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::finetune_mode::Quant;
-use vramlab_core::plan::inference::device_map::{MaxMemory, max_memory_bytes};
+use vramlab_core::plan::inference::device_map::MaxMemory;
 use vramlab_core::plan::inference::quant::Int8Outliers;
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
+use vramlab_core::vocabulary::max_memory_bytes;
 use vramlab_core::vocabulary::parse_dtype;
 
 /// Most points drawn for a step timeline, training's and inference's (min/max decimation

@@ -24,6 +24,7 @@ pub mod plots;
 pub mod png;
 pub mod remedies;
 pub mod run;
+pub mod run_settings;
 pub mod state;
 pub mod style;
 pub mod sweep_job;

@@ -169,7 +169,7 @@ fn search_ui(state: &PlannerState, ui: &mut Ui, cmd: &mut Option<Command>) {
         }
     });
     // A Hub id or a model folder typed in the search field loads as `--model` does.
-    if let Some(label) = crate::app::model_source::button_label(&state.search)
+    if let Some(label) = button_label(&state.search)
         && ui.button(label).on_hover_text(tips::HUB_MODEL).clicked()
     {
         emit(
@@ -225,4 +225,22 @@ fn scroll_once_to(ui: &Ui, r: &egui::Response, id: &str) {
         );
         ui.ctx().request_repaint();
     }
+}
+
+/// The model picker's button for `typed`, when it is a Hub id or a folder and no built-in
+/// preset goes by that name (`ViT-B/16` stays the preset, as on the command line).
+fn button_label(typed: &str) -> Option<String> {
+    let typed = typed.trim();
+    // The cheap test first: the preset names are parsed only for a Hub-shaped text.
+    if typed.is_empty()
+        || !vramlab_hub::source::is_source(typed)
+        || vramlab_core::vocabulary::model_id(typed).is_ok()
+    {
+        return None;
+    }
+    Some(if std::path::Path::new(typed).is_dir() {
+        format!("Open model folder {typed}")
+    } else {
+        format!("Load {typed} from the Hugging Face Hub")
+    })
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use vramlab_core::plan::TrainConfig;
 
 use super::inference::{InferSettings, PlannerMode};
-use super::run::RunSettings;
+use super::run_settings::RunSettings;
 
 /// Bumped when the meaning of a persisted field changes; older state is discarded.
 pub const STATE_VERSION: u32 = 1;

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::transformer::{AttnImpl, AttnShape, attention, layer_norm, layer_norm_bias, token_loss};
 use crate::model::builder::GraphBuilder;
+use crate::model::checks::{ModelError, check_layers, check_positive, check_prob};
 use crate::model::ir::{Elem, Graph, Op, Pointwise};
-use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// `BertConfig` fields that shape memory.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -103,7 +103,7 @@ impl BertParams {
 /// Builds BERT (or RoBERTa) with the masked-LM head for `seq` tokens (labels on every
 /// position); [`super::encoder::build`] picks this, ModernBERT's or DeBERTa's builder.
 pub fn build(p: &BertParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    crate::model::check_seq_fits(
+    crate::model::checks::check_seq_fits(
         seq,
         p.position_offset,
         p.max_position_embeddings,

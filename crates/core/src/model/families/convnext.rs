@@ -18,8 +18,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
+use crate::model::checks::{ModelError, check_positive, check_prob};
 use crate::model::ir::{Graph, Op, Pointwise, TensorId};
-use crate::model::{ModelError, check_positive, check_prob};
 
 /// Largest number of blocks accepted per stage (ConvNeXt-B has 27).
 const MAX_BLOCKS: u64 = 1000;
@@ -255,7 +255,7 @@ mod tests {
             ("convnext_base", 88_591_464),
         ] {
             let preset = crate::model::preset::find_builtin(id).unwrap();
-            let crate::model::ModelSpec::Convnext(p) = &preset.spec else {
+            let crate::model::preset::ModelSpec::Convnext(p) = &preset.spec else {
                 panic!("{id}")
             };
             let g = build(p, preset.default_size(), 3);

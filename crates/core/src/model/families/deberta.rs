@@ -11,15 +11,20 @@
 use super::bert::{BertParams, Decoder, MlmHead, mlm_head};
 pub use super::encoder_options::{ConvOptions, DebertaOptions};
 use super::transformer::layer_norm;
-use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
+use crate::model::checks::ModelError;
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
 
 /// Builds DeBERTa-v2/v3 with its masked-LM head over `seq` tokens (labels on every
 /// position); eager attention (see the module documentation).
 pub fn build(p: &BertParams, d: &DebertaOptions, seq: u64) -> Result<Graph, ModelError> {
     if d.position_biased_input {
-        crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
+        crate::model::checks::check_seq_fits(
+            seq,
+            0,
+            p.max_position_embeddings,
+            "max_position_embeddings",
+        )?;
     }
     let c = p.hidden_size;
     let pd = p.hidden_dropout_prob;

@@ -35,8 +35,8 @@
 use super::decoder_norm::norm;
 use super::llama::{FalconLayout, LlamaParams, head_dim};
 use super::transformer::{AttnImpl, AttnShape, attention, softcap, token_loss};
-use crate::model::ModelError;
 use crate::model::builder::GraphBuilder;
+use crate::model::checks::ModelError;
 use crate::model::ir::{Elem, Graph, Op, Pointwise, TensorId};
 
 /// A µP multiplier (Granite): `x * m`, a new tensor whatever `m` is.
@@ -82,7 +82,12 @@ pub fn build(
     imp: AttnImpl,
     moe_imbalance: f64,
 ) -> Result<Graph, ModelError> {
-    crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
+    crate::model::checks::check_seq_fits(
+        seq,
+        0,
+        p.max_position_embeddings,
+        "max_position_embeddings",
+    )?;
     // transformers 5.17 refuses SDPA for gpt-oss (attention sinks): eager runs.
     let imp = if p.attention_sinks {
         AttnImpl::Eager

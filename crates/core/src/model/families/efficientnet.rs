@@ -15,8 +15,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
+use crate::model::checks::{ModelError, check_positive, check_prob};
 use crate::model::ir::{Graph, Pointwise};
-use crate::model::{ModelError, check_positive, check_prob};
 
 /// Largest width / depth multiplier accepted (B7 uses 2.0 / 3.1).
 const MAX_MULT: f64 = 16.0;
@@ -375,7 +375,7 @@ mod tests {
             ("efficientnet_b7", 66_347_960),
         ] {
             let preset = crate::model::preset::find_builtin(id).unwrap();
-            let crate::model::ModelSpec::Efficientnet(p) = &preset.spec else {
+            let crate::model::preset::ModelSpec::Efficientnet(p) = &preset.spec else {
                 panic!("{id}")
             };
             let g = build(p, preset.default_size(), 3);

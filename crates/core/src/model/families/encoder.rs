@@ -3,7 +3,7 @@
 
 use super::bert::{self, BertParams};
 use super::transformer::AttnImpl;
-use crate::model::ModelError;
+use crate::model::checks::ModelError;
 use crate::model::ir::Graph;
 
 /// Builds the encoder `p` describes, with its masked-LM head, for `seq` tokens.

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ModelError, check_positive};
+use crate::model::checks::{ModelError, check_positive};
 
 /// `DebertaV2Config` fields beyond BERT's that shape memory.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

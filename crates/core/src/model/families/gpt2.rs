@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::transformer::{AttnImpl, AttnShape, attention, layer_norm, token_loss};
 use crate::model::builder::GraphBuilder;
+use crate::model::checks::{ModelError, check_layers, check_positive, check_prob};
 use crate::model::ir::{Elem, Graph, Op, Pointwise};
-use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// `GPT2Config` fields that shape memory.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -65,7 +65,7 @@ impl Gpt2Params {
 
 /// Builds GPT-2 for sequences of `seq` tokens.
 pub fn build(p: &Gpt2Params, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    crate::model::check_seq_fits(seq, 0, p.n_positions, "n_positions")?;
+    crate::model::checks::check_seq_fits(seq, 0, p.n_positions, "n_positions")?;
     let c = p.n_embd;
     let inner = p.n_inner.unwrap_or(4 * c);
     let mut b = GraphBuilder::new();

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::transformer::{AttnImpl, AttnShape, attention, layer_norm, token_loss};
 use crate::model::builder::GraphBuilder;
+use crate::model::checks::{ModelError, check_layers, check_positive, check_prob};
 use crate::model::ir::{Elem, Graph, Op, Pointwise};
-use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// `GPTNeoXConfig` fields that shape memory.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -68,7 +68,12 @@ impl GptNeoxParams {
 /// slice of q and k and concatenates the rest back: a new q/k-sized tensor each, as with full
 /// rotation (its temporaries, a quarter of that for Pythia, are counted at full size).
 pub fn build(p: &GptNeoxParams, seq: u64, imp: AttnImpl) -> Result<Graph, ModelError> {
-    crate::model::check_seq_fits(seq, 0, p.max_position_embeddings, "max_position_embeddings")?;
+    crate::model::checks::check_seq_fits(
+        seq,
+        0,
+        p.max_position_embeddings,
+        "max_position_embeddings",
+    )?;
     let c = p.hidden_size;
     let inter = p.intermediate_size;
     let pd = p.hidden_dropout;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ModelError, check_layers, check_positive, check_prob};
+use crate::model::checks::{ModelError, check_layers, check_positive, check_prob};
 
 /// `LlamaConfig` fields that shape memory.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -1,7 +1,7 @@
 //! The keys of multi-head latent attention (DeepSeek-V3), apart from its graph
 //! ([`super::mla`]) so that the decoder's parameters can hold them.
 
-use crate::model::ModelError;
+use crate::model::checks::ModelError;
 use serde::{Deserialize, Serialize};
 
 /// The multi-head latent attention keys of a `deepseek_v3` config.
@@ -29,7 +29,7 @@ impl MlaParams {
 
     /// Checks the ranks and widths; errors name the field.
     pub fn validate(&self) -> Result<(), ModelError> {
-        use crate::model::check_positive;
+        use crate::model::checks::check_positive;
         if let Some(r) = self.q_lora_rank {
             check_positive("params.mla.q_lora_rank", r)?;
         }

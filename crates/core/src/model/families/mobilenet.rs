@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::efficientnet::{check_mult, make_divisible, squeeze_excitation};
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
+use crate::model::checks::{ModelError, check_positive, check_prob};
 use crate::model::ir::{Graph, Pointwise};
-use crate::model::{ModelError, check_positive, check_prob};
 
 /// Which MobileNetV3 table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -276,7 +276,7 @@ mod tests {
             ("mobilenet_v3_large", 5_483_032),
         ] {
             let preset = crate::model::preset::find_builtin(id).unwrap();
-            let crate::model::ModelSpec::MobilenetV3(p) = &preset.spec else {
+            let crate::model::preset::ModelSpec::MobilenetV3(p) = &preset.spec else {
                 panic!("{id}")
             };
             let g = build(p, preset.default_size(), 3);

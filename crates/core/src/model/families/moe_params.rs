@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::ModelError;
+use crate::model::checks::ModelError;
 
 /// The MoE fields of a decoder's config (`LlamaParams::moe`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -109,13 +109,19 @@ fn invalid(field: &str, reason: String) -> ModelError {
 impl MoeParams {
     /// Checks the counts; errors name the field.
     pub fn validate(&self) -> Result<(), ModelError> {
-        crate::model::check_positive("params.moe.num_experts", self.num_experts)?;
-        crate::model::check_positive("params.moe.num_experts_per_tok", self.num_experts_per_tok)?;
-        crate::model::check_positive(
+        crate::model::checks::check_positive("params.moe.num_experts", self.num_experts)?;
+        crate::model::checks::check_positive(
+            "params.moe.num_experts_per_tok",
+            self.num_experts_per_tok,
+        )?;
+        crate::model::checks::check_positive(
             "params.moe.moe_intermediate_size",
             self.moe_intermediate_size,
         )?;
-        crate::model::check_positive("params.moe.decoder_sparse_step", self.decoder_sparse_step)?;
+        crate::model::checks::check_positive(
+            "params.moe.decoder_sparse_step",
+            self.decoder_sparse_step,
+        )?;
         if self.num_experts_per_tok > self.num_experts {
             return Err(invalid(
                 "params.moe.num_experts_per_tok",
@@ -126,15 +132,15 @@ impl MoeParams {
             ));
         }
         if let Some(s) = self.shared_expert_intermediate_size {
-            crate::model::check_positive("params.moe.shared_expert_intermediate_size", s)?;
+            crate::model::checks::check_positive("params.moe.shared_expert_intermediate_size", s)?;
         }
         if let RouterKind::SigmoidGrouped {
             n_group,
             topk_group,
         } = self.router
         {
-            crate::model::check_positive("params.moe.router.n_group", n_group)?;
-            crate::model::check_positive("params.moe.router.topk_group", topk_group)?;
+            crate::model::checks::check_positive("params.moe.router.n_group", n_group)?;
+            crate::model::checks::check_positive("params.moe.router.topk_group", topk_group)?;
             if !self.num_experts.is_multiple_of(n_group) {
                 return Err(invalid(
                     "params.moe.router.n_group",

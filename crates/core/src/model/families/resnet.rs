@@ -3,8 +3,8 @@
 use serde::Deserialize;
 
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
+use crate::model::checks::{MAX_DIM, ModelError, check_layers, check_positive};
 use crate::model::ir::Pointwise;
-use crate::model::{MAX_DIM, ModelError, check_layers, check_positive};
 
 /// Builder parameters of a ResNet classifier.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::resnet::{BlockKind, Trunk};
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
+use crate::model::checks::{ModelError, check_positive};
 use crate::model::ir::{Graph, Op, Pointwise};
-use crate::model::{ModelError, check_positive};
 
 /// Largest number of bottlenecks accepted per stage (ResNet-152 has 36).
 const MAX_BLOCKS: u64 = 1000;
@@ -255,10 +255,10 @@ mod tests {
         ] {
             let preset = crate::model::preset::find_builtin(id).unwrap();
             let g = match &preset.spec {
-                crate::model::ModelSpec::Deeplabv3(p) => {
+                crate::model::preset::ModelSpec::Deeplabv3(p) => {
                     build_deeplabv3(p, preset.default_size(), 3)
                 }
-                crate::model::ModelSpec::Fcn(p) => build_fcn(p, preset.default_size(), 3),
+                crate::model::preset::ModelSpec::Fcn(p) => build_fcn(p, preset.default_size(), 3),
                 _ => panic!("{id}"),
             };
             assert_eq!(g.param_count(), n, "{id}");

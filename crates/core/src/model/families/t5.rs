@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
 
 use super::transformer::{AttnImpl, layer_norm};
 use crate::model::builder::GraphBuilder;
+use crate::model::checks::{ModelError, check_layers, check_positive, check_prob};
 use crate::model::ir::{Elem, Graph, Op, ParamId, Pointwise, TensorId};
-use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// Feed-forward activations (`feed_forward_proj`'s last part; `gated-gelu` is `gelu_new`).
 pub const ACTIVATIONS: &[&str] = &["relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu"];
@@ -494,7 +494,7 @@ pub fn build(p: &T5Params, seq: u64, target: u64, imp: AttnImpl) -> Result<Graph
     check_positive("target_seq", target)?;
     if let Some(o) = &p.bart {
         let max = o.max_position_embeddings;
-        crate::model::check_seq_fits(seq, 0, max, "max_position_embeddings")?;
+        crate::model::checks::check_seq_fits(seq, 0, max, "max_position_embeddings")?;
         if target > max {
             return Err(ModelError::Invalid {
                 field: "target_seq".into(),
@@ -721,7 +721,7 @@ mod tests {
     use crate::model::hf;
     use crate::model::preset::ModelSpec;
 
-    fn config(name: &str) -> crate::model::Preset {
+    fn config(name: &str) -> crate::model::preset::Preset {
         let path = format!(
             "{}/../../tests/data/hf_configs/{name}.json",
             env!("CARGO_MANIFEST_DIR")

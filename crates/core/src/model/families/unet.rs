@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::builder::{ConvSpec, Feat, GraphBuilder};
+use crate::model::checks::{MAX_DIM, ModelError, check_positive};
 use crate::model::ir::{Graph, Op, Pointwise};
-use crate::model::{MAX_DIM, ModelError, check_positive};
 
 /// Deepest UNet accepted.
 const MAX_DEPTH: u64 = 16;
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn builtin_presets_build() {
         let preset = crate::model::preset::find_builtin("unet").unwrap();
-        let crate::model::ModelSpec::Unet(p) = &preset.spec else {
+        let crate::model::preset::ModelSpec::Unet(p) = &preset.spec else {
             panic!("unet preset has family {}", preset.spec.family())
         };
         let g = build(p, preset.default_size()).unwrap();

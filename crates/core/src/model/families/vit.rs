@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::transformer::{AttnImpl, AttnShape, attention, layer_norm};
 use crate::model::builder::{ConvSpec, GraphBuilder};
+use crate::model::checks::{ModelError, check_layers, check_positive, check_prob};
 use crate::model::ir::{Graph, Op, Pointwise};
-use crate::model::{ModelError, check_layers, check_positive, check_prob};
 
 /// Builder parameters of a ViT classifier (the image size comes from the input).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

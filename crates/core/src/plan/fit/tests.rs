@@ -3,12 +3,20 @@ use crate::model::preset::find_builtin;
 use crate::plan::Planner;
 use crate::plan::config::{Optimizer, Precision};
 use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy};
-use crate::plan::finetune_mode::FineTuneMode;
+use crate::plan::finetune_mode::{FineTuneMode, LoraDropout};
+use crate::plan::gpus::{Gpu, catalog};
 use crate::plan::search::fits;
-use crate::vocabulary;
 
-fn request(gpu: &str) -> FitRequest {
-    FitRequest::for_gpu(&vocabulary::find_gpu(gpu).expect("gpu"), 0.05)
+/// The catalog card with this id.
+fn gpu(id: &str) -> Gpu {
+    catalog()
+        .into_iter()
+        .find(|g| g.id == id)
+        .expect("a catalog id")
+}
+
+fn request(id: &str) -> FitRequest {
+    FitRequest::for_gpu(&gpu(id), 0.05)
 }
 
 fn llama3_cfg() -> TrainConfig {
@@ -201,7 +209,7 @@ fn optimizers_are_offered_within_their_family_with_less_state() {
 #[test]
 fn proposed_lora_keeps_the_users_dropout() {
     let mut user = TrainConfig::default();
-    user.finetune.lora_dropout = "0.1".parse().expect("p");
+    user.finetune.lora_dropout = LoraDropout::new(0.1).expect("p");
     let axes = axes::Axes::new(&user, None);
     assert!(axes.finetune.len() > 1);
     for ft in &axes.finetune {
@@ -483,7 +491,7 @@ fn a_fitting_ddp_plan_is_not_offered_a_switch_it_does_not_need() {
 #[test]
 fn pruning_never_drops_the_users_strategy() {
     let (_, user) = gpt2_xl_ddp4();
-    let axes = Axes::new(&user, vocabulary::find_gpu("rtx-4090").ok().as_ref());
+    let axes = Axes::new(&user, Some(&gpu("rtx-4090")));
     assert_eq!(axes.strategy[0], Strategy::Ddp);
     let all = axes.all();
     assert_eq!(all.len() % axes.strategy.len(), 0);

@@ -216,6 +216,19 @@ impl InferPlanner {
         })
     }
 
+    /// The measured call's memory at `batch`, after every event (and when it begins), thinned
+    /// to about `max_points` points by keeping each stretch's lowest and highest allocated
+    /// point (so the prefill spike and every decode step's top survive). Its largest allocated
+    /// and reserved bytes are the plan's peaks.
+    pub fn trace(&self, batch: u64, max_points: usize) -> Result<Vec<TracePoint>, PlanError> {
+        trace::of(
+            &self.events_at(batch),
+            batch,
+            self.config.allocator,
+            max_points,
+        )
+    }
+
     /// The events at `batch`: those built, unless a 4-bit model's `gemm_4bit` dispatch
     /// (fused kernel or dequantized weight, by the rows `batch × tokens`) or LLM.int8's
     /// outlier columns make them depend on the batch — then rebuilt for it.

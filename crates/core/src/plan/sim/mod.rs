@@ -17,8 +17,6 @@ mod ds_fetch;
 mod ds_zero;
 mod eval_step;
 mod optimizer_step;
-#[cfg(test)]
-mod test_support;
 
 use std::ops::Range;
 

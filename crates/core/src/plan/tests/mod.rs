@@ -1,10 +1,14 @@
-//! Shared by the simulator's unit tests: the GPT-2 preset planned under a config.
+//! The planner's unit tests that need a whole [`Planner`] (the simulator's own tests in
+//! `sim/` stay below it, on graphs and events): the GPT-2 preset planned under a config.
+
+mod checkpoint;
+mod eval_step;
 
 use crate::model::preset::builtin_presets;
 use crate::plan::{Planner, TrainConfig};
 
 /// The built-in GPT-2 preset's planner under `cfg`.
-pub(super) fn gpt2_planner(cfg: &TrainConfig) -> Planner {
+fn gpt2_planner(cfg: &TrainConfig) -> Planner {
     let preset = builtin_presets()
         .expect("presets")
         .into_iter()
@@ -14,7 +18,7 @@ pub(super) fn gpt2_planner(cfg: &TrainConfig) -> Planner {
 }
 
 /// Its peak allocated bytes at `cfg.batch`.
-pub(super) fn gpt2_peak(cfg: &TrainConfig) -> u64 {
+fn gpt2_peak(cfg: &TrainConfig) -> u64 {
     gpt2_planner(cfg)
         .plan(cfg.batch)
         .expect("plan")
