@@ -233,12 +233,14 @@ impl Planner {
             .ok_or(PlanError::Overflow("CUDA context"))?;
         let mode = mode_key(preset, cfg);
         let stop_above = bound(context, &band::ErrorBand::of(&mode));
-        let Some(events) = sim::generate_unless_above(
+        let annotations = cache.map(|c| c.annotations(&key, &graph, &sim_cfg));
+        let Some(events) = sim::generate_annotated(
             &graph,
             &sim_cfg,
             &policy,
             &Constants::default(),
             stop_above,
+            annotations.as_deref(),
         ) else {
             return Ok(None);
         };
@@ -429,7 +431,15 @@ type Built = (std::sync::Arc<Graph>, ParamPolicy);
 #[derive(Debug, Default)]
 pub struct GraphCache {
     built: std::sync::Mutex<std::collections::HashMap<HashableKey, Built>>,
+    /// Each graph's annotations per precision and checkpointing setting.
+    annotated: std::sync::Mutex<std::collections::HashMap<AnnotationsKey, Annotated>>,
 }
+
+/// A graph's annotations, shared by the threads that generate its events.
+type Annotated = std::sync::Arc<sim::Annotations>;
+
+/// A graph's key with the precision and checkpointing setting its events are generated in.
+type AnnotationsKey = (HashableKey, Precision, bool);
 
 /// [`GraphKey`] as a map's key (the imbalance by its bits).
 type HashableKey = (
@@ -458,6 +468,25 @@ impl GraphCache {
             m.entry(key.hashable()).or_insert_with(|| built.clone());
         }
         Ok(built)
+    }
+
+    /// The annotations of `key`'s graph (`graph`) for `cfg`'s precision and checkpointing,
+    /// computed when not cached.
+    fn annotations(&self, key: &GraphKey, graph: &Graph, cfg: &TrainConfig) -> Annotated {
+        let at = (key.hashable(), cfg.precision, cfg.checkpointing);
+        let cached = self.annotated.lock().ok().and_then(|m| m.get(&at).cloned());
+        if let Some(hit) = cached {
+            return hit;
+        }
+        let made = std::sync::Arc::new(sim::Annotations::new(
+            graph,
+            cfg.precision,
+            cfg.checkpointing,
+        ));
+        if let Ok(mut m) = self.annotated.lock() {
+            m.entry(at).or_insert_with(|| made.clone());
+        }
+        made
     }
 }
 

@@ -45,6 +45,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         Tuning {
             width: req.threads.max(1),
             stop_early: true,
+            share_events: true,
         },
     )
 }
@@ -95,6 +96,7 @@ fn search<'a: 'w, 'w>(
         planned: 0,
         closest: None,
         twins: HashMap::new(),
+        same_events: HashMap::new(),
         tuning,
         graph_cache,
     };
