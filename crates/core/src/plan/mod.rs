@@ -134,7 +134,9 @@ pub struct Planner {
     pub size: u64,
     /// The target (decoder) length of an encoder-decoder model (given or its default).
     pub target_seq: Option<u64>,
-    pub events: events::Events,
+    /// Shared: a planner's clones (the allocator twins of the make-it-fit search, the
+    /// `expandable_segments` remedy) replay the same events without copying them.
+    pub events: std::sync::Arc<events::Events>,
     pub context: Bytes,
     /// Elements of the parameters that train (peft's `print_trainable_parameters`).
     pub trainable: u64,
@@ -259,7 +261,7 @@ impl Planner {
             config: *cfg,
             size,
             target_seq: preset.target_seq(cfg.target_seq),
-            events,
+            events: std::sync::Arc::new(events),
             context,
             trainable,
             param_split,
@@ -544,7 +546,7 @@ fn captured_planner(
         config: cfg,
         size: c.size,
         target_seq: None,
-        events: captured::events(c, &Constants::default(), cfg.batch),
+        events: std::sync::Arc::new(captured::events(c, &Constants::default(), cfg.batch)),
         context: DEFAULT_CUDA_CONTEXT,
         trainable: c.trainable,
         params_override: Some(c.params),

@@ -294,6 +294,14 @@ impl window::Pass for SeedPass {
         true
     }
 
+    fn may_skip_after(&self, _: &Search<'_>, u: usize, j: usize) -> bool {
+        self.list[j].needs_at_least(&self.list[u])
+    }
+
+    fn headroom(&self, s: &Search<'_>) -> usize {
+        self.budget.saturating_sub(s.planned)
+    }
+
     fn planned(
         &mut self,
         _: &mut Search<'_>,
@@ -333,6 +341,17 @@ impl window::Pass for MainPass<'_> {
 
     fn only_alive(&self) -> bool {
         false
+    }
+
+    fn may_skip_after(&self, s: &Search<'_>, u: usize, j: usize) -> bool {
+        let (ku, kj) = (self.ranked[u].2, self.ranked[j].2);
+        kj.needs_at_least(&ku) || ku.changes_subset_of(&kj, &s.user)
+    }
+
+    fn headroom(&self, s: &Search<'_>) -> usize {
+        self.budget
+            .saturating_sub(s.planned)
+            .min(self.top.saturating_sub(self.out.len()))
     }
 
     fn skip(&mut self, s: &Search<'_>, i: usize, count: bool) -> bool {
