@@ -132,6 +132,9 @@ fn search<'a: 'w, 'w>(
     let reserve = (STRATEGY_RESERVE * others).min(req.max_plans / 4);
     let main_budget = req.max_plans - reserve;
     seed_dead(&mut s, &axes, main_budget / 2, workers)?;
+    // The seeds share their events across precisions; the ranked pass seldom plans a
+    // combination whose events another precision made: their memory goes.
+    s.same_events.clear();
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
     // Combinations the model cannot take (LoRA's attention targets on a convolutional
     // network) are left out, as `plan` leaves out a config that does not validate.

@@ -264,9 +264,11 @@ impl<'a> Search<'a> {
             let key = self.events_key(&knobs);
             self.same_events.entry(key).or_insert_with(|| pl.clone());
         }
-        // The twin cache keeps the planner itself unless a candidate needs it too.
+        // The twin cache keeps the planner itself unless a candidate needs it too. A seed
+        // that fits is not kept: its twin is rarely planned, and keeping every seed's events
+        // made a quarter of the search's memory, each page a fault.
         let mut planner = planner;
-        if fresh {
+        if fresh && !matches!(outcome, Outcome::Alive) {
             let keep = if matches!(outcome, Outcome::Fits { .. }) {
                 planner.clone()
             } else {
