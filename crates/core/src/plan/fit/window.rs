@@ -74,15 +74,19 @@ pub(super) fn run<'a: 'w, 'w>(
             let slot = ahead.remove(&i);
             if pass.skip(s, i, true) {
                 match slot {
-                    Some(Slot::Done(Ok(p))) => s.untake(p),
+                    Some(Slot::Done(r)) => {
+                        if let Ok(p) = *r {
+                            s.untake(p);
+                        }
+                    }
                     Some(Slot::Running(p)) => dropped.push(p),
-                    Some(Slot::Done(Err(_))) | None => {}
+                    None => {}
                 }
                 i += 1;
                 continue;
             }
             let planned = match slot {
-                Some(Slot::Done(r)) => r,
+                Some(Slot::Done(r)) => *r,
                 Some(Slot::Running(p)) => match p.try_take() {
                     Some(r) => r,
                     None => {
@@ -150,28 +154,28 @@ pub(super) fn run<'a: 'w, 'w>(
             Some(j) => {
                 let k = pass.knobs(j);
                 let twin = s.take_twin(&k);
-                ahead.insert(j, Slot::Done(plan_one(&task, &k, twin, closest)));
+                ahead.insert(j, Slot::Done(Box::new(plan_one(&task, &k, twin, closest))));
             }
             // Nothing more to plan here: wait for the next entry to record (planned here
             // if it was not planned ahead, which skips that only grow rule out).
             None => {
                 let done = match ahead.remove(&i) {
                     Some(Slot::Running(p)) => p.wait(),
-                    Some(Slot::Done(r)) => r,
+                    Some(Slot::Done(r)) => *r,
                     None => {
                         let k = pass.knobs(i);
                         let twin = s.take_twin(&k);
                         plan_one(&task, &k, twin, closest)
                     }
                 };
-                ahead.insert(i, Slot::Done(done));
+                ahead.insert(i, Slot::Done(Box::new(done)));
             }
         }
     };
     // Plans made ahead and never recorded (the pass ended or failed) give their twins back.
     for slot in std::mem::take(&mut ahead).into_values() {
         let r = match slot {
-            Slot::Done(r) => r,
+            Slot::Done(r) => *r,
             Slot::Running(p) => p.wait(),
         };
         if let Ok(p) = r {
@@ -221,7 +225,8 @@ const SCAN: usize = 64;
 /// An entry planned ahead of its turn: still on a worker, or done.
 enum Slot {
     Running(Pending<Result<Planned, PlanError>>),
-    Done(Result<Planned, PlanError>),
+    /// Boxed: a plan's result is large beside a pending one.
+    Done(Box<Result<Planned, PlanError>>),
 }
 
 /// What planning one of `pass`'s entries needs of the search.
