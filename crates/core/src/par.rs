@@ -160,6 +160,68 @@ impl<'scope> Workers<'scope> {
     }
 }
 
+impl<'scope> Workers<'scope> {
+    /// Runs `f` on a worker (here when there are none): its result is waited for with
+    /// [`Pending::wait`] or looked for with [`Pending::try_take`]. A panic in `f` is
+    /// resumed where the result is taken.
+    pub fn submit<R, F>(&self, f: F) -> Pending<R>
+    where
+        R: Send + 'scope,
+        F: FnOnce() -> R + Send + 'scope,
+    {
+        let (tx, rx) = mpsc::channel::<thread::Result<R>>();
+        let job: Job<'scope> = Box::new(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            // The caller waits for this result; if it is gone there is no one to tell.
+            let _ = tx.send(r);
+        });
+        match self.jobs.as_ref().filter(|_| self.count > 0) {
+            Some(jobs) => {
+                // With every worker gone the job runs here.
+                if let Err(mpsc::SendError(job)) = jobs.send(job) {
+                    job();
+                }
+            }
+            None => job(),
+        }
+        Pending { rx }
+    }
+}
+
+/// The result of a job handed to [`Workers::submit`].
+pub struct Pending<R> {
+    rx: mpsc::Receiver<thread::Result<R>>,
+}
+
+impl<R> Pending<R> {
+    /// The result, once the job has run.
+    pub fn wait(self) -> R {
+        match self.rx.recv() {
+            Ok(r) => unwind(r),
+            Err(_) => std::panic::resume_unwind(Box::new("a worker thread stopped")),
+        }
+    }
+
+    /// The result if the job has run, else `None` (the job still to come or running).
+    pub fn try_take(&self) -> Option<R> {
+        match self.rx.try_recv() {
+            Ok(r) => Some(unwind(r)),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                std::panic::resume_unwind(Box::new("a worker thread stopped"))
+            }
+        }
+    }
+}
+
+/// A job's result, its panic resumed here.
+fn unwind<R>(r: thread::Result<R>) -> R {
+    match r {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 impl Drop for Workers<'_> {
     fn drop(&mut self) {
         // Closing the queue ends each worker after its current job.
@@ -195,6 +257,24 @@ mod tests {
             let w = Workers::new(scope, 0);
             assert_eq!(w.map(vec![1, 2, 3], |x| x + 1), vec![2, 3, 4]);
         });
+    }
+
+    #[test]
+    fn submitted_jobs_give_their_results() {
+        for count in [0, 1, 3] {
+            thread::scope(|scope| {
+                let w = Workers::new(scope, count);
+                let jobs: Vec<_> = (0..9u64).map(|x| w.submit(move || x * x)).collect();
+                let mut got = Vec::new();
+                for job in jobs {
+                    got.push(match job.try_take() {
+                        Some(r) => r,
+                        None => job.wait(),
+                    });
+                }
+                assert_eq!(got, (0..9u64).map(|x| x * x).collect::<Vec<_>>());
+            });
+        }
     }
 
     #[test]

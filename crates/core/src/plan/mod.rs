@@ -136,7 +136,9 @@ pub struct Planner {
     pub size: u64,
     /// The target (decoder) length of an encoder-decoder model (given or its default).
     pub target_seq: Option<u64>,
-    pub events: events::Events,
+    /// Shared: a planner's clones (the allocator twins of the make-it-fit search, the
+    /// `expandable_segments` remedy) replay the same events without copying them.
+    pub events: std::sync::Arc<events::Events>,
     pub context: Bytes,
     /// Elements of the parameters that train (peft's `print_trainable_parameters`).
     pub trainable: u64,
@@ -235,12 +237,14 @@ impl Planner {
             .ok_or(PlanError::Overflow("CUDA context"))?;
         let mode = mode_key(preset, cfg);
         let stop_above = bound(context, &band::ErrorBand::of(&mode));
-        let Some(events) = sim::generate_unless_above(
+        let annotations = cache.map(|c| c.annotations(&key, &graph, &sim_cfg));
+        let Some(events) = sim::generate_annotated(
             &graph,
             &sim_cfg,
             &policy,
             &Constants::default(),
             stop_above,
+            annotations.as_deref(),
         ) else {
             return Ok(None);
         };
@@ -259,7 +263,7 @@ impl Planner {
             config: *cfg,
             size,
             target_seq: preset.target_seq(cfg.target_seq),
-            events,
+            events: std::sync::Arc::new(events),
             context,
             trainable,
             param_split,
@@ -431,7 +435,15 @@ type Built = (std::sync::Arc<Graph>, ParamPolicy);
 #[derive(Debug, Default)]
 pub struct GraphCache {
     built: std::sync::Mutex<std::collections::HashMap<HashableKey, Built>>,
+    /// Each graph's annotations per precision and checkpointing setting.
+    annotated: std::sync::Mutex<std::collections::HashMap<AnnotationsKey, Annotated>>,
 }
+
+/// A graph's annotations, shared by the threads that generate its events.
+type Annotated = std::sync::Arc<sim::Annotations>;
+
+/// A graph's key with the precision and checkpointing setting its events are generated in.
+type AnnotationsKey = (HashableKey, Precision, bool);
 
 /// [`GraphKey`] as a map's key (the imbalance by its bits).
 type HashableKey = (
@@ -460,6 +472,25 @@ impl GraphCache {
             m.entry(key.hashable()).or_insert_with(|| built.clone());
         }
         Ok(built)
+    }
+
+    /// The annotations of `key`'s graph (`graph`) for `cfg`'s precision and checkpointing,
+    /// computed when not cached.
+    fn annotations(&self, key: &GraphKey, graph: &Graph, cfg: &TrainConfig) -> Annotated {
+        let at = (key.hashable(), cfg.precision, cfg.checkpointing);
+        let cached = self.annotated.lock().ok().and_then(|m| m.get(&at).cloned());
+        if let Some(hit) = cached {
+            return hit;
+        }
+        let made = std::sync::Arc::new(sim::Annotations::new(
+            graph,
+            cfg.precision,
+            cfg.checkpointing,
+        ));
+        if let Ok(mut m) = self.annotated.lock() {
+            m.entry(at).or_insert_with(|| made.clone());
+        }
+        made
     }
 }
 
@@ -517,7 +548,7 @@ fn captured_planner(
         config: cfg,
         size: c.size,
         target_seq: None,
-        events: captured::events(c, &Constants::default(), cfg.batch),
+        events: std::sync::Arc::new(captured::events(c, &Constants::default(), cfg.batch)),
         context: DEFAULT_CUDA_CONTEXT,
         trainable: c.trainable,
         params_override: Some(c.params),

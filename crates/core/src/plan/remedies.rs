@@ -267,6 +267,9 @@ pub fn remedies_against(
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
     let captured = matches!(preset.spec, crate::model::ModelSpec::Captured(_));
+    // Most remedies keep the graph (and many the precision and checkpointing): each graph
+    // is built, and annotated per setting, once ([`super::GraphCache`]).
+    let graphs = super::GraphCache::default();
     // Each remedy is planned on its own core ([`crate::par`]), in the candidates' order.
     let planned = crate::par::map(
         candidates(cfg, preset.input.is_tokens()),
@@ -281,7 +284,8 @@ pub fn remedies_against(
                 p.config.allocator = c.allocator;
                 Ok(p)
             } else {
-                Planner::new(preset, &c)
+                Planner::new_unless_above_cached(preset, &c, Some(&graphs), |_, _| u64::MAX)
+                    .and_then(|p| p.ok_or(PlanError::Overflow("event generation")))
             };
             let planner = match built {
                 Ok(p) => p,

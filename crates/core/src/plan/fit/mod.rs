@@ -45,6 +45,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
         Tuning {
             width: req.threads.max(1),
             stop_early: true,
+            share_events: true,
         },
     )
 }
@@ -95,6 +96,7 @@ fn search<'a: 'w, 'w>(
         planned: 0,
         closest: None,
         twins: HashMap::new(),
+        same_events: HashMap::new(),
         tuning,
         graph_cache,
     };
@@ -130,6 +132,9 @@ fn search<'a: 'w, 'w>(
     let reserve = (STRATEGY_RESERVE * others).min(req.max_plans / 4);
     let main_budget = req.max_plans - reserve;
     seed_dead(&mut s, &axes, main_budget / 2, workers)?;
+    // The seeds share their events across precisions; the ranked pass seldom plans a
+    // combination whose events another precision made: their memory goes.
+    s.same_events.clear();
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
     // Combinations the model cannot take (LoRA's attention targets on a convolutional
     // network) are left out, as `plan` leaves out a config that does not validate.
@@ -292,6 +297,14 @@ impl window::Pass for SeedPass {
         true
     }
 
+    fn may_skip_after(&self, _: &Search<'_>, u: usize, j: usize) -> bool {
+        self.list[j].needs_at_least(&self.list[u])
+    }
+
+    fn headroom(&self, s: &Search<'_>) -> usize {
+        self.budget.saturating_sub(s.planned)
+    }
+
     fn planned(
         &mut self,
         _: &mut Search<'_>,
@@ -331,6 +344,17 @@ impl window::Pass for MainPass<'_> {
 
     fn only_alive(&self) -> bool {
         false
+    }
+
+    fn may_skip_after(&self, s: &Search<'_>, u: usize, j: usize) -> bool {
+        let (ku, kj) = (self.ranked[u].2, self.ranked[j].2);
+        kj.needs_at_least(&ku) || ku.changes_subset_of(&kj, &s.user)
+    }
+
+    fn headroom(&self, s: &Search<'_>) -> usize {
+        self.budget
+            .saturating_sub(s.planned)
+            .min(self.top.saturating_sub(self.out.len()))
     }
 
     fn skip(&mut self, s: &Search<'_>, i: usize, count: bool) -> bool {

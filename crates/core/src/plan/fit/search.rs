@@ -44,6 +44,11 @@ pub(super) struct Search<'a> {
     /// Planners whose allocator twin (the same knobs, the other `expandable` setting) has
     /// not been planned yet, keyed by their knobs with `expandable` false ([`Search::take_twin`]).
     pub(super) twins: HashMap<Knobs, Planner>,
+    /// A planner of every combination whose events another precision generates alike (QLoRA
+    /// in bf16 runs in fp32, [`TrainConfig::effective_precision`]), keyed by
+    /// [`Search::events_key`]: the other precision takes its events as a twin's
+    /// ([`Tuning::share_events`]).
+    pub(super) same_events: HashMap<Knobs, Planner>,
     pub(super) tuning: Tuning,
     /// The planners' graphs, built once per graph key ([`crate::plan::GraphCache`]).
     pub(super) graph_cache: &'a crate::plan::GraphCache,
@@ -190,7 +195,28 @@ impl<'a> Search<'a> {
     /// change the events, only how they are replayed. Taken out of the cache: each key has
     /// two allocator settings, so the cache holds only plans whose twin is still to come.
     pub(super) fn take_twin(&mut self, k: &Knobs) -> Option<Planner> {
-        self.twins.remove(&twin_key(k))
+        self.twins
+            .remove(&twin_key(k))
+            .or_else(|| self.same_events.get(&self.events_key(k)).cloned())
+    }
+
+    /// `k`'s key among the combinations that generate the same events: its twin key with
+    /// the precision the step really runs in ([`TrainConfig::effective_precision`]).
+    fn events_key(&self, k: &Knobs) -> Knobs {
+        Knobs {
+            precision: self.config(k, 1).effective_precision(),
+            ..twin_key(k)
+        }
+    }
+
+    /// Whether another precision generates `k`'s events (the search shares them).
+    fn shares_events(&self, k: &Knobs) -> bool {
+        self.tuning.share_events && {
+            let own = self.events_key(k);
+            crate::plan::Precision::ALL.iter().any(|&precision| {
+                precision != k.precision && self.events_key(&Knobs { precision, ..*k }) == own
+            })
+        }
     }
 
     /// Plans `k` on this thread: `None` when micro-batch 1 does not fit (recorded as dead).
@@ -232,9 +258,17 @@ impl<'a> Search<'a> {
             return None;
         }
         self.planned += 1;
-        // The twin cache keeps the planner itself unless a candidate needs it too.
+        if let Some(pl) = planner.as_ref()
+            && self.shares_events(&knobs)
+        {
+            let key = self.events_key(&knobs);
+            self.same_events.entry(key).or_insert_with(|| pl.clone());
+        }
+        // The twin cache keeps the planner itself unless a candidate needs it too. A seed
+        // that fits is not kept: its twin is rarely planned, and keeping every seed's events
+        // made a quarter of the search's memory, each page a fault.
         let mut planner = planner;
-        if fresh {
+        if fresh && !matches!(outcome, Outcome::Alive) {
             let keep = if matches!(outcome, Outcome::Fits { .. }) {
                 planner.clone()
             } else {
@@ -520,4 +554,7 @@ pub(super) struct Tuning {
     /// Whether a generation stops once the combination is known dead and not the closest
     /// miss ([`plan_one`]).
     pub(super) stop_early: bool,
+    /// Whether a combination whose events another precision generated already takes them
+    /// instead of generating them again ([`Search::take_twin`]).
+    pub(super) share_events: bool,
 }

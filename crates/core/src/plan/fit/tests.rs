@@ -710,17 +710,59 @@ fn the_answer_does_not_depend_on_how_the_search_is_run() {
             Tuning {
                 width: 1,
                 stop_early: false,
+                share_events: false,
             },
         )
         .expect("fit");
         let want = serde_json::to_string(&reference).expect("json");
-        for (width, stop_early) in [(1, true), (2, false), (2, true), (3, true)] {
-            let got = fit_with(&preset, &cfg, &req, Tuning { width, stop_early }).expect("fit");
+        for (width, stop_early, share_events) in [
+            (1, true, false),
+            (1, false, true),
+            (2, false, false),
+            (2, true, true),
+            (3, true, true),
+        ] {
+            let tuning = Tuning {
+                width,
+                stop_early,
+                share_events,
+            };
+            let got = fit_with(&preset, &cfg, &req, tuning).expect("fit");
             assert_eq!(
                 serde_json::to_string(&got).expect("json"),
                 want,
-                "{model} on {gpu}, width {width}, stop_early {stop_early}"
+                "{model} on {gpu}, {tuning:?}"
             );
         }
+    }
+}
+
+/// What [`Tuning::share_events`] relies on: QLoRA planned in bf16 generates the events of
+/// QLoRA in fp32 (it runs in fp32, [`TrainConfig::effective_precision`]), for every LoRA
+/// setting and loop shape the search tries.
+#[test]
+fn qlora_in_bf16_generates_the_events_of_fp32() {
+    let preset = find_builtin("TinyLlama-1.1B").expect("preset");
+    for (rank, checkpointing, optimizer) in [
+        (8, true, Optimizer::PagedAdamW),
+        (64, false, Optimizer::AdamW),
+    ] {
+        let mut cfg = TrainConfig {
+            batch: 2,
+            size: Some(512),
+            checkpointing,
+            optimizer,
+            ..TrainConfig::default()
+        };
+        cfg.finetune.mode = FineTuneMode::Qlora;
+        cfg.finetune.lora_rank = rank;
+        let plan =
+            |precision| Planner::new(&preset, &TrainConfig { precision, ..cfg }).expect("planner");
+        let (bf16, fp32) = (plan(Precision::Bf16), plan(Precision::Fp32));
+        assert_eq!(bf16.events.buffers, fp32.events.buffers, "rank {rank}");
+        assert_eq!(bf16.events.events, fp32.events.events, "rank {rank}");
+        assert_eq!(bf16.events.measured_start, fp32.events.measured_start);
+        assert_eq!(bf16.config, fp32.config);
+        assert_eq!(bf16.mode, fp32.mode);
     }
 }

@@ -3,19 +3,21 @@
 //!
 //! A pass over a list of combinations (the seeds, the ranked candidates) skips some by what
 //! the combinations planned before it showed (dead, dominated, the plan budget spent) and
-//! plans the others in order. A window takes the next combinations the pass would plan if
-//! none of them changed anything, plans them on as many threads, then records them in order,
-//! classifying every combination up to the last of them again with what the ones before it
-//! showed: one now skipped is counted as skipped and its plan dropped, as a pass on one
-//! thread would never have made it. What a skip depends on only grows (the dead, the
-//! accepted candidates, the plans counted), so a combination skipped before the window is
-//! still skipped after it; a plan depends on the search only through the closest miss, which
-//! only shrinks, and [`super::search::Search::record`] compares with the one known when
-//! recording.
+//! plans the others in order. This thread and the workers plan ahead only combinations that
+//! the ones before them, not recorded yet, cannot make the pass skip ([`Pass::may_skip_after`],
+//! [`Pass::headroom`]), as threads come free; the plans are recorded in list order, each
+//! combination classified again when its turn comes (one then skipped has its plan dropped,
+//! as a pass on one thread would never have made it). What a skip depends on only grows (the
+//! dead, the accepted candidates, the plans counted); a plan depends on the search only
+//! through the closest miss, which only shrinks, and [`super::search::Search::record`]
+//! compares with the one known when recording.
+
+use std::collections::BTreeMap;
 
 use super::axes::Knobs;
+
 use super::search::{Fitting, Planned, Search, Task, plan_one};
-use crate::par::Workers;
+use crate::par::{Pending, Workers};
 use crate::plan::PlanError;
 
 /// One pass: its list, how each entry is skipped, what is done with each plan.
@@ -30,6 +32,12 @@ pub(super) trait Pass {
     fn candidates(&self) -> bool;
     /// Whether the pass only asks which of its entries are dead (the seeds).
     fn only_alive(&self) -> bool;
+    /// Whether recording entry `u` (before `j`) could make the pass skip `j`, the counts
+    /// of [`Pass::headroom`] aside: `j` is planned ahead of `u`'s result only when not.
+    fn may_skip_after(&self, s: &Search<'_>, u: usize, j: usize) -> bool;
+    /// How many more entries can be recorded before a limit of the pass (its plans, its
+    /// candidates) may skip the rest.
+    fn headroom(&self, s: &Search<'_>) -> usize;
     /// Entry `i` was planned (`Some` when it fits).
     fn planned(
         &mut self,
@@ -39,79 +47,186 @@ pub(super) trait Pass {
     ) -> Result<(), PlanError>;
 }
 
-/// Runs `pass` over its list as one thread planning its entries in turn would, one entry
-/// on this thread and one on each worker at a time.
+/// Runs `pass` over its list as one thread planning its entries in turn would, this thread
+/// and every worker planning at once.
+///
+/// The entries the pass would plan next (were none of them to change anything) are handed
+/// out as threads come free, not a window at a time: a thread that finishes a short plan
+/// (a generation stopped early) takes the next entry instead of waiting for the longest plan
+/// of its window. Results are recorded in list order; an entry is classified again when its
+/// turn comes, and one now skipped has its plan dropped.
 pub(super) fn run<'a: 'w, 'w>(
     s: &mut Search<'a>,
     pass: &mut dyn Pass,
     workers: &Workers<'w>,
 ) -> Result<(), PlanError> {
     let width = workers.count() + 1;
+    // Entries planned ahead of the next to record: at most this many at a time.
+    let depth = 2 * width;
+    let mut ahead: BTreeMap<usize, Slot> = BTreeMap::new();
+    // Plans dropped while their worker still ran: their twins go back when they are done.
+    let mut dropped: Vec<Pending<Result<Planned, PlanError>>> = Vec::new();
     let mut i = 0;
-    while i < pass.len() {
-        let ahead: Vec<usize> = (i..pass.len())
-            .filter(|&j| !pass.skip(s, j, false))
-            .take(width.max(1))
-            .collect();
-        let Some(&last) = ahead.last() else {
-            // Nothing left to plan: count the skips.
-            for j in i..pass.len() {
-                pass.skip(s, j, true);
-            }
-            return Ok(());
-        };
-        let mut results = plan_all(s, pass, &ahead, workers)?.into_iter();
-        for j in i..=last {
-            let computed = if ahead.contains(&j) {
-                results.next()
-            } else {
-                None
-            };
-            if pass.skip(s, j, true) {
-                if let Some(p) = computed {
-                    s.untake(p);
+    let outcome = loop {
+        // Record in order what is planned.
+        let mut failed = None;
+        while i < pass.len() {
+            let slot = ahead.remove(&i);
+            if pass.skip(s, i, true) {
+                match slot {
+                    Some(Slot::Done(r)) => {
+                        if let Ok(p) = *r {
+                            s.untake(p);
+                        }
+                    }
+                    Some(Slot::Running(p)) => dropped.push(p),
+                    None => {}
                 }
+                i += 1;
                 continue;
             }
-            let planned = match computed {
-                Some(p) => p,
-                // Not looked ahead at because it was skipped then: skips only grow, so this
-                // cannot happen; planned here all the same.
-                None => {
-                    let k = pass.knobs(j);
-                    let twin = s.take_twin(&k);
-                    plan_one(&task(s, pass), &k, twin, s.closest_smi())?
-                }
+            let planned = match slot {
+                Some(Slot::Done(r)) => *r,
+                Some(Slot::Running(p)) => match p.try_take() {
+                    Some(r) => r,
+                    None => {
+                        ahead.insert(i, Slot::Running(p));
+                        break;
+                    }
+                },
+                None => break,
             };
-            let f = s.record(planned);
-            pass.planned(s, j, f)?;
+            match planned {
+                Ok(p) => {
+                    let f = s.record(p);
+                    if let Err(e) = pass.planned(s, i, f) {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            i += 1;
         }
-        i = last + 1;
+        dropped.retain(|p| match p.try_take() {
+            Some(r) => {
+                if let Ok(p) = r {
+                    s.untake(p);
+                }
+                false
+            }
+            None => true,
+        });
+        if let Some(e) = failed {
+            break Err(e);
+        }
+        if i >= pass.len() {
+            break Ok(());
+        }
+        // The next entries the pass would plan, not planned yet.
+        let running = ahead
+            .values()
+            .filter(|slot| matches!(slot, Slot::Running(_)))
+            .count();
+        let room = depth.saturating_sub(ahead.len());
+        let next = plannable(s, &mut *pass, i, room, |j| ahead.contains_key(&j));
+        let task = task(s, pass);
+        let closest = s.closest_smi();
+        let mut next = next.into_iter();
+        // This thread plans the first of them; the workers queue the ones after it, so that
+        // a worker done early takes the next instead of waiting for this thread.
+        let mine = next.next();
+        let queued = if workers.count() == 0 {
+            0
+        } else {
+            depth - width
+        };
+        for j in next.take(queued.saturating_sub(running)) {
+            let k = pass.knobs(j);
+            let twin = s.take_twin(&k);
+            let job = workers.submit(move || plan_one(&task, &k, twin, closest));
+            ahead.insert(j, Slot::Running(job));
+        }
+        match mine {
+            Some(j) => {
+                let k = pass.knobs(j);
+                let twin = s.take_twin(&k);
+                ahead.insert(j, Slot::Done(Box::new(plan_one(&task, &k, twin, closest))));
+            }
+            // Nothing more to plan here: wait for the next entry to record (planned here
+            // if it was not planned ahead, which skips that only grow rule out).
+            None => {
+                let done = match ahead.remove(&i) {
+                    Some(Slot::Running(p)) => p.wait(),
+                    Some(Slot::Done(r)) => *r,
+                    None => {
+                        let k = pass.knobs(i);
+                        let twin = s.take_twin(&k);
+                        plan_one(&task, &k, twin, closest)
+                    }
+                };
+                ahead.insert(i, Slot::Done(Box::new(done)));
+            }
+        }
+    };
+    // Plans made ahead and never recorded (the pass ended or failed) give their twins back.
+    for slot in std::mem::take(&mut ahead).into_values() {
+        let r = match slot {
+            Slot::Done(r) => *r,
+            Slot::Running(p) => p.wait(),
+        };
+        if let Ok(p) = r {
+            s.untake(p);
+        }
     }
-    Ok(())
+    for p in dropped {
+        if let Ok(p) = p.wait() {
+            s.untake(p);
+        }
+    }
+    outcome
 }
 
-/// Plans the entries `ahead` of `pass`, the first on this thread and the others on the
-/// workers.
-fn plan_all<'a: 'w, 'w>(
-    s: &mut Search<'a>,
-    pass: &dyn Pass,
-    ahead: &[usize],
-    workers: &Workers<'w>,
-) -> Result<Vec<Planned>, PlanError> {
-    let closest = s.closest_smi();
-    let jobs: Vec<_> = ahead
-        .iter()
-        .map(|&j| {
-            let k = pass.knobs(j);
-            (k, s.take_twin(&k))
-        })
-        .collect();
-    let task = task(s, pass);
-    workers
-        .map(jobs, move |(k, twin)| plan_one(&task, &k, twin, closest))
-        .into_iter()
-        .collect()
+/// The next entries from `i` (at most `room`) that the pass plans whatever the entries before
+/// them not recorded yet show, not `planned` yet: nothing planned ahead is dropped, so a
+/// second core does no work one thread would not do.
+fn plannable(
+    s: &Search<'_>,
+    pass: &mut dyn Pass,
+    i: usize,
+    room: usize,
+    planned: impl Fn(usize) -> bool,
+) -> Vec<usize> {
+    let headroom = pass.headroom(s);
+    // Entries not recorded yet before the one looked at (planned ahead or not).
+    let mut before: Vec<usize> = Vec::new();
+    let mut next = Vec::new();
+    for j in i..pass.len() {
+        if next.len() >= room || before.len() >= SCAN || before.len() >= headroom {
+            break;
+        }
+        if pass.skip(s, j, false) {
+            continue;
+        }
+        if !planned(j) && !before.iter().any(|&u| pass.may_skip_after(s, u, j)) {
+            next.push(j);
+        }
+        before.push(j);
+    }
+    next
+}
+
+/// Entries looked at past the next one to record, at most, for one to plan ahead.
+const SCAN: usize = 64;
+
+/// An entry planned ahead of its turn: still on a worker, or done.
+enum Slot {
+    Running(Pending<Result<Planned, PlanError>>),
+    /// Boxed: a plan's result is large beside a pending one.
+    Done(Box<Result<Planned, PlanError>>),
 }
 
 /// What planning one of `pass`'s entries needs of the search.

@@ -262,24 +262,48 @@ impl Sim<'_> {
     }
 }
 
-/// Assigns dtypes and rules to every node.
-fn annotate(g: &Graph, prec: Precision, checkpointing: bool) -> (Vec<DType>, Vec<Rule>) {
-    let mut dtypes = vec![prec.param_dtype(); g.tensors.len()];
-    let mut rules = Vec::with_capacity(g.nodes.len());
-    let mut ins = Vec::new();
-    for node in &g.nodes {
-        ins.clear();
-        ins.extend(node.inputs.iter().map(|&t| dtypes[t]));
-        let mut r = rule(g, node, &ins, prec, checkpointing);
-        dtypes[node.output] = if g.tensors[node.output].elem == Elem::Int64 {
-            DType::I64
-        } else {
-            r.out_dtype
-        };
-        backward_rule(g, node, &mut r, &dtypes);
-        rules.push(r);
+/// Every node's output dtype and rule under one precision and checkpointing setting: what
+/// an event generation walks, a function of the graph and those two settings only, so the
+/// make-it-fit search computes them once per graph and setting ([`crate::plan::GraphCache`])
+/// instead of once per combination.
+#[derive(Debug)]
+pub struct Annotations {
+    precision: Precision,
+    checkpointing: bool,
+    dtypes: Vec<DType>,
+    rules: Vec<Rule>,
+}
+
+impl Annotations {
+    /// Assigns dtypes and rules to every node of `g`.
+    pub fn new(g: &Graph, precision: Precision, checkpointing: bool) -> Annotations {
+        let mut dtypes = vec![precision.param_dtype(); g.tensors.len()];
+        let mut rules = Vec::with_capacity(g.nodes.len());
+        let mut ins = Vec::new();
+        for node in &g.nodes {
+            ins.clear();
+            ins.extend(node.inputs.iter().map(|&t| dtypes[t]));
+            let mut r = rule(g, node, &ins, precision, checkpointing);
+            dtypes[node.output] = if g.tensors[node.output].elem == Elem::Int64 {
+                DType::I64
+            } else {
+                r.out_dtype
+            };
+            backward_rule(g, node, &mut r, &dtypes);
+            rules.push(r);
+        }
+        Annotations {
+            precision,
+            checkpointing,
+            dtypes,
+            rules,
+        }
     }
-    (dtypes, rules)
+
+    /// Whether these are the annotations `cfg` generates with (of the same graph).
+    fn serve(&self, cfg: &TrainConfig) -> bool {
+        self.precision == cfg.precision && self.checkpointing == cfg.checkpointing
+    }
 }
 
 /// Per tensor: whether autograd records it (a float output of an op with a trainable
@@ -338,9 +362,30 @@ pub fn generate_unless_above(
     k: &Constants,
     stop_above: u64,
 ) -> Option<Events> {
-    let (dtypes, train_rules) = annotate(g, cfg.precision, cfg.checkpointing);
+    generate_annotated(g, cfg, policy, k, stop_above, None)
+}
+
+/// [`generate_unless_above`] with `g`'s annotations when they were computed already (for
+/// `cfg`'s precision and checkpointing; others are computed here).
+pub fn generate_annotated(
+    g: &Graph,
+    cfg: &TrainConfig,
+    policy: &ParamPolicy,
+    k: &Constants,
+    stop_above: u64,
+    annotations: Option<&Annotations>,
+) -> Option<Events> {
+    let own;
+    let annotations = match annotations {
+        Some(a) if a.serve(cfg) => a,
+        _ => {
+            own = Annotations::new(g, cfg.precision, cfg.checkpointing);
+            &own
+        }
+    };
+    let (dtypes, train_rules) = (&annotations.dtypes, &annotations.rules);
     let eval_rules = if cfg.step.is_eval() {
-        eval_step::eval_rules(g, &train_rules)
+        eval_step::eval_rules(g, train_rules)
     } else {
         Vec::new()
     };
@@ -384,8 +429,8 @@ pub fn generate_unless_above(
         micro: 0,
         node: NO_NODE,
         tbuf: vec![None; g.tensors.len()],
-        dtypes: &dtypes,
-        rules: &train_rules,
+        dtypes,
+        rules: train_rules,
         consumers: &consumers,
         requires_grad: &requires_grad,
         saved: vec![0..0; g.nodes.len()],
