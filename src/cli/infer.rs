@@ -447,28 +447,9 @@ pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Resul
     let freeing = vramlab_core::answer::inference::fits_only_by_freeing_cache(&plan, budget, fits);
     let assumed = assumed(t, batch.is_some());
     if t.json {
-        let mut v = serde_json::to_value(&plan)?;
-        if let Some(o) = v.as_object_mut() {
-            let breakdown: serde_json::Map<String, serde_json::Value> = plan
-                .breakdown
-                .iter()
-                .map(|s| (s.category.clone(), serde_json::json!(s.bytes.0)))
-                .collect();
-            o.insert("breakdown".into(), breakdown.into());
-            o.insert("step".into(), serde_json::json!(cfg.step.as_str()));
-            o.insert("gpu".into(), serde_json::json!(gpu.id));
-            o.insert("gpu_memory_bytes".into(), serde_json::json!(gpu.memory().0));
-            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
-            o.insert("fits".into(), serde_json::json!(fits));
-            if freeing {
-                o.insert("fits_only_by_freeing_cache".into(), serde_json::json!(true));
-            }
-            let assumed: serde_json::Map<String, serde_json::Value> = assumed
-                .iter()
-                .map(|(f, v)| (f.trim_start_matches('-').to_string(), serde_json::json!(v)))
-                .collect();
-            o.insert("assumed".into(), assumed.into());
-        }
+        let v = vramlab_core::answer::inference_json::plan(
+            &plan, &gpu, budget, fits, freeing, &assumed,
+        )?;
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
     }
@@ -581,29 +562,17 @@ pub fn cmd_max_batch(t: &TrainArgs, out: &mut dyn Write) -> Result<()> {
         None => None,
     };
     if t.json {
-        let mut v = serde_json::json!({
-            "model": preset.id,
-            "step": cfg.step.as_str(),
-            "gpu": gpu.id,
-            "usable_bytes": budget.usable().0,
-            "max_batch": max,
-            "nvidia_smi_bytes": at.as_ref().map(|p| p.nvidia_smi_bytes.0),
-            "peak_allocated_bytes": at.as_ref().map(|p| p.peak_allocated_bytes.0),
-            "kv_cache_bytes": at.as_ref().map(|p| p.kv_cache_bytes.0),
-        });
-        if let Some(o) = v.as_object_mut() {
-            if !dec.is_greedy() {
-                o.insert("decoding".into(), serde_json::to_value(dec)?);
-            }
-            if let Some(pl) = &planner.placement {
-                o.insert("device_map".into(), serde_json::to_value(&pl.device_map)?);
-                o.insert("offload".into(), serde_json::to_value(pl.offload)?);
-            }
-        }
-        if let (Some(q), Some(o)) = (quant, v.as_object_mut()) {
-            o.insert("quant".into(), serde_json::to_value(q)?);
-            o.insert("weights_bytes".into(), serde_json::json!(planner.weights.0));
-        }
+        let v = vramlab_core::answer::inference_json::max_batch(
+            &preset.id,
+            cfg.step,
+            &gpu,
+            budget,
+            &planner,
+            max,
+            at.as_ref(),
+            &dec,
+            quant,
+        )?;
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
         return Ok(());
     }

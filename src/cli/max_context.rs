@@ -82,32 +82,9 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
     let (gpu, budget) = t.budget()?;
     let m = max_context_weights(&preset, &cfg, &dec, weights, searched, budget)?;
     if t.json {
-        let mut v = serde_json::to_value(&m)?;
-        if let Some(o) = v.as_object_mut() {
-            let plan = m.plan.as_ref();
-            o.insert("step".into(), serde_json::json!(step.as_str()));
-            o.insert("batch".into(), serde_json::json!(batch));
-            o.insert("gpu".into(), serde_json::json!(gpu.id));
-            o.insert("usable_bytes".into(), serde_json::json!(budget.usable().0));
-            o.insert(
-                "nvidia_smi_bytes".into(),
-                serde_json::json!(plan.map(|p| p.nvidia_smi_bytes.0)),
-            );
-            o.insert(
-                "peak_allocated_bytes".into(),
-                serde_json::json!(plan.map(|p| p.peak_allocated_bytes.0)),
-            );
-            o.insert(
-                "kv_cache_bytes".into(),
-                serde_json::json!(plan.map(|p| p.kv_cache_bytes.0)),
-            );
-            if !dec.is_greedy() {
-                o.insert("decoding".into(), serde_json::to_value(dec)?);
-            }
-            if let Some(q) = quant {
-                o.insert("quant".into(), serde_json::to_value(q)?);
-            }
-        }
+        let v = vramlab_core::answer::inference_json::max_context(
+            &m, step, batch, &gpu, budget, &dec, quant,
+        )?;
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
     } else {
         write_text(out, &m, &gpu.name, budget.usable(), batch)?;

@@ -25,6 +25,7 @@ pub mod doctor_advice;
 pub mod doctor_report;
 pub mod fit_words;
 pub mod inference;
+pub mod inference_json;
 pub mod max_batch;
 pub mod max_context;
 pub mod next_step;
