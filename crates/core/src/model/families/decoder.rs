@@ -121,7 +121,7 @@ pub fn build(
         dropout: p.attention_dropout,
         softmax_fp32: true,
         causal: true,
-        softcap: p.attn_logit_softcapping.is_some() && imp == AttnImpl::Eager,
+        softcap: p.attn_logit_softcapping.is_some(),
     };
     for l in 0..p.num_hidden_layers {
         if let Some(f) = &p.falcon {

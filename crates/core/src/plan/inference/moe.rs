@@ -211,22 +211,14 @@ fn batched_experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
     p.free(gated);
     let product_bytes = w.max(d);
     let weighted = p.act(s * hidden * product_bytes);
-    let summed = p.act(t * hidden * product_bytes);
-    let out = if product_bytes == d {
-        Buf::NONE
-    } else {
-        p.act(t * hidden * d)
-    };
     // the function returns: its locals go in the order Python binds them
-    for b in [rows, ids, down_w, down_b, down, weighted] {
-        p.free(b);
-    }
-    if out == Buf::NONE {
-        summed
-    } else {
-        p.free(summed);
-        out
-    }
+    sum_and_return(
+        p,
+        t * hidden,
+        product_bytes,
+        d,
+        &[rows, ids, down_w, down_b, down, weighted],
+    )
 }
 
 /// `grouped_mm_experts_forward` on `x` with the router's `scores` and `indices`; returns
@@ -270,36 +262,50 @@ fn grouped_experts(p: &mut Prog, m: &MoeShape, hidden: u64, c: &Call) -> Buf {
     p.free(down);
     // `proj_out * sample_weights_g.unsqueeze(-1)`: fp32 weights promote the product; the
     // masked rows (`proj_out`) live until the function returns
-    let product_bytes = if w > d { w } else { d };
+    let product_bytes = w.max(d);
     let weighted = p.act(s * hidden * product_bytes);
     let inv_perm = p.act(s * 8);
     p.scratch(s * 8, 0); // `torch.arange` put into `inv_perm[perm]`
     let back = p.act(s * hidden * product_bytes);
     p.free(weighted);
-    let summed = p.act(t * hidden * product_bytes);
+    // the function returns: its locals go in the order Python binds them (`expert_ids_g`,
+    // `perm`, the rows, `sample_weights_g`, `histc_input`, `tokens_per_expert`, `offsets`,
+    // `sentinel_mask`, `proj_out`, `weighted_out`, `inv_perm`)
+    sum_and_return(
+        p,
+        t * hidden,
+        product_bytes,
+        d,
+        &[
+            ids_sorted,
+            perm,
+            rows,
+            weights,
+            histc_input,
+            per_expert,
+            offsets,
+            sentinel,
+            bias,
+            down_masked,
+            back,
+            inv_perm,
+        ],
+    )
+}
+
+/// The end both experts functions share: `view(t, k, hidden).sum(1)` of the weighted rows
+/// (`elems` = `t × hidden` elements in the product's `product_bytes`), `.to(hidden.dtype)`
+/// (`d` bytes; no copy when the product is already in it), then the function returns and
+/// `locals` go in the order Python binds them, and `final_hidden_states` with them unless it
+/// is what `.to()` returned. Returns the block's routed output.
+fn sum_and_return(p: &mut Prog, elems: u64, product_bytes: u64, d: u64, locals: &[Buf]) -> Buf {
+    let summed = p.act(elems * product_bytes);
     let out = if product_bytes == d {
         Buf::NONE
     } else {
-        p.act(t * hidden * d)
+        p.act(elems * d)
     };
-    // the function returns: its locals go in the order Python binds them (`expert_ids_g`,
-    // `perm`, the rows, `sample_weights_g`, `histc_input`, `tokens_per_expert`, `offsets`,
-    // `sentinel_mask`, `proj_out`, `weighted_out`, `inv_perm`, `final_hidden_states` unless
-    // it is what `.to()` returned)
-    for b in [
-        ids_sorted,
-        perm,
-        rows,
-        weights,
-        histc_input,
-        per_expert,
-        offsets,
-        sentinel,
-        bias,
-        down_masked,
-        back,
-        inv_perm,
-    ] {
+    for &b in locals {
         p.free(b);
     }
     if out == Buf::NONE {
