@@ -13,7 +13,8 @@
 //!   window): `repeat_kv` copies k and v to every head; PyTorch converts the mask to the
 //!   query's dtype (`convert_boolean_attn_mask`: zeros of its shape and a `logical_not`), the
 //!   memory-efficient kernel pads its last dimension to a multiple of 16 (`preprocess_mask`).
-//! - Eager: `repeat_kv`, `q @ kᵀ`, `* scaling`, `+ mask`, `softmax(dtype=float32)`,
+//! - Eager: `repeat_kv`, `q @ kᵀ`, `* scaling` (Gemma 2: then `/ cap`, `tanh`, `* cap`), `+ mask`,
+//!   `softmax(dtype=float32)`,
 //!   `.to(dtype)`, `@ v`, `transpose(1, 2).contiguous()`; the probabilities are returned and
 //!   held by the decoder layer's `_` until the layer returns.
 //! - Eager with attention sinks (gpt-oss's own `eager_attention_forward`, the only one it
@@ -134,6 +135,19 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
             p.free(qc);
             let scaled = p.act(scores * d);
             p.free(raw);
+            // Gemma 2's soft-cap: `w / cap`, `tanh(w)`, `w * cap`, each a new tensor bound to
+            // `attn_weights`, the one before it freed
+            let scaled = if s.attn_softcap {
+                let mut w = scaled;
+                for _ in 0..3 {
+                    let next = p.act(scores * d);
+                    p.free(w);
+                    w = next;
+                }
+                w
+            } else {
+                scaled
+            };
             let masked = p.act(scores * d);
             p.free(scaled);
             // `softmax(w, dtype=float32).to(dtype)`: ATen converts bf16 scores to fp32 first

@@ -88,6 +88,7 @@ mod tests {
             fused: false,
             two_rotaries: false,
             final_softcap: false,
+            attn_softcap: false,
             tied: false,
             moe: None,
             fp32_product_norm: false,

@@ -468,6 +468,7 @@ mod tests {
         for (name, step, cache, new) in [
             ("Llama-3.2-1B", InferStep::Generate, KvCache::Dynamic, 5),
             ("gemma-3-1b-pt", InferStep::Generate, KvCache::Static, 5),
+            ("gemma-2-2b", InferStep::Generate, KvCache::Dynamic, 3),
             (
                 "Phi-3-mini-4k-instruct",
                 InferStep::Generate,
@@ -580,5 +581,43 @@ mod tests {
             .expect("prefill");
         assert_eq!(largest(&f), 64 * vocab_row);
         assert!(largest(&g) < 64 * vocab_row / 4, "{}", largest(&g));
+    }
+
+    /// Gemma 2's attention soft-cap (transformers 5.17): eager attention divides, `tanh`s
+    /// and multiplies the scores, three more score-sized tensors per layer and forward, one
+    /// alive beside the one before it; SDPA drops the `softcap` keyword and plans as the same
+    /// model without it.
+    #[test]
+    fn gemma2_softcap_is_eager_attentions_only() {
+        let capped = preset("gemma-2-2b");
+        let mut uncapped = capped.clone();
+        if let crate::model::ModelSpec::Llama(p) = &mut uncapped.spec {
+            p.attn_logit_softcapping = None;
+        }
+        let (prompt, batch) = (300, 2);
+        // bf16 scores of the prefill: heads × prompt × prompt per sequence
+        let scores = 8 * prompt * prompt * 2;
+        let count = |p: &Preset, attention| {
+            let c = InferConfig {
+                attention,
+                ..cfg(InferStep::Prefill, KvCache::Dynamic, prompt, 0)
+            };
+            let planner = InferPlanner::new(p, &c).expect("gemma2 plans");
+            let n = measured(&planner)
+                .iter()
+                .filter(|e| {
+                    e.alloc && planner.events.buffers[e.buffer as usize].per_sample == scores
+                })
+                .count();
+            (n, planner.plan(batch).expect("plan").peak_allocated_bytes)
+        };
+        let (eager_capped, _) = count(&capped, Attention::Eager);
+        let (eager_plain, _) = count(&uncapped, Attention::Eager);
+        assert_eq!(eager_capped, eager_plain + 3 * 26, "three per layer");
+        assert_eq!(
+            count(&capped, Attention::Sdpa),
+            count(&uncapped, Attention::Sdpa),
+            "SDPA runs uncapped"
+        );
     }
 }

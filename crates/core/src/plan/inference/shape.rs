@@ -31,6 +31,10 @@ pub struct DecoderShape {
     /// Gemma 3: separate rotary embeddings for local and global layers.
     pub two_rotaries: bool,
     pub final_softcap: bool,
+    /// Gemma 2: `attn_logit_softcapping`, applied to the scores by eager attention only
+    /// (`scores / cap`, `tanh`, `* cap`); transformers 5.17's `sdpa_attention_forward` takes
+    /// the layer's `softcap=` keyword and drops it.
+    pub attn_softcap: bool,
     /// `tie_word_embeddings`: `lm_head` is created with its own weight, then `post_init`'s
     /// `tie_weights` replaces it with the embedding's (the first one is freed).
     pub tied: bool,
@@ -69,14 +73,6 @@ impl DecoderShape {
     }
 
     pub fn from_params(p: &LlamaParams) -> Result<DecoderShape, PlanError> {
-        if p.attn_logit_softcapping.is_some() {
-            return Err(PlanError::Field {
-                field: "model",
-                reason: "inference with attention logit soft-capping (gemma2) is not modelled \
-                         yet"
-                .into(),
-            });
-        }
         let model_type = p.model_type.clone().unwrap_or_else(|| "llama".into());
         // The decoders of issue 30 run other ops than the forward `plan::inference` mirrors.
         let gpt_oss = model_type == "gpt_oss";
@@ -130,6 +126,7 @@ impl DecoderShape {
             fused: p.fused_projections,
             two_rotaries: model_type == "gemma3_text",
             final_softcap: p.final_logit_softcapping.is_some(),
+            attn_softcap: p.attn_logit_softcapping.is_some(),
             tied: p.tie_word_embeddings,
             eos: true,
             model_type,
