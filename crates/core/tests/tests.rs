@@ -4,6 +4,7 @@
 mod accuracy;
 mod accuracy_tables;
 mod bench_data;
+mod callbacks_recorded;
 mod captured;
 mod device_map;
 mod distributed;
