@@ -111,9 +111,33 @@ fn the_device_crate_depends_on_no_gui_crate() {
     }
 }
 
+/// The words crate reads what users type into the core's types: over the core only, so the
+/// CLI, the GUI and the Python bindings can all stand on it.
+#[test]
+fn the_words_crate_depends_on_the_core_only() {
+    let tree = reachable(&lock_graph(), "vramlab-words");
+    assert!(
+        tree.contains("vramlab-core"),
+        "vramlab-words not found in Cargo.lock"
+    );
+    let bad: Vec<_> = FORBIDDEN_IN_CORE
+        .iter()
+        .chain(&[
+            "vramlab-gui",
+            "vramlab",
+            "vramlab-hub",
+            "vramlab-python",
+            "pyo3",
+            "clap",
+        ])
+        .filter(|c| tree.contains(**c))
+        .collect();
+    assert!(bad.is_empty(), "vramlab-words' tree contains {bad:?}");
+}
+
 /// The Python bindings are the core behind a Python API: no GUI, GPU or Hub crate, and not
-/// the binary (its CLI words are the core's, `answer::words`). (anyhow is a dev-dependency
-/// of the core: Cargo.lock does not tell those apart.)
+/// the binary (the words they read are `vramlab-words`', as the CLI's are). (anyhow is a
+/// dev-dependency of the core: Cargo.lock does not tell those apart.)
 #[test]
 fn the_python_bindings_depend_on_the_core_only() {
     let tree = reachable(&lock_graph(), "vramlab-python");
@@ -121,7 +145,7 @@ fn the_python_bindings_depend_on_the_core_only() {
         tree.contains("pyo3"),
         "vramlab-python not found in Cargo.lock"
     );
-    assert!(tree.contains("vramlab-core"));
+    assert!(tree.contains("vramlab-core") && tree.contains("vramlab-words"));
     let bad: Vec<_> = FORBIDDEN_IN_CORE
         .iter()
         .chain(&["vramlab-gui", "vramlab", "vramlab-hub", "clap"])
@@ -153,6 +177,7 @@ fn no_core_file_names_a_crate_above_it() {
             "vramlab_device",
             "vramlab_gui",
             "vramlab_hub",
+            "vramlab_words",
             "ureq::",
             "egui::",
             "egui_plot::",

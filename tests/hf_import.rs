@@ -221,7 +221,7 @@ fn torch_engine_config_line_carries_the_finetune_mode() {
             lora_targets: LoraTargets::AllLinear,
             quant: Quant::Fp4,
             double_quant: false,
-            lora_dropout: "0.05".parse().expect("dropout"),
+            lora_dropout: vramlab_words::parse("0.05").expect("dropout"),
             ..FineTune::default()
         },
         ..TrainConfig::default()

@@ -2,19 +2,20 @@
 //! preset, a training config and a GPU budget (also from a saved `--config` file).
 //!
 
-//! The resolution itself is the core's ([`vramlab_core::answer::words`]), shared with the
-//! Python bindings; this file is the flags and where the core's remarks are printed.
+//! The resolution itself is `vramlab-words`' ([`vramlab_words::train_words`]), shared with
+//! the GUI's fields and the Python bindings; this file is the flags and where the remarks
+//! are printed.
 
 use std::borrow::Cow;
 
 use anyhow::{Result, bail};
 use clap::Args;
 
-use vramlab_core::answer::words::{self, TrainWords};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::gpus::Gpu;
 use vramlab_hub::Prequantized;
+use vramlab_words::train_words::{self, TrainWords};
 
 /// Model and training settings shared by the planning commands.
 #[derive(Debug, Args, Clone)]
@@ -171,13 +172,13 @@ pub struct TrainArgs {
 }
 
 /// The GPU planned for when `--gpu` is not given.
-pub const DEFAULT_GPU: &str = words::DEFAULT_GPU;
+pub const DEFAULT_GPU: &str = train_words::DEFAULT_GPU;
 
 pub(crate) use super::stderr::{note, say};
 
 /// `--batch`: a whole number of samples of at least 1, explained when it is not.
 pub(crate) fn parse_batch(s: &str) -> Result<u64, String> {
-    words::parse_batch(s)
+    train_words::parse_batch(s)
 }
 
 /// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`) or
@@ -186,11 +187,11 @@ pub fn load_model(name: &str) -> Result<Preset> {
     if is_hub_source(name) {
         return Ok(super::model_source::load(name)?.preset);
     }
-    Ok(words::load_model(name, &mut say)?)
+    Ok(train_words::load_model(name, &mut say)?)
 }
 
 /// Whether `--model` is for `vramlab-hub`: an existing folder, or neither a file nor a
-/// preset name and shaped like a Hub id `ORG/NAME[@REVISION]` (the core's words read the
+/// preset name and shaped like a Hub id `ORG/NAME[@REVISION]` (`vramlab-words` reads the
 /// rest; the core has no network code).
 pub(crate) fn is_hub_source(name: &str) -> bool {
     let path = std::path::Path::new(name);
@@ -198,14 +199,14 @@ pub(crate) fn is_hub_source(name: &str) -> bool {
         || (!name.ends_with(".json")
             && !path.exists()
             && vramlab_hub::source::is_source(name)
-            && vramlab_core::vocabulary::model_id(name).is_err())
+            && vramlab_words::vocabulary::model_id(name).is_err())
 }
 
 /// A catalog GPU by id or name, or `detected`: the GPU NVML reports (else the default
 /// catalog card, said on standard error). The flag says whether the card was detected.
 #[cfg(feature = "app")]
 pub(crate) fn find_gpu(id: &str) -> Result<(Gpu, bool)> {
-    Ok(words::find_gpu(id, &detect_gpu, &mut say)?)
+    Ok(train_words::find_gpu(id, &detect_gpu, &mut say)?)
 }
 
 /// The first GPU NVML sees, with the driver's idle reservation from the catalog.
@@ -227,7 +228,7 @@ pub fn resolve_model(t: &TrainArgs) -> Result<(Preset, TrainConfig)> {
 }
 
 impl TrainArgs {
-    /// The flags as the core's words.
+    /// The flags as `vramlab-words`' words.
     pub fn words(&self) -> TrainWords {
         let d = &self.dist;
         TrainWords {
@@ -263,7 +264,7 @@ impl TrainArgs {
         }
     }
 
-    /// The flags as the core's words, a Hub id or a model folder read here (through
+    /// The flags as `vramlab-words`' words, a Hub id or a model folder read here (through
     /// `vramlab-hub`: the core has no network code) and a pre-quantized checkpoint planned
     /// as stored; with the Hub repository a `--model ORG/NAME` came from.
     pub(crate) fn words_loaded(&self) -> Result<(TrainWords, Option<String>)> {

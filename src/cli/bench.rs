@@ -86,12 +86,14 @@ fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
 }
 
 pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
-    let engine = EngineKind::parse(&a.engine).with_context(|| {
-        format!(
-            "--engine: unknown engine `{}` (known: native, torch)",
-            a.engine
-        )
-    })?;
+    let engine = vramlab_words::parse::<EngineKind>(&a.engine)
+        .ok()
+        .with_context(|| {
+            format!(
+                "--engine: unknown engine `{}` (known: native, torch)",
+                a.engine
+            )
+        })?;
     if a.steps == 0 || a.steps > 1000 {
         bail!("--steps: must be between 1 and 1000, got {}", a.steps);
     }
@@ -108,7 +110,9 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
     }
     let predicted = predicted_max(&planner, &a.train)?;
     let batches = match (&a.batch, a.sweep) {
-        (Some(list), false) => BatchPlan::parse_list(list).map_err(anyhow::Error::msg)?,
+        (Some(list), false) => {
+            vramlab_words::batches::batch_list(list).map_err(anyhow::Error::msg)?
+        }
         (None, true) => BatchPlan::UntilOom {
             // 0: the runner seeds from the device the engine opens.
             seed: 0,

@@ -1,10 +1,10 @@
 //! The multi-GPU flags every planning command shares (`--gpus`, `--nodes`, `--strategy`,
 //! `--offload`, `--no-reshard-after-forward`, `--fsdp-mixed-precision`, bucket sizes) and
-//! how they become the core's [`DistWords`] (resolved there to a `Distributed` setup).
+//! how they become [`DistWords`] (resolved by `vramlab-words` to a `Distributed` setup).
 
 use clap::Args;
 
-use vramlab_core::answer::words::DistWords;
+use vramlab_words::train_words::DistWords;
 
 /// More than one GPU.
 #[derive(Debug, Args, Clone, Default)]
@@ -67,7 +67,7 @@ pub struct DistArgs {
 }
 
 impl DistArgs {
-    /// The flags as the core's words.
+    /// The flags as `vramlab-words`' words.
     pub fn words(&self) -> DistWords {
         DistWords {
             gpus: self.gpus.clone(),

@@ -1,6 +1,6 @@
 //! What `plan`'s text adds for more than one GPU: the per-rank lines (world, global batch,
 //! host memory for offload, NCCL buffers) of the core's [`PerRank`] figures. (`--gpus auto`
-//! is searched in the core's words, `vramlab_core::answer::words`.)
+//! is searched in `vramlab_words::train_words`.)
 
 use vramlab_core::answer::per_rank::PerRank;
 use vramlab_core::plan::TrainConfig;

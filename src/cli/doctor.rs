@@ -132,9 +132,7 @@ pub fn plan_advice(
     };
     let (preset, cfg) = resolve_model(&t)?;
     let capacity = match (&a.gpu, capacity) {
-        (Some(g), _) => vramlab_core::vocabulary::find_gpu(g.trim())
-            .context("--gpu")?
-            .memory(),
+        (Some(g), _) => vramlab_words::find_gpu(g.trim()).context("--gpu")?.memory(),
         (None, Some(c)) => c,
         (None, None) => {
             bail!("--model: give --gpu (no GPU capacity is known from the message or snapshot)")

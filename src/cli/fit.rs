@@ -7,10 +7,10 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
-use vramlab_core::answer::fit_words::FitAsk;
 use vramlab_core::plan::fit::cost::Speed;
 use vramlab_core::plan::fit::{FitCandidate, FitReport};
 use vramlab_core::plan::gpus::Gpu;
+use vramlab_words::fit_words::FitAsk;
 
 use super::args::{self, TrainArgs};
 

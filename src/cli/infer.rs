@@ -24,8 +24,8 @@ use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
 use vramlab_core::plan::{DEFAULT_CUDA_CONTEXT, PlanError};
 use vramlab_core::units::Bytes;
-use vramlab_core::vocabulary::max_memory_bytes;
-use vramlab_core::vocabulary::parse_dtype;
+use vramlab_words::max_memory_bytes;
+use vramlab_words::parse_dtype;
 
 use super::args::{TrainArgs, load_model};
 
@@ -33,7 +33,7 @@ use super::args::{TrainArgs, load_model};
 pub fn is_inference(t: &TrainArgs) -> bool {
     t.step
         .as_deref()
-        .is_some_and(|s| s.parse::<InferStep>().is_ok())
+        .is_some_and(|s| vramlab_words::parse::<InferStep>(s).is_ok())
 }
 
 /// `--device-map auto --max-gpu-memory SIZE [--max-cpu-memory SIZE]` as accelerate's
@@ -118,7 +118,7 @@ fn weight_quant(t: &TrainArgs) -> Result<Option<QuantStorage>> {
         }
         return Ok(None);
     };
-    let quant: Quant = word.parse().context("--quant")?;
+    let quant: Quant = vramlab_words::parse(word).context("--quant")?;
     if !quant.is_4bit() && t.no_double_quant {
         bail!(
             "--no-double-quant: double quantization is a 4-bit setting; LLM.int8 (--quant int8) has none"
@@ -237,7 +237,7 @@ fn config(t: &TrainArgs, step: InferStep, batch: u64) -> Result<InferConfig> {
         );
     }
     let kv_cache = match &t.kv_cache {
-        Some(k) => k.parse().context("--kv-cache")?,
+        Some(k) => vramlab_words::parse(k).context("--kv-cache")?,
         None => KvCache::Dynamic,
     };
     let dtype = parse_dtype(t.precision.as_deref().unwrap_or("bf16")).context("--precision")?;
@@ -285,7 +285,7 @@ fn resolve_with_source(
     Option<QuantStorage>,
     ModelRef,
 )> {
-    let step: InferStep = t.step.as_deref().unwrap_or("generate").parse()?;
+    let step: InferStep = vramlab_words::parse(t.step.as_deref().unwrap_or("generate"))?;
     let name = t.model.as_deref().context("--model is required")?;
     let mut model = ModelRef::Unknown;
     let preset = if super::args::is_hub_source(name) {
@@ -319,7 +319,7 @@ fn resolve_with_source(
         let preset = load_model(name)?;
         // only a built-in preset named by its id names a Hub id (a preset file may reuse an id
         // for other weights)
-        if vramlab_core::vocabulary::model_id(name).is_ok()
+        if vramlab_words::vocabulary::model_id(name).is_ok()
             && let Some(id) = preset.hub_id()
         {
             model = ModelRef::Hub {

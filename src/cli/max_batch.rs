@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 
 use vramlab_core::answer::max_batch::{BatchOne, MaxBatchReport, Outcome};
-use vramlab_core::answer::words;
+use vramlab_words::train_words;
 
 use super::args::{self, TrainArgs};
 use super::exit::{EXIT_NOTHING_FITS, Exit};
@@ -35,7 +35,7 @@ pub fn cmd_max_batch(a: MaxBatchArgs, out: &mut dyn Write) -> Result<()> {
         Outcome::NothingFits(b) => return nothing_fits(a.train.json, &report, b, out),
         Outcome::Fits(l) => l,
     };
-    words::check_target_batch(&report, a.target_batch)?;
+    train_words::check_target_batch(&report, a.target_batch)?;
     if a.train.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
         return Ok(());

@@ -36,7 +36,7 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
     }
     let step: InferStep = match t.step.as_deref() {
         None => InferStep::Generate,
-        Some(s) => s.parse().map_err(|_| {
+        Some(s) => vramlab_words::parse(s).map_err(|_| {
             anyhow::anyhow!(
                 "--step: max-context plans inference calls: generate (the default) or prefill, \
                  not `{s}`"

@@ -19,7 +19,6 @@ mod stderr;
 mod vllm;
 
 use std::io::Write;
-use vramlab_core::vocabulary;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -202,7 +201,7 @@ pub fn run(cmd: Command, out: &mut dyn Write) -> Result<()> {
             plan_bench::run_fit(
                 &load_model(&model)?,
                 &cfg,
-                &vocabulary::find_gpu(&gpu)?,
+                &vramlab_words::find_gpu(&gpu)?,
                 reps,
                 json,
                 out,
@@ -325,7 +324,7 @@ fn training_formats() -> String {
 fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
     use vramlab_core::export::InferFormat;
     let (text, format) = if infer::is_inference(&a.train) {
-        let Some(format) = InferFormat::parse(&a.format) else {
+        let Some(format) = vramlab_words::parse::<InferFormat>(&a.format).ok() else {
             bail!(
                 "--format {}: an inference step (--step generate|prefill) exports as {}; \
                  the training formats ({}) need a training step",
@@ -337,7 +336,7 @@ fn cmd_export(a: ExportArgs, out: &mut dyn Write) -> Result<()> {
         let text = infer::export_text(&a.train, a.batch, format, a.gpu_memory_utilization)?;
         (text, format.as_str())
     } else {
-        if let Some(f) = InferFormat::parse(&a.format) {
+        if let Ok(f) = vramlab_words::parse::<InferFormat>(&a.format) {
             bail!(
                 "--format {}: an inference export; it needs --step generate|prefill (a training \
                  step exports as {})",

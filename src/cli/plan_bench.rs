@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::time::Instant;
-use vramlab_core::vocabulary;
 
 use anyhow::Result;
 
@@ -67,7 +66,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<()> {
     let cfg = TrainConfig::default();
-    let gpu = vocabulary::find_gpu("h200")?;
+    let gpu = vramlab_words::find_gpu("h200")?;
     let budget = Budget {
         capacity: gpu.memory(),
         margin: 0.05,

@@ -1,7 +1,7 @@
 //! What the command line says on standard error besides its errors: notes (an alias read
 //! as a canonical name, a fallback) and the core's remarks as they are made.
 
-use vramlab_core::answer::words::Remark;
+use vramlab_words::train_words::Remark;
 
 /// Prints a note on standard error.
 pub(crate) fn note(text: &str) {

@@ -8,10 +8,10 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use vramlab_core::answer::vllm::{PLANNED_NOTE, VllmArgs, capacity};
-use vramlab_core::answer::words;
 use vramlab_core::plan::DEFAULT_CUDA_CONTEXT;
 use vramlab_core::plan::inference::setting::dtype_name;
-use vramlab_core::vocabulary::parse_dtype;
+use vramlab_words::parse_dtype;
+use vramlab_words::train_words;
 
 use super::args;
 
@@ -48,7 +48,7 @@ pub struct VllmCliArgs {
 
 pub fn cmd_vllm(a: VllmCliArgs, out: &mut dyn Write) -> Result<()> {
     let preset = args::load_model(&a.model)?;
-    let (gpu, _) = words::find_gpu(
+    let (gpu, _) = train_words::find_gpu(
         a.gpu.as_deref().unwrap_or(args::DEFAULT_GPU),
         &args::detect_gpu,
         &mut args::say,

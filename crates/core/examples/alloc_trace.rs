@@ -6,7 +6,7 @@
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::allocator::CachingAllocator;
 use vramlab_core::plan::config::AllocatorConfig;
-use vramlab_core::plan::{Planner, TrainConfig};
+use vramlab_core::plan::{Optimizer, Planner, Precision, TrainConfig};
 
 fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
@@ -18,10 +18,16 @@ fn main() -> anyhow::Result<()> {
         size: Some(get(2, "224").parse()?),
         ..TrainConfig::default()
     };
-    cfg.precision = get(3, "fp32").parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-    cfg.optimizer = get(4, "adamw")
-        .parse()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The settings by their canonical names (`vramlab plan` reads the aliases too).
+    let (p, o) = (get(3, "fp32"), get(4, "adamw"));
+    cfg.precision = Precision::ALL
+        .into_iter()
+        .find(|x| x.as_str() == p)
+        .ok_or_else(|| anyhow::anyhow!("precision `{p}`: one of fp32, amp-fp16, amp-bf16, bf16"))?;
+    cfg.optimizer = Optimizer::ALL
+        .into_iter()
+        .find(|x| x.as_str() == o)
+        .ok_or_else(|| anyhow::anyhow!("optimizer `{o}`: a canonical name (adamw, sgd, …)"))?;
     cfg.checkpointing = a.get(5).is_some_and(|s| s == "ckpt");
     let p = Planner::new(&preset, &cfg)?;
     let ev = &p.events;

@@ -5,7 +5,8 @@
 //!
 //! Nothing here touches a GPU, a window or a file dialog: this crate depends on serde,
 //! serde_json, serde_path_to_error and thiserror only (checked by a test at the root).
-//! The only I/O is [`fsutil::write_atomic`].
+//! The only I/O is [`fsutil::write_atomic`]. It reads no word a user types (names with
+//! aliases, sizes such as `24GB`): `vramlab-words` reads those into its typed values.
 
 pub mod accuracy;
 pub mod answer;
@@ -13,11 +14,9 @@ pub mod doctor;
 pub mod export;
 pub mod fsutil;
 pub mod model;
-pub mod names;
 pub mod par;
 pub mod plan;
 pub mod record;
 pub mod sweep;
 pub mod units;
 pub mod validate;
-pub mod vocabulary;

@@ -36,11 +36,6 @@ impl EngineKind {
             EngineKind::Torch => "PyTorch (reference model)",
         }
     }
-
-    /// Parses `native` / `torch`.
-    pub fn parse(s: &str) -> Option<EngineKind> {
-        EngineKind::ALL.into_iter().find(|e| e.as_str() == s)
-    }
 }
 
 /// The GPU a run used.

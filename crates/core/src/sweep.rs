@@ -18,30 +18,6 @@ pub enum BatchPlan {
 }
 
 impl BatchPlan {
-    /// Parses "4,8,16" into a list; every entry must be a positive integer.
-    pub fn parse_list(s: &str) -> Result<BatchPlan, String> {
-        let mut out = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let b: u64 = part
-                .parse()
-                .map_err(|_| format!("batch list: `{part}` is not a whole number"))?;
-            if b == 0 {
-                return Err("batch list: batch sizes start at 1".into());
-            }
-            if b > crate::plan::config::MAX_BATCH {
-                return Err(format!(
-                    "batch list: {b} is above the largest batch vramlab plans ({})",
-                    crate::plan::config::MAX_BATCH
-                ));
-            }
-            out.push(b);
-        }
-        if out.is_empty() {
-            return Err("batch list: give at least one batch size, e.g. 4,8,16".into());
-        }
-        Ok(BatchPlan::List(out))
-    }
-
     /// Trials known in advance (`None` for a sweep).
     pub fn planned(&self) -> Option<u32> {
         match self {
@@ -220,33 +196,5 @@ mod tests {
         assert_eq!(got, vec![4, 8, 16]);
         assert_eq!(s.max_ran(), Some(8));
         assert_eq!(s.first_failed(), Some(16));
-    }
-
-    #[test]
-    fn list_parsing_names_the_problem() {
-        assert_eq!(
-            BatchPlan::parse_list("4, 8,16"),
-            Ok(BatchPlan::List(vec![4, 8, 16]))
-        );
-        assert!(
-            BatchPlan::parse_list("0")
-                .expect_err("an error")
-                .contains("start at 1")
-        );
-        assert!(
-            BatchPlan::parse_list("4,x")
-                .expect_err("an error")
-                .contains("`x`")
-        );
-        assert!(
-            BatchPlan::parse_list("")
-                .expect_err("an error")
-                .contains("at least one")
-        );
-        assert!(
-            BatchPlan::parse_list("99999999999")
-                .expect_err("an error")
-                .contains("largest")
-        );
     }
 }

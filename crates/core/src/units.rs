@@ -42,33 +42,6 @@ impl Bytes {
     pub fn saturating_sub(self, other: Bytes) -> Bytes {
         Bytes(self.0.saturating_sub(other.0))
     }
-
-    /// Parses "24GiB", "24 GB" (taken as GiB for GPU sizes is wrong, so GB = 10^9), "512MiB", "1234".
-    pub fn parse(text: &str) -> Option<Bytes> {
-        let t = text.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let value: f64 = num.parse().ok()?;
-        let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 1.0,
-            "kib" | "k" => KIB as f64,
-            "mib" | "m" => MIB as f64,
-            "gib" | "g" => GIB as f64,
-            "tib" | "t" => (GIB * 1024) as f64,
-            "kb" => 1e3,
-            "mb" => 1e6,
-            "gb" => 1e9,
-            "tb" => 1e12,
-            _ => return None,
-        };
-        let bytes = value * mult;
-        if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-            return None;
-        }
-        Some(Bytes(bytes.round() as u64))
-    }
 }
 
 impl fmt::Display for Bytes {
@@ -98,17 +71,6 @@ mod tests {
         assert_eq!(Bytes(1536).to_string(), "1.50 KiB");
         assert_eq!(Bytes(5_744_000_000).to_string(), "5.35 GiB");
         assert_eq!(Bytes::gib(24).to_string(), "24.00 GiB");
-    }
-
-    #[test]
-    fn parses_sizes() {
-        assert_eq!(Bytes::parse("24GiB"), Some(Bytes::gib(24)));
-        assert_eq!(Bytes::parse("512 MiB"), Some(Bytes::mib(512)));
-        assert_eq!(Bytes::parse("80GB"), Some(Bytes(80_000_000_000)));
-        assert_eq!(Bytes::parse("12"), Some(Bytes(12)));
-        assert_eq!(Bytes::parse("lots"), None);
-        assert_eq!(Bytes::parse("1e400"), None);
-        assert_eq!(Bytes::parse("-3GiB"), None);
     }
 
     #[test]

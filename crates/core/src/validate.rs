@@ -8,7 +8,7 @@ use crate::model::Preset;
 use crate::model::preset::find_builtin;
 use crate::plan::config::AllocatorConfig;
 use crate::plan::distributed::{Distributed, Strategy, ZeroKnobs};
-use crate::plan::finetune::{FineTune, LoraDropout};
+use crate::plan::finetune::{FineTune, LoraDropout, LoraTargets};
 use crate::plan::{PlanError, Planner, TrainConfig};
 
 /// A measured row the planner cannot predict.
@@ -186,6 +186,17 @@ fn rel(pred: u64, meas: u64) -> f64 {
     100.0 * (pred as f64 - meas as f64) / meas as f64
 }
 
+/// A setting as the runners and the capture write it: its saved name (the serde name of
+/// its type), read as a format is read; the aliases users type are `vramlab-words`'.
+fn saved<T: serde::de::DeserializeOwned>(field: &'static str, name: &str) -> Result<T, PlanError> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
+        PlanError::Field {
+            field,
+            reason: format!("unknown `{name}` (a saved name is expected)"),
+        }
+    })
+}
+
 impl Measured {
     /// The training config this row measured.
     pub fn config(&self) -> Result<TrainConfig, PlanError> {
@@ -193,12 +204,12 @@ impl Measured {
             batch: self.batch,
             size: self.image.or(self.seq),
             target_seq: self.target_seq,
-            precision: self.precision.parse()?,
-            optimizer: self.optimizer.parse()?,
+            precision: saved("precision", &self.precision)?,
+            optimizer: saved("optimizer", &self.optimizer)?,
             accum: self.accum,
             checkpointing: self.checkpointing,
             checkpoint_reentrant: self.checkpoint_reentrant,
-            attention: self.attention.parse()?,
+            attention: saved("attention", &self.attention)?,
             allocator: AllocatorConfig::default(),
             loop_shape: self.loop_shape,
             finetune: self.finetune()?,
@@ -215,14 +226,14 @@ impl Measured {
         let Some(st) = &self.strategy else {
             return Ok(d);
         };
-        d.strategy = st.parse::<Strategy>()?;
+        d.strategy = saved::<Strategy>("strategy", st)?;
         d.gpus_per_node = self.gpus.unwrap_or(1);
         d.nodes = self.nodes.unwrap_or(1);
         if let Some(r) = self.reshard_after_forward {
             d.reshard_after_forward = r;
         }
         if let Some(mp) = &self.fsdp_mixed_precision {
-            d.mixed_precision = mp.parse()?;
+            d.mixed_precision = saved("fsdp_mixed_precision", mp)?;
         }
         if let Some(b) = self.bucket_cap_mb {
             d.bucket_cap_mb = b;
@@ -231,7 +242,7 @@ impl Measured {
             d.gradient_as_bucket_view = v;
         }
         if let Some(o) = &self.offload {
-            d.offload = o.parse()?;
+            d.offload = saved("offload", o)?;
         }
         ZeroKnobs {
             reduce_bucket_size: self.reduce_bucket_size,
@@ -253,10 +264,10 @@ impl Measured {
         let mut ft = FineTune::default();
         match self.finetune.as_deref() {
             None | Some("full") => {}
-            Some(other) => ft.mode = other.parse()?,
+            Some(other) => ft.mode = saved("finetune", other)?,
         }
         if let Some(q) = &self.quant {
-            ft.quant = q.parse()?;
+            ft.quant = saved("quant", q)?;
         }
         if let Some(d) = self.double_quant {
             ft.double_quant = d;
@@ -268,7 +279,7 @@ impl Measured {
             ft.lora_rank = r;
         }
         if let Some(t) = &self.lora_targets {
-            ft.lora_targets = t.parse()?;
+            ft.lora_targets = LoraTargets::from_saved(t)?;
         }
         ft.freeze_embeddings = self.freeze_embeddings;
         ft.freeze_blocks = self.freeze_blocks;
@@ -385,10 +396,10 @@ fn captured_config(
 ) -> Result<TrainConfig, PlanError> {
     Ok(TrainConfig {
         batch,
-        precision: crate::vocabulary::precision(&c.settings.precision)?.value,
-        optimizer: crate::vocabulary::optimizer(&c.settings.optimizer)?.value,
+        precision: saved("precision", &c.settings.precision)?,
+        optimizer: saved("optimizer", &c.settings.optimizer)?,
         checkpointing: c.settings.checkpointing,
-        loop_shape: c.settings.loop_shape.parse()?,
+        loop_shape: saved("loop", &c.settings.loop_shape)?,
         ..TrainConfig::default()
     })
 }

@@ -32,14 +32,14 @@ pub fn own_config(p: &Preset, batch: u64) -> TrainConfig {
     let ModelSpec::Captured(c) = &p.spec else {
         panic!("not captured")
     };
-    let v = vramlab_core::vocabulary::precision(&c.settings.precision).expect("precision");
-    let o = vramlab_core::vocabulary::optimizer(&c.settings.optimizer).expect("optimizer");
+    let v = vramlab_words::vocabulary::precision(&c.settings.precision).expect("precision");
+    let o = vramlab_words::vocabulary::optimizer(&c.settings.optimizer).expect("optimizer");
     TrainConfig {
         batch,
         precision: v.value,
         optimizer: o.value,
         checkpointing: c.settings.checkpointing,
-        loop_shape: c.settings.loop_shape.parse().expect("loop"),
+        loop_shape: vramlab_words::parse(&c.settings.loop_shape).expect("loop"),
         ..TrainConfig::default()
     }
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use vramlab_core::model::{ModelSpec, hf};
 use vramlab_core::plan::inference::device_map::{MaxMemory, Placement};
 use vramlab_core::plan::inference::{Decoding, InferPlanner};
-use vramlab_core::vocabulary::max_memory_bytes;
-use vramlab_core::vocabulary::parse_dtype;
+use vramlab_words::max_memory_bytes;
+use vramlab_words::parse_dtype;
 
 fn rows(rel: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(crate::data(rel)).expect("reference file");

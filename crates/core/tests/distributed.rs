@@ -8,7 +8,6 @@ use vramlab_core::plan::multi_gpu::{ds_zero2_model_states, ds_zero3_model_states
 use vramlab_core::plan::search::Budget;
 use vramlab_core::plan::{Category, Planner, Precision, TrainConfig};
 use vramlab_core::units::Bytes;
-use vramlab_core::vocabulary;
 
 fn estimates() -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(crate::data("deepspeed_estimates.jsonl"))
@@ -154,7 +153,7 @@ fn docs_multi_gpu_table() {
         .collect();
     let cards: Vec<_> = ["rtx-4090", "a100-40gb", "a100-80gb"]
         .iter()
-        .map(|id| vocabulary::find_gpu(id).expect("card"))
+        .map(|id| vramlab_words::find_gpu(id).expect("card"))
         .collect();
     let cfg = TrainConfig {
         batch: 1,

@@ -11,7 +11,7 @@ use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::quant::Int8Outliers;
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
-use vramlab_core::vocabulary::parse_dtype;
+use vramlab_words::parse_dtype;
 
 fn root(rel: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -29,11 +29,7 @@ fn rows(file: &str) -> Vec<Value> {
 
 /// The row's quantization (`quant`, `double_quant`).
 fn quant(row: &Value) -> QuantStorage {
-    let quant: Quant = row["quant"]
-        .as_str()
-        .expect("quant")
-        .parse()
-        .expect("quant");
+    let quant: Quant = vramlab_words::parse(row["quant"].as_str().expect("quant")).expect("quant");
     QuantStorage {
         quant,
         double_quant: quant.is_4bit() && row["double_quant"].as_bool().unwrap_or(true),
@@ -47,9 +43,9 @@ fn planner(row: &Value) -> InferPlanner {
     let preset = hf::from_config_text(&text, model).expect("preset");
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     let u = |k: &str| row[k].as_u64();
-    let step = row["step"]
-        .as_str()
-        .map_or(InferStep::Prefill, |s| s.parse().expect("step"));
+    let step = row["step"].as_str().map_or(InferStep::Prefill, |s| {
+        vramlab_words::parse(s).expect("step")
+    });
     let cfg = InferConfig {
         step,
         batch: u("batch").unwrap_or(1),
@@ -61,7 +57,7 @@ fn planner(row: &Value) -> InferPlanner {
         } else {
             Attention::Sdpa
         },
-        kv_cache: s("kv_cache").parse::<KvCache>().unwrap_or_default(),
+        kv_cache: vramlab_words::parse::<KvCache>(&s("kv_cache")).unwrap_or_default(),
         allocator: AllocatorConfig::default(),
     };
     InferPlanner::with_quant(&preset, &cfg, &Decoding::default(), Some(quant(row)))

@@ -10,7 +10,7 @@ use serde_json::Value;
 use vramlab_core::model::hf;
 use vramlab_core::plan::config::{AllocatorConfig, Attention};
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
-use vramlab_core::vocabulary::parse_dtype;
+use vramlab_words::parse_dtype;
 
 /// One measured row and its plan.
 struct Compared {
@@ -40,7 +40,7 @@ pub(crate) fn config(row: &Value) -> InferConfig {
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     let u = |k: &str| row[k].as_u64().unwrap_or(0);
     InferConfig {
-        step: s("step").parse::<InferStep>().expect("step"),
+        step: vramlab_words::parse::<InferStep>(&s("step")).expect("step"),
         batch: u("batch"),
         prompt: u("prompt"),
         new_tokens: u("new_tokens"),
@@ -50,7 +50,7 @@ pub(crate) fn config(row: &Value) -> InferConfig {
         } else {
             Attention::Sdpa
         },
-        kv_cache: s("kv_cache").parse::<KvCache>().unwrap_or_default(),
+        kv_cache: vramlab_words::parse::<KvCache>(&s("kv_cache")).unwrap_or_default(),
         allocator: AllocatorConfig::default(),
     }
 }

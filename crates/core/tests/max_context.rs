@@ -9,7 +9,6 @@ use vramlab_core::model::{Preset, hf};
 use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
 use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::search::Budget;
-use vramlab_core::vocabulary;
 
 fn preset(name: &str) -> Preset {
     let path = crate::data(&format!("hf_configs/{name}.json"));
@@ -19,7 +18,7 @@ fn preset(name: &str) -> Preset {
 
 fn budget(gpu: &str) -> Budget {
     Budget {
-        capacity: vocabulary::find_gpu(gpu).expect("gpu").memory(),
+        capacity: vramlab_words::find_gpu(gpu).expect("gpu").memory(),
         margin: 0.05,
     }
 }

@@ -22,23 +22,13 @@ fn predicted_max_batch_matches_measured_under_a_cap() {
         let cfg = TrainConfig {
             batch: 1,
             size: c["image"].as_u64().or(c["seq"].as_u64()),
-            precision: c["precision"]
-                .as_str()
-                .expect("precision")
-                .parse()
+            precision: vramlab_words::parse(c["precision"].as_str().expect("precision"))
                 .expect("p"),
-            optimizer: c["optimizer"]
-                .as_str()
-                .expect("optimizer")
-                .parse()
+            optimizer: vramlab_words::parse(c["optimizer"].as_str().expect("optimizer"))
                 .expect("o"),
             accum: c["accum"].as_u64().unwrap_or(1),
             checkpointing: c["checkpointing"].as_bool().unwrap_or(false),
-            attention: c["attention"]
-                .as_str()
-                .unwrap_or("sdpa")
-                .parse()
-                .expect("a"),
+            attention: vramlab_words::parse(c["attention"].as_str().unwrap_or("sdpa")).expect("a"),
             ..TrainConfig::default()
         };
         let cap = Bytes((v["cap_gib"].as_f64().expect("cap") * (1u64 << 30) as f64) as u64);

@@ -8,7 +8,6 @@ use vramlab_core::answer::vllm::{PLANNED_NOTE, VllmArgs, capacity};
 use vramlab_core::model::{Preset, hf};
 use vramlab_core::plan::DEFAULT_CUDA_CONTEXT;
 use vramlab_core::units::Bytes;
-use vramlab_core::vocabulary;
 
 fn preset(name: &str) -> Preset {
     let text =
@@ -22,7 +21,7 @@ fn preset(name: &str) -> Preset {
 #[test]
 fn llama3_8b_on_an_80gb_card() {
     let llama = preset("Llama-3.1-8B");
-    let total = vocabulary::find_gpu("a100-80gb").expect("gpu").memory();
+    let total = vramlab_words::find_gpu("a100-80gb").expect("gpu").memory();
     assert_eq!(total, Bytes(81_920 << 20));
     let c = capacity(&llama, VllmArgs::default(), total, DEFAULT_CUDA_CONTEXT).expect("capacity");
     assert_eq!(c.note, PLANNED_NOTE);
@@ -66,7 +65,7 @@ fn llama3_8b_on_an_80gb_card() {
 #[test]
 fn too_long_a_model_len_does_not_start() {
     let llama = preset("Llama-3.1-8B");
-    let total = vocabulary::find_gpu("rtx-4090").expect("gpu").memory();
+    let total = vramlab_words::find_gpu("rtx-4090").expect("gpu").memory();
     let c = capacity(&llama, VllmArgs::default(), total, DEFAULT_CUDA_CONTEXT).expect("capacity");
     assert!(!c.starts);
     let est = c.estimated_max_model_len.expect("estimate");

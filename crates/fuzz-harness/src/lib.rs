@@ -19,7 +19,6 @@ use vramlab_core::plan::search::{Budget, max_batch_capped, sweep_allocated};
 use vramlab_core::plan::step_kind::StepKind;
 use vramlab_core::plan::{Attention, Gpu, Optimizer, Planner, Precision, TrainConfig};
 use vramlab_core::units::Bytes;
-use vramlab_core::vocabulary;
 
 /// A fuzz target's body: any bytes in, a panic only on a bug.
 pub type Target = fn(&[u8]);
@@ -233,17 +232,17 @@ pub fn units(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Some(b) = Bytes::parse(text) {
+    if let Some(b) = vramlab_words::sizes::bytes(text) {
         // Display and the round trip through the display form never panic.
         let shown = b.to_string();
-        let _ = Bytes::parse(&shown.replace(' ', ""));
+        let _ = vramlab_words::sizes::bytes(&shown.replace(' ', ""));
         let _ = b.as_gib_f64();
     }
-    let _ = text.parse::<Precision>();
-    let _ = text.parse::<Optimizer>();
-    let _ = text.parse::<Attention>();
-    let _ = Format::parse(text);
-    let _ = vocabulary::find_gpu(text);
+    let _ = vramlab_words::parse::<Precision>(text);
+    let _ = vramlab_words::parse::<Optimizer>(text);
+    let _ = vramlab_words::parse::<Attention>(text);
+    let _ = vramlab_words::vocabulary::format(text);
+    let _ = vramlab_words::find_gpu(text);
     let _ = text.parse::<u64>();
     if let Ok(gpu) = serde_json::from_str::<Gpu>(text) {
         for margin in [0.0, 0.05, 0.999, f64::NAN, -1.0] {
@@ -264,7 +263,7 @@ pub fn vramlab_config(data: &[u8]) {
     // What was accepted is written back and read again identically.
     let back = VramlabConfig::from_bytes(doc.to_json().as_bytes()).expect("re-parses");
     assert_eq!(back.training, doc.training);
-    let _ = vocabulary::find_gpu(&doc.gpu);
+    let _ = vramlab_words::find_gpu(&doc.gpu);
     if let Ok(preset) = doc.preset() {
         plan_small(&preset, &doc.training);
     }
@@ -393,7 +392,7 @@ pub fn captured_graph(data: &[u8]) {
     };
     let own = TrainConfig {
         batch: 2,
-        precision: vramlab_core::vocabulary::precision(&c.settings.precision)
+        precision: vramlab_words::vocabulary::precision(&c.settings.precision)
             .map_or(Precision::AmpBf16, |r| r.value),
         checkpointing: c.settings.checkpointing,
         ..TrainConfig::default()

@@ -4,18 +4,30 @@
 //! ([`Derived`]), the GPU detected at start-up and the file dialogs. Each frame the
 //! panels draw and return [`Command`]s; the app applies them and replans in the same
 //! frame (the left panel's change is applied before the answer is drawn). The Run and
-//! Monitor tabs, plot PNGs and recent files are in [`run_tab`].
+//! Monitor tabs, plot PNGs and recent files are in [`run_tab`]; the app's state is
+//! [`vram_app`]'s, its dialogs [`dialogs`]' and its background work [`workers`]'.
 
 pub mod captured_file;
+mod dialogs;
 pub mod model_source;
 mod run_tab;
+mod tab;
+mod vram_app;
+mod workers;
 
-pub use run_tab::{MonitorOpener, Spawner, Tab};
+pub use dialogs::{OpenDialog, SaveDialog};
+pub use tab::Tab;
+pub use vram_app::VramApp;
+pub use workers::{Detector, MonitorOpener, Spawner};
 
 use std::path::{Path, PathBuf};
 
 use egui::{Key, KeyboardShortcut, Modifiers, RichText, Ui};
 
+use self::dialogs::{
+    NO_DIALOG, OpenKind, PathPrompt, read_limited, rfd_open, rfd_open_config, rfd_save,
+};
+use self::vram_app::{PlanKey, PlanNotice};
 use crate::ui::derived::TargetKind;
 use crate::ui::inputs::inputs_ui;
 use crate::ui::message::Message;
@@ -40,149 +52,6 @@ pub const SAVE_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers
 pub const QUIT_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::Q);
 /// Ctrl+O (⌘O on macOS): open a `.vramlab.json`.
 pub const OPEN_PLAN_SHORTCUT: KeyboardShortcut = KeyboardShortcut::new(Modifiers::COMMAND, Key::O);
-
-const NO_DIALOG: &str =
-    "No file chosen (cancelled, or no file dialog: it needs xdg-desktop-portal or zenity).";
-
-/// Save dialog: suggested file name → chosen path (`None`: cancelled or no dialog).
-pub type SaveDialog = Box<dyn FnMut(&str) -> Option<PathBuf>>;
-/// Open dialog → chosen path.
-pub type OpenDialog = Box<dyn FnMut() -> Option<PathBuf>>;
-/// GPU detection (NVML in the real app).
-pub type Detector = Box<dyn FnMut() -> Option<DetectedGpu>>;
-
-fn rfd_save(name: &str) -> Option<PathBuf> {
-    let mut dialog = rfd::FileDialog::new().set_title("Save").set_file_name(name);
-    if let Some(ext) = Path::new(name).extension().and_then(|e| e.to_str()) {
-        dialog = dialog.add_filter(ext, &[ext]);
-    }
-    dialog.save_file()
-}
-
-fn rfd_open() -> Option<PathBuf> {
-    rfd::FileDialog::new()
-        .set_title("Open")
-        .add_filter(
-            "JSON (presets, Hugging Face config.json, .vramlab.json plans)",
-            &["json"],
-        )
-        .pick_file()
-}
-
-fn rfd_open_config() -> Option<PathBuf> {
-    rfd::FileDialog::new()
-        .set_title("Open a Hugging Face config.json")
-        .add_filter("Hugging Face config.json (*.json)", &["json"])
-        .set_file_name("config.json")
-        .pick_file()
-}
-
-/// Reads a saved plan: a regular file of at most `vramlab_file::MAX_BYTES` (`fsutil::read_bounded`).
-fn read_limited(path: &Path) -> Result<Vec<u8>, vramlab_core::fsutil::ReadError> {
-    vramlab_core::fsutil::read_bounded(path, vramlab_core::fsutil::FileKind::SavedPlan)
-}
-
-/// The planner application.
-pub struct VramApp {
-    /// What the user chose; persisted.
-    pub state: PlannerState,
-    derived: Derived,
-    message: Option<Message>,
-    save_dialog: SaveDialog,
-    open_dialog: OpenDialog,
-    /// The open dialog of "Open config.json…" (`None`: the open dialog).
-    open_config_dialog: Option<OpenDialog>,
-    detector: Detector,
-    style_applied: bool,
-    /// The format the Export section shows (not persisted).
-    export_format: Format,
-    tab: Tab,
-    runs: RunSession,
-    spawner: Spawner,
-    monitor: Option<gpu::monitor::Monitor>,
-    monitor_opener: MonitorOpener,
-    pending_shot: Option<run_tab::PendingShot>,
-    /// The Doctor tab (OOM messages and memory snapshots).
-    pub doctor: crate::ui::doctor::DoctorPanel,
-    /// "Open … by path", when the file dialog gave nothing.
-    path_prompt: Option<PathPrompt>,
-    /// The message, when it is about one plan (the batch a model switch chose).
-    plan_notice: Option<PlanNotice>,
-    /// Where Hub ids resolve (the huggingface_hub variables at start-up).
-    hub_env: vramlab_hub::HubEnv,
-    /// A Hub id or model folder being read.
-    model_loading: Option<model_source::Loading>,
-    /// Wait for that read in the frame that asked for it (tests).
-    hub_blocking: bool,
-}
-
-/// A status line about one plan ("Batch 16 to 1: … does not fit …"): it holds while that
-/// plan is the current one and goes when the plan changes (Apply, another batch or GPU).
-#[derive(Debug, Clone, PartialEq)]
-struct PlanNotice {
-    text: String,
-    plan: PlanKey,
-}
-
-/// What a plan depends on: the model, its training configuration and the target.
-#[derive(Debug, Clone, PartialEq)]
-struct PlanKey {
-    preset_id: String,
-    custom: Option<serde_json::Value>,
-    config: vramlab_core::plan::TrainConfig,
-    gpu: GpuChoice,
-    margin_pct: f64,
-    use_free_memory: bool,
-}
-
-impl PlanKey {
-    fn of(s: &PlannerState) -> PlanKey {
-        PlanKey {
-            preset_id: s.preset_id.clone(),
-            custom: s.custom.clone(),
-            config: s.config,
-            gpu: s.gpu.clone(),
-            margin_pct: s.margin_pct,
-            use_free_memory: s.use_free_memory,
-        }
-    }
-}
-
-/// What a path typed into the fallback window opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OpenKind {
-    Plan,
-    Preset,
-    Run,
-    HfConfig,
-}
-
-impl OpenKind {
-    fn what(self) -> &'static str {
-        match self {
-            OpenKind::Plan => "a plan (.vramlab.json)",
-            OpenKind::Preset => "a preset",
-            OpenKind::Run => "a run",
-            OpenKind::HfConfig => "a Hugging Face config.json",
-        }
-    }
-}
-
-/// The fallback when no file dialog is available: a path field.
-#[derive(Debug, Clone)]
-struct PathPrompt {
-    kind: OpenKind,
-    text: String,
-}
-
-impl PathPrompt {
-    fn new(kind: OpenKind) -> PathPrompt {
-        PathPrompt {
-            kind,
-            text: String::new(),
-        }
-    }
-}
 
 impl VramApp {
     /// The real app: restores persisted state and asks NVML for a GPU (once).
@@ -245,9 +114,9 @@ impl VramApp {
             export_format: Format::Vramlab,
             tab: Tab::default(),
             runs: RunSession::default(),
-            spawner: run_tab::default_spawner(),
+            spawner: workers::default_spawner(),
             monitor: None,
-            monitor_opener: run_tab::default_monitor(),
+            monitor_opener: workers::default_monitor(),
             pending_shot: None,
             doctor: crate::ui::doctor::DoctorPanel::default(),
             path_prompt: None,

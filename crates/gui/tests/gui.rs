@@ -6,7 +6,6 @@
 //! `cargo test --test gui -- --ignored --nocapture`.
 
 use std::time::Instant;
-use vramlab_core::vocabulary;
 
 use egui::accesskit::{Role, Toggled};
 use egui_kittest::Harness;
@@ -53,7 +52,7 @@ fn harness_tall(app: VramApp) -> Harness<'static, VramApp> {
 
 fn rtx4090_budget() -> Budget {
     Budget {
-        capacity: vocabulary::find_gpu("rtx-4090")
+        capacity: vramlab_words::find_gpu("rtx-4090")
             .expect("catalog has the 4090")
             .memory(),
         margin: 0.05,

@@ -7,7 +7,6 @@ use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::fit::{FitReport, FitRequest, fit};
 use vramlab_core::plan::search::fits;
 use vramlab_core::plan::{Planner, TrainConfig};
-use vramlab_core::vocabulary;
 use vramlab_gui::app::VramApp;
 use vramlab_gui::ui::GpuChoice;
 use vramlab_gui::ui::fit::changes_text;
@@ -36,7 +35,7 @@ pub fn llama3_on_4090_app() -> VramApp {
 
 fn core_fit(id: &str, cfg: &TrainConfig) -> FitReport {
     let preset = find_builtin(id).expect("preset");
-    let gpu = vocabulary::find_gpu("rtx-4090").expect("gpu");
+    let gpu = vramlab_words::find_gpu("rtx-4090").expect("gpu");
     fit(&preset, cfg, &FitRequest::for_gpu(&gpu, 0.05)).expect("fit")
 }
 
@@ -68,7 +67,8 @@ fn make_it_fit_lists_the_candidates_and_apply_sets_the_config() {
     assert!(shows(&h, "FITS"));
     let preset = find_builtin("Meta-Llama-3-8B").expect("preset");
     let planner = Planner::new(&preset, &applied).expect("planner");
-    let budget = FitRequest::for_gpu(&vocabulary::find_gpu("rtx-4090").expect("gpu"), 0.05).budget;
+    let budget =
+        FitRequest::for_gpu(&vramlab_words::find_gpu("rtx-4090").expect("gpu"), 0.05).budget;
     assert!(fits(&planner, budget, applied.batch).expect("fits"));
 }
 
@@ -114,7 +114,7 @@ fn snapshot_make_it_fit() {
 fn the_background_search_answers_for_the_latest_configuration() {
     use vramlab_gui::ui::fit_search::FitSearch;
     let preset = find_builtin("gpt2").expect("preset");
-    let gpu = vocabulary::find_gpu("rtx-4090").expect("gpu");
+    let gpu = vramlab_words::find_gpu("rtx-4090").expect("gpu");
     let req = FitRequest::for_gpu(&gpu, 0.05);
     let mut s = FitSearch::default();
     let mut cfg = TrainConfig {

@@ -143,7 +143,7 @@ fn the_finetune_choice_plans_lora() {
     h.run();
     assert_eq!(
         h.state().state.config.finetune.lora_dropout,
-        "0.05".parse().expect("p")
+        vramlab_words::parse("0.05").expect("p")
     );
 }
 

@@ -13,7 +13,6 @@ use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
-use vramlab_core::vocabulary;
 use vramlab_gui::app::VramApp;
 use vramlab_gui::ui::answer::usage_text;
 use vramlab_gui::ui::inference::PlannerMode;
@@ -34,7 +33,9 @@ fn harness(app: VramApp, (w, h): (f32, f32)) -> Harness<'static, VramApp> {
 
 fn rtx4090_budget() -> Budget {
     Budget {
-        capacity: vocabulary::find_gpu("rtx-4090").expect("the 4090").memory(),
+        capacity: vramlab_words::find_gpu("rtx-4090")
+            .expect("the 4090")
+            .memory(),
         margin: 0.05,
     }
 }

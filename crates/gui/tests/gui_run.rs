@@ -10,7 +10,6 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use vramlab_core::vocabulary;
 
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
@@ -88,7 +87,7 @@ fn synthetic_run() -> Run {
     let cfg = TrainConfig::default();
     let preset = find_builtin("gpt2").expect("gpt2");
     let planner = Planner::new(&preset, &cfg).expect("planner");
-    let h200 = vocabulary::find_gpu("h200").expect("h200");
+    let h200 = vramlab_words::find_gpu("h200").expect("h200");
     let budget = Budget {
         capacity: h200.memory(),
         margin: 0.05,

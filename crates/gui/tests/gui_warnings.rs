@@ -5,7 +5,6 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use vramlab_core::answer::warnings;
 use vramlab_core::plan::{Precision, TrainConfig};
-use vramlab_core::vocabulary;
 use vramlab_gui::app::VramApp;
 use vramlab_gui::ui::GpuChoice;
 
@@ -33,7 +32,7 @@ fn shows(h: &Harness<'_, VramApp>, text: &str) -> bool {
 fn bf16_on_a_t4_is_warned_about_with_the_cores_words() {
     let mut h = harness("t4", Precision::AmpBf16);
     h.run();
-    let t4 = vocabulary::find_gpu("t4").expect("t4");
+    let t4 = vramlab_words::find_gpu("t4").expect("t4");
     let expected = warnings::for_config(&h.state().state.config, &t4);
     assert_eq!(expected.len(), 1, "{expected:?}");
     assert!(shows(&h, &expected[0]), "the GUI shows {:?}", expected[0]);

@@ -1,6 +1,6 @@
 //! `vramlab._vramlab`: the native module of the `vramlab` Python package. It reads the
 //! settings as the CLI's words (a dict of the Python keywords, `seq`, `precision`, …),
-//! resolves them with the core's [`vramlab_core::answer::words`] and answers with the core's
+//! resolves them with [`vramlab_words::train_words`] and answers with the core's
 //! reports, serialised as the CLI's `--json`: `plan(...).to_json()` is `vramlab plan …
 //! --json`, byte for byte. The Python wrappers (`python/vramlab/__init__.py`) give the
 //! answers their typed attributes.
@@ -13,14 +13,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyDictMethods};
 
 use vramlab_core::answer::doctor_report::{self, DoctorReport};
-use vramlab_core::answer::fit_words::FitAsk;
+use vramlab_core::answer::error::AnswerError;
 use vramlab_core::answer::max_batch::Outcome;
 use vramlab_core::answer::report::PlanStart;
-use vramlab_core::answer::words::{self, DistWords, Remark, TrainWords, WordsError};
 use vramlab_core::model::Preset;
 use vramlab_core::plan::fit::cost::Speed;
 use vramlab_core::plan::gpus::Gpu;
-use vramlab_core::{names, vocabulary};
+use vramlab_words::fit_words::FitAsk;
+use vramlab_words::train_words::{self, DistWords, Remark, TrainWords};
+use vramlab_words::{names, vocabulary};
 
 /// `vramlab capture`'s helper and its siblings, embedded as the CLI embeds them:
 /// `vramlab.plan_module` runs the same tracing code in-process.
@@ -84,7 +85,7 @@ const KEYWORDS: &[&str] = &[
     "max_gpus",
 ];
 
-fn to_py(e: &WordsError) -> PyErr {
+fn to_py(e: &AnswerError) -> PyErr {
     if e.file {
         PyOSError::new_err(e.message().to_string())
     } else {
@@ -136,7 +137,7 @@ fn flag(d: &Bound<'_, PyDict>, key: &str) -> PyResult<bool> {
     Ok(get::<bool>(d, key)?.unwrap_or(false))
 }
 
-/// The settings dict as the core's words; an unknown keyword is refused with the closest
+/// The settings dict as `vramlab-words`' words; an unknown keyword is refused with the closest
 /// known one.
 fn words_of(d: &Bound<'_, PyDict>) -> PyResult<TrainWords> {
     for k in d.keys() {
@@ -336,7 +337,7 @@ fn batch_arg(name: &str, batch: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u6
                     b.repr().map_or_else(|_| "?".to_string(), |r| r.to_string())
                 ))
             })?;
-            words::batch_of(n)
+            train_words::batch_of(n)
                 .map(Some)
                 .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))
         }
@@ -512,8 +513,7 @@ fn capture_words(
         .map_err(|e| PyValueError::new_err(format!("precision: {e}")))?;
     let o = vocabulary::optimizer(optimizer)
         .map_err(|e| PyValueError::new_err(format!("optimizer: {e}")))?;
-    let l: vramlab_core::plan::config::LoopShape = loop_shape
-        .parse()
+    let l: vramlab_core::plan::config::LoopShape = vramlab_words::parse(loop_shape)
         .map_err(|e| PyValueError::new_err(format!("loop: {e}")))?;
     let said = [&p.note, &o.note]
         .into_iter()
@@ -552,7 +552,7 @@ fn max_batch_json(
             })
             .map_err(|e| to_py(&e))?;
         if matches!(report.outcome, Outcome::Fits(_)) {
-            words::check_target_batch(&report, target_batch).map_err(|e| to_py(&e))?;
+            train_words::check_target_batch(&report, target_batch).map_err(|e| to_py(&e))?;
         }
         let json =
             serde_json::to_string(&report).map_err(|e| PyValueError::new_err(e.to_string()))?;

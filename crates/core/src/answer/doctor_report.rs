@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::doctor_advice::PlanAdvice;
-use super::words::{Ctx, WordsError};
+use super::error::{AnswerError, Ctx};
 use crate::doctor::{self, Diagnosis, OomMessage, SnapshotReport};
 use crate::units::Bytes;
 
@@ -78,7 +78,7 @@ impl DoctorReport {
 }
 
 /// An OOM message read from its text (the whole traceback is fine).
-pub fn parse_message(text: &str) -> Result<OomMessage, WordsError> {
+pub fn parse_message(text: &str) -> Result<OomMessage, AnswerError> {
     doctor::parse_message(text)
         .ok_or(doctor::DoctorError::NoMessage)
         .plain()
@@ -90,7 +90,7 @@ pub fn load_snapshot(
     path: &Path,
     device: Option<usize>,
     progress: &mut dyn FnMut(u64, u64) -> bool,
-) -> Result<SnapshotReport, WordsError> {
+) -> Result<SnapshotReport, AnswerError> {
     let (file, total) = crate::fsutil::open_bounded(path, crate::fsutil::FileKind::Snapshot)
         .ctx("--snapshot: reading snapshot")?;
     let snap = doctor::read_snapshot(file, &mut |n| progress(n, total))

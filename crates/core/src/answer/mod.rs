@@ -16,14 +16,14 @@
 //! - [`doctor_advice`]: what the planner says about a model that ran out of memory.
 //! - [`doctor_report`]: the doctor's report (diagnosis, snapshot, planner, overlay):
 //!   `doctor --json`.
-//! - [`fit_words`]: `vramlab fit`'s answer (and each candidate's settings as words again)
-//!   and `vramlab export`'s text, from words.
-//! - [`words`]: the settings as words (the CLI's flags, the Python keywords) resolved to a
-//!   preset, a training config and a GPU budget, and the plan / max-batch reports of them.
+//! - [`error`]: the error a front end shows when an answer cannot be given.
+//!
+//! The answers take typed settings; the words users type are read into them by
+//! `vramlab-words`, at the edge.
 
 pub mod doctor_advice;
 pub mod doctor_report;
-pub mod fit_words;
+pub mod error;
 pub mod inference;
 pub mod inference_json;
 pub mod max_batch;
@@ -37,7 +37,6 @@ pub mod verdict;
 /// vLLM's KV capacity, planned in [`crate::plan::inference::vllm`] (the exports use it too).
 pub use crate::plan::inference::vllm;
 pub mod warnings;
-pub mod words;
 
 pub use doctor_advice::PlanAdvice;
 pub use report::PlanReport;

@@ -251,8 +251,8 @@ impl PlanReport {
 mod tests {
     use super::*;
     use crate::model::preset::find_builtin;
+    use crate::plan::gpus::card as find;
     use crate::plan::{Optimizer, Precision};
-    use crate::vocabulary::find_gpu as find;
 
     /// GPT-2 Large in fp32 at micro-batch 64 on a 12 GiB card: nothing fits as configured;
     /// the remedies that fit do so only at a smaller micro-batch, and the next step points

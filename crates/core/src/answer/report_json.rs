@@ -169,8 +169,8 @@ mod tests {
     use super::*;
     use crate::model::preset::find_builtin;
     use crate::plan::distributed::{Distributed, Strategy};
+    use crate::plan::gpus::card as find;
     use crate::plan::search::Budget;
-    use crate::vocabulary::find_gpu as find;
 
     fn report_json(cfg: TrainConfig, timeline: bool) -> (crate::plan::Plan, serde_json::Value) {
         let preset = find_builtin("gpt2").expect("gpt2");

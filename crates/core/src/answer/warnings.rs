@@ -40,7 +40,7 @@ pub fn for_config(cfg: &TrainConfig, gpu: &Gpu) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::plan::Precision;
-    use crate::vocabulary::find_gpu as find;
+    use crate::plan::gpus::card as find;
 
     #[test]
     fn bf16_on_a_pre_ampere_card_is_warned_about() {

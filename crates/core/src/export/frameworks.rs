@@ -57,13 +57,6 @@ impl Format {
             Format::Peft => "peft",
         }
     }
-
-    pub fn parse(s: &str) -> Option<Format> {
-        Format::ALL
-            .into_iter()
-            .chain(Format::DISTRIBUTED)
-            .find(|f| f.as_str().eq_ignore_ascii_case(s))
-    }
 }
 
 /// An export that cannot say what the plan trains.
@@ -549,7 +542,5 @@ mod tests {
         cfg.allocator.max_split_size_mb = Some(128);
         let p = plan(&cfg);
         assert!(r(Format::Env, &cfg, &p, "").contains("max_split_size_mb:128"));
-        assert!(Format::parse("HF") == Some(Format::HuggingFace));
-        assert!(Format::parse("xml").is_none());
     }
 }

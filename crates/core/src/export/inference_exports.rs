@@ -45,14 +45,6 @@ impl InferFormat {
         }
     }
 
-    /// The format named `s` (case and surrounding blanks ignored).
-    pub fn parse(s: &str) -> Option<InferFormat> {
-        let s = s.trim();
-        InferFormat::ALL
-            .into_iter()
-            .find(|f| f.as_str().eq_ignore_ascii_case(s))
-    }
-
     /// The names, for messages: `transformers, vllm`.
     pub fn choices() -> String {
         InferFormat::ALL.map(InferFormat::as_str).join(", ")
@@ -606,13 +598,7 @@ mod tests {
     }
 
     #[test]
-    fn the_format_names_parse_and_refuse_others() {
-        assert_eq!(
-            InferFormat::parse(" Transformers "),
-            Some(InferFormat::Transformers)
-        );
-        assert_eq!(InferFormat::parse("VLLM"), Some(InferFormat::Vllm));
-        assert_eq!(InferFormat::parse("hf"), None);
+    fn the_format_names_are_listed() {
         assert_eq!(InferFormat::choices(), "transformers, vllm");
     }
 

@@ -146,7 +146,7 @@ mod tests {
         render(cfg, None)
     }
     use crate::plan::Optimizer;
-    use crate::plan::finetune::FineTune;
+    use crate::plan::finetune::{FineTune, LoraDropout, LoraTargets};
 
     #[test]
     fn qlora_snippet_names_bnb_peft_and_trl_settings() {
@@ -190,7 +190,7 @@ mod tests {
         let lora = TrainConfig {
             finetune: FineTune {
                 mode: FineTuneMode::Lora,
-                lora_targets: "q_proj,v_proj".parse().expect("names"),
+                lora_targets: LoraTargets::from_saved("q_proj,v_proj").expect("names"),
                 ..FineTune::default()
             },
             ..TrainConfig::default()
@@ -200,7 +200,7 @@ mod tests {
         assert!(s.contains("target_modules=[\"q_proj\", \"v_proj\"]"), "{s}");
         let dropout = TrainConfig {
             finetune: FineTune {
-                lora_dropout: "0.05".parse().expect("p"),
+                lora_dropout: LoraDropout::new(0.05).expect("p"),
                 ..lora.finetune
             },
             ..lora

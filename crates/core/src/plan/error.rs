@@ -17,7 +17,4 @@ pub enum PlanError {
     Overflow(&'static str),
     #[error(transparent)]
     Model(#[from] ModelError),
-    /// A name that did not resolve (with the closest known names) or was ambiguous.
-    #[error(transparent)]
-    Name(#[from] crate::names::NameError),
 }

@@ -80,6 +80,16 @@ pub fn catalog() -> Vec<Gpu> {
         .unwrap_or_default()
 }
 
+/// The catalog's card with this id, for the core's tests (the names users type for a card
+/// are read by `vramlab-words`).
+#[cfg(test)]
+pub(crate) fn card(id: &str) -> Result<Gpu, String> {
+    catalog()
+        .into_iter()
+        .find(|g| g.id == id)
+        .ok_or_else(|| format!("no card `{id}` in the catalog"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

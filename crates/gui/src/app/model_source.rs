@@ -4,20 +4,15 @@
 //! `--model` calls, and the result made the custom model (a saved plan keeps it whole, so
 //! it reopens without the network).
 
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::TryRecvError;
 use std::time::Duration;
 
 use vramlab_core::plan::finetune_mode::FineTuneMode;
-use vramlab_hub::{HubEnv, Prequantized, Source};
+use vramlab_hub::{HubEnv, Prequantized};
 
-use super::VramApp;
+use super::vram_app::VramApp;
+use super::workers::Loading;
 use crate::ui::message::Message;
-
-/// A read under way.
-pub(crate) struct Loading {
-    name: String,
-    rx: Receiver<Result<Source, String>>,
-}
 
 impl VramApp {
     /// Starts reading `name` (a Hub id or a model folder) with the app's Hub settings.

@@ -3,12 +3,13 @@
 //! the monitor sampler, a pending screenshot), polled once per frame.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::mpsc::Receiver;
 
-use egui::{ColorImage, Rect, Ui};
+use egui::Ui;
 
-use super::{NO_DIALOG, VramApp, read_limited};
+use super::dialogs::{NO_DIALOG, OpenKind, PathPrompt, read_limited};
+use super::tab::Tab;
+use super::vram_app::VramApp;
+use super::workers::{MonitorOpener, PendingShot, Spawner};
 use crate::ui::derived::BATCH_LIMIT;
 use crate::ui::message::Message;
 use crate::ui::png::{self, PlotId};
@@ -18,52 +19,7 @@ use crate::ui::run::results::results_ui;
 use crate::ui::run::session::{KeptRun, RunSource, skeleton};
 use vramlab_core::export::results::{run_from_json, run_to_csv, run_to_json, suggested_run_name};
 use vramlab_core::fsutil::write_atomic;
-use vramlab_device::bench::{BenchHandle, BenchRequest, EngineKind};
-use vramlab_device::gpu::monitor::Monitor;
-
-/// Starts a bench run (the real app: [`vramlab_device::bench::spawn`] on a worker thread).
-pub type Spawner = Box<dyn FnMut(BenchRequest, Box<dyn Fn() + Send>) -> BenchHandle>;
-/// Starts the monitor's sampler (the real app: NVML device 0).
-pub type MonitorOpener = Box<dyn FnMut(Box<dyn Fn() + Send>) -> Monitor>;
-
-/// The app's pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Tab {
-    #[default]
-    Planner,
-    Run,
-    Monitor,
-    Doctor,
-}
-
-impl Tab {
-    pub const ALL: [Tab; 4] = [Tab::Planner, Tab::Run, Tab::Monitor, Tab::Doctor];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Tab::Planner => "Planner",
-            Tab::Run => "Run",
-            Tab::Monitor => "Monitor",
-            Tab::Doctor => "Doctor",
-        }
-    }
-}
-
-/// A screenshot asked for, to crop to a plot.
-pub(super) struct PendingShot {
-    id: PlotId,
-    rect: Rect,
-    pixels_per_point: f32,
-    rx: Receiver<Arc<ColorImage>>,
-}
-
-pub(super) fn default_spawner() -> Spawner {
-    Box::new(vramlab_device::bench::spawn)
-}
-
-pub(super) fn default_monitor() -> MonitorOpener {
-    Box::new(|notify| Monitor::start_nvml(0, notify))
-}
+use vramlab_device::bench::{BenchRequest, EngineKind};
 
 fn repaint(ctx: &egui::Context) -> Box<dyn Fn() + Send> {
     let ctx = ctx.clone();
@@ -385,7 +341,7 @@ impl VramApp {
                 text: format!("{NO_DIALOG} Type its path instead."),
                 is_error: false,
             });
-            self.path_prompt = Some(super::PathPrompt::new(super::OpenKind::Run));
+            self.path_prompt = Some(PathPrompt::new(OpenKind::Run));
             return;
         };
         self.open_run_at(&path);

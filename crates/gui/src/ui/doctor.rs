@@ -66,7 +66,7 @@ impl SnapshotPlan {
             }
         };
         let id =
-            vramlab_core::vocabulary::model_id(model.trim()).map_err(|e| format!("Model: {e}"))?;
+            vramlab_words::vocabulary::model_id(model.trim()).map_err(|e| format!("Model: {e}"))?;
         let preset = vramlab_core::model::preset::find_builtin(id.value)
             .map_err(|e| format!("Model: {e}"))?;
         let cfg = TrainConfig {

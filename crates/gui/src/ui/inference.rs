@@ -17,8 +17,8 @@ use vramlab_core::plan::inference::quant::Int8Outliers;
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
 use vramlab_core::plan::search::Budget;
-use vramlab_core::vocabulary::max_memory_bytes;
-use vramlab_core::vocabulary::parse_dtype;
+use vramlab_words::max_memory_bytes;
+use vramlab_words::parse_dtype;
 
 /// Most points drawn for a step timeline, training's and inference's (min/max decimation
 /// keeps the spikes).

@@ -234,7 +234,7 @@ fn button_label(typed: &str) -> Option<String> {
     // The cheap test first: the preset names are parsed only for a Hub-shaped text.
     if typed.is_empty()
         || !vramlab_hub::source::is_source(typed)
-        || vramlab_core::vocabulary::model_id(typed).is_ok()
+        || vramlab_words::vocabulary::model_id(typed).is_ok()
     {
         return None;
     }

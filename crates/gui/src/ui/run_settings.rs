@@ -71,7 +71,7 @@ impl RunSettings {
                 if list.trim().is_empty() && !self.batches_typed {
                     return Err(NOTHING_FITS.into());
                 }
-                BatchPlan::parse_list(&list)
+                vramlab_words::batches::batch_list(&list)
             }
             BatchMode::Sweep => Ok(BatchPlan::UntilOom {
                 seed: predicted_max.unwrap_or(1).max(1),

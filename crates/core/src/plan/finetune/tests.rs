@@ -252,7 +252,7 @@ fn lora_dropout_runs_one_dropout_per_adapted_module() {
 
 #[test]
 fn lora_dropout_is_checked_and_written_as_users_write_it() {
-    // (The words users type for it are read in `vocabulary/settings.rs`, tested there.)
+    // (The words users type for it are read in `crates/words/src/settings.rs`, tested there.)
     for p in [0.0, 0.05, 0.1, 0.5] {
         let d = LoraDropout::new(p).expect("p");
         assert_eq!(d.p(), p);
@@ -283,7 +283,7 @@ fn lora_dropout_is_checked_and_written_as_users_write_it() {
 
 #[test]
 fn targets_and_ranks_are_checked_and_round_trip() {
-    // (The words users type for the targets are read in `vocabulary/settings.rs`, tested
+    // (The words users type for the targets are read in `crates/words/src/settings.rs`, tested
     // there; the saved form round-trips.)
     for t in [
         LoraTargets::Attn,

@@ -25,7 +25,7 @@
 //!   entries share one device into its name (`{"": 0}` when everything fits).
 //!
 //! The budgets come in bytes ([`MaxMemory`]); the sizes users type (`10GiB`) are read at the
-//! edge, by the vocabulary's `max_memory_bytes`, as accelerate's `convert_file_size_to_int`
+//! edge, by `vramlab-words`' `max_memory_bytes`, as accelerate's `convert_file_size_to_int`
 //! reads them.
 
 use std::fmt;

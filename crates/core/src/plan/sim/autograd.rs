@@ -3,7 +3,7 @@
 //! reverse order (input and parameter gradients, accumulation, workspaces). What an op
 //! does is its [`Rule`]; this file only follows the rules.
 
-use super::{NO_NODE, Sim};
+use super::state::{NO_NODE, Sim};
 use crate::model::ir::{Elem, Op};
 use crate::plan::config::LoopShape;
 use crate::plan::events::{Category, Phase};

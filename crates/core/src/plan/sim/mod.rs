@@ -3,233 +3,45 @@
 //! DESIGN.md): model creation, one warm-up step that creates the optimizer state, and the
 //! measured steady-state step.
 //!
-//! - this file: the simulation state, buffers and their reference counts, one training
-//!   step (zero_grad, micro-steps, optimizer step) and [`generate`];
+//! - this file: one training step (zero_grad, micro-steps, optimizer step), the op
+//!   annotations and [`generate`];
+//! - [`state`]: the simulation state, buffers and their reference counts; it holds what
+//!   [`blocks`], [`dist_state`] (with [`ds_zero_state`] and [`ds_fetch`]) and [`merged`]
+//!   compute once per generation;
 //! - [`autograd`]: the forward and backward walk of one micro-step, driven by the op
 //!   rules of [`super::rules`];
 //! - [`checkpoint`]: activation checkpointing (what a checkpoint keeps, recomputation);
+//! - [`dist`] and [`ds_zero`]: what one rank allocates under a multi-GPU strategy;
+//! - [`eval_step`]: a validation forward after training;
 //! - [`optimizer_step`]: the optimizer's state and temporaries, from [`super::optimizer`].
+//!
+//! The files beside this one import only one another, never this file.
 
 mod autograd;
+mod blocks;
 mod checkpoint;
 mod dist;
+mod dist_state;
 mod ds_fetch;
 mod ds_zero;
+mod ds_zero_state;
 mod eval_step;
+mod merged;
 mod optimizer_step;
+mod state;
 
-use std::ops::Range;
-
-use super::allocator::round_size;
+use self::blocks::Blocks;
+use self::dist_state::DistSim;
+use self::merged::Merged;
+use self::state::{NO_NODE, Sim};
 use super::config::{DType, LoopShape, Precision, TrainConfig};
-use super::events::{Buffer, Category, Constants, Event, Events, Phase};
+use super::events::{Category, Constants, Events, Phase};
 use super::policy::ParamPolicy;
-use super::rules::{Extra, Rule, backward_rule, rule};
+use super::rules::{Rule, backward_rule, rule};
 use super::step_kind::StepKind;
 use crate::model::ir::{Elem, Graph};
 
-/// The simulation state of one event generation: the graph, what each tensor's buffer
-/// is, reference counts, what each node saved, gradients and the parameter policy.
-struct Sim<'g> {
-    g: &'g Graph,
-    prec: Precision,
-    cfg: TrainConfig,
-    policy: &'g ParamPolicy,
-    buffers: Vec<Buffer>,
-    events: Vec<Event>,
-    refs: Vec<u32>,
-    phase: Phase,
-    micro: u16,
-    node: u32,
-    /// Tensor → buffer currently holding it.
-    tbuf: Vec<Option<u32>>,
-    dtypes: &'g [DType],
-    rules: &'g [Rule],
-    consumers: &'g [u32],
-    requires_grad: &'g [bool],
-    /// Buffers each node keeps for its backward: `saved_bufs[saved[n]]`. The lists of one
-    /// micro-step are appended to `saved_bufs`, which is cleared when it ends.
-    saved: Vec<Range<usize>>,
-    saved_bufs: Vec<u32>,
-    /// Reused per-node scratch: the buffers of a node's inputs, its temporaries.
-    input_bufs: Vec<Option<u32>>,
-    temps: Vec<u32>,
-    /// Casts of frozen weights made by the current op (not in the autocast cache).
-    uncached: Vec<u32>,
-    /// Tensor → gradient buffer.
-    gbuf: Vec<Option<u32>>,
-    /// Parameter → gradient buffer.
-    param_grad: Vec<Option<u32>>,
-    /// Parameter → the number of ops that use it (2 for tied embeddings).
-    param_uses: Vec<u32>,
-    /// A shared parameter's gradient contributions seen in this backward, and their sum so
-    /// far (autograd's `InputBuffer` of its `AccumulateGrad` node).
-    param_seen: Vec<u32>,
-    param_pending: Vec<Option<u32>>,
-    /// Whether the pending sum may be added into in place (see `shared_param_grad`).
-    param_pending_inplace: Vec<bool>,
-    /// Parameter → autocast copy in this forward.
-    param_cast: Vec<Option<u32>>,
-    /// References held until autocast exits (its weight cache).
-    cache_refs: Vec<u32>,
-    /// References held by Python until the micro-step ends (`del out, loss, x, y`).
-    pinned: Vec<u32>,
-    /// References held by the model's output object (the logits, Hugging Face's
-    /// `past_key_values`) in a trainer loop, released once the loss is taken
-    /// (`loss = model(**batch).loss`); a plain loop keeps them in `pinned`.
-    output_refs: Vec<u32>,
-    ckpt: bool,
-    /// The blocks checkpointing recomputes ([`checkpoint::Blocks`]).
-    blocks: checkpoint::Blocks,
-    /// Scratch consumer counts of a recomputed block (all zeros between recomputations).
-    ckpt_consumers: Vec<u32>,
-    block_inputs: Vec<Vec<u32>>,
-    /// Reentrant checkpointing (`CheckpointFunction`): what its backward holds through the
-    /// block's inner backward (the recomputed outputs and their incoming gradients).
-    reentrant: bool,
-    reentrant_held: Vec<u32>,
-    /// Gradients of `torch.chunk` outputs waiting for their split node: (input tensor, buffer).
-    chunk_grads: Vec<(usize, u32)>,
-    /// Embedding lookups whose output `enable_input_require_grads` makes require grad.
-    input_grad_nodes: Vec<usize>,
-    /// An evaluation step with merged adapters: each node's role (empty otherwise).
-    merged: Vec<eval_step::Merged>,
-    /// The loss's input (logits), held by the training loop's `out` variable.
-    model_output: Option<usize>,
-    /// Set while recomputing a checkpointed block.
-    recomputing: bool,
-    /// The multi-GPU strategy's per-rank state (inactive on one GPU).
-    dist: dist::DistSim,
-    /// Bytes live at batch 1, each buffer rounded as the caching allocator rounds it: at
-    /// most what the allocator has allocated at that point of a replay at batch 1.
-    live1: u64,
-    /// [`generate_unless_above`]'s bound: the generation stops once `live1` passes it.
-    stop_above: u64,
-    stopped: bool,
-}
-
-/// `Event::node` outside any node (setup, zero_grad, the optimizer step).
-const NO_NODE: u32 = u32::MAX;
-
-impl<'g> Sim<'g> {
-    fn new_buffer(&mut self, per_sample: u64, fixed: u64, category: Category) -> u32 {
-        self.live1 = self.live1.saturating_add(size_at_one(per_sample, fixed));
-        if self.live1 > self.stop_above {
-            self.stopped = true;
-        }
-        self.buffers.push(Buffer {
-            per_sample,
-            fixed,
-            category,
-            side_stream: false,
-        });
-        self.refs.push(0);
-        let id = (self.buffers.len() - 1) as u32;
-        self.events.push(Event {
-            buffer: id,
-            alloc: true,
-            phase: self.phase,
-            micro: self.micro,
-            node: self.node,
-        });
-        id
-    }
-
-    fn alloc(&mut self, per_sample: u64, fixed: u64, category: Category, refs: u32) -> u32 {
-        let id = self.new_buffer(per_sample, fixed, category);
-        self.refs[id as usize] = refs;
-        id
-    }
-
-    fn free(&mut self, id: u32) {
-        if let Some(b) = self.buffers.get(id as usize) {
-            self.live1 = self
-                .live1
-                .saturating_sub(size_at_one(b.per_sample, b.fixed));
-        }
-        self.events.push(Event {
-            buffer: id,
-            alloc: false,
-            phase: self.phase,
-            micro: self.micro,
-            node: self.node,
-        });
-    }
-
-    fn retain(&mut self, id: u32) {
-        self.refs[id as usize] += 1;
-    }
-
-    fn release(&mut self, id: u32) {
-        let r = &mut self.refs[id as usize];
-        if *r == 0 {
-            return;
-        }
-        *r -= 1;
-        if *r == 0 {
-            self.free(id);
-        }
-    }
-
-    /// Whether autograd keeps extra `e` of the current node for backward: not a temporary,
-    /// the node saves at all, and, for a tensor only the parameters' gradient reads, some
-    /// parameter of the node trains.
-    fn keeps(&self, e: &Extra, keep_saves: bool) -> bool {
-        !e.transient
-            && keep_saves
-            && (!e.for_params
-                || self
-                    .g
-                    .nodes
-                    .get(self.node as usize)
-                    .is_some_and(|n| self.trains(n)))
-    }
-
-    /// Whether some parameter of `node` trains (its weight gradient is computed).
-    fn trains(&self, node: &crate::model::ir::Node) -> bool {
-        node.params.iter().any(|&p| self.policy.trainable(p))
-    }
-
-    /// Allocates one extra of a rule: a temporary (returned for the caller to release), or a
-    /// tensor saved for backward (kept in `saved_bufs`). `None` for an empty extra.
-    fn extra_buffer(&mut self, e: &Extra, keep_saves: bool) -> Option<u32> {
-        let ps = e.per_sample * e.dtype.size();
-        let fx = e.fixed * e.dtype.size();
-        if ps == 0 && fx == 0 {
-            return None;
-        }
-        if !self.keeps(e, keep_saves) {
-            Some(self.alloc(ps, fx, Category::Transient, 1))
-        } else {
-            let b = self.alloc(ps, fx, Category::Activations, 1);
-            self.saved_bufs.push(b);
-            Some(b)
-        }
-    }
-
-    /// A reference held by the model's output object (see [`LoopShape`]). In a plain loop it
-    /// is released with the batch at the end of the micro-step (`del out, loss, x, y`).
-    fn hold_in_output(&mut self, b: u32) {
-        self.retain(b);
-        match self.cfg.loop_shape {
-            LoopShape::Plain => self.pinned.push(b),
-            LoopShape::Trainer | LoopShape::Lightning => self.output_refs.push(b),
-        }
-    }
-
-    fn tensor_bytes(&self, t: usize, d: DType) -> (u64, u64) {
-        let ts = &self.g.tensors[t];
-        (ts.per_sample * d.size(), ts.fixed * d.size())
-    }
-
-    /// A kernel workspace (bytes per sample, fixed bytes): taken and given back at once.
-    fn workspace(&mut self, (per_sample, fixed): (u64, u64)) {
-        if per_sample > 0 || fixed > 0 {
-            let b = self.alloc(per_sample, fixed, Category::Transient, 1);
-            self.release(b);
-        }
-    }
-
+impl Sim<'_> {
     fn step(&mut self, create_state: bool) {
         self.phase = Phase::ZeroGrad;
         self.node = NO_NODE;
@@ -248,9 +60,7 @@ impl<'g> Sim<'g> {
         }
         self.optimizer_step(create_state);
     }
-}
 
-impl Sim<'_> {
     /// `optimizer.zero_grad(set_to_none=True)`: every gradient goes.
     pub(super) fn zero_grad(&mut self) {
         for p in 0..self.param_grad.len() {
@@ -316,14 +126,14 @@ fn requires_grad_of(
     g: &Graph,
     policy: &ParamPolicy,
     input_grads: &[usize],
-    merged: &[eval_step::Merged],
+    merged: &[Merged],
 ) -> Vec<bool> {
     let mut requires_grad = vec![false; g.tensors.len()];
     for (n, node) in g.nodes.iter().enumerate() {
-        let rg = match merged.get(n).copied().unwrap_or(eval_step::Merged::Run) {
-            eval_step::Merged::Skip => false,
-            eval_step::Merged::Base(t) => requires_grad[t],
-            eval_step::Merged::Run => {
+        let rg = match merged.get(n).copied().unwrap_or(Merged::Run) {
+            Merged::Skip => false,
+            Merged::Base(t) => requires_grad[t],
+            Merged::Run => {
                 node.params.iter().any(|&p| policy.trainable(p))
                     || node.inputs.iter().any(|&t| requires_grad[t])
                     || input_grads.contains(&n)
@@ -332,11 +142,6 @@ fn requires_grad_of(
         requires_grad[node.output] = rg && g.tensors[node.output].elem == Elem::Float;
     }
     requires_grad
-}
-
-/// A buffer's bytes at batch 1 as the caching allocator rounds them.
-fn size_at_one(per_sample: u64, fixed: u64) -> u64 {
-    round_size(per_sample.saturating_add(fixed))
 }
 
 /// Generates the events for `g` under `cfg` with the parameters' states in `policy`
@@ -401,9 +206,9 @@ pub fn generate_annotated(
             param_uses[p] += 1;
         }
     }
-    let input_grads = checkpoint::input_embeddings(g, cfg);
+    let input_grads = blocks::input_embeddings(g, cfg);
     let requires_grad = requires_grad_of(g, policy, &input_grads, &[]);
-    let merged = eval_step::merged_roles(g, cfg);
+    let merged = merged::merged_roles(g, cfg);
     // With merged adapters the evaluation forward runs no adapter op: what requires grad
     // there follows from the ops that do run (nothing, when only adapters trained).
     let eval_requires_grad = if merged.is_empty() {
@@ -449,7 +254,7 @@ pub fn generate_annotated(
         pinned: Vec::new(),
         output_refs: Vec::new(),
         ckpt: cfg.checkpointing,
-        blocks: checkpoint::Blocks::new(g, cfg.checkpointing),
+        blocks: Blocks::new(g, cfg.checkpointing),
         ckpt_consumers: Vec::new(),
         block_inputs: vec![Vec::new(); g.block_count() as usize],
         reentrant: cfg.checkpointing && cfg.checkpoint_reentrant,
@@ -459,7 +264,7 @@ pub fn generate_annotated(
         merged,
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
-        dist: dist::DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
+        dist: DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
         live1: 0,
         stop_above,
         stopped: false,

@@ -2,7 +2,7 @@
 //! temporaries, for the trainable parameters of the policy. What each optimizer
 //! allocates is [`crate::plan::optimizer`]'s.
 
-use super::{NO_NODE, Sim};
+use super::state::{NO_NODE, Sim};
 use crate::plan::events::{Category, Phase};
 use crate::plan::optimizer::{state_bytes, step_waves};
 

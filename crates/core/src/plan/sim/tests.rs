@@ -4,8 +4,10 @@ use super::*;
 use crate::model::families::transformer::AttnImpl;
 use crate::model::ir::{Op, Pointwise};
 use crate::model::preset::builtin_presets;
+use crate::plan::allocator::round_size;
 use crate::plan::config::LoopShape;
 use crate::plan::config::{Attention, Optimizer, Precision};
+use crate::plan::events::Event;
 
 /// The events of `cfg` on `g` with every parameter trained, under the default constants.
 fn full_events(g: &Graph, cfg: &TrainConfig) -> Events {

@@ -150,7 +150,7 @@ fn form_ui(
 /// a way back to the plan's proposal.
 fn list_note_ui(s: &mut RunSettings, cx: &RunContext<'_>, ui: &mut Ui) {
     if let Ok(vramlab_device::bench::BatchPlan::List(list)) =
-        vramlab_device::bench::BatchPlan::parse_list(&s.batches)
+        vramlab_words::batches::batch_list(&s.batches)
     {
         let over: Vec<String> = list
             .iter()

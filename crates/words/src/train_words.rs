@@ -8,22 +8,24 @@
 //! What resolving says on the way (an alias read as its canonical name, a fallback) goes to
 //! a [`Remark`] sink in order, so a front end can print it before an error that follows.
 
-use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
-use super::max_batch::{MaxBatchReport, Outcome};
-use super::report::{Assumed, PlanReport, PlanRequest, PlanStart};
-use super::warnings;
-use crate::fsutil::FileKind;
-use crate::model::Preset;
-use crate::model::preset::find_builtin;
-use crate::plan::config::{AllocatorConfig, LoopShape, MAX_ACCUM};
-use crate::plan::distributed::{Distributed, FsdpMixedPrecision, Offload, Strategy, ZeroKnobs};
-use crate::plan::finetune::{FineTune, FineTuneMode, LoraDropout};
-use crate::plan::gpus::{self, Gpu};
-use crate::plan::search::Budget;
-use crate::plan::{Planner, TrainConfig, multi_gpu};
 use crate::{names, vocabulary};
+use vramlab_core::answer::error::{AnswerError, Ctx};
+use vramlab_core::answer::max_batch::{MaxBatchReport, Outcome};
+use vramlab_core::answer::report::{Assumed, PlanReport, PlanRequest, PlanStart};
+use vramlab_core::answer::warnings;
+use vramlab_core::fsutil::FileKind;
+use vramlab_core::model::Preset;
+use vramlab_core::model::preset::find_builtin;
+use vramlab_core::plan::config::{AllocatorConfig, LoopShape, MAX_ACCUM};
+use vramlab_core::plan::distributed::{
+    Distributed, FsdpMixedPrecision, Offload, Strategy, ZeroKnobs,
+};
+use vramlab_core::plan::finetune::{FineTune, FineTuneMode, LoraDropout};
+use vramlab_core::plan::gpus::{self, Gpu};
+use vramlab_core::plan::search::Budget;
+use vramlab_core::plan::{Planner, TrainConfig, multi_gpu};
 
 /// The GPU planned for when none is given.
 pub const DEFAULT_GPU: &str = "rtx-4090";
@@ -38,75 +40,8 @@ pub const DEFAULT_MARGIN: f64 = 0.05;
 /// The largest world `gpus=auto` tries when none is given.
 pub const DEFAULT_MAX_GPUS: u64 = 64;
 
-/// Words that could not be resolved: the message names the setting (the CLI's flag) and,
-/// where there is one, the closest valid value. Causes are joined with `: `, as the CLI
-/// prints an error chain.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct WordsError {
-    message: String,
-    /// A file could not be read (the bindings raise `OSError` for it).
-    pub file: bool,
-}
-
-impl WordsError {
-    pub(crate) fn new(message: impl Into<String>) -> WordsError {
-        WordsError {
-            message: message.into(),
-            file: false,
-        }
-    }
-
-    /// The message with its causes.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-/// `e` and its causes joined with `: ` (as `{:#}` of an error chain prints them).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
-}
-
-/// Turns any error into a [`WordsError`], with a context in front.
-pub(crate) trait Ctx<T> {
-    fn plain(self) -> Result<T, WordsError>;
-    fn ctx(self, context: impl Display) -> Result<T, WordsError>;
-}
-
-impl<T, E: std::error::Error + 'static> Ctx<T> for Result<T, E> {
-    fn plain(self) -> Result<T, WordsError> {
-        self.map_err(|e| {
-            let file = (&e as &dyn std::error::Error)
-                .downcast_ref::<crate::fsutil::ReadError>()
-                .is_some()
-                || (&e as &dyn std::error::Error)
-                    .downcast_ref::<WordsError>()
-                    .is_some_and(|w| w.file);
-            WordsError {
-                message: chain(&e),
-                file,
-            }
-        })
-    }
-
-    fn ctx(self, context: impl Display) -> Result<T, WordsError> {
-        self.plain().map_err(|e| WordsError {
-            message: format!("{context}: {}", e.message),
-            file: e.file,
-        })
-    }
-}
-
 macro_rules! bail {
-    ($($t:tt)*) => { return Err(WordsError::new(format!($($t)*))) };
+    ($($t:tt)*) => { return Err(AnswerError::new(format!($($t)*))) };
 }
 
 /// What resolving says on the way.
@@ -255,21 +190,22 @@ impl Default for DistWords {
 
 /// Loads a preset by id (or display name, case and punctuation ignored: `llama-3-8b`) or
 /// from a file path (a preset JSON, a Hugging Face config.json, a captured graph).
-pub fn load_model(name: &str, sink: Sink<'_>) -> Result<Preset, WordsError> {
+pub fn load_model(name: &str, sink: Sink<'_>) -> Result<Preset, AnswerError> {
     let path = Path::new(name);
     if name.ends_with(".json") || path.exists() {
-        let text = crate::fsutil::read_bounded_string(path, FileKind::Model)
+        let text = vramlab_core::fsutil::read_bounded_string(path, FileKind::Model)
             .ctx("--model: reading preset file")?;
-        if name.ends_with(crate::model::captured::SUFFIX)
-            || crate::model::captured::is_graph_text(&text)
+        if name.ends_with(vramlab_core::model::captured::SUFFIX)
+            || vramlab_core::model::captured::is_graph_text(&text)
         {
-            let id = crate::model::hf::name_for_path(path);
+            let id = vramlab_core::model::hf::name_for_path(path);
             return Preset::from_captured(id.trim_end_matches(".vramlab-graph"), &text)
                 .ctx(format!("captured graph {}", path.display()));
         }
-        if let Some(p) =
-            crate::model::hf::from_text_if_hf(&text, &crate::model::hf::name_for_path(path))
-        {
+        if let Some(p) = vramlab_core::model::hf::from_text_if_hf(
+            &text,
+            &vramlab_core::model::hf::name_for_path(path),
+        ) {
             return p.ctx(format!("Hugging Face config {}", path.display()));
         }
         return Preset::from_json(&text).ctx(format!("preset file {}", path.display()));
@@ -289,7 +225,7 @@ pub fn is_detected(id: &str) -> bool {
 /// A catalog GPU by id or name, or `detected`: what `detect` sees (else the default
 /// catalog card, said as a note). The flag says whether the card was detected. An empty id
 /// is refused (a partial-id match would pick any GPU).
-pub fn find_gpu(id: &str, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, bool), WordsError> {
+pub fn find_gpu(id: &str, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, bool), AnswerError> {
     if id.trim().is_empty() {
         bail!("gpu: empty id (see `vramlab presets` for the catalog)");
     }
@@ -297,7 +233,7 @@ pub fn find_gpu(id: &str, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, bo
         if let Some(g) = detect() {
             return Ok((g, true));
         }
-        let fallback = vocabulary::find_gpu(DEFAULT_GPU).plain()?;
+        let fallback = crate::gpus::find_gpu(DEFAULT_GPU).plain()?;
         note(
             sink,
             format!(
@@ -307,7 +243,7 @@ pub fn find_gpu(id: &str, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, bo
         );
         return Ok((fallback, false));
     }
-    let g = vocabulary::gpu_by_name(id.trim(), &gpus::catalog()).plain()?;
+    let g = crate::gpus::gpu_by_name(id.trim(), &gpus::catalog()).plain()?;
     if let Some(n) = &g.note {
         note(sink, format!("{n} ({})", g.value.name));
     }
@@ -334,7 +270,7 @@ impl TrainWords {
         batch: Option<u64>,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<Resolved, WordsError> {
+    ) -> Result<Resolved, AnswerError> {
         if let Some(path) = &self.config {
             return self.resolve_saved(path, batch, detect, sink);
         }
@@ -366,10 +302,10 @@ impl TrainWords {
         batch: Option<u64>,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<Resolved, WordsError> {
-        let bytes = crate::fsutil::read_bounded(path, FileKind::SavedPlan)
+    ) -> Result<Resolved, AnswerError> {
+        let bytes = vramlab_core::fsutil::read_bounded(path, FileKind::SavedPlan)
             .ctx("--config: reading saved plan")?;
-        let doc = crate::export::VramlabConfig::from_bytes(&bytes)
+        let doc = vramlab_core::export::VramlabConfig::from_bytes(&bytes)
             .ctx(format!("config {}", path.display()))?;
         let preset = doc.preset().plain()?;
         let mut cfg = doc.training;
@@ -377,10 +313,10 @@ impl TrainWords {
             cfg.batch = b;
         }
         if let Some(l) = &self.loop_shape {
-            cfg.loop_shape = l.parse().plain()?;
+            cfg.loop_shape = crate::parse::parse(l).plain()?;
         }
         if let Some(k) = &self.step {
-            cfg.step = k.parse().plain()?;
+            cfg.step = crate::parse::parse(k).plain()?;
         }
         if let Some(f) = self.moe_imbalance {
             cfg.moe_imbalance = f;
@@ -413,7 +349,10 @@ impl TrainWords {
             capacity: gpu.memory(),
             margin: doc.margin,
         };
-        let custom = matches!(doc.model, crate::export::vramlab_file::ModelRef::Custom(_));
+        let custom = matches!(
+            doc.model,
+            vramlab_core::export::vramlab_file::ModelRef::Custom(_)
+        );
         Ok(Resolved {
             preset,
             config: cfg,
@@ -429,7 +368,7 @@ impl TrainWords {
         &self,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<(Preset, TrainConfig), WordsError> {
+    ) -> Result<(Preset, TrainConfig), AnswerError> {
         let batch = if self.config.is_some() { None } else { Some(1) };
         let r = self.resolve(batch, detect, sink)?;
         Ok((r.preset, r.config))
@@ -441,7 +380,7 @@ impl TrainWords {
         preset: &Preset,
         batch: u64,
         sink: Sink<'_>,
-    ) -> Result<TrainConfig, WordsError> {
+    ) -> Result<TrainConfig, AnswerError> {
         let size = match (self.seq, self.image, preset.input.is_tokens()) {
             (Some(_), _, false) => bail!("--seq: {} takes images; use --image", preset.id),
             (_, Some(_), true) => bail!("--image: {} takes tokens; use --seq", preset.id),
@@ -462,7 +401,7 @@ impl TrainWords {
         }
         // A captured graph's own settings are the defaults (other values need a re-capture).
         let captured = match &preset.spec {
-            crate::model::ModelSpec::Captured(c) => Some(&c.settings),
+            vramlab_core::model::ModelSpec::Captured(c) => Some(&c.settings),
             _ => None,
         };
         let cfg = TrainConfig {
@@ -495,13 +434,13 @@ impl TrainWords {
                 max_split_size_mb: self.max_split_size_mb,
             },
             loop_shape: match (&self.loop_shape, captured) {
-                (Some(l), _) => l.parse().plain()?,
-                (None, Some(c)) => c.loop_shape.parse().plain()?,
+                (Some(l), _) => crate::parse::parse(l).plain()?,
+                (None, Some(c)) => crate::parse::parse(&c.loop_shape).plain()?,
                 (None, None) => LoopShape::default(),
             },
             finetune: self.finetune()?,
             step: match &self.step {
-                Some(k) => k.parse().plain()?,
+                Some(k) => crate::parse::parse(k).plain()?,
                 None => Default::default(),
             },
             distributed: self.dist.distributed()?,
@@ -513,11 +452,11 @@ impl TrainWords {
 
     /// `--finetune`, `--lora-rank`, `--lora-targets`, `--lora-dropout` (LoRA options need
     /// `--finetune lora` or `qlora`).
-    fn finetune(&self) -> Result<FineTune, WordsError> {
+    fn finetune(&self) -> Result<FineTune, AnswerError> {
         let mut ft = FineTune::default();
         match self.finetune.as_deref() {
             None | Some("full") => {}
-            Some(other) => ft.mode = other.parse().plain()?,
+            Some(other) => ft.mode = crate::parse::parse(other).plain()?,
         }
         if !ft.mode.has_adapters()
             && (self.lora_rank.is_some()
@@ -530,14 +469,14 @@ impl TrainWords {
             bail!("--quant / --no-double-quant: need --finetune qlora");
         }
         if let Some(q) = &self.quant {
-            ft.quant = q.parse().plain()?;
+            ft.quant = crate::parse::parse(q).plain()?;
         }
         ft.double_quant = !self.no_double_quant;
         if let Some(r) = self.lora_rank {
             ft.lora_rank = r;
         }
         if let Some(t) = &self.lora_targets {
-            ft.lora_targets = t.parse().plain()?;
+            ft.lora_targets = crate::parse::parse(t).plain()?;
         }
         if let Some(p) = self.lora_dropout {
             ft.lora_dropout = LoraDropout::new(p).plain()?;
@@ -573,7 +512,7 @@ impl TrainWords {
     }
 
     /// The GPU and the budget on it.
-    pub fn budget(&self, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, Budget), WordsError> {
+    pub fn budget(&self, detect: Detect<'_>, sink: Sink<'_>) -> Result<(Gpu, Budget), AnswerError> {
         let (gpu, _) =
             find_gpu(self.gpu.as_deref().unwrap_or(DEFAULT_GPU), detect, sink).ctx("--gpu")?;
         let budget = Budget {
@@ -649,7 +588,7 @@ impl TrainWords {
         search_next_step: bool,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<PlanReport, WordsError> {
+    ) -> Result<PlanReport, AnswerError> {
         self.plan_start(batch, timeline, search_next_step, detect, sink)?
             .finish()
             .plain()
@@ -664,7 +603,7 @@ impl TrainWords {
         search_next_step: bool,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<PlanStart, WordsError> {
+    ) -> Result<PlanStart, AnswerError> {
         let Resolved {
             preset,
             config: cfg,
@@ -695,7 +634,7 @@ impl TrainWords {
         target_batch: Option<u64>,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<MaxBatchReport, WordsError> {
+    ) -> Result<MaxBatchReport, AnswerError> {
         let Resolved {
             preset,
             config: cfg,
@@ -727,7 +666,7 @@ impl TrainWords {
 pub fn check_target_batch(
     report: &MaxBatchReport,
     target_batch: Option<u64>,
-) -> Result<(), WordsError> {
+) -> Result<(), AnswerError> {
     let Outcome::Fits(l) = &report.outcome else {
         return Ok(());
     };
@@ -773,7 +712,7 @@ fn name_or_default<T>(
     default: &str,
     parse: fn(&str) -> Result<names::Resolved<T>, names::NameError>,
     sink: Sink<'_>,
-) -> Result<T, WordsError> {
+) -> Result<T, AnswerError> {
     let r = parse(given.unwrap_or(default)).plain()?;
     if let Some(n) = &r.note {
         note(sink, n.clone());
@@ -819,7 +758,7 @@ impl DistWords {
 
     /// The setup from the words (`--gpus auto` plans one GPU here; the search is
     /// [`DistWords::resolve_auto`]).
-    pub fn distributed(&self) -> Result<Distributed, WordsError> {
+    pub fn distributed(&self) -> Result<Distributed, AnswerError> {
         let mut d = Distributed::default();
         let gpus = match self.gpus.as_deref() {
             None => None,
@@ -845,15 +784,15 @@ impl DistWords {
         d.gpus_per_node = gpus.unwrap_or(1);
         d.nodes = self.nodes.unwrap_or(1);
         d.strategy = match &self.strategy {
-            Some(s) => s.parse::<Strategy>().plain()?,
+            Some(s) => crate::parse::parse::<Strategy>(s).plain()?,
             None => Strategy::Fsdp2,
         };
         if let Some(o) = &self.offload {
-            d.offload = o.parse::<Offload>().plain()?;
+            d.offload = crate::parse::parse::<Offload>(o).plain()?;
         }
         d.reshard_after_forward = !self.no_reshard_after_forward;
         if let Some(mp) = &self.fsdp_mixed_precision {
-            d.mixed_precision = mp.parse::<FsdpMixedPrecision>().plain()?;
+            d.mixed_precision = crate::parse::parse::<FsdpMixedPrecision>(mp).plain()?;
         }
         if let Some(b) = self.bucket_cap_mb {
             d.bucket_cap_mb = b;
@@ -910,7 +849,7 @@ impl DistWords {
         cfg: TrainConfig,
         budget: Budget,
         sink: Sink<'_>,
-    ) -> Result<TrainConfig, WordsError> {
+    ) -> Result<TrainConfig, AnswerError> {
         if !self.auto() {
             return Ok(cfg);
         }

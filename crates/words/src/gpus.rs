@@ -2,8 +2,7 @@
 //! catalog (`plan::gpus`).
 
 use crate::names::{Choice, NameError, Partial, Resolved, resolve};
-use crate::plan::PlanError;
-use crate::plan::gpus::{Gpu, catalog};
+use vramlab_core::plan::gpus::{Gpu, catalog};
 
 /// A catalog GPU by id or name; a part of one (`4090`) is accepted when only one card has
 /// it, and refused with the candidates when several do (`a100`, `rtx`).
@@ -25,7 +24,7 @@ pub fn gpu_by_name(input: &str, catalog: &[Gpu]) -> Result<Resolved<Gpu>, NameEr
 
 /// Finds a catalog GPU by id or name (case- and punctuation-insensitive; "4090" finds
 /// "rtx-4090"; a part several cards share, like "a100", is refused with the candidates).
-pub fn find_gpu(id: &str) -> Result<Gpu, PlanError> {
+pub fn find_gpu(id: &str) -> Result<Gpu, NameError> {
     Ok(gpu_by_name(id, &catalog())?.value)
 }
 
@@ -40,12 +39,12 @@ mod tests {
         assert_eq!(find("H200").map(|g| g.memory_mib), Ok(143771));
         assert!(matches!(
             find("voodoo"),
-            Err(PlanError::Name(NameError::Unknown { field: "gpu", .. }))
+            Err(NameError::Unknown { field: "gpu", .. })
         ));
         // A part several cards share is refused with every candidate.
         for (part, n) in [("a100", 2), ("rtx", 4), ("v100", 2)] {
             match find(part) {
-                Err(PlanError::Name(NameError::Ambiguous { candidates, .. })) => {
+                Err(NameError::Ambiguous { candidates, .. }) => {
                     assert_eq!(candidates.len(), n, "{part}: {candidates:?}");
                 }
                 other => panic!("{part}: {other:?}"),

@@ -1,17 +1,19 @@
 //! The words users type for the planner's settings, read into the planner's types: the
-//! `FromStr` of each setting (canonical names, the aliases users write, "did you mean" for a
-//! near miss). The planner (`plan/`) holds the types and reads no word; these impls live
-//! here, at the edge, with the rest of the vocabulary.
+//! [`Parse`] of each setting (canonical names, the aliases users write, "did you mean" for a
+//! near miss), inference exports and bench engines included. The core holds the types and
+//! reads no word.
 
-use std::str::FromStr;
+use crate::parse::Parse;
 
-use crate::plan::PlanError;
-use crate::plan::config::DType;
-use crate::plan::config::LoopShape;
-use crate::plan::distributed::{FsdpMixedPrecision, Offload, Strategy};
-use crate::plan::finetune_mode::{FineTuneMode, LoraDropout, LoraTargets, Quant};
-use crate::plan::inference::{InferStep, KvCache};
-use crate::plan::step_kind::StepKind;
+use vramlab_core::export::InferFormat;
+use vramlab_core::plan::PlanError;
+use vramlab_core::plan::config::DType;
+use vramlab_core::plan::config::LoopShape;
+use vramlab_core::plan::distributed::{FsdpMixedPrecision, Offload, Strategy};
+use vramlab_core::plan::finetune_mode::{FineTuneMode, LoraDropout, LoraTargets, Quant};
+use vramlab_core::plan::inference::{InferStep, KvCache};
+use vramlab_core::plan::step_kind::StepKind;
+use vramlab_core::record::EngineKind;
 
 /// Aliases accepted besides the canonical names: FSDP1's sharding strategies where their
 /// memory is the same.
@@ -45,9 +47,9 @@ fn closest(s: &str, names: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-impl FromStr for StepKind {
+impl Parse for StepKind {
     type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+    fn parse_word(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         // `no_grad` spellings of the evaluation steps, as users write them.
         let alias = match s.to_ascii_lowercase().replace('_', "-").as_str() {
@@ -72,9 +74,9 @@ impl FromStr for StepKind {
     }
 }
 
-impl FromStr for LoopShape {
+impl Parse for LoopShape {
     type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+    fn parse_word(s: &str) -> Result<Self, Self::Err> {
         LoopShape::ALL
             .into_iter()
             .find(|l| l.as_str().eq_ignore_ascii_case(s))
@@ -86,19 +88,19 @@ impl FromStr for LoopShape {
     }
 }
 
-impl FromStr for LoraTargets {
+impl Parse for LoraTargets {
     type Err = PlanError;
 
     /// The words users type for the targets are their saved form (no aliases).
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
         LoraTargets::from_saved(s)
     }
 }
 
-impl FromStr for FineTuneMode {
+impl Parse for FineTuneMode {
     type Err = PlanError;
 
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
         FineTuneMode::ALL
             .into_iter()
             .find(|m| m.as_str().eq_ignore_ascii_case(s))
@@ -110,10 +112,10 @@ impl FromStr for FineTuneMode {
     }
 }
 
-impl FromStr for Quant {
+impl Parse for Quant {
     type Err = PlanError;
 
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
         let t = s.trim().to_ascii_lowercase();
         let q = match t.as_str() {
             "nf4" | "4bit" | "4-bit" | "load_in_4bit" => Quant::Nf4,
@@ -131,10 +133,10 @@ impl FromStr for Quant {
     }
 }
 
-impl FromStr for LoraDropout {
+impl Parse for LoraDropout {
     type Err = PlanError;
 
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
         let p: f64 = s.trim().parse().map_err(|_| PlanError::Field {
             field: "lora_dropout",
             reason: format!("`{s}` is not a number"),
@@ -143,9 +145,9 @@ impl FromStr for LoraDropout {
     }
 }
 
-impl FromStr for InferStep {
+impl Parse for InferStep {
     type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+    fn parse_word(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         match s.to_ascii_lowercase().as_str() {
             "prefill" | "forward" => Ok(InferStep::Prefill),
@@ -159,9 +161,9 @@ impl FromStr for InferStep {
     }
 }
 
-impl FromStr for KvCache {
+impl Parse for KvCache {
     type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+    fn parse_word(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         match s.to_ascii_lowercase().as_str() {
             "dynamic" | "dynamiccache" => Ok(KvCache::Dynamic),
@@ -175,9 +177,9 @@ impl FromStr for KvCache {
     }
 }
 
-impl FromStr for Strategy {
+impl Parse for Strategy {
     type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
         let t = s.trim().to_ascii_lowercase().replace('-', "_");
         if let Some(st) = Strategy::ALL
             .into_iter()
@@ -199,9 +201,9 @@ impl FromStr for Strategy {
     }
 }
 
-impl FromStr for Offload {
+impl Parse for Offload {
     type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
         let t = s.trim().to_ascii_lowercase();
         match t.as_str() {
             "none" | "no" => Ok(Offload::None),
@@ -218,9 +220,9 @@ impl FromStr for Offload {
     }
 }
 
-impl FromStr for FsdpMixedPrecision {
+impl Parse for FsdpMixedPrecision {
     type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "none" | "fp32" | "off" => Ok(FsdpMixedPrecision::None),
             "bf16" | "bfloat16" => Ok(FsdpMixedPrecision::Bf16),
@@ -253,6 +255,39 @@ pub fn parse_dtype(s: &str) -> Result<DType, PlanError> {
     }
 }
 
+impl Parse for InferFormat {
+    type Err = PlanError;
+
+    /// The inference export named `s` (case and surrounding blanks ignored).
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
+        let t = s.trim();
+        InferFormat::ALL
+            .into_iter()
+            .find(|f| f.as_str().eq_ignore_ascii_case(t))
+            .ok_or_else(|| PlanError::Unknown {
+                field: "format",
+                value: s.to_string(),
+                known: "transformers, vllm",
+            })
+    }
+}
+
+impl Parse for EngineKind {
+    type Err = PlanError;
+
+    /// `native` / `torch`, as written.
+    fn parse_word(s: &str) -> Result<Self, PlanError> {
+        EngineKind::ALL
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| PlanError::Unknown {
+                field: "engine",
+                value: s.to_string(),
+                known: "native, torch",
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,12 +295,14 @@ mod tests {
     #[test]
     fn lora_dropout_words_are_read_and_checked() {
         for (s, p) in [("0", 0.0), ("0.05", 0.05), ("0.1", 0.1), (" 0.5 ", 0.5)] {
-            let d: LoraDropout = s.parse().expect(s);
+            let d: LoraDropout = crate::parse::parse(s).expect(s);
             assert_eq!(d.p(), p, "{s}");
             assert_eq!(d.is_zero(), p == 0.0);
         }
         for bad in ["1", "1.5", "-0.1", "NaN", "inf", "abc", ""] {
-            let err = bad.parse::<LoraDropout>().expect_err(bad).to_string();
+            let err = crate::parse::parse::<LoraDropout>(bad)
+                .expect_err(bad)
+                .to_string();
             assert!(err.starts_with("lora_dropout: "), "{bad}: {err}");
         }
     }
@@ -278,24 +315,27 @@ mod tests {
             "c_attn,c_fc",
             "q_proj,v_proj,down_proj",
         ] {
-            let t: LoraTargets = s.parse().expect(s);
+            let t: LoraTargets = crate::parse::parse(s).expect(s);
             assert_eq!(t.to_string(), s);
         }
-        let err = "c_attn,nope".parse::<LoraTargets>().expect_err("unknown");
+        let err = crate::parse::parse::<LoraTargets>("c_attn,nope").expect_err("unknown");
         assert!(
             err.to_string()
                 .starts_with("lora_targets: unknown module `nope`")
         );
-        assert!("".parse::<LoraTargets>().is_err());
+        assert!(crate::parse::parse::<LoraTargets>("").is_err());
     }
 
     #[test]
     fn names_parse_and_unknown_ones_are_named() {
         for s in InferStep::ALL {
-            assert_eq!(s.as_str().parse::<InferStep>().ok(), Some(s));
+            assert_eq!(crate::parse::parse::<InferStep>(s.as_str()).ok(), Some(s));
         }
-        assert_eq!("static".parse::<KvCache>().ok(), Some(KvCache::Static));
-        let e = "sttic".parse::<KvCache>().expect_err("unknown");
+        assert_eq!(
+            crate::parse::parse::<KvCache>("static").ok(),
+            Some(KvCache::Static)
+        );
+        let e = crate::parse::parse::<KvCache>("sttic").expect_err("unknown");
         assert!(e.to_string().contains("dynamic, static"), "{e}");
         assert_eq!(parse_dtype("bfloat16").ok(), Some(DType::BF16));
         let e = parse_dtype("amp-bf16").expect_err("amp");
@@ -305,37 +345,67 @@ mod tests {
     #[test]
     fn names_round_trip_and_unknown_names_are_refused() {
         for k in StepKind::ALL {
-            assert_eq!(k.as_str().parse::<StepKind>().ok(), Some(k));
+            assert_eq!(crate::parse::parse::<StepKind>(k.as_str()).ok(), Some(k));
             let json = serde_json::to_string(&k).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", k.as_str()));
         }
-        assert_eq!("no_grad".parse::<StepKind>().ok(), Some(StepKind::Eval));
-        let e = "evl".parse::<StepKind>().err().map(|e| e.to_string());
+        assert_eq!(
+            crate::parse::parse::<StepKind>("no_grad").ok(),
+            Some(StepKind::Eval)
+        );
+        let e = crate::parse::parse::<StepKind>("evl")
+            .err()
+            .map(|e| e.to_string());
         assert!(e.is_some_and(|m| m.contains("step") && m.contains("eval-grad")));
     }
 
     #[test]
     fn names_and_aliases_parse_and_misspellings_suggest() {
-        assert_eq!("FSDP2".parse::<Strategy>().ok(), Some(Strategy::Fsdp2));
-        assert_eq!("full_shard".parse::<Strategy>().ok(), Some(Strategy::Fsdp2));
         assert_eq!(
-            "SHARD_GRAD_OP".parse::<Strategy>().ok(),
+            crate::parse::parse::<Strategy>("FSDP2").ok(),
+            Some(Strategy::Fsdp2)
+        );
+        assert_eq!(
+            crate::parse::parse::<Strategy>("full_shard").ok(),
+            Some(Strategy::Fsdp2)
+        );
+        assert_eq!(
+            crate::parse::parse::<Strategy>("SHARD_GRAD_OP").ok(),
             Some(Strategy::Zero2)
         );
-        assert_eq!("zero-3".parse::<Strategy>().ok(), Some(Strategy::Zero3));
-        let e = "zer03"
-            .parse::<Strategy>()
+        assert_eq!(
+            crate::parse::parse::<Strategy>("zero-3").ok(),
+            Some(Strategy::Zero3)
+        );
+        let e = crate::parse::parse::<Strategy>("zer03")
             .expect_err("unknown")
             .to_string();
         assert!(e.contains("strategy") && e.contains("zero3"), "{e}");
-        let e = "optimzer"
-            .parse::<Offload>()
+        let e = crate::parse::parse::<Offload>("optimzer")
             .expect_err("unknown")
             .to_string();
         assert!(e.contains("offload") && e.contains("optimizer"), "{e}");
         assert_eq!(
-            "bf16".parse::<FsdpMixedPrecision>().ok(),
+            crate::parse::parse::<FsdpMixedPrecision>("bf16").ok(),
             Some(FsdpMixedPrecision::Bf16)
         );
+    }
+
+    #[test]
+    fn export_and_engine_names_parse_and_refuse_others() {
+        assert_eq!(
+            crate::parse::parse::<InferFormat>(" Transformers ").ok(),
+            Some(InferFormat::Transformers)
+        );
+        assert_eq!(
+            crate::parse::parse::<InferFormat>("VLLM").ok(),
+            Some(InferFormat::Vllm)
+        );
+        assert!(crate::parse::parse::<InferFormat>("hf").is_err());
+        assert_eq!(
+            crate::parse::parse::<EngineKind>("torch").ok(),
+            Some(EngineKind::Torch)
+        );
+        assert!(crate::parse::parse::<EngineKind>("Torch").is_err());
     }
 }

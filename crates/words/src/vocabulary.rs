@@ -1,22 +1,13 @@
 //! The names users type for precisions, optimizers, attention kernels, export formats and
 //! built-in models, with their aliases (resolved by [`crate::names`]: case- and
 //! punctuation-insensitive, "did you mean" on a typo, ambiguous aliases refused). The
-//! `FromStr` of those types reads through here, so every parser accepts the same names.
+//! [`Parse`] of those types reads through here, so every front end accepts the same names.
 
-mod gpus;
-mod settings;
-mod sizes;
+use crate::parse::Parse;
 
-pub use gpus::{find_gpu, gpu_by_name};
-pub use settings::parse_dtype;
-pub use sizes::max_memory_bytes;
-
-use std::str::FromStr;
-
-use crate::export::Format;
 use crate::names::{Choice, NameError, Partial, Resolved, resolve};
-use crate::plan::config::{Attention, Optimizer, Precision};
-use crate::plan::error::PlanError;
+use vramlab_core::export::Format;
+use vramlab_core::plan::config::{Attention, Optimizer, Precision};
 
 /// Precision aliases. `fp16`/`half`/`16-mixed` mean autocast fp16 (`amp-fp16`: pure fp16
 /// training is not modelled); `bfloat16`/`bf16-true` mean pure bf16 (`bf16`,
@@ -143,7 +134,7 @@ pub fn attention(input: &str) -> Result<Resolved<Attention>, NameError> {
 }
 
 /// Export-format aliases (`huggingface`, `ds`, `pl`, `torch`, `json`; `transformers` is the
-/// inference export, [`crate::export::InferFormat`]).
+/// inference export, [`vramlab_core::export::InferFormat`]).
 pub fn format(input: &str) -> Result<Resolved<Format>, NameError> {
     let aliases = |f: Format| -> &'static [&'static str] {
         match f {
@@ -170,7 +161,7 @@ pub fn format(input: &str) -> Result<Resolved<Format>, NameError> {
 /// A built-in model preset id by id or display name (`llama-3-8b` → `Meta-Llama-3-8B`,
 /// `gpt-2` → `gpt2`, `vit-b-16` → `vit_b_16`, `bert-base` → `bert-base-uncased`).
 pub fn model_id(input: &str) -> Result<Resolved<&'static str>, NameError> {
-    let choices: Vec<Choice<&'static str>> = crate::model::preset::BUILTIN
+    let choices: Vec<Choice<&'static str>> = vramlab_core::model::preset::BUILTIN
         .iter()
         .map(|(id, text)| {
             let mut aliases = Vec::new();
@@ -203,23 +194,23 @@ pub fn model_id(input: &str) -> Result<Resolved<&'static str>, NameError> {
     )
 }
 
-impl FromStr for Precision {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+impl Parse for Precision {
+    type Err = NameError;
+    fn parse_word(s: &str) -> Result<Self, Self::Err> {
         Ok(precision(s)?.value)
     }
 }
 
-impl FromStr for Optimizer {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+impl Parse for Optimizer {
+    type Err = NameError;
+    fn parse_word(s: &str) -> Result<Self, Self::Err> {
         Ok(optimizer(s)?.value)
     }
 }
 
-impl FromStr for Attention {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+impl Parse for Attention {
+    type Err = NameError;
+    fn parse_word(s: &str) -> Result<Self, Self::Err> {
         Ok(attention(s)?.value)
     }
 }
@@ -271,5 +262,7 @@ mod tests {
         assert!(e.to_string().contains("did you mean `gpt2`?"), "{e}");
         let e = model_id("llama").expect_err("a part");
         assert!(e.to_string().contains("Meta-Llama-3-8B"), "{e}");
+        assert_eq!(format("HF").map(|r| r.value), Ok(Format::HuggingFace));
+        assert!(format("xml").is_err());
     }
 }

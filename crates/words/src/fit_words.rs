@@ -6,18 +6,19 @@
 
 use serde_json::Value;
 
-use super::warnings;
-use super::words::{Ctx, Detect, DistWords, Remark, Resolved, Sink, TrainWords, WordsError};
-use crate::model::Preset;
-use crate::plan::TrainConfig;
-use crate::plan::distributed::{
+use crate::train_words::{Detect, DistWords, Remark, Resolved, Sink, TrainWords};
+use vramlab_core::answer::error::{AnswerError, Ctx};
+use vramlab_core::answer::warnings;
+use vramlab_core::model::Preset;
+use vramlab_core::plan::TrainConfig;
+use vramlab_core::plan::distributed::{
     DS_BUCKET_ELEMS, DS_MAX_LIVE_PARAMS, DS_PERSISTENCE_THRESHOLD, DS_PREFETCH_ELEMS, Distributed,
     FsdpMixedPrecision, Offload, Strategy,
 };
-use crate::plan::fit::cost::Speed;
-use crate::plan::fit::{FitReport, FitRequest, fit};
-use crate::plan::gpus::Gpu;
-use crate::plan::{Attention, Planner};
+use vramlab_core::plan::fit::cost::Speed;
+use vramlab_core::plan::fit::{FitReport, FitRequest, fit};
+use vramlab_core::plan::gpus::Gpu;
+use vramlab_core::plan::{Attention, Planner};
 
 /// What `vramlab fit` was asked for besides the words.
 #[derive(Clone, Copy)]
@@ -41,7 +42,7 @@ pub struct FitAnswer {
     /// The user's configuration as resolved.
     pub config: TrainConfig,
     pub gpu: Gpu,
-    pub budget: crate::plan::search::Budget,
+    pub budget: vramlab_core::plan::search::Budget,
     /// The words the search started from (a candidate's words are these, changed).
     pub words: TrainWords,
 }
@@ -49,7 +50,7 @@ pub struct FitAnswer {
 impl FitAnswer {
     /// `fit --json`'s object: the report with the model, the card, the usable bytes and the
     /// user's configuration.
-    pub fn to_json(&self) -> Result<Value, WordsError> {
+    pub fn to_json(&self) -> Result<Value, AnswerError> {
         let mut v = serde_json::to_value(&self.report).plain()?;
         if let Some(o) = v.as_object_mut() {
             o.insert("model".into(), serde_json::json!(self.preset.id));
@@ -67,9 +68,9 @@ impl FitAnswer {
     }
 
     /// The words of candidate `i` (with its micro-batch: [`words_for_config`]).
-    pub fn candidate_words(&self, i: usize) -> Result<(TrainWords, u64), WordsError> {
+    pub fn candidate_words(&self, i: usize) -> Result<(TrainWords, u64), AnswerError> {
         let Some(c) = self.report.candidates.get(i) else {
-            return Err(WordsError::new(format!(
+            return Err(AnswerError::new(format!(
                 "candidate {i}: the answer has {} candidates",
                 self.report.candidates.len()
             )));
@@ -90,9 +91,9 @@ impl TrainWords {
         ask: FitAsk<'_>,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<FitAnswer, WordsError> {
+    ) -> Result<FitAnswer, AnswerError> {
         if ask.top == 0 {
-            return Err(WordsError::new("--top: must be at least 1"));
+            return Err(AnswerError::new("--top: must be at least 1"));
         }
         let batch = ask
             .batch
@@ -134,7 +135,7 @@ impl TrainWords {
         hub_repo: Option<&str>,
         detect: Detect<'_>,
         sink: Sink<'_>,
-    ) -> Result<(String, &'static str), WordsError> {
+    ) -> Result<(String, &'static str), AnswerError> {
         let format = crate::vocabulary::format(format).ctx("--format")?;
         if let Some(n) = &format.note {
             sink(Remark::Note(n.clone()));
@@ -149,14 +150,14 @@ impl TrainWords {
         } = self.resolve(batch, detect, sink)?;
         // HF Trainer, Lightning and the exported PyTorch loop release the model output
         // before backward: what they run is the trainer loop shape, whatever was planned.
-        if let Some(loop_shape) = crate::export::frameworks::implied_loop(format) {
+        if let Some(loop_shape) = vramlab_core::export::frameworks::implied_loop(format) {
             cfg.loop_shape = loop_shape;
         }
         let plan = Planner::new(&preset, &cfg)
             .plain()?
             .plan(cfg.batch)
             .plain()?;
-        let doc = crate::export::VramlabConfig::new(
+        let doc = vramlab_core::export::VramlabConfig::new(
             &preset,
             custom,
             cfg,
@@ -172,7 +173,7 @@ impl TrainWords {
             None if custom => None,
             None => preset.hub_id(),
         };
-        let text = crate::export::render(format, &cfg, &plan, &doc, hub_id).plain()?;
+        let text = vramlab_core::export::render(format, &cfg, &plan, &doc, hub_id).plain()?;
         Ok((text, format.as_str()))
     }
 }
@@ -185,17 +186,17 @@ pub fn words_for_config(
     base: &TrainWords,
     preset: &Preset,
     cfg: &TrainConfig,
-) -> Result<TrainWords, WordsError> {
+) -> Result<TrainWords, AnswerError> {
     if base.config.is_some() {
-        return Err(WordsError::new(
+        return Err(AnswerError::new(
             "--config: a saved plan's settings are not words; plan the candidate from its \
              `config` instead",
         ));
     }
     let ft = &cfg.finetune;
     let adapters = ft.mode.has_adapters();
-    let qlora = ft.mode == crate::plan::finetune::FineTuneMode::Qlora;
-    let default_ft = crate::plan::finetune::FineTune::default();
+    let qlora = ft.mode == vramlab_core::plan::finetune::FineTuneMode::Qlora;
+    let default_ft = vramlab_core::plan::finetune::FineTune::default();
     let tokens = preset.input.is_tokens();
     Ok(TrainWords {
         model: base.model.clone(),
@@ -385,7 +386,7 @@ mod tests {
             config: Some("x.vramlab.json".into()),
             ..TrainWords::default()
         };
-        let preset = crate::model::preset::find_builtin("gpt2").expect("gpt2");
+        let preset = vramlab_core::model::preset::find_builtin("gpt2").expect("gpt2");
         let e = words_for_config(&saved, &preset, &TrainConfig::default()).expect_err("saved");
         assert!(e.message().starts_with("--config"), "{e}");
     }

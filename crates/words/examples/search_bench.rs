@@ -2,13 +2,13 @@
 //! of `lab/cpu/bench_search.py`, without the process), printing each answer's JSON length
 //! and a checksum of it and the median time of `reps` runs, for profiling the planner alone.
 //!
-//! cargo run --release -p vramlab-core --example search_bench -- 5
+//! cargo run --release -p vramlab-words --example search_bench -- 5
 
 use std::time::Instant;
 
-use vramlab_core::answer::fit_words::FitAsk;
-use vramlab_core::answer::words::TrainWords;
 use vramlab_core::plan::fit::cost::Speed;
+use vramlab_words::fit_words::FitAsk;
+use vramlab_words::train_words::TrainWords;
 
 fn words(model: &str, seq: u64, gpu: &str) -> TrainWords {
     TrainWords {
