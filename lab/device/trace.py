@@ -25,6 +25,11 @@ DEV = os.environ.get("VRAMLAB_TRACE_DEVICE", "cuda")
 
 
 def build(cfg):
+    if cfg.get("finetune") not in (None, "full"):
+        # build_reference makes the full model with every weight trainable (and Adam state for
+        # each): a LoRA / QLoRA row would be traced as another job
+        raise SystemExit("trace.py builds full fine-tuning only; for LoRA / QLoRA rows use "
+                         "lab/device/snapshot_step.py (the shipped runner's own step)")
     cfg, preset = tr.normalize_config(cfg)
     fam = preset["family"]
     size = cfg.get("image") if fam in tr.IMAGE_FAMILIES else cfg.get("seq")
