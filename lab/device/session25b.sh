@@ -4,7 +4,8 @@
 # lab/device/snapshot_step.py; on an H200 also issue 31's Lightning callback run in a process of
 # its own and issue 29's quantized / device_map rows (grid29c, measured before on an H100 only)
 # as grid29c_h200.
-#     OUT=dir bash lab/device/session25b.sh      (carry .whl)
+#     OUT=dir bash lab/device/session25b.sh              (carry .whl)
+#     G29_LIMIT=0 OUT=dir bash lab/device/session25b.sh  (no grid29c: about 90 s on an H200)
 set -u
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.csv"
 cat "$OUT/nvidia-smi.csv"
@@ -20,7 +21,9 @@ case "$NAME" in
     mkdir -p "$OUT/py31"
     (PYTHONPATH=/tmp/vsite timeout 240 python3 lab/device/python_callbacks_on_device.py --out "$OUT/py31" \
         --runs lightning > "$OUT/py31/log.txt" 2>&1; nvidia-smi >> "$OUT/py31/log.txt") &
-    OUT="$OUT/g29h" GRID=grid29c_h200 LANES=3 LIMIT=${G29_LIMIT:-330} lab/run grid29c > "$OUT/g29h.log" 2>&1
+    if [ "${G29_LIMIT:-330}" != 0 ]; then
+        OUT="$OUT/g29h" GRID=grid29c_h200 LANES=3 LIMIT=${G29_LIMIT:-330} lab/run grid29c > "$OUT/g29h.log" 2>&1
+    fi
     ;;
 esac
 wait

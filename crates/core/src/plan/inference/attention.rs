@@ -133,21 +133,12 @@ pub fn attention(p: &mut Prog, s: &DecoderShape, c: AttnCall) -> AttnOut {
             // `at::matmul`'s folded operands go in reverse order (C++ locals)
             p.free(kc);
             p.free(qc);
-            let scaled = p.act(scores * d);
+            let mut scaled = p.act(scores * d);
             p.free(raw);
-            // Gemma 2's soft-cap: `w / cap`, `tanh(w)`, `w * cap`, each a new tensor bound to
-            // `attn_weights`, the one before it freed
-            let scaled = if s.attn_softcap {
-                let mut w = scaled;
-                for _ in 0..3 {
-                    let next = p.act(scores * d);
-                    p.free(w);
-                    w = next;
-                }
-                w
-            } else {
-                scaled
-            };
+            if s.attn_softcap {
+                // Gemma 2, bound to `attn_weights`
+                scaled = p.soft_cap(scaled, scores * d);
+            }
             let masked = p.act(scores * d);
             p.free(scaled);
             // `softmax(w, dtype=float32).to(dtype)`: ATen converts bf16 scores to fp32 first

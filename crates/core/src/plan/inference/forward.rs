@@ -423,12 +423,7 @@ pub fn forward(
     }
     let mut logits = linear(p, proc, Sub::LmHead, c.keep * s.vocab * d);
     if s.final_softcap {
-        // logits / cap, tanh, * cap
-        for _ in 0..3 {
-            let next = p.act(c.keep * s.vocab * d);
-            p.free(logits);
-            logits = next;
-        }
+        logits = p.soft_cap(logits, c.keep * s.vocab * d);
     }
     p.free(hn);
     logits

@@ -85,6 +85,18 @@ impl Prog {
         }
     }
 
+    /// Gemma's tanh soft-cap of `x` (`per_sample` bytes a sequence): `x / cap`, `tanh(x)`,
+    /// `x * cap`, each a new tensor bound to the same name, the one before it freed once the
+    /// next exists. Returns the capped tensor.
+    pub fn soft_cap(&mut self, mut x: Buf, per_sample: u64) -> Buf {
+        for _ in 0..3 {
+            let next = self.act(per_sample);
+            self.free(x);
+            x = next;
+        }
+        x
+    }
+
     /// Allocated and freed at once (a kernel's scratch).
     pub fn scratch(&mut self, per_sample: u64, fixed: u64) {
         let b = self.alloc(per_sample, fixed, Category::Transient);
