@@ -2,6 +2,7 @@
 //! to compare with a real allocator history (`lab/device/trace.py memory`).
 //!
 //! cargo run --release --example alloc_trace -- resnet18 256 224 fp32 adamw [ckpt]
+//! cargo run --release --example alloc_trace -- --row '{"model": "tests/data/hf_configs/…", …}'
 
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::allocator::CachingAllocator;
@@ -10,25 +11,37 @@ use vramlab_core::plan::{Optimizer, Planner, Precision, TrainConfig};
 
 fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    let get = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
-    let preset = find_builtin(&get(0, "resnet18"))?;
-    let batch: u64 = get(1, "256").parse()?;
-    let mut cfg = TrainConfig {
-        batch,
-        size: Some(get(2, "224").parse()?),
-        ..TrainConfig::default()
+    let (preset, cfg) = if a.first().is_some_and(|s| s == "--row") {
+        // One measured row of tests/data (its JSON line), planned as the accuracy tests plan it.
+        let m = vramlab_core::validate::parse_lines(a.get(1).map_or("", String::as_str))
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("usage: alloc_trace --row JSON"))?;
+        let preset = vramlab_core::validate::model_file(&m.model)?;
+        (preset, m.config()?)
+    } else {
+        let get = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
+        let preset = find_builtin(&get(0, "resnet18"))?;
+        let mut cfg = TrainConfig {
+            batch: get(1, "256").parse()?,
+            size: Some(get(2, "224").parse()?),
+            ..TrainConfig::default()
+        };
+        // The settings by their canonical names (`vramlab plan` reads the aliases too).
+        let (p, o) = (get(3, "fp32"), get(4, "adamw"));
+        cfg.precision = Precision::ALL
+            .into_iter()
+            .find(|x| x.as_str() == p)
+            .ok_or_else(|| {
+                anyhow::anyhow!("precision `{p}`: one of fp32, amp-fp16, amp-bf16, bf16")
+            })?;
+        cfg.optimizer = Optimizer::ALL
+            .into_iter()
+            .find(|x| x.as_str() == o)
+            .ok_or_else(|| anyhow::anyhow!("optimizer `{o}`: a canonical name (adamw, sgd, …)"))?;
+        cfg.checkpointing = a.get(5).is_some_and(|s| s == "ckpt");
+        (preset, cfg)
     };
-    // The settings by their canonical names (`vramlab plan` reads the aliases too).
-    let (p, o) = (get(3, "fp32"), get(4, "adamw"));
-    cfg.precision = Precision::ALL
-        .into_iter()
-        .find(|x| x.as_str() == p)
-        .ok_or_else(|| anyhow::anyhow!("precision `{p}`: one of fp32, amp-fp16, amp-bf16, bf16"))?;
-    cfg.optimizer = Optimizer::ALL
-        .into_iter()
-        .find(|x| x.as_str() == o)
-        .ok_or_else(|| anyhow::anyhow!("optimizer `{o}`: a canonical name (adamw, sgd, …)"))?;
-    cfg.checkpointing = a.get(5).is_some_and(|s| s == "ckpt");
+    let batch = cfg.batch;
     let p = Planner::new(&preset, &cfg)?;
     let ev = &p.events;
     let mut al = CachingAllocator::new(AllocatorConfig::default());
