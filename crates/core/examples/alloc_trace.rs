@@ -42,9 +42,20 @@ fn main() -> anyhow::Result<()> {
         (preset, cfg)
     };
     let batch = cfg.batch;
+    // `--cap GIB` (after the other arguments): replay under a cap, as a capped max-batch
+    // search does, marking each cache flush and the OOM.
+    let cap = a
+        .iter()
+        .position(|s| s == "--cap")
+        .and_then(|i| a.get(i + 1))
+        .map(|g| g.parse::<f64>().map(|g| (g * (1u64 << 30) as f64) as u64))
+        .transpose()?;
     let p = Planner::new(&preset, &cfg)?;
     let ev = &p.events;
-    let mut al = CachingAllocator::new(AllocatorConfig::default());
+    let mut al = match cap {
+        Some(c) => CachingAllocator::with_cap(AllocatorConfig::default(), c),
+        None => CachingAllocator::new(AllocatorConfig::default()),
+    };
     let mut h = vec![u32::MAX; ev.buffers.len()];
     for (i, e) in ev.events.iter().enumerate() {
         let b = &ev.buffers[e.buffer as usize];
@@ -54,13 +65,17 @@ fn main() -> anyhow::Result<()> {
             .nodes
             .get(e.node as usize)
             .map_or("-", |n| p.graph.name(n));
-        let before = al.reserved;
+        let (before, flushes) = (al.reserved, al.flushes);
         if e.alloc {
             h[e.buffer as usize] = al.malloc(size);
         } else {
             al.free(h[e.buffer as usize]);
         }
-        let seg = if al.reserved > before {
+        let seg = if al.oom {
+            format!(" OOM (reserved {})", al.reserved)
+        } else if al.flushes > flushes {
+            format!(" FLUSH {} -> {}", before, al.reserved)
+        } else if al.reserved > before {
             format!(" SEGMENT +{}", al.reserved - before)
         } else {
             String::new()
@@ -75,6 +90,9 @@ fn main() -> anyhow::Result<()> {
         );
         if i + 1 == ev.measured_start {
             println!("--- measured step ---");
+        }
+        if al.oom {
+            break;
         }
     }
     println!(

@@ -78,6 +78,9 @@ pub struct CachingAllocator {
     /// Set when a request would have passed `cap` (cached segments released then): until
     /// it is set, a capped allocator has run exactly as an uncapped one.
     pub reached_cap: bool,
+    /// Times cached segments were released to stay within `cap` (PyTorch's
+    /// `num_alloc_retries`).
+    pub flushes: u32,
     /// Per segment: (size, first block, released).
     segs: Vec<(u64, u32, bool)>,
     /// The segments not released yet (what `release_cached` looks at: `empty_cache()` may run
@@ -159,6 +162,7 @@ impl CachingAllocator {
             && self.reserved.saturating_add(seg) > cap
         {
             self.reached_cap = true;
+            self.flushes += 1;
             self.release_cached();
             if self.reserved.saturating_add(seg) > cap {
                 self.oom = true;
