@@ -70,6 +70,7 @@ fn main() -> anyhow::Result<()> {
             h[e.buffer as usize] = al.malloc(size);
         } else {
             al.free(h[e.buffer as usize]);
+            h[e.buffer as usize] = u32::MAX;
         }
         let seg = if al.oom {
             format!(" OOM (reserved {})", al.reserved)
@@ -92,6 +93,7 @@ fn main() -> anyhow::Result<()> {
             println!("--- measured step ---");
         }
         if al.oom {
+            segments_at_oom(&p, &al, &h);
             break;
         }
     }
@@ -100,4 +102,52 @@ fn main() -> anyhow::Result<()> {
         al.peak_reserved, al.peak_allocated
     );
     Ok(())
+}
+
+/// At an OOM under `--cap`: every open segment of 20 MiB or more, its live bytes and the
+/// buffers that hold them (what kept the cache flush from releasing it).
+fn segments_at_oom(p: &Planner, al: &CachingAllocator, h: &[u32]) {
+    let ev = &p.events;
+    let mut live: Vec<Vec<(u64, u64, usize)>> = vec![Vec::new(); al.segment_count() as usize];
+    let mut node = vec![u32::MAX; ev.buffers.len()];
+    for e in ev.events.iter().filter(|e| e.alloc) {
+        node[e.buffer as usize] = e.node;
+    }
+    for (b, &id) in h.iter().enumerate() {
+        if id == u32::MAX {
+            continue;
+        }
+        if let Some((seg, off, size)) = al.block_location(id) {
+            live[seg as usize].push((off, size, b));
+        }
+    }
+    println!("segments open at the OOM (size, live bytes, live buffers):");
+    for (i, blocks) in live.iter_mut().enumerate() {
+        let i = i as u32;
+        let size = al.segment_size(i);
+        if al.segment_released(i) || size < 20 << 20 {
+            continue;
+        }
+        blocks.sort();
+        let used: u64 = blocks.iter().map(|b| b.1).sum();
+        let names: Vec<String> = blocks
+            .iter()
+            .take(6)
+            .map(|&(off, sz, b)| {
+                let name = p
+                    .graph
+                    .nodes
+                    .get(node[b] as usize)
+                    .map_or("-", |n| p.graph.name(n));
+                format!("{name}@{}M:{}M", off >> 20, sz >> 20)
+            })
+            .collect();
+        println!(
+            "  seg {i}: {} MiB, live {} MiB ({} blocks) {}",
+            size >> 20,
+            used >> 20,
+            blocks.len(),
+            names.join(" ")
+        );
+    }
 }
