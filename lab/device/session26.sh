@@ -7,7 +7,8 @@
 # device_map rows (grid29c, measured before on an H100 only) as grid29c_h200 (LIMIT
 # G29_LIMIT, default 330 s; 0 = none). Packed so that it all comes back: snapshots in 15 MiB
 # parts (snap_ID.part-NN), everything else in all.tgz.
-#     OUT=dir bash lab/device/session26.sh      (carry .whl)
+#     OUT=dir bash lab/device/session26.sh      (carry .whl; SNAPS=0: no snapshots; ARCHIVE: the
+#     archive's name, all.tgz)
 set -u
 FINAL="$OUT"
 W=/tmp/s26
@@ -24,7 +25,7 @@ snap() {  # ID CONFIG
         --out "/tmp/$1.pickle" > "$W/$1_measure.jsonl" 2> "$W/$1.log"
     gzip -c "/tmp/$1.pickle" > "/tmp/$1.pickle.gz" && split -b 15M -d "/tmp/$1.pickle.gz" "$FINAL/snap_$1.part-"
 }
-(snap c26b04 "$C26"; snap g2638 "$G38") &
+if [ "${SNAPS:-1}" != 0 ]; then (snap c26b04 "$C26"; snap g2638 "$G38") & fi
 case "$NAME" in
 *H200*)
     mkdir -p "$W/py31"
@@ -36,6 +37,6 @@ case "$NAME" in
     ;;
 esac
 wait
-tar -C "$W" -czf "$FINAL/all.tgz" .
+tar -C "$W" -czf "$FINAL/${ARCHIVE:-all.tgz}" .
 ls -la "$FINAL"
 tail -n 3 "$W"/*.log
