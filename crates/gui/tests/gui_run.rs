@@ -176,6 +176,7 @@ fn synthetic_run() -> Run {
         predicted_max_batch: predicted_max,
         trials,
         stopped: None,
+        inference: None,
     }
 }
 

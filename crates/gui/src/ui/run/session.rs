@@ -443,6 +443,7 @@ pub fn skeleton(
         predicted_max_batch,
         trials: Vec::new(),
         stopped: None,
+        inference: None,
     }
 }
 
