@@ -15,6 +15,7 @@ use vramlab_core::plan::search::{Budget, max_batch};
 use vramlab_core::record::{BenchEvent, EngineKind, Outcome, Run};
 use vramlab_core::sweep::BatchPlan;
 use vramlab_core::units::Bytes;
+use vramlab_device::bench::InferBench;
 use vramlab_device::bench::runner::{BenchRequest, run_blocking};
 
 #[derive(Debug, Args)]
@@ -67,7 +68,16 @@ fn pct(p: Option<f64>) -> String {
 
 /// The predicted max batch on the device the bench will use (NVML), else on `--gpu`.
 fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
-    let capacity = match vramlab_device::gpu::detect() {
+    let budget = Budget {
+        capacity: bench_capacity(train)?,
+        margin: 0.0,
+    };
+    Ok(max_batch(planner, budget, MAX_BATCH)?)
+}
+
+/// The memory of the device the bench will use (NVML), else of `--gpu`.
+fn bench_capacity(train: &TrainArgs) -> Result<Bytes> {
+    Ok(match vramlab_device::gpu::detect() {
         Some(g) => vramlab_core::plan::gpus::Gpu::detected(
             &g.name,
             g.total,
@@ -77,12 +87,22 @@ fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
         None => super::args::find_gpu(train.gpu.as_deref().unwrap_or(super::args::DEFAULT_GPU))?
             .0
             .memory(),
-    };
-    let budget = Budget {
-        capacity,
-        margin: 0.0,
-    };
-    Ok(max_batch(planner, budget, MAX_BATCH)?)
+    })
+}
+
+/// `--batch 4,8,16` or `--sweep` as a batch plan.
+fn batch_plan(a: &BenchArgs) -> Result<BatchPlan> {
+    Ok(match (&a.batch, a.sweep) {
+        (Some(list), false) => {
+            vramlab_words::batches::batch_list(list).map_err(anyhow::Error::msg)?
+        }
+        (None, true) => BatchPlan::UntilOom {
+            // 0: the runner seeds from the device the engine opens.
+            seed: 0,
+            limit: a.limit.clamp(1, MAX_BATCH),
+        },
+        _ => bail!("give --batch 4,8,16 or --sweep"),
+    })
 }
 
 pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
@@ -97,6 +117,9 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
     if a.steps == 0 || a.steps > 1000 {
         bail!("--steps: must be between 1 and 1000, got {}", a.steps);
     }
+    if super::infer::is_inference(&a.train) {
+        return cmd_bench_infer(&a, engine, out);
+    }
     let (preset, cfg) = resolve_model(&a.train)?;
     let planner = Planner::new(&preset, &cfg)?;
     if let Err(e) = vramlab_device::bench::world::check_config(engine, &cfg) {
@@ -109,17 +132,7 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
         bail!("{e}");
     }
     let predicted = predicted_max(&planner, &a.train)?;
-    let batches = match (&a.batch, a.sweep) {
-        (Some(list), false) => {
-            vramlab_words::batches::batch_list(list).map_err(anyhow::Error::msg)?
-        }
-        (None, true) => BatchPlan::UntilOom {
-            // 0: the runner seeds from the device the engine opens.
-            seed: 0,
-            limit: a.limit.clamp(1, MAX_BATCH),
-        },
-        _ => bail!("give --batch 4,8,16 or --sweep"),
-    };
+    let batches = batch_plan(&a)?;
     let req = BenchRequest {
         preset,
         config: cfg,
@@ -130,7 +143,50 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
         device_index: a.device,
         predicted_max_batch: predicted,
         runner_env: Vec::new(),
+        inference: None,
     };
+    run_and_write(&a, req, out)
+}
+
+/// `bench --step generate|prefill`: the inference planner of the flags predicts, the
+/// shipped `infer_runner.py` measures (PyTorch engine only).
+fn cmd_bench_infer(a: &BenchArgs, engine: EngineKind, out: &mut dyn Write) -> Result<()> {
+    let (preset, planner, hf_config) = super::infer::bench_planner(&a.train)?;
+    let capacity = bench_capacity(&a.train)?;
+    let predicted = planner.max_batch(
+        Budget {
+            capacity,
+            margin: 0.0,
+        },
+        MAX_BATCH,
+    )?;
+    let mut config = vramlab_core::plan::TrainConfig::default();
+    config.allocator = planner.config.allocator;
+    let req = BenchRequest {
+        preset,
+        config,
+        engine,
+        batches: batch_plan(a)?,
+        steps: 1,
+        python: a.python.clone(),
+        device_index: a.device,
+        predicted_max_batch: predicted,
+        runner_env: Vec::new(),
+        inference: Some(InferBench {
+            planner,
+            hf_config,
+        }),
+    };
+    if let Some(bench) = &req.inference {
+        vramlab_device::bench::infer::check(engine, &req, bench).map_err(anyhow::Error::msg)?;
+    }
+    run_and_write(a, req, out)
+}
+
+/// Runs `req` with progress on stderr, writes `--out` / `--csv`, prints the table or the
+/// JSON.
+fn run_and_write(a: &BenchArgs, req: BenchRequest, out: &mut dyn Write) -> Result<()> {
+    let engine = req.engine;
     let cancel = AtomicBool::new(false);
     let quiet = a.quiet || a.train.json;
     let mut last_phase = String::new();
@@ -212,6 +268,9 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
+    if let Some(inf) = &run.inference {
+        return write_infer_run(run, inf, out);
+    }
     writeln!(
         out,
         "{} · {} · {} · batch plan {}",
@@ -250,6 +309,11 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
     } else {
         write_torch_trials(run, out)?;
     }
+    write_end(run, out)
+}
+
+/// The largest batch that ran, the first OOM and how the run stopped.
+fn write_end(run: &Run, out: &mut dyn Write) -> Result<()> {
     match run.max_batch_ran() {
         Some(m) => writeln!(
             out,
@@ -263,6 +327,83 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "stopped: {s}")?;
     }
     Ok(())
+}
+
+/// An inference run: the call, then measured next to the inference planner's prediction per
+/// batch, with the errors of allocated, reserved and the process (nvidia-smi).
+fn write_infer_run(
+    run: &Run,
+    inf: &vramlab_core::record::InferRun,
+    out: &mut dyn Write,
+) -> Result<()> {
+    writeln!(
+        out,
+        "{} · {} · {} · batch plan {}",
+        run.model,
+        inf.describe(),
+        run.engine.label(),
+        run.predicted_max_batch
+            .map_or("(no prediction)".into(), |m| format!(
+                "(predicted max batch {m})"
+            ))
+    )?;
+    writeln!(
+        out,
+        "device: {} ({}), driver {}",
+        run.device.name,
+        run.device.total_bytes,
+        run.device.driver.as_deref().unwrap_or("?")
+    )?;
+    writeln!(
+        out,
+        "each trial: a fresh infer_runner.py process builds the model (random weights), runs \
+         the call once to warm up, then measures one call; predicted: vramlab's inference plan"
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10}",
+        "batch",
+        "outcome",
+        "alloc",
+        "reserved",
+        "process",
+        "pred.all",
+        "pred.res",
+        "pred.smi",
+        "err.all",
+        "err.res",
+        "err.smi",
+        "call ms"
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>9} {:>29} {:>29}",
+        "", "", "measured (GiB)", "predicted (GiB)"
+    )?;
+    for t in &run.trials {
+        let e = t.errors_pct();
+        let p = t.predicted;
+        writeln!(
+            out,
+            "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10}",
+            t.batch,
+            t.outcome.label(),
+            gib(t.peak_allocated),
+            gib(t.peak_reserved),
+            gib(t.process_bytes),
+            gib(p.map(|p| p.allocated)),
+            gib(p.map(|p| p.reserved)),
+            gib(p.map(|p| p.nvidia_smi)),
+            pct(e.allocated),
+            pct(e.reserved),
+            pct(e.nvidia_smi),
+            t.step_ms.map_or("—".into(), |v| format!("{v:.1}")),
+        )?;
+        if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
+            writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
+        }
+    }
+    write_end(run, out)
 }
 
 /// The native engine replays the plan with real buffers: its allocated/reserved are the plan
