@@ -596,6 +596,137 @@ pub fn cmd_profile(device: usize, json: bool, out: &mut dyn Write) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+    use vramlab_core::plan::inference::quant::Int8Outliers;
+    use vramlab_device::bench::infer::config_line;
+
+    const QWEN: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf_configs/Qwen2.5-0.5B.json"
+    );
+
+    /// `vramlab bench ARGS` as clap parses it.
+    fn bench_args(args: &[&str]) -> BenchArgs {
+        use clap::Parser;
+        let argv = ["vramlab", "bench"].iter().chain(args.iter()).copied();
+        match crate::cli::Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Some(crate::cli::Command::Bench(a))) => a,
+            other => panic!("not a bench command: {other:?}"),
+        }
+    }
+
+    /// The runner's config line of `bench ARGS` at `batch`, and the planner behind it.
+    fn runner_line(args: &[&str], batch: u64) -> (Value, InferBench) {
+        let a = bench_args(args);
+        let (preset, planner, hf_config) =
+            super::super::infer::bench_planner(&a.train).expect("planner");
+        let bench = InferBench { planner, hf_config };
+        let line = config_line(&preset, &bench, batch).expect("config line");
+        (serde_json::from_str(&line).expect("json"), bench)
+    }
+
+    /// The inference flags reach the runner as the planner plans them: the call, the cache,
+    /// the dtype, the attention, the decoding, the config.json given (its EOS token too).
+    #[test]
+    fn inference_flags_become_the_runner_config() {
+        let (v, bench) = runner_line(
+            &[
+                "--engine", "torch", "--model", QWEN, "--step", "generate", "--seq", "256",
+                "--new-tokens", "16", "--kv-cache", "static", "--precision", "fp16",
+                "--attention", "eager", "--do-sample", "--top-k", "20", "--batch", "1,4",
+            ],
+            4,
+        );
+        assert_eq!(v["step"], "generate");
+        assert_eq!(v["batch"], 4);
+        assert_eq!(v["prompt"], 256);
+        assert_eq!(v["new_tokens"], 16);
+        assert_eq!(v["kv_cache"], "static");
+        assert_eq!(v["precision"], "fp16");
+        assert_eq!(v["attention"], "eager");
+        assert_eq!(v["do_sample"], true);
+        assert_eq!(v["top_k"], 20);
+        assert_eq!(v["hf_config"]["model_type"], "qwen2");
+        assert_eq!(v["hf_config"]["eos_token_id"], 151643);
+        assert!(v.get("quant").is_none() && v.get("device_map").is_none(), "{v}");
+        assert_eq!(bench.planner.config.prompt, 256);
+
+        // a prefill takes neither new tokens nor a cache; LLM.int8 weights are planned with
+        // the outlier columns of the runner's random-init weights
+        let (v, bench) = runner_line(
+            &[
+                "--engine", "torch", "--model", QWEN, "--step", "prefill", "--seq", "128",
+                "--quant", "int8", "--batch", "2",
+            ],
+            2,
+        );
+        assert_eq!(v["step"], "prefill");
+        assert!(v.get("new_tokens").is_none() && v.get("kv_cache").is_none(), "{v}");
+        assert_eq!(v["quant"], "int8");
+        assert!(v.get("double_quant").is_none());
+        let q = bench.planner.quant.as_ref().expect("quantized");
+        assert!(matches!(q.outliers, Int8Outliers::RandomInit { .. }));
+
+        // accelerate's budget in bytes; a built-in preset sends no config.json
+        let (v, _) = runner_line(
+            &[
+                "--engine", "torch", "--model", "TinyLlama-1.1B", "--step", "generate", "--seq",
+                "64", "--new-tokens", "4", "--device-map", "auto", "--max-gpu-memory", "1GiB",
+                "--max-cpu-memory", "8GiB", "--batch", "1",
+            ],
+            1,
+        );
+        assert_eq!(v["device_map"], "auto");
+        assert_eq!(v["max_gpu_memory"], 1u64 << 30);
+        assert_eq!(v["max_cpu_memory"], 8u64 << 30);
+        assert_eq!(v["model"]["id"], "TinyLlama-1.1B");
+        assert!(v.get("hf_config").is_none(), "{v}");
+    }
+
+    /// An inference run's table: the call, measured beside the inference plan with the
+    /// errors of allocated, reserved and the process; no training columns.
+    #[test]
+    fn an_inference_run_prints_measured_against_the_inference_plan() {
+        use vramlab_core::record::{InferRun, Predicted, Trial};
+        let (_, bench) = runner_line(
+            &[
+                "--engine", "torch", "--model", QWEN, "--step", "generate", "--seq", "128",
+                "--new-tokens", "8", "--batch", "1",
+            ],
+            1,
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/bench/gpt2-torch.json");
+        let bytes = std::fs::read(path).expect("saved run");
+        let mut run = vramlab_core::export::results::run_from_json(&bytes).expect("run");
+        run.model = "Qwen2.5-0.5B".into();
+        run.inference = Some(InferRun::of(&bench.planner));
+        let p = bench.planner.peaks(2).expect("peaks");
+        let mut t = Trial::failed(0, 2, Outcome::Ran);
+        t.peak_allocated = Some(Bytes(p.allocated.0 * 100 / 98));
+        t.peak_reserved = Some(p.reserved);
+        t.process_bytes = Some(p.nvidia_smi);
+        t.step_ms = Some(321.0);
+        t.predicted = Some(Predicted {
+            allocated: p.allocated,
+            reserved: p.reserved,
+            nvidia_smi: p.nvidia_smi,
+        });
+        run.trials = vec![t];
+        run.stopped = None;
+        let mut out = Vec::new();
+        write_run(&run, &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.contains("Qwen2.5-0.5B · generate · prompt 128 + 8 new · bf16 · sdpa"),
+            "{text}"
+        );
+        assert!(text.contains("err.all") && text.contains("err.smi"), "{text}");
+        assert!(text.contains("-2.0%") && text.contains("+0.0%"), "{text}");
+        assert!(text.contains("fresh infer_runner.py process"), "{text}");
+        assert!(!text.contains("TFLOP/s") && !text.contains("freed"), "{text}");
+        assert!(text.contains("largest batch that ran: 2"), "{text}");
+    }
 
     fn table_of(file: &str) -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
