@@ -436,7 +436,10 @@ fn torch_engine_benches_a_generate_call_against_the_inference_plan() {
     use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
     use vramlab_device::bench::InferBench;
 
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/hf_configs/Qwen2.5-0.5B.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf_configs/Qwen2.5-0.5B.json"
+    );
     let text = std::fs::read_to_string(path).expect("config.json");
     let preset = vramlab_core::model::hf::from_config_text(&text, "Qwen2.5-0.5B").expect("preset");
     let cfg = InferConfig {
@@ -478,6 +481,10 @@ fn torch_engine_benches_a_generate_call_against_the_inference_plan() {
         );
         assert!(t.outcome.ran(), "{:?}", t.outcome);
         let e = t.errors_pct().allocated.expect("allocated error");
-        assert!(e.abs() <= 3.0, "batch {}: allocated {e:+.2} % off the plan", t.batch);
+        assert!(
+            e.abs() <= 3.0,
+            "batch {}: allocated {e:+.2} % off the plan",
+            t.batch
+        );
     }
 }

@@ -172,10 +172,7 @@ fn cmd_bench_infer(a: &BenchArgs, engine: EngineKind, out: &mut dyn Write) -> Re
         device_index: a.device,
         predicted_max_batch: predicted,
         runner_env: Vec::new(),
-        inference: Some(InferBench {
-            planner,
-            hf_config,
-        }),
+        inference: Some(InferBench { planner, hf_config }),
     };
     if let Some(bench) = &req.inference {
         vramlab_device::bench::infer::check(engine, &req, bench).map_err(anyhow::Error::msg)?;
@@ -631,9 +628,27 @@ mod tests {
     fn inference_flags_become_the_runner_config() {
         let (v, bench) = runner_line(
             &[
-                "--engine", "torch", "--model", QWEN, "--step", "generate", "--seq", "256",
-                "--new-tokens", "16", "--kv-cache", "static", "--precision", "fp16",
-                "--attention", "eager", "--do-sample", "--top-k", "20", "--batch", "1,4",
+                "--engine",
+                "torch",
+                "--model",
+                QWEN,
+                "--step",
+                "generate",
+                "--seq",
+                "256",
+                "--new-tokens",
+                "16",
+                "--kv-cache",
+                "static",
+                "--precision",
+                "fp16",
+                "--attention",
+                "eager",
+                "--do-sample",
+                "--top-k",
+                "20",
+                "--batch",
+                "1,4",
             ],
             4,
         );
@@ -648,7 +663,10 @@ mod tests {
         assert_eq!(v["top_k"], 20);
         assert_eq!(v["hf_config"]["model_type"], "qwen2");
         assert_eq!(v["hf_config"]["eos_token_id"], 151643);
-        assert!(v.get("quant").is_none() && v.get("device_map").is_none(), "{v}");
+        assert!(
+            v.get("quant").is_none() && v.get("device_map").is_none(),
+            "{v}"
+        );
         assert_eq!(bench.planner.config.prompt, 256);
 
         // a prefill takes neither new tokens nor a cache; LLM.int8 weights are planned with
@@ -661,7 +679,10 @@ mod tests {
             2,
         );
         assert_eq!(v["step"], "prefill");
-        assert!(v.get("new_tokens").is_none() && v.get("kv_cache").is_none(), "{v}");
+        assert!(
+            v.get("new_tokens").is_none() && v.get("kv_cache").is_none(),
+            "{v}"
+        );
         assert_eq!(v["quant"], "int8");
         assert!(v.get("double_quant").is_none());
         let q = bench.planner.quant.as_ref().expect("quantized");
@@ -670,9 +691,24 @@ mod tests {
         // accelerate's budget in bytes; a built-in preset sends no config.json
         let (v, _) = runner_line(
             &[
-                "--engine", "torch", "--model", "TinyLlama-1.1B", "--step", "generate", "--seq",
-                "64", "--new-tokens", "4", "--device-map", "auto", "--max-gpu-memory", "1GiB",
-                "--max-cpu-memory", "8GiB", "--batch", "1",
+                "--engine",
+                "torch",
+                "--model",
+                "TinyLlama-1.1B",
+                "--step",
+                "generate",
+                "--seq",
+                "64",
+                "--new-tokens",
+                "4",
+                "--device-map",
+                "auto",
+                "--max-gpu-memory",
+                "1GiB",
+                "--max-cpu-memory",
+                "8GiB",
+                "--batch",
+                "1",
             ],
             1,
         );
@@ -690,8 +726,18 @@ mod tests {
         use vramlab_core::record::{InferRun, Predicted, Trial};
         let (_, bench) = runner_line(
             &[
-                "--engine", "torch", "--model", QWEN, "--step", "generate", "--seq", "128",
-                "--new-tokens", "8", "--batch", "1",
+                "--engine",
+                "torch",
+                "--model",
+                QWEN,
+                "--step",
+                "generate",
+                "--seq",
+                "128",
+                "--new-tokens",
+                "8",
+                "--batch",
+                "1",
             ],
             1,
         );
@@ -721,10 +767,16 @@ mod tests {
             text.contains("Qwen2.5-0.5B · generate · prompt 128 + 8 new · bf16 · sdpa"),
             "{text}"
         );
-        assert!(text.contains("err.all") && text.contains("err.smi"), "{text}");
+        assert!(
+            text.contains("err.all") && text.contains("err.smi"),
+            "{text}"
+        );
         assert!(text.contains("-2.0%") && text.contains("+0.0%"), "{text}");
         assert!(text.contains("fresh infer_runner.py process"), "{text}");
-        assert!(!text.contains("TFLOP/s") && !text.contains("freed"), "{text}");
+        assert!(
+            !text.contains("TFLOP/s") && !text.contains("freed"),
+            "{text}"
+        );
         assert!(text.contains("largest batch that ran: 2"), "{text}");
     }
 

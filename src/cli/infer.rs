@@ -479,11 +479,9 @@ fn config_json(t: &TrainArgs) -> Result<Option<serde_json::Value>> {
     if !file.is_file() {
         return Ok(None);
     }
-    let text = vramlab_core::fsutil::read_bounded_string(
-        &file,
-        vramlab_core::fsutil::FileKind::Model,
-    )
-    .with_context(|| format!("--model: reading {}", file.display()))?;
+    let text =
+        vramlab_core::fsutil::read_bounded_string(&file, vramlab_core::fsutil::FileKind::Model)
+            .with_context(|| format!("--model: reading {}", file.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("--model: {} is not JSON", file.display()))?;
     Ok((v.get("model_type").is_some() && v.get("family").is_none()).then_some(v))

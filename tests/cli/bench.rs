@@ -132,10 +132,22 @@ fn bench_deepspeed_needs_deepspeed_in_the_python() {
 #[test]
 fn bench_refuses_inference_it_cannot_run() {
     use std::os::unix::fs::PermissionsExt;
-    let qwen = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/hf_configs/Qwen2.5-0.5B.json");
+    let qwen = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf_configs/Qwen2.5-0.5B.json"
+    );
     let base = [
-        "bench", "--model", qwen, "--step", "generate", "--seq", "128", "--new-tokens", "8",
-        "--batch", "1,2",
+        "bench",
+        "--model",
+        qwen,
+        "--step",
+        "generate",
+        "--seq",
+        "128",
+        "--new-tokens",
+        "8",
+        "--batch",
+        "1,2",
     ];
     let with = |extra: &[&'static str]| -> Vec<&'static str> {
         base.iter().chain(extra.iter()).copied().collect()
@@ -146,7 +158,14 @@ fn bench_refuses_inference_it_cannot_run() {
     );
     fails_with(&with(&["--engine", "native"]), "--engine torch");
     fails_with(
-        &with(&["--engine", "torch", "--quant", "int8", "--int8-outliers", "none"]),
+        &with(&[
+            "--engine",
+            "torch",
+            "--quant",
+            "int8",
+            "--int8-outliers",
+            "none",
+        ]),
         "--int8-outliers none: the PyTorch engine measures random-init weights",
     );
     fails_with(

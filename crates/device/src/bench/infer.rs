@@ -256,7 +256,8 @@ pub fn run_blocking(
     cancel: &AtomicBool,
     emit: &mut dyn FnMut(BenchEvent),
 ) -> Result<Run> {
-    let result = open(req, bench).and_then(|mut engine| run_with(req, bench, &mut engine, cancel, emit));
+    let result =
+        open(req, bench).and_then(|mut engine| run_with(req, bench, &mut engine, cancel, emit));
     if let Err(e) = &result {
         emit(BenchEvent::Failed {
             message: format!("{e:#}"),

@@ -14,10 +14,10 @@ use anyhow::Result;
 
 pub use super::engine::{Control, Engine, TrialJob};
 
-use vramlab_core::model::Preset;
-use vramlab_core::plan::search::{Budget, max_batch};
 use super::infer::InferBench;
+use vramlab_core::model::Preset;
 use vramlab_core::plan::config::AllocatorConfig;
+use vramlab_core::plan::search::{Budget, max_batch};
 use vramlab_core::plan::{Planner, TrainConfig};
 use vramlab_core::record::{
     BenchEvent, DeviceInfo, EngineKind, Outcome, Predicted, RUN_SCHEMA_VERSION, Run, Trial,

@@ -11,6 +11,7 @@ use super::tab::Tab;
 use super::vram_app::VramApp;
 use super::workers::{MonitorOpener, PendingShot, Spawner};
 use crate::ui::derived::BATCH_LIMIT;
+use crate::ui::inference::PlannerMode;
 use crate::ui::message::Message;
 use crate::ui::png::{self, PlotId};
 use crate::ui::run::RunCommand;
@@ -19,7 +20,6 @@ use crate::ui::run::results::results_ui;
 use crate::ui::run::session::{KeptRun, RunSource, skeleton};
 use vramlab_core::export::results::{run_from_json, run_to_csv, run_to_json, suggested_run_name};
 use vramlab_core::fsutil::write_atomic;
-use crate::ui::inference::PlannerMode;
 use vramlab_core::record::InferRun;
 use vramlab_device::bench::{BenchRequest, EngineKind, InferBench};
 
@@ -366,7 +366,10 @@ impl VramApp {
         };
         let infer = &self.derived.infer;
         let Some(planner) = infer.planner().cloned() else {
-            let e = infer.result().err().unwrap_or("the inference call is not planned");
+            let e = infer
+                .result()
+                .err()
+                .unwrap_or("the inference call is not planned");
             self.runs.error = Some(format!("Cannot run: {e}"));
             return;
         };

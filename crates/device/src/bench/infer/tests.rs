@@ -3,13 +3,13 @@
 
 use super::*;
 use crate::bench::engine::cancelled_trial;
+use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
 use vramlab_core::plan::distributed::{Distributed, Strategy};
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::device_map::MaxMemory;
 use vramlab_core::plan::inference::{Decoding, InferConfig, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
-use vramlab_core::plan::TrainConfig;
 use vramlab_core::units::Bytes;
 
 fn preset(name: &str) -> Preset {
@@ -76,7 +76,10 @@ fn the_config_line_is_the_lab_row_of_the_planned_call() {
     let f = InferBench::new(InferPlanner::new(&p, &cfg(InferStep::Prefill)).expect("plan"));
     let v = line(&f, 2);
     assert_eq!(v["step"], "prefill");
-    assert!(v.get("new_tokens").is_none() && v.get("kv_cache").is_none(), "{v}");
+    assert!(
+        v.get("new_tokens").is_none() && v.get("kv_cache").is_none(),
+        "{v}"
+    );
 }
 
 /// Sampling, beams, 4-bit weights and a device map reach the runner as the planner has
@@ -133,7 +136,10 @@ fn what_the_engine_cannot_run_is_refused_naming_the_flag() {
     let bench = InferBench::new(InferPlanner::new(&p, &cfg(InferStep::Generate)).expect("plan"));
     let native = request(EngineKind::Native, &bench, BatchPlan::List(vec![1]));
     let e = check(EngineKind::Native, &native, &bench).expect_err("native");
-    assert!(e.starts_with("--engine native") && e.contains("--engine torch"), "{e}");
+    assert!(
+        e.starts_with("--engine native") && e.contains("--engine torch"),
+        "{e}"
+    );
     let mut dist = request(EngineKind::Torch, &bench, BatchPlan::List(vec![1]));
     dist.config.distributed = Distributed::new(2, Strategy::Ddp);
     let e = check(EngineKind::Torch, &dist, &bench).expect_err("two GPUs");
@@ -251,13 +257,20 @@ fn trials_carry_the_inference_plan() {
         seen: Vec::new(),
     };
     let mut events = Vec::new();
-    let run = run_with(&req, &bench, &mut engine, &AtomicBool::new(false), &mut |e| {
-        events.push(e)
-    })
+    let run = run_with(
+        &req,
+        &bench,
+        &mut engine,
+        &AtomicBool::new(false),
+        &mut |e| events.push(e),
+    )
     .expect("run");
     assert_eq!(run.trials.len(), 3);
     let inf = run.inference.as_ref().expect("inference recorded");
-    assert_eq!((inf.step, inf.prompt, inf.new_tokens), (InferStep::Generate, 128, 8));
+    assert_eq!(
+        (inf.step, inf.prompt, inf.new_tokens),
+        (InferStep::Generate, 128, 8)
+    );
     assert_eq!(run.size, 128);
     for t in &run.trials[..2] {
         let planned = bench.planner.peaks(t.batch).expect("peaks");
@@ -266,7 +279,11 @@ fn trials_carry_the_inference_plan() {
         assert!((e + 0.99).abs() < 0.05, "{e}");
     }
     assert!(matches!(run.trials[2].outcome, Outcome::Oom { .. }));
-    let batches: Vec<u64> = engine.seen.iter().filter_map(|v| v["batch"].as_u64()).collect();
+    let batches: Vec<u64> = engine
+        .seen
+        .iter()
+        .filter_map(|v| v["batch"].as_u64())
+        .collect();
     assert_eq!(batches, vec![1, 4, 1024]);
     assert!(matches!(events.first(), Some(BenchEvent::Started { .. })));
     assert!(matches!(events.last(), Some(BenchEvent::Finished { .. })));
@@ -286,15 +303,24 @@ fn a_sweep_finds_the_boundary_from_the_inference_plan() {
     let req = request(
         EngineKind::Torch,
         &bench,
-        BatchPlan::UntilOom { seed: 0, limit: 4096 },
+        BatchPlan::UntilOom {
+            seed: 0,
+            limit: 4096,
+        },
     );
     let mut engine = Scripted {
         cap: 37,
         ratio: 1.0,
         seen: Vec::new(),
     };
-    let run = run_with(&req, &bench, &mut engine, &AtomicBool::new(false), &mut |_| {})
-        .expect("run");
+    let run = run_with(
+        &req,
+        &bench,
+        &mut engine,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .expect("run");
     let budget = Budget {
         capacity: Bytes(80 << 30),
         margin: 0.0,
