@@ -746,7 +746,7 @@ mod tests {
         let bytes = std::fs::read(path).expect("saved run");
         let mut run = vramlab_core::export::results::run_from_json(&bytes).expect("run");
         run.model = "Qwen2.5-0.5B".into();
-        run.inference = Some(InferRun::of(&bench.planner));
+        run.inference = Some(Box::new(InferRun::of(&bench.planner)));
         let p = bench.planner.peaks(2).expect("peaks");
         let mut t = Trial::failed(0, 2, Outcome::Ran);
         t.peak_allocated = Some(Bytes(p.allocated.0 * 100 / 98));

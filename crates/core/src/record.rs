@@ -322,7 +322,7 @@ pub struct Run {
     /// which `config` describes (an inference run's `config` holds only its allocator
     /// settings and `size` its prompt length).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inference: Option<InferRun>,
+    pub inference: Option<Box<InferRun>>,
 }
 
 /// The inference call a run measured, as the run record keeps it (the planner's

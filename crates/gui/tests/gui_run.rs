@@ -854,7 +854,7 @@ fn demo_infer_run(planner: &vramlab_core::plan::inference::InferPlanner) -> Run 
         predicted_max_batch: None,
         trials,
         stopped: None,
-        inference: Some(vramlab_core::record::InferRun::of(planner)),
+        inference: Some(Box::new(vramlab_core::record::InferRun::of(planner))),
     }
 }
 

@@ -222,7 +222,7 @@ pub fn run_with(
     });
     let mut run = new_run(req, device, bench.planner.config.prompt);
     run.config.allocator = bench.planner.config.allocator;
-    run.inference = Some(InferRun::of(&bench.planner));
+    run.inference = Some(Box::new(InferRun::of(&bench.planner)));
     let mut batches = req.batches.clone();
     if let BatchPlan::UntilOom { seed: 0, limit } = batches {
         let budget = Budget {

@@ -392,7 +392,7 @@ impl VramApp {
             planner.config.prompt,
             predicted_max,
         );
-        skel.inference = Some(InferRun::of(&planner));
+        skel.inference = Some(Box::new(InferRun::of(&planner)));
         let req = BenchRequest {
             preset,
             config,
