@@ -14,6 +14,7 @@ set -u
 OUT=${OUT:-/tmp/bench_infer}
 BIN=${VRAMLAB:-.device/vramlab}
 mkdir -p "$OUT"
+chmod +x "$BIN" 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/nvidia-smi.csv"
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers",
     transformers.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tee "$OUT/versions.txt"
@@ -36,6 +37,7 @@ import json, os, sys
 out = sys.argv[1]
 gib = lambda b: "—" if b is None else f"{b / 2**30:.3f}"
 pct = lambda m, p: "—" if not m or p is None else f"{100 * (p - m) / m:+.2f}%"
+pct_ran = pct
 for name in ("gen", "pre", "stat"):
     path = os.path.join(out, f"{name}.json")
     try:
@@ -52,8 +54,11 @@ for name in ("gen", "pre", "stat"):
     print(f"{'batch':>6} {'outcome':>8} {'alloc':>8} {'pred':>8} {'err':>8}  {'reserved':>8} "
           f"{'pred':>8} {'err':>8}  {'process':>8} {'pred.smi':>8} {'err':>8} {'ms':>8}")
     for t in run["trials"]:
+        pct = pct_ran
         p = t.get("predicted") or {}
         o = t["outcome"]["kind"]
+        if o != "ran":  # the peaks before an OOM are no prediction's error
+            pct = lambda m, p: "—"
         print(f"{t['batch']:>6} {o:>8} {gib(t.get('peak_allocated')):>8} {gib(p.get('allocated')):>8} "
               f"{pct(t.get('peak_allocated'), p.get('allocated')):>8}  {gib(t.get('peak_reserved')):>8} "
               f"{gib(p.get('reserved')):>8} {pct(t.get('peak_reserved'), p.get('reserved')):>8}  "

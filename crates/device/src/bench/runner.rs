@@ -1,7 +1,8 @@
 //! Drives an engine through a run: picks batches (list or sweep until OOM), attaches the
 //! planner's prediction to every trial, streams [`BenchEvent`]s, honours Cancel. A run
 //! can go on a worker thread ([`spawn`]) that talks to the UI through a bounded channel
-//! and stops when its [`BenchHandle`] is dropped.
+//! and stops when its [`BenchHandle`] is dropped. A request with an inference call goes
+//! to [`super::infer`] (the same sweep, the inference planner's predictions).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,6 +51,12 @@ pub struct BenchRequest {
 
 /// Opens the engine a request names (a clear error without a GPU / CUDA / PyTorch).
 pub fn open_engine(req: &BenchRequest) -> Result<Box<dyn Engine>> {
+    if req.inference.is_some() {
+        anyhow::bail!(
+            "an inference call runs through bench::infer (run_blocking dispatches it), not a \
+             training engine"
+        );
+    }
     // A world the engine cannot run is refused before anything starts (native + a
     // strategy, DeepSpeed, several nodes).
     super::world::check_config(req.engine, &req.config).map_err(anyhow::Error::msg)?;
