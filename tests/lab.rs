@@ -10,7 +10,7 @@ fn root() -> PathBuf {
 }
 
 /// The jobs that were the `*_on_device.sh` scripts before issue 28, by their `lab/run` names.
-const JOBS: [&str; 21] = [
+const JOBS: [&str; 22] = [
     "bench",
     "calibration",
     "capture",
@@ -25,6 +25,7 @@ const JOBS: [&str; 21] = [
     "grid29c",
     "grid30",
     "grid30_new",
+    "grid30_h200",
     "grid31_lightning",
     "hf",
     "large_batch",

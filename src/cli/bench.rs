@@ -15,6 +15,7 @@ use vramlab_core::plan::search::{Budget, max_batch};
 use vramlab_core::record::{BenchEvent, EngineKind, Outcome, Run};
 use vramlab_core::sweep::BatchPlan;
 use vramlab_core::units::Bytes;
+use vramlab_device::bench::InferBench;
 use vramlab_device::bench::runner::{BenchRequest, run_blocking};
 
 #[derive(Debug, Args)]
@@ -67,7 +68,16 @@ fn pct(p: Option<f64>) -> String {
 
 /// The predicted max batch on the device the bench will use (NVML), else on `--gpu`.
 fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
-    let capacity = match vramlab_device::gpu::detect() {
+    let budget = Budget {
+        capacity: bench_capacity(train)?,
+        margin: 0.0,
+    };
+    Ok(max_batch(planner, budget, MAX_BATCH)?)
+}
+
+/// The memory of the device the bench will use (NVML), else of `--gpu`.
+fn bench_capacity(train: &TrainArgs) -> Result<Bytes> {
+    Ok(match vramlab_device::gpu::detect() {
         Some(g) => vramlab_core::plan::gpus::Gpu::detected(
             &g.name,
             g.total,
@@ -77,12 +87,22 @@ fn predicted_max(planner: &Planner, train: &TrainArgs) -> Result<Option<u64>> {
         None => super::args::find_gpu(train.gpu.as_deref().unwrap_or(super::args::DEFAULT_GPU))?
             .0
             .memory(),
-    };
-    let budget = Budget {
-        capacity,
-        margin: 0.0,
-    };
-    Ok(max_batch(planner, budget, MAX_BATCH)?)
+    })
+}
+
+/// `--batch 4,8,16` or `--sweep` as a batch plan.
+fn batch_plan(a: &BenchArgs) -> Result<BatchPlan> {
+    Ok(match (&a.batch, a.sweep) {
+        (Some(list), false) => {
+            vramlab_words::batches::batch_list(list).map_err(anyhow::Error::msg)?
+        }
+        (None, true) => BatchPlan::UntilOom {
+            // 0: the runner seeds from the device the engine opens.
+            seed: 0,
+            limit: a.limit.clamp(1, MAX_BATCH),
+        },
+        _ => bail!("give --batch 4,8,16 or --sweep"),
+    })
 }
 
 pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
@@ -97,6 +117,9 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
     if a.steps == 0 || a.steps > 1000 {
         bail!("--steps: must be between 1 and 1000, got {}", a.steps);
     }
+    if super::infer::is_inference(&a.train) {
+        return cmd_bench_infer(&a, engine, out);
+    }
     let (preset, cfg) = resolve_model(&a.train)?;
     let planner = Planner::new(&preset, &cfg)?;
     if let Err(e) = vramlab_device::bench::world::check_config(engine, &cfg) {
@@ -109,17 +132,7 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
         bail!("{e}");
     }
     let predicted = predicted_max(&planner, &a.train)?;
-    let batches = match (&a.batch, a.sweep) {
-        (Some(list), false) => {
-            vramlab_words::batches::batch_list(list).map_err(anyhow::Error::msg)?
-        }
-        (None, true) => BatchPlan::UntilOom {
-            // 0: the runner seeds from the device the engine opens.
-            seed: 0,
-            limit: a.limit.clamp(1, MAX_BATCH),
-        },
-        _ => bail!("give --batch 4,8,16 or --sweep"),
-    };
+    let batches = batch_plan(&a)?;
     let req = BenchRequest {
         preset,
         config: cfg,
@@ -130,7 +143,47 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
         device_index: a.device,
         predicted_max_batch: predicted,
         runner_env: Vec::new(),
+        inference: None,
     };
+    run_and_write(&a, req, out)
+}
+
+/// `bench --step generate|prefill`: the inference planner of the flags predicts, the
+/// shipped `infer_runner.py` measures (PyTorch engine only).
+fn cmd_bench_infer(a: &BenchArgs, engine: EngineKind, out: &mut dyn Write) -> Result<()> {
+    let (preset, planner, hf_config) = super::infer::bench_planner(&a.train)?;
+    let capacity = bench_capacity(&a.train)?;
+    let predicted = planner.max_batch(
+        Budget {
+            capacity,
+            margin: 0.0,
+        },
+        MAX_BATCH,
+    )?;
+    let mut config = vramlab_core::plan::TrainConfig::default();
+    config.allocator = planner.config.allocator;
+    let req = BenchRequest {
+        preset,
+        config,
+        engine,
+        batches: batch_plan(a)?,
+        steps: 1,
+        python: a.python.clone(),
+        device_index: a.device,
+        predicted_max_batch: predicted,
+        runner_env: Vec::new(),
+        inference: Some(InferBench { planner, hf_config }),
+    };
+    if let Some(bench) = &req.inference {
+        vramlab_device::bench::infer::check(engine, &req, bench).map_err(anyhow::Error::msg)?;
+    }
+    run_and_write(a, req, out)
+}
+
+/// Runs `req` with progress on stderr, writes `--out` / `--csv`, prints the table or the
+/// JSON.
+fn run_and_write(a: &BenchArgs, req: BenchRequest, out: &mut dyn Write) -> Result<()> {
+    let engine = req.engine;
     let cancel = AtomicBool::new(false);
     let quiet = a.quiet || a.train.json;
     let mut last_phase = String::new();
@@ -212,6 +265,9 @@ pub fn cmd_bench(a: BenchArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
+    if let Some(inf) = &run.inference {
+        return write_infer_run(run, inf, out);
+    }
     writeln!(
         out,
         "{} · {} · {} · batch plan {}",
@@ -250,6 +306,11 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
     } else {
         write_torch_trials(run, out)?;
     }
+    write_end(run, out)
+}
+
+/// The largest batch that ran, the first OOM and how the run stopped.
+fn write_end(run: &Run, out: &mut dyn Write) -> Result<()> {
     match run.max_batch_ran() {
         Some(m) => writeln!(
             out,
@@ -263,6 +324,83 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "stopped: {s}")?;
     }
     Ok(())
+}
+
+/// An inference run: the call, then measured next to the inference planner's prediction per
+/// batch, with the errors of allocated, reserved and the process (nvidia-smi).
+fn write_infer_run(
+    run: &Run,
+    inf: &vramlab_core::record::InferRun,
+    out: &mut dyn Write,
+) -> Result<()> {
+    writeln!(
+        out,
+        "{} · {} · {} · batch plan {}",
+        run.model,
+        inf.describe(),
+        run.engine.label(),
+        run.predicted_max_batch
+            .map_or("(no prediction)".into(), |m| format!(
+                "(predicted max batch {m})"
+            ))
+    )?;
+    writeln!(
+        out,
+        "device: {} ({}), driver {}",
+        run.device.name,
+        run.device.total_bytes,
+        run.device.driver.as_deref().unwrap_or("?")
+    )?;
+    writeln!(
+        out,
+        "each trial: a fresh infer_runner.py process builds the model (random weights), runs \
+         the call once to warm up, then measures one call; predicted: vramlab's inference plan"
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10}",
+        "batch",
+        "outcome",
+        "alloc",
+        "reserved",
+        "process",
+        "pred.all",
+        "pred.res",
+        "pred.smi",
+        "err.all",
+        "err.res",
+        "err.smi",
+        "call ms"
+    )?;
+    writeln!(
+        out,
+        "{:>6} {:>9} {:>29} {:>29}",
+        "", "", "measured (GiB)", "predicted (GiB)"
+    )?;
+    for t in &run.trials {
+        let e = t.errors_pct();
+        let p = t.predicted;
+        writeln!(
+            out,
+            "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10}",
+            t.batch,
+            t.outcome.label(),
+            gib(t.peak_allocated),
+            gib(t.peak_reserved),
+            gib(t.process_bytes),
+            gib(p.map(|p| p.allocated)),
+            gib(p.map(|p| p.reserved)),
+            gib(p.map(|p| p.nvidia_smi)),
+            pct(e.allocated),
+            pct(e.reserved),
+            pct(e.nvidia_smi),
+            t.step_ms.map_or("—".into(), |v| format!("{v:.1}")),
+        )?;
+        if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
+            writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
+        }
+    }
+    write_end(run, out)
 }
 
 /// The native engine replays the plan with real buffers: its allocated/reserved are the plan
@@ -455,6 +593,192 @@ pub fn cmd_profile(device: usize, json: bool, out: &mut dyn Write) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+    use vramlab_core::plan::inference::quant::Int8Outliers;
+    use vramlab_device::bench::infer::config_line;
+
+    const QWEN: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf_configs/Qwen2.5-0.5B.json"
+    );
+
+    /// `vramlab bench ARGS` as clap parses it.
+    fn bench_args(args: &[&str]) -> BenchArgs {
+        use clap::Parser;
+        let argv = ["vramlab", "bench"].iter().chain(args.iter()).copied();
+        match crate::cli::Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Some(crate::cli::Command::Bench(a))) => a,
+            other => panic!("not a bench command: {other:?}"),
+        }
+    }
+
+    /// The runner's config line of `bench ARGS` at `batch`, and the planner behind it.
+    fn runner_line(args: &[&str], batch: u64) -> (Value, InferBench) {
+        let a = bench_args(args);
+        let (preset, planner, hf_config) =
+            super::super::infer::bench_planner(&a.train).expect("planner");
+        let bench = InferBench { planner, hf_config };
+        let line = config_line(&preset, &bench, batch).expect("config line");
+        (serde_json::from_str(&line).expect("json"), bench)
+    }
+
+    /// The inference flags reach the runner as the planner plans them: the call, the cache,
+    /// the dtype, the attention, the decoding, the config.json given (its EOS token too).
+    #[test]
+    fn inference_flags_become_the_runner_config() {
+        let (v, bench) = runner_line(
+            &[
+                "--engine",
+                "torch",
+                "--model",
+                QWEN,
+                "--step",
+                "generate",
+                "--seq",
+                "256",
+                "--new-tokens",
+                "16",
+                "--kv-cache",
+                "static",
+                "--precision",
+                "fp16",
+                "--attention",
+                "eager",
+                "--do-sample",
+                "--top-k",
+                "20",
+                "--batch",
+                "1,4",
+            ],
+            4,
+        );
+        assert_eq!(v["step"], "generate");
+        assert_eq!(v["batch"], 4);
+        assert_eq!(v["prompt"], 256);
+        assert_eq!(v["new_tokens"], 16);
+        assert_eq!(v["kv_cache"], "static");
+        assert_eq!(v["precision"], "fp16");
+        assert_eq!(v["attention"], "eager");
+        assert_eq!(v["do_sample"], true);
+        assert_eq!(v["top_k"], 20);
+        assert_eq!(v["hf_config"]["model_type"], "qwen2");
+        assert_eq!(v["hf_config"]["eos_token_id"], 151643);
+        assert!(
+            v.get("quant").is_none() && v.get("device_map").is_none(),
+            "{v}"
+        );
+        assert_eq!(bench.planner.config.prompt, 256);
+
+        // a prefill takes neither new tokens nor a cache; LLM.int8 weights are planned with
+        // the outlier columns of the runner's random-init weights
+        let (v, bench) = runner_line(
+            &[
+                "--engine", "torch", "--model", QWEN, "--step", "prefill", "--seq", "128",
+                "--quant", "int8", "--batch", "2",
+            ],
+            2,
+        );
+        assert_eq!(v["step"], "prefill");
+        assert!(
+            v.get("new_tokens").is_none() && v.get("kv_cache").is_none(),
+            "{v}"
+        );
+        assert_eq!(v["quant"], "int8");
+        assert!(v.get("double_quant").is_none());
+        let q = bench.planner.quant.as_ref().expect("quantized");
+        assert!(matches!(q.outliers, Int8Outliers::RandomInit { .. }));
+
+        // accelerate's budget in bytes; a built-in preset sends no config.json
+        let (v, _) = runner_line(
+            &[
+                "--engine",
+                "torch",
+                "--model",
+                "TinyLlama-1.1B",
+                "--step",
+                "generate",
+                "--seq",
+                "64",
+                "--new-tokens",
+                "4",
+                "--device-map",
+                "auto",
+                "--max-gpu-memory",
+                "1GiB",
+                "--max-cpu-memory",
+                "8GiB",
+                "--batch",
+                "1",
+            ],
+            1,
+        );
+        assert_eq!(v["device_map"], "auto");
+        assert_eq!(v["max_gpu_memory"], 1u64 << 30);
+        assert_eq!(v["max_cpu_memory"], 8u64 << 30);
+        assert_eq!(v["model"]["id"], "TinyLlama-1.1B");
+        assert!(v.get("hf_config").is_none(), "{v}");
+    }
+
+    /// An inference run's table: the call, measured beside the inference plan with the
+    /// errors of allocated, reserved and the process; no training columns.
+    #[test]
+    fn an_inference_run_prints_measured_against_the_inference_plan() {
+        use vramlab_core::record::{InferRun, Predicted, Trial};
+        let (_, bench) = runner_line(
+            &[
+                "--engine",
+                "torch",
+                "--model",
+                QWEN,
+                "--step",
+                "generate",
+                "--seq",
+                "128",
+                "--new-tokens",
+                "8",
+                "--batch",
+                "1",
+            ],
+            1,
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/bench/gpt2-torch.json");
+        let bytes = std::fs::read(path).expect("saved run");
+        let mut run = vramlab_core::export::results::run_from_json(&bytes).expect("run");
+        run.model = "Qwen2.5-0.5B".into();
+        run.inference = Some(Box::new(InferRun::of(&bench.planner)));
+        let p = bench.planner.peaks(2).expect("peaks");
+        let mut t = Trial::failed(0, 2, Outcome::Ran);
+        t.peak_allocated = Some(Bytes(p.allocated.0 * 100 / 98));
+        t.peak_reserved = Some(p.reserved);
+        t.process_bytes = Some(p.nvidia_smi);
+        t.step_ms = Some(321.0);
+        t.predicted = Some(Predicted {
+            allocated: p.allocated,
+            reserved: p.reserved,
+            nvidia_smi: p.nvidia_smi,
+        });
+        run.trials = vec![t];
+        run.stopped = None;
+        let mut out = Vec::new();
+        write_run(&run, &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.contains("Qwen2.5-0.5B · generate · prompt 128 + 8 new · bf16 · sdpa"),
+            "{text}"
+        );
+        assert!(
+            text.contains("err.all") && text.contains("err.smi"),
+            "{text}"
+        );
+        assert!(text.contains("-2.0%") && text.contains("+0.0%"), "{text}");
+        assert!(text.contains("fresh infer_runner.py process"), "{text}");
+        assert!(
+            !text.contains("TFLOP/s") && !text.contains("freed"),
+            "{text}"
+        );
+        assert!(text.contains("largest batch that ran: 2"), "{text}");
+    }
 
     fn table_of(file: &str) -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);

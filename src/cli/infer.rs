@@ -438,6 +438,55 @@ fn planner(
     })
 }
 
+/// What `bench --step generate|prefill` measures: the model, the inference planner of the
+/// flags (built once; it predicts every trial) and, when `--model` is a config.json file or
+/// a folder holding one, that file's object (the runner builds the model from it as the lab
+/// did). The runner's weights are random, so LLM.int8 (`--quant int8`) is planned with the
+/// outlier columns of random-init weights unless `--int8-outliers` says otherwise.
+#[cfg(feature = "app")]
+pub(super) fn bench_planner(
+    t: &TrainArgs,
+) -> Result<(Preset, InferPlanner, Option<serde_json::Value>)> {
+    let (preset, cfg, dec, quant) = resolve_quant(t, 1)?;
+    let planner = match device_map_budget(t)? {
+        Some(m) => InferPlanner::with_device_map(&preset, &cfg, &dec, m)?,
+        None => {
+            let outliers = match (&t.int8_outliers, quant) {
+                (None, Some(q)) if !q.quant.is_4bit() => Int8Outliers::RandomInit {
+                    std: DEFAULT_INITIALIZER_RANGE,
+                },
+                _ => int8_outliers(t, quant)?,
+            };
+            InferPlanner::with_quant(&preset, &cfg, &dec, quant)?.with_int8_outliers(outliers)
+        }
+    };
+    Ok((preset, planner, config_json(t)?))
+}
+
+/// The config.json object `--model` names (a file with `model_type`, or a folder's
+/// config.json), `None` for a preset or a Hub id.
+#[cfg(feature = "app")]
+fn config_json(t: &TrainArgs) -> Result<Option<serde_json::Value>> {
+    let Some(name) = t.model.as_deref() else {
+        return Ok(None);
+    };
+    let path = std::path::Path::new(name.trim());
+    let file = if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    };
+    if !file.is_file() {
+        return Ok(None);
+    }
+    let text =
+        vramlab_core::fsutil::read_bounded_string(&file, vramlab_core::fsutil::FileKind::Model)
+            .with_context(|| format!("--model: reading {}", file.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("--model: {} is not JSON", file.display()))?;
+    Ok((v.get("model_type").is_some() && v.get("family").is_none()).then_some(v))
+}
+
 pub fn cmd_plan(t: &TrainArgs, batch: Option<u64>, out: &mut dyn Write) -> Result<()> {
     let (preset, cfg, dec, quant) = resolve_quant(t, batch.unwrap_or(1))?;
     let (gpu, budget) = t.budget()?;

@@ -1,4 +1,5 @@
-//! `bench` refusals that need no GPU: worlds it cannot run, DeepSpeed missing.
+//! `bench` refusals that need no GPU: worlds it cannot run, DeepSpeed missing, inference
+//! calls (`--step generate|prefill`) the engines cannot run, a Python without PyTorch.
 
 use super::{fails_with, vramlab};
 
@@ -122,6 +123,87 @@ fn bench_deepspeed_needs_deepspeed_in_the_python() {
         !ok && err.contains("DeepSpeed only") && !err.contains("not importable"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An inference bench (issue 29) refuses what it cannot run before anything starts, naming
+/// the flag; a Python without PyTorch fails with the reason, as the training bench does.
+#[cfg(unix)]
+#[test]
+fn bench_refuses_inference_it_cannot_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let qwen = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/hf_configs/Qwen2.5-0.5B.json"
+    );
+    let base = [
+        "bench",
+        "--model",
+        qwen,
+        "--step",
+        "generate",
+        "--seq",
+        "128",
+        "--new-tokens",
+        "8",
+        "--batch",
+        "1,2",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra.iter()).copied().collect()
+    };
+    fails_with(
+        &with(&["--engine", "native"]),
+        "--engine native: the native engine replays training steps",
+    );
+    fails_with(&with(&["--engine", "native"]), "--engine torch");
+    fails_with(
+        &with(&[
+            "--engine",
+            "torch",
+            "--quant",
+            "int8",
+            "--int8-outliers",
+            "none",
+        ]),
+        "--int8-outliers none: the PyTorch engine measures random-init weights",
+    );
+    fails_with(
+        &with(&["--engine", "torch", "--optimizer", "adamw"]),
+        "--optimizer: a training setting",
+    );
+    fails_with(
+        &with(&["--engine", "torch", "--gpus", "2", "--strategy", "ddp"]),
+        "--gpus / --strategy",
+    );
+    fails_with(
+        &[
+            "bench", "--engine", "torch", "--model", "gpt2", "--step", "prefill", "--seq", "64",
+            "--batch", "1",
+        ],
+        "not modelled yet for the gpt2 family",
+    );
+    fails_with(
+        &[
+            "bench", "--engine", "torch", "--model", qwen, "--step", "generate", "--seq", "64",
+            "--batch", "1",
+        ],
+        "--new-tokens",
+    );
+    // a Python without PyTorch: the reason, no panic
+    let dir = std::env::temp_dir().join(format!("vramlab-cli-infer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let python = dir.join("python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n",
+    )
+    .expect("fake python");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let py = python.display().to_string();
+    let mut args: Vec<&str> = with(&["--engine", "torch", "--python"]);
+    args.push(&py);
+    fails_with(&args, "No module named 'torch'");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::TrainConfig;
+use crate::plan::inference::setting::dtype_name;
+use crate::plan::inference::{InferPlanner, InferStep, KvCache};
 use crate::units::Bytes;
 
 /// Which engine measured.
@@ -316,6 +318,78 @@ pub struct Run {
     /// How the run ended early, if it did (cancelled, engine failure).
     #[serde(default)]
     pub stopped: Option<String>,
+    /// The inference call measured (`--step generate|prefill`); absent for a training step,
+    /// which `config` describes (an inference run's `config` holds only its allocator
+    /// settings and `size` its prompt length).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference: Option<Box<InferRun>>,
+}
+
+/// The inference call a run measured, as the run record keeps it (the planner's
+/// [`crate::plan::inference::InferPlanner`] is rebuilt from the model and these words).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InferRun {
+    pub step: InferStep,
+    /// Prompt tokens per sequence.
+    pub prompt: u64,
+    /// Tokens generated per sequence (0 for a prefill).
+    pub new_tokens: u64,
+    /// The weights' dtype: `bf16`, `fp16` or `fp32`.
+    pub precision: String,
+    /// `sdpa` or `eager`.
+    pub attention: String,
+    pub kv_cache: KvCache,
+    /// The decoding of a `generate` that is not greedy ("multinomial sampling, top-k 50").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoding: Option<String>,
+    /// bitsandbytes weights ("nf4, double quantization").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quant: Option<String>,
+    /// accelerate's `device_map="auto"`: where the modules went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_map: Option<String>,
+}
+
+impl InferRun {
+    /// What `planner` plans, as a run records it.
+    pub fn of(planner: &InferPlanner) -> InferRun {
+        let c = &planner.config;
+        InferRun {
+            step: c.step,
+            prompt: c.prompt,
+            new_tokens: c.new_tokens,
+            precision: dtype_name(c.dtype).to_string(),
+            attention: c.attention.as_str().to_string(),
+            kv_cache: c.kv_cache,
+            decoding: (!planner.decoding.is_greedy()).then(|| planner.decoding.describe()),
+            quant: planner
+                .quant
+                .as_ref()
+                .map(|q| crate::plan::inference::quant::describe(q.quant)),
+            device_map: planner.placement.as_ref().map(|p| p.summary()),
+        }
+    }
+
+    /// "generate · prompt 128 + 8 new · bf16 · dynamic KV cache" (and the quantization,
+    /// decoding or device map where set).
+    pub fn describe(&self) -> String {
+        let mut parts = vec![self.step.as_str().to_string()];
+        match self.step {
+            InferStep::Generate => {
+                parts.push(format!("prompt {} + {} new", self.prompt, self.new_tokens));
+            }
+            InferStep::Prefill => parts.push(format!("prompt {}", self.prompt)),
+        }
+        parts.push(self.precision.clone());
+        parts.push(self.attention.clone());
+        if self.step == InferStep::Generate {
+            parts.push(format!("{} KV cache", self.kv_cache.as_str()));
+        }
+        parts.extend(self.decoding.clone());
+        parts.extend(self.quant.clone());
+        parts.extend(self.device_map.as_ref().map(|d| format!("device_map {d}")));
+        parts.join(" · ")
+    }
 }
 
 /// Layout version of [`Run`].
@@ -342,10 +416,13 @@ impl Run {
 
     /// Short title for lists: "gpt2 · amp-bf16 · native · H200".
     pub fn title(&self) -> String {
+        let what = match &self.inference {
+            Some(i) => format!("{} {}", i.step.as_str(), i.precision),
+            None => self.config.precision.as_str().to_string(),
+        };
         format!(
-            "{} · {} · {} · {}",
+            "{} · {what} · {} · {}",
             self.model,
-            self.config.precision.as_str(),
             self.engine.as_str(),
             self.device.name
         )

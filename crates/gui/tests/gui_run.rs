@@ -176,6 +176,7 @@ fn synthetic_run() -> Run {
         predicted_max_batch: predicted_max,
         trials,
         stopped: None,
+        inference: None,
     }
 }
 
@@ -796,4 +797,152 @@ fn a_distributed_run_shows_its_world_and_every_rank() {
     assert_shows(&h, "rank 0: allocated 1.00 GiB · reserved 3.00 GiB");
     assert_shows(&h, "rank 1: allocated 2.00 GiB");
     assert_shows(&h, "max over 2 ranks: allocated 2.00 GiB");
+}
+
+/// DEMO data, not a measurement: an inference run (TinyLlama-1.1B generate, prompt 512 + 128
+/// new tokens, bf16, the planner's Inference-mode default call) built from the inference
+/// plan's own prediction plus 1–3 %, on an H200, batches 1, 8 and 32, then an OOM at 4096.
+fn demo_infer_run(planner: &vramlab_core::plan::inference::InferPlanner) -> Run {
+    let h200 = vramlab_words::find_gpu("h200").expect("h200");
+    let scale = |b: Bytes, f: f64| Bytes((b.0 as f64 * f) as u64);
+    let trials = [1u64, 8, 32, 4096]
+        .iter()
+        .enumerate()
+        .map(|(i, &batch)| {
+            let p = planner.peaks(batch).expect("peaks");
+            let predicted = Some(Predicted {
+                allocated: p.allocated,
+                reserved: p.reserved,
+                nvidia_smi: p.nvidia_smi,
+            });
+            let mut t = if batch == 4096 {
+                Trial::failed(
+                    i as u32,
+                    batch,
+                    Outcome::Oom {
+                        message: "CUDA out of memory. Tried to allocate 7.81 GiB".into(),
+                    },
+                )
+            } else {
+                let mut t = Trial::failed(i as u32, batch, Outcome::Ran);
+                t.peak_allocated = Some(scale(p.allocated, 1.01));
+                t.peak_reserved = Some(scale(p.reserved, 1.03));
+                t.process_bytes = Some(scale(p.nvidia_smi, 1.02));
+                t.step_ms = Some(900.0 + 40.0 * batch as f64);
+                t
+            };
+            t.predicted = predicted;
+            t
+        })
+        .collect();
+    let mut config = TrainConfig::default();
+    config.allocator = planner.config.allocator;
+    Run {
+        schema_version: RUN_SCHEMA_VERSION,
+        engine: EngineKind::Torch,
+        device: DeviceInfo {
+            name: "NVIDIA H200 (demo)".into(),
+            total_bytes: h200.memory(),
+            driver: Some("580.159.04".into()),
+            ..DeviceInfo::default()
+        },
+        model: "TinyLlama-1.1B".into(),
+        config,
+        size: planner.config.prompt,
+        started_unix: 1_767_000_000,
+        vramlab_version: env!("CARGO_PKG_VERSION").into(),
+        predicted_max_batch: None,
+        trials,
+        stopped: None,
+        inference: Some(Box::new(vramlab_core::record::InferRun::of(planner))),
+    }
+}
+
+/// Issue 29: with the planner in Inference mode the Run tab benches the inference call —
+/// the PyTorch engine (no engine choice, no steps), the request carries the Inference
+/// mode's planner, each trial is compared with the inference plan, and the plot's predicted
+/// curve is the inference plan's (a replay of demo data; CI has no GPU).
+#[test]
+fn inference_mode_runs_the_inference_bench() {
+    use vramlab_core::plan::inference::{InferPlanner, InferStep};
+    let (app, reqs) = replay_app(Vec::new());
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Inference call").click();
+    h.run();
+    h.get_by_label("Search").click();
+    h.run();
+    h.get_by_label("Search").type_text("Tiny");
+    h.run();
+    h.get_by_label("TinyLlama 1.1B").click();
+    h.run();
+    let planner: InferPlanner = h
+        .state()
+        .derived()
+        .infer
+        .planner()
+        .cloned()
+        .expect("TinyLlama's inference planner");
+    let run = demo_infer_run(&planner);
+    let events = events_of(&run);
+    h.state_mut().set_spawner(Box::new({
+        let reqs = reqs.clone();
+        move |req, _notify| {
+            reqs.borrow_mut().push(req);
+            BenchHandle::replay(events.clone())
+        }
+    }));
+    open_tab(&mut h, Tab::Run);
+    assert_shows(&h, "Measures the planner's inference call:");
+    assert_shows(
+        &h,
+        "TinyLlama 1.1B · generate · prompt 512 + 128 new · bf16 · sdpa · dynamic KV cache",
+    );
+    assert!(h.query_by_label("Steps per trial").is_none());
+    assert!(h.query_by_label(EngineKind::Native.label()).is_none());
+    assert!(h.query_by_label("Python").is_some());
+    assert_shows(&h, "each batch runs in a fresh infer_runner.py process");
+    h.get_by_label("Start").click();
+    h.run();
+    let req = reqs.borrow()[0].clone();
+    assert_eq!(req.engine, EngineKind::Torch);
+    assert_eq!(req.preset.id, "TinyLlama-1.1B");
+    let bench = req.inference.as_ref().expect("an inference request");
+    assert_eq!(bench.planner.config.step, InferStep::Generate);
+    assert_eq!(
+        (bench.planner.config.prompt, bench.planner.config.new_tokens),
+        (512, 128)
+    );
+    // the batches proposed from the inference plan's max batch, not the training plan's
+    let max = h.state().derived().infer.max_batch();
+    assert_eq!(req.predicted_max_batch, max);
+    assert_eq!(
+        req.batches,
+        BatchPlan::List(vramlab_gui::ui::run::proposed_batches(max))
+    );
+
+    let runs = h.state().runs();
+    assert!(!runs.is_running());
+    let shown = runs.shown().expect("shown run");
+    assert_eq!(shown.run, run);
+    // the predicted curve is the inference plan's
+    let curve = shown.curve().expect("a predicted curve");
+    let pt = curve.points.iter().find(|p| p.batch > 1).expect("a point");
+    assert_eq!(
+        pt.allocated,
+        planner.peaks(pt.batch).expect("peaks").allocated
+    );
+    assert_shows(&h, "generate · prompt 512 + 128 new");
+    assert_shows(&h, "Peak memory vs batch size");
+    assert_shows(&h, "Largest batch that ran");
+    assert_shows(&h, "Finished: 4 trials.");
+    for t in &run.trials {
+        assert!(
+            h.query_all_by_label(&t.batch.to_string()).next().is_some(),
+            "row of batch {}",
+            t.batch
+        );
+    }
+    // measured 1 % over the plan: the error the table shows
+    assert_shows(&h, "-1.0 %");
 }

@@ -266,6 +266,7 @@ mod tests {
                 ),
             ],
             stopped: None,
+            inference: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Drives an engine through a run: picks batches (list or sweep until OOM), attaches the
 //! planner's prediction to every trial, streams [`BenchEvent`]s, honours Cancel. A run
 //! can go on a worker thread ([`spawn`]) that talks to the UI through a bounded channel
-//! and stops when its [`BenchHandle`] is dropped.
+//! and stops when its [`BenchHandle`] is dropped. A request with an inference call goes
+//! to [`super::infer`] (the same sweep, the inference planner's predictions).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,11 +15,13 @@ use anyhow::Result;
 
 pub use super::engine::{Control, Engine, TrialJob};
 
+use super::infer::InferBench;
 use vramlab_core::model::Preset;
+use vramlab_core::plan::config::AllocatorConfig;
 use vramlab_core::plan::search::{Budget, max_batch};
 use vramlab_core::plan::{Planner, TrainConfig};
 use vramlab_core::record::{
-    BenchEvent, EngineKind, Outcome, Predicted, RUN_SCHEMA_VERSION, Run, Trial,
+    BenchEvent, DeviceInfo, EngineKind, Outcome, Predicted, RUN_SCHEMA_VERSION, Run, Trial,
 };
 use vramlab_core::sweep::{BatchPlan, Sweep};
 
@@ -40,10 +43,20 @@ pub struct BenchRequest {
     pub predicted_max_batch: Option<u64>,
     /// Extra environment for the PyTorch runner process (tests inject faults with it).
     pub runner_env: Vec<(String, String)>,
+    /// An inference call (`--step generate|prefill`) instead of a training step: its
+    /// planner predicts every trial and `infer_runner.py` measures it (PyTorch engine only;
+    /// `config` then gives only the allocator settings).
+    pub inference: Option<InferBench>,
 }
 
 /// Opens the engine a request names (a clear error without a GPU / CUDA / PyTorch).
 pub fn open_engine(req: &BenchRequest) -> Result<Box<dyn Engine>> {
+    if req.inference.is_some() {
+        anyhow::bail!(
+            "an inference call runs through bench::infer (run_blocking dispatches it), not a \
+             training engine"
+        );
+    }
     // A world the engine cannot run is refused before anything starts (native + a
     // strategy, DeepSpeed, several nodes).
     super::world::check_config(req.engine, &req.config).map_err(anyhow::Error::msg)?;
@@ -52,18 +65,7 @@ pub fn open_engine(req: &BenchRequest) -> Result<Box<dyn Engine>> {
             req.device_index,
         )?)),
         EngineKind::Torch => {
-            let mut env = req.runner_env.clone();
-            // The allocator settings of the plan apply to the real run too.
-            let mut conf = Vec::new();
-            if req.config.allocator.expandable_segments {
-                conf.push("expandable_segments:True".to_string());
-            }
-            if let Some(mb) = req.config.allocator.max_split_size_mb {
-                conf.push(format!("max_split_size_mb:{mb}"));
-            }
-            if !conf.is_empty() {
-                env.push(("PYTORCH_CUDA_ALLOC_CONF".into(), conf.join(",")));
-            }
+            let env = runner_env(req, req.config.allocator);
             if req.config.distributed.active() {
                 return Ok(Box::new(super::dist::DistEngine::open(
                     req.python.clone(),
@@ -79,6 +81,23 @@ pub fn open_engine(req: &BenchRequest) -> Result<Box<dyn Engine>> {
             )?))
         }
     }
+}
+
+/// The runner process's environment: the request's, and the plan's allocator settings
+/// (they apply to the real run too).
+pub(crate) fn runner_env(req: &BenchRequest, allocator: AllocatorConfig) -> Vec<(String, String)> {
+    let mut env = req.runner_env.clone();
+    let mut conf = Vec::new();
+    if allocator.expandable_segments {
+        conf.push("expandable_segments:True".to_string());
+    }
+    if let Some(mb) = allocator.max_split_size_mb {
+        conf.push(format!("max_split_size_mb:{mb}"));
+    }
+    if !conf.is_empty() {
+        env.push(("PYTORCH_CUDA_ALLOC_CONF".into(), conf.join(",")));
+    }
+    env
 }
 
 fn now_unix() -> u64 {
@@ -102,20 +121,7 @@ pub fn run_with(
         device: device.clone(),
         planned: req.batches.planned(),
     });
-    let mut run = Run {
-        schema_version: RUN_SCHEMA_VERSION,
-        engine: req.engine,
-        device,
-        model: req.preset.id.clone(),
-        config: req.config,
-        size: planner.size,
-        started_unix: now_unix(),
-        vramlab_version: env!("CARGO_PKG_VERSION").to_string(),
-        predicted_max_batch: req.predicted_max_batch,
-        trials: Vec::new(),
-        stopped: None,
-    };
-    let sweeping = matches!(req.batches, BatchPlan::UntilOom { .. });
+    let mut run = new_run(req, device, planner.size);
     let mut batches = req.batches.clone();
     if let BatchPlan::UntilOom { seed: 0, limit } = batches {
         // Seed from the device the engine really has (its CUDA-visible total).
@@ -127,6 +133,62 @@ pub fn run_with(
         run.predicted_max_batch = Some(seed);
         batches = BatchPlan::UntilOom { seed, limit };
     }
+    let steps = req.steps.max(1);
+    let mut trial = |index: u32, batch: u64, ctl: &mut Control<'_>| {
+        let job = TrialJob {
+            preset: &req.preset,
+            planner: &planner,
+            index,
+            batch,
+            steps,
+        };
+        guarded_trial(job.index, job.batch, ctl, |ctl| engine.trial(&job, ctl))
+    };
+    let predict = |batch: u64| {
+        planner.peaks(batch).ok().map(|p| Predicted {
+            allocated: p.allocated,
+            reserved: p.reserved,
+            nvidia_smi: p.nvidia_smi,
+        })
+    };
+    sweep_trials(batches, &mut run, cancel, emit, &mut trial, &predict);
+    emit(BenchEvent::Finished { run: run.clone() });
+    Ok(run)
+}
+
+/// The run record of `req` before any trial.
+pub(crate) fn new_run(req: &BenchRequest, device: DeviceInfo, size: u64) -> Run {
+    Run {
+        schema_version: RUN_SCHEMA_VERSION,
+        engine: req.engine,
+        device,
+        model: req.preset.id.clone(),
+        config: req.config,
+        size,
+        started_unix: now_unix(),
+        vramlab_version: env!("CARGO_PKG_VERSION").to_string(),
+        predicted_max_batch: req.predicted_max_batch,
+        trials: Vec::new(),
+        stopped: None,
+        inference: None,
+    }
+}
+
+/// A trial run at `(index, batch)` under a [`Control`].
+pub(crate) type TrialFn<'a> = dyn FnMut(u32, u64, &mut Control<'_>) -> Trial + 'a;
+
+/// The trials of `batches` (a list, or a sweep until OOM that bisects to the boundary): each
+/// one run by `trial`, given `predict`'s prediction for its batch, streamed as
+/// [`BenchEvent::TrialDone`] and pushed onto `run`. Training and inference runs share it.
+pub(crate) fn sweep_trials(
+    batches: BatchPlan,
+    run: &mut Run,
+    cancel: &AtomicBool,
+    emit: &mut dyn FnMut(BenchEvent),
+    trial: &mut TrialFn<'_>,
+    predict: &dyn Fn(u64) -> Option<Predicted>,
+) {
+    let sweeping = matches!(batches, BatchPlan::UntilOom { .. });
     let mut sweep = Sweep::new(batches);
     while let Some(batch) = sweep.next_batch() {
         if cancel.load(Ordering::Relaxed) {
@@ -134,27 +196,14 @@ pub fn run_with(
             break;
         }
         let index = run.trials.len() as u32;
-        let mut trial = {
+        let mut t = {
             let mut ctl = Control::new(cancel, emit);
-            let job = TrialJob {
-                preset: &req.preset,
-                planner: &planner,
-                index,
-                batch,
-                steps: req.steps.max(1),
-            };
-            guarded_trial(engine, &job, &mut ctl)
+            trial(index, batch, &mut ctl)
         };
-        trial.predicted = planner.peaks(batch).ok().map(|p| Predicted {
-            allocated: p.allocated,
-            reserved: p.reserved,
-            nvidia_smi: p.nvidia_smi,
-        });
-        let outcome = trial.outcome.clone();
-        emit(BenchEvent::TrialDone {
-            trial: trial.clone(),
-        });
-        run.trials.push(trial);
+        t.predicted = predict(batch);
+        let outcome = t.outcome.clone();
+        emit(BenchEvent::TrialDone { trial: t.clone() });
+        run.trials.push(t);
         match outcome {
             Outcome::Ran => sweep.record(batch, true),
             Outcome::Oom { .. } => sweep.record(batch, false),
@@ -171,14 +220,17 @@ pub fn run_with(
             }
         }
     }
-    emit(BenchEvent::Finished { run: run.clone() });
-    Ok(run)
 }
 
 /// Runs one trial; a panic inside an engine (a bug) becomes an error outcome, so the
 /// run and the app go on.
-fn guarded_trial(engine: &mut dyn Engine, job: &TrialJob<'_>, ctl: &mut Control<'_>) -> Trial {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.trial(job, ctl)));
+pub(crate) fn guarded_trial(
+    index: u32,
+    batch: u64,
+    ctl: &mut Control<'_>,
+    run: impl FnOnce(&mut Control<'_>) -> Trial,
+) -> Trial {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(ctl)));
     r.unwrap_or_else(|p| {
         let what = p
             .downcast_ref::<&str>()
@@ -186,8 +238,8 @@ fn guarded_trial(engine: &mut dyn Engine, job: &TrialJob<'_>, ctl: &mut Control<
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
         Trial::failed(
-            job.index,
-            job.batch,
+            index,
+            batch,
             Outcome::Error {
                 message: format!("internal error in the engine: {what}"),
             },
@@ -202,6 +254,9 @@ pub fn run_blocking(
     cancel: &AtomicBool,
     emit: &mut dyn FnMut(BenchEvent),
 ) -> Result<Run> {
+    if let Some(bench) = &req.inference {
+        return super::infer::run_blocking(req, bench, cancel, emit);
+    }
     let mut engine = match open_engine(req) {
         Ok(e) => e,
         Err(e) => {
@@ -376,6 +431,7 @@ mod tests {
             device_index: 0,
             predicted_max_batch: None,
             runner_env: Vec::new(),
+            inference: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The Python runners shipped inside the binary (`crates/device/runners/`), written together
-//! into one folder before a run: they import one another (`dist_runner.py` and `ds_runner.py`
-//! import `torch_runner.py`, which imports `torch_qlora.py` for QLoRA), so every run gets all
-//! of them.
+//! into one folder before a run: they import one another (`dist_runner.py`, `ds_runner.py` and
+//! `infer_runner.py` import `torch_runner.py`, which imports `torch_qlora.py` for QLoRA), so
+//! every run gets all of them.
 
 use std::path::{Path, PathBuf};
 
@@ -16,13 +16,17 @@ pub const TORCH_QLORA: &str = include_str!("../../runners/torch_qlora.py");
 pub const DIST_RUNNER: &str = include_str!("../../runners/dist_runner.py");
 /// The DeepSpeed runner (ZeRO-1/2/3).
 pub const DS_RUNNER: &str = include_str!("../../runners/ds_runner.py");
+/// The inference runner (`model.generate()` / a no_grad forward; the lab's
+/// `lab/device/infer_runner.py` runs it too); imports `torch_runner.py` for presets and NVML.
+pub const INFER_RUNNER: &str = include_str!("../../runners/infer_runner.py");
 
 /// Every shipped runner, by the file name the others import it under.
-pub const FILES: [(&str, &str); 4] = [
+pub const FILES: [(&str, &str); 5] = [
     ("torch_runner.py", TORCH_RUNNER),
     ("torch_qlora.py", TORCH_QLORA),
     ("dist_runner.py", DIST_RUNNER),
     ("ds_runner.py", DS_RUNNER),
+    ("infer_runner.py", INFER_RUNNER),
 ];
 
 /// Writes every runner into `dir`; returns the path of `name` there.
@@ -75,7 +79,7 @@ mod tests {
             }
         }
         assert!(
-            imports >= 4,
+            imports >= 6,
             "the runners' sibling imports were not found ({imports})"
         );
     }

@@ -77,6 +77,10 @@ pub struct TorchEngine {
     primed: bool,
     /// Extra environment of the runner process (kept for restarts).
     env: Vec<(String, String)>,
+    /// The runner started (`torch_runner.py`, or `infer_runner.py` for inference).
+    script: &'static str,
+    /// Whether this process has answered a trial (an inference trial wants a fresh one).
+    pub(crate) used: bool,
     _dir: TempDir,
 }
 
@@ -141,15 +145,26 @@ impl TorchEngine {
         device_index: usize,
         env: &[(String, String)],
     ) -> Result<TorchEngine> {
+        TorchEngine::open_runner(python, device_index, env, "torch_runner.py")
+    }
+
+    /// Starts `script serve` (one of the shipped runners speaking this protocol) with
+    /// `python` on CUDA device `device_index`.
+    pub(crate) fn open_runner(
+        python: Option<PathBuf>,
+        device_index: usize,
+        env: &[(String, String)],
+        script: &'static str,
+    ) -> Result<TorchEngine> {
         let python = python
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "python3".into());
         detect(&python)?;
         let dir = TempDir::new()?;
-        let script = super::runners::write_all(&dir.0, "torch_runner.py")?;
+        let path = super::runners::write_all(&dir.0, script)?;
         let mut child = Command::new(&python)
             .arg("-u")
-            .arg(&script)
+            .arg(&path)
             .args(["serve", "--device", "cuda"])
             .env("CUDA_VISIBLE_DEVICES", device_index.to_string())
             .env("PYTHONUNBUFFERED", "1")
@@ -158,7 +173,7 @@ impl TorchEngine {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("starting `{python} torch_runner.py serve`"))?;
+            .with_context(|| format!("starting `{python} {script} serve`"))?;
         let stdout = child.stdout.take().context("runner stdout")?;
         let stderr = child.stderr.take().context("runner stderr")?;
         let stdin = child.stdin.take();
@@ -197,6 +212,8 @@ impl TorchEngine {
             device_index,
             primed: false,
             env: env.to_vec(),
+            script,
+            used: false,
             _dir: dir,
         };
         let ready = engine
@@ -289,12 +306,74 @@ impl TorchEngine {
         nvml::device_used(self.device_index as u32).map(|b| b.0)
     }
 
-    /// Restarts a runner that died (crash, kill) so the next trial can run.
-    fn restart(&mut self) -> Result<()> {
+    /// Restarts a runner that died (crash, kill) so the next trial can run, or one that
+    /// answered a trial when the next wants a fresh process.
+    pub(crate) fn restart(&mut self) -> Result<()> {
         let python = PathBuf::from(&self.python);
         let env = std::mem::take(&mut self.env);
-        *self = TorchEngine::open(Some(python), self.device_index, &env)?;
+        self.kill();
+        *self = TorchEngine::open_runner(Some(python), self.device_index, &env, self.script)?;
         Ok(())
+    }
+
+    /// Whether the runner process is alive.
+    pub(crate) fn alive(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Sends one config `line` and waits for its reply while NVML samples the process's
+    /// memory: the trial it measured, with the device's used memory before and after.
+    pub(crate) fn exchange(
+        &mut self,
+        index: u32,
+        batch: u64,
+        line: &str,
+        phase: &str,
+        ctl: &mut Control<'_>,
+    ) -> Trial {
+        let fail = |message: String| Trial::failed(index, batch, Outcome::Error { message });
+        let baseline = self.device_used();
+        ctl.progress(index, batch, phase, 0.1);
+        if let Err(e) = self.send(line) {
+            self.kill();
+            return fail(format!("{e:#}"));
+        }
+        self.used = true;
+        let started = Instant::now();
+        let mut samples: Vec<MemSample> = Vec::new();
+        let (device_index, pid) = (self.device_index, self.pid);
+        let reply = {
+            let mut sampler = || {
+                if let Some(used) = nvml::process_memory(device_index as u32, pid) {
+                    let s = MemSample {
+                        t_ms: started.elapsed().as_secs_f64() * 1e3,
+                        event: None,
+                        measured: used,
+                        predicted_allocated: None,
+                        predicted_reserved: None,
+                        label: "NVML process memory".into(),
+                    };
+                    if samples.len() < 5000 {
+                        samples.push(s.clone());
+                    }
+                    ctl.sample(index, s);
+                }
+                !ctl.cancelled()
+            };
+            self.next_line(TRIAL_TIMEOUT, Some(&mut sampler))
+        };
+        let mut trial = match reply {
+            Ok(text) => match serde_json::from_str::<Value>(&text) {
+                Ok(v) => parse_reply(index, batch, &v),
+                Err(e) => fail(format!("runner reply is not JSON ({e}): {text}")),
+            },
+            Err(_) if ctl.cancelled() => cancelled_trial(index, batch),
+            Err(e) => fail(format!("{e:#}")),
+        };
+        trial.timeline = samples;
+        trial.baseline_before = baseline.map(Bytes);
+        trial.baseline_after = self.device_used().map(Bytes);
+        trial
     }
 }
 
@@ -379,52 +458,13 @@ impl Engine for TorchEngine {
             }
             self.primed = true;
         }
-        let baseline = self.device_used();
-        ctl.progress(
+        self.exchange(
             index,
             batch,
+            &line,
             "PyTorch: building the model and running steps",
-            0.1,
-        );
-        if let Err(e) = self.send(&line) {
-            self.kill();
-            return fail(format!("{e:#}"));
-        }
-        let started = Instant::now();
-        let mut samples: Vec<MemSample> = Vec::new();
-        let (device_index, pid) = (self.device_index, self.pid);
-        let reply = {
-            let mut sampler = || {
-                if let Some(used) = nvml::process_memory(device_index as u32, pid) {
-                    let s = MemSample {
-                        t_ms: started.elapsed().as_secs_f64() * 1e3,
-                        event: None,
-                        measured: used,
-                        predicted_allocated: None,
-                        predicted_reserved: None,
-                        label: "NVML process memory".into(),
-                    };
-                    if samples.len() < 5000 {
-                        samples.push(s.clone());
-                    }
-                    ctl.sample(index, s);
-                }
-                !ctl.cancelled()
-            };
-            self.next_line(TRIAL_TIMEOUT, Some(&mut sampler))
-        };
-        let mut trial = match reply {
-            Ok(text) => match serde_json::from_str::<Value>(&text) {
-                Ok(v) => parse_reply(index, batch, &v),
-                Err(e) => fail(format!("runner reply is not JSON ({e}): {text}")),
-            },
-            Err(_) if ctl.cancelled() => cancelled_trial(index, batch),
-            Err(e) => fail(format!("{e:#}")),
-        };
-        trial.timeline = samples;
-        trial.baseline_before = baseline.map(Bytes);
-        trial.baseline_after = self.device_used().map(Bytes);
-        trial
+            ctl,
+        )
     }
 }
 

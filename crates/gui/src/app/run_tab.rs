@@ -11,6 +11,7 @@ use super::tab::Tab;
 use super::vram_app::VramApp;
 use super::workers::{MonitorOpener, PendingShot, Spawner};
 use crate::ui::derived::BATCH_LIMIT;
+use crate::ui::inference::PlannerMode;
 use crate::ui::message::Message;
 use crate::ui::png::{self, PlotId};
 use crate::ui::run::RunCommand;
@@ -19,7 +20,8 @@ use crate::ui::run::results::results_ui;
 use crate::ui::run::session::{KeptRun, RunSource, skeleton};
 use vramlab_core::export::results::{run_from_json, run_to_csv, run_to_json, suggested_run_name};
 use vramlab_core::fsutil::write_atomic;
-use vramlab_device::bench::{BenchRequest, EngineKind};
+use vramlab_core::record::InferRun;
+use vramlab_device::bench::{BenchRequest, EngineKind, InferBench};
 
 fn repaint(ctx: &egui::Context) -> Box<dyn Fn() + Send> {
     let ctx = ctx.clone();
@@ -157,6 +159,7 @@ impl VramApp {
             gpu_name: &gpu_name,
             message: self.message.as_ref(),
             world: self.run_world(),
+            inference: self.inference_mode(),
         };
         let left = egui::Panel::left("run_controls")
             .resizable(true)
@@ -201,9 +204,31 @@ impl VramApp {
         }
     }
 
-    /// "GPT-2 (124M) · AMP BF16 · AdamW · seq 1024", or why the model cannot run.
+    /// Whether the planner is in Inference mode: the Run tab then benches the inference
+    /// call (`infer_runner.py`, PyTorch engine).
+    fn inference_mode(&self) -> bool {
+        self.state.mode == PlannerMode::Inference
+    }
+
+    /// "GPT-2 (124M) · AMP BF16 · AdamW · seq 1024" (in Inference mode "TinyLlama 1.1B ·
+    /// generate · prompt 512 + 128 new · bf16 · …"), or why the model cannot run.
     fn run_what(&self) -> Result<String, String> {
         let preset = self.derived.preset().map_err(str::to_string)?;
+        if self.inference_mode() {
+            let infer = &self.derived.infer;
+            let planner = infer.planner().ok_or_else(|| {
+                infer
+                    .result()
+                    .err()
+                    .unwrap_or("the inference call is not planned")
+                    .to_string()
+            })?;
+            return Ok(format!(
+                "{} · {}",
+                preset.display_name,
+                InferRun::of(planner).describe()
+            ));
+        }
         if let Some(e) = self.derived.error() {
             return Err(e.to_string());
         }
@@ -229,14 +254,17 @@ impl VramApp {
         Ok(parts.join(" · "))
     }
 
-    /// "world 4 · fsdp2" for a multi-GPU plan.
+    /// "world 4 · fsdp2" for a multi-GPU plan (inference runs on one GPU).
     fn run_world(&self) -> Option<String> {
         let d = &self.state.config.distributed;
-        d.active()
+        (d.active() && !self.inference_mode())
             .then(|| format!("world {} · {}", d.world(), d.strategy.as_str()))
     }
 
     fn predicted_max(&self) -> Option<u64> {
+        if self.inference_mode() {
+            return self.derived.infer.max_batch();
+        }
         self.derived
             .max_batch()
             .and_then(|m| m.as_ref().ok().copied().flatten())
@@ -269,6 +297,9 @@ impl VramApp {
     fn start_run(&mut self, ctx: &egui::Context) {
         if self.runs.is_running() {
             return;
+        }
+        if self.inference_mode() {
+            return self.start_infer_run(ctx);
         }
         let preset = match self.derived.preset() {
             Ok(p) => p.clone(),
@@ -309,6 +340,7 @@ impl VramApp {
             device_index: 0,
             predicted_max_batch: predicted_max,
             runner_env: Vec::new(),
+            inference: None,
         };
         let skel = skeleton(
             engine,
@@ -319,6 +351,62 @@ impl VramApp {
         );
         let handle = (self.spawner)(req, repaint(ctx));
         self.runs.start(handle, skel, Some(planner));
+    }
+
+    /// Benches the Inference mode's call: the PyTorch engine (`infer_runner.py`, a fresh
+    /// process per trial) measures, the inference planner (the one the planner panel shows)
+    /// predicts every trial and draws the curve.
+    fn start_infer_run(&mut self, ctx: &egui::Context) {
+        let preset = match self.derived.preset() {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                self.runs.error = Some(format!("Cannot run: the model is invalid ({e})"));
+                return;
+            }
+        };
+        let infer = &self.derived.infer;
+        let Some(planner) = infer.planner().cloned() else {
+            let e = infer
+                .result()
+                .err()
+                .unwrap_or("the inference call is not planned");
+            self.runs.error = Some(format!("Cannot run: {e}"));
+            return;
+        };
+        let settings = self.state.run.clone();
+        let predicted_max = self.predicted_max();
+        let batches = match settings.batch_plan(predicted_max, BATCH_LIMIT) {
+            Ok(b) => b,
+            Err(e) => {
+                self.runs.error = Some(e);
+                return;
+            }
+        };
+        let python = settings.python.trim();
+        let mut config = vramlab_core::plan::TrainConfig::default();
+        config.allocator = planner.config.allocator;
+        let mut skel = skeleton(
+            EngineKind::Torch,
+            &preset.id,
+            config,
+            planner.config.prompt,
+            predicted_max,
+        );
+        skel.inference = Some(Box::new(InferRun::of(&planner)));
+        let req = BenchRequest {
+            preset,
+            config,
+            engine: EngineKind::Torch,
+            batches,
+            steps: 1,
+            python: (!python.is_empty()).then(|| python.into()),
+            device_index: 0,
+            predicted_max_batch: predicted_max,
+            runner_env: Vec::new(),
+            inference: Some(InferBench::new(planner.clone())),
+        };
+        let handle = (self.spawner)(req, repaint(ctx));
+        self.runs.start_infer(handle, skel, planner);
     }
 
     fn save_run(&mut self, ctx: &egui::Context, ext: &str) {

@@ -264,6 +264,27 @@ impl InferCache {
         }
     }
 
+    /// The planner of the current settings (`None` while they are invalid or it failed):
+    /// the Run tab benches it.
+    pub fn planner(&self) -> Option<&InferPlanner> {
+        if self.error.is_some() {
+            return None;
+        }
+        match &self.planner {
+            Some((_, Ok(p))) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The largest batch on the target GPU, where searched (the Run tab's sweep seed and
+    /// proposed batches).
+    pub fn max_batch(&self) -> Option<u64> {
+        match &self.max_batch {
+            Some((_, Ok(m))) if self.error.is_none() => *m,
+            _ => None,
+        }
+    }
+
     /// How many times the inference planner was rebuilt (tests: a batch change must not).
     pub fn builds(&self) -> u64 {
         self.generation

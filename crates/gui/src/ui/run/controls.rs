@@ -23,6 +23,9 @@ pub struct RunContext<'a> {
     /// "world 4 · fsdp2" when the plan is a multi-GPU world (it runs with the PyTorch
     /// engine).
     pub world: Option<String>,
+    /// The planner is in Inference mode: the run benches its inference call with the
+    /// PyTorch engine (`infer_runner.py`), one measured call per batch.
+    pub inference: bool,
 }
 
 /// The whole left panel of the Run tab.
@@ -35,7 +38,11 @@ pub fn controls_ui(
     let mut cmd = None;
     let red = error_color(ui.visuals().dark_mode);
     ui.heading("Run on the GPU");
-    ui.label("Measures the planner's model and training settings:");
+    ui.label(if cx.inference {
+        "Measures the planner's inference call:"
+    } else {
+        "Measures the planner's model and training settings:"
+    });
     match &cx.what {
         Ok(what) => {
             ui.label(RichText::new(what).strong());
@@ -68,13 +75,19 @@ fn form_ui(
             .spacing([10.0, 6.0])
             .show(ui, |ui| {
                 ui.label("Engine");
-                ui.vertical(|ui| {
-                    for e in EngineKind::ALL {
-                        ui.radio_value(&mut s.engine, e, e.label());
-                    }
-                });
+                if cx.inference {
+                    ui.label(EngineKind::Torch.label()).on_hover_text(
+                        "Inference calls run in PyTorch and transformers (infer_runner.py); the native engine replays training steps only",
+                    );
+                } else {
+                    ui.vertical(|ui| {
+                        for e in EngineKind::ALL {
+                            ui.radio_value(&mut s.engine, e, e.label());
+                        }
+                    });
+                }
                 ui.end_row();
-                if s.engine == EngineKind::Torch || cx.world.is_some() {
+                if s.engine == EngineKind::Torch || cx.world.is_some() || cx.inference {
                     let l = ui.label("Python").on_hover_text(
                         "Interpreter with PyTorch (CUDA build) for the reference model",
                     );
@@ -109,14 +122,21 @@ fn form_ui(
                     }
                     ui.end_row();
                 }
-                let l = ui
-                    .label("Steps per trial")
-                    .on_hover_text("Timed training steps per batch size, after one warm-up step");
-                ui.add(DragValue::new(&mut s.steps).range(1..=MAX_STEPS))
-                    .labelled_by(l.id);
-                ui.end_row();
+                if !cx.inference {
+                    let l = ui.label("Steps per trial").on_hover_text(
+                        "Timed training steps per batch size, after one warm-up step",
+                    );
+                    ui.add(DragValue::new(&mut s.steps).range(1..=MAX_STEPS))
+                        .labelled_by(l.id);
+                    ui.end_row();
+                }
             });
     });
+    if cx.inference {
+        ui.label(RichText::new(
+            "Inference mode: each batch runs in a fresh infer_runner.py process (random weights, one warm-up call, then one measured call), measured against the inference plan.",
+        ).small());
+    }
     if let Some(w) = &cx.world {
         ui.label(RichText::new(format!(
             "Multi-GPU plan ({w}): runs with the PyTorch engine, under torchrun when the GPUs are here, else rank 0 emulated on GPU 0."

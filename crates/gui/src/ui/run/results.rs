@@ -70,7 +70,10 @@ pub fn results_ui(session: &RunSession, ui: &mut Ui) -> Option<RunCommand> {
             let mut facts = vec![
                 device,
                 format!("engine {}", run.engine.as_str()),
-                format!("size {}", run.size),
+                match &run.inference {
+                    Some(i) => i.describe(),
+                    None => format!("size {}", run.size),
+                },
                 format!("{} trials", run.trials.len()),
             ];
             if let Some(d) = &run.device.driver {

@@ -6,6 +6,7 @@
 use crate::ui::derived::{sweep_batches, sweep_points};
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::Planner;
+use vramlab_core::plan::inference::InferPlanner;
 use vramlab_core::plan::search::{SweepPoint, sweep};
 use vramlab_core::record::{BenchEvent, MemSample, Outcome, RUN_SCHEMA_VERSION, Run, Trial};
 use vramlab_device::bench::runner::BenchHandle;
@@ -14,6 +15,8 @@ use vramlab_device::bench::runner::BenchHandle;
 pub const KEPT_RUNS: usize = 5;
 /// How many times beyond the other trials an OOM trial is drawn off the scale.
 pub const OFF_SCALE: u64 = 4;
+/// Points of an inference run's predicted curve.
+const INFER_CURVE_POINTS: u64 = 24;
 /// Samples of the running trial kept for the live timeline.
 const LIVE_SAMPLES: usize = 20_000;
 
@@ -47,12 +50,18 @@ pub struct KeptRun {
     /// The planner of the run's model and config, where it can be rebuilt (built-in
     /// preset, or the live run's model).
     planner: Option<Planner>,
+    /// The inference planner of an inference run started here (it draws the curve).
+    infer: Option<InferPlanner>,
     curve: Option<Curve>,
 }
 
 impl KeptRun {
     pub fn new(id: u64, run: Run, source: RunSource, planner: Option<Planner>) -> KeptRun {
         let planner = planner.or_else(|| {
+            // an inference run's config is no training step: its curve needs its own planner
+            if run.inference.is_some() {
+                return None;
+            }
             let preset = find_builtin(&run.model).ok()?;
             Planner::new(&preset, &run.config).ok()
         });
@@ -63,8 +72,16 @@ impl KeptRun {
             overlay: false,
             selected_trial: None,
             planner,
+            infer: None,
             curve: None,
         }
+    }
+
+    /// An inference run whose predicted curve `planner` draws.
+    pub fn with_infer_planner(mut self, planner: InferPlanner) -> KeptRun {
+        self.infer = Some(planner);
+        self.curve = None;
+        self
     }
 
     /// The predicted curve (`None` without a planner: the plot then joins the trials'
@@ -107,13 +124,29 @@ impl KeptRun {
 
     /// Recomputes the predicted curve when the batch range changed.
     fn refresh_curve(&mut self) {
-        let Some(planner) = &self.planner else {
-            return;
-        };
         let top = self.batch_top();
         if self.curve.as_ref().is_some_and(|c| c.top == top) {
             return;
         }
+        if let Some(infer) = &self.infer {
+            // each point is a pass of the allocator model over the whole call
+            let points = sweep_batches(top, INFER_CURVE_POINTS)
+                .into_iter()
+                .map_while(|b| {
+                    infer.peaks(b).ok().map(|p| SweepPoint {
+                        batch: b,
+                        allocated: p.allocated,
+                        reserved: p.reserved,
+                        nvidia_smi: p.nvidia_smi,
+                    })
+                })
+                .collect();
+            self.curve = Some(Curve { top, points });
+            return;
+        }
+        let Some(planner) = &self.planner else {
+            return;
+        };
         let n = sweep_points(planner.events.events.len()).min(64);
         self.curve = Some(Curve {
             top,
@@ -236,6 +269,23 @@ impl RunSession {
             run_id: id,
             handle,
             planned,
+            progress: None,
+            samples: Vec::new(),
+            cancelling: false,
+            saw_running: false,
+        });
+        self.error = None;
+    }
+
+    /// [`Self::start`] for an inference run: `planner` (the inference planner) draws its
+    /// predicted curve.
+    pub fn start_infer(&mut self, handle: BenchHandle, skeleton: Run, planner: InferPlanner) {
+        let run = KeptRun::new(0, skeleton, RunSource::Session, None).with_infer_planner(planner);
+        let id = self.add(run);
+        self.live = Some(LiveRun {
+            run_id: id,
+            handle,
+            planned: None,
             progress: None,
             samples: Vec::new(),
             cancelling: false,
@@ -443,6 +493,7 @@ pub fn skeleton(
         predicted_max_batch,
         trials: Vec::new(),
         stopped: None,
+        inference: None,
     }
 }
 
