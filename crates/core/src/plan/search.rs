@@ -116,26 +116,48 @@ pub fn max_batch_seen(
 ) -> Result<(Option<u64>, SeenPeaks), PlanError> {
     let cap = verdict_cap(planner, budget);
     let mut seen = Vec::new();
-    let mut fits = |b: u64| -> Result<bool, PlanError> {
-        match super::eval::reserved_and_peaks_within(
-            &planner.events,
-            b,
-            planner.config.allocator,
-            cap,
-            planner.context,
-        ) {
-            Ok((reserved, peaks)) => {
-                if let Some(p) = peaks {
-                    seen.push((b, p));
-                }
-                Ok(reserved.is_some())
-            }
-            Err(PlanError::Overflow(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    };
+    let mut fits = |b: u64| fits_capped_seen(planner, cap, b, &mut seen);
     let max = max_batch_by(planner, cap, limit, &mut fits)?;
     Ok((max, seen))
+}
+
+/// [`fits`] by the replay that also gives the uncapped peaks when it never reached the cap
+/// ([`super::eval::reserved_and_peaks_within`]), which it adds to `seen`: the make-it-fit
+/// search asks a candidate's micro-batch this way, and its figures then need no replay of
+/// their own. The same verdict as [`fits`] (the capped replay is [`Planner::runs_within`]'s,
+/// tested; [`fits`]' bound only spares it).
+pub fn fits_seen(
+    planner: &Planner,
+    budget: Budget,
+    batch: u64,
+    seen: &mut SeenPeaks,
+) -> Result<bool, PlanError> {
+    fits_capped_seen(planner, verdict_cap(planner, budget), batch, seen)
+}
+
+/// [`fits_seen`] under `cap`.
+fn fits_capped_seen(
+    planner: &Planner,
+    cap: Bytes,
+    batch: u64,
+    seen: &mut SeenPeaks,
+) -> Result<bool, PlanError> {
+    match super::eval::reserved_and_peaks_within(
+        &planner.events,
+        batch,
+        planner.config.allocator,
+        cap,
+        planner.context,
+    ) {
+        Ok((reserved, peaks)) => {
+            if let Some(p) = peaks {
+                seen.push((batch, p));
+            }
+            Ok(reserved.is_some())
+        }
+        Err(PlanError::Overflow(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The search of [`max_batch_capped`] with `fits` telling whether a batch runs under `cap`.
