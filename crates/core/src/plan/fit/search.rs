@@ -220,9 +220,15 @@ impl<'a> Search<'a> {
     }
 
     /// Plans `k` on this thread: `None` when micro-batch 1 does not fit (recorded as dead).
+    /// Its callers make a candidate of what fits: its figures are computed here, from the
+    /// max-batch search's replays where they gave them ([`Task::figures`]).
     pub(super) fn plan(&mut self, k: &Knobs) -> Result<Option<Fitting>, PlanError> {
         let twin = self.take_twin(k);
-        let planned = plan_one(&self.task(), k, twin, self.closest_smi())?;
+        let task = Task {
+            figures: true,
+            ..self.task()
+        };
+        let planned = plan_one(&task, k, twin, self.closest_smi())?;
         Ok(self.record(planned))
     }
 
