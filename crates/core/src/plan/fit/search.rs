@@ -95,7 +95,11 @@ impl Figures {
         let (planner, known) = if config.accum.min(2) == planner.config.accum.min(2) {
             (planner, known)
         } else {
-            own = Planner::new(t.preset, &config)?;
+            // The search's graphs and annotations (the same as a fresh build's).
+            own = Planner::new_unless_above_cached(t.preset, &config, Some(t.graphs), |_, _| {
+                u64::MAX
+            })?
+            .ok_or(PlanError::Overflow("event generation"))?;
             (&own, None)
         };
         let cap = t.req.budget.allocator_cap(planner.context);
