@@ -113,6 +113,7 @@ pub fn events(c: &CapturedGraph, k: &Constants, batch: u64) -> Events {
         events,
         measured_start,
         empty_cache: Vec::new(),
+        bound_at_one: None,
     }
 }
 

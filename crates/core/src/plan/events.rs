@@ -162,6 +162,11 @@ pub struct Events {
     /// returns every cached segment without a live block (accelerate's
     /// `set_module_tensor_to_device` calls it after each tensor it copies to the GPU).
     pub empty_cache: Vec<u32>,
+    /// [`super::allocator::ExpandableBound::reserved`] of these events replayed at batch 1,
+    /// when the generation computed it as it went (generations for expandable segments:
+    /// [`super::eval::reserved_bound`] then answers batch 1 without a pass over the events).
+    /// A function of `buffers` and `events` alone; `None` where not computed.
+    pub(crate) bound_at_one: Option<u64>,
 }
 
 impl Events {

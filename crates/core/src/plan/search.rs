@@ -46,7 +46,10 @@ pub fn verdict_cap(planner: &Planner, budget: Budget) -> Bytes {
 
 /// [`fits`] when the uncapped peak reserved bytes are already known: when the upper edge of
 /// their band is within the cap the capped simulation cannot fail, so it only runs when it
-/// is not.
+/// is not. Nor does it run when the measured step's live bytes alone pass the cap
+/// ([`Planner::live_peaks`], what the bracket of [`max_batch`] presumes): allocated bytes never
+/// exceed reserved, so the capped replay would fail before that point (most remedies that do
+/// not fit; [`max_batch`] then searches them with the same lines).
 pub fn fits_with_reserved(
     planner: &Planner,
     budget: Budget,
@@ -55,6 +58,9 @@ pub fn fits_with_reserved(
 ) -> Result<bool, PlanError> {
     if planner.band().reserved.upper(reserved) <= budget.allocator_cap(planner.context) {
         return Ok(true);
+    }
+    if planner.live_peaks().at(batch) > verdict_cap(planner, budget) {
+        return Ok(false);
     }
     fits(planner, budget, batch)
 }
@@ -116,26 +122,48 @@ pub fn max_batch_seen(
 ) -> Result<(Option<u64>, SeenPeaks), PlanError> {
     let cap = verdict_cap(planner, budget);
     let mut seen = Vec::new();
-    let mut fits = |b: u64| -> Result<bool, PlanError> {
-        match super::eval::reserved_and_peaks_within(
-            &planner.events,
-            b,
-            planner.config.allocator,
-            cap,
-            planner.context,
-        ) {
-            Ok((reserved, peaks)) => {
-                if let Some(p) = peaks {
-                    seen.push((b, p));
-                }
-                Ok(reserved.is_some())
-            }
-            Err(PlanError::Overflow(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    };
+    let mut fits = |b: u64| fits_capped_seen(planner, cap, b, &mut seen);
     let max = max_batch_by(planner, cap, limit, &mut fits)?;
     Ok((max, seen))
+}
+
+/// [`fits`] by the replay that also gives the uncapped peaks when it never reached the cap
+/// ([`super::eval::reserved_and_peaks_within`]), which it adds to `seen`: the make-it-fit
+/// search asks a candidate's micro-batch this way, and its figures then need no replay of
+/// their own. The same verdict as [`fits`] (the capped replay is [`Planner::runs_within`]'s,
+/// tested; [`fits`]' bound only spares it).
+pub fn fits_seen(
+    planner: &Planner,
+    budget: Budget,
+    batch: u64,
+    seen: &mut SeenPeaks,
+) -> Result<bool, PlanError> {
+    fits_capped_seen(planner, verdict_cap(planner, budget), batch, seen)
+}
+
+/// [`fits_seen`] under `cap`.
+fn fits_capped_seen(
+    planner: &Planner,
+    cap: Bytes,
+    batch: u64,
+    seen: &mut SeenPeaks,
+) -> Result<bool, PlanError> {
+    match super::eval::reserved_and_peaks_within(
+        &planner.events,
+        batch,
+        planner.config.allocator,
+        cap,
+        planner.context,
+    ) {
+        Ok((reserved, peaks)) => {
+            if let Some(p) = peaks {
+                seen.push((batch, p));
+            }
+            Ok(reserved.is_some())
+        }
+        Err(PlanError::Overflow(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The search of [`max_batch_capped`] with `fits` telling whether a batch runs under `cap`.
@@ -321,6 +349,34 @@ mod tests {
             }
         }
         assert!(skipped > 0, "the bound never spared a replay");
+    }
+
+    /// `fits_with_reserved` (the remedies' verdict) answers as the capped replay does, on
+    /// budgets from far too small to ample, and its live-bytes check spares some replays.
+    #[test]
+    fn fits_with_reserved_agrees_with_the_replay() {
+        let preset = crate::model::preset::find_builtin("gpt2").expect("preset");
+        let cfg = crate::plan::TrainConfig {
+            size: Some(256),
+            ..Default::default()
+        };
+        let planner = Planner::new(&preset, &cfg).expect("planner");
+        let mut spared = 0;
+        for mib in (500..=12_000u64).step_by(250) {
+            let budget = Budget {
+                capacity: Bytes::mib(mib),
+                margin: 0.05,
+            };
+            for batch in [1, 2, 4, 8, 16] {
+                let cap = verdict_cap(&planner, budget);
+                let replayed = matches!(planner.runs_within(batch, cap), Ok(true));
+                let reserved = planner.peaks(batch).expect("peaks").reserved;
+                let got = fits_with_reserved(&planner, budget, batch, reserved).expect("fits");
+                assert_eq!(got, replayed, "{mib} MiB, batch {batch}");
+                spared += usize::from(planner.live_peaks().at(batch) > cap);
+            }
+        }
+        assert!(spared > 0, "the live bytes never spared a replay");
     }
 
     /// The max-batch replay that also gives the uncapped peaks answers as the capped replay

@@ -12,7 +12,7 @@ use super::strategy;
 use crate::model::{Graph, Preset};
 use crate::plan::config::{MAX_ACCUM, TrainConfig};
 use crate::plan::policy::ParamPolicy;
-use crate::plan::search::{fits, max_batch_seen};
+use crate::plan::search::{fits, fits_seen, max_batch_seen};
 use crate::plan::{PlanError, Planner};
 use crate::units::Bytes;
 
@@ -95,7 +95,11 @@ impl Figures {
         let (planner, known) = if config.accum.min(2) == planner.config.accum.min(2) {
             (planner, known)
         } else {
-            own = Planner::new(t.preset, &config)?;
+            // The search's graphs and annotations (the same as a fresh build's).
+            own = Planner::new_unless_above_cached(t.preset, &config, Some(t.graphs), |_, _| {
+                u64::MAX
+            })?
+            .ok_or(PlanError::Overflow("event generation"))?;
             (&own, None)
         };
         let cap = t.req.budget.allocator_cap(planner.context);
@@ -220,9 +224,15 @@ impl<'a> Search<'a> {
     }
 
     /// Plans `k` on this thread: `None` when micro-batch 1 does not fit (recorded as dead).
+    /// Its callers make a candidate of what fits: its figures are computed here, from the
+    /// max-batch search's replays where they gave them ([`Task::figures`]).
     pub(super) fn plan(&mut self, k: &Knobs) -> Result<Option<Fitting>, PlanError> {
         let twin = self.take_twin(k);
-        let planned = plan_one(&self.task(), k, twin, self.closest_smi())?;
+        let task = Task {
+            figures: true,
+            ..self.task()
+        };
+        let planned = plan_one(&task, k, twin, self.closest_smi())?;
         Ok(self.record(planned))
     }
 
@@ -474,7 +484,7 @@ pub(super) fn plan_one(
     // A seed only tells dead from alive: whether micro-batch 1 fits, which is what the
     // max-batch search answers `None` to (it reaches batch 1 only when every larger batch
     // failed, or when the live bytes alone pass the cap, which makes batch 1 fail too).
-    let (max_micro, seen) = if t.only_alive {
+    let (max_micro, mut seen) = if t.only_alive {
         (fits(&planner, budget, 1)?.then_some(1), Vec::new())
     } else {
         max_batch_seen(&planner, budget, t.eff)?
@@ -508,7 +518,9 @@ pub(super) fn plan_one(
         return Ok(done(Outcome::Alive, Some(planner), fresh));
     }
     // The user's micro-batch when it fits and divides the effective batch, else the
-    // largest divisor of the effective batch that fits.
+    // largest divisor of the effective batch that fits. Where the figures are wanted, a
+    // divisor is asked by the replay that also gives them ([`fits_seen`]): the figures of
+    // the one chosen then replay nothing again.
     let ub = t.user_cfg.batch;
     let micro = if ub <= max_micro && t.eff.is_multiple_of(ub) {
         ub
@@ -520,7 +532,12 @@ pub(super) fn plan_one(
             }
             if t.eff.is_multiple_of(m)
                 && t.eff / m <= MAX_ACCUM
-                && (m == max_micro || fits(&planner, budget, m)?)
+                && (m == max_micro
+                    || if t.figures {
+                        fits_seen(&planner, budget, m, &mut seen)?
+                    } else {
+                        fits(&planner, budget, m)?
+                    })
             {
                 break m;
             }

@@ -132,6 +132,7 @@ impl Prog {
             // `memory_allocated()` as PyTorch reports it (see `Events::whole_blocks`)
             whole_blocks: true,
             empty_cache: self.empty_cache,
+            bound_at_one: None,
         }
     }
 }

@@ -268,6 +268,11 @@ pub fn generate_annotated(
         live1: 0,
         stop_above,
         stopped: false,
+        // What `eval::reserved_bound` asks of events replayed with expandable segments.
+        bound1: cfg
+            .allocator
+            .expandable_segments
+            .then(crate::plan::allocator::ExpandableBound::default),
     };
     if !sim.dist.offload_params {
         for (i, p) in g.params.iter().enumerate() {
@@ -312,6 +317,7 @@ pub fn generate_annotated(
         side_streams,
         whole_blocks: false,
         empty_cache: Vec::new(),
+        bound_at_one: sim.bound1.map(|b| b.reserved()),
     })
 }
 

@@ -8,7 +8,7 @@ use super::blocks::Blocks;
 use super::dist_state::DistSim;
 use super::merged::Merged;
 use crate::model::ir::{Graph, Node};
-use crate::plan::allocator::round_size;
+use crate::plan::allocator::{ExpandableBound, round_size};
 use crate::plan::config::{DType, LoopShape, Precision, TrainConfig};
 use crate::plan::events::{Buffer, Category, Event, Phase};
 use crate::plan::policy::ParamPolicy;
@@ -92,6 +92,10 @@ pub(super) struct Sim<'g> {
     /// [`super::generate_unless_above`]'s bound: the generation stops once `live1` passes it.
     pub(super) stop_above: u64,
     pub(super) stopped: bool,
+    /// The expandable-segments bound of the events at batch 1, fed with the same rounded
+    /// sizes as `live1` at every allocation and free (`Events::bound_at_one`); `None` when
+    /// not asked.
+    pub(super) bound1: Option<ExpandableBound>,
 }
 
 /// `Event::node` outside any node (setup, zero_grad, the optimizer step).
@@ -99,7 +103,11 @@ pub(super) const NO_NODE: u32 = u32::MAX;
 
 impl<'g> Sim<'g> {
     pub(super) fn new_buffer(&mut self, per_sample: u64, fixed: u64, category: Category) -> u32 {
-        self.live1 = self.live1.saturating_add(size_at_one(per_sample, fixed));
+        let size1 = size_at_one(per_sample, fixed);
+        self.live1 = self.live1.saturating_add(size1);
+        if let Some(bound) = &mut self.bound1 {
+            bound.malloc_rounded(size1);
+        }
         if self.live1 > self.stop_above {
             self.stopped = true;
         }
@@ -135,9 +143,11 @@ impl<'g> Sim<'g> {
 
     pub(super) fn free(&mut self, id: u32) {
         if let Some(b) = self.buffers.get(id as usize) {
-            self.live1 = self
-                .live1
-                .saturating_sub(size_at_one(b.per_sample, b.fixed));
+            let size1 = size_at_one(b.per_sample, b.fixed);
+            self.live1 = self.live1.saturating_sub(size1);
+            if let Some(bound) = &mut self.bound1 {
+                bound.free_rounded(size1);
+            }
         }
         self.events.push(Event {
             buffer: id,

@@ -53,6 +53,48 @@ fn every_preset_gives_consistent_events() {
     }
 }
 
+/// The expandable-segments bound a generation computes as it goes is the one a pass over its
+/// events gives at batch 1, on every preset, with and without checkpointing and
+/// accumulation; a generation for the default allocator computes none.
+#[test]
+fn the_bound_computed_while_generating_is_the_pass_over_the_events() {
+    for p in builtin_presets().expect("presets parse") {
+        let size = p.default_size().min(256);
+        let size = if p.input.is_tokens() {
+            size
+        } else {
+            224.max(size)
+        };
+        let g = p.build(size, AttnImpl::Sdpa).expect("graph");
+        for (precision, checkpointing, accum) in
+            [(Precision::AmpBf16, true, 3), (Precision::Fp32, false, 1)]
+        {
+            let mut cfg = TrainConfig {
+                precision,
+                checkpointing,
+                accum,
+                ..TrainConfig::default()
+            };
+            assert_eq!(full_events(&g, &cfg).bound_at_one, None, "{}", p.id);
+            cfg.allocator.expandable_segments = true;
+            let ev = full_events(&g, &cfg);
+            let online = ev.bound_at_one.expect("computed for expandable segments");
+            let pass = Events {
+                bound_at_one: None,
+                ..ev.clone()
+            };
+            let pass = crate::plan::eval::reserved_bound(&pass, 1, cfg.allocator);
+            assert_eq!(Some(crate::units::Bytes(online)), pass, "{}", p.id);
+            assert_eq!(
+                crate::plan::eval::reserved_bound(&ev, 1, cfg.allocator),
+                pass,
+                "{}",
+                p.id
+            );
+        }
+    }
+}
+
 /// `AddBackward0` hands the same gradient to both operands: a residual add allocates
 /// nothing in backward (allocator history of ResNet-18, H100, PyTorch 2.11).
 #[test]
