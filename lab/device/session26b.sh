@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 26's second call: the caching allocator's history (lab/device/snapshot_step.py) of the
 # rows of lab/device/s26_rows.jsonl — rows whose planned reserved bytes moved most when the
-# cuBLAS workspaces were placed at each thread's first GEMM — one process each, two at a time.
+# cuBLAS workspaces were placed at each thread's first GEMM — one process each, PAR (2) at a time.
 # Snapshots come back gzipped in 15 MiB parts (snap_NAME.part-NN), logs and measurements in
 # all.tgz.
 #     OUT=dir bash lab/device/session26b.sh      (carry .whl)
@@ -22,7 +22,7 @@ while IFS= read -r line; do
     name=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["name"])' "$line")
     snap "$name" "$line" &
     i=$((i + 1))
-    if [ $((i % 2)) = 0 ]; then wait; fi
+    if [ $((i % ${PAR:-2})) = 0 ]; then wait; fi
 done < lab/device/s26_rows.jsonl
 wait
 tar -C "$W" -czf "$FINAL/all.tgz" .
