@@ -10,15 +10,17 @@
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::engine::{Control, cancelled_trial};
-use super::runner::{BenchRequest, guarded_trial, new_run, runner_env, sweep_trials};
+use super::request::BenchRequest;
+pub use super::request::InferBench;
 use super::torch::TorchEngine;
+use super::trials::{guarded_trial, new_run, runner_env, sweep_trials};
 use vramlab_core::model::Preset;
+use vramlab_core::plan::inference::InferStep;
 use vramlab_core::plan::inference::quant::Int8Outliers;
 use vramlab_core::plan::inference::setting::dtype_name;
-use vramlab_core::plan::inference::{InferPlanner, InferStep};
 use vramlab_core::plan::search::Budget;
 use vramlab_core::record::{
     BenchEvent, DeviceInfo, EngineKind, InferRun, Outcome, Predicted, Run, Trial,
@@ -27,25 +29,6 @@ use vramlab_core::sweep::BatchPlan;
 
 /// The runner shipped for inference (with its siblings: [`super::runners`]).
 pub const RUNNER: &str = super::runners::INFER_RUNNER;
-
-/// An inference call to bench: the planner that predicts it (built once, by the caller,
-/// from the same flags or fields as `vramlab plan --step …`) and, when the model came from
-/// a config.json, that file's object (the runner builds it as is; else it rebuilds the
-/// config from the preset, as `torch_runner.py` does for training).
-#[derive(Debug, Clone)]
-pub struct InferBench {
-    pub planner: InferPlanner,
-    pub hf_config: Option<Value>,
-}
-
-impl InferBench {
-    pub fn new(planner: InferPlanner) -> InferBench {
-        InferBench {
-            planner,
-            hf_config: None,
-        }
-    }
-}
 
 /// Why `engine` cannot measure `bench` as planned (a message naming the flag), if it
 /// cannot: the native engine replays training steps only; inference is planned on one

@@ -14,14 +14,16 @@ pub mod infer;
 pub mod native;
 pub mod profile;
 pub mod py_import;
+pub mod request;
 pub mod runner;
 pub mod runners;
 pub mod schedule;
 pub mod torch;
+pub mod trials;
 pub mod world;
 
-pub use infer::InferBench;
-pub use runner::{BenchHandle, BenchRequest, spawn};
+pub use request::{BenchRequest, InferBench};
+pub use runner::{BenchHandle, spawn};
 pub use vramlab_core::record::{
     BenchEvent, DeviceInfo, EngineKind, MemSample, Outcome, RankPeak, Run, Trial, WorldMode,
     WorldRun,

@@ -3,10 +3,12 @@
 
 use super::*;
 use crate::bench::engine::cancelled_trial;
+use serde_json::Value;
 use vramlab_core::plan::TrainConfig;
 use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
 use vramlab_core::plan::distributed::{Distributed, Strategy};
 use vramlab_core::plan::finetune_mode::Quant;
+use vramlab_core::plan::inference::InferPlanner;
 use vramlab_core::plan::inference::device_map::MaxMemory;
 use vramlab_core::plan::inference::{Decoding, InferConfig, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
