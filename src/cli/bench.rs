@@ -264,15 +264,13 @@ fn run_and_write(a: &BenchArgs, req: BenchRequest, out: &mut dyn Write) -> Resul
     Ok(())
 }
 
-fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
-    if let Some(inf) = &run.inference {
-        return write_infer_run(run, inf, out);
-    }
+/// A run's first two lines: the model, what ran (`what`: the precision, or the inference
+/// call), the engine and the predicted max batch; then the device.
+fn write_head(run: &Run, what: &str, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
-        "{} · {} · {} · batch plan {}",
+        "{} · {what} · {} · batch plan {}",
         run.model,
-        run.config.precision.as_str(),
         run.engine.label(),
         run.predicted_max_batch
             .map_or("(no prediction)".into(), |m| format!(
@@ -286,6 +284,14 @@ fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
         run.device.total_bytes,
         run.device.driver.as_deref().unwrap_or("?")
     )?;
+    Ok(())
+}
+
+fn write_run(run: &Run, out: &mut dyn Write) -> Result<()> {
+    if let Some(inf) = &run.inference {
+        return write_infer_run(run, inf, out);
+    }
+    write_head(run, run.config.precision.as_str(), out)?;
     let d = &run.config.distributed;
     if d.active() {
         let how = run
@@ -333,24 +339,7 @@ fn write_infer_run(
     inf: &vramlab_core::record::InferRun,
     out: &mut dyn Write,
 ) -> Result<()> {
-    writeln!(
-        out,
-        "{} · {} · {} · batch plan {}",
-        run.model,
-        inf.describe(),
-        run.engine.label(),
-        run.predicted_max_batch
-            .map_or("(no prediction)".into(), |m| format!(
-                "(predicted max batch {m})"
-            ))
-    )?;
-    writeln!(
-        out,
-        "device: {} ({}), driver {}",
-        run.device.name,
-        run.device.total_bytes,
-        run.device.driver.as_deref().unwrap_or("?")
-    )?;
+    write_head(run, &inf.describe(), out)?;
     writeln!(
         out,
         "each trial: a fresh infer_runner.py process builds the model (random weights), runs \

@@ -18,10 +18,11 @@ use crate::ui::run::RunCommand;
 use crate::ui::run::controls::{RunContext, controls_ui};
 use crate::ui::run::results::results_ui;
 use crate::ui::run::session::{KeptRun, RunSource, skeleton};
+use crate::ui::run_settings::RunSettings;
 use vramlab_core::export::results::{run_from_json, run_to_csv, run_to_json, suggested_run_name};
 use vramlab_core::fsutil::write_atomic;
 use vramlab_core::record::InferRun;
-use vramlab_device::bench::{BenchRequest, EngineKind, InferBench};
+use vramlab_device::bench::{BatchPlan, BenchRequest, EngineKind, InferBench};
 
 fn repaint(ctx: &egui::Context) -> Box<dyn Fn() + Send> {
     let ctx = ctx.clone();
@@ -270,6 +271,18 @@ impl VramApp {
             .and_then(|m| m.as_ref().ok().copied().flatten())
     }
 
+    /// The batches the Run tab's settings ask for (the predicted max batch fills a sweep's
+    /// default); `None` with the reason shown when the settings are invalid.
+    fn batches(&mut self, settings: &RunSettings) -> Option<BatchPlan> {
+        match settings.batch_plan(self.predicted_max(), BATCH_LIMIT) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.runs.error = Some(e);
+                None
+            }
+        }
+    }
+
     fn apply_run(&mut self, cmd: RunCommand, ctx: &egui::Context) {
         match cmd {
             RunCommand::SetSettings(s) => self.state.run = s,
@@ -315,12 +328,8 @@ impl VramApp {
         };
         let settings = self.state.run.clone();
         let predicted_max = self.predicted_max();
-        let batches = match settings.batch_plan(predicted_max, BATCH_LIMIT) {
-            Ok(b) => b,
-            Err(e) => {
-                self.runs.error = Some(e);
-                return;
-            }
+        let Some(batches) = self.batches(&settings) else {
+            return;
         };
         let python = settings.python.trim();
         // A multi-GPU plan runs its world with the PyTorch engine (the native engine
@@ -375,12 +384,8 @@ impl VramApp {
         };
         let settings = self.state.run.clone();
         let predicted_max = self.predicted_max();
-        let batches = match settings.batch_plan(predicted_max, BATCH_LIMIT) {
-            Ok(b) => b,
-            Err(e) => {
-                self.runs.error = Some(e);
-                return;
-            }
+        let Some(batches) = self.batches(&settings) else {
+            return;
         };
         let python = settings.python.trim();
         let mut config = vramlab_core::plan::TrainConfig::default();
