@@ -561,12 +561,25 @@ mod tests {
         let x = a.malloc(60 << 20);
         a.free(x);
         // 60 MiB cached and unused: released so that 80 MiB fits under the cap.
+        assert_eq!(a.flushes, 0);
         let y = a.malloc(80 << 20);
         assert!(!a.oom);
         assert_eq!(a.reserved, 80 << 20);
+        assert_eq!(a.flushes, 1, "one release of the cache (num_alloc_retries)");
         let _z = a.malloc(30 << 20);
         assert!(a.oom, "80 + 30 MiB live cannot fit in 100 MiB");
+        assert_eq!(a.flushes, 2, "the failed request flushed first");
         a.free(y);
+    }
+
+    #[test]
+    fn an_uncapped_allocator_never_flushes() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        for _ in 0..4 {
+            let x = a.malloc(300 << 20);
+            a.free(x);
+        }
+        assert_eq!((a.flushes, a.reached_cap), (0, false));
     }
 
     #[test]
