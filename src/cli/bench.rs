@@ -368,28 +368,43 @@ fn write_infer_run(
     )?;
     for t in &run.trials {
         let e = t.errors_pct();
-        let p = t.predicted;
         writeln!(
             out,
-            "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10}",
+            "{:>6} {:>9} {} {:>8} {:>8} {:>8} {:>10}",
             t.batch,
             t.outcome.label(),
-            gib(t.peak_allocated),
-            gib(t.peak_reserved),
-            gib(t.process_bytes),
-            gib(p.map(|p| p.allocated)),
-            gib(p.map(|p| p.reserved)),
-            gib(p.map(|p| p.nvidia_smi)),
+            measured_and_predicted(t),
             pct(e.allocated),
             pct(e.reserved),
             pct(e.nvidia_smi),
             t.step_ms.map_or("—".into(), |v| format!("{v:.1}")),
         )?;
-        if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
-            writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
-        }
+        write_failure(t, out)?;
     }
     write_end(run, out)
+}
+
+/// A PyTorch trial's six memory cells (GiB): measured allocated, reserved and process bytes,
+/// then the plan's allocated, reserved and nvidia-smi bytes.
+fn measured_and_predicted(t: &vramlab_core::record::Trial) -> String {
+    let p = t.predicted;
+    format!(
+        "{:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        gib(t.peak_allocated),
+        gib(t.peak_reserved),
+        gib(t.process_bytes),
+        gib(p.map(|p| p.allocated)),
+        gib(p.map(|p| p.reserved)),
+        gib(p.map(|p| p.nvidia_smi)),
+    )
+}
+
+/// Under a trial that ran out of memory or failed, the first line of why.
+fn write_failure(t: &vramlab_core::record::Trial, out: &mut dyn Write) -> Result<()> {
+    if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
+        writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
+    }
+    Ok(())
 }
 
 /// The native engine replays the plan with real buffers: its allocated/reserved are the plan
@@ -431,9 +446,7 @@ fn write_native_trials(run: &Run, out: &mut dyn Write) -> Result<()> {
             t.tflops.map_or("—".into(), |v| format!("{v:.1}")),
             freed(t)
         )?;
-        if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
-            writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
-        }
+        write_failure(t, out)?;
     }
     Ok(())
 }
@@ -472,28 +485,20 @@ fn write_torch_trials(run: &Run, out: &mut dyn Write) -> Result<()> {
     )?;
     for t in &run.trials {
         let e = t.errors_pct();
-        let p = t.predicted;
         let freed = freed(t);
         writeln!(
             out,
-            "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>5}",
+            "{:>6} {:>9} {} {:>8} {:>8} {:>9} {:>8} {:>5}",
             t.batch,
             t.outcome.label(),
-            gib(t.peak_allocated),
-            gib(t.peak_reserved),
-            gib(t.process_bytes),
-            gib(p.map(|p| p.allocated)),
-            gib(p.map(|p| p.reserved)),
-            gib(p.map(|p| p.nvidia_smi)),
+            measured_and_predicted(t),
             pct(e.reserved),
             pct(e.nvidia_smi),
             t.step_ms.map_or("—".into(), |v| format!("{v:.2}")),
             t.tflops.map_or("—".into(), |v| format!("{v:.1}")),
             freed
         )?;
-        if let Outcome::Oom { message } | Outcome::Error { message } = &t.outcome {
-            writeln!(out, "       {}", message.lines().next().unwrap_or(""))?;
-        }
+        write_failure(t, out)?;
         write_ranks(t, out)?;
     }
     Ok(())
@@ -742,11 +747,7 @@ mod tests {
         t.peak_reserved = Some(p.reserved);
         t.process_bytes = Some(p.nvidia_smi);
         t.step_ms = Some(321.0);
-        t.predicted = Some(Predicted {
-            allocated: p.allocated,
-            reserved: p.reserved,
-            nvidia_smi: p.nvidia_smi,
-        });
+        t.predicted = Some(Predicted::from(p));
         run.trials = vec![t];
         run.stopped = None;
         let mut out = Vec::new();

@@ -61,6 +61,17 @@ pub struct Predicted {
     pub nvidia_smi: Bytes,
 }
 
+impl From<crate::plan::eval::Peaks> for Predicted {
+    /// A plan's peaks at a batch, as a trial records them.
+    fn from(p: crate::plan::eval::Peaks) -> Self {
+        Predicted {
+            allocated: p.allocated,
+            reserved: p.reserved,
+            nvidia_smi: p.nvidia_smi,
+        }
+    }
+}
+
 /// How a trial ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -103,11 +103,7 @@ fn synthetic_run() -> Run {
         .enumerate()
         .map(|(i, &batch)| {
             let p = planner.peaks(batch).expect("peaks");
-            let predicted = Some(Predicted {
-                allocated: p.allocated,
-                reserved: p.reserved,
-                nvidia_smi: p.nvidia_smi,
-            });
+            let predicted = Some(Predicted::from(p));
             if batch > top {
                 let mut t = Trial::failed(
                     i as u32,
@@ -810,11 +806,7 @@ fn demo_infer_run(planner: &vramlab_core::plan::inference::InferPlanner) -> Run 
         .enumerate()
         .map(|(i, &batch)| {
             let p = planner.peaks(batch).expect("peaks");
-            let predicted = Some(Predicted {
-                allocated: p.allocated,
-                reserved: p.reserved,
-                nvidia_smi: p.nvidia_smi,
-            });
+            let predicted = Some(Predicted::from(p));
             let mut t = if batch == 4096 {
                 Trial::failed(
                     i as u32,

@@ -180,11 +180,7 @@ pub fn open(req: &BenchRequest, bench: &InferBench) -> Result<TorchEngine> {
 
 /// The predicted peaks of `bench` at `batch`, as a trial records them.
 pub fn predicted(bench: &InferBench, batch: u64) -> Option<Predicted> {
-    bench.planner.peaks(batch).ok().map(|p| Predicted {
-        allocated: p.allocated,
-        reserved: p.reserved,
-        nvidia_smi: p.nvidia_smi,
-    })
+    bench.planner.peaks(batch).ok().map(Predicted::from)
 }
 
 /// Runs every trial of `req` (its batch list, or a sweep until OOM seeded from the

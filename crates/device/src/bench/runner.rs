@@ -92,13 +92,7 @@ pub fn run_with(
         };
         guarded_trial(job.index, job.batch, ctl, |ctl| engine.trial(&job, ctl))
     };
-    let predict = |batch: u64| {
-        planner.peaks(batch).ok().map(|p| Predicted {
-            allocated: p.allocated,
-            reserved: p.reserved,
-            nvidia_smi: p.nvidia_smi,
-        })
-    };
+    let predict = |batch: u64| planner.peaks(batch).ok().map(Predicted::from);
     sweep_trials(batches, &mut run, cancel, emit, &mut trial, &predict);
     emit(BenchEvent::Finished { run: run.clone() });
     Ok(run)
