@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 27's device call (an H200 wanted; on an H100 the Lightning part is skipped).
+# Session 27's device call (an H200 wanted; on an H100 the Lightning part and phase 2 are skipped).
 # Phase 1, together (small models): issue 31's Lightning callback run (session26.sh, SNAPS=0,
 # G29_LIMIT=0), issue 29's inference bench (bench_infer.sh: the shipped `vramlab bench
 # --engine torch --step generate|prefill`), and issue 26's allocator histories of the four rows
@@ -21,7 +21,7 @@ t0=$SECONDS
 wait
 echo "phase 1: $((SECONDS - t0)) s"
 LIM=$(( ${G29_LIMIT:-290} < 530 - (SECONDS - t0) ? ${G29_LIMIT:-290} : 530 - (SECONDS - t0) ))
-if [ "$LIM" -gt 60 ]; then
+if [ "$LIM" -gt 60 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     OUT="$W/g29h" GRID=grid29c_h200 LANES=3 LIMIT=$LIM timeout $((LIM + 35)) lab/run grid29c > "$W/g29h.log" 2>&1
 fi
 echo "phase 2 ended at $((SECONDS - t0)) s"
