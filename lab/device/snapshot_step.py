@@ -5,7 +5,10 @@ are what is read), switched on after the model is built (the runner's `run_step`
 `torch.cuda.memory._snapshot()` pickled. The planner's events replay against it locally
 (`crates/core/examples/replay_trace.rs` reads `a SIZE ID` / `f ID` lines made from it).
 
-    PYTHONPATH=/tmp/bnb python3 lab/device/snapshot_step.py --config JSON --out snap.pickle
+    PYTHONPATH=/tmp/bnb python3 lab/device/snapshot_step.py --config JSON --out snap.pickle [--cap-gib X]
+
+Under a cap the history of a step that runs out of memory is written too (the OOM's request is
+its last event).
 """
 import argparse
 import os
@@ -20,6 +23,7 @@ import torch_runner as tr  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--config", required=True)
 ap.add_argument("--out", required=True)
+ap.add_argument("--cap-gib", help="the runner's per-process cap (a capped max-batch row's cap_gib)")
 a = ap.parse_args()
 
 inner = tr.run_step
@@ -37,4 +41,5 @@ def recorded(*args, **kw):
 
 
 tr.run_step = recorded
-sys.exit(tr.main(["measure", "--config", a.config]))
+cap = ["--cap-gib", a.cap_gib] if a.cap_gib else []
+sys.exit(tr.main(["measure", "--config", a.config, *cap]))
