@@ -137,115 +137,113 @@ const G_V: u8 = 28;
 const G_K: u8 = 29;
 const G_Q: u8 = 30;
 
+/// The sizes of one call's tensors (bytes).
+struct Sizes {
+    q: Size,
+    kv: Size,
+    /// k or v repeated to the query's heads.
+    rep: Size,
+    scores: Size,
+    /// A bool of the scores' shape.
+    bools: Size,
+    rows: Size,
+    mask_bool: Size,
+    mask_f32: Size,
+}
+
+impl Sizes {
+    fn of(s: &MathShape) -> Sizes {
+        let per = |per_sample: u64| Size {
+            per_sample,
+            fixed: 0,
+        };
+        let f32 = |elems: u64| per(elems.saturating_mul(DType::F32.size()));
+        let q = f32(s.heads.saturating_mul(s.seq).saturating_mul(s.head_dim));
+        let score_elems = s.heads.saturating_mul(s.seq).saturating_mul(s.seq);
+        let square = s.seq.saturating_mul(s.seq);
+        Sizes {
+            q,
+            kv: f32(s.kv_heads.saturating_mul(s.seq).saturating_mul(s.head_dim)),
+            rep: q,
+            scores: f32(score_elems),
+            bools: per(score_elems),
+            rows: per(s.heads.saturating_mul(s.seq)),
+            mask_bool: Size {
+                per_sample: 0,
+                fixed: square,
+            },
+            mask_f32: Size {
+                per_sample: 0,
+                fixed: square.saturating_mul(DType::F32.size()),
+            },
+        }
+    }
+}
+
+fn temp(slot: u8, size: Size) -> Step {
+    Step::Temp { slot, size }
+}
+
+fn saved(slot: u8, size: Size, for_grads: Grads) -> Step {
+    Step::Saved {
+        slot,
+        size,
+        for_grads,
+    }
+}
+
+fn grad(slot: u8, size: Size, when: Grads) -> Step {
+    Step::Grad { slot, size, when }
+}
+
 /// The math path's sequence for fp32 inputs (see the module docs).
 pub fn math_path(s: MathShape) -> OpSteps {
-    let f32 = |elems: u64| Size {
-        per_sample: elems.saturating_mul(DType::F32.size()),
-        fixed: 0,
-    };
-    let q = f32(s.heads.saturating_mul(s.seq).saturating_mul(s.head_dim));
-    let kv = f32(s.kv_heads.saturating_mul(s.seq).saturating_mul(s.head_dim));
-    // `repeat_interleave` gives k and v the query's heads.
-    let rep = q;
-    let score_elems = s.heads.saturating_mul(s.seq).saturating_mul(s.seq);
-    let scores = f32(score_elems);
-    let bools = Size {
-        per_sample: score_elems,
-        fixed: 0,
-    };
-    let rows = Size {
-        per_sample: s.heads.saturating_mul(s.seq),
-        fixed: 0,
-    };
-    let square = s.seq.saturating_mul(s.seq);
-    let mask_bool = Size {
-        per_sample: 0,
-        fixed: square,
-    };
-    let mask_f32 = Size {
-        per_sample: 0,
-        fixed: square.saturating_mul(DType::F32.size()),
-    };
-    let qk = GRAD_Q | GRAD_K;
+    let z = Sizes::of(&s);
     let dropout = s.dropout > 0.0;
-    let mut f = vec![Step::Temp { slot: QS, size: q }];
-    if s.causal {
+    OpSteps {
+        shape: s,
+        forward: forward(&z, s.causal, dropout),
+        backward: backward(&z, dropout),
+    }
+}
+
+/// The forward, in `_scaled_dot_product_attention_math`'s order.
+fn forward(z: &Sizes, causal: bool, dropout: bool) -> Vec<Step> {
+    let qk = GRAD_Q | GRAD_K;
+    let mut f = vec![temp(QS, z.q)];
+    if causal {
         f.extend([
-            Step::Temp {
-                slot: ONES,
-                size: mask_bool,
-            },
-            Step::Temp {
-                slot: TRIL,
-                size: mask_bool,
-            },
+            temp(ONES, z.mask_bool),
+            temp(TRIL, z.mask_bool),
             Step::Free(ONES),
-            Step::Temp {
-                slot: MASK,
-                size: mask_f32,
-            },
+            temp(MASK, z.mask_f32),
             Step::Free(TRIL),
         ]);
     }
     f.extend([
-        Step::Temp {
-            slot: KREP,
-            size: rep,
-        },
+        temp(KREP, z.rep),
         // Saved by `attn @ v_rep` for the probabilities' gradient.
-        Step::Saved {
-            slot: VREP,
-            size: rep,
-            for_grads: qk,
-        },
-        // `bmm(query, kᵀ·√s)`: each operand saved for the other's gradient.
-        Step::Saved {
-            slot: KTS,
-            size: rep,
-            for_grads: GRAD_Q,
-        },
-        Step::Saved {
-            slot: QC,
-            size: q,
-            for_grads: GRAD_K,
-        },
-        Step::Temp {
-            slot: SCORES,
-            size: scores,
-        },
+        saved(VREP, z.rep, qk),
+        // `bmm(query, kᵀ·√s)`: each operand saved for the other's gradient; both die with
+        // the `matmul` expression unless saved.
+        saved(KTS, z.rep, GRAD_Q),
+        saved(QC, z.q, GRAD_K),
+        temp(SCORES, z.scores),
         Step::Free(QC),
         Step::Free(KTS),
         // `_safe_softmax`'s result, saved by its backward and by `attn @ v_rep` (v's
         // gradient) when there is no dropout.
-        Step::Saved {
-            slot: PROBS,
-            size: scores,
-            for_grads: if dropout { qk } else { qk | GRAD_V },
-        },
-        Step::Temp {
-            slot: NEGINF,
-            size: bools,
-        },
-        Step::Temp {
-            slot: ROWS,
-            size: rows,
-        },
+        saved(PROBS, z.scores, if dropout { qk } else { qk | GRAD_V }),
+        temp(NEGINF, z.bools),
+        temp(ROWS, z.rows),
         Step::Free(ROWS),
         Step::Free(NEGINF),
         Step::Free(SCORES),
     ]);
     let attn = if dropout {
         f.extend([
-            Step::Saved {
-                slot: DMASK,
-                size: bools,
-                for_grads: qk,
-            },
-            Step::Saved {
-                slot: DROPPED,
-                size: scores,
-                for_grads: GRAD_V,
-            },
+            saved(DMASK, z.bools, qk),
+            saved(DROPPED, z.scores, GRAD_V),
             Step::Free(DMASK),
             Step::Free(PROBS),
         ]);
@@ -259,24 +257,20 @@ pub fn math_path(s: MathShape) -> OpSteps {
         Step::Free(VREP),
         Step::Free(QS),
     ]);
-    if s.causal {
+    if causal {
         f.push(Step::Free(MASK));
     }
     f.push(Step::Free(attn));
+    f
+}
 
-    // Backward: `attn @ v_rep` (v_rep's gradient first), dropout, `_safe_softmax`,
-    // `query @ kᵀ·√s`, then the scalings and the sums over the repeated heads.
+/// The backward: `attn @ v_rep` (v_rep's gradient first), dropout, `_safe_softmax`,
+/// `query @ kᵀ·√s`, then the scalings and the sums over the repeated heads.
+fn backward(z: &Sizes, dropout: bool) -> Vec<Step> {
+    let qk = GRAD_Q | GRAD_K;
     let mut b = vec![
-        Step::Grad {
-            slot: G_VREP,
-            size: rep,
-            when: GRAD_V,
-        },
-        Step::Grad {
-            slot: G_ATTN,
-            size: scores,
-            when: qk,
-        },
+        grad(G_VREP, z.rep, GRAD_V),
+        grad(G_ATTN, z.scores, qk),
         Step::ReleaseSaved(VREP),
     ];
     // Without dropout the probabilities stay saved by `_safe_softmax`'s backward.
@@ -286,11 +280,7 @@ pub fn math_path(s: MathShape) -> OpSteps {
     b.push(Step::ReleaseGradOut);
     let g_probs = if dropout {
         b.extend([
-            Step::Grad {
-                slot: G_PROBS,
-                size: scores,
-                when: qk,
-            },
+            grad(G_PROBS, z.scores, qk),
             Step::ReleaseSaved(DMASK),
             Step::Free(G_ATTN),
         ]);
@@ -299,75 +289,39 @@ pub fn math_path(s: MathShape) -> OpSteps {
         G_ATTN
     };
     b.extend([
-        Step::Grad {
-            slot: G_SCORES,
-            size: scores,
-            when: qk,
-        },
+        grad(G_SCORES, z.scores, qk),
         // CUDA's `softmax_backward_cuda_out`: `Tensor tmp = grad * output`.
-        Step::Grad {
-            slot: TMP,
-            size: scores,
-            when: qk,
-        },
+        grad(TMP, z.scores, qk),
         Step::Free(TMP),
         Step::ReleaseSaved(PROBS),
         Step::Free(g_probs),
-        Step::Grad {
-            slot: G_KTS,
-            size: rep,
-            when: GRAD_K,
-        },
-        Step::Grad {
-            slot: G_QC,
-            size: q,
-            when: GRAD_Q,
-        },
+        grad(G_KTS, z.rep, GRAD_K),
+        grad(G_QC, z.q, GRAD_Q),
         Step::ReleaseSaved(QC),
         Step::ReleaseSaved(KTS),
         Step::Free(G_SCORES),
-        Step::Grad {
-            slot: G_KREP,
-            size: rep,
-            when: GRAD_K,
-        },
+        grad(G_KREP, z.rep, GRAD_K),
         Step::Free(G_KTS),
-        Step::Grad {
-            slot: G_V,
-            size: kv,
-            when: GRAD_V,
-        },
+        grad(G_V, z.kv, GRAD_V),
         Step::Free(G_VREP),
         Step::InputGrad {
             input: 2,
             slot: G_V,
         },
-        Step::Grad {
-            slot: G_K,
-            size: kv,
-            when: GRAD_K,
-        },
+        grad(G_K, z.kv, GRAD_K),
         Step::Free(G_KREP),
         Step::InputGrad {
             input: 1,
             slot: G_K,
         },
-        Step::Grad {
-            slot: G_Q,
-            size: q,
-            when: GRAD_Q,
-        },
+        grad(G_Q, z.q, GRAD_Q),
         Step::Free(G_QC),
         Step::InputGrad {
             input: 0,
             slot: G_Q,
         },
     ]);
-    OpSteps {
-        shape: s,
-        forward: f,
-        backward: b,
-    }
+    b
 }
 
 #[cfg(test)]
