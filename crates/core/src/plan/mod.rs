@@ -22,6 +22,7 @@ pub mod optimizer;
 pub mod policy;
 pub mod remedies;
 pub mod rules;
+pub mod sdpa_math;
 pub mod search;
 pub mod sim;
 pub mod step_kind;

@@ -5,6 +5,7 @@
 //! the reference models for composite functions.
 
 use super::config::{DType, Precision};
+use super::sdpa_math::{MathShape, OpSteps, math_path};
 use crate::model::ir::{Elem, Graph, Node, Op, Pointwise};
 
 /// An extra buffer an op allocates (saved for backward unless `transient`).
@@ -50,6 +51,9 @@ pub struct Rule {
     /// when the next extra exists, and the output comes last (allocator histories of
     /// `NewGELUActivation`).
     pub chain: bool,
+    /// The op's forward and backward as explicit allocation sequences, in place of the
+    /// extras and the computed input gradients (SDPA's math path: [`super::sdpa_math`]).
+    pub steps: Option<Box<OpSteps>>,
     /// How the output gradient reaches the inputs (set by [`backward_rule`]).
     pub grad: GradFlow,
     /// SDPA on a fused q/k/v input: dq, dk, dv are separate tensors that the split's
@@ -126,6 +130,7 @@ impl Rule {
             bwd_fixed: 0,
             conv_ws: ConvWorkspace::default(),
             chain: false,
+            steps: None,
             grad: GradFlow::Compute,
             fused_qkv_grad: false,
         }
@@ -660,27 +665,19 @@ pub fn rule(
             seq,
             dropout,
         } if heads != kv_heads && !amp && in0 == DType::F32 => {
-            // Math fallback (`_scaled_dot_product_attention_math`): q·√scale, k repeated
-            // then ·√scale, v repeated, and the softmax probabilities are saved; with
-            // `dropout_p > 0` `at::dropout` (training) runs `native_dropout`, whose bool mask
-            // is saved by its backward and whose output by the matmul with v.
-            let qkv = heads * seq * head_dim;
-            let probs = heads * seq * seq;
+            // Math fallback (`_scaled_dot_product_attention_math`), step by step in
+            // [`super::sdpa_math`]. Grouped kv heads are the decoders', which transformers
+            // calls with `is_causal=True` in training (no padding mask): the causal mask is
+            // built per call.
             let mut r = Rule::new(DType::F32);
-            r.extras.push(extra(qkv, DType::F32));
-            r.extras.push(extra(qkv, DType::F32));
-            r.extras.push(extra(qkv, DType::F32));
-            r.extras.push(extra(probs, DType::F32));
-            if *dropout > 0.0 {
-                r.extras.push(extra(probs, DType::Bool));
-                r.extras.push(extra(probs, DType::F32));
-            }
-            r.extras.push(temp(qkv, DType::F32));
-            // Backward, at `_safe_softmax`'s (`_softmax_backward_data`): the saved
-            // probabilities, their gradient, CUDA's `tmp = grad * output` and the scores'
-            // gradient — four score matrices (dropout's mask and output are released by then:
-            // with dropout two of the four are counted among the saved tensors).
-            r.bwd_transient = if *dropout > 0.0 { 2 * probs } else { 3 * probs };
+            r.steps = Some(Box::new(math_path(MathShape {
+                heads: *heads,
+                kv_heads: *kv_heads,
+                head_dim: *head_dim,
+                seq: *seq,
+                dropout: *dropout,
+                causal: true,
+            })));
             r
         }
         // The fused kernels; with a float mask that does not train (T5 cross-attention's

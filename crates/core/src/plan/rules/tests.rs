@@ -3,6 +3,7 @@
 use super::*;
 use crate::model::builder::GraphBuilder;
 use crate::model::ir::{Elem, Op, Pointwise};
+use crate::plan::sdpa_math::Step;
 
 /// Builds `input → op` and returns the op's rule for `inputs` dtypes.
 fn rule_of(op: Op, n_inputs: usize, with_param: bool, dtypes: &[DType], prec: Precision) -> Rule {
@@ -275,11 +276,19 @@ fn sdpa_keeps_no_score_matrix_but_fp32_gqa_falls_back_to_math() {
         seq: 16,
         dropout: 0.0,
     };
-    let r = rule_of(gqa, 3, false, &[F32, F32, F32], Precision::Fp32);
+    let r = rule_of(gqa.clone(), 3, false, &[F32, F32, F32], Precision::Fp32);
+    let steps = r.steps.as_ref().expect("the math path's steps");
     assert!(
-        r.extras.iter().any(|e| e.per_sample == 4 * 16 * 16),
+        steps.forward.iter().any(|s| matches!(
+            s,
+            Step::Saved { size, .. } if size.per_sample == 4 * 16 * 16 * 4
+        )),
         "probabilities kept"
     );
+    assert!(r.extras.is_empty() && r.bwd_transient == 0);
+    // Under autocast the fused kernel takes the bf16 inputs.
+    let r = rule_of(gqa, 3, false, &[F32, F32, F32], Precision::AmpBf16);
+    assert!(r.steps.is_none() && r.saves_output);
 }
 
 #[test]

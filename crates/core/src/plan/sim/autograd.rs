@@ -74,21 +74,13 @@ impl Sim<'_> {
                 self.release(p);
             }
         }
-        // Output.
-        let out_buf = if r.alias {
-            let b = input_bufs.first().copied().flatten();
-            if let Some(b) = b {
-                self.refs[b as usize] += consumers[out];
-            }
-            b
-        } else if g.tensors[out].per_sample == 0 && g.tensors[out].fixed == 0 {
-            None
-        } else {
-            let (ps, fx) = self.tensor_bytes(out, r.out_dtype);
-            let refs = consumers[out];
-            let b = self.new_buffer(ps, fx, Category::Activations);
-            self.refs[b as usize] = refs;
-            Some(b)
+        // Output (an op given by steps allocates it among them).
+        let in0 = input_bufs.first().copied().flatten();
+        let out_buf = match &r.steps {
+            Some(steps) => self.forward_steps(n, steps, keep_saves, |s| {
+                s.output_buffer(r, out, in0, consumers)
+            }),
+            None => self.output_buffer(r, out, in0, consumers),
         };
         self.tbuf[out] = out_buf;
         // The model output (`out`) stays referenced until `del out` after backward.
@@ -157,6 +149,31 @@ impl Sim<'_> {
         }
     }
 
+    /// The buffer of an op's output tensor `out`: input 0's (`in0`) for an alias, else a new
+    /// one its readers hold.
+    fn output_buffer(
+        &mut self,
+        r: &Rule,
+        out: usize,
+        in0: Option<u32>,
+        consumers: &[u32],
+    ) -> Option<u32> {
+        let t = &self.g.tensors[out];
+        if r.alias {
+            if let Some(b) = in0 {
+                self.refs[b as usize] += consumers[out];
+            }
+            in0
+        } else if t.per_sample == 0 && t.fixed == 0 {
+            None
+        } else {
+            let (ps, fx) = self.tensor_bytes(out, r.out_dtype);
+            let b = self.new_buffer(ps, fx, Category::Activations);
+            self.refs[b as usize] = consumers[out];
+            Some(b)
+        }
+    }
+
     /// Pushes what node `n` saves for backward onto `saved_bufs` (retained by the caller):
     /// each saved input only when the gradient it serves is computed.
     fn push_saves(
@@ -196,7 +213,7 @@ impl Sim<'_> {
         }
     }
 
-    fn grad_for(&mut self, t: usize, b: u32) {
+    pub(super) fn grad_for(&mut self, t: usize, b: u32) {
         match self.gbuf[t] {
             None => self.gbuf[t] = Some(b),
             // `InputBuffer::accumulate` adds into the old gradient when nothing else holds
@@ -247,6 +264,8 @@ impl Sim<'_> {
                 if let (Some(go), false) = (gout, given) {
                     self.release(go);
                 }
+            } else if let Some(steps) = &r.steps {
+                self.backward_steps(n, steps, gout);
             } else {
                 self.emit_input_grads(n, r, is_loss);
                 self.emit_param_grads(n, r, first_micro);

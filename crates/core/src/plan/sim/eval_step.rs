@@ -6,9 +6,11 @@ use super::state::{NO_NODE, Sim};
 use crate::model::ir::{Graph, Op};
 use crate::plan::events::Phase;
 use crate::plan::rules::Rule;
+use crate::plan::sdpa_math::{MathShape, math_path};
 
 /// The rules of `model.eval()`: dropout returns its input (`F.dropout(x, p, training=False)`
-/// is `x`), allocating nothing and saving no mask.
+/// is `x`), allocating nothing and saving no mask; attention is called with `dropout=0.0`
+/// (SDPA's math path then runs no `native_dropout`).
 pub(super) fn eval_rules(g: &Graph, train: &[Rule]) -> Vec<Rule> {
     let mut rules = train.to_vec();
     for (node, r) in g.nodes.iter().zip(rules.iter_mut()) {
@@ -17,6 +19,14 @@ pub(super) fn eval_rules(g: &Graph, train: &[Rule]) -> Vec<Rule> {
             r.extras.clear();
             r.saves_inputs.clear();
             r.saves_output = false;
+        }
+        if let Some(steps) = &mut r.steps
+            && steps.shape.dropout > 0.0
+        {
+            **steps = math_path(MathShape {
+                dropout: 0.0,
+                ..steps.shape
+            });
         }
     }
     rules

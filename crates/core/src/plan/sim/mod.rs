@@ -13,6 +13,7 @@
 //! - [`checkpoint`]: activation checkpointing (what a checkpoint keeps, recomputation);
 //! - [`dist`] and [`ds_zero`]: what one rank allocates under a multi-GPU strategy;
 //! - [`eval_step`]: a validation forward after training;
+//! - [`op_steps`]: an op given as explicit allocation sequences (SDPA's math path);
 //! - [`optimizer_step`]: the optimizer's state and temporaries, from [`super::optimizer`].
 //!
 //! The files beside this one import only one another, never this file.
@@ -27,6 +28,7 @@ mod ds_zero;
 mod ds_zero_state;
 mod eval_step;
 mod merged;
+mod op_steps;
 mod optimizer_step;
 mod state;
 
