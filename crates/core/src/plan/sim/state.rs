@@ -7,6 +7,7 @@ use std::ops::Range;
 use super::blocks::Blocks;
 use super::dist_state::DistSim;
 use super::merged::Merged;
+use super::repeat_state::Repeat;
 use crate::model::ir::{Graph, Node};
 use crate::plan::allocator::{ExpandableBound, round_size};
 use crate::plan::config::{DType, LoopShape, Precision, TrainConfig};
@@ -86,6 +87,8 @@ pub(super) struct Sim<'g> {
     pub(super) recomputing: bool,
     /// The multi-GPU strategy's per-rank state (inactive on one GPU).
     pub(super) dist: DistSim,
+    /// The warm-up's micro-steps, which the measured step repeats ([`Repeat`]).
+    pub(super) repeat: Repeat,
     /// Bytes live at batch 1, each buffer rounded as the caching allocator rounds it: at
     /// most what the allocator has allocated at that point of a replay at batch 1.
     pub(super) live1: u64,
