@@ -104,28 +104,19 @@ impl Sim<'_> {
         'copy: for t in &templates {
             self.buffers.extend_from_within(t.buffers.clone());
             self.refs.resize(self.buffers.len(), 0);
-            for i in t.events.clone() {
-                let e = self.events[i];
-                let buffer = moved(e.buffer);
-                let b = &self.buffers[buffer as usize];
-                let size1 = size_at_one(b.per_sample, b.fixed);
-                if e.alloc {
-                    self.live1 = self.live1.saturating_add(size1);
-                    if let Some(bound) = &mut self.bound1 {
-                        bound.malloc_rounded(size1);
-                    }
-                    if self.live1 > self.stop_above {
-                        // The generation ends here (`None`): the walk would stop too.
-                        self.stopped = true;
-                        break 'copy;
-                    }
-                } else {
-                    self.live1 = self.live1.saturating_sub(size1);
-                    if let Some(bound) = &mut self.bound1 {
-                        bound.free_rounded(size1);
-                    }
+            // `live1` only decides where to stop: without a bound (never stopping) and without
+            // the expandable bound the copied events change no running figure.
+            if self.stop_above == u64::MAX && self.bound1.is_none() {
+                self.events.reserve(t.events.len());
+                for i in t.events.clone() {
+                    let e = self.events[i];
+                    self.events.push(Event {
+                        buffer: moved(e.buffer),
+                        ..e
+                    });
                 }
-                self.events.push(Event { buffer, ..e });
+            } else if self.copy_counted(t.events.clone(), moved) {
+                break 'copy;
             }
             let start = first as usize + delta as usize;
             self.refs[start..start + t.refs.len()].copy_from_slice(&t.refs);
@@ -150,5 +141,34 @@ impl Sim<'_> {
         self.phase = Phase::Backward;
         self.node = NO_NODE;
         true
+    }
+
+    /// Copies `events` with their ids `moved`, feeding `live1` and the expandable bound as
+    /// [`Sim::new_buffer`] and [`Sim::free`] do; `true` where `live1` passed the bound (the
+    /// generation ends there, `None`, where the walk would stop too).
+    fn copy_counted(&mut self, events: std::ops::Range<usize>, moved: impl Fn(u32) -> u32) -> bool {
+        for i in events {
+            let e = self.events[i];
+            let buffer = moved(e.buffer);
+            let b = &self.buffers[buffer as usize];
+            let size1 = size_at_one(b.per_sample, b.fixed);
+            if e.alloc {
+                self.live1 = self.live1.saturating_add(size1);
+                if let Some(bound) = &mut self.bound1 {
+                    bound.malloc_rounded(size1);
+                }
+                if self.live1 > self.stop_above {
+                    self.stopped = true;
+                    return true;
+                }
+            } else {
+                self.live1 = self.live1.saturating_sub(size1);
+                if let Some(bound) = &mut self.bound1 {
+                    bound.free_rounded(size1);
+                }
+            }
+            self.events.push(Event { buffer, ..e });
+        }
+        false
     }
 }
