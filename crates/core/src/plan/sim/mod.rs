@@ -295,6 +295,7 @@ fn generate_with(
         dist: DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
         repeat: Repeat::new(g, repeat && !cfg.distributed.active()),
         live1: 0,
+        live1_peak: 0,
         stop_above,
         stopped: false,
         // What `eval::reserved_bound` asks of events replayed with expandable segments.

@@ -19,6 +19,7 @@
 
 use super::repeat_state::Template;
 use super::state::{NO_NODE, Sim, size_at_one};
+use crate::plan::allocator::ExpandableBound;
 use crate::plan::events::{Event, Phase};
 
 impl Sim<'_> {
@@ -54,7 +55,14 @@ impl Sim<'_> {
             self.repeat.complete = self.quiescent() && self.param_grad.iter().all(Option::is_none);
         }
         let (buffers, events) = (self.buffers.len(), self.events.len());
+        let live1 = self.live1;
+        self.live1_peak = live1;
+        let bound = self.bound1.as_mut().map(ExpandableBound::start_window);
         self.micro_step(micro);
+        let bound = match (bound, self.bound1.as_mut()) {
+            (Some(before), Some(b)) => Some(b.end_window(before)),
+            _ => None,
+        };
         if self.stopped || !self.repeat.complete || !self.quiescent() {
             self.repeat.complete = false;
             return;
@@ -70,6 +78,8 @@ impl Sim<'_> {
             param_pending: self.param_pending.clone(),
             param_seen: self.param_seen.clone(),
             param_pending_inplace: self.param_pending_inplace.clone(),
+            live1: [live1, self.live1_peak, self.live1],
+            bound,
         };
         self.repeat.templates.push(template);
     }
@@ -107,14 +117,27 @@ impl Sim<'_> {
             // `live1` only decides where to stop: without a bound (never stopping) and without
             // the expandable bound the copied events change no running figure.
             if self.stop_above == u64::MAX && self.bound1.is_none() {
-                self.events.reserve(t.events.len());
-                for i in t.events.clone() {
-                    let e = self.events[i];
-                    self.events.push(Event {
-                        buffer: moved(e.buffer),
-                        ..e
-                    });
+                self.copy_ids(t.events.clone(), moved);
+            } else if self.stop_above < u64::MAX {
+                // Below a bound under `u64::MAX` no figure ever saturated (it would have
+                // passed the bound and stopped the generation): each is the exact sum of
+                // live bytes, so the copy moves it by what the micro-step moved it, and its
+                // peak rises by what the micro-step's rose.
+                let [from, peak, to] = t.live1;
+                let moved_to = |to: u64| {
+                    let v =
+                        (u128::from(self.live1) + u128::from(to)).saturating_sub(u128::from(from));
+                    u64::try_from(v).unwrap_or(u64::MAX)
+                };
+                if moved_to(peak) > self.stop_above {
+                    self.stopped = true;
+                    break 'copy;
                 }
+                self.live1 = moved_to(to);
+                if let (Some(bound), Some(w)) = (&mut self.bound1, &t.bound) {
+                    bound.repeat_window(w);
+                }
+                self.copy_ids(t.events.clone(), moved);
             } else if self.copy_counted(t.events.clone(), moved) {
                 break 'copy;
             }
@@ -141,6 +164,18 @@ impl Sim<'_> {
         self.phase = Phase::Backward;
         self.node = NO_NODE;
         true
+    }
+
+    /// Copies `events` with their ids `moved`.
+    fn copy_ids(&mut self, events: std::ops::Range<usize>, moved: impl Fn(u32) -> u32) {
+        self.events.reserve(events.len());
+        for i in events {
+            let e = self.events[i];
+            self.events.push(Event {
+                buffer: moved(e.buffer),
+                ..e
+            });
+        }
     }
 
     /// Copies `events` with their ids `moved`, feeding `live1` and the expandable bound as

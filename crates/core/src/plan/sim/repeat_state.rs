@@ -3,6 +3,7 @@
 //! generation may repeat at all; held by the simulation state.
 
 use crate::model::ir::Graph;
+use crate::plan::allocator::BoundWindow;
 
 /// What one micro-step of the warm-up step did: its buffers and events (their ranges in the
 /// generation's lists) and the state it ended in.
@@ -19,6 +20,11 @@ pub(super) struct Template {
     pub(super) param_pending: Vec<Option<u32>>,
     pub(super) param_seen: Vec<u32>,
     pub(super) param_pending_inplace: Vec<bool>,
+    /// `live1` where the micro-step started, its highest value at an allocation in it, and
+    /// where it ended.
+    pub(super) live1: [u64; 3],
+    /// What the micro-step did to the expandable bound (when the generation keeps one).
+    pub(super) bound: Option<BoundWindow>,
 }
 
 /// The warm-up step's micro-steps, kept for the measured step to repeat.
