@@ -293,7 +293,7 @@ fn generate_with(
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
         dist: DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
-        repeat: Repeat::new(g, repeat && !cfg.distributed.active()),
+        repeat: Repeat::new(repeat && !cfg.distributed.active()),
         live1: 0,
         live1_peak: 0,
         stop_above,

@@ -17,7 +17,7 @@
 //! What the copy computes as it goes are the generation's running figures at batch 1
 //! (`live1`, where to stop, the expandable bound), from each copied event as the walk does.
 
-use super::repeat_state::Template;
+use super::repeat_state::{Template, reads_after_writes};
 use super::state::{NO_NODE, Sim, size_at_one};
 use crate::plan::allocator::ExpandableBound;
 use crate::plan::events::{Event, Phase};
@@ -49,6 +49,13 @@ impl Sim<'_> {
             return;
         }
         if micro == 0 {
+            // Asked here, not per generation: most generations the search stops early never
+            // get to a warm-up.
+            self.repeat.allowed = reads_after_writes(self.g);
+            if !self.repeat.allowed {
+                self.micro_step(micro);
+                return;
+            }
             self.repeat.templates.clear();
             self.repeat.first_buffer = self.buffers.len();
             // Where the walk starts: nothing held, no gradient yet.
@@ -168,13 +175,10 @@ impl Sim<'_> {
 
     /// Copies `events` with their ids `moved`.
     fn copy_ids(&mut self, events: std::ops::Range<usize>, moved: impl Fn(u32) -> u32) {
-        self.events.reserve(events.len());
-        for i in events {
-            let e = self.events[i];
-            self.events.push(Event {
-                buffer: moved(e.buffer),
-                ..e
-            });
+        let start = self.events.len();
+        self.events.extend_from_within(events);
+        for e in &mut self.events[start..] {
+            e.buffer = moved(e.buffer);
         }
     }
 

@@ -44,10 +44,11 @@ pub(super) struct Repeat {
 }
 
 impl Repeat {
-    /// Whether a generation of `g` under these conditions may repeat its micro-steps.
-    pub(super) fn new(g: &Graph, single_gpu: bool) -> Repeat {
+    /// Whether a generation under these conditions may repeat its micro-steps (the graph
+    /// is asked when the warm-up starts, [`reads_after_writes`]).
+    pub(super) fn new(single_gpu: bool) -> Repeat {
         Repeat {
-            allowed: single_gpu && reads_after_writes(g),
+            allowed: single_gpu,
             ..Repeat::default()
         }
     }
@@ -56,7 +57,7 @@ impl Repeat {
 /// Whether every node reads only tensors an earlier node made, or tensors no node makes
 /// (whose buffer is never set): then a micro-step writes each tensor's buffer before it
 /// reads it, and the buffers a previous micro-step left there are never read.
-fn reads_after_writes(g: &Graph) -> bool {
+pub(super) fn reads_after_writes(g: &Graph) -> bool {
     let mut maker = vec![usize::MAX; g.tensors.len()];
     for (n, node) in g.nodes.iter().enumerate() {
         if let Some(m) = maker.get_mut(node.output)
