@@ -561,7 +561,7 @@ mod tests {
             seed
         };
         let size = |next: &mut dyn FnMut() -> u64| {
-            round_size(if next() % 2 == 0 {
+            round_size(if next().is_multiple_of(2) {
                 next() % SMALL_SIZE
             } else {
                 next() % (64 << 20)

@@ -14,8 +14,9 @@
 //! the warm-up's end state with its ids moved by `delta`: that state is what the copy
 //! restores, and what the next micro-step (copied too) starts from. Nothing here holds for
 //! a multi-GPU strategy (its units, buckets and shards hold ids across steps): those walk.
-//! What the copy computes as it goes are the generation's running figures at batch 1
-//! (`live1`, where to stop, the expandable bound), from each copied event as the walk does.
+//! The generation's running figures at batch 1 (`live1`, where to stop, the expandable
+//! bound) move by what the warm-up's micro-step moved them (its start, peak and end,
+//! recorded as it walked), or, without a stop bound, follow each copied event as in the walk.
 
 use super::repeat_state::{Template, reads_after_writes};
 use super::state::{NO_NODE, Sim, size_at_one};
