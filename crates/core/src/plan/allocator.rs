@@ -429,6 +429,47 @@ impl ExpandableBound {
         }
     }
 
+    /// Starts a window of requests: the peaks from here are the window's own until
+    /// [`end_window`](Self::end_window); returns what to give it.
+    pub fn start_window(&mut self) -> ExpandableBound {
+        let before = *self;
+        self.max_live_large = self.live_large;
+        self.max_live_small = self.live_small;
+        before
+    }
+
+    /// Ends the window [`start_window`](Self::start_window) began (`before` is what it
+    /// returned): the peaks are again those of every request, and the returned
+    /// [`BoundWindow`] is what the window's requests did.
+    pub fn end_window(&mut self, before: ExpandableBound) -> BoundWindow {
+        let window = BoundWindow {
+            start: before,
+            end: *self,
+        };
+        self.max_live_large = self.max_live_large.max(before.max_live_large);
+        self.max_live_small = self.max_live_small.max(before.max_live_small);
+        window
+    }
+
+    /// The window's requests again, from this state: each live figure moves by what it
+    /// moved in the window, each peak is at least this state's figure plus the window's rise
+    /// to its peak. Exact where no figure saturated (the live large bytes stayed below
+    /// `u64::MAX` in the window and stay below it here), as it is where the caller checks
+    /// that the live bytes stay under a bound below `u64::MAX`.
+    pub fn repeat_window(&mut self, w: &BoundWindow) {
+        // `now + to - from`, the figure `to` reached from `from`, moved to start at `now`.
+        let moved = |now: u64, from: u64, to: u64| {
+            let v = (u128::from(now) + u128::from(to)).saturating_sub(u128::from(from));
+            u64::try_from(v).unwrap_or(u64::MAX)
+        };
+        let peak_large = moved(self.live_large, w.start.live_large, w.end.max_live_large);
+        let peak_small = moved(self.live_small, w.start.live_small, w.end.max_live_small);
+        self.max_live_large = self.max_live_large.max(peak_large);
+        self.max_live_small = self.max_live_small.max(peak_small);
+        self.live_large = moved(self.live_large, w.start.live_large, w.end.live_large);
+        self.live_small = moved(self.live_small, w.start.live_small, w.end.live_small);
+    }
+
     /// At least the uncapped allocator's peak reserved bytes.
     pub fn reserved(&self) -> u64 {
         self.max_live_large
@@ -436,6 +477,14 @@ impl ExpandableBound {
             .saturating_mul(LARGE_BUFFER)
             .saturating_add(self.max_live_small.saturating_mul(SMALL_BUFFER))
     }
+}
+
+/// What a window of requests did to an [`ExpandableBound`]: its state where the window
+/// began and where it ended (the peaks those of the window alone).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BoundWindow {
+    start: ExpandableBound,
+    end: ExpandableBound,
 }
 
 #[cfg(test)]
@@ -496,6 +545,85 @@ mod tests {
                 }
                 assert!(a.peak_reserved <= bound.reserved());
             }
+        }
+    }
+
+    /// A window of requests repeated from another state ([`ExpandableBound::repeat_window`])
+    /// leaves the bound those requests fed again would: on random windows (each freeing
+    /// only what it allocated, or what was live before it) after random prefixes.
+    #[test]
+    fn a_repeated_window_is_its_requests_again() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let size = |next: &mut dyn FnMut() -> u64| {
+            round_size(if next().is_multiple_of(2) {
+                next() % SMALL_SIZE
+            } else {
+                next() % (64 << 20)
+            })
+        };
+        for _ in 0..200 {
+            // Two prefixes, each leaving blocks live (of which the window frees some).
+            let mut prefixes = [Vec::new(), Vec::new()];
+            let mut bounds = [ExpandableBound::default(); 2];
+            for (p, b) in prefixes.iter_mut().zip(&mut bounds) {
+                for _ in 0..(next() % 40) {
+                    let s = size(&mut next);
+                    b.malloc_rounded(s);
+                    p.push(s);
+                }
+            }
+            let common: Vec<u64> = prefixes[0]
+                .iter()
+                .copied()
+                .filter(|s| prefixes[1].contains(s))
+                .take(3)
+                .collect();
+            // The window: requests and frees of its own blocks, and frees of blocks both
+            // prefixes left live.
+            let mut window: Vec<(bool, u64)> = Vec::new();
+            let mut live: Vec<u64> = Vec::new();
+            for _ in 0..(next() % 60) {
+                if next() % 3 > 0 || live.is_empty() {
+                    let s = size(&mut next);
+                    live.push(s);
+                    window.push((true, s));
+                } else {
+                    let i = (next() % live.len() as u64) as usize;
+                    window.push((false, live.swap_remove(i)));
+                }
+            }
+            for &s in &common {
+                window.push((false, s));
+            }
+            let feed = |b: &mut ExpandableBound| {
+                for &(alloc, s) in &window {
+                    if alloc {
+                        b.malloc_rounded(s);
+                    } else {
+                        b.free_rounded(s);
+                    }
+                }
+            };
+            let [mut first, second] = bounds;
+            let before = first.start_window();
+            feed(&mut first);
+            let w = first.end_window(before);
+            let fed = first;
+            let mut repeated = second;
+            let mut again = second;
+            repeated.repeat_window(&w);
+            feed(&mut again);
+            assert_eq!(format!("{repeated:?}"), format!("{again:?}"));
+            // The window's peaks joined those before it.
+            let mut whole = bounds[0];
+            feed(&mut whole);
+            assert_eq!(format!("{fed:?}"), format!("{whole:?}"));
         }
     }
 

@@ -140,10 +140,10 @@ impl Sim<'_> {
             }
         }
         if let Some(b) = out_buf {
-            if node.op == Op::Input {
+            if matches!(node.op, Op::Input) {
                 self.retain(b);
                 self.pinned.push(b);
-            } else if node.op == Op::CacheAppend && !r.alias {
+            } else if matches!(node.op, Op::CacheAppend) && !r.alias {
                 self.hold_in_output(b);
             }
         }
@@ -234,11 +234,11 @@ impl Sim<'_> {
         let rules = self.rules;
         let r = &rules[n];
         let gout = self.gbuf[node.output].take();
-        let has_grad_path = gout.is_some() || node.op == Op::Input;
+        let has_grad_path = gout.is_some() || matches!(node.op, Op::Input);
         let is_loss = r.grad == GradFlow::Loss;
         if r.grad == GradFlow::Chunk {
             self.chunk_backward(n, gout);
-        } else if (has_grad_path || is_loss) && node.op != Op::Input {
+        } else if (has_grad_path || is_loss) && !matches!(node.op, Op::Input) {
             if r.grad == GradFlow::Alias {
                 if let (Some(go), Some(&t)) = (gout, node.inputs.first()) {
                     if self.requires_grad[t] {
@@ -380,7 +380,7 @@ impl Sim<'_> {
                 continue;
             }
             // `x.to(other.dtype)` reads `other` for its dtype only.
-            if node.inputs[..i].contains(&t) || (i > 0 && node.op == Op::TypeAs) {
+            if node.inputs[..i].contains(&t) || (i > 0 && matches!(node.op, Op::TypeAs)) {
                 continue;
             }
             let d = self.dtypes[t];

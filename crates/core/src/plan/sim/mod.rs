@@ -11,6 +11,8 @@
 //! - [`autograd`]: the forward and backward walk of one micro-step, driven by the op
 //!   rules of [`super::rules`];
 //! - [`checkpoint`]: activation checkpointing (what a checkpoint keeps, recomputation);
+//! - [`repeat`] (with [`repeat_state`]): the measured step's micro-steps copied from the
+//!   warm-up's where they start alike (one GPU), instead of walking the graph again;
 //! - [`dist`] and [`ds_zero`]: what one rank allocates under a multi-GPU strategy;
 //! - [`eval_step`]: a validation forward after training;
 //! - [`op_steps`]: an op given as explicit allocation sequences (SDPA's math path);
@@ -30,11 +32,14 @@ mod eval_step;
 mod merged;
 mod op_steps;
 mod optimizer_step;
+mod repeat;
+mod repeat_state;
 mod state;
 
 use self::blocks::Blocks;
 use self::dist_state::DistSim;
 use self::merged::Merged;
+use self::repeat_state::Repeat;
 use self::state::{NO_NODE, Sim};
 use super::config::{DType, LoopShape, Precision, TrainConfig};
 use super::events::{Category, Constants, Events, Phase};
@@ -54,11 +59,20 @@ impl Sim<'_> {
             self.rebuild_ddp_buckets();
         }
         let micros = self.cfg.accum.min(2) as u16;
-        for m in 0..micros {
-            self.micro_step(m);
-            if self.stopped {
-                return;
+        // The measured step repeats the warm-up's micro-steps where it starts as they did.
+        if create_state || !self.repeat_micro_steps(micros) {
+            for m in 0..micros {
+                if create_state {
+                    self.record_micro_step(m);
+                } else {
+                    self.micro_step(m);
+                }
+                if self.stopped {
+                    return;
+                }
             }
+        } else if self.stopped {
+            return;
         }
         self.optimizer_step(create_state);
     }
@@ -182,6 +196,20 @@ pub fn generate_annotated(
     stop_above: u64,
     annotations: Option<&Annotations>,
 ) -> Option<Events> {
+    generate_with(g, cfg, policy, k, stop_above, annotations, true)
+}
+
+/// [`generate_annotated`]; `repeat`: whether the measured step may repeat the warm-up's
+/// micro-steps (`repeat.rs`) instead of walking the graph again (the same events either way).
+fn generate_with(
+    g: &Graph,
+    cfg: &TrainConfig,
+    policy: &ParamPolicy,
+    k: &Constants,
+    stop_above: u64,
+    annotations: Option<&Annotations>,
+    repeat: bool,
+) -> Option<Events> {
     let own;
     let annotations = match annotations {
         Some(a) if a.serve(cfg) => a,
@@ -267,7 +295,9 @@ pub fn generate_annotated(
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
         dist: DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
+        repeat: Repeat::new(repeat && !cfg.distributed.active()),
         live1: 0,
+        live1_peak: 0,
         stop_above,
         stopped: false,
         // What `eval::reserved_bound` asks of events replayed with expandable segments.

@@ -7,6 +7,7 @@ use std::ops::Range;
 use super::blocks::Blocks;
 use super::dist_state::DistSim;
 use super::merged::Merged;
+use super::repeat_state::Repeat;
 use crate::model::ir::{Graph, Node};
 use crate::plan::allocator::{ExpandableBound, round_size};
 use crate::plan::config::{DType, LoopShape, Precision, TrainConfig};
@@ -86,9 +87,14 @@ pub(super) struct Sim<'g> {
     pub(super) recomputing: bool,
     /// The multi-GPU strategy's per-rank state (inactive on one GPU).
     pub(super) dist: DistSim,
+    /// The warm-up's micro-steps, which the measured step repeats ([`Repeat`]).
+    pub(super) repeat: Repeat,
     /// Bytes live at batch 1, each buffer rounded as the caching allocator rounds it: at
     /// most what the allocator has allocated at that point of a replay at batch 1.
     pub(super) live1: u64,
+    /// The highest `live1` at an allocation since it was last set (a recorded micro-step's
+    /// peak, `repeat.rs`).
+    pub(super) live1_peak: u64,
     /// [`super::generate_unless_above`]'s bound: the generation stops once `live1` passes it.
     pub(super) stop_above: u64,
     pub(super) stopped: bool,
@@ -111,6 +117,7 @@ impl<'g> Sim<'g> {
         if self.live1 > self.stop_above {
             self.stopped = true;
         }
+        self.live1_peak = self.live1_peak.max(self.live1);
         self.buffers.push(Buffer {
             per_sample,
             fixed,

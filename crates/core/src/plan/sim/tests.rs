@@ -408,3 +408,144 @@ fn a_generation_stops_only_where_the_replay_at_batch_one_passes_its_bound() {
         }
     }
 }
+
+/// Every field of `Events` but the ones set after the generation.
+fn assert_same_events(a: &Events, b: &Events, what: &str) {
+    assert_eq!(a.buffers, b.buffers, "{what}: buffers");
+    assert_eq!(a.events, b.events, "{what}: events");
+    assert_eq!(a.measured_start, b.measured_start, "{what}: measured_start");
+    assert_eq!(a.side_streams, b.side_streams, "{what}: side_streams");
+    assert_eq!(a.bound_at_one, b.bound_at_one, "{what}: bound_at_one");
+}
+
+/// The measured step repeated from the warm-up's micro-steps (`repeat.rs`) gives the events
+/// of the walk, on every preset under every precision, with and without checkpointing and
+/// accumulation; and on GPT-2 and a Llama under the other loop shapes, reentrant
+/// checkpointing, evaluation steps, LoRA and QLoRA, expandable segments and multi-GPU
+/// strategies (which walk), and where a generation stops.
+#[test]
+fn the_repeated_measured_step_is_the_walked_one() {
+    use crate::plan::config::AllocatorConfig;
+    use crate::plan::distributed::{Distributed, Strategy};
+    use crate::plan::finetune::apply;
+    use crate::plan::finetune_mode::{FineTune, FineTuneMode};
+    use crate::plan::step_kind::StepKind;
+    let k = Constants::default();
+    let same = |g: &Graph, cfg: &TrainConfig, policy: &ParamPolicy, what: &str| {
+        let walked = generate_with(g, cfg, policy, &k, u64::MAX, None, false).expect("walked");
+        let repeated = generate_with(g, cfg, policy, &k, u64::MAX, None, true).expect("repeated");
+        assert_same_events(&repeated, &walked, what);
+        // Stopped at the same bounds: the peak (in the measured step where its live bytes
+        // pass the warm-up's) and half of it.
+        let (mut live, mut peak) = (0u64, 0u64);
+        for e in &walked.events {
+            let b = &walked.buffers[e.buffer as usize];
+            let size = round_size(b.per_sample + b.fixed);
+            live = if e.alloc { live + size } else { live - size };
+            peak = peak.max(live);
+        }
+        // Under a bound it never passes, the copy that moves the running figures by what
+        // the warm-up's micro-steps moved them gives the walk's events and bound.
+        for stop in [peak, peak + 1] {
+            let kept = generate_with(g, cfg, policy, &k, stop, None, true).expect("within");
+            assert_same_events(&kept, &walked, &format!("{what} under {stop}"));
+        }
+        for stop in [peak - 1, peak / 2] {
+            let a = generate_with(g, cfg, policy, &k, stop, None, false).is_some();
+            let b = generate_with(g, cfg, policy, &k, stop, None, true).is_some();
+            assert_eq!(a, b, "{what}: stopped at {stop}");
+        }
+    };
+    for p in builtin_presets().expect("presets parse") {
+        let size = p.default_size().min(256);
+        let size = if p.input.is_tokens() {
+            size
+        } else {
+            224.max(size)
+        };
+        let g = p.build(size, AttnImpl::Sdpa).expect("graph");
+        for prec in Precision::ALL {
+            for ckpt in [false, true] {
+                for accum in [1, 3] {
+                    let cfg = TrainConfig {
+                        precision: prec,
+                        checkpointing: ckpt,
+                        accum,
+                        ..TrainConfig::default()
+                    };
+                    let policy = ParamPolicy::full(&g, prec);
+                    same(
+                        &g,
+                        &cfg,
+                        &policy,
+                        &format!("{} {prec} {ckpt} {accum}", p.id),
+                    );
+                }
+            }
+        }
+    }
+    for id in ["gpt2", "Llama-2-7b-hf"] {
+        let p = crate::model::preset::find_builtin(id).expect("preset");
+        let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+        for loop_shape in [LoopShape::Plain, LoopShape::Trainer, LoopShape::Lightning] {
+            for step in [StepKind::Train, StepKind::Eval, StepKind::EvalGrad] {
+                for reentrant in [false, true] {
+                    for expandable in [false, true] {
+                        let cfg = TrainConfig {
+                            precision: Precision::AmpBf16,
+                            checkpointing: true,
+                            checkpoint_reentrant: reentrant,
+                            accum: 2,
+                            loop_shape,
+                            step,
+                            allocator: AllocatorConfig {
+                                expandable_segments: expandable,
+                                ..AllocatorConfig::default()
+                            },
+                            ..TrainConfig::default()
+                        };
+                        let policy = ParamPolicy::full(&g, cfg.precision);
+                        let what = format!("{id} {loop_shape:?} {step:?} {reentrant} {expandable}");
+                        same(&g, &cfg, &policy, &what);
+                    }
+                }
+            }
+        }
+        for mode in [FineTuneMode::Lora, FineTuneMode::Qlora] {
+            for prec in Precision::ALL {
+                let ft = FineTune {
+                    mode,
+                    lora_rank: 8,
+                    ..FineTune::default()
+                };
+                let Ok((lg, lp)) = apply(g.clone(), &ft, prec) else {
+                    continue;
+                };
+                for ckpt in [false, true] {
+                    let cfg = TrainConfig {
+                        precision: prec,
+                        checkpointing: ckpt,
+                        accum: 4,
+                        finetune: ft,
+                        ..TrainConfig::default()
+                    };
+                    same(&lg, &cfg, &lp, &format!("{id} {mode:?} {prec} {ckpt}"));
+                }
+            }
+        }
+        for strategy in [
+            Strategy::Ddp,
+            Strategy::Zero1,
+            Strategy::Fsdp2,
+            Strategy::Zero3,
+        ] {
+            let cfg = TrainConfig {
+                accum: 2,
+                distributed: Distributed::new(4, strategy),
+                ..TrainConfig::default()
+            };
+            let policy = ParamPolicy::full(&g, cfg.precision);
+            same(&g, &cfg, &policy, &format!("{id} {strategy:?}"));
+        }
+    }
+}
