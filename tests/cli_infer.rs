@@ -1098,7 +1098,10 @@ fn recorded_inference_bench_runs_match_todays_plan() {
                 let p = predicted[planned].as_u64().expect("planned") as f64;
                 100.0 * (p - m) / m
             };
-            let (a, r) = (err("peak_allocated", "allocated"), err("peak_reserved", "reserved"));
+            let (a, r) = (
+                err("peak_allocated", "allocated"),
+                err("peak_reserved", "reserved"),
+            );
             assert!(a.abs() <= 0.2, "{name} b{batch}: allocated {a:+.2} %");
             assert!(r.abs() <= 2.0, "{name} b{batch}: reserved {r:+.2} %");
             trials += 1;
