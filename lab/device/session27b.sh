@@ -18,8 +18,8 @@ if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     # whose planned max batch passes 44 once the module arguments' references are planned
     # (lab/wip/holds27.patch): the allocator's history of b44 and of b45, one process each.
     C='{"model": "tests/data/grid26/configs/Llama-2-7b-hf.json", "seq": 1024, "precision": "bf16", "optimizer": "adamw", "accum": 1, "checkpointing": true, "attention": "sdpa", "loop": "plain", "finetune": "lora", "lora_rank": 8, "lora_targets": "all-linear", "lora_alpha": 16.0, "lora_dropout": 0.05, "grid_id": "c26-06", "batch": '
-    for b in 44 45; do
-        timeout 200 python3 lab/device/snapshot_step.py --config "$C$b}" --cap-gib 48 \
+    for b in ${C2606_BATCHES:-44 45}; do
+        timeout ${SNAP_TIMEOUT:-200} python3 lab/device/snapshot_step.py --config "$C$b}" --cap-gib 48 \
             --out "/tmp/c2606_b$b.pickle" > "$W/c2606_b${b}_measure.jsonl" 2> "$W/c2606_b$b.log"
         gzip -c "/tmp/c2606_b$b.pickle" > "$W/c2606_b$b.pickle.gz"
         tail -n 2 "$W/c2606_b$b.log"
