@@ -1020,45 +1020,18 @@ fn max_context_with_a_device_map() {
 /// predicts what the run recorded, byte for byte.
 #[test]
 fn recorded_inference_bench_runs_match_todays_plan() {
-    let runs: [(&str, &[&str]); 3] = [
+    let runs = [
         (
             "gen",
-            &[
-                "--model",
-                "tests/data/hf_configs/Qwen2.5-0.5B.json",
-                "--step",
-                "generate",
-                "--seq",
-                "512",
-                "--new-tokens",
-                "32",
-            ],
+            "--model tests/data/hf_configs/Qwen2.5-0.5B.json --step generate --seq 512 --new-tokens 32",
         ),
         (
             "pre",
-            &[
-                "--model",
-                "tests/data/hf_configs/Qwen2.5-0.5B.json",
-                "--step",
-                "prefill",
-                "--seq",
-                "1024",
-            ],
+            "--model tests/data/hf_configs/Qwen2.5-0.5B.json --step prefill --seq 1024",
         ),
         (
             "stat",
-            &[
-                "--model",
-                "TinyLlama-1.1B",
-                "--step",
-                "generate",
-                "--seq",
-                "256",
-                "--new-tokens",
-                "16",
-                "--kv-cache",
-                "static",
-            ],
+            "--model TinyLlama-1.1B --step generate --seq 256 --new-tokens 16 --kv-cache static",
         ),
     ];
     let root = env!("CARGO_MANIFEST_DIR");
@@ -1077,7 +1050,7 @@ fn recorded_inference_bench_runs_match_todays_plan() {
             assert_eq!(t["outcome"]["kind"], "ran", "{name}: {t}");
             let batch = t["batch"].as_u64().expect("batch").to_string();
             let mut args = vec!["plan", "--json", "--gpu", "h100", "--precision", "bf16"];
-            args.extend_from_slice(words);
+            args.extend(words.split_whitespace());
             args.extend_from_slice(&["--batch", &batch]);
             let (ok, out, err) = vramlab(&args);
             assert!(ok, "{args:?}: {err}");

@@ -457,17 +457,12 @@ impl ExpandableBound {
     /// `u64::MAX` in the window and stay below it here), as it is where the caller checks
     /// that the live bytes stay under a bound below `u64::MAX`.
     pub fn repeat_window(&mut self, w: &BoundWindow) {
-        // `now + to - from`, the figure `to` reached from `from`, moved to start at `now`.
-        let moved = |now: u64, from: u64, to: u64| {
-            let v = (u128::from(now) + u128::from(to)).saturating_sub(u128::from(from));
-            u64::try_from(v).unwrap_or(u64::MAX)
-        };
-        let peak_large = moved(self.live_large, w.start.live_large, w.end.max_live_large);
-        let peak_small = moved(self.live_small, w.start.live_small, w.end.max_live_small);
+        let peak_large = shifted(self.live_large, w.start.live_large, w.end.max_live_large);
+        let peak_small = shifted(self.live_small, w.start.live_small, w.end.max_live_small);
         self.max_live_large = self.max_live_large.max(peak_large);
         self.max_live_small = self.max_live_small.max(peak_small);
-        self.live_large = moved(self.live_large, w.start.live_large, w.end.live_large);
-        self.live_small = moved(self.live_small, w.start.live_small, w.end.live_small);
+        self.live_large = shifted(self.live_large, w.start.live_large, w.end.live_large);
+        self.live_small = shifted(self.live_small, w.start.live_small, w.end.live_small);
     }
 
     /// At least the uncapped allocator's peak reserved bytes.
@@ -477,6 +472,13 @@ impl ExpandableBound {
             .saturating_mul(LARGE_BUFFER)
             .saturating_add(self.max_live_small.saturating_mul(SMALL_BUFFER))
     }
+}
+
+/// `now + to − from`: the figure that went from `from` to `to`, moved to start at `now`
+/// (0 at the least, `u64::MAX` at the most).
+pub(crate) fn shifted(now: u64, from: u64, to: u64) -> u64 {
+    let v = (u128::from(now) + u128::from(to)).saturating_sub(u128::from(from));
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 /// What a window of requests did to an [`ExpandableBound`]: its state where the window

@@ -20,7 +20,7 @@
 
 use super::repeat_state::{Template, reads_after_writes};
 use super::state::{NO_NODE, Sim, size_at_one};
-use crate::plan::allocator::ExpandableBound;
+use crate::plan::allocator::{ExpandableBound, shifted};
 use crate::plan::events::{Event, Phase};
 
 impl Sim<'_> {
@@ -132,16 +132,11 @@ impl Sim<'_> {
                 // live bytes, so the copy moves it by what the micro-step moved it, and its
                 // peak rises by what the micro-step's rose.
                 let [from, peak, to] = t.live1;
-                let moved_to = |to: u64| {
-                    let v =
-                        (u128::from(self.live1) + u128::from(to)).saturating_sub(u128::from(from));
-                    u64::try_from(v).unwrap_or(u64::MAX)
-                };
-                if moved_to(peak) > self.stop_above {
+                if shifted(self.live1, from, peak) > self.stop_above {
                     self.stopped = true;
                     break 'copy;
                 }
-                self.live1 = moved_to(to);
+                self.live1 = shifted(self.live1, from, to);
                 if let (Some(bound), Some(w)) = (&mut self.bound1, &t.bound) {
                     bound.repeat_window(w);
                 }
@@ -183,7 +178,7 @@ impl Sim<'_> {
         }
     }
 
-    /// Copies `events` with their ids `moved`, feeding `live1` and the expandable bound as
+    /// Copies `events` with their ids `moved`, feeding the running figures as
     /// [`Sim::new_buffer`] and [`Sim::free`] do; `true` where `live1` passed the bound (the
     /// generation ends there, `None`, where the walk would stop too).
     fn copy_counted(&mut self, events: std::ops::Range<usize>, moved: impl Fn(u32) -> u32) -> bool {
@@ -193,19 +188,12 @@ impl Sim<'_> {
             let b = &self.buffers[buffer as usize];
             let size1 = size_at_one(b.per_sample, b.fixed);
             if e.alloc {
-                self.live1 = self.live1.saturating_add(size1);
-                if let Some(bound) = &mut self.bound1 {
-                    bound.malloc_rounded(size1);
-                }
-                if self.live1 > self.stop_above {
-                    self.stopped = true;
+                self.count_alloc1(size1);
+                if self.stopped {
                     return true;
                 }
             } else {
-                self.live1 = self.live1.saturating_sub(size1);
-                if let Some(bound) = &mut self.bound1 {
-                    bound.free_rounded(size1);
-                }
+                self.count_free1(size1);
             }
             self.events.push(Event { buffer, ..e });
         }

@@ -108,8 +108,9 @@ pub(super) struct Sim<'g> {
 pub(super) const NO_NODE: u32 = u32::MAX;
 
 impl<'g> Sim<'g> {
-    pub(super) fn new_buffer(&mut self, per_sample: u64, fixed: u64, category: Category) -> u32 {
-        let size1 = size_at_one(per_sample, fixed);
+    /// A new buffer of `size1` bytes at batch 1 in the running figures: `live1` (the
+    /// generation stops once it passes `stop_above`), its peak, the expandable bound.
+    pub(super) fn count_alloc1(&mut self, size1: u64) {
         self.live1 = self.live1.saturating_add(size1);
         if let Some(bound) = &mut self.bound1 {
             bound.malloc_rounded(size1);
@@ -118,6 +119,18 @@ impl<'g> Sim<'g> {
             self.stopped = true;
         }
         self.live1_peak = self.live1_peak.max(self.live1);
+    }
+
+    /// A freed buffer of `size1` bytes at batch 1 in the running figures.
+    pub(super) fn count_free1(&mut self, size1: u64) {
+        self.live1 = self.live1.saturating_sub(size1);
+        if let Some(bound) = &mut self.bound1 {
+            bound.free_rounded(size1);
+        }
+    }
+
+    pub(super) fn new_buffer(&mut self, per_sample: u64, fixed: u64, category: Category) -> u32 {
+        self.count_alloc1(size_at_one(per_sample, fixed));
         self.buffers.push(Buffer {
             per_sample,
             fixed,
@@ -150,11 +163,7 @@ impl<'g> Sim<'g> {
 
     pub(super) fn free(&mut self, id: u32) {
         if let Some(b) = self.buffers.get(id as usize) {
-            let size1 = size_at_one(b.per_sample, b.fixed);
-            self.live1 = self.live1.saturating_sub(size1);
-            if let Some(bound) = &mut self.bound1 {
-                bound.free_rounded(size1);
-            }
+            self.count_free1(size_at_one(b.per_sample, b.fixed));
         }
         self.events.push(Event {
             buffer: id,
