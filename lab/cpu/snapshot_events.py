@@ -28,7 +28,7 @@ def load(path):
 def frame(e):
     for fr in e.get("frames") or []:
         name = fr.get("filename", "")
-        if "/torch/" not in name and "torch_runner" not in name:
+        if "/torch/" not in name and "torch_runner" not in name and "snapshot_step" not in name:
             return f"{name.rsplit('/', 1)[-1]}:{fr.get('line')}:{fr.get('name')}"
     fr = (e.get("frames") or [{}])[0]
     return f"{fr.get('filename', '?').rsplit('/', 1)[-1]}:{fr.get('line')}:{fr.get('name')}"
