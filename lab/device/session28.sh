@@ -3,7 +3,8 @@
 # each in a fresh process (`torch_runner.py measure --cap-gib`), as a user starts a run. grid26's
 # searches ran every trial in one process, where what earlier trials left in the pool decides the
 # last batch (c26-06: 44 in-process, 45 fresh). Rows: lab/device/s28_fresh_caps.jsonl. Two lanes:
-# the 24 GiB rows and the 48 GiB rows (72 GiB together, under an H100's 79.2). Each trial ends
+# the 24 GiB rows and the 48 GiB rows (72 GiB together, under an H100's 79.2); on an H200 the
+# 80 GiB rows follow the 24 GiB ones. Each trial ends
 # by TRIAL_S (150 s); no trial starts after DEADLINE_S (480 s). Output: $OUT/fresh_caps.jsonl
 # (one row per trial, oom true/false) and a log per trial.
 #     OUT=dir bash lab/device/session28.sh      (carry .whl)
@@ -27,7 +28,13 @@ PY
         echo "$id rc=$? $(tail -c 300 "$OUT/$id.jsonl" | tr -d '\n' | cut -c1-200)" >> "$OUT/summary.txt"
     done
 }
-lane 24.0 &
+# The 80 GiB rows (c26b-02, c26-09) need more than an H100's 79.2 GiB: on an H200 only, after
+# the 24 GiB lane (48 + 80 GiB together stay under its 139 GiB).
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    (lane 24.0; lane 80.0) &
+else
+    lane 24.0 &
+fi
 lane 48.0 &
 wait
 cat "$OUT"/c26*.jsonl > "$OUT/fresh_caps.jsonl" 2>/dev/null
