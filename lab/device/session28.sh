@@ -5,12 +5,14 @@
 # last batch (c26-06: 44 in-process, 45 fresh). Rows: lab/device/s28_fresh_caps.jsonl. Two lanes:
 # the 24 GiB rows and the 48 GiB rows (72 GiB together, under an H100's 79.2); on an H200 the
 # 80 GiB rows follow the 24 GiB ones. Each trial ends
-# by TRIAL_S (150 s); no trial starts after DEADLINE_S (480 s). Output: $OUT/fresh_caps.jsonl
-# (one row per trial, oom true/false) and a log per trial.
+# by TRIAL_S (150 s); no trial starts after DEADLINE_S (480 s). LANES="48.0" runs those caps only.
+# Output: $OUT/fresh_caps.jsonl (one row per trial, oom true/false), summary.txt, logs.tgz.
 #     OUT=dir bash lab/device/session28.sh      (carry .whl)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
+FINAL="$OUT"
+OUT=/tmp/s28; rm -rf "$OUT"; mkdir -p "$OUT"   # the call brings back a few files only: one archive
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/nvidia-smi.csv"
 T0=$SECONDS
 lane() {  # cap
@@ -30,12 +32,16 @@ PY
 }
 # The 80 GiB rows (c26b-02, c26-09) need more than an H100's 79.2 GiB: on an H200 only, after
 # the 24 GiB lane (48 + 80 GiB together stay under its 139 GiB).
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if [ -n "${LANES:-}" ]; then
+    for l in $LANES; do lane "$l" & done
+elif nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     (lane 24.0; lane 80.0) &
+    lane 48.0 &
 else
     lane 24.0 &
+    lane 48.0 &
 fi
-lane 48.0 &
 wait
 cat "$OUT"/c26*.jsonl > "$OUT/fresh_caps.jsonl" 2>/dev/null
 echo "done in $((SECONDS - T0)) s"; cat "$OUT/summary.txt"
+cp "$OUT/fresh_caps.jsonl" "$OUT/summary.txt" "$FINAL/"; tar -C "$OUT" -czf "$FINAL/logs.tgz" .
