@@ -1,6 +1,6 @@
 //! Helpers that builders use to append ops with shape bookkeeping.
 
-use super::ir::{Elem, Graph, Node, Op, Param, ParamId, Pointwise, Tensor, TensorId};
+use super::ir::{Elem, Graph, Hold, Node, Op, Param, ParamId, Pointwise, Tensor, TensorId};
 
 /// A feature map of one sample: channels × height × width.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +105,16 @@ impl GraphBuilder {
     /// Finishes the graph.
     pub fn finish(self) -> Graph {
         self.graph
+    }
+
+    /// `t` stays referenced until the last op added so far has run: the argument of the
+    /// module that op ends, held by the caller's variable until the module returns
+    /// (`hidden_states = self.input_layernorm(hidden_states)` is read by
+    /// `self.self_attn(hidden_states)` and released when its result replaces it).
+    pub fn hold(&mut self, t: TensorId) {
+        if let Some(node) = self.graph.nodes.len().checked_sub(1) {
+            self.graph.holds.push(Hold { node, tensor: t });
+        }
     }
 
     /// Sets the layer-name prefix used for following ops.

@@ -298,9 +298,32 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// The layer names of all nodes, one after the other.
     pub names: String,
+    /// Tensors Python keeps referenced past their last reader, sorted by [`Hold::node`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<Hold>,
+}
+
+/// A tensor a module's `forward` keeps referenced after the last op that reads it: its
+/// argument `x`, held by the call's frame until the module returns (peft's `lora.Linear`
+/// reads `x` in `dropout(x)` and returns after `result + …`). Released after `node` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Hold {
+    /// The module's last op.
+    pub node: usize,
+    pub tensor: TensorId,
 }
 
 impl Graph {
+    /// The tensors held until node `n` has run ([`Hold`]).
+    pub fn holds_at(&self, n: usize) -> &[Hold] {
+        if self.holds.is_empty() {
+            return &[];
+        }
+        let start = self.holds.partition_point(|h| h.node < n);
+        let end = start + self.holds[start..].partition_point(|h| h.node == n);
+        &self.holds[start..end]
+    }
+
     /// The layer name of `node` ("layer3.2.conv1").
     pub fn name(&self, node: &Node) -> &str {
         self.names

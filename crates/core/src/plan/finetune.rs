@@ -30,7 +30,7 @@
 use super::config::{DType, Precision};
 use super::error::PlanError;
 use super::policy::{ParamPolicy, QuantStorage};
-use crate::model::ir::{Elem, Graph, Node, Op, Param, Pointwise, Tensor};
+use crate::model::ir::{Elem, Graph, Hold, Node, Op, Param, Pointwise, Tensor};
 
 pub use super::finetune_mode::{
     FineTune, FineTuneMode, LORA_MODULES, LoraDropout, LoraTargets, MAX_LORA_RANK, Quant,
@@ -113,9 +113,17 @@ fn lora(
     let base_params = g.params.len();
     let mut quantized: Vec<(usize, bool)> = Vec::new();
     let old = std::mem::take(&mut g.nodes);
+    let old_holds = std::mem::take(&mut g.holds);
     let mut nodes: Vec<Node> = Vec::with_capacity(old.len() * 2);
+    // Each old node's last op in the new list (an adapted layer's is its adapter's last),
+    // where the graph's holds move.
+    let mut moved = Vec::with_capacity(old.len());
     let mut adapted = 0usize;
-    for mut node in old {
+    for (i, mut node) in old.into_iter().enumerate() {
+        // (The previous node's, now that it is in.)
+        if i > 0 {
+            moved.push(nodes.len() - 1);
+        }
         let Op::Linear {
             in_features,
             out_features,
@@ -158,7 +166,15 @@ fn lora(
         };
         e.adapter(node, (in_features, out_features), ft, q);
     }
+    if !nodes.is_empty() {
+        moved.push(nodes.len() - 1);
+    }
+    g.holds.extend(old_holds.into_iter().map(|h| Hold {
+        node: moved.get(h.node).copied().unwrap_or(h.node),
+        ..h
+    }));
     g.nodes = nodes;
+    g.holds.sort_by_key(|h| h.node);
     if adapted == 0 {
         return Err(PlanError::Field {
             field: "lora_targets",
@@ -238,6 +254,7 @@ impl Emit<'_> {
             xa = self.tensor(x_elems);
             self.push(Op::ToF32, &[x], xa, &[], ".lora_cast");
         }
+        let cast = xa;
         if !ft.lora_dropout.is_zero() {
             let d = self.tensor(x_elems);
             let op = Op::Dropout {
@@ -268,11 +285,24 @@ impl Emit<'_> {
                 base = c;
             }
             self.push(pw(Pointwise::Add), &[base, s], result, &[], ".lora_add");
+            self.hold(&[x]);
             return;
         }
         let sum = self.tensor(out_elems);
         self.push(pw(Pointwise::Add), &[base, s], sum, &[], ".lora_add");
         self.push(Op::ToComputeDtype, &[sum], result, &[], ".lora_to");
+        self.hold(&[x, cast]);
+    }
+
+    /// `lora.Linear.forward(x)` keeps its argument `x` (in its caller's frame) and the
+    /// input cast it rebinds `x` to until it returns, after the last op pushed.
+    fn hold(&mut self, tensors: &[usize]) {
+        let node = self.nodes.len() - 1;
+        for (k, &tensor) in tensors.iter().enumerate() {
+            if !tensors[..k].contains(&tensor) {
+                self.g.holds.push(Hold { node, tensor });
+            }
+        }
     }
 }
 

@@ -51,6 +51,10 @@ pub struct Rule {
     /// when the next extra exists, and the output comes last (allocator histories of
     /// `NewGELUActivation`).
     pub chain: bool,
+    /// The forward in Python's order, when not empty: the extras allocated and released
+    /// as listed around the output, where by default the output comes first and the
+    /// temporaries die after it (allocator histories of `LlamaRMSNorm`: [`Act`]).
+    pub order: Vec<Act>,
     /// The op's forward and backward as explicit allocation sequences, in place of the
     /// extras and the computed input gradients (SDPA's math path: [`super::sdpa_math`]).
     pub steps: Option<Box<OpSteps>>,
@@ -59,6 +63,17 @@ pub struct Rule {
     /// SDPA on a fused q/k/v input: dq, dk, dv are separate tensors that the split's
     /// backward concatenates into one input gradient.
     pub fused_qkv_grad: bool,
+}
+
+/// One action of an op's forward in [`Rule::order`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// Extra `i` is allocated.
+    Alloc(u8),
+    /// Extra `i` loses the op's reference: freed now unless autograd keeps it.
+    Release(u8),
+    /// The output is allocated.
+    Output,
 }
 
 /// Which gradient a saved input serves (`derivatives.yaml`): autograd saves it only when
@@ -130,6 +145,7 @@ impl Rule {
             bwd_fixed: 0,
             conv_ws: ConvWorkspace::default(),
             chain: false,
+            order: Vec::new(),
             steps: None,
             grad: GradFlow::Compute,
             fused_qkv_grad: false,
@@ -508,19 +524,35 @@ pub fn rule(
             r
         }
         Op::RmsNorm { .. } => {
-            // to(fp32) → pow(2).mean → x * rsqrt(var) → .to(input_dtype) → weight * x
+            // `LlamaRMSNorm.forward`: x.to(fp32) → variance = x.pow(2).mean(-1) → x * rsqrt(
+            // variance + eps) → weight * x.to(input_dtype). The output comes last and the
+            // fp32 product lives until the function returns (allocator history of c26-06,
+            // Llama-2-7B bf16: modeling_llama.py lines 64-67).
+            use Act::{Alloc, Output, Release};
             if in0 == DType::F32 {
                 let mut r = Rule::new(params_promote(DType::F32));
                 r.saves_inputs = vec![0];
-                r.extras.push(param_saved(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
                 r.extras.push(temp(out_elems, DType::F32)); // pow(2)
+                r.extras.push(param_saved(out_elems, DType::F32)); // x * rsqrt, saved by weight * x
+                r.order = vec![Alloc(0), Release(0), Alloc(1), Output, Release(1)];
                 r
             } else {
                 let mut r = Rule::new(params_promote(in0));
                 r.extras.push(extra(out_elems, DType::F32)); // fp32 copy, saved by pow and mul
-                r.extras.push(param_saved(out_elems, in0)); // normalised, cast back, saved by weight * x
                 r.extras.push(temp(out_elems, DType::F32)); // pow(2)
                 r.extras.push(temp(out_elems, DType::F32)); // x * rsqrt before the cast
+                r.extras.push(param_saved(out_elems, in0)); // normalised, cast back, saved by weight * x
+                r.order = vec![
+                    Alloc(0),
+                    Alloc(1),
+                    Release(1),
+                    Alloc(2),
+                    Release(0),
+                    Alloc(3),
+                    Output,
+                    Release(3),
+                    Release(2),
+                ];
                 r
             }
         }
@@ -607,9 +639,13 @@ pub fn rule(
             r
         }
         Op::Dropout { inplace, .. } => {
+            // `dropout_cuda` (aten/src/ATen/native/cuda/Dropout.cu) makes the bool mask,
+            // then the output (allocator history of c26-06: the 180 MiB mask before the
+            // 720 MiB result at functional.py's `dropout`).
             let mut r = Rule::new(in0);
             r.alias = *inplace;
             r.extras.push(extra(out_elems, DType::Bool));
+            r.order = vec![Act::Alloc(0), Act::Output, Act::Release(0)];
             r
         }
         Op::MaxPool => {

@@ -365,6 +365,10 @@ fn llama_layer(
             b.linear(a, seq, qw, c, p.attention_bias, "self_attn.o_proj")
         }
     };
+    if x != h {
+        // `hidden_states` (the normed input) until `self.self_attn(...)` returns.
+        b.hold(x);
+    }
     let a = b.dropout(a, p.residual_dropout, false, "self_attn.residual_dropout");
     let a = if p.sandwich_norm || p.post_norm {
         norm(b, p, a, seq, c, "post_attention_layernorm")
@@ -403,6 +407,10 @@ fn llama_layer(
         let m = b.binary(g, u, Pointwise::Mul, false, "mlp.mul");
         b.linear(m, seq, inter, c, p.mlp_bias, "mlp.down_proj")
     };
+    if x != h {
+        // The MLP's argument until `self.mlp(hidden_states)` returns.
+        b.hold(x);
+    }
     let m = if p.sandwich_norm || p.post_norm {
         norm(b, p, m, seq, c, "post_feedforward_layernorm")
     } else {

@@ -3,11 +3,13 @@
 //! reverse order (input and parameter gradients, accumulation, workspaces). What an op
 //! does is its [`Rule`]; this file only follows the rules.
 
-use super::state::{NO_NODE, Sim};
+use std::ops::Range;
+
+use super::state::{NO_NODE, ORDERED_EXTRAS, Sim};
 use crate::model::ir::{Elem, Op};
 use crate::plan::config::LoopShape;
 use crate::plan::events::{Category, Phase};
-use crate::plan::rules::{GradFlow, Rule, SavedFor, saved_for};
+use crate::plan::rules::{Act, GradFlow, Rule, SavedFor, saved_for};
 
 impl Sim<'_> {
     /// Forward of node `n`. `recompute`: re-run inside a checkpointed backward.
@@ -74,6 +76,9 @@ impl Sim<'_> {
                 self.release(p);
             }
         }
+        // An op in Python's order: the extras before its output (the ones after it are
+        // released with the temporaries below).
+        let after_output = self.ordered_before_output(r, keep_saves);
         // Output (an op given by steps allocates it among them).
         let in0 = input_bufs.first().copied().flatten();
         let out_buf = match &r.steps {
@@ -111,7 +116,8 @@ impl Sim<'_> {
             self.free(b);
             self.tbuf[out] = None;
         }
-        if !r.chain {
+        self.ordered_after_output(r, after_output, keep_saves, &mut temps);
+        if !r.chain && r.order.is_empty() {
             for e in &r.extras {
                 if let Some(b) = self.extra_buffer(e, keep_saves)
                     && !self.keeps(e, keep_saves)
@@ -139,6 +145,7 @@ impl Sim<'_> {
                 self.release(b);
             }
         }
+        self.release_holds(n);
         if let Some(b) = out_buf {
             if matches!(node.op, Op::Input) {
                 self.retain(b);
@@ -171,6 +178,68 @@ impl Sim<'_> {
             let b = self.new_buffer(ps, fx, Category::Activations);
             self.refs[b as usize] = consumers[out];
             Some(b)
+        }
+    }
+
+    /// The actions of [`Rule::order`] before the op's output: its extras allocated and released
+    /// as Python does. Returns the range of the actions after the output (empty when the rule
+    /// has no order), for [`Sim::ordered_after_output`].
+    fn ordered_before_output(&mut self, r: &Rule, keep_saves: bool) -> Range<usize> {
+        if r.order.is_empty() {
+            return 0..0;
+        }
+        debug_assert!(r.extras.len() <= ORDERED_EXTRAS);
+        let out_at = r
+            .order
+            .iter()
+            .position(|a| *a == Act::Output)
+            .unwrap_or(r.order.len());
+        let mut bufs = [None; ORDERED_EXTRAS];
+        for a in &r.order[..out_at] {
+            match *a {
+                Act::Alloc(i) => {
+                    bufs[i as usize] = self.extra_buffer(&r.extras[i as usize], keep_saves);
+                }
+                Act::Release(i) => {
+                    if !self.keeps(&r.extras[i as usize], keep_saves)
+                        && let Some(b) = bufs[i as usize].take()
+                    {
+                        self.release(b);
+                    }
+                }
+                Act::Output => {}
+            }
+        }
+        self.ordered = bufs;
+        (out_at + 1).min(r.order.len())..r.order.len()
+    }
+
+    /// The releases of [`Rule::order`] after the op's output (`after`): the extras autograd
+    /// does not keep join `temps`, freed once the output exists.
+    fn ordered_after_output(
+        &mut self,
+        r: &Rule,
+        after: Range<usize>,
+        keep_saves: bool,
+        temps: &mut Vec<u32>,
+    ) {
+        for a in &r.order[after] {
+            if let Act::Release(i) = *a
+                && !self.keeps(&r.extras[i as usize], keep_saves)
+                && let Some(b) = self.ordered[i as usize].take()
+            {
+                temps.push(b);
+            }
+        }
+    }
+
+    /// The tensors a module's frame held until its last op, node `n`, has run
+    /// ([`crate::model::ir::Hold`]).
+    pub(super) fn release_holds(&mut self, n: usize) {
+        for h in self.g.holds_at(n) {
+            if let Some(b) = self.tbuf[h.tensor] {
+                self.release(b);
+            }
         }
     }
 

@@ -56,6 +56,9 @@ impl Sim<'_> {
             for &t in &self.g.nodes[n].inputs {
                 consumers[t] += 1;
             }
+            for h in self.g.holds_at(n) {
+                consumers[h.tensor] += 1;
+            }
         }
         let outputs = if self.reentrant {
             self.block_outputs(b)
@@ -76,7 +79,9 @@ impl Sim<'_> {
         for n in range.clone() {
             // Inputs from outside the block are held by the checkpoint: give the
             // consumers' releases something to release.
-            for &t in &self.g.nodes[n].inputs {
+            let g = self.g;
+            let held = g.holds_at(n).iter().map(|h| h.tensor);
+            for t in g.nodes[n].inputs.iter().copied().chain(held) {
                 if !self.blocks.produced_inside(b, t)
                     && let Some(buf) = self.tbuf[t]
                 {
@@ -104,6 +109,9 @@ impl Sim<'_> {
         for n in range {
             for &t in &self.g.nodes[n].inputs {
                 consumers[t] = 0;
+            }
+            for h in self.g.holds_at(n) {
+                consumers[h.tensor] = 0;
             }
         }
         for &t in &outputs {

@@ -17,6 +17,7 @@ pub(super) fn eval_rules(g: &Graph, train: &[Rule]) -> Vec<Rule> {
         if matches!(node.op, Op::Dropout { .. }) {
             r.alias = true;
             r.extras.clear();
+            r.order.clear();
             r.saves_inputs.clear();
             r.saves_output = false;
         }
@@ -96,5 +97,6 @@ impl Sim<'_> {
                 self.release(b);
             }
         }
+        self.release_holds(n);
     }
 }

@@ -230,6 +230,9 @@ fn generate_with(
             consumers[t] += 1;
         }
     }
+    for h in &g.holds {
+        consumers[h.tensor] += 1;
+    }
     let mut param_uses = vec![0u32; g.params.len()];
     for node in &g.nodes {
         for &p in &node.params {
@@ -272,6 +275,7 @@ fn generate_with(
         saved_bufs: Vec::new(),
         input_bufs: Vec::new(),
         temps: Vec::new(),
+        ordered: [None; state::ORDERED_EXTRAS],
         uncached: Vec::new(),
         gbuf: vec![None; g.tensors.len()],
         param_grad: vec![None; g.params.len()],
