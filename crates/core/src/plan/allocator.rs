@@ -476,6 +476,7 @@ impl ExpandableBound {
 
 /// `now + to − from`: the figure that went from `from` to `to`, moved to start at `now`
 /// (0 at the least, `u64::MAX` at the most).
+#[inline]
 pub(crate) fn shifted(now: u64, from: u64, to: u64) -> u64 {
     let v = (u128::from(now) + u128::from(to)).saturating_sub(u128::from(from));
     u64::try_from(v).unwrap_or(u64::MAX)

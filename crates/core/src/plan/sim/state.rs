@@ -116,6 +116,7 @@ pub(super) const NO_NODE: u32 = u32::MAX;
 impl<'g> Sim<'g> {
     /// A new buffer of `size1` bytes at batch 1 in the running figures: `live1` (the
     /// generation stops once it passes `stop_above`), its peak, the expandable bound.
+    #[inline]
     pub(super) fn count_alloc1(&mut self, size1: u64) {
         self.live1 = self.live1.saturating_add(size1);
         if let Some(bound) = &mut self.bound1 {
@@ -128,6 +129,7 @@ impl<'g> Sim<'g> {
     }
 
     /// A freed buffer of `size1` bytes at batch 1 in the running figures.
+    #[inline]
     pub(super) fn count_free1(&mut self, size1: u64) {
         self.live1 = self.live1.saturating_sub(size1);
         if let Some(bound) = &mut self.bound1 {
