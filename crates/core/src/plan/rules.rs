@@ -47,13 +47,11 @@ pub struct Rule {
     pub bwd_fixed: u64,
     /// cuDNN workspaces of a convolution's backward (see [`conv_workspace`]).
     pub conv_ws: ConvWorkspace,
-    /// A chain of Python-level ops: the extras are produced in order, each temporary dies
-    /// when the next extra exists, and the output comes last (allocator histories of
-    /// `NewGELUActivation`).
-    pub chain: bool,
     /// The forward in Python's order, when not empty: the extras allocated and released
     /// as listed around the output, where by default the output comes first and the
-    /// temporaries die after it (allocator histories of `LlamaRMSNorm`: [`Act`]).
+    /// temporaries die after it (allocator histories of `LlamaRMSNorm`, and of
+    /// `NewGELUActivation`'s chain of Python-level ops: [`Act`], [`chain_order`]). At most
+    /// [`ORDERED_EXTRAS`] extras.
     pub order: Vec<Act>,
     /// The op's forward and backward as explicit allocation sequences, in place of the
     /// extras and the computed input gradients (SDPA's math path: [`super::sdpa_math`]).
@@ -63,6 +61,26 @@ pub struct Rule {
     /// SDPA on a fused q/k/v input: dq, dk, dv are separate tensors that the split's
     /// backward concatenates into one input gradient.
     pub fused_qkv_grad: bool,
+}
+
+/// Most extras a rule in Python's order ([`Rule::order`]) has.
+pub const ORDERED_EXTRAS: usize = 8;
+
+/// A chain of `n` Python-level ops ([`Rule::order`]): the extras made in order, each
+/// temporary dying once the next exists, and the output last.
+pub fn chain_order(n: usize) -> Vec<Act> {
+    let mut order = Vec::with_capacity(2 * n + 1);
+    for i in 0..n {
+        order.push(Act::Alloc(i as u8));
+        if i > 0 {
+            order.push(Act::Release(i as u8 - 1));
+        }
+    }
+    if n > 0 {
+        order.push(Act::Release(n as u8 - 1));
+    }
+    order.push(Act::Output);
+    order
 }
 
 /// One action of an op's forward in [`Rule::order`].
@@ -144,7 +162,6 @@ impl Rule {
             bwd_transient: 0,
             bwd_fixed: 0,
             conv_ws: ConvWorkspace::default(),
-            chain: false,
             order: Vec::new(),
             steps: None,
             grad: GradFlow::Compute,
@@ -589,7 +606,6 @@ pub fn rule(
             // x + ·, sqrt(2/π) * ·, tanh (saves its output), 1 + ·, then the product.
             let wide = if amp { DType::F32 } else { in0 };
             let mut r = Rule::new(wide);
-            r.chain = true;
             r.extras.push(extra(out_elems, in0)); // 0.5 * x
             if amp && in0 != DType::F32 {
                 r.extras.push(extra(out_elems, DType::F32));
@@ -601,6 +617,7 @@ pub fn rule(
             }
             r.extras.push(extra(out_elems, wide)); // tanh output
             r.extras.push(extra(out_elems, wide)); // 1 + tanh
+            r.order = chain_order(r.extras.len());
             r
         }
         Op::Softmax { fp32 } => {

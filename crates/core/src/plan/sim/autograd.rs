@@ -5,11 +5,11 @@
 
 use std::ops::Range;
 
-use super::state::{NO_NODE, ORDERED_EXTRAS, Sim};
+use super::state::{NO_NODE, Sim};
 use crate::model::ir::{Elem, Op};
 use crate::plan::config::LoopShape;
 use crate::plan::events::{Category, Phase};
-use crate::plan::rules::{Act, GradFlow, Rule, SavedFor, saved_for};
+use crate::plan::rules::{Act, GradFlow, ORDERED_EXTRAS, Rule, SavedFor, saved_for};
 
 impl Sim<'_> {
     /// Forward of node `n`. `recompute`: re-run inside a checkpointed backward.
@@ -61,21 +61,6 @@ impl Sim<'_> {
         let saved_start = self.saved_bufs.len();
         let mut temps = std::mem::take(&mut self.temps);
         temps.clear();
-        if r.chain {
-            let mut pending = None;
-            for e in &r.extras {
-                let b = self.extra_buffer(e, keep_saves);
-                if let Some(p) = pending.take() {
-                    self.release(p);
-                }
-                if !self.keeps(e, keep_saves) {
-                    pending = b;
-                }
-            }
-            if let Some(p) = pending {
-                self.release(p);
-            }
-        }
         // An op in Python's order: the extras before its output (the ones after it are
         // released with the temporaries below).
         let after_output = self.ordered_before_output(r, keep_saves);
@@ -95,7 +80,7 @@ impl Sim<'_> {
         {
             self.hold_in_output(b);
         }
-        // Saved tensors and extras (a chain's extras are saved already, with their own
+        // Saved tensors and extras (an ordered op's extras are saved already, with their own
         // reference).
         let retain_from = self.saved_bufs.len();
         if keep_saves {
@@ -117,7 +102,7 @@ impl Sim<'_> {
             self.tbuf[out] = None;
         }
         self.ordered_after_output(r, after_output, keep_saves, &mut temps);
-        if !r.chain && r.order.is_empty() {
+        if r.order.is_empty() {
             for e in &r.extras {
                 if let Some(b) = self.extra_buffer(e, keep_saves)
                     && !self.keeps(e, keep_saves)
@@ -182,19 +167,20 @@ impl Sim<'_> {
     }
 
     /// The actions of [`Rule::order`] before the op's output: its extras allocated and released
-    /// as Python does. Returns the range of the actions after the output (empty when the rule
-    /// has no order), for [`Sim::ordered_after_output`].
+    /// as Python does, their buffers kept in [`Sim::ordered`]. Returns the range of the
+    /// actions after the output (empty when the rule has no order), for
+    /// [`Sim::ordered_after_output`].
     fn ordered_before_output(&mut self, r: &Rule, keep_saves: bool) -> Range<usize> {
         if r.order.is_empty() {
             return 0..0;
         }
+        let mut bufs = [None; ORDERED_EXTRAS];
         debug_assert!(r.extras.len() <= ORDERED_EXTRAS);
         let out_at = r
             .order
             .iter()
             .position(|a| *a == Act::Output)
             .unwrap_or(r.order.len());
-        let mut bufs = [None; ORDERED_EXTRAS];
         for a in &r.order[..out_at] {
             match *a {
                 Act::Alloc(i) => {

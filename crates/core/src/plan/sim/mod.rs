@@ -275,7 +275,7 @@ fn generate_with(
         saved_bufs: Vec::new(),
         input_bufs: Vec::new(),
         temps: Vec::new(),
-        ordered: [None; state::ORDERED_EXTRAS],
+        ordered: [None; super::rules::ORDERED_EXTRAS],
         uncached: Vec::new(),
         gbuf: vec![None; g.tensors.len()],
         param_grad: vec![None; g.params.len()],

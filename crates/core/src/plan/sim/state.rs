@@ -17,9 +17,6 @@ use crate::plan::rules::{Extra, Rule};
 
 /// The simulation state of one event generation: the graph, what each tensor's buffer
 /// is, reference counts, what each node saved, gradients and the parameter policy.
-/// Most extras a rule in Python's order has.
-pub(super) const ORDERED_EXTRAS: usize = 8;
-
 pub(super) struct Sim<'g> {
     pub(super) g: &'g Graph,
     pub(super) prec: Precision,
@@ -46,7 +43,7 @@ pub(super) struct Sim<'g> {
     pub(super) temps: Vec<u32>,
     /// The current op's extras by index, when its rule lists them in Python's order
     /// ([`crate::plan::rules::Rule::order`]), for the releases after its output.
-    pub(super) ordered: [Option<u32>; ORDERED_EXTRAS],
+    pub(super) ordered: [Option<u32>; crate::plan::rules::ORDERED_EXTRAS],
     /// Casts of frozen weights made by the current op (not in the autocast cache).
     pub(super) uncached: Vec<u32>,
     /// Tensor → gradient buffer.
