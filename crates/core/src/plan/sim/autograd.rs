@@ -322,8 +322,17 @@ impl Sim<'_> {
             } else if let Some(steps) = &r.steps {
                 self.backward_steps(n, steps, gout);
             } else {
-                self.emit_input_grads(n, r, is_loss);
-                self.emit_param_grads(n, r, first_micro);
+                // The generated backward computes its inputs' gradients in the sorted
+                // order of their names in derivatives.yaml (`load_derivatives.py`:
+                // `sorted(defn.keys())`): `mm`'s `mat2` (a bias-free linear layer's weight)
+                // before `self`, `addmm`'s `mat1` (the input) before `mat2` and `self`.
+                if matches!(node.op, Op::Linear { .. }) && node.params.len() == 1 {
+                    self.emit_param_grads(n, r, first_micro);
+                    self.emit_input_grads(n, r, is_loss);
+                } else {
+                    self.emit_input_grads(n, r, is_loss);
+                    self.emit_param_grads(n, r, first_micro);
+                }
                 if r.bwd_transient > 0 || r.bwd_fixed > 0 {
                     let b = self.alloc(
                         r.bwd_transient * r.out_dtype.size(),
@@ -430,12 +439,21 @@ impl Sim<'_> {
             return;
         }
         let fused_parts = r.fused_qkv_grad;
-        for (i, &t) in node.inputs.iter().enumerate() {
+        // `bmm` / `mm` of two activations: `mat2`'s gradient first (the sorted order of
+        // derivatives.yaml's names, see `backward_node`).
+        let last_first = matches!(node.op, Op::Matmul { .. });
+        let count = node.inputs.len();
+        for k in 0..count {
+            let i = if last_first { count - 1 - k } else { k };
+            let t = node.inputs[i];
             if !self.requires_grad[t] || g.tensors[t].elem != Elem::Float {
                 continue;
             }
-            // `x.to(other.dtype)` reads `other` for its dtype only.
-            if node.inputs[..i].contains(&t) || (i > 0 && matches!(node.op, Op::TypeAs)) {
+            // `x.to(other.dtype)` reads `other` for its dtype only; an input read twice
+            // takes one gradient.
+            if node.inputs.iter().position(|&u| u == t) != Some(i)
+                || (i > 0 && matches!(node.op, Op::TypeAs))
+            {
                 continue;
             }
             let d = self.dtypes[t];
