@@ -2,3 +2,4 @@
 //! the default `app` feature, the GPU commands (bench, gpus, profile) and the GUI.
 
 pub mod cli;
+pub mod heap;

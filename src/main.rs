@@ -1,6 +1,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    vramlab::heap::keep_freed_pages();
     let cli = vramlab::cli::Cli::parse();
     let result = match cli.command {
         Some(cmd) => {
