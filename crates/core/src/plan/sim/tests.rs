@@ -549,3 +549,45 @@ fn the_repeated_measured_step_is_the_walked_one() {
         }
     }
 }
+
+/// Autograd's generated backward functions compute their inputs' gradients in the sorted
+/// order of derivatives.yaml's names: a bias-free linear layer (`mm`: `mat2`, then `self`)
+/// writes its weight's gradient before its input's, a linear layer with a bias (`addmm`:
+/// `mat1`, `mat2`, `self`) its input's first (allocator histories of gemma-2 and BERT, H100).
+#[test]
+fn linear_gradients_follow_derivatives_yaml_sorted_names() {
+    let p = crate::model::preset::find_builtin("gpt2").expect("preset");
+    let g = p.build(128, AttnImpl::Sdpa).expect("graph");
+    let cfg = TrainConfig {
+        precision: Precision::Fp32,
+        ..TrainConfig::default()
+    };
+    let ev = full_events(&g, &cfg);
+    let measured = &ev.events[ev.measured_start..];
+    // The first two tensors each linear layer's backward allocates: (input's, weight's).
+    let first_two = |node: usize| -> Vec<bool> {
+        measured
+            .iter()
+            .filter(|e| e.alloc && e.phase == Phase::Backward && e.node as usize == node)
+            .take(2)
+            .map(|e| ev.buffers[e.buffer as usize].per_sample > 0)
+            .collect()
+    };
+    let linears: Vec<usize> = (g.nodes.iter().enumerate())
+        .filter(|(_, n)| matches!(n.op, Op::Linear { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    let (mut biased, mut bias_free) = (0, 0);
+    for n in linears {
+        let order = first_two(n);
+        if g.nodes[n].params.len() == 1 {
+            // `mm`: the weight's gradient (no per-sample bytes), then the input's.
+            assert_eq!(order, [false, true], "{}", g.name(&g.nodes[n]));
+            bias_free += 1;
+        } else {
+            assert_eq!(order, [true, false], "{}", g.name(&g.nodes[n]));
+            biased += 1;
+        }
+    }
+    assert!(biased >= 12 && bias_free == 1, "{biased} {bias_free}");
+}
