@@ -222,7 +222,7 @@ impl Sim<'_> {
     /// The tensors a module's frame held until its last op, node `n`, has run
     /// ([`crate::model::ir::Hold`]).
     pub(super) fn release_holds(&mut self, n: usize) {
-        for h in self.g.holds_at(n) {
+        for h in self.holds_at(n) {
             if let Some(b) = self.tbuf[h.tensor] {
                 self.release(b);
             }

@@ -56,7 +56,7 @@ impl Sim<'_> {
             for &t in &self.g.nodes[n].inputs {
                 consumers[t] += 1;
             }
-            for h in self.g.holds_at(n) {
+            for h in self.holds_at(n) {
                 consumers[h.tensor] += 1;
             }
         }
@@ -80,7 +80,7 @@ impl Sim<'_> {
             // Inputs from outside the block are held by the checkpoint: give the
             // consumers' releases something to release.
             let g = self.g;
-            let held = g.holds_at(n).iter().map(|h| h.tensor);
+            let held = self.holds_at(n).iter().map(|h| h.tensor);
             for t in g.nodes[n].inputs.iter().copied().chain(held) {
                 if !self.blocks.produced_inside(b, t)
                     && let Some(buf) = self.tbuf[t]
@@ -110,7 +110,7 @@ impl Sim<'_> {
             for &t in &self.g.nodes[n].inputs {
                 consumers[t] = 0;
             }
-            for h in self.g.holds_at(n) {
+            for h in self.holds_at(n) {
                 consumers[h.tensor] = 0;
             }
         }

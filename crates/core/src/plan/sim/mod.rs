@@ -298,6 +298,7 @@ fn generate_with(
         merged,
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
+        hold_start: hold_starts(g),
         dist: DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
         repeat: Repeat::new(repeat && !cfg.distributed.active()),
         live1: 0,
@@ -359,3 +360,20 @@ fn generate_with(
 
 #[cfg(test)]
 mod tests;
+
+/// Where each node's holds start in `g.holds` (sorted by node), with one entry past the last
+/// node; empty when the graph holds nothing.
+fn hold_starts(g: &Graph) -> Vec<u32> {
+    if g.holds.is_empty() {
+        return Vec::new();
+    }
+    let mut starts = Vec::with_capacity(g.nodes.len() + 1);
+    let mut i = 0;
+    for n in 0..=g.nodes.len() {
+        while g.holds.get(i).is_some_and(|h| h.node < n) {
+            i += 1;
+        }
+        starts.push(u32::try_from(i).unwrap_or(u32::MAX));
+    }
+    starts
+}

@@ -88,6 +88,9 @@ pub(super) struct Sim<'g> {
     pub(super) model_output: Option<usize>,
     /// Set while recomputing a checkpointed block.
     pub(super) recomputing: bool,
+    /// Where each node's holds start in the graph's (sorted) holds, one entry per node and
+    /// one past the last: [`Sim::holds_at`] in constant time.
+    pub(super) hold_start: Vec<u32>,
     /// The multi-GPU strategy's per-rank state (inactive on one GPU).
     pub(super) dist: DistSim,
     /// The warm-up's micro-steps, which the measured step repeats ([`Repeat`]).
@@ -152,6 +155,16 @@ impl<'g> Sim<'g> {
             node: self.node,
         });
         id
+    }
+
+    /// The tensors held until node `n` has run ([`crate::model::ir::Graph::holds_at`]).
+    #[inline]
+    pub(super) fn holds_at(&self, n: usize) -> &'g [crate::model::ir::Hold] {
+        let g: &'g Graph = self.g;
+        match (self.hold_start.get(n), self.hold_start.get(n + 1)) {
+            (Some(&a), Some(&b)) => g.holds.get(a as usize..b as usize).unwrap_or_default(),
+            _ => &[],
+        }
     }
 
     pub(super) fn alloc(
