@@ -314,16 +314,6 @@ pub struct Hold {
 }
 
 impl Graph {
-    /// The tensors held until node `n` has run ([`Hold`]).
-    pub fn holds_at(&self, n: usize) -> &[Hold] {
-        if self.holds.is_empty() {
-            return &[];
-        }
-        let start = self.holds.partition_point(|h| h.node < n);
-        let end = start + self.holds[start..].partition_point(|h| h.node == n);
-        &self.holds[start..end]
-    }
-
     /// The layer name of `node` ("layer3.2.conv1").
     pub fn name(&self, node: &Node) -> &str {
         self.names

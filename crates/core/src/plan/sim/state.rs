@@ -157,7 +157,7 @@ impl<'g> Sim<'g> {
         id
     }
 
-    /// The tensors held until node `n` has run ([`crate::model::ir::Graph::holds_at`]).
+    /// The tensors held until node `n` has run (its entries of [`Graph::holds`]).
     #[inline]
     pub(super) fn holds_at(&self, n: usize) -> &'g [crate::model::ir::Hold] {
         let g: &'g Graph = self.g;
