@@ -5,9 +5,9 @@
 //! than its trim threshold is free (by default twice the largest freed `mmap` chunk, about
 //! 670 kB here), and the next plan faults those pages in again. A `fit` or a max-batch search
 //! plans hundreds of times, so a process spends a large share of its time in page faults
-//! (Llama-2-7B's graph and events, `bench-plan`: 27 000 faults and 0.29 ms a plan, against
-//! 5 800 faults and 0.15 ms with the thresholds below; docs/speed.md). Both thresholds at
-//! 32 MiB keep the freed pages in the process, as
+//! (Llama-2-7B, `bench-plan --reps 200`: 55 203 faults and 0.276 ms for a plan's graph and
+//! events, against 695 faults and 0.184 ms with the thresholds below; docs/speed.md). Both
+//! thresholds at 32 MiB keep the freed pages in the process, as
 //! `GLIBC_TUNABLES=glibc.malloc.trim_threshold=33554432:glibc.malloc.mmap_threshold=33554432`
 //! would.
 

@@ -98,6 +98,8 @@ pub struct Annotations {
     checkpointing: bool,
     dtypes: Vec<DType>,
     rules: Vec<Rule>,
+    /// Where each node's holds start in `g.holds` ([`hold_starts`]).
+    hold_start: Vec<u32>,
 }
 
 impl Annotations {
@@ -123,6 +125,7 @@ impl Annotations {
             checkpointing,
             dtypes,
             rules,
+            hold_start: hold_starts(g),
         }
     }
 
@@ -298,7 +301,7 @@ fn generate_with(
         merged,
         model_output: g.nodes.last().and_then(|n| n.inputs.first().copied()),
         recomputing: false,
-        hold_start: hold_starts(g),
+        hold_start: &annotations.hold_start,
         dist: DistSim::new(g, &cfg.distributed, policy, cfg.checkpointing),
         repeat: Repeat::new(repeat && !cfg.distributed.active()),
         live1: 0,

@@ -89,8 +89,9 @@ pub(super) struct Sim<'g> {
     /// Set while recomputing a checkpointed block.
     pub(super) recomputing: bool,
     /// Where each node's holds start in the graph's (sorted) holds, one entry per node and
-    /// one past the last: [`Sim::holds_at`] in constant time.
-    pub(super) hold_start: Vec<u32>,
+    /// one past the last: [`Sim::holds_at`] in constant time (built with the annotations,
+    /// once per graph and setting).
+    pub(super) hold_start: &'g [u32],
     /// The multi-GPU strategy's per-rank state (inactive on one GPU).
     pub(super) dist: DistSim,
     /// The warm-up's micro-steps, which the measured step repeats ([`Repeat`]).
