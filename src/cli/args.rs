@@ -17,7 +17,8 @@ use vramlab_core::plan::gpus::Gpu;
 use vramlab_hub::Prequantized;
 use vramlab_words::train_words::{self, TrainWords};
 
-/// Model and training settings shared by the planning commands.
+// Model and training settings shared by the planning commands. (A plain comment: a doc
+// comment would be every flattening subcommand's about, the subcommands being deferred.)
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
     /// Preset id (see `vramlab presets`), a preset / config.json / captured-graph file, a

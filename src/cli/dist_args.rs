@@ -6,7 +6,7 @@ use clap::Args;
 
 use vramlab_words::train_words::DistWords;
 
-/// More than one GPU.
+// More than one GPU. (A plain comment: see `TrainArgs`.)
 #[derive(Debug, Args, Clone, Default)]
 pub struct DistArgs {
     /// GPUs per node, or `auto`: the fewest GPUs of the card that fit the batch with the

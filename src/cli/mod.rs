@@ -37,7 +37,10 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// Each subcommand's arguments are built only when that subcommand runs (`defer`): building
+/// all of them was most of the parsing at every process start.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Predict the peak memory of one training step.
     Plan(PlanArgs),
