@@ -94,12 +94,15 @@ pub struct PlanStart {
     pub fit_command: String,
     pub search_next_step: bool,
     pub timeline_in_json: bool,
+    /// The graph and its annotations the plan was made from, which most remedies keep.
+    graphs: std::sync::Arc<crate::plan::GraphCache>,
 }
 
 impl PlanStart {
     /// Plans `req` at its batch and judges it.
     pub fn new(req: PlanRequest<'_>) -> Result<PlanStart, PlanError> {
-        let planner = Planner::new(req.preset, &req.config)?;
+        let graphs = std::sync::Arc::new(crate::plan::GraphCache::default());
+        let planner = Planner::new_cached(req.preset, &req.config, &graphs)?;
         let plan = planner.plan(req.config.batch)?;
         let verdict = Verdict::new(&planner, &plan, req.budget)?;
         Ok(PlanStart {
@@ -114,6 +117,7 @@ impl PlanStart {
             fit_command: req.fit_command,
             search_next_step: req.search_next_step,
             timeline_in_json: req.timeline_in_json,
+            graphs,
         })
     }
 
@@ -136,6 +140,7 @@ impl PlanStart {
             self.plan.peak_allocated_bytes,
             self.plan.nvidia_smi_bytes,
             self.budget,
+            &self.graphs,
         )?;
         let mut report = PlanReport::with_verdict(
             ReportParts {

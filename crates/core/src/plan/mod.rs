@@ -168,6 +168,18 @@ impl Planner {
             .ok_or(PlanError::Overflow("event generation"))
     }
 
+    /// [`Planner::new`] with its graph and annotations taken from, or left in, `cache`
+    /// (the same planner): what plans more configurations of the preset after it (the
+    /// remedies) builds them once.
+    pub fn new_cached(
+        preset: &Preset,
+        cfg: &TrainConfig,
+        cache: &GraphCache,
+    ) -> Result<Planner, PlanError> {
+        Planner::new_unless_above_cached(preset, cfg, Some(cache), |_, _| u64::MAX)?
+            .ok_or(PlanError::Overflow("event generation"))
+    }
+
     /// [`Planner::new`], or `None` as soon as the event generation shows that a replay at
     /// batch 1 reserves more than `bound(context, band)` bytes at some point
     /// ([`sim::generate_unless_above`]): the make-it-fit search's combinations that cannot

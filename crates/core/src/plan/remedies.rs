@@ -241,7 +241,8 @@ pub fn remedies(
     cfg: &TrainConfig,
     budget: Budget,
 ) -> Result<Vec<Remedy>, PlanError> {
-    let planner = Planner::new(preset, cfg)?;
+    let graphs = super::GraphCache::default();
+    let planner = Planner::new_cached(preset, cfg, &graphs)?;
     let base = planner.peaks(cfg.batch)?;
     remedies_against(
         preset,
@@ -250,6 +251,7 @@ pub fn remedies(
         base.allocated,
         base.nvidia_smi,
         budget,
+        &graphs,
     )
 }
 
@@ -257,7 +259,9 @@ pub fn remedies(
 /// `base_nvidia_smi`; `base` is `cfg`'s planner): each remedy built and evaluated by the
 /// same thread. A remedy that changes only the allocator settings takes `base`'s events
 /// (the allocator does not change them, only how they are replayed) instead of generating
-/// them again.
+/// them again. `graphs` is the cache `base` was planned from ([`Planner::new_cached`]):
+/// most remedies keep its graph (and many its precision and checkpointing), so each graph
+/// is built, and annotated per setting, once for the plan and all its remedies.
 pub fn remedies_against(
     preset: &Preset,
     cfg: &TrainConfig,
@@ -265,11 +269,9 @@ pub fn remedies_against(
     base_allocated: Bytes,
     base_nvidia_smi: Bytes,
     budget: Budget,
+    graphs: &super::GraphCache,
 ) -> Result<Vec<Remedy>, PlanError> {
     let captured = matches!(preset.spec, crate::model::ModelSpec::Captured(_));
-    // Most remedies keep the graph (and many the precision and checkpointing): each graph
-    // is built, and annotated per setting, once ([`super::GraphCache`]).
-    let graphs = super::GraphCache::default();
     // Each remedy is planned on its own core ([`crate::par`]), in the candidates' order.
     let planned = crate::par::map(
         candidates(cfg, preset.input.is_tokens()),
@@ -284,7 +286,7 @@ pub fn remedies_against(
                 p.config.allocator = c.allocator;
                 Ok(p)
             } else {
-                Planner::new_unless_above_cached(preset, &c, Some(&graphs), |_, _| u64::MAX)
+                Planner::new_unless_above_cached(preset, &c, Some(graphs), |_, _| u64::MAX)
                     .and_then(|p| p.ok_or(PlanError::Overflow("event generation")))
             };
             let planner = match built {
