@@ -34,9 +34,11 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
 use super::program::{Buf, Prog};
+use super::quant;
 use crate::model::families::llama::{LlamaParams, head_dim};
 use crate::plan::PlanError;
 use crate::plan::events::Category;
+use crate::plan::policy::QuantStorage;
 
 /// A device of accelerate's device map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -125,6 +127,9 @@ pub struct ModelTensors {
     tied: bool,
     /// Rotary embeddings (Gemma 3: local and global).
     rotaries: u64,
+    /// bitsandbytes' quantization of the decoder layers' projections (`None`: every weight
+    /// in the dtype).
+    quant: Option<QuantStorage>,
 }
 
 impl ModelTensors {
@@ -150,7 +155,71 @@ impl ModelTensors {
             gemma: p.gemma,
             tied: p.tie_word_embeddings,
             rotaries: if model_type == "gemma3_text" { 2 } else { 1 },
+            quant: None,
         }
+    }
+
+    /// [`ModelTensors::new`] of a model loaded with `quantization_config` (`quant`): after
+    /// `replace_with_bnb_linear` every `nn.Linear` of the decoder layers is a
+    /// `bnb.nn.Linear4bit` / `Linear8bitLt` (`lm_head` is in `get_keys_to_not_convert`).
+    pub fn with_quant(p: &LlamaParams, d: u64, quant: Option<QuantStorage>) -> ModelTensors {
+        ModelTensors {
+            quant,
+            ..ModelTensors::new(p, d)
+        }
+    }
+
+    /// The weight of `sub` as (output features, input features) when it is a projection
+    /// bitsandbytes quantizes (`None`: the embedding, `lm_head`, the norms, or no quantizer).
+    fn quantized(&self, sub: Sub) -> Option<(QuantStorage, u64, u64)> {
+        let q = self.quant?;
+        let (h, i, qw, kv) = (self.hidden, self.intermediate, self.q_width, self.kv_width);
+        let (rows, cols) = match sub {
+            Sub::Q => (qw, h),
+            Sub::K | Sub::V => (kv, h),
+            Sub::Qkv => (qw + 2 * kv, h),
+            Sub::O => (h, qw),
+            Sub::Gate | Sub::Up => (i, h),
+            Sub::GateUp => (2 * i, h),
+            Sub::Down => (h, i),
+            _ => return None,
+        };
+        Some((q, rows, cols))
+    }
+
+    /// The bytes of `sub`'s parameters as transformers 5.17 `compute_module_sizes` counts
+    /// them with a quantizer (`integrations/accelerate.py`: `numel ×
+    /// hf_quantizer.param_element_size`): a quantized weight 0.5 byte per element
+    /// (`Bnb4BitHfQuantizer.param_element_size`) or 1 (`Bnb8BitHfQuantizer`), a bias and
+    /// everything else its dtype's size. (Every Llama-lineage projection has an even element
+    /// count, so the 4-bit sizes are whole bytes.)
+    pub fn counted(&self, sub: Sub) -> Vec<u64> {
+        let mut v = self.tensors(sub);
+        if let Some((q, rows, cols)) = self.quantized(sub) {
+            let elems = rows * cols;
+            v[0] = if q.quant.is_4bit() {
+                elems.div_ceil(2)
+            } else {
+                elems
+            };
+        }
+        v
+    }
+
+    /// The GPU tensors of each of `sub`'s parameters (weight, then bias) once loaded, in the
+    /// order accelerate's hook copies them in: a quantized weight's
+    /// [`quant::stored_tensors`], everything else one tensor in the dtype.
+    pub fn stored_params(&self, sub: Sub) -> Vec<Vec<u64>> {
+        let mut v: Vec<Vec<u64>> = self.tensors(sub).into_iter().map(|b| vec![b]).collect();
+        if let Some((q, rows, cols)) = self.quantized(sub) {
+            v[0] = quant::stored_tensors(q, rows * cols, rows);
+        }
+        v
+    }
+
+    /// [`ModelTensors::stored_params`], flattened.
+    pub fn stored(&self, sub: Sub) -> Vec<u64> {
+        self.stored_params(sub).concat()
     }
 
     /// The bytes of `sub`'s parameters in `named_parameters` order (weight, then bias); a
@@ -206,11 +275,11 @@ impl ModelTensors {
         v
     }
 
-    /// One decoder layer's bytes.
+    /// One decoder layer's bytes as `compute_module_sizes` counts them ([`ModelTensors::counted`]).
     pub fn layer_bytes(&self) -> u64 {
         self.layer_subs()
             .iter()
-            .flat_map(|&s| self.tensors(s))
+            .flat_map(|&s| self.counted(s))
             .sum()
     }
 
@@ -433,16 +502,45 @@ pub struct MaxMemory {
     pub cpu: Option<u64>,
 }
 
+/// `Bnb4BitHfQuantizer.adjust_max_memory` / `Bnb8BitHfQuantizer.adjust_max_memory`
+/// (transformers 5.17 `quantizers/quantizer_bnb_4bit.py`, `quantizer_bnb_8bit.py`): "need more
+/// space for buffers that are created during quantization", `{key: val * 0.90 for key, val in
+/// max_memory.items()}`, every device's budget (GPU and CPU) as a Python float.
+pub const BNB_MAX_MEMORY_FACTOR: f64 = 0.90;
+
+impl MaxMemory {
+    /// The budgets `infer_auto_device_map` receives: as given, or with a bitsandbytes
+    /// quantizer times [`BNB_MAX_MEMORY_FACTOR`] (in f64, as Python computes them).
+    pub fn inferred(self, quantizer: bool) -> (f64, Option<f64>) {
+        let f = if quantizer {
+            BNB_MAX_MEMORY_FACTOR
+        } else {
+            1.0
+        };
+        // budgets are below 2^53 bytes: exact as f64
+        #[allow(clippy::cast_precision_loss)]
+        let scale = |b: u64| if quantizer { b as f64 * f } else { b as f64 };
+        (scale(self.gpu), self.cpu.map(scale))
+    }
+}
+
 /// transformers' `infer_auto_device_map` over `root` (see the module doc), cleaned.
+/// `quantizer`: a bitsandbytes quantizer's `adjust_max_memory` applies to `budget`
+/// ([`MaxMemory::inferred`]). Sizes and budgets are compared in f64 as Python compares them
+/// (the sizes are whole bytes below 2^53, so without a quantizer the comparisons are the
+/// integers').
+#[allow(clippy::cast_precision_loss)]
 pub fn infer_auto_device_map(
     root: &Module,
     tied: &[Vec<String>],
     budget: MaxMemory,
+    quantizer: bool,
 ) -> Result<DeviceMap, PlanError> {
-    let limit = |d: Device| -> Option<i128> {
+    let (gpu, cpu) = budget.inferred(quantizer);
+    let limit = |d: Device| -> Option<f64> {
         match d {
-            Device::Gpu0 => Some(i128::from(budget.gpu)),
-            Device::Cpu => budget.cpu.map(i128::from),
+            Device::Gpu0 => Some(gpu),
+            Device::Cpu => cpu,
             Device::Disk => None,
         }
     };
@@ -450,7 +548,7 @@ pub fn infer_auto_device_map(
     let mut todo: Vec<(String, &Module)> =
         root.children.iter().map(|m| (m.name.clone(), m)).collect();
     let mut map: Vec<(String, Device)> = Vec::new();
-    let mut used = [0i128; 3];
+    let mut used = [0f64; 3];
     let mut current = 0usize;
     let (mut max_layer, mut max_names) = max_layer_size(&todo);
     while !todo.is_empty() {
@@ -468,13 +566,13 @@ pub fn infer_auto_device_map(
             .collect();
         let device = Device::ORDER[current];
         let mut max_size = limit(device);
-        let mut reserved = 0i128;
+        let mut reserved = 0f64;
         if main(device) {
-            max_size = max_size.map(|m| m - i128::from(max_layer));
-            reserved = i128::from(max_layer);
+            max_size = max_size.map(|m| m - max_layer as f64);
+            reserved = max_layer as f64;
         }
         // `get_module_size_with_ties`
-        let mut with_ties = i128::from(module.bytes);
+        let mut with_ties = module.bytes as f64;
         let mut tied_names: Vec<String> = Vec::new();
         for p in tied_params {
             let Some((n, m)) = todo.iter().find(|(n, _)| p.starts_with(&format!("{n}."))) else {
@@ -485,7 +583,7 @@ pub fn infer_auto_device_map(
             };
             if !tied_names.contains(n) {
                 tied_names.push(n.clone());
-                with_ties += i128::from(m.bytes);
+                with_ties += m.bytes as f64;
             }
         }
         let slot = device as usize;
@@ -538,8 +636,32 @@ pub struct Placement {
     pub tensors: ModelTensors,
 }
 
+/// transformers 5.17's refusal of a quantized model with modules on "cpu" / "disk" and no
+/// `llm_int8_enable_fp32_cpu_offload` (`Bnb4BitHfQuantizer.validate_environment`,
+/// `Bnb8BitHfQuantizer.validate_environment`, called by `_get_device_map` on the map
+/// `infer_auto_device_map` returned), word for word.
+pub const BNB_OFFLOAD_REFUSAL: &str = "Some modules are dispatched on the CPU or the disk. Make \
+    sure you have enough GPU RAM to fit the quantized model. If you want to dispatch the model \
+    on the CPU or the disk while keeping these modules in 32-bit, you need to set \
+    `llm_int8_enable_fp32_cpu_offload=True` and pass a custom `device_map` to \
+    `from_pretrained`. Check \
+    https://huggingface.co/docs/transformers/main/en/main_classes/quantization#offload-between-cpu-and-gpu \
+    for more details.";
+
+/// What a bitsandbytes quantizer changes in a placement (`offload.quantizer` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct QuantOffload {
+    /// The budgets `infer_auto_device_map` placed against: `max_memory` × 0.90
+    /// (`adjust_max_memory`), as Python's floats.
+    pub inferred_max_gpu_memory_bytes: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inferred_max_cpu_memory_bytes: Option<f64>,
+    /// `BitsAndBytesConfig(llm_int8_enable_fp32_cpu_offload=...)`.
+    pub llm_int8_enable_fp32_cpu_offload: bool,
+}
+
 /// The budgets of a placement and what it puts on each device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Offload {
     /// `max_memory[0]` in bytes.
     pub max_gpu_memory_bytes: u64,
@@ -555,14 +677,55 @@ pub struct Offload {
     pub layers_gpu: u64,
     pub layers_cpu: u64,
     pub layers_disk: u64,
+    /// With `quantization_config` (absent without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantizer: Option<QuantOffload>,
 }
 
 impl Placement {
     /// The placement of `p` in weights of `d` bytes per element within `budget`.
     pub fn of(p: &LlamaParams, d: u64, budget: MaxMemory) -> Result<Placement, PlanError> {
-        let tensors = ModelTensors::new(p, d);
+        Placement::of_quant(p, d, budget, None, false)
+    }
+
+    /// [`Placement::of`] for a model loaded with `quantization_config=BitsAndBytesConfig(...)`
+    /// (`quant`; `None`: no quantizer) and `llm_int8_enable_fp32_cpu_offload`
+    /// (`fp32_cpu_offload`). transformers 5.17 `modeling_utils.from_pretrained` runs the
+    /// quantizer's `preprocess_model` (`replace_with_bnb_linear`) before `_get_device_map`,
+    /// while `device_map` is still the string `"auto"`, so the sizes are the quantized
+    /// model's ([`ModelTensors::counted`]); `_get_device_map` then applies
+    /// `adjust_max_memory` (× 0.90, [`MaxMemory::inferred`]) and, on the map, the
+    /// quantizer's `validate_environment`: a map with a module on "cpu" or "disk" (and not
+    /// everything on "cpu") is refused with [`BNB_OFFLOAD_REFUSAL`] unless
+    /// `llm_int8_enable_fp32_cpu_offload=True`.
+    pub fn of_quant(
+        p: &LlamaParams,
+        d: u64,
+        budget: MaxMemory,
+        quant: Option<QuantStorage>,
+        fp32_cpu_offload: bool,
+    ) -> Result<Placement, PlanError> {
+        let tensors = ModelTensors::with_quant(p, d, quant);
         let tree = tensors.tree();
-        let device_map = infer_auto_device_map(&tree, &tensors.tied_groups(), budget)?;
+        let device_map =
+            infer_auto_device_map(&tree, &tensors.tied_groups(), budget, quant.is_some())?;
+        if quant.is_some() && !fp32_cpu_offload {
+            let all_cpu = device_map.entries.iter().all(|(_, d)| *d == Device::Cpu);
+            if !all_cpu && device_map.offloads() {
+                return Err(PlanError::Field {
+                    field: "llm_int8_enable_fp32_cpu_offload",
+                    reason: format!(
+                        "device_map {}: transformers 5.17 refuses it (the bitsandbytes \
+                         quantizer's validate_environment): \"{BNB_OFFLOAD_REFUSAL}\" With \
+                         device_map=\"auto\" BitsAndBytesConfig(..., \
+                         llm_int8_enable_fp32_cpu_offload=True) is enough; give more GPU \
+                         memory to keep every module on GPU 0",
+                        serde_json::to_string(&device_map).unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        let (inferred_gpu, inferred_cpu) = budget.inferred(true);
         let mut bytes = [0u64; 3];
         let mut walk = vec![&tree];
         while let Some(m) = walk.pop() {
@@ -592,6 +755,11 @@ impl Placement {
                 layers_gpu: layers[0],
                 layers_cpu: layers[1],
                 layers_disk: layers[2],
+                quantizer: quant.map(|_| QuantOffload {
+                    inferred_max_gpu_memory_bytes: inferred_gpu,
+                    inferred_max_cpu_memory_bytes: inferred_cpu,
+                    llm_int8_enable_fp32_cpu_offload: fp32_cpu_offload,
+                }),
             },
             tensors,
         })
@@ -649,7 +817,7 @@ impl Placement {
         for l in 0..t.layers {
             if !self.layer(l).offloaded() {
                 for sub in t.layer_subs() {
-                    v.extend(t.tensors(sub));
+                    v.extend(t.stored(sub));
                 }
             }
         }
@@ -731,19 +899,20 @@ impl Streams {
         if !streamed {
             return Vec::new();
         }
-        let bytes = match sub {
+        let params = match sub {
             // the tied weight is in the state dict under `lm_head.weight` too
-            Sub::LmHead => self.tensors.tensors(Sub::Embed),
-            other => self.tensors.tensors(other),
+            Sub::LmHead => vec![self.tensors.tensors(Sub::Embed)],
+            other => self.tensors.stored_params(other),
         };
-        bytes
-            .into_iter()
-            .map(|b| {
-                let buf = p.alloc(0, b, Category::Parameters);
-                p.empty_cache();
-                buf
-            })
-            .collect()
+        // one `set_module_tensor_to_device` per parameter, each ending in `empty_cache()`
+        let mut bufs = Vec::new();
+        for tensors in params {
+            for b in tensors {
+                bufs.push(p.alloc(0, b, Category::Parameters));
+            }
+            p.empty_cache();
+        }
+        bufs
     }
 }
 

@@ -238,16 +238,7 @@ impl InferPlanner {
                 if (q.quant.quant.is_4bit() || q.outliers != quant::Int8Outliers::None)
                     && batch != self.config.batch =>
             {
-                let mut cfg = self.config;
-                cfg.batch = batch;
-                Cow::Owned(call::session_quant(
-                    &self.shape,
-                    &cfg,
-                    &self.decoding,
-                    &self.param_elems,
-                    &self.buffer_elems,
-                    Some(q),
-                ))
+                Cow::Owned(self.session_at(batch))
             }
             _ => Cow::Borrowed(&self.events),
         }
@@ -258,14 +249,7 @@ impl InferPlanner {
     pub fn with_int8_outliers(mut self, outliers: quant::Int8Outliers) -> InferPlanner {
         if let Some(q) = &mut self.quant {
             q.outliers = outliers;
-            self.events = call::session_quant(
-                &self.shape,
-                &self.config,
-                &self.decoding,
-                &self.param_elems,
-                &self.buffer_elems,
-                Some(q),
-            );
+            self.rebuild();
         }
         self
     }
@@ -280,7 +264,25 @@ impl InferPlanner {
         dec: &Decoding,
         budget: device_map::MaxMemory,
     ) -> Result<InferPlanner, PlanError> {
-        let mut planner = InferPlanner::with_decoding(preset, cfg, dec)?;
+        InferPlanner::with_device_map_quant(preset, cfg, dec, budget, None, false)
+    }
+
+    /// [`InferPlanner::with_device_map`] of a model loaded with
+    /// `quantization_config=BitsAndBytesConfig(...)` too (`quant`; `None`: weights in the
+    /// dtype) and `llm_int8_enable_fp32_cpu_offload=fp32_cpu_offload`: the placement of the
+    /// quantized model ([`device_map::Placement::of_quant`]: quantized sizes, `max_memory` ×
+    /// 0.90, transformers' refusal of an offloading map without the flag), the GPU 0 keys
+    /// loaded and quantized as [`quant::QuantModel::load`] loads them, the offloaded decoder
+    /// layers' quantized tensors copied in as they run.
+    pub fn with_device_map_quant(
+        preset: &Preset,
+        cfg: &InferConfig,
+        dec: &Decoding,
+        budget: device_map::MaxMemory,
+        quant: Option<QuantStorage>,
+        fp32_cpu_offload: bool,
+    ) -> Result<InferPlanner, PlanError> {
+        let mut planner = InferPlanner::with_quant(preset, cfg, dec, quant)?;
         if planner.shape.moe.is_some() {
             return Err(PlanError::Field {
                 field: "device_map",
@@ -298,7 +300,8 @@ impl InferPlanner {
                 reason: "device_map is planned for the decoders of the Llama lineage".into(),
             });
         };
-        let placement = device_map::Placement::of(p, cfg.dtype.size(), budget)?;
+        let placement =
+            device_map::Placement::of_quant(p, cfg.dtype.size(), budget, quant, fp32_cpu_offload)?;
         if placement.nothing_on_gpu() {
             return Err(PlanError::Field {
                 field: "max_gpu_memory",
@@ -309,10 +312,47 @@ impl InferPlanner {
                 ),
             });
         }
-        planner.events = call::device_map_session(&planner.shape, cfg, dec, &placement);
-        planner.weights = Bytes(placement.resident_bytes());
         planner.placement = Some(placement);
+        planner.rebuild();
         Ok(planner)
+    }
+
+    /// The events (and, with a device map, the weights on GPU 0) of the planner's settings
+    /// at `config.batch`.
+    fn rebuild(&mut self) {
+        self.events = self.session_at(self.config.batch);
+        if let Some(pl) = &self.placement {
+            self.weights = Bytes(match &self.quant {
+                Some(q) => {
+                    q.weights_bytes_where(|key| !pl.device_of(key).offloaded())
+                        + pl.tensors.resident_buffers().iter().sum::<u64>()
+                }
+                None => pl.resident_bytes(),
+            });
+        }
+    }
+
+    /// The session's events at `batch` sequences.
+    fn session_at(&self, batch: u64) -> Events {
+        let mut cfg = self.config;
+        cfg.batch = batch;
+        match &self.placement {
+            Some(pl) => call::device_map_session_quant(
+                &self.shape,
+                &cfg,
+                &self.decoding,
+                pl,
+                self.quant.as_ref(),
+            ),
+            None => call::session_quant(
+                &self.shape,
+                &cfg,
+                &self.decoding,
+                &self.param_elems,
+                &self.buffer_elems,
+                self.quant.as_ref(),
+            ),
+        }
     }
 
     /// Peak allocated, reserved and nvidia-smi bytes at `batch`.
