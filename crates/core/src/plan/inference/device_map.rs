@@ -1033,6 +1033,206 @@ mod tests {
         assert_eq!(pl.resident_bytes(), resident);
     }
 
+    fn nf4() -> QuantStorage {
+        QuantStorage {
+            quant: crate::plan::finetune_mode::Quant::Nf4,
+            double_quant: true,
+        }
+    }
+
+    /// Llama 3.1 8B loaded with `BitsAndBytesConfig(load_in_4bit=True)` (nf4) in bf16 under
+    /// `max_memory={0: "4GiB"}`: `compute_module_sizes` counts a quantized projection 0.5
+    /// byte per element (`Bnb4BitHfQuantizer.param_element_size`), `lm_head` and the
+    /// embedding 2; `adjust_max_memory` leaves 0.9 × 4 GiB. GPU 0 keeps the untied embedding
+    /// and `lm_head`'s size free (the largest unsplittable module still to place), so after
+    /// the embedding (1 050 673 152 B) it takes ⌊(0.9 × 4 GiB − 2 × 1 050 673 152) / layer⌋ =
+    /// ⌊1 764 124 262.4 / 109 068 288⌋ = 16 layers; without the × 0.90 it would take 20, in
+    /// bf16 weights 5; LLM.int8 (1 byte per element) 8.
+    #[test]
+    fn quantized_sizes_and_the_quantizers_max_memory() {
+        let p = llama("Llama-3.1-8B");
+        let gib4 = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        let t = ModelTensors::with_quant(&p, 2, Some(nf4()));
+        let linears = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336;
+        assert_eq!(t.layer_bytes(), linears / 2 + 2 * 4096 * 2);
+        assert_eq!(t.layer_bytes(), 109_068_288);
+        let pl = Placement::of_quant(&p, 2, gib4, Some(nf4()), true).expect("placement");
+        assert_eq!(pl.offload.layers_gpu, 16, "{:?}", pl.device_map);
+        assert_eq!(pl.device_of("model.embed_tokens"), Device::Gpu0);
+        assert_eq!(pl.device_of("model.layers.15"), Device::Gpu0);
+        assert_eq!(pl.device_of("model.layers.16"), Device::Cpu);
+        assert_eq!(pl.device_of("lm_head"), Device::Cpu);
+        let q = pl.offload.quantizer.expect("quantizer");
+        assert!((q.inferred_max_gpu_memory_bytes - 3_865_470_566.4).abs() < 1e-3);
+        assert!(q.llm_int8_enable_fp32_cpu_offload);
+        // the map in accelerate's naming: consecutive entries merged by clean_device_map
+        let json = serde_json::to_value(&pl.device_map).expect("json");
+        assert_eq!(json["model.embed_tokens"], 0);
+        assert_eq!(json["model.layers.15"], 0);
+        assert_eq!(json["model.layers.16"], "cpu");
+        assert_eq!(json["lm_head"], "cpu");
+        assert_eq!(json["model.norm"], "cpu");
+        // the bytes per device are the quantized sizes (the rotary buffers, after the final
+        // norm in `named_children`, are mapped to the CPU with it)
+        let embed = 128_256 * 4096 * 2;
+        assert_eq!(pl.offload.gpu_bytes, embed + 16 * 109_068_288);
+        assert_eq!(
+            pl.offload.cpu_bytes,
+            16 * 109_068_288 + 4096 * 2 + 64 * 4 * 2 + embed
+        );
+        // the same budget: no quantizer factor → 20 layers; bf16 weights → 5
+        let tree = t.tree();
+        let plain = infer_auto_device_map(&tree, &t.tied_groups(), gib4, false).expect("map");
+        let layers_on_0 = (0..32)
+            .filter(|l| plain.device_of(&format!("model.layers.{l}")) == Some(Device::Gpu0))
+            .count();
+        assert_eq!(layers_on_0, 20);
+        assert_eq!(
+            Placement::of(&p, 2, gib4).expect("bf16").offload.layers_gpu,
+            5
+        );
+        let int8 = QuantStorage {
+            quant: crate::plan::finetune_mode::Quant::Int8,
+            double_quant: false,
+        };
+        let pl8 = Placement::of_quant(&p, 2, gib4, Some(int8), true).expect("int8");
+        assert_eq!(pl8.offload.layers_gpu, 8);
+        // a CPU budget is scaled too: 0.9 × 3 GiB beside its reserve (the embedding-sized
+        // lm_head still to place) holds ⌊1 848 429 772.8 / 218 120 192⌋ = 8 int8 layers; the
+        // rest goes to disk
+        let small_cpu = MaxMemory {
+            gpu: 4 << 30,
+            cpu: Some(3 << 30),
+        };
+        let d = Placement::of_quant(&p, 2, small_cpu, Some(int8), true).expect("disk");
+        assert_eq!(d.offload.layers_cpu, 8, "{:?}", d.device_map);
+        assert!(d.offload.layers_disk > 0);
+    }
+
+    /// transformers 5.17 refuses a quantized model with modules on "cpu" or "disk" unless
+    /// `llm_int8_enable_fp32_cpu_offload=True`; a map that keeps everything on GPU 0 needs no
+    /// flag.
+    #[test]
+    fn offloading_a_quantized_model_needs_the_fp32_cpu_offload_flag() {
+        let p = llama("Llama-3.1-8B");
+        let gib4 = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        let err = Placement::of_quant(&p, 2, gib4, Some(nf4()), false).expect_err("refused");
+        match err {
+            PlanError::Field { field, reason } => {
+                assert_eq!(field, "llm_int8_enable_fp32_cpu_offload");
+                assert!(reason.contains(BNB_OFFLOAD_REFUSAL), "{reason}");
+                assert!(reason.contains("\"model.layers.16\":\"cpu\""), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let roomy = MaxMemory {
+            gpu: 40 << 30,
+            cpu: None,
+        };
+        let all = Placement::of_quant(&p, 2, roomy, Some(nf4()), false).expect("fits");
+        assert_eq!(all.device_map.entries, vec![(String::new(), Device::Gpu0)]);
+        // the unquantized model offloads without any flag
+        assert!(Placement::of(&p, 2, gib4).is_ok());
+    }
+
+    /// A quantized model's offloaded layers stay `Linear4bit` (transformers 5.17 converts
+    /// before the map exists): each pre-forward copies a projection's quantized tensors —
+    /// the `QuantState` (code, uint8 absmax, offset, nested absmax, nested code) and the
+    /// packed weight — then one `empty_cache()` per parameter; the GPU 0 keys load as
+    /// `QuantModel::load` loads them.
+    #[test]
+    fn offloaded_quantized_layers_copy_their_quantized_tensors() {
+        use crate::plan::config::{AllocatorConfig, Attention, DType};
+        use crate::plan::inference::{InferPlanner, InferStep, KvCache};
+        let p = llama("Llama-3.1-8B");
+        let path = format!(
+            "{}/../../tests/data/hf_configs/Llama-3.1-8B.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        let preset = crate::model::hf::from_config_text(&text, "Llama-3.1-8B").expect("preset");
+        let cfg = InferConfig {
+            step: InferStep::Generate,
+            batch: 2,
+            prompt: 64,
+            new_tokens: 3,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
+        };
+        let gib4 = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        let planner = InferPlanner::with_device_map_quant(
+            &preset,
+            &cfg,
+            &Decoding::default(),
+            gib4,
+            Some(nf4()),
+            true,
+        )
+        .expect("planner");
+        let pl = planner.placement.as_ref().expect("placement");
+        let off = pl.offload;
+        assert_eq!((off.layers_gpu, off.layers_cpu), (16, 16));
+        let ev = &planner.events;
+        let mut state = vec![0u8; ev.buffers.len()];
+        for e in &ev.events {
+            let st = &mut state[e.buffer as usize];
+            assert_eq!(*st, u8::from(!e.alloc));
+            *st += 1;
+        }
+        let copied: Vec<u64> = ev.events[ev.measured_start..]
+            .iter()
+            .filter(|e| e.alloc && ev.buffers[e.buffer as usize].category == Category::Parameters)
+            .map(|e| ev.buffers[e.buffer as usize].fixed)
+            .collect();
+        // per offloaded layer: 7 projections × 6 tensors + 2 norms; then model.norm, lm_head
+        let per_forward = 16 * (7 * 6 + 2) + 2;
+        assert_eq!(copied.len(), 3 * per_forward, "3 forwards");
+        let t = &pl.tensors;
+        let layer_stored: u64 = t.layer_subs().iter().flat_map(|&s| t.stored(s)).sum();
+        let q_proj = quant::stored_tensors(nf4(), 4096 * 4096, 4096);
+        assert_eq!(q_proj, vec![64, 262_144, 4, 4096, 1024, 8_388_608]);
+        let embed = 128_256 * 4096 * 2;
+        assert_eq!(
+            copied.iter().sum::<u64>(),
+            3 * (16 * layer_stored + 4096 * 2 + embed)
+        );
+        // one empty_cache per parameter copied, in the warm-up and the measured call, and
+        // one at dispatch
+        assert_eq!(ev.empty_cache.len(), 2 * 3 * (16 * 9 + 2) + 1);
+        // weights on GPU 0: the quantized storage of the layers there, the embedding, the
+        // rotary buffers
+        let per_layer: u64 = t
+            .layer_subs()
+            .iter()
+            .map(|&s| match t.quantized(s) {
+                Some((q, rows, cols)) => q.bytes(rows * cols, rows),
+                None => t.tensors(s).iter().sum(),
+            })
+            .sum();
+        assert_eq!(planner.weights.0, embed + 16 * per_layer + 2 * 64 * 4);
+        // the plan serializes the quantizer's budgets beside the map
+        let plan = planner.plan(2).expect("plan");
+        let v = serde_json::to_value(&plan).expect("json");
+        assert_eq!(v["device_map"]["model.layers.16"], "cpu");
+        assert_eq!(
+            v["offload"]["quantizer"]["llm_int8_enable_fp32_cpu_offload"],
+            true
+        );
+        assert_eq!(v["quant"]["quant"], "nf4");
+        assert_eq!(v["weights_bytes"], planner.weights.0);
+    }
+
     #[test]
     fn runs_merge_consecutive_layers() {
         let m = DeviceMap {
