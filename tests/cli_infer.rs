@@ -956,13 +956,132 @@ fn device_map_auto() {
             "--quant",
             "nf4",
         ],
-        "--device-map with --quant",
+        "--fp32-cpu-offload",
     );
 }
 
 /// `max-context --device-map auto`: the longest prompt of Llama-3.2-1B with 1 GiB of weights on
 /// a T4 is the one `plan --device-map auto` says fits, and one more does not; the JSON's plan
 /// holds the device map.
+/// `--quant` with `--device-map auto` (issue 29): Llama 3.2 1B in nf4 under
+/// `max_memory={0: "1GiB"}`: `adjust_max_memory` leaves 0.9 GiB, the embedding (tied
+/// `lm_head`, 525 336 576 B) and a reserve of one 4-bit layer (30 408 704 B as
+/// `compute_module_sizes` counts it): ⌊(966 367 641.6 − 525 336 576 − 30 408 704) /
+/// 30 408 704⌋ = 13 layers on GPU 0. transformers refuses the map without
+/// `llm_int8_enable_fp32_cpu_offload`; with `--fp32-cpu-offload` it is planned, and the export
+/// writes the flag.
+#[test]
+fn device_map_auto_with_quantized_weights() {
+    let call = [
+        "--step",
+        "generate",
+        "--seq",
+        "128",
+        "--new-tokens",
+        "4",
+        "--batch",
+        "2",
+        "--quant",
+        "nf4",
+        "--device-map",
+        "auto",
+        "--max-gpu-memory",
+        "1GiB",
+    ];
+    let plan = [&["plan", "--model", LLAMA][..], &call[..]].concat();
+    fails_with(&plan, "Some modules are dispatched on the CPU or the disk");
+    fails_with(&plan, "Add --fp32-cpu-offload");
+    let with_flag = [&call[..], &["--fp32-cpu-offload"][..]].concat();
+    let v = plan_json(&with_flag);
+    assert_eq!(v["device_map"]["model.embed_tokens"], 0, "{v}");
+    assert_eq!(v["device_map"]["model.layers.12"], 0, "{v}");
+    assert_eq!(v["device_map"]["model.layers.13"], "cpu", "{v}");
+    assert_eq!(v["offload"]["layers_gpu"], 13, "{v}");
+    let q = &v["offload"]["quantizer"];
+    assert_eq!(q["llm_int8_enable_fp32_cpu_offload"], true, "{v}");
+    let inferred = q["inferred_max_gpu_memory_bytes"].as_f64().expect("f64");
+    assert!((inferred - 966_367_641.6).abs() < 1e-3, "{inferred}");
+    assert_eq!(v["quant"]["quant"], "nf4", "{v}");
+    for key in ["weights_bytes", "kv_cache_bytes", "peak_allocated_bytes"] {
+        assert!(bytes(&v, key) > 0, "{key}: {v}");
+    }
+    // the unquantized model under the same budget keeps fewer layers and more bytes
+    let plain: Vec<&str> = call
+        .iter()
+        .copied()
+        .filter(|a| *a != "--quant" && *a != "nf4")
+        .collect();
+    let u = plan_json(&plain);
+    assert!(u["offload"]["layers_gpu"].as_u64() < Some(13), "{u}");
+    assert!(u["offload"].get("quantizer").is_none(), "{u}");
+    // text
+    let (ok, out, err) = vramlab(&[&plan[..], &["--fp32-cpu-offload"][..]].concat());
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("device_map: 13 of 16 layers on GPU 0, 3 on cpu"),
+        "{out}"
+    );
+    assert!(out.contains("quantized linears: bitsandbytes nf4"), "{out}");
+    // max-batch and max-context take the combination
+    let (ok, out, err) = vramlab(&[&["max-batch", "--model", LLAMA][..], &with_flag[..]].concat());
+    assert!(ok && out.contains("largest batch"), "{out}{err}");
+    let (ok, out, err) = vramlab(&[
+        "max-context",
+        "--model",
+        LLAMA,
+        "--new-tokens",
+        "4",
+        "--quant",
+        "int8",
+        "--device-map",
+        "auto",
+        "--max-gpu-memory",
+        "1GiB",
+        "--fp32-cpu-offload",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let m: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert!(m["plan"]["offload"]["layers_cpu"].as_u64() > Some(0), "{m}");
+    // the export loads the model as planned
+    let (ok, out, err) = vramlab(
+        &[
+            &["export", "--format", "transformers", "--model", LLAMA][..],
+            &with_flag[..],
+        ]
+        .concat(),
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("llm_int8_enable_fp32_cpu_offload=True)")
+            && out.contains("device_map=\"auto\", max_memory={0: \"1GiB\"}"),
+        "{out}"
+    );
+    // the flag belongs to quantized weights under a device map
+    let no_map: Vec<&str> = with_flag
+        .iter()
+        .copied()
+        .filter(|a| !["--device-map", "auto", "--max-gpu-memory", "1GiB"].contains(a))
+        .collect();
+    fails_with(
+        &[&["plan", "--model", LLAMA][..], &no_map[..]].concat(),
+        "--fp32-cpu-offload",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            LLAMA,
+            "--step",
+            "train",
+            "--seq",
+            "128",
+            "--fp32-cpu-offload",
+        ],
+        "--fp32-cpu-offload",
+    );
+}
+
 #[test]
 fn max_context_with_a_device_map() {
     let (ok, out, err) = vramlab(&[
