@@ -81,7 +81,7 @@ pub(super) fn fp32_cpu_offload(t: &TrainArgs) -> Result<bool> {
 
 /// A core error as the flag that sets its field: transformers' refusal of an offloading
 /// map without `llm_int8_enable_fp32_cpu_offload` names `--fp32-cpu-offload`.
-fn flag_error(e: PlanError) -> anyhow::Error {
+pub(super) fn flag_error(e: PlanError) -> anyhow::Error {
     match e {
         PlanError::Field {
             field: "llm_int8_enable_fp32_cpu_offload",

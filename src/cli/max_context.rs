@@ -88,7 +88,8 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
         },
     };
     let (gpu, budget) = t.budget()?;
-    let m = max_context_weights(&preset, &cfg, &dec, weights, searched, budget)?;
+    let m = max_context_weights(&preset, &cfg, &dec, weights, searched, budget)
+        .map_err(super::infer::flag_error)?;
     if t.json {
         let v = vramlab_core::answer::inference_json::max_context(
             &m, step, batch, &gpu, budget, &dec, quant,
