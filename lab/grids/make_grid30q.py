@@ -69,6 +69,9 @@ QUANTS = [  # (keys added to the row, weight)
     ({"quant": "int8"}, 1.2),
 ]
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+# `tie_word_embeddings` when config.json leaves it out: the config class's default
+# (GemmaConfig / Gemma3TextConfig tie, the others do not)
+TIED_DEFAULT = {"gemma": True, "gemma2": True, "gemma3_text": True}
 
 
 def shape(cfg):
@@ -78,7 +81,7 @@ def shape(cfg):
     hd = cfg.get("head_dim") or h // heads
     return dict(h=h, heads=heads, kvh=kvh, hd=hd, layers=cfg["num_hidden_layers"],
                 inter=cfg["intermediate_size"], vocab=cfg["vocab_size"],
-                tied=cfg.get("tie_word_embeddings", False),
+                tied=cfg.get("tie_word_embeddings", TIED_DEFAULT.get(cfg["model_type"], False)),
                 maxpos=cfg["max_position_embeddings"])
 
 
