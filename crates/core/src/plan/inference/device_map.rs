@@ -1150,7 +1150,6 @@ mod tests {
     fn offloaded_quantized_layers_copy_their_quantized_tensors() {
         use crate::plan::config::{AllocatorConfig, Attention, DType};
         use crate::plan::inference::{InferPlanner, InferStep, KvCache};
-        let p = llama("Llama-3.1-8B");
         let path = format!(
             "{}/../../tests/data/hf_configs/Llama-3.1-8B.json",
             env!("CARGO_MANIFEST_DIR")
