@@ -27,6 +27,18 @@
 //! The budgets come in bytes ([`MaxMemory`]); the sizes users type (`10GiB`) are read at the
 //! edge, by `vramlab-words`' `max_memory_bytes`, as accelerate's `convert_file_size_to_int`
 //! reads them.
+//!
+//! With `quantization_config=BitsAndBytesConfig(...)` ([`Placement::of_quant`], transformers
+//! 5.17.0 as released): `from_pretrained` runs the quantizer's `preprocess_model`
+//! (`replace_with_bnb_linear`) before `_get_device_map`, while `device_map` is the string
+//! `"auto"`, so every decoder-layer `nn.Linear` is `Linear4bit` / `Linear8bitLt` when the map is
+//! computed (the CPU / disk keys join `modules_to_not_convert` only for a `device_map` dict:
+//! `_process_model_before_weight_loading`, `if isinstance(device_map, dict)`), the offloaded ones
+//! too; `compute_module_sizes` counts `numel × hf_quantizer.param_element_size` (0.5 for a 4-bit
+//! weight, 1 for an int8 one, [`ModelTensors::counted`]); `_get_device_map` multiplies the
+//! budgets by 0.90 (`adjust_max_memory`, [`BNB_MAX_MEMORY_FACTOR`]) and, on the map,
+//! `validate_environment` refuses modules on "cpu" / "disk" without
+//! `llm_int8_enable_fp32_cpu_offload` ([`BNB_OFFLOAD_REFUSAL`]).
 
 use std::fmt;
 
@@ -860,6 +872,13 @@ impl Placement {
 /// layer is on the GPU with the others. A tied `lm_head` on the CPU copies its weight at its
 /// own call, as the embedding does at its own (`tied_params_map` shares a copy only while
 /// both are loaded at once, which they never are).
+///
+/// An offloaded decoder layer of a quantized model keeps its `Linear4bit` / `Linear8bitLt`
+/// (see the module doc): its CPU copy was quantized at load, and the hook copies the quantized
+/// tensors ([`ModelTensors::stored_params`]: `set_module_tensor_to_device` →
+/// `param_cls(value, **kwargs).to(0)`; bitsandbytes 0.50.2 `Params4bit.to` moves the
+/// `QuantState` then the packed weight, `Int8Params.to` the int8 weight, then the row scales
+/// passed as `fp16_statistics`), one `empty_cache()` per parameter.
 #[derive(Debug, Clone)]
 pub struct Streams {
     tensors: ModelTensors,
