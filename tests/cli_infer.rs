@@ -992,7 +992,7 @@ fn device_map_auto_with_quantized_weights() {
     ];
     let plan = [&["plan", "--model", LLAMA][..], &call[..]].concat();
     fails_with(&plan, "Some modules are dispatched on the CPU or the disk");
-    fails_with(&plan, "Add --fp32-cpu-offload");
+    fails_with(&plan, "--fp32-cpu-offload: add it");
     let with_flag = [&call[..], &["--fp32-cpu-offload"][..]].concat();
     let v = plan_json(&with_flag);
     assert_eq!(v["device_map"]["model.embed_tokens"], 0, "{v}");

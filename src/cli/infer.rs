@@ -87,8 +87,8 @@ pub(super) fn flag_error(e: PlanError) -> anyhow::Error {
             field: "llm_int8_enable_fp32_cpu_offload",
             reason,
         } => anyhow::anyhow!(
-            "--device-map auto with --quant: {reason}. Add --fp32-cpu-offload \
-             (llm_int8_enable_fp32_cpu_offload=True) or a larger --max-gpu-memory"
+            "--fp32-cpu-offload: add it (llm_int8_enable_fp32_cpu_offload=True) or give a \
+             larger --max-gpu-memory; with --quant and --device-map auto, {reason}"
         ),
         other => other.into(),
     }
@@ -609,6 +609,19 @@ fn write_plan(
         Some(pl) => {
             let o = &pl.offload;
             writeln!(out, "  device_map: {}", pl.summary())?;
+            if let Some(q) = &o.quantizer {
+                writeln!(
+                    out,
+                    "  placed against max_memory × 0.90 (bitsandbytes' adjust_max_memory): 0: {}; \
+                     offloaded layers stay quantized, llm_int8_enable_fp32_cpu_offload={}",
+                    Bytes(q.inferred_max_gpu_memory_bytes as u64),
+                    if q.llm_int8_enable_fp32_cpu_offload {
+                        "True"
+                    } else {
+                        "False"
+                    }
+                )?;
+            }
             writeln!(
                 out,
                 "  weights on GPU 0 {:>12}   (cpu {}, disk {}; max_memory 0: {}, cpu: {})",
