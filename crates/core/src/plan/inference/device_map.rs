@@ -1251,6 +1251,72 @@ mod tests {
         assert_eq!(v["weights_bytes"], planner.weights.0);
     }
 
+    /// An offloaded `Linear8bitLt` keeps its last GPU copy (int8 weight and row scales) in its
+    /// `MatMul8bitLtState` past `post_forward` (`init_8bit_state`), until its next call
+    /// replaces it: after any call, every offloaded int8 projection holds one copy on the GPU.
+    #[test]
+    fn offloaded_int8_layers_keep_their_last_copy() {
+        use crate::plan::config::{AllocatorConfig, Attention, DType};
+        use crate::plan::inference::{InferPlanner, InferStep, KvCache};
+        let path = format!(
+            "{}/../../tests/data/hf_configs/Llama-3.1-8B.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        let preset = crate::model::hf::from_config_text(&text, "Llama-3.1-8B").expect("preset");
+        let cfg = InferConfig {
+            step: InferStep::Generate,
+            batch: 1,
+            prompt: 32,
+            new_tokens: 2,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
+        };
+        let int8 = QuantStorage {
+            quant: crate::plan::finetune_mode::Quant::Int8,
+            double_quant: false,
+        };
+        let budget = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        let planner = InferPlanner::with_device_map_quant(
+            &preset,
+            &cfg,
+            &Decoding::default(),
+            budget,
+            Some(int8),
+            true,
+        )
+        .expect("planner");
+        let off = planner.placement.as_ref().expect("placement").offload;
+        assert_eq!((off.layers_gpu, off.layers_cpu), (8, 24));
+        let ev = &planner.events;
+        let mut alive = vec![false; ev.buffers.len()];
+        for e in &ev.events {
+            alive[e.buffer as usize] = e.alloc;
+        }
+        let measured = &ev.events[ev.measured_start..];
+        let streamed = |e: &&crate::plan::events::Event| {
+            e.alloc && ev.buffers[e.buffer as usize].category == Category::Parameters
+        };
+        // per forward: 24 layers × (7 projections × (CB, SCB) + 2 norms), model.norm, lm_head
+        assert_eq!(measured.iter().filter(streamed).count(), 2 * (24 * 16 + 2));
+        // left on the GPU: the last forward's int8 copies, one per offloaded projection
+        let kept: Vec<u64> = measured
+            .iter()
+            .filter(streamed)
+            .filter(|e| alive[e.buffer as usize])
+            .map(|e| ev.buffers[e.buffer as usize].fixed)
+            .collect();
+        assert_eq!(kept.len(), 24 * 7 * 2);
+        let per_layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336;
+        let scales = 4 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096);
+        assert_eq!(kept.iter().sum::<u64>(), 24 * (per_layer + scales));
+    }
+
     #[test]
     fn runs_merge_consecutive_layers() {
         let m = DeviceMap {

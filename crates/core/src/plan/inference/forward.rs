@@ -111,7 +111,17 @@ fn quant_proj(
     kn: (u64, u64),
     outliers: u64,
 ) -> Buf {
-    let w = proc.weights_in(p, sub);
+    let mut w = proc.weights_in(p, sub);
+    if !q.quant.is_4bit() && w.len() >= 2 {
+        // `init_8bit_state`: the module's state takes the new int8 weight and row scales (the
+        // first two copies), dropping the last call's; they outlive this call's post_forward
+        let weight: Vec<Buf> = w.drain(..2).collect();
+        if let Some(old) = proc.int8_held.insert((proc.layer, sub), weight) {
+            for b in old {
+                p.free(b);
+            }
+        }
+    }
     let out = quant::linear(p, proc, q, c, kn, outliers);
     weights_out(p, w);
     out
