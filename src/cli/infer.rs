@@ -80,7 +80,8 @@ pub(super) fn fp32_cpu_offload(t: &TrainArgs) -> Result<bool> {
 }
 
 /// A core error as the flag that sets its field: transformers' refusal of an offloading
-/// map without `llm_int8_enable_fp32_cpu_offload` names `--fp32-cpu-offload`.
+/// map without `llm_int8_enable_fp32_cpu_offload` names `--fp32-cpu-offload`, the refusal of
+/// 4-bit weights with offloaded modules `--quant`.
 pub(super) fn flag_error(e: PlanError) -> anyhow::Error {
     match e {
         PlanError::Field {
@@ -90,6 +91,11 @@ pub(super) fn flag_error(e: PlanError) -> anyhow::Error {
             "--fp32-cpu-offload: add it (llm_int8_enable_fp32_cpu_offload=True) or give a \
              larger --max-gpu-memory; with --quant and --device-map auto, {reason}"
         ),
+        // 4-bit weights with offloaded modules (measured to fail at the first forward)
+        PlanError::Field {
+            field: "quant",
+            reason,
+        } => anyhow::anyhow!("--quant {reason}"),
         other => other.into(),
     }
 }

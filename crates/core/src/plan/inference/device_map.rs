@@ -660,6 +660,27 @@ pub const BNB_OFFLOAD_REFUSAL: &str = "Some modules are dispatched on the CPU or
     https://huggingface.co/docs/transformers/main/en/main_classes/quantization#offload-between-cpu-and-gpu \
     for more details.";
 
+/// The versions in which 4-bit weights (`Linear4bit`) with offloaded modules were measured
+/// to fail (session 30b, H100 80GB HBM3, driver 580.159.04, `tests/data/infer/grid30q.jsonl`).
+pub const BNB_4BIT_OFFLOAD_VERSIONS: &str =
+    "torch 2.11.0+cu130, transformers 5.17.0, accelerate 1.15.0, bitsandbytes 0.50.2";
+
+/// What the first forward of a 4-bit model with offloaded modules raised on the GPU in
+/// [`BNB_4BIT_OFFLOAD_VERSIONS`] (g30q-003: nf4 without double quantization, prefill;
+/// g30q-004: nf4 with it, generate). The mechanism, from the sources: `dispatch_model`'s
+/// `AlignDevicesHook(offload=True).init_hook` moves every parameter of an offloaded module to
+/// meta (`set_module_tensor_to_device(module, name, "meta")` → `Params4bit.to("meta")`), and
+/// bitsandbytes 0.50.2 `Params4bit.to` calls `self.quant_state.to(device)`, which moves the
+/// `QuantState` (`absmax`, `code`, with double quantization `offset` / `state2`) in place; the
+/// state is shared with the CPU copy in `weights_map`, so at `pre_forward` the weight comes
+/// back without its scales: copying them raises the first error, reading the nested
+/// `offset` (`.item()`) the second. `Int8Params` keeps its scales in `SCB` on the CPU copy
+/// and runs (g30q-002 / -006 / -008).
+pub const BNB_4BIT_OFFLOAD_ERRORS: [&str; 2] = [
+    "NotImplementedError: Cannot copy out of meta tensor; no data!",
+    "RuntimeError: Tensor.item() cannot be called on meta tensors",
+];
+
 /// What a bitsandbytes quantizer changes in a placement (`offload.quantizer` in JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct QuantOffload {
@@ -878,7 +899,9 @@ impl Placement {
 /// tensors ([`ModelTensors::stored_params`]: `set_module_tensor_to_device` →
 /// `param_cls(value, **kwargs).to(0)`; bitsandbytes 0.50.2 `Params4bit.to` moves the
 /// `QuantState` then the packed weight, `Int8Params.to` the int8 weight, then the row scales
-/// passed as `fp16_statistics`), one `empty_cache()` per parameter.
+/// passed as `fp16_statistics`), one `empty_cache()` per parameter. (4-bit: modelled, but the
+/// planner refuses it — the first forward fails in [`BNB_4BIT_OFFLOAD_VERSIONS`], see
+/// [`BNB_4BIT_OFFLOAD_ERRORS`].)
 #[derive(Debug, Clone)]
 pub struct Streams {
     tensors: ModelTensors,
@@ -1189,13 +1212,32 @@ mod tests {
             gpu: 4 << 30,
             cpu: None,
         };
-        let planner = InferPlanner::with_device_map_quant(
+        // refused: the first forward fails in transformers 5.17 / accelerate 1.15 /
+        // bitsandbytes 0.50.2 (measured, g30q-003 / -004)
+        let refused = InferPlanner::with_device_map_quant(
             &preset,
             &cfg,
             &Decoding::default(),
             gib4,
             Some(nf4()),
             true,
+        )
+        .expect_err("refused");
+        let PlanError::Field { field, reason } = &refused else {
+            panic!("{refused}")
+        };
+        assert_eq!(*field, "quant");
+        assert!(reason.contains(BNB_4BIT_OFFLOAD_ERRORS[0]), "{reason}");
+        assert!(reason.contains("--quant int8"), "{reason}");
+        // what it would copy, for when a release runs it
+        let planner = InferPlanner::device_map_planner(
+            &preset,
+            &cfg,
+            &Decoding::default(),
+            gib4,
+            Some(nf4()),
+            true,
+            false,
         )
         .expect("planner");
         let pl = planner.placement.as_ref().expect("placement");

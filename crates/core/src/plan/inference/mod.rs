@@ -274,6 +274,11 @@ impl InferPlanner {
     /// 0.90, transformers' refusal of an offloading map without the flag), the GPU 0 keys
     /// loaded and quantized as [`quant::QuantModel::load`] loads them, the offloaded decoder
     /// layers' quantized tensors copied in as they run.
+    ///
+    /// 4-bit weights (`--quant nf4|fp4`) with any module off GPU 0 are refused
+    /// ([`device_map::BNB_4BIT_OFFLOAD_ERRORS`]: the first forward fails in
+    /// [`device_map::BNB_4BIT_OFFLOAD_VERSIONS`], measured); a 4-bit model that fits GPU 0
+    /// whole is planned.
     pub fn with_device_map_quant(
         preset: &Preset,
         cfg: &InferConfig,
@@ -281,6 +286,21 @@ impl InferPlanner {
         budget: device_map::MaxMemory,
         quant: Option<QuantStorage>,
         fp32_cpu_offload: bool,
+    ) -> Result<InferPlanner, PlanError> {
+        InferPlanner::device_map_planner(preset, cfg, dec, budget, quant, fp32_cpu_offload, true)
+    }
+
+    /// [`InferPlanner::with_device_map_quant`]; `refuse_4bit_offload: false` plans the copies
+    /// an offloaded 4-bit layer would make (what the device-map tests check of the streams,
+    /// for when a release runs it).
+    pub(crate) fn device_map_planner(
+        preset: &Preset,
+        cfg: &InferConfig,
+        dec: &Decoding,
+        budget: device_map::MaxMemory,
+        quant: Option<QuantStorage>,
+        fp32_cpu_offload: bool,
+        refuse_4bit_offload: bool,
     ) -> Result<InferPlanner, PlanError> {
         let mut planner = InferPlanner::with_quant(preset, cfg, dec, quant)?;
         if planner.shape.moe.is_some() {
@@ -309,6 +329,27 @@ impl InferPlanner {
                     "device_map {}: no module fits GPU 0 beside accelerate's reserve for the \
                      largest layer, so the model runs on the CPU; give more GPU memory",
                     serde_json::to_string(&placement.device_map).unwrap_or_default()
+                ),
+            });
+        }
+        if let Some(q) = quant.filter(|q| q.quant.is_4bit() && refuse_4bit_offload)
+            && placement.device_map.offloads()
+        {
+            return Err(PlanError::Field {
+                field: "quant",
+                reason: format!(
+                    "{} with device_map {}: 4-bit weights with modules off GPU 0 do not \
+                     run in {}: measured on an H100 (session 30b), the first forward raised \
+                     \"{}\" (prefill) and \"{}\" (generate, double quantization); \
+                     accelerate's offload hook moves the offloaded Params4bit to meta and its \
+                     QuantState goes with it. Use --quant int8 (planned and measured with \
+                     offloaded layers), a --max-gpu-memory large enough that every module stays \
+                     on GPU 0, or no --quant with the offload",
+                    q.quant,
+                    serde_json::to_string(&placement.device_map).unwrap_or_default(),
+                    device_map::BNB_4BIT_OFFLOAD_VERSIONS,
+                    device_map::BNB_4BIT_OFFLOAD_ERRORS[0],
+                    device_map::BNB_4BIT_OFFLOAD_ERRORS[1],
                 ),
             });
         }
