@@ -673,9 +673,9 @@ pub const BNB_4BIT_OFFLOAD_VERSIONS: &str =
 /// bitsandbytes 0.50.2 `Params4bit.to` calls `self.quant_state.to(device)`, which moves the
 /// `QuantState` (`absmax`, `code`, with double quantization `offset` / `state2`) in place; the
 /// state is shared with the CPU copy in `weights_map`, so at `pre_forward` the weight comes
-/// back without its scales: copying them raises the first error, reading the nested
-/// `offset` (`.item()`) the second. `Int8Params` keeps its scales in `SCB` on the CPU copy
-/// and runs (g30q-002 / -006 / -008).
+/// back with its state on meta. The errors fit that (a meta `absmax` copied without double
+/// quantization, `.item()` of the meta nested `offset` with it); the tracebacks were not
+/// recorded. LLM.int8 with offloaded layers runs (g30q-002 / -006 / -008).
 pub const BNB_4BIT_OFFLOAD_ERRORS: [&str; 2] = [
     "NotImplementedError: Cannot copy out of meta tensor; no data!",
     "RuntimeError: Tensor.item() cannot be called on meta tensors",
