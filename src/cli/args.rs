@@ -147,6 +147,12 @@ pub struct TrainArgs {
     /// MLP down_proj inputs cross the 6.0 threshold in many columns).
     #[arg(long, value_name = "none|random-init")]
     pub int8_outliers: Option<String>,
+    /// Inference with --quant and --device-map auto: `BitsAndBytesConfig(...,
+    /// llm_int8_enable_fp32_cpu_offload=True)`, which transformers requires as soon as a
+    /// module is placed on the CPU or disk (without it from_pretrained raises). Under
+    /// device_map="auto" the offloaded layers stay quantized and are copied to GPU 0 as they run.
+    #[arg(long)]
+    pub fp32_cpu_offload: bool,
     /// Mixture-of-experts routing imbalance F ≥ 1 (mixtral, qwen2_moe, qwen3_moe): every
     /// expert's routed rows sized for the busiest expert receiving F× its uniform
     /// tokens·k/E share [default: 1, uniform routing].

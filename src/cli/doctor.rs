@@ -116,6 +116,7 @@ pub fn plan_advice(
         quant: None,
         no_double_quant: false,
         int8_outliers: None,
+        fp32_cpu_offload: false,
         moe_imbalance: None,
         expandable_segments: false,
         max_split_size_mb: None,

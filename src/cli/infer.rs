@@ -54,13 +54,6 @@ pub(super) fn device_map_budget(t: &TrainArgs) -> Result<Option<MaxMemory>> {
              sequential and explicit maps are not modelled)"
         );
     }
-    if t.quant.is_some() || t.no_double_quant {
-        bail!(
-            "--device-map with --quant: offloading bitsandbytes-quantized modules needs \
-             llm_int8_enable_fp32_cpu_offload, which is not modelled; plan --device-map auto \
-             with bf16, fp16 or fp32 weights"
-        );
-    }
     let gpu = t.max_gpu_memory.as_deref().context(
         "--device-map auto: give --max-gpu-memory SIZE (max_memory[0], e.g. 10GiB); the \
          free-memory default of from_pretrained is not planned",
@@ -73,10 +66,62 @@ pub(super) fn device_map_budget(t: &TrainArgs) -> Result<Option<MaxMemory>> {
     Ok(Some(MaxMemory { gpu, cpu }))
 }
 
+/// `--fp32-cpu-offload`: `BitsAndBytesConfig(llm_int8_enable_fp32_cpu_offload=True)`, a
+/// setting of quantized weights under `--device-map auto` (refused otherwise).
+pub(super) fn fp32_cpu_offload(t: &TrainArgs) -> Result<bool> {
+    if t.fp32_cpu_offload && (t.quant.is_none() || t.device_map.is_none()) {
+        bail!(
+            "--fp32-cpu-offload: BitsAndBytesConfig's llm_int8_enable_fp32_cpu_offload, a setting \
+             of bitsandbytes weights placed by accelerate; give --quant nf4|fp4|int8 and \
+             --device-map auto --max-gpu-memory SIZE"
+        );
+    }
+    Ok(t.fp32_cpu_offload)
+}
+
+/// A core error as the flag that sets its field: transformers' refusal of an offloading
+/// map without `llm_int8_enable_fp32_cpu_offload` names `--fp32-cpu-offload`, the refusal of
+/// 4-bit weights with offloaded modules `--quant`.
+pub(super) fn flag_error(e: PlanError) -> anyhow::Error {
+    match e {
+        PlanError::Field {
+            field: "llm_int8_enable_fp32_cpu_offload",
+            reason,
+        } => anyhow::anyhow!(
+            "--fp32-cpu-offload: add it (llm_int8_enable_fp32_cpu_offload=True) or give a \
+             larger --max-gpu-memory; with --quant and --device-map auto, {reason}"
+        ),
+        // 4-bit weights with offloaded modules (measured to fail at the first forward)
+        PlanError::Field {
+            field: "quant",
+            reason,
+        } => anyhow::anyhow!("--quant {reason}"),
+        other => other.into(),
+    }
+}
+
+/// [`InferPlanner::with_device_map_quant`] of the flags, `outliers` planned for LLM.int8.
+fn device_map_planner(
+    t: &TrainArgs,
+    preset: &Preset,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    quant: Option<QuantStorage>,
+    budget: MaxMemory,
+    outliers: Int8Outliers,
+) -> Result<InferPlanner> {
+    let offload = fp32_cpu_offload(t)?;
+    Ok(
+        InferPlanner::with_device_map_quant(preset, cfg, dec, budget, quant, offload)
+            .map_err(flag_error)?
+            .with_int8_outliers(outliers),
+    )
+}
+
 /// Refuses the flags inference does not take, naming them.
 fn refuse_training_flags(t: &TrainArgs) -> Result<()> {
-    // refuses --device-map with --quant too (offloaded bitsandbytes modules: not modelled)
     device_map_budget(t)?;
+    fp32_cpu_offload(t)?;
     if t.config.is_some() {
         bail!("--config: saved plans hold training steps; give --model for inference");
     }
@@ -159,6 +204,12 @@ pub fn refuse_decoding_flags(t: &TrainArgs) -> Result<()> {
     }
     if t.int8_outliers.is_some() {
         bail!("--int8-outliers: an inference setting (--step prefill|generate --quant int8)");
+    }
+    if t.fp32_cpu_offload {
+        bail!(
+            "--fp32-cpu-offload: an inference setting (--step prefill|generate --quant ... \
+             --device-map auto)"
+        );
     }
     Ok(())
 }
@@ -351,6 +402,7 @@ pub fn export_text(
         decoding: &dec,
         quant,
         max_memory,
+        fp32_cpu_offload: fp32_cpu_offload(t)?,
     };
     match format {
         InferFormat::Transformers => {
@@ -432,7 +484,7 @@ fn planner(
     quant: Option<QuantStorage>,
 ) -> Result<InferPlanner> {
     Ok(match device_map_budget(t)? {
-        Some(m) => InferPlanner::with_device_map(preset, cfg, dec, m)?,
+        Some(m) => device_map_planner(t, preset, cfg, dec, quant, m, int8_outliers(t, quant)?)?,
         None => InferPlanner::with_quant(preset, cfg, dec, quant)?
             .with_int8_outliers(int8_outliers(t, quant)?),
     })
@@ -448,17 +500,15 @@ pub(super) fn bench_planner(
     t: &TrainArgs,
 ) -> Result<(Preset, InferPlanner, Option<serde_json::Value>)> {
     let (preset, cfg, dec, quant) = resolve_quant(t, 1)?;
+    let outliers = match (&t.int8_outliers, quant) {
+        (None, Some(q)) if !q.quant.is_4bit() => Int8Outliers::RandomInit {
+            std: DEFAULT_INITIALIZER_RANGE,
+        },
+        _ => int8_outliers(t, quant)?,
+    };
     let planner = match device_map_budget(t)? {
-        Some(m) => InferPlanner::with_device_map(&preset, &cfg, &dec, m)?,
-        None => {
-            let outliers = match (&t.int8_outliers, quant) {
-                (None, Some(q)) if !q.quant.is_4bit() => Int8Outliers::RandomInit {
-                    std: DEFAULT_INITIALIZER_RANGE,
-                },
-                _ => int8_outliers(t, quant)?,
-            };
-            InferPlanner::with_quant(&preset, &cfg, &dec, quant)?.with_int8_outliers(outliers)
-        }
+        Some(m) => device_map_planner(t, &preset, &cfg, &dec, quant, m, outliers)?,
+        None => InferPlanner::with_quant(&preset, &cfg, &dec, quant)?.with_int8_outliers(outliers),
     };
     Ok((preset, planner, config_json(t)?))
 }
@@ -565,6 +615,19 @@ fn write_plan(
         Some(pl) => {
             let o = &pl.offload;
             writeln!(out, "  device_map: {}", pl.summary())?;
+            if let Some(q) = &o.quantizer {
+                writeln!(
+                    out,
+                    "  placed against max_memory × 0.90 (bitsandbytes' adjust_max_memory): 0: {}; \
+                     offloaded layers stay quantized, llm_int8_enable_fp32_cpu_offload={}",
+                    Bytes(q.inferred_max_gpu_memory_bytes as u64),
+                    if q.llm_int8_enable_fp32_cpu_offload {
+                        "True"
+                    } else {
+                        "False"
+                    }
+                )?;
+            }
             writeln!(
                 out,
                 "  weights on GPU 0 {:>12}   (cpu {}, disk {}; max_memory 0: {}, cpu: {})",

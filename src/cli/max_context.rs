@@ -73,14 +73,23 @@ pub fn cmd_max_context(a: MaxContextArgs, out: &mut dyn Write) -> Result<()> {
     let batch = a.batch.unwrap_or(1);
     let (preset, cfg, dec, quant) = super::infer::resolve_quant(&t, batch)?;
     let weights = match super::infer::device_map_budget(&t)? {
-        Some(m) => Weights::DeviceMap(m),
+        Some(m) => match quant {
+            Some(q) => Weights::QuantDeviceMap {
+                max_memory: m,
+                quant: q,
+                fp32_cpu_offload: super::infer::fp32_cpu_offload(&t)?,
+                outliers: super::infer::int8_outliers(&t, quant)?,
+            },
+            None => Weights::DeviceMap(m),
+        },
         None => Weights::OnGpu {
             quant,
             outliers: super::infer::int8_outliers(&t, quant)?,
         },
     };
     let (gpu, budget) = t.budget()?;
-    let m = max_context_weights(&preset, &cfg, &dec, weights, searched, budget)?;
+    let m = max_context_weights(&preset, &cfg, &dec, weights, searched, budget)
+        .map_err(super::infer::flag_error)?;
     if t.json {
         let v = vramlab_core::answer::inference_json::max_context(
             &m, step, batch, &gpu, budget, &dec, quant,

@@ -18,6 +18,7 @@ mod grid30;
 mod grid31;
 mod infer_moe;
 mod infer_quant;
+mod infer_quant_device_map;
 mod inference;
 mod invariants;
 mod max_context;

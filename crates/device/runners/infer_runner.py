@@ -47,7 +47,14 @@ One JSON object per config, e.g.
           | BitsAndBytesConfig(load_in_8bit=True))                  # device_map left unset
       from_pretrained(folder, dtype=dtype, attn_implementation=attention,
           device_map="auto", max_memory={0: max_gpu_memory, "cpu": max_cpu_memory})
-  and the row records `hf_device_map` (the placement accelerate chose).
+  and the row records `hf_device_map` (the placement accelerate chose). Both at once
+  (lab/grids/make_grid30q.py): "quant" with "device_map": "auto" passes the
+  quantization_config, device_map and max_memory together; "fp32_cpu_offload": true adds
+  `llm_int8_enable_fp32_cpu_offload=True` to the BitsAndBytesConfig (transformers refuses
+  modules on "cpu" / "disk" without it). Such a row records `hf_device_map` and
+  `offloaded_params` (the class and dtype of each parameter under an offloaded entry, as
+  "Linear4bit.weight:uint8"), so the planner's reading — the offloaded layers stay quantized —
+  is checked.
 
 What is measured (vramlab's inference plan models exactly this):
 
@@ -161,8 +168,8 @@ def check_row(row):
         raise ValueError(f"config {row['id']}: quant {row['quant']!r} not in {list(QUANTS)}")
     if row.get("device_map", "auto") != "auto":
         raise ValueError(f"config {row['id']}: device_map {row['device_map']!r} is not auto")
-    if "quant" in row and "device_map" in row:
-        raise ValueError(f"config {row['id']}: quant and device_map are measured apart")
+    if row.get("fp32_cpu_offload") and not ("quant" in row and "device_map" in row):
+        raise ValueError(f"config {row['id']}: fp32_cpu_offload needs quant and device_map")
     if "device_map" in row and "max_gpu_memory" not in row:
         raise ValueError(f"config {row['id']}: device_map needs max_gpu_memory")
 
@@ -270,6 +277,29 @@ def checkpoint(row, dev):
     return folder
 
 
+def offloaded_params(model, device_map):
+    """The class and dtype of the parameters under the map's "cpu" / "disk" entries, as
+    {"Linear4bit.weight:uint8": count, ...}, read from the offloaded weights (accelerate's
+    hooks keep them in `weights_map`; the module's own parameters are on meta)."""
+    off = [k for k, v in device_map.items() if v in ("cpu", "disk")]
+    counts = {}
+    for name, m in model.named_modules():
+        if not any(k == "" or name == k or name.startswith(k + ".") for k in off):
+            continue
+        hook = getattr(m, "_hf_hook", None)
+        wmap = getattr(hook, "weights_map", None)
+        for pname, p in m.named_parameters(recurse=False):
+            t = p
+            if wmap is not None:
+                try:
+                    t = wmap[pname]
+                except Exception:
+                    pass
+            key = f"{type(m).__name__}.{pname}:{str(t.dtype).replace('torch.', '')}"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def build(row, dev):
     from transformers import AutoModelForCausalLM
 
@@ -280,16 +310,17 @@ def build(row, dev):
         if dev == "cuda":
             torch.cuda.reset_peak_memory_stats()
         kw = {}
+        offload = {"llm_int8_enable_fp32_cpu_offload": True} if row.get("fp32_cpu_offload") else {}
         if row.get("quant") in ("nf4", "fp4"):
             from transformers import BitsAndBytesConfig
             kw["quantization_config"] = BitsAndBytesConfig(
                 load_in_4bit=True, bnb_4bit_quant_type=row["quant"],
                 bnb_4bit_use_double_quant=bool(row.get("double_quant", True)),
-                bnb_4bit_compute_dtype=dtype)
+                bnb_4bit_compute_dtype=dtype, **offload)
         elif row.get("quant") == "int8":
             from transformers import BitsAndBytesConfig
-            kw["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-        else:
+            kw["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True, **offload)
+        if "device_map" in row:
             kw["device_map"] = "auto"
             kw["max_memory"] = {0: row["max_gpu_memory"], "cpu": row.get("max_cpu_memory", "200GiB")}
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
@@ -374,6 +405,8 @@ def measure(row, dev):
     if getattr(model, "hf_device_map", None) is not None and "device_map" in row:
         out["hf_device_map"] = {k: (v if isinstance(v, (int, str)) else str(v))
                                 for k, v in model.hf_device_map.items()}
+        if "quant" in row:
+            out["offloaded_params"] = offloaded_params(model, out["hf_device_map"])
     if dev == "cuda" and ("quant" in row or "device_map" in row):
         out["load_peak_allocated"] = torch.cuda.max_memory_allocated()
         out["load_peak_reserved"] = torch.cuda.max_memory_reserved()

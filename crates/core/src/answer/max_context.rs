@@ -149,6 +149,14 @@ pub enum Weights {
     /// `device_map="auto"` under `max_memory` (`plan --device-map auto`): the placement
     /// depends on the budget only, so every probe has the same map.
     DeviceMap(MaxMemory),
+    /// `device_map="auto"` with bitsandbytes-quantized linears (`plan --device-map auto
+    /// --quant ... [--fp32-cpu-offload]`, [`InferPlanner::with_device_map_quant`]).
+    QuantDeviceMap {
+        max_memory: MaxMemory,
+        quant: QuantStorage,
+        fp32_cpu_offload: bool,
+        outliers: Int8Outliers,
+    },
 }
 
 impl Weights {
@@ -168,6 +176,20 @@ impl Weights {
             Weights::OnGpu { quant, outliers } => InferPlanner::with_quant(preset, c, dec, quant)
                 .map(|p| p.with_int8_outliers(outliers)),
             Weights::DeviceMap(m) => InferPlanner::with_device_map(preset, c, dec, m),
+            Weights::QuantDeviceMap {
+                max_memory,
+                quant,
+                fp32_cpu_offload,
+                outliers,
+            } => InferPlanner::with_device_map_quant(
+                preset,
+                c,
+                dec,
+                max_memory,
+                Some(quant),
+                fp32_cpu_offload,
+            )
+            .map(|p| p.with_int8_outliers(outliers)),
         }
     }
 }

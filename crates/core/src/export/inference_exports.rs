@@ -149,13 +149,20 @@ pub fn accelerate_size(bytes: u64) -> String {
     }
 }
 
-/// The `BitsAndBytesConfig(...)` of the planned weights (compute dtype: the plan's dtype).
-fn bnb_config(q: QuantStorage, dtype: DType) -> String {
+/// The `BitsAndBytesConfig(...)` of the planned weights (compute dtype: the plan's dtype;
+/// `fp32_cpu_offload`: `llm_int8_enable_fp32_cpu_offload=True`, which transformers requires
+/// once `device_map="auto"` puts a module on the CPU or disk).
+fn bnb_config(q: QuantStorage, dtype: DType, fp32_cpu_offload: bool) -> String {
+    let offload = if fp32_cpu_offload {
+        ", llm_int8_enable_fp32_cpu_offload=True"
+    } else {
+        ""
+    };
     match q.quant {
-        Quant::Int8 => "BitsAndBytesConfig(load_in_8bit=True)".into(),
+        Quant::Int8 => format!("BitsAndBytesConfig(load_in_8bit=True{offload})"),
         k => format!(
             "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{}\", \
-             bnb_4bit_use_double_quant={}, bnb_4bit_compute_dtype={})",
+             bnb_4bit_use_double_quant={}, bnb_4bit_compute_dtype={}{offload})",
             k.as_str(),
             py_bool(q.double_quant),
             torch_dtype(dtype)
@@ -219,6 +226,9 @@ pub struct InferExport<'a> {
     pub quant: Option<QuantStorage>,
     /// `device_map="auto"` with this `max_memory`.
     pub max_memory: Option<MaxMemory>,
+    /// With `quant` and `max_memory`: `BitsAndBytesConfig(...,
+    /// llm_int8_enable_fp32_cpu_offload=True)`.
+    pub fp32_cpu_offload: bool,
 }
 
 /// The transformers script of the planned call, with `plan`'s peaks written in.
@@ -296,8 +306,17 @@ pub fn transformers_script(e: &InferExport<'_>, plan: &InferPlan) -> String {
     s.push_str("cuda = torch.cuda.is_available()\ndevice = \"cuda\" if cuda else \"cpu\"\n");
     let common = format!("MODEL{revision}, dtype={dtype}, attn_implementation=\"{attention}\"");
     let gpu_only = match (e.quant, e.max_memory) {
-        (Some(q), _) => Some((
-            format!("quantization_config={}", bnb_config(q, cfg.dtype)),
+        (Some(q), Some(m)) => Some((
+            format!(
+                "quantization_config={},\n        device_map=\"auto\", {}",
+                bnb_config(q, cfg.dtype, e.fp32_cpu_offload),
+                max_memory_arg(m)
+            ),
+            "bitsandbytes' quantized linears need CUDA: on the CPU the model loads unquantized \
+             and whole, not offloaded",
+        )),
+        (Some(q), None) => Some((
+            format!("quantization_config={}", bnb_config(q, cfg.dtype, false)),
             "bitsandbytes' quantized linears need CUDA: on the CPU the model loads unquantized",
         )),
         (None, Some(m)) => Some((
@@ -579,7 +598,9 @@ mod tests {
     ) -> (String, InferPlan) {
         let p = llama();
         let planner = match m {
-            Some(m) => InferPlanner::with_device_map(&p, c, d, m).expect("planner"),
+            Some(m) => {
+                InferPlanner::with_device_map_quant(&p, c, d, m, q, q.is_some()).expect("planner")
+            }
             None => InferPlanner::with_quant(&p, c, d, q).expect("planner"),
         };
         let plan = planner.plan(c.batch).expect("plan");
@@ -593,6 +614,7 @@ mod tests {
             decoding: d,
             quant: q,
             max_memory: m,
+            fp32_cpu_offload: q.is_some() && m.is_some(),
         };
         (transformers_script(&e, &plan), plan)
     }
@@ -745,6 +767,7 @@ mod tests {
             decoding: &d,
             quant: None,
             max_memory: None,
+            fp32_cpu_offload: false,
         };
         let s = transformers_script(&e, &plan);
         assert!(s.contains("MODEL = \"your/model-id\"  # SET THIS"), "{s}");
@@ -794,6 +817,7 @@ mod tests {
             decoding: &d,
             quant: None,
             max_memory: None,
+            fp32_cpu_offload: false,
         };
         let text = vllm_command(&e, &serve, "RTX 4090");
         assert!(

@@ -105,6 +105,13 @@ pub fn config_line(preset: &Preset, bench: &InferBench, batch: u64) -> Result<St
         if let Some(cpu) = pl.offload.max_cpu_memory_bytes {
             row["max_cpu_memory"] = json!(cpu);
         }
+        if pl
+            .offload
+            .quantizer
+            .is_some_and(|q| q.llm_int8_enable_fp32_cpu_offload)
+        {
+            row["fp32_cpu_offload"] = json!(true);
+        }
     }
     if let Some(cfg) = &bench.hf_config {
         row["hf_config"] = cfg.clone();

@@ -174,19 +174,22 @@ impl InferCache {
         let mut key_cfg = cfg;
         key_cfg.batch = 1;
         let quant = s.weight_quant();
-        if mm.is_some() && quant.is_some() {
-            return self.fail(
-                "a device map with quantized weights is not modelled (offloading bitsandbytes \
-                 modules needs llm_int8_enable_fp32_cpu_offload); choose one"
-                    .into(),
-            );
-        }
         let fresh = self.planner.as_ref().is_some_and(|((p, c, m, q), _)| {
             *c == key_cfg && *m == mm && *q == quant && p == preset
         });
         if !fresh {
             let built = match mm {
-                Some(m) => InferPlanner::with_device_map(preset, &key_cfg, &Decoding::default(), m),
+                // quantized weights under a device map load only with
+                // `llm_int8_enable_fp32_cpu_offload=True` (transformers refuses the offload
+                // without it): the GUI plans them with it
+                Some(m) => InferPlanner::with_device_map_quant(
+                    preset,
+                    &key_cfg,
+                    &Decoding::default(),
+                    m,
+                    quant,
+                    quant.is_some(),
+                ),
                 None => InferPlanner::with_quant(preset, &key_cfg, &Decoding::default(), quant),
             }
             .map_err(|e| format!("{e:#}"));
@@ -216,7 +219,15 @@ impl InferCache {
         if self.context.wants(&key) {
             let preset = preset.clone();
             let weights = match mm {
-                Some(m) => Weights::DeviceMap(m),
+                Some(m) => match quant {
+                    Some(q) => Weights::QuantDeviceMap {
+                        max_memory: m,
+                        quant: q,
+                        fp32_cpu_offload: true,
+                        outliers: Int8Outliers::None,
+                    },
+                    None => Weights::DeviceMap(m),
+                },
                 None => Weights::OnGpu {
                     quant,
                     outliers: Int8Outliers::None,

@@ -26,8 +26,10 @@ use super::{Command, Derived, PlannerState, emit};
 const MAX_TOKENS: u64 = 1 << 20;
 
 /// What is not modelled yet, said where the settings are.
-pub const NOT_MODELLED: &str = "A device map with quantized weights and checkpoints stored \
-    pre-quantized are not modelled yet; beam search is planned by the CLI (--num-beams).";
+pub const NOT_MODELLED: &str = "Checkpoints stored pre-quantized are not modelled yet; beam \
+    search is planned by the CLI (--num-beams). Quantized weights under device_map=\"auto\" are \
+    planned with llm_int8_enable_fp32_cpu_offload=True (transformers refuses the offload \
+    without it).";
 
 const PREFILL_COLOR: egui::Color32 = egui::Color32::from_rgb(235, 160, 40);
 

@@ -103,12 +103,38 @@ pub fn device_map_session(
     dec: &Decoding,
     pl: &Placement,
 ) -> Events {
+    device_map_session_quant(s, cfg, dec, pl, None)
+}
+
+/// [`device_map_session`] of a model loaded with `quantization_config` as well (`quant`,
+/// placed by [`Placement::of_quant`]): the warm-up counts and the loop loads onto the GPU the
+/// checkpoint keys mapped to GPU 0 ([`QuantModel::load_where`]), quantizing them there; the
+/// offloaded keys are quantized on the CPU. Then the buffers, the dispatch's `empty_cache()`,
+/// and the calls with the quantized projections, an offloaded module's quantized tensors
+/// copied in as it runs ([`Streams`]).
+pub fn device_map_session_quant(
+    s: &DecoderShape,
+    cfg: &InferConfig,
+    dec: &Decoding,
+    pl: &Placement,
+    quant: Option<&QuantModel>,
+) -> Events {
     let mut p = Prog::default();
     p.phase = Some(Phase::Setup);
-    let warmup = p.alloc(0, pl.resident_params().iter().sum(), Category::Transient);
-    p.free(warmup);
-    for b in pl.resident() {
-        p.alloc(0, b, Category::Parameters);
+    match quant {
+        Some(q) => {
+            q.load_where(&mut p, |key| !pl.device_of(key).offloaded());
+            for b in pl.tensors.resident_buffers() {
+                p.alloc(0, b, Category::Parameters);
+            }
+        }
+        None => {
+            let warmup = p.alloc(0, pl.resident_params().iter().sum(), Category::Transient);
+            p.free(warmup);
+            for b in pl.resident() {
+                p.alloc(0, b, Category::Parameters);
+            }
+        }
     }
     let streams = Streams::of(pl);
     if streams.is_some() {
@@ -118,7 +144,8 @@ pub fn device_map_session(
         streams,
         ..Process::default()
     };
-    calls(p, proc, s, cfg, dec, None)
+    let q = quant.map(|q| (q.quant, q.outliers));
+    calls(p, proc, s, cfg, dec, q)
 }
 
 /// After the model's setup events: the prompt on the GPU, the warm-up and the measured call

@@ -27,6 +27,18 @@
 //! The budgets come in bytes ([`MaxMemory`]); the sizes users type (`10GiB`) are read at the
 //! edge, by `vramlab-words`' `max_memory_bytes`, as accelerate's `convert_file_size_to_int`
 //! reads them.
+//!
+//! With `quantization_config=BitsAndBytesConfig(...)` ([`Placement::of_quant`], transformers
+//! 5.17.0 as released): `from_pretrained` runs the quantizer's `preprocess_model`
+//! (`replace_with_bnb_linear`) before `_get_device_map`, while `device_map` is the string
+//! `"auto"`, so every decoder-layer `nn.Linear` is `Linear4bit` / `Linear8bitLt` when the map is
+//! computed (the CPU / disk keys join `modules_to_not_convert` only for a `device_map` dict:
+//! `_process_model_before_weight_loading`, `if isinstance(device_map, dict)`), the offloaded ones
+//! too; `compute_module_sizes` counts `numel × hf_quantizer.param_element_size` (0.5 for a 4-bit
+//! weight, 1 for an int8 one, [`ModelTensors::counted`]); `_get_device_map` multiplies the
+//! budgets by 0.90 (`adjust_max_memory`, [`BNB_MAX_MEMORY_FACTOR`]) and, on the map,
+//! `validate_environment` refuses modules on "cpu" / "disk" without
+//! `llm_int8_enable_fp32_cpu_offload` ([`BNB_OFFLOAD_REFUSAL`]).
 
 use std::fmt;
 
@@ -34,9 +46,11 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
 use super::program::{Buf, Prog};
+use super::quant;
 use crate::model::families::llama::{LlamaParams, head_dim};
 use crate::plan::PlanError;
 use crate::plan::events::Category;
+use crate::plan::policy::QuantStorage;
 
 /// A device of accelerate's device map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -125,6 +139,9 @@ pub struct ModelTensors {
     tied: bool,
     /// Rotary embeddings (Gemma 3: local and global).
     rotaries: u64,
+    /// bitsandbytes' quantization of the decoder layers' projections (`None`: every weight
+    /// in the dtype).
+    quant: Option<QuantStorage>,
 }
 
 impl ModelTensors {
@@ -150,7 +167,71 @@ impl ModelTensors {
             gemma: p.gemma,
             tied: p.tie_word_embeddings,
             rotaries: if model_type == "gemma3_text" { 2 } else { 1 },
+            quant: None,
         }
+    }
+
+    /// [`ModelTensors::new`] of a model loaded with `quantization_config` (`quant`): after
+    /// `replace_with_bnb_linear` every `nn.Linear` of the decoder layers is a
+    /// `bnb.nn.Linear4bit` / `Linear8bitLt` (`lm_head` is in `get_keys_to_not_convert`).
+    pub fn with_quant(p: &LlamaParams, d: u64, quant: Option<QuantStorage>) -> ModelTensors {
+        ModelTensors {
+            quant,
+            ..ModelTensors::new(p, d)
+        }
+    }
+
+    /// The weight of `sub` as (output features, input features) when it is a projection
+    /// bitsandbytes quantizes (`None`: the embedding, `lm_head`, the norms, or no quantizer).
+    fn quantized(&self, sub: Sub) -> Option<(QuantStorage, u64, u64)> {
+        let q = self.quant?;
+        let (h, i, qw, kv) = (self.hidden, self.intermediate, self.q_width, self.kv_width);
+        let (rows, cols) = match sub {
+            Sub::Q => (qw, h),
+            Sub::K | Sub::V => (kv, h),
+            Sub::Qkv => (qw + 2 * kv, h),
+            Sub::O => (h, qw),
+            Sub::Gate | Sub::Up => (i, h),
+            Sub::GateUp => (2 * i, h),
+            Sub::Down => (h, i),
+            _ => return None,
+        };
+        Some((q, rows, cols))
+    }
+
+    /// The bytes of `sub`'s parameters as transformers 5.17 `compute_module_sizes` counts
+    /// them with a quantizer (`integrations/accelerate.py`: `numel ×
+    /// hf_quantizer.param_element_size`): a quantized weight 0.5 byte per element
+    /// (`Bnb4BitHfQuantizer.param_element_size`) or 1 (`Bnb8BitHfQuantizer`), a bias and
+    /// everything else its dtype's size. (Every Llama-lineage projection has an even element
+    /// count, so the 4-bit sizes are whole bytes.)
+    pub fn counted(&self, sub: Sub) -> Vec<u64> {
+        let mut v = self.tensors(sub);
+        if let Some((q, rows, cols)) = self.quantized(sub) {
+            let elems = rows * cols;
+            v[0] = if q.quant.is_4bit() {
+                elems.div_ceil(2)
+            } else {
+                elems
+            };
+        }
+        v
+    }
+
+    /// The GPU tensors of each of `sub`'s parameters (weight, then bias) once loaded, in the
+    /// order accelerate's hook copies them in: a quantized weight's
+    /// [`quant::stored_tensors`], everything else one tensor in the dtype.
+    pub fn stored_params(&self, sub: Sub) -> Vec<Vec<u64>> {
+        let mut v: Vec<Vec<u64>> = self.tensors(sub).into_iter().map(|b| vec![b]).collect();
+        if let Some((q, rows, cols)) = self.quantized(sub) {
+            v[0] = quant::stored_tensors(q, rows * cols, rows);
+        }
+        v
+    }
+
+    /// [`ModelTensors::stored_params`], flattened.
+    pub fn stored(&self, sub: Sub) -> Vec<u64> {
+        self.stored_params(sub).concat()
     }
 
     /// The bytes of `sub`'s parameters in `named_parameters` order (weight, then bias); a
@@ -206,11 +287,11 @@ impl ModelTensors {
         v
     }
 
-    /// One decoder layer's bytes.
+    /// One decoder layer's bytes as `compute_module_sizes` counts them ([`ModelTensors::counted`]).
     pub fn layer_bytes(&self) -> u64 {
         self.layer_subs()
             .iter()
-            .flat_map(|&s| self.tensors(s))
+            .flat_map(|&s| self.counted(s))
             .sum()
     }
 
@@ -433,16 +514,45 @@ pub struct MaxMemory {
     pub cpu: Option<u64>,
 }
 
+/// `Bnb4BitHfQuantizer.adjust_max_memory` / `Bnb8BitHfQuantizer.adjust_max_memory`
+/// (transformers 5.17 `quantizers/quantizer_bnb_4bit.py`, `quantizer_bnb_8bit.py`): "need more
+/// space for buffers that are created during quantization", `{key: val * 0.90 for key, val in
+/// max_memory.items()}`, every device's budget (GPU and CPU) as a Python float.
+pub const BNB_MAX_MEMORY_FACTOR: f64 = 0.90;
+
+impl MaxMemory {
+    /// The budgets `infer_auto_device_map` receives: as given, or with a bitsandbytes
+    /// quantizer times [`BNB_MAX_MEMORY_FACTOR`] (in f64, as Python computes them).
+    pub fn inferred(self, quantizer: bool) -> (f64, Option<f64>) {
+        let f = if quantizer {
+            BNB_MAX_MEMORY_FACTOR
+        } else {
+            1.0
+        };
+        // budgets are below 2^53 bytes: exact as f64
+        #[allow(clippy::cast_precision_loss)]
+        let scale = |b: u64| if quantizer { b as f64 * f } else { b as f64 };
+        (scale(self.gpu), self.cpu.map(scale))
+    }
+}
+
 /// transformers' `infer_auto_device_map` over `root` (see the module doc), cleaned.
+/// `quantizer`: a bitsandbytes quantizer's `adjust_max_memory` applies to `budget`
+/// ([`MaxMemory::inferred`]). Sizes and budgets are compared in f64 as Python compares them
+/// (the sizes are whole bytes below 2^53, so without a quantizer the comparisons are the
+/// integers').
+#[allow(clippy::cast_precision_loss)]
 pub fn infer_auto_device_map(
     root: &Module,
     tied: &[Vec<String>],
     budget: MaxMemory,
+    quantizer: bool,
 ) -> Result<DeviceMap, PlanError> {
-    let limit = |d: Device| -> Option<i128> {
+    let (gpu, cpu) = budget.inferred(quantizer);
+    let limit = |d: Device| -> Option<f64> {
         match d {
-            Device::Gpu0 => Some(i128::from(budget.gpu)),
-            Device::Cpu => budget.cpu.map(i128::from),
+            Device::Gpu0 => Some(gpu),
+            Device::Cpu => cpu,
             Device::Disk => None,
         }
     };
@@ -450,7 +560,7 @@ pub fn infer_auto_device_map(
     let mut todo: Vec<(String, &Module)> =
         root.children.iter().map(|m| (m.name.clone(), m)).collect();
     let mut map: Vec<(String, Device)> = Vec::new();
-    let mut used = [0i128; 3];
+    let mut used = [0f64; 3];
     let mut current = 0usize;
     let (mut max_layer, mut max_names) = max_layer_size(&todo);
     while !todo.is_empty() {
@@ -468,13 +578,13 @@ pub fn infer_auto_device_map(
             .collect();
         let device = Device::ORDER[current];
         let mut max_size = limit(device);
-        let mut reserved = 0i128;
+        let mut reserved = 0f64;
         if main(device) {
-            max_size = max_size.map(|m| m - i128::from(max_layer));
-            reserved = i128::from(max_layer);
+            max_size = max_size.map(|m| m - max_layer as f64);
+            reserved = max_layer as f64;
         }
         // `get_module_size_with_ties`
-        let mut with_ties = i128::from(module.bytes);
+        let mut with_ties = module.bytes as f64;
         let mut tied_names: Vec<String> = Vec::new();
         for p in tied_params {
             let Some((n, m)) = todo.iter().find(|(n, _)| p.starts_with(&format!("{n}."))) else {
@@ -485,7 +595,7 @@ pub fn infer_auto_device_map(
             };
             if !tied_names.contains(n) {
                 tied_names.push(n.clone());
-                with_ties += i128::from(m.bytes);
+                with_ties += m.bytes as f64;
             }
         }
         let slot = device as usize;
@@ -538,8 +648,53 @@ pub struct Placement {
     pub tensors: ModelTensors,
 }
 
+/// transformers 5.17's refusal of a quantized model with modules on "cpu" / "disk" and no
+/// `llm_int8_enable_fp32_cpu_offload` (`Bnb4BitHfQuantizer.validate_environment`,
+/// `Bnb8BitHfQuantizer.validate_environment`, called by `_get_device_map` on the map
+/// `infer_auto_device_map` returned), word for word.
+pub const BNB_OFFLOAD_REFUSAL: &str = "Some modules are dispatched on the CPU or the disk. Make \
+    sure you have enough GPU RAM to fit the quantized model. If you want to dispatch the model \
+    on the CPU or the disk while keeping these modules in 32-bit, you need to set \
+    `llm_int8_enable_fp32_cpu_offload=True` and pass a custom `device_map` to \
+    `from_pretrained`. Check \
+    https://huggingface.co/docs/transformers/main/en/main_classes/quantization#offload-between-cpu-and-gpu \
+    for more details.";
+
+/// The versions in which 4-bit weights (`Linear4bit`) with offloaded modules were measured
+/// to fail (session 30b, H100 80GB HBM3, driver 580.159.04, `tests/data/infer/grid30q.jsonl`).
+pub const BNB_4BIT_OFFLOAD_VERSIONS: &str =
+    "torch 2.11.0+cu130, transformers 5.17.0, accelerate 1.15.0, bitsandbytes 0.50.2";
+
+/// What the first forward of a 4-bit model with offloaded modules raised on the GPU in
+/// [`BNB_4BIT_OFFLOAD_VERSIONS`] (g30q-003: nf4 without double quantization, prefill;
+/// g30q-004: nf4 with it, generate). The mechanism, from the sources: `dispatch_model`'s
+/// `AlignDevicesHook(offload=True).init_hook` moves every parameter of an offloaded module to
+/// meta (`set_module_tensor_to_device(module, name, "meta")` → `Params4bit.to("meta")`), and
+/// bitsandbytes 0.50.2 `Params4bit.to` calls `self.quant_state.to(device)`, which moves the
+/// `QuantState` (`absmax`, `code`, with double quantization `offset` / `state2`) in place; the
+/// state is shared with the CPU copy in `weights_map`, so at `pre_forward` the weight comes
+/// back with its state on meta. The errors fit that (a meta `absmax` copied without double
+/// quantization, `.item()` of the meta nested `offset` with it); the tracebacks were not
+/// recorded. LLM.int8 with offloaded layers runs (g30q-002 / -006 / -008).
+pub const BNB_4BIT_OFFLOAD_ERRORS: [&str; 2] = [
+    "NotImplementedError: Cannot copy out of meta tensor; no data!",
+    "RuntimeError: Tensor.item() cannot be called on meta tensors",
+];
+
+/// What a bitsandbytes quantizer changes in a placement (`offload.quantizer` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct QuantOffload {
+    /// The budgets `infer_auto_device_map` placed against: `max_memory` × 0.90
+    /// (`adjust_max_memory`), as Python's floats.
+    pub inferred_max_gpu_memory_bytes: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inferred_max_cpu_memory_bytes: Option<f64>,
+    /// `BitsAndBytesConfig(llm_int8_enable_fp32_cpu_offload=...)`.
+    pub llm_int8_enable_fp32_cpu_offload: bool,
+}
+
 /// The budgets of a placement and what it puts on each device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Offload {
     /// `max_memory[0]` in bytes.
     pub max_gpu_memory_bytes: u64,
@@ -555,14 +710,55 @@ pub struct Offload {
     pub layers_gpu: u64,
     pub layers_cpu: u64,
     pub layers_disk: u64,
+    /// With `quantization_config` (absent without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantizer: Option<QuantOffload>,
 }
 
 impl Placement {
     /// The placement of `p` in weights of `d` bytes per element within `budget`.
     pub fn of(p: &LlamaParams, d: u64, budget: MaxMemory) -> Result<Placement, PlanError> {
-        let tensors = ModelTensors::new(p, d);
+        Placement::of_quant(p, d, budget, None, false)
+    }
+
+    /// [`Placement::of`] for a model loaded with `quantization_config=BitsAndBytesConfig(...)`
+    /// (`quant`; `None`: no quantizer) and `llm_int8_enable_fp32_cpu_offload`
+    /// (`fp32_cpu_offload`). transformers 5.17 `modeling_utils.from_pretrained` runs the
+    /// quantizer's `preprocess_model` (`replace_with_bnb_linear`) before `_get_device_map`,
+    /// while `device_map` is still the string `"auto"`, so the sizes are the quantized
+    /// model's ([`ModelTensors::counted`]); `_get_device_map` then applies
+    /// `adjust_max_memory` (× 0.90, [`MaxMemory::inferred`]) and, on the map, the
+    /// quantizer's `validate_environment`: a map with a module on "cpu" or "disk" (and not
+    /// everything on "cpu") is refused with [`BNB_OFFLOAD_REFUSAL`] unless
+    /// `llm_int8_enable_fp32_cpu_offload=True`.
+    pub fn of_quant(
+        p: &LlamaParams,
+        d: u64,
+        budget: MaxMemory,
+        quant: Option<QuantStorage>,
+        fp32_cpu_offload: bool,
+    ) -> Result<Placement, PlanError> {
+        let tensors = ModelTensors::with_quant(p, d, quant);
         let tree = tensors.tree();
-        let device_map = infer_auto_device_map(&tree, &tensors.tied_groups(), budget)?;
+        let device_map =
+            infer_auto_device_map(&tree, &tensors.tied_groups(), budget, quant.is_some())?;
+        if quant.is_some() && !fp32_cpu_offload {
+            let all_cpu = device_map.entries.iter().all(|(_, d)| *d == Device::Cpu);
+            if !all_cpu && device_map.offloads() {
+                return Err(PlanError::Field {
+                    field: "llm_int8_enable_fp32_cpu_offload",
+                    reason: format!(
+                        "device_map {}: transformers 5.17 refuses it (the bitsandbytes \
+                         quantizer's validate_environment): \"{BNB_OFFLOAD_REFUSAL}\" With \
+                         device_map=\"auto\" BitsAndBytesConfig(..., \
+                         llm_int8_enable_fp32_cpu_offload=True) is enough; give more GPU \
+                         memory to keep every module on GPU 0",
+                        serde_json::to_string(&device_map).unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        let (inferred_gpu, inferred_cpu) = budget.inferred(true);
         let mut bytes = [0u64; 3];
         let mut walk = vec![&tree];
         while let Some(m) = walk.pop() {
@@ -592,6 +788,11 @@ impl Placement {
                 layers_gpu: layers[0],
                 layers_cpu: layers[1],
                 layers_disk: layers[2],
+                quantizer: quant.map(|_| QuantOffload {
+                    inferred_max_gpu_memory_bytes: inferred_gpu,
+                    inferred_max_cpu_memory_bytes: inferred_cpu,
+                    llm_int8_enable_fp32_cpu_offload: fp32_cpu_offload,
+                }),
             },
             tensors,
         })
@@ -649,7 +850,7 @@ impl Placement {
         for l in 0..t.layers {
             if !self.layer(l).offloaded() {
                 for sub in t.layer_subs() {
-                    v.extend(t.tensors(sub));
+                    v.extend(t.stored(sub));
                 }
             }
         }
@@ -692,6 +893,15 @@ impl Placement {
 /// layer is on the GPU with the others. A tied `lm_head` on the CPU copies its weight at its
 /// own call, as the embedding does at its own (`tied_params_map` shares a copy only while
 /// both are loaded at once, which they never are).
+///
+/// An offloaded decoder layer of a quantized model keeps its `Linear4bit` / `Linear8bitLt`
+/// (see the module doc): its CPU copy was quantized at load, and the hook copies the quantized
+/// tensors ([`ModelTensors::stored_params`]: `set_module_tensor_to_device` →
+/// `param_cls(value, **kwargs).to(0)`; bitsandbytes 0.50.2 `Params4bit.to` moves the
+/// `QuantState` then the packed weight, `Int8Params.to` the int8 weight, then the row scales
+/// passed as `fp16_statistics`), one `empty_cache()` per parameter. (4-bit: modelled, but the
+/// planner refuses it — the first forward fails in [`BNB_4BIT_OFFLOAD_VERSIONS`], see
+/// [`BNB_4BIT_OFFLOAD_ERRORS`].)
 #[derive(Debug, Clone)]
 pub struct Streams {
     tensors: ModelTensors,
@@ -731,19 +941,20 @@ impl Streams {
         if !streamed {
             return Vec::new();
         }
-        let bytes = match sub {
+        let params = match sub {
             // the tied weight is in the state dict under `lm_head.weight` too
-            Sub::LmHead => self.tensors.tensors(Sub::Embed),
-            other => self.tensors.tensors(other),
+            Sub::LmHead => vec![self.tensors.tensors(Sub::Embed)],
+            other => self.tensors.stored_params(other),
         };
-        bytes
-            .into_iter()
-            .map(|b| {
-                let buf = p.alloc(0, b, Category::Parameters);
-                p.empty_cache();
-                buf
-            })
-            .collect()
+        // one `set_module_tensor_to_device` per parameter, each ending in `empty_cache()`
+        let mut bufs = Vec::new();
+        for tensors in params {
+            for b in tensors {
+                bufs.push(p.alloc(0, b, Category::Parameters));
+            }
+            p.empty_cache();
+        }
+        bufs
     }
 }
 
@@ -862,6 +1073,290 @@ mod tests {
         // resident: the embedding (tied lm_head), the layers on GPU 0 and the buffers
         let resident = 151_936 * 896 * 2 + off.layers_gpu * pl.tensors.layer_bytes() + 2 * 32 * 4;
         assert_eq!(pl.resident_bytes(), resident);
+    }
+
+    fn nf4() -> QuantStorage {
+        QuantStorage {
+            quant: crate::plan::finetune_mode::Quant::Nf4,
+            double_quant: true,
+        }
+    }
+
+    /// Llama 3.1 8B loaded with `BitsAndBytesConfig(load_in_4bit=True)` (nf4) in bf16 under
+    /// `max_memory={0: "4GiB"}`: `compute_module_sizes` counts a quantized projection 0.5
+    /// byte per element (`Bnb4BitHfQuantizer.param_element_size`), `lm_head` and the
+    /// embedding 2; `adjust_max_memory` leaves 0.9 × 4 GiB. GPU 0 keeps the untied embedding
+    /// and `lm_head`'s size free (the largest unsplittable module still to place), so after
+    /// the embedding (1 050 673 152 B) it takes ⌊(0.9 × 4 GiB − 2 × 1 050 673 152) / layer⌋ =
+    /// ⌊1 764 124 262.4 / 109 068 288⌋ = 16 layers; without the × 0.90 it would take 20, in
+    /// bf16 weights 5; LLM.int8 (1 byte per element) 8.
+    #[test]
+    fn quantized_sizes_and_the_quantizers_max_memory() {
+        let p = llama("Llama-3.1-8B");
+        let gib4 = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        let t = ModelTensors::with_quant(&p, 2, Some(nf4()));
+        let linears = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336;
+        assert_eq!(t.layer_bytes(), linears / 2 + 2 * 4096 * 2);
+        assert_eq!(t.layer_bytes(), 109_068_288);
+        let pl = Placement::of_quant(&p, 2, gib4, Some(nf4()), true).expect("placement");
+        assert_eq!(pl.offload.layers_gpu, 16, "{:?}", pl.device_map);
+        assert_eq!(pl.device_of("model.embed_tokens"), Device::Gpu0);
+        assert_eq!(pl.device_of("model.layers.15"), Device::Gpu0);
+        assert_eq!(pl.device_of("model.layers.16"), Device::Cpu);
+        assert_eq!(pl.device_of("lm_head"), Device::Cpu);
+        let q = pl.offload.quantizer.expect("quantizer");
+        assert!((q.inferred_max_gpu_memory_bytes - 3_865_470_566.4).abs() < 1e-3);
+        assert!(q.llm_int8_enable_fp32_cpu_offload);
+        // the map in accelerate's naming: consecutive entries merged by clean_device_map
+        let json = serde_json::to_value(&pl.device_map).expect("json");
+        assert_eq!(json["model.embed_tokens"], 0);
+        assert_eq!(json["model.layers.15"], 0);
+        assert_eq!(json["model.layers.16"], "cpu");
+        assert_eq!(json["lm_head"], "cpu");
+        assert_eq!(json["model.norm"], "cpu");
+        // the bytes per device are the quantized sizes (the rotary buffers, after the final
+        // norm in `named_children`, are mapped to the CPU with it)
+        let embed = 128_256 * 4096 * 2;
+        assert_eq!(pl.offload.gpu_bytes, embed + 16 * 109_068_288);
+        assert_eq!(
+            pl.offload.cpu_bytes,
+            16 * 109_068_288 + 4096 * 2 + 64 * 4 * 2 + embed
+        );
+        // the same budget: no quantizer factor → 20 layers; bf16 weights → 5
+        let tree = t.tree();
+        let plain = infer_auto_device_map(&tree, &t.tied_groups(), gib4, false).expect("map");
+        let layers_on_0 = (0..32)
+            .filter(|l| plain.device_of(&format!("model.layers.{l}")) == Some(Device::Gpu0))
+            .count();
+        assert_eq!(layers_on_0, 20);
+        assert_eq!(
+            Placement::of(&p, 2, gib4).expect("bf16").offload.layers_gpu,
+            5
+        );
+        let int8 = QuantStorage {
+            quant: crate::plan::finetune_mode::Quant::Int8,
+            double_quant: false,
+        };
+        let pl8 = Placement::of_quant(&p, 2, gib4, Some(int8), true).expect("int8");
+        assert_eq!(pl8.offload.layers_gpu, 8);
+        // a CPU budget is scaled too: 0.9 × 3 GiB beside its reserve (the embedding-sized
+        // lm_head still to place) holds ⌊1 848 429 772.8 / 218 120 192⌋ = 8 int8 layers; the
+        // rest goes to disk
+        let small_cpu = MaxMemory {
+            gpu: 4 << 30,
+            cpu: Some(3 << 30),
+        };
+        let d = Placement::of_quant(&p, 2, small_cpu, Some(int8), true).expect("disk");
+        assert_eq!(d.offload.layers_cpu, 8, "{:?}", d.device_map);
+        assert!(d.offload.layers_disk > 0);
+    }
+
+    /// transformers 5.17 refuses a quantized model with modules on "cpu" or "disk" unless
+    /// `llm_int8_enable_fp32_cpu_offload=True`; a map that keeps everything on GPU 0 needs no
+    /// flag.
+    #[test]
+    fn offloading_a_quantized_model_needs_the_fp32_cpu_offload_flag() {
+        let p = llama("Llama-3.1-8B");
+        let gib4 = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        let err = Placement::of_quant(&p, 2, gib4, Some(nf4()), false).expect_err("refused");
+        match err {
+            PlanError::Field { field, reason } => {
+                assert_eq!(field, "llm_int8_enable_fp32_cpu_offload");
+                assert!(reason.contains(BNB_OFFLOAD_REFUSAL), "{reason}");
+                assert!(reason.contains("\"model.layers.16\":\"cpu\""), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let roomy = MaxMemory {
+            gpu: 40 << 30,
+            cpu: None,
+        };
+        let all = Placement::of_quant(&p, 2, roomy, Some(nf4()), false).expect("fits");
+        assert_eq!(all.device_map.entries, vec![(String::new(), Device::Gpu0)]);
+        // the unquantized model offloads without any flag
+        assert!(Placement::of(&p, 2, gib4).is_ok());
+    }
+
+    /// A quantized model's offloaded layers stay `Linear4bit` (transformers 5.17 converts
+    /// before the map exists): each pre-forward copies a projection's quantized tensors —
+    /// the `QuantState` (code, uint8 absmax, offset, nested absmax, nested code) and the
+    /// packed weight — then one `empty_cache()` per parameter; the GPU 0 keys load as
+    /// `QuantModel::load` loads them.
+    #[test]
+    fn offloaded_quantized_layers_copy_their_quantized_tensors() {
+        use crate::plan::config::{AllocatorConfig, Attention, DType};
+        use crate::plan::inference::{InferPlanner, InferStep, KvCache};
+        let path = format!(
+            "{}/../../tests/data/hf_configs/Llama-3.1-8B.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        let preset = crate::model::hf::from_config_text(&text, "Llama-3.1-8B").expect("preset");
+        let cfg = InferConfig {
+            step: InferStep::Generate,
+            batch: 2,
+            prompt: 64,
+            new_tokens: 3,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
+        };
+        let gib4 = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        // refused: the first forward fails in transformers 5.17 / accelerate 1.15 /
+        // bitsandbytes 0.50.2 (measured, g30q-003 / -004)
+        let refused = InferPlanner::with_device_map_quant(
+            &preset,
+            &cfg,
+            &Decoding::default(),
+            gib4,
+            Some(nf4()),
+            true,
+        )
+        .expect_err("refused");
+        let PlanError::Field { field, reason } = &refused else {
+            panic!("{refused}")
+        };
+        assert_eq!(*field, "quant");
+        assert!(reason.contains(BNB_4BIT_OFFLOAD_ERRORS[0]), "{reason}");
+        assert!(reason.contains("--quant int8"), "{reason}");
+        // what it would copy, for when a release runs it
+        let planner = InferPlanner::device_map_planner(
+            &preset,
+            &cfg,
+            &Decoding::default(),
+            gib4,
+            Some(nf4()),
+            true,
+            false,
+        )
+        .expect("planner");
+        let pl = planner.placement.as_ref().expect("placement");
+        let off = pl.offload;
+        assert_eq!((off.layers_gpu, off.layers_cpu), (16, 16));
+        let ev = &planner.events;
+        let mut state = vec![0u8; ev.buffers.len()];
+        for e in &ev.events {
+            let st = &mut state[e.buffer as usize];
+            assert_eq!(*st, u8::from(!e.alloc));
+            *st += 1;
+        }
+        let copied: Vec<u64> = ev.events[ev.measured_start..]
+            .iter()
+            .filter(|e| e.alloc && ev.buffers[e.buffer as usize].category == Category::Parameters)
+            .map(|e| ev.buffers[e.buffer as usize].fixed)
+            .collect();
+        // per offloaded layer: 7 projections × 6 tensors + 2 norms; then model.norm, lm_head
+        let per_forward = 16 * (7 * 6 + 2) + 2;
+        assert_eq!(copied.len(), 3 * per_forward, "3 forwards");
+        let t = &pl.tensors;
+        let layer_stored: u64 = t.layer_subs().iter().flat_map(|&s| t.stored(s)).sum();
+        let q_proj = quant::stored_tensors(nf4(), 4096 * 4096, 4096);
+        assert_eq!(q_proj, vec![64, 262_144, 4, 4096, 1024, 8_388_608]);
+        let embed = 128_256 * 4096 * 2;
+        assert_eq!(
+            copied.iter().sum::<u64>(),
+            3 * (16 * layer_stored + 4096 * 2 + embed)
+        );
+        // one empty_cache per parameter copied, in the warm-up and the measured call, and
+        // one at dispatch
+        assert_eq!(ev.empty_cache.len(), 2 * 3 * (16 * 9 + 2) + 1);
+        // weights on GPU 0: the quantized storage of the layers there, the embedding, the
+        // rotary buffers
+        let per_layer: u64 = t
+            .layer_subs()
+            .iter()
+            .map(|&s| match t.quantized(s) {
+                Some((q, rows, cols)) => q.bytes(rows * cols, rows),
+                None => t.tensors(s).iter().sum(),
+            })
+            .sum();
+        assert_eq!(planner.weights.0, embed + 16 * per_layer + 2 * 64 * 4);
+        // the plan serializes the quantizer's budgets beside the map
+        let plan = planner.plan(2).expect("plan");
+        let v = serde_json::to_value(&plan).expect("json");
+        assert_eq!(v["device_map"]["model.layers.16"], "cpu");
+        assert_eq!(
+            v["offload"]["quantizer"]["llm_int8_enable_fp32_cpu_offload"],
+            true
+        );
+        assert_eq!(v["quant"]["quant"], "nf4");
+        assert_eq!(v["weights_bytes"], planner.weights.0);
+    }
+
+    /// An offloaded `Linear8bitLt` keeps its last GPU copy (int8 weight and row scales) in its
+    /// `MatMul8bitLtState` past `post_forward` (`init_8bit_state`), until its next call
+    /// replaces it: after any call, every offloaded int8 projection holds one copy on the GPU.
+    #[test]
+    fn offloaded_int8_layers_keep_their_last_copy() {
+        use crate::plan::config::{AllocatorConfig, Attention, DType};
+        use crate::plan::inference::{InferPlanner, InferStep, KvCache};
+        let path = format!(
+            "{}/../../tests/data/hf_configs/Llama-3.1-8B.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).expect("config");
+        let preset = crate::model::hf::from_config_text(&text, "Llama-3.1-8B").expect("preset");
+        let cfg = InferConfig {
+            step: InferStep::Generate,
+            batch: 1,
+            prompt: 32,
+            new_tokens: 2,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
+        };
+        let int8 = QuantStorage {
+            quant: crate::plan::finetune_mode::Quant::Int8,
+            double_quant: false,
+        };
+        let budget = MaxMemory {
+            gpu: 4 << 30,
+            cpu: None,
+        };
+        let planner = InferPlanner::with_device_map_quant(
+            &preset,
+            &cfg,
+            &Decoding::default(),
+            budget,
+            Some(int8),
+            true,
+        )
+        .expect("planner");
+        let off = planner.placement.as_ref().expect("placement").offload;
+        assert_eq!((off.layers_gpu, off.layers_cpu), (8, 24));
+        let ev = &planner.events;
+        let mut alive = vec![false; ev.buffers.len()];
+        for e in &ev.events {
+            alive[e.buffer as usize] = e.alloc;
+        }
+        let measured = &ev.events[ev.measured_start..];
+        let streamed = |e: &&crate::plan::events::Event| {
+            e.alloc && ev.buffers[e.buffer as usize].category == Category::Parameters
+        };
+        // per forward: 24 layers × (7 projections × (CB, SCB) + 2 norms), model.norm, lm_head
+        assert_eq!(measured.iter().filter(streamed).count(), 2 * (24 * 16 + 2));
+        // left on the GPU: the last forward's int8 copies, one per offloaded projection
+        let kept: Vec<u64> = measured
+            .iter()
+            .filter(streamed)
+            .filter(|e| alive[e.buffer as usize])
+            .map(|e| ev.buffers[e.buffer as usize].fixed)
+            .collect();
+        assert_eq!(kept.len(), 24 * 7 * 2);
+        let per_layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336;
+        let scales = 4 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096);
+        assert_eq!(kept.iter().sum::<u64>(), 24 * (per_layer + scales));
     }
 
     #[test]

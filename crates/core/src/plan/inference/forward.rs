@@ -90,13 +90,41 @@ impl Cache {
 }
 
 /// A decoder layer's projection `sub` of `k` to `n` features over the call's tokens:
-/// `nn.Linear`, or bitsandbytes' `Linear4bit` / `Linear8bitLt` ([`quant::linear`]; never
-/// offloaded: `--quant` with `--device-map` is refused).
+/// `nn.Linear`, or bitsandbytes' `Linear4bit` / `Linear8bitLt` ([`quant::linear`]). An
+/// offloaded one (a device map with `llm_int8_enable_fp32_cpu_offload`) stays quantized
+/// (transformers 5.17 converts the linears while `device_map` is still `"auto"`): its
+/// quantized tensors are copied in before the product and dropped after it.
 fn proj(p: &mut Prog, proc: &mut Process, c: &Call, sub: Sub, k: u64, n: u64) -> Buf {
     match c.quant {
-        Some(q) => quant::linear(p, proc, q, c, (k, n), 0),
+        Some(q) => quant_proj(p, proc, q, c, sub, (k, n), 0),
         None => linear(p, proc, sub, c.t * n * c.d),
     }
+}
+
+/// [`quant::linear`] of `sub` with an offloaded module's weights copied in around it.
+fn quant_proj(
+    p: &mut Prog,
+    proc: &mut Process,
+    q: crate::plan::policy::QuantStorage,
+    c: &Call,
+    sub: Sub,
+    kn: (u64, u64),
+    outliers: u64,
+) -> Buf {
+    let mut w = proc.weights_in(p, sub);
+    if !q.quant.is_4bit() && w.len() >= 2 {
+        // `init_8bit_state`: the module's state takes the new int8 weight and row scales (the
+        // first two copies), dropping the last call's; they outlive this call's post_forward
+        let weight: Vec<Buf> = w.drain(..2).collect();
+        if let Some(old) = proc.int8_held.insert((proc.layer, sub), weight) {
+            for b in old {
+                p.free(b);
+            }
+        }
+    }
+    let out = quant::linear(p, proc, q, c, kn, outliers);
+    weights_out(p, w);
+    out
 }
 
 /// The MLP's `down_proj` (`k` = intermediate): a quantized one's input may hold LLM.int8
@@ -107,7 +135,7 @@ fn down_proj(p: &mut Prog, proc: &mut Process, s: &DecoderShape, c: &Call) -> Bu
         Some(q) if !q.quant.is_4bit() => {
             let m = c.batch.saturating_mul(c.t);
             let cols = c.outliers.down_proj_columns(s.hidden, s.gemma, m, k);
-            quant::linear(p, proc, q, c, (k, s.hidden), cols)
+            quant_proj(p, proc, q, c, Sub::Down, (k, s.hidden), cols)
         }
         _ => proj(p, proc, c, Sub::Down, k, s.hidden),
     }

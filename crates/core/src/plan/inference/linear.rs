@@ -43,6 +43,12 @@ pub struct Process {
     pub streams: Option<Streams>,
     /// The decoder layer running (`None` outside the layers).
     pub layer: Option<u64>,
+    /// An offloaded `Linear8bitLt`'s last GPU copy of its int8 weight and row scales, held by
+    /// the module's `MatMul8bitLtState` past its `post_forward` (bitsandbytes 0.50.2
+    /// `Linear8bitLt.forward` → `init_8bit_state`: `self.state.CB = self.weight.CB`,
+    /// `self.state.SCB = self.weight.SCB`; accelerate's `post_forward` sets only the parameter
+    /// to meta), until the module's next call replaces them. Keyed by layer and projection.
+    pub int8_held: std::collections::HashMap<(Option<u64>, Sub), Vec<Buf>>,
 }
 
 impl Process {

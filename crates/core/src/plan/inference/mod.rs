@@ -238,16 +238,7 @@ impl InferPlanner {
                 if (q.quant.quant.is_4bit() || q.outliers != quant::Int8Outliers::None)
                     && batch != self.config.batch =>
             {
-                let mut cfg = self.config;
-                cfg.batch = batch;
-                Cow::Owned(call::session_quant(
-                    &self.shape,
-                    &cfg,
-                    &self.decoding,
-                    &self.param_elems,
-                    &self.buffer_elems,
-                    Some(q),
-                ))
+                Cow::Owned(self.session_at(batch))
             }
             _ => Cow::Borrowed(&self.events),
         }
@@ -258,14 +249,7 @@ impl InferPlanner {
     pub fn with_int8_outliers(mut self, outliers: quant::Int8Outliers) -> InferPlanner {
         if let Some(q) = &mut self.quant {
             q.outliers = outliers;
-            self.events = call::session_quant(
-                &self.shape,
-                &self.config,
-                &self.decoding,
-                &self.param_elems,
-                &self.buffer_elems,
-                Some(q),
-            );
+            self.rebuild();
         }
         self
     }
@@ -280,7 +264,45 @@ impl InferPlanner {
         dec: &Decoding,
         budget: device_map::MaxMemory,
     ) -> Result<InferPlanner, PlanError> {
-        let mut planner = InferPlanner::with_decoding(preset, cfg, dec)?;
+        InferPlanner::with_device_map_quant(preset, cfg, dec, budget, None, false)
+    }
+
+    /// [`InferPlanner::with_device_map`] of a model loaded with
+    /// `quantization_config=BitsAndBytesConfig(...)` too (`quant`; `None`: weights in the
+    /// dtype) and `llm_int8_enable_fp32_cpu_offload=fp32_cpu_offload`: the placement of the
+    /// quantized model ([`device_map::Placement::of_quant`]: quantized sizes, `max_memory` ×
+    /// 0.90, transformers' refusal of an offloading map without the flag), the GPU 0 keys
+    /// loaded and quantized as [`quant::QuantModel::load`] loads them, the offloaded decoder
+    /// layers' quantized tensors copied in as they run.
+    ///
+    /// 4-bit weights (`--quant nf4|fp4`) with any module off GPU 0 are refused
+    /// ([`device_map::BNB_4BIT_OFFLOAD_ERRORS`]: the first forward fails in
+    /// [`device_map::BNB_4BIT_OFFLOAD_VERSIONS`], measured); a 4-bit model that fits GPU 0
+    /// whole is planned.
+    pub fn with_device_map_quant(
+        preset: &Preset,
+        cfg: &InferConfig,
+        dec: &Decoding,
+        budget: device_map::MaxMemory,
+        quant: Option<QuantStorage>,
+        fp32_cpu_offload: bool,
+    ) -> Result<InferPlanner, PlanError> {
+        InferPlanner::device_map_planner(preset, cfg, dec, budget, quant, fp32_cpu_offload, true)
+    }
+
+    /// [`InferPlanner::with_device_map_quant`]; `refuse_4bit_offload: false` plans the copies
+    /// an offloaded 4-bit layer would make (what the device-map tests check of the streams,
+    /// for when a release runs it).
+    pub(crate) fn device_map_planner(
+        preset: &Preset,
+        cfg: &InferConfig,
+        dec: &Decoding,
+        budget: device_map::MaxMemory,
+        quant: Option<QuantStorage>,
+        fp32_cpu_offload: bool,
+        refuse_4bit_offload: bool,
+    ) -> Result<InferPlanner, PlanError> {
+        let mut planner = InferPlanner::with_quant(preset, cfg, dec, quant)?;
         if planner.shape.moe.is_some() {
             return Err(PlanError::Field {
                 field: "device_map",
@@ -298,7 +320,8 @@ impl InferPlanner {
                 reason: "device_map is planned for the decoders of the Llama lineage".into(),
             });
         };
-        let placement = device_map::Placement::of(p, cfg.dtype.size(), budget)?;
+        let placement =
+            device_map::Placement::of_quant(p, cfg.dtype.size(), budget, quant, fp32_cpu_offload)?;
         if placement.nothing_on_gpu() {
             return Err(PlanError::Field {
                 field: "max_gpu_memory",
@@ -309,10 +332,68 @@ impl InferPlanner {
                 ),
             });
         }
-        planner.events = call::device_map_session(&planner.shape, cfg, dec, &placement);
-        planner.weights = Bytes(placement.resident_bytes());
+        if let Some(q) = quant.filter(|q| q.quant.is_4bit() && refuse_4bit_offload)
+            && placement.device_map.offloads()
+        {
+            return Err(PlanError::Field {
+                field: "quant",
+                reason: format!(
+                    "{} with device_map {}: 4-bit weights with modules off GPU 0 do not \
+                     run in {}: measured on an H100 (session 30b), the first forward raised \
+                     \"{}\" (prefill) and \"{}\" (generate, double quantization); \
+                     accelerate's offload hook moves the offloaded Params4bit to meta and its \
+                     QuantState goes with it. Use --quant int8 (planned and measured with \
+                     offloaded layers), a --max-gpu-memory large enough that every module stays \
+                     on GPU 0, or no --quant with the offload",
+                    q.quant,
+                    serde_json::to_string(&placement.device_map).unwrap_or_default(),
+                    device_map::BNB_4BIT_OFFLOAD_VERSIONS,
+                    device_map::BNB_4BIT_OFFLOAD_ERRORS[0],
+                    device_map::BNB_4BIT_OFFLOAD_ERRORS[1],
+                ),
+            });
+        }
         planner.placement = Some(placement);
+        planner.rebuild();
         Ok(planner)
+    }
+
+    /// The events (and, with a device map, the weights on GPU 0) of the planner's settings
+    /// at `config.batch`.
+    fn rebuild(&mut self) {
+        self.events = self.session_at(self.config.batch);
+        if let Some(pl) = &self.placement {
+            self.weights = Bytes(match &self.quant {
+                Some(q) => {
+                    q.weights_bytes_where(|key| !pl.device_of(key).offloaded())
+                        + pl.tensors.resident_buffers().iter().sum::<u64>()
+                }
+                None => pl.resident_bytes(),
+            });
+        }
+    }
+
+    /// The session's events at `batch` sequences.
+    fn session_at(&self, batch: u64) -> Events {
+        let mut cfg = self.config;
+        cfg.batch = batch;
+        match &self.placement {
+            Some(pl) => call::device_map_session_quant(
+                &self.shape,
+                &cfg,
+                &self.decoding,
+                pl,
+                self.quant.as_ref(),
+            ),
+            None => call::session_quant(
+                &self.shape,
+                &cfg,
+                &self.decoding,
+                &self.param_elems,
+                &self.buffer_elems,
+                self.quant.as_ref(),
+            ),
+        }
     }
 
     /// Peak allocated, reserved and nvidia-smi bytes at `batch`.

@@ -103,6 +103,31 @@ pub fn describe(q: QuantStorage) -> String {
     }
 }
 
+/// The GPU tensors of one quantized weight of `elems` elements and `rows` output features
+/// (what [`QuantStorage::bytes`] counts, unrounded), in the order an offloaded module's
+/// accelerate hook creates them on the GPU (accelerate 1.15 `utils/modeling.py`
+/// `set_module_tensor_to_device` → `param_cls(value, **kwargs).to(0)`, bitsandbytes 0.50.2
+/// `nn/modules.py`):
+/// - 4-bit: `Params4bit.to` moves the `QuantState` first (`functional.py` `QuantState.to`:
+///   `code`, `absmax`, and with double quantization `offset`, `state2.absmax`,
+///   `state2.code`), then the packed weight (`(elems + 1) / 2` uint8);
+/// - LLM.int8: `Int8Params.to` of the int8 weight (CB), then the fp32 row scales
+///   (`fp16_statistics`, SCB) the hook passes beside it.
+pub fn stored_tensors(q: QuantStorage, elems: u64, rows: u64) -> Vec<u64> {
+    if !q.quant.is_4bit() {
+        return vec![elems, 4 * rows];
+    }
+    let blocks = elems.div_ceil(BLOCK);
+    let mut v = vec![16 * 4];
+    if q.double_quant {
+        v.extend([blocks, 4, 4 * blocks.div_ceil(256), DYNAMIC_MAP]);
+    } else {
+        v.push(4 * blocks);
+    }
+    v.push(elems.div_ceil(2));
+    v
+}
+
 /// A checkpoint tensor as `from_pretrained` loads it.
 #[derive(Debug, Clone, PartialEq)]
 struct Tensor {
@@ -168,9 +193,16 @@ impl QuantModel {
     /// Bytes of the parameters on the GPU: [`QuantStorage::bytes`] per quantized weight,
     /// the dtype for the rest (the rotary buffers not included).
     pub fn weights_bytes(&self) -> u64 {
+        self.weights_bytes_where(|_| true)
+    }
+
+    /// [`QuantModel::weights_bytes`] of the parameters whose checkpoint key `on_gpu` keeps
+    /// (a device map's GPU 0).
+    pub fn weights_bytes_where(&self, on_gpu: impl Fn(&str) -> bool) -> u64 {
         let d = self.dtype.size();
         self.tensors
             .iter()
+            .filter(|t| on_gpu(&t.key))
             .map(|t| {
                 if t.quantized {
                     self.quant.bytes(t.elems, t.rows)
@@ -184,11 +216,18 @@ impl QuantModel {
     /// `caching_allocator_warmup`'s tensor: `torch.empty(int(byte_count // 2),
     /// dtype=torch.float16)` of the bytes `get_total_byte_count` counts.
     pub fn warmup_bytes(&self) -> u64 {
+        self.warmup_bytes_where(|_| true)
+    }
+
+    /// [`QuantModel::warmup_bytes`] over the keys `on_gpu` keeps: `caching_allocator_warmup`
+    /// counts only the keys the device map puts on an accelerator.
+    pub fn warmup_bytes_where(&self, on_gpu: impl Fn(&str) -> bool) -> u64 {
         let d = self.dtype.size();
         // in half bytes: a 4-bit element counts 0.5 byte
         let halves: u64 = self
             .tensors
             .iter()
+            .filter(|t| on_gpu(&t.key))
             .map(|t| match (t.quantized, self.quant.quant.is_4bit()) {
                 (true, true) => t.elems,
                 (true, false) => 2 * t.elems,
@@ -201,11 +240,20 @@ impl QuantModel {
     /// `from_pretrained`'s allocations (see the module's documentation); what stays is the
     /// model's parameters.
     pub fn load(&self, p: &mut Prog) {
+        self.load_where(p, |_| true);
+    }
+
+    /// [`QuantModel::load`] of a device-mapped model: the warm-up counts and the loop loads
+    /// onto the GPU only the keys `on_gpu` keeps; the others are materialized and quantized
+    /// on the CPU (`core_model_loading.py`: `spawn_materialize` to the key's device, then
+    /// `Bnb4bitQuantize.convert` → `Params4bit(...).to(value.device)`,
+    /// `Bnb8bitQuantize.convert` → `Int8Params(...).to(value_device)`), no GPU memory.
+    pub fn load_where(&self, p: &mut Prog, on_gpu: impl Fn(&str) -> bool) {
         let d = self.dtype.size();
-        let warm = p.fixed(self.warmup_bytes());
+        let warm = p.fixed(self.warmup_bytes_where(&on_gpu));
         p.free(warm);
         let mut dynamic_map = false;
-        for t in &self.tensors {
+        for t in self.tensors.iter().filter(|t| on_gpu(&t.key)) {
             if !t.quantized {
                 p.alloc(0, t.elems * d, Category::Parameters);
                 continue;
