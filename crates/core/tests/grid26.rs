@@ -352,7 +352,10 @@ fn c26_01_runs_out_of_memory_at_the_measured_request() {
     use vramlab_core::plan::config::AllocatorConfig;
     use vramlab_core::plan::eval::reserved_within;
     let m = &rows("traces/h100-c26-01-b13-cap24-measure.jsonl")[0];
-    assert!(m.oom == Some(true) && m.batch == 13, "the measured row is b13's out-of-memory");
+    assert!(
+        m.oom == Some(true) && m.batch == 13,
+        "the measured row is b13's out-of-memory"
+    );
     let planner = Planner::new(&preset(&m.model), &m.config().expect("config")).expect("plan");
     let cap = Bytes(24 << 30);
     let ev = &planner.events;
@@ -372,10 +375,17 @@ fn c26_01_runs_out_of_memory_at_the_measured_request() {
             a.free(h[e.buffer as usize]);
         }
     }
-    assert_eq!(failed, Some(1_744_830_464), "the request that ran out of memory");
+    assert_eq!(
+        failed,
+        Some(1_744_830_464),
+        "the request that ran out of memory"
+    );
     assert!(a.flushes > 0, "after cache flushes");
     let within = |b| reserved_within(ev, b, AllocatorConfig::default(), cap).expect("replay");
     assert_eq!(within(13), None);
     assert!(within(12).is_some(), "b12 runs on");
-    assert_eq!(max_batch_capped(&planner, cap, 64).expect("search"), Some(12));
+    assert_eq!(
+        max_batch_capped(&planner, cap, 64).expect("search"),
+        Some(12)
+    );
 }

@@ -614,6 +614,116 @@ impl PeakEnvelope {
     }
 }
 
+/// The steps after the measured one, replayed until the allocator's state repeats: the
+/// runners measure the third step of a process (two warm-up steps), a user's run goes on for
+/// thousands, and where a step reserved a new segment or released cached ones (near a cap)
+/// the next starts from a different cache and may reserve (or run out of memory) where the
+/// one before did not. A step that reserves nothing and releases nothing leaves the cache as
+/// the step before it left it (the same requests into the same free blocks), so the replay
+/// stops there; at most [`LATER_STEPS`] steps. Only when the measured step itself changed
+/// the cache (`grew`), otherwise it already repeats the warm-up's. False on a CUDA OOM.
+fn later_steps(ev: &Events, slots: &mut Slots, a: &mut CachingAllocator, grew: bool) -> bool {
+    if !grew {
+        return true;
+    }
+    let Some(rep) = StepRepeat::new(ev) else {
+        return true;
+    };
+    for _ in 0..LATER_STEPS {
+        match rep.replay(ev, slots, a) {
+            Replayed::Oom => return false,
+            Replayed::Repeats => break,
+            Replayed::Changed => {}
+        }
+    }
+    true
+}
+
+/// At most this many steps after the measured one (every measured row repeats after one).
+const LATER_STEPS: u32 = 4;
+
+enum Replayed {
+    Oom,
+    Repeats,
+    Changed,
+}
+
+/// The measured step replayed after itself (the runner's third step, a user's later steps):
+/// a buffer the step frees that an earlier step made (zero_grad's gradients) is the previous
+/// replay's counterpart, `delta` ids higher, as the repeated step numbers them
+/// (`sim/repeat.rs`).
+pub(crate) struct StepRepeat {
+    /// Per measured event: the buffer whose handle it allocates or frees.
+    target: Vec<u32>,
+}
+
+impl StepRepeat {
+    /// `None` when the measured step's carried-in frees have no counterpart `delta` ids higher
+    /// (a step that does not repeat: multi-GPU walks).
+    pub(crate) fn new(ev: &Events) -> Option<StepRepeat> {
+        let ms = ev.measured_start.min(ev.events.len());
+        if ev.empty_cache.last().is_some_and(|&i| i as usize >= ms) {
+            return None;
+        }
+        let n = ev.buffers.len();
+        let mut made = vec![false; n];
+        for e in ev.events[ms..].iter().filter(|e| e.alloc) {
+            made[e.buffer as usize] = true;
+        }
+        let fm = ev.events[ms..]
+            .iter()
+            .filter(|e| e.alloc)
+            .map(|e| e.buffer)
+            .min()?;
+        let fw = ev.events[..ms]
+            .iter()
+            .filter(|e| e.alloc && e.phase != Phase::Setup)
+            .map(|e| e.buffer)
+            .min()?;
+        let delta = fm.checked_sub(fw)?;
+        let sig = |b: usize| {
+            let x = &ev.buffers[b];
+            (x.per_sample, x.fixed, x.category)
+        };
+        let mut target = Vec::with_capacity(ev.events.len() - ms);
+        for e in &ev.events[ms..] {
+            let b = e.buffer as usize;
+            if e.alloc || made[b] {
+                target.push(e.buffer);
+            } else {
+                let y = b + delta as usize;
+                if y >= n || !made[y] || sig(b) != sig(y) {
+                    return None;
+                }
+                target.push(y as u32);
+            }
+        }
+        Some(StepRepeat { target })
+    }
+
+    /// Replays the measured step once.
+    fn replay(&self, ev: &Events, slots: &mut Slots, a: &mut CachingAllocator) -> Replayed {
+        let ms = ev.measured_start.min(ev.events.len());
+        let (segments, flushes) = (a.reserved, a.flushes);
+        for (e, &t) in ev.events[ms..].iter().zip(&self.target) {
+            let t = t as usize;
+            if e.alloc {
+                slots.handles[t] = a.malloc_rounded(slots.size_of(&ev.buffers[t]));
+                if a.oom {
+                    return Replayed::Oom;
+                }
+            } else {
+                a.free(slots.handles[t]);
+            }
+        }
+        if a.reserved <= segments && a.flushes == flushes {
+            Replayed::Repeats
+        } else {
+            Replayed::Changed
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -684,112 +794,6 @@ mod tests {
                 );
                 assert!((exact - fast) as f64 / (exact as f64) < 0.01, "{id} b={b}");
             }
-        }
-    }
-}
-
-/// The steps after the measured one, replayed until the allocator's state repeats: the
-/// runners measure the third step of a process (two warm-up steps), a user's run goes on for
-/// thousands, and where a step reserved a new segment or released cached ones (near a cap)
-/// the next starts from a different cache and may reserve (or run out of memory) where the
-/// one before did not. A step that reserves nothing and releases nothing leaves the cache as
-/// the step before it left it (the same requests into the same free blocks), so the replay
-/// stops there; at most [`LATER_STEPS`] steps. Only when the measured step itself changed
-/// the cache (`grew`), otherwise it already repeats the warm-up's. False on a CUDA OOM.
-fn later_steps(ev: &Events, slots: &mut Slots, a: &mut CachingAllocator, grew: bool) -> bool {
-    if !grew {
-        return true;
-    }
-    let Some(rep) = StepRepeat::new(ev) else {
-        return true;
-    };
-    for _ in 0..LATER_STEPS {
-        match rep.replay(ev, slots, a) {
-            Replayed::Oom => return false,
-            Replayed::Repeats => break,
-            Replayed::Changed => {}
-        }
-    }
-    true
-}
-
-/// At most this many steps after the measured one (every measured row repeats after one).
-const LATER_STEPS: u32 = 4;
-
-enum Replayed {
-    Oom,
-    Repeats,
-    Changed,
-}
-
-/// The measured step replayed after itself (the runner's third step, a user's later steps):
-/// a buffer the step frees that an earlier step made (zero_grad's gradients) is the previous
-/// replay's counterpart, `delta` ids higher, as the repeated step numbers them
-/// (`sim/repeat.rs`).
-pub(crate) struct StepRepeat {
-    /// Per measured event: the buffer whose handle it allocates or frees.
-    target: Vec<u32>,
-}
-
-impl StepRepeat {
-    /// `None` when the measured step's carried-in frees have no counterpart `delta` ids higher
-    /// (a step that does not repeat: multi-GPU walks).
-    pub(crate) fn new(ev: &Events) -> Option<StepRepeat> {
-        let ms = ev.measured_start.min(ev.events.len());
-        if ev.empty_cache.last().is_some_and(|&i| i as usize >= ms) {
-            return None;
-        }
-        let n = ev.buffers.len();
-        let mut made = vec![false; n];
-        for e in ev.events[ms..].iter().filter(|e| e.alloc) {
-            made[e.buffer as usize] = true;
-        }
-        let fm = ev.events[ms..].iter().filter(|e| e.alloc).map(|e| e.buffer).min()?;
-        let fw = ev.events[..ms]
-            .iter()
-            .filter(|e| e.alloc && e.phase != Phase::Setup)
-            .map(|e| e.buffer)
-            .min()?;
-        let delta = fm.checked_sub(fw)?;
-        let sig = |b: usize| {
-            let x = &ev.buffers[b];
-            (x.per_sample, x.fixed, x.category)
-        };
-        let mut target = Vec::with_capacity(ev.events.len() - ms);
-        for e in &ev.events[ms..] {
-            let b = e.buffer as usize;
-            if e.alloc || made[b] {
-                target.push(e.buffer);
-            } else {
-                let y = b + delta as usize;
-                if y >= n || !made[y] || sig(b) != sig(y) {
-                    return None;
-                }
-                target.push(y as u32);
-            }
-        }
-        Some(StepRepeat { target })
-    }
-
-    /// Replays the measured step once.
-    fn replay(&self, ev: &Events, slots: &mut Slots, a: &mut CachingAllocator) -> Replayed {
-        let ms = ev.measured_start.min(ev.events.len());
-        let (segments, flushes) = (a.reserved, a.flushes);
-        for (e, &t) in ev.events[ms..].iter().zip(&self.target) {
-            let t = t as usize;
-            if e.alloc {
-                slots.handles[t] = a.malloc_rounded(slots.size_of(&ev.buffers[t]));
-                if a.oom {
-                    return Replayed::Oom;
-                }
-            } else {
-                a.free(slots.handles[t]);
-            }
-        }
-        if a.reserved <= segments && a.flushes == flushes {
-            Replayed::Repeats
-        } else {
-            Replayed::Changed
         }
     }
 }
