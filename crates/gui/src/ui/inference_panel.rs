@@ -29,7 +29,8 @@ const MAX_TOKENS: u64 = 1 << 20;
 pub const NOT_MODELLED: &str = "Checkpoints stored pre-quantized are not modelled yet; beam \
     search is planned by the CLI (--num-beams). Quantized weights under device_map=\"auto\" are \
     planned with llm_int8_enable_fp32_cpu_offload=True (transformers refuses the offload \
-    without it).";
+    without it); int8 only when a layer leaves the GPU: offloaded 4-bit layers fail at the \
+    first forward (transformers 5.17, bitsandbytes 0.50.2, measured).";
 
 const PREFILL_COLOR: egui::Color32 = egui::Color32::from_rgb(235, 160, 40);
 
