@@ -531,15 +531,7 @@ fn the_steps_after_the_measured_one_are_planned() {
     let planner = Planner::new(&preset, &m.config().expect("config")).expect("plan");
     let ev = &planner.events;
     let mut a = CachingAllocator::new(AllocatorConfig::default());
-    let mut h = vec![u32::MAX; ev.buffers.len()];
-    for e in &ev.events {
-        let b = &ev.buffers[e.buffer as usize];
-        if e.alloc {
-            h[e.buffer as usize] = a.malloc(b.per_sample * 8 + b.fixed);
-        } else {
-            a.free(h[e.buffer as usize]);
-        }
-    }
+    assert_eq!(crate::replay_events(ev, 8, &mut a), None);
     let two_steps = a.peak_reserved;
     let planned = planner.peaks(8).expect("peaks").reserved.0;
     let measured = m.peak_reserved.expect("reserved");

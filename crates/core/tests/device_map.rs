@@ -19,7 +19,7 @@ fn rows(rel: &str) -> Vec<Value> {
 }
 
 /// A JSON device map as module → device ("0", "cpu", "disk").
-fn as_map(v: &Value) -> BTreeMap<String, String> {
+pub(crate) fn as_map(v: &Value) -> BTreeMap<String, String> {
     v.as_object()
         .expect("device map object")
         .iter()

@@ -360,21 +360,7 @@ fn c26_01_runs_out_of_memory_at_the_measured_request() {
     let cap = Bytes(24 << 30);
     let ev = &planner.events;
     let mut a = CachingAllocator::with_cap(AllocatorConfig::default(), cap.0);
-    let mut h = vec![u32::MAX; ev.buffers.len()];
-    let mut failed = None;
-    for e in &ev.events {
-        let b = &ev.buffers[e.buffer as usize];
-        let size = b.per_sample * 13 + b.fixed;
-        if e.alloc {
-            h[e.buffer as usize] = a.malloc(size);
-            if a.oom {
-                failed = Some(size);
-                break;
-            }
-        } else {
-            a.free(h[e.buffer as usize]);
-        }
-    }
+    let failed = crate::replay_events(ev, 13, &mut a);
     assert_eq!(
         failed,
         Some(1_744_830_464),

@@ -14,6 +14,7 @@
 //!
 //! Until a file is there its test says so and passes.
 
+use crate::device_map::{as_map, planned_map};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use vramlab_core::model::{ModelSpec, hf};
@@ -66,22 +67,6 @@ fn budget(row: &Value) -> MaxMemory {
     }
 }
 
-/// A JSON device map as module → device ("0", "cpu", "disk").
-fn as_map(v: &Value) -> BTreeMap<String, String> {
-    v.as_object()
-        .expect("device map object")
-        .iter()
-        .map(|(k, d)| {
-            let d = match d {
-                Value::Number(n) => n.to_string(),
-                Value::String(s) => s.clone(),
-                other => panic!("device {other}"),
-            };
-            (k.clone(), d)
-        })
-        .collect()
-}
-
 fn placement(row: &Value, flag: bool) -> Result<Placement, PlanError> {
     let p = preset(row);
     let ModelSpec::Llama(lp) = &p.spec else {
@@ -122,7 +107,7 @@ fn quant_device_maps_equal_transformers() {
             "{what}: compute_module_sizes total"
         );
         let want = as_map(&row["device_map"]);
-        let got = as_map(&serde_json::to_value(&p.device_map).expect("json"));
+        let got = planned_map(&p);
         assert_eq!(got, want, "{what}");
         let refused = placement(row, false).err();
         match (row["refused_without_flag"].as_str(), refused) {
@@ -187,7 +172,7 @@ fn compare(row: &Value) -> (bool, f64, f64) {
         // the runner's checkpoints are `from_config`'s random weights
         .with_int8_outliers(Int8Outliers::RandomInit { std: 0.02 });
     let pl = planner.placement.as_ref().expect("placement");
-    let planned = as_map(&serde_json::to_value(&pl.device_map).expect("json"));
+    let planned = planned_map(pl);
     let want = row
         .get("hf_device_map")
         .map_or_else(|| BTreeMap::from([(String::new(), "0".into())]), as_map);

@@ -41,3 +41,27 @@ pub fn data(rel: &str) -> std::path::PathBuf {
         .join(rel)
 }
 mod sampling;
+
+/// The events' own steps (model creation, the warm-up step, the measured one) through `a` at
+/// `batch`, without the steps after them (`eval::later_steps`); the request that ran out of
+/// memory, if one did.
+pub fn replay_events(
+    ev: &vramlab_core::plan::events::Events,
+    batch: u64,
+    a: &mut vramlab_core::plan::allocator::CachingAllocator,
+) -> Option<u64> {
+    let mut h = vec![u32::MAX; ev.buffers.len()];
+    for e in &ev.events {
+        let b = &ev.buffers[e.buffer as usize];
+        let size = b.per_sample * batch + b.fixed;
+        if e.alloc {
+            h[e.buffer as usize] = a.malloc(size);
+            if a.oom {
+                return Some(size);
+            }
+        } else {
+            a.free(h[e.buffer as usize]);
+        }
+    }
+    None
+}

@@ -198,8 +198,7 @@ pub fn reserved_within(
             allocator.free(slots.handles[b]);
         }
     }
-    let grew = (allocator.reserved, allocator.flushes) != at_start;
-    if !later_steps(ev, &mut slots, &mut allocator, grew) {
+    if !later_steps(ev, &mut slots, &mut allocator, at_start) {
         return Ok(None);
     }
     Ok(Some(Bytes(allocator.peak_reserved)))
@@ -352,8 +351,7 @@ pub fn reserved_and_peaks_within(
     if start == ev.events.len() {
         peak = current;
     }
-    let grew = (allocator.reserved, allocator.flushes) != at_start;
-    if !later_steps(ev, &mut slots, &mut allocator, grew) {
+    if !later_steps(ev, &mut slots, &mut allocator, at_start) {
         return Ok((None, None));
     }
     let reserved = Bytes(allocator.peak_reserved);
@@ -422,9 +420,8 @@ pub fn evaluate(
             });
         }
     }
-    let grew = (run.allocator.reserved, run.allocator.flushes) != at_start;
     if !ev.side_streams {
-        later_steps(ev, &mut run.slots, &mut run.allocator, grew);
+        later_steps(ev, &mut run.slots, &mut run.allocator, at_start);
     }
     Ok(Evaluation {
         peak_allocated: Bytes(peak),
@@ -621,9 +618,15 @@ impl PeakEnvelope {
 /// one before did not. A step that reserves nothing and releases nothing leaves the cache as
 /// the step before it left it (the same requests into the same free blocks), so the replay
 /// stops there; at most [`LATER_STEPS`] steps. Only when the measured step itself changed
-/// the cache (`grew`), otherwise it already repeats the warm-up's. False on a CUDA OOM.
-fn later_steps(ev: &Events, slots: &mut Slots, a: &mut CachingAllocator, grew: bool) -> bool {
-    if !grew {
+/// the cache since `at_start` (its reserved bytes and cache flushes when it began), otherwise
+/// it already repeats the warm-up's. False on a CUDA OOM.
+fn later_steps(
+    ev: &Events,
+    slots: &mut Slots,
+    a: &mut CachingAllocator,
+    at_start: (u64, u32),
+) -> bool {
+    if (a.reserved, a.flushes) == at_start {
         return true;
     }
     let Some(rep) = StepRepeat::new(ev) else {
@@ -652,7 +655,7 @@ enum Replayed {
 /// a buffer the step frees that an earlier step made (zero_grad's gradients) is the previous
 /// replay's counterpart, `delta` ids higher, as the repeated step numbers them
 /// (`sim/repeat.rs`).
-pub(crate) struct StepRepeat {
+struct StepRepeat {
     /// Per measured event: the buffer whose handle it allocates or frees.
     target: Vec<u32>,
 }
@@ -660,7 +663,7 @@ pub(crate) struct StepRepeat {
 impl StepRepeat {
     /// `None` when the measured step's carried-in frees have no counterpart `delta` ids higher
     /// (a step that does not repeat: multi-GPU walks).
-    pub(crate) fn new(ev: &Events) -> Option<StepRepeat> {
+    fn new(ev: &Events) -> Option<StepRepeat> {
         let ms = ev.measured_start.min(ev.events.len());
         if ev.empty_cache.last().is_some_and(|&i| i as usize >= ms) {
             return None;

@@ -966,16 +966,36 @@ mod tests {
     use crate::plan::inference::setting::InferConfig;
     use crate::plan::inference::shape::DecoderShape;
 
-    fn llama(name: &str) -> LlamaParams {
+    /// `tests/data/hf_configs/{name}.json` imported.
+    fn preset(name: &str) -> crate::model::Preset {
         let path = format!(
             "{}/../../tests/data/hf_configs/{name}.json",
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(path).expect("config");
-        let preset = crate::model::hf::from_config_text(&text, name).expect("preset");
-        match preset.spec {
+        crate::model::hf::from_config_text(&text, name).expect("preset")
+    }
+
+    fn llama(name: &str) -> LlamaParams {
+        match preset(name).spec {
             crate::model::ModelSpec::Llama(p) => *p,
             _ => panic!("{name}: not a Llama-lineage decoder"),
+        }
+    }
+
+    /// A bf16 SDPA `generate()` with a dynamic cache.
+    fn generate(batch: u64, prompt: u64, new_tokens: u64) -> InferConfig {
+        use crate::plan::config::{AllocatorConfig, Attention, DType};
+        use crate::plan::inference::{InferStep, KvCache};
+        InferConfig {
+            step: InferStep::Generate,
+            batch,
+            prompt,
+            new_tokens,
+            dtype: DType::BF16,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
         }
     }
 
@@ -1019,20 +1039,9 @@ mod tests {
     /// by `empty_cache()`, and every buffer freed once.
     #[test]
     fn offloaded_weights_are_copied_in_at_each_forward() {
-        use crate::plan::config::{AllocatorConfig, Attention, DType};
-        use crate::plan::inference::{InferStep, KvCache};
         let p = llama("Qwen2.5-0.5B");
         let shape = DecoderShape::from_params(&p).expect("shape");
-        let cfg = InferConfig {
-            step: InferStep::Generate,
-            batch: 2,
-            prompt: 64,
-            new_tokens: 3,
-            dtype: DType::BF16,
-            attention: Attention::Sdpa,
-            kv_cache: KvCache::Dynamic,
-            allocator: AllocatorConfig::default(),
-        };
+        let cfg = generate(2, 64, 3);
         let pl = Placement::of(
             &p,
             2,
@@ -1190,24 +1199,9 @@ mod tests {
     /// `QuantModel::load` loads them.
     #[test]
     fn offloaded_quantized_layers_copy_their_quantized_tensors() {
-        use crate::plan::config::{AllocatorConfig, Attention, DType};
-        use crate::plan::inference::{InferPlanner, InferStep, KvCache};
-        let path = format!(
-            "{}/../../tests/data/hf_configs/Llama-3.1-8B.json",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(path).expect("config");
-        let preset = crate::model::hf::from_config_text(&text, "Llama-3.1-8B").expect("preset");
-        let cfg = InferConfig {
-            step: InferStep::Generate,
-            batch: 2,
-            prompt: 64,
-            new_tokens: 3,
-            dtype: DType::BF16,
-            attention: Attention::Sdpa,
-            kv_cache: KvCache::Dynamic,
-            allocator: AllocatorConfig::default(),
-        };
+        use crate::plan::inference::InferPlanner;
+        let preset = preset("Llama-3.1-8B");
+        let cfg = generate(2, 64, 3);
         let gib4 = MaxMemory {
             gpu: 4 << 30,
             cpu: None,
@@ -1298,24 +1292,9 @@ mod tests {
     /// replaces it: after any call, every offloaded int8 projection holds one copy on the GPU.
     #[test]
     fn offloaded_int8_layers_keep_their_last_copy() {
-        use crate::plan::config::{AllocatorConfig, Attention, DType};
-        use crate::plan::inference::{InferPlanner, InferStep, KvCache};
-        let path = format!(
-            "{}/../../tests/data/hf_configs/Llama-3.1-8B.json",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(path).expect("config");
-        let preset = crate::model::hf::from_config_text(&text, "Llama-3.1-8B").expect("preset");
-        let cfg = InferConfig {
-            step: InferStep::Generate,
-            batch: 1,
-            prompt: 32,
-            new_tokens: 2,
-            dtype: DType::BF16,
-            attention: Attention::Sdpa,
-            kv_cache: KvCache::Dynamic,
-            allocator: AllocatorConfig::default(),
-        };
+        use crate::plan::inference::InferPlanner;
+        let preset = preset("Llama-3.1-8B");
+        let cfg = generate(1, 32, 2);
         let int8 = QuantStorage {
             quant: crate::plan::finetune_mode::Quant::Int8,
             double_quant: false,
