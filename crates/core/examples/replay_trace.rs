@@ -1,5 +1,11 @@
 //! Replays a recorded allocator history (lines `a SIZE ID` / `f ID`) through the planner's
 //! caching-allocator model and prints its peak reserved bytes and segment count.
+//!
+//! cargo run --release -p vramlab-core --example replay_trace -- FILE [--cap GIB]
+//!
+//! `--cap GIB` replays under a per-process cap (`set_per_process_memory_fraction`), as a
+//! capped max-batch search does: each cache flush (release the free segments, retry) and the
+//! first request that fails even then are printed.
 use std::io::BufRead;
 use vramlab_core::plan::allocator::CachingAllocator;
 use vramlab_core::plan::config::AllocatorConfig;
@@ -8,13 +14,23 @@ fn main() -> anyhow::Result<()> {
     let path = std::env::args()
         .nth(1)
         .ok_or_else(|| anyhow::anyhow!("usage: replay_trace FILE"))?;
-    let mut al = CachingAllocator::new(AllocatorConfig::default());
+    let a: Vec<String> = std::env::args().collect();
+    let cap = a
+        .iter()
+        .position(|s| s == "--cap")
+        .and_then(|i| a.get(i + 1))
+        .map(|g| g.parse::<f64>().map(|g| (g * (1u64 << 30) as f64) as u64))
+        .transpose()?;
+    let mut al = match cap {
+        Some(c) => CachingAllocator::with_cap(AllocatorConfig::default(), c),
+        None => CachingAllocator::new(AllocatorConfig::default()),
+    };
     let mut h = std::collections::HashMap::new();
     let mut segs = 0;
     for line in std::io::BufReader::new(std::fs::File::open(path)?).lines() {
         let line = line?;
         let f: Vec<&str> = line.split_whitespace().collect();
-        let before = al.reserved;
+        let (before, flushes) = (al.reserved, al.flushes);
         match f.as_slice() {
             ["a", size, id] => {
                 h.insert(id.to_string(), al.malloc(size.parse()?));
@@ -26,11 +42,20 @@ fn main() -> anyhow::Result<()> {
             }
             _ => {}
         }
-        if al.reserved > before {
+        if al.oom {
+            println!("OOM at {line} (allocated {}, reserved {})", al.allocated, al.reserved);
+            break;
+        }
+        if al.flushes > flushes {
+            println!("flush at {line}: reserved {before} -> {}", al.reserved);
+        } else if al.reserved > before {
             segs += 1;
             println!("segment {} at {line}", al.reserved - before);
         }
     }
-    println!("peak_reserved {} segments {segs}", al.peak_reserved);
+    println!(
+        "peak_reserved {} segments {segs} flushes {}",
+        al.peak_reserved, al.flushes
+    );
     Ok(())
 }
