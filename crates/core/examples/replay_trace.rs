@@ -1,11 +1,12 @@
 //! Replays a recorded allocator history (lines `a SIZE ID` / `f ID`) through the planner's
 //! caching-allocator model and prints its peak reserved bytes and segment count.
 //!
-//! cargo run --release -p vramlab-core --example replay_trace -- FILE [--cap GIB]
+//! cargo run --release -p vramlab-core --example replay_trace -- FILE [--cap GIB] [--placements]
 //!
 //! `--cap GIB` replays under a per-process cap (`set_per_process_memory_fraction`), as a
 //! capped max-batch search does: each cache flush (release the free segments, retry) and the
-//! first request that fails even then are printed.
+//! first request that fails even then are printed. `--placements` prints where each allocation
+//! went (`p LINE SEGMENT OFFSET SEGMENT_SIZE`, LINE counted from 0) to set beside the recorded addresses.
 use std::io::BufRead;
 use vramlab_core::plan::allocator::CachingAllocator;
 use vramlab_core::plan::config::AllocatorConfig;
@@ -25,15 +26,23 @@ fn main() -> anyhow::Result<()> {
         Some(c) => CachingAllocator::with_cap(AllocatorConfig::default(), c),
         None => CachingAllocator::new(AllocatorConfig::default()),
     };
+    let placements = a.iter().any(|s| s == "--placements");
     let mut h = std::collections::HashMap::new();
     let mut segs = 0;
-    for line in std::io::BufReader::new(std::fs::File::open(path)?).lines() {
+    for (n, line) in std::io::BufReader::new(std::fs::File::open(path)?)
+        .lines()
+        .enumerate()
+    {
         let line = line?;
         let f: Vec<&str> = line.split_whitespace().collect();
         let (before, flushes) = (al.reserved, al.flushes);
         match f.as_slice() {
             ["a", size, id] => {
-                h.insert(id.to_string(), al.malloc(size.parse()?));
+                let b = al.malloc(size.parse()?);
+                if placements && let Some((seg, off, _)) = al.block_location(b) {
+                    println!("p {n} {seg} {off} {}", al.segment_size(seg));
+                }
+                h.insert(id.to_string(), b);
             }
             ["f", id] => {
                 if let Some(x) = h.remove(*id) {
@@ -44,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         }
         if al.oom {
             println!("OOM at {line} (allocated {}, reserved {})", al.allocated, al.reserved);
+            open_segments(&al, &h);
             break;
         }
         if al.flushes > flushes {
@@ -58,4 +68,31 @@ fn main() -> anyhow::Result<()> {
         al.peak_reserved, al.flushes
     );
     Ok(())
+}
+
+/// At an OOM: every open segment of 20 MiB or more that holds a live block, with its live bytes
+/// and the ids (recorded addresses) of the blocks that kept the flush from releasing it.
+fn open_segments(al: &CachingAllocator, h: &std::collections::HashMap<String, u32>) {
+    let mut live: Vec<Vec<(u64, u64, &str)>> = vec![Vec::new(); al.segment_count() as usize];
+    for (id, &b) in h {
+        if let Some((seg, off, size)) = al.block_location(b) {
+            live[seg as usize].push((off, size, id));
+        }
+    }
+    println!("segments open at the OOM (size, live bytes: offset+size of each live block):");
+    for (i, blocks) in live.iter_mut().enumerate() {
+        let i = i as u32;
+        let size = al.segment_size(i);
+        if al.segment_released(i) || size < 20 << 20 {
+            continue;
+        }
+        blocks.sort();
+        let used: u64 = blocks.iter().map(|b| b.1).sum();
+        let list: Vec<String> = blocks
+            .iter()
+            .take(8)
+            .map(|&(off, sz, id)| format!("{id}@{off}+{sz}"))
+            .collect();
+        println!("  seg {i}: {size}, live {used}: {}", list.join(" "));
+    }
 }
