@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# Session 31's device call (issue 26), on an H200 (an 80 GiB cap cannot be emulated on an
-# H100's 79.2 GiB):
-#   1. the allocator histories (`snapshot_step.py`, PyTorch's `_record_memory_history`) of the
+# Session 31's device call (issue 26):
+#   1. session 30's four fresh-process histories (`lab/device/session30d.sh`), on any card;
+#   2. on an H200 only (an 80 GiB cap cannot be emulated on an H100's 79.2 GiB), the allocator histories (`snapshot_step.py`, PyTorch's `_record_memory_history`) of the
 #      two 80 GiB max-batch searches the planner stops furthest short of, each at the largest
 #      batch that ran, alone on the GPU in a fresh process under its cap: c26-09 (Llama-2-7B
 #      LoRA r64 attn, checkpointed, bf16) b93, planned 85; c26b-02 (TinyLlama LoRA r16
 #      all-linear, checkpointed, amp-bf16, seq 2048) b54, planned 50. Where one runs out of
-#      memory, the next batch down that the planner's answer leaves open is run too (FALLBACK).
-#   2. session 30's four fresh-process histories (`lab/device/session30d.sh`).
+#      memory, the next batch down that the planner's answer leaves open is run too.
 # Output: one archive, $OUT/all.tgz.
 #     OUT=dir bash lab/device/session31.sh      (carry .whl)
 set -u
@@ -28,12 +27,14 @@ hist() {  # name config batch
     pack
     grep -q '"oom": false' "$R/$n-measure.jsonl"
 }
-hist c2609 "$C2609" 93 || hist c2609 "$C2609" 89
-hist c26b02 "$C26b02" 54 || hist c26b02 "$C26b02" 52
-echo "capped histories done at $((SECONDS - T0)) s"
-if [ $(( ${TOTAL:-560} - (SECONDS - T0) )) -gt 200 ]; then
-    mkdir -p "$W/s30d"
-    OUT="$W/s30d" SNAP_S=$(( ${TOTAL:-560} - (SECONDS - T0) - 30 )) bash lab/device/session30d.sh > "$R/s30d.log" 2>&1
-    cp "$W/s30d/all.tgz" "$R/s30d.tgz"; tail -n 8 "$R/s30d.log" | cut -c1-200
+mkdir -p "$W/s30d"
+OUT="$W/s30d" SNAP_S=${SNAP_S:-170} bash lab/device/session30d.sh > "$R/s30d.log" 2>&1
+cp "$W/s30d/all.tgz" "$R/s30d.tgz"; tail -n 8 "$R/s30d.log" | cut -c1-200; pack
+echo "fresh histories done at $((SECONDS - T0)) s"
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    HIST_S=$(( (${TOTAL:-560} - (SECONDS - T0)) / 2 - 5 ))
+    [ "$HIST_S" -gt 60 ] && { hist c2609 "$C2609" 93 || true; }
+    HIST_S=$(( ${TOTAL:-560} - (SECONDS - T0) - 10 ))
+    [ "$HIST_S" -gt 60 ] && { hist c26b02 "$C26b02" 54 || true; }
 fi
 pack; ls -la "$R"
