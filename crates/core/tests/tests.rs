@@ -3,6 +3,7 @@
 
 mod accuracy;
 mod accuracy_tables;
+mod allocator_history;
 mod bench_data;
 mod callbacks_recorded;
 mod captured;
