@@ -66,8 +66,13 @@ fn main() -> anyhow::Result<()> {
             .get(e.node as usize)
             .map_or("-", |n| p.graph.name(n));
         let (before, flushes) = (al.reserved, al.flushes);
+        // Where an allocation went: `seg<i>+<offset>/<segment bytes>` (last column).
+        let mut at = String::new();
         if e.alloc {
             h[e.buffer as usize] = al.malloc(size);
+            if let Some((s, o, _)) = al.block_location(h[e.buffer as usize]) {
+                at = format!("\tseg{s}+{o}/{}", al.segment_size(s));
+            }
         } else {
             al.free(h[e.buffer as usize]);
             h[e.buffer as usize] = u32::MAX;
@@ -82,7 +87,7 @@ fn main() -> anyhow::Result<()> {
             String::new()
         };
         println!(
-            "{i}\t{}\t{}\t{size}\t{:?}\t{:?}\t{name}\t{}{seg}",
+            "{i}\t{}\t{}\t{size}\t{:?}\t{:?}\t{name}\t{}{seg}{at}",
             if e.alloc { "alloc" } else { "free" },
             e.buffer,
             e.phase,
