@@ -206,7 +206,7 @@ impl<'a> Search<'a> {
 
     /// `k`'s key among the combinations that generate the same events: its twin key with
     /// the precision the step really runs in ([`TrainConfig::effective_precision`]).
-    fn events_key(&self, k: &Knobs) -> Knobs {
+    pub(super) fn events_key(&self, k: &Knobs) -> Knobs {
         Knobs {
             precision: self.config(k, 1).effective_precision(),
             ..twin_key(k)
@@ -300,6 +300,7 @@ impl<'a> Search<'a> {
                 }
                 let factor = self.band_factor(&knobs);
                 self.dead.push((knobs, factor));
+                self.drop_dead_twins();
                 None
             }
             Outcome::Fits {
@@ -316,13 +317,41 @@ impl<'a> Search<'a> {
         }
     }
 
+    /// Drops the cached planners whose twin can no longer be planned: both allocator
+    /// settings of the key presumed dead (dead combinations only grow, and every pass skips
+    /// a combination presumed dead before planning it). A dead combination with expandable
+    /// segments presumes its twin without them dead at once, so its events were kept for
+    /// nothing, every page of them a fault.
+    fn drop_dead_twins(&mut self) {
+        let dead: Vec<Knobs> = self
+            .twins
+            .keys()
+            .filter(|k| self.both_dead(k))
+            .copied()
+            .collect();
+        for k in dead {
+            self.twins.remove(&k);
+        }
+    }
+
+    /// Whether both allocator settings of the twin key `k` are presumed dead.
+    fn both_dead(&self, k: &Knobs) -> bool {
+        self.presumed_dead(k)
+            && self.presumed_dead(&Knobs {
+                expandable: true,
+                ..*k
+            })
+    }
+
     /// Puts back the twin a plan computed ahead and then not needed had taken from the cache
     /// ([`super::window`]): the cache is as if the plan had not been made.
     pub(super) fn untake(&mut self, p: Planned) {
+        let key = twin_key(&p.knobs);
         if !p.fresh
             && let Some(pl) = p.planner
+            && !self.both_dead(&key)
         {
-            self.twins.insert(twin_key(&p.knobs), pl);
+            self.twins.insert(key, pl);
         }
     }
 
