@@ -97,6 +97,7 @@ fn search<'a: 'w, 'w>(
         closest: None,
         twins: HashMap::new(),
         same_events: HashMap::new(),
+        alive_events: std::collections::HashSet::new(),
         tuning,
         graph_cache,
     };
@@ -135,6 +136,7 @@ fn search<'a: 'w, 'w>(
     // The seeds share their events across precisions; the ranked pass seldom plans a
     // combination whose events another precision made: their memory goes.
     s.same_events.clear();
+    s.alive_events.clear();
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
     // Combinations the model cannot take (LoRA's attention targets on a convolutional
     // network) are left out, as `plan` leaves out a config that does not validate.
