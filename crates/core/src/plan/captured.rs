@@ -114,7 +114,6 @@ pub fn events(c: &CapturedGraph, k: &Constants, batch: u64) -> Events {
         measured_start,
         empty_cache: Vec::new(),
         bound_at_one: None,
-        step_repeat: Default::default(),
     }
 }
 

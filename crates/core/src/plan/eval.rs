@@ -629,18 +629,7 @@ fn later_steps(
     if (a.reserved, a.flushes) == at_start {
         return true;
     }
-    let cached = ev
-        .step_repeat
-        .get_or_init(|| (RepeatShape::of(ev), StepRepeat::new(ev)));
-    let own;
-    let rep = if cached.0 == RepeatShape::of(ev) {
-        &cached.1
-    } else {
-        // The events were changed after the pairing was kept (their fields are public).
-        own = StepRepeat::new(ev);
-        &own
-    };
-    let Some(rep) = rep else {
+    let Some(rep) = StepRepeat::new(ev) else {
         return true;
     };
     for _ in 0..LATER_STEPS {
@@ -662,32 +651,11 @@ enum Replayed {
     Changed,
 }
 
-/// [`StepRepeat::new`] of an event list, kept with it ([`Events::step_repeat`]), with the
-/// shape of the list it was built for.
-pub(crate) type CachedRepeat = (RepeatShape, Option<StepRepeat>);
-
-/// What a kept [`StepRepeat`] was built for: the measured step's start and the lengths of
-/// the lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RepeatShape(usize, usize, usize, usize);
-
-impl RepeatShape {
-    fn of(ev: &Events) -> RepeatShape {
-        RepeatShape(
-            ev.measured_start,
-            ev.events.len(),
-            ev.buffers.len(),
-            ev.empty_cache.len(),
-        )
-    }
-}
-
 /// The measured step replayed after itself (the runner's third step, a user's later steps):
 /// a buffer the step frees that an earlier step made (zero_grad's gradients) is the previous
 /// replay's counterpart, `delta` ids higher, as the repeated step numbers them
 /// (`sim/repeat.rs`).
-#[derive(Debug, Clone)]
-pub(crate) struct StepRepeat {
+struct StepRepeat {
     /// Per measured event: the buffer whose handle it allocates or frees.
     target: Vec<u32>,
 }

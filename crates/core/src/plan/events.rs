@@ -167,10 +167,6 @@ pub struct Events {
     /// [`super::eval::reserved_bound`] then answers batch 1 without a pass over the events).
     /// A function of `buffers` and `events` alone; `None` where not computed.
     pub(crate) bound_at_one: Option<u64>,
-    /// The measured step's pairing for the steps after it ([`super::eval`]'s later steps),
-    /// a function of the events alone, built on first use and kept with them (every replay
-    /// of these events at every batch asks it), with the shape it was built for.
-    pub(crate) step_repeat: std::sync::OnceLock<super::eval::CachedRepeat>,
 }
 
 impl Events {

@@ -133,7 +133,6 @@ impl Prog {
             whole_blocks: true,
             empty_cache: self.empty_cache,
             bound_at_one: None,
-            step_repeat: Default::default(),
         }
     }
 }

@@ -358,7 +358,6 @@ fn generate_with(
         whole_blocks: false,
         empty_cache: Vec::new(),
         bound_at_one: sim.bound1.map(|b| b.reserved()),
-        step_repeat: Default::default(),
     })
 }
 
