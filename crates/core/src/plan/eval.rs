@@ -513,21 +513,28 @@ impl LivePeaks {
         let mut a: u64 = 0;
         let mut b: u64 = 0;
         let mut points: Vec<(u64, u64)> = Vec::new();
-        let n = ev.events.len();
-        for (i, e) in ev.events.iter().enumerate() {
+        let apply = |e: &Event, a: &mut u64, b: &mut u64| {
             let buf = &ev.buffers[e.buffer as usize];
             if e.alloc {
-                a = a.saturating_add(buf.per_sample);
-                b = b.saturating_add(buf.fixed);
+                *a = a.saturating_add(buf.per_sample);
+                *b = b.saturating_add(buf.fixed);
             } else {
-                a = a.saturating_sub(buf.per_sample);
-                b = b.saturating_sub(buf.fixed);
+                *a = a.saturating_sub(buf.per_sample);
+                *b = b.saturating_sub(buf.fixed);
             }
-            let next_allocates = ev.events.get(i + 1).is_some_and(|next| next.alloc);
-            if i + 1 >= ev.measured_start
-                && (i + 1 == n || !next_allocates)
-                && points.last() != Some(&(a, b))
-            {
+        };
+        // The events before the last one ahead of the measured step only move the live
+        // bytes: no point is taken there.
+        let n = ev.events.len();
+        let first = ev.measured_start.saturating_sub(1).min(n);
+        let (before, rest) = ev.events.split_at(first);
+        for e in before {
+            apply(e, &mut a, &mut b);
+        }
+        for (i, e) in rest.iter().enumerate() {
+            apply(e, &mut a, &mut b);
+            let next_allocates = rest.get(i + 1).is_some_and(|next| next.alloc);
+            if (i + 1 == rest.len() || !next_allocates) && points.last() != Some(&(a, b)) {
                 points.push((a, b));
             }
         }

@@ -97,6 +97,7 @@ fn search<'a: 'w, 'w>(
         closest: None,
         twins: HashMap::new(),
         same_events: HashMap::new(),
+        alive_events: std::collections::HashSet::new(),
         tuning,
         graph_cache,
     };
@@ -135,6 +136,7 @@ fn search<'a: 'w, 'w>(
     // The seeds share their events across precisions; the ranked pass seldom plans a
     // combination whose events another precision made: their memory goes.
     s.same_events.clear();
+    s.alive_events.clear();
     let mut ranked: Vec<(f64, u32, Knobs)> = Vec::with_capacity(all.len());
     // Combinations the model cannot take (LoRA's attention targets on a convolutional
     // network) are left out, as `plan` leaves out a config that does not validate.
@@ -307,10 +309,21 @@ impl window::Pass for SeedPass {
 
     fn planned(
         &mut self,
-        _: &mut Search<'_>,
-        _: usize,
+        s: &mut Search<'_>,
+        i: usize,
         _: Option<Fitting>,
     ) -> Result<(), PlanError> {
+        // The events kept for the other precisions go once no seed after this one can take
+        // them (a seed presumed dead stays skipped; one planned ahead took them already).
+        let keys: Vec<Knobs> = s.same_events.keys().copied().collect();
+        for key in keys {
+            let wanted = self.list[i + 1..]
+                .iter()
+                .any(|k| s.events_key(k) == key && !s.presumed_dead(k));
+            if !wanted {
+                s.same_events.remove(&key);
+            }
+        }
         Ok(())
     }
 }
@@ -390,8 +403,29 @@ impl window::Pass for MainPass<'_> {
             let c = s.candidate(f)?;
             self.accepted.push((self.ranked[i].2, c.time.ms_per_sample));
             self.out.push(c);
+            drop_settled_twins(s, &self.accepted);
         }
         Ok(())
+    }
+}
+
+/// Drops the cached allocator twins neither of whose settings can be planned any more: each
+/// presumed dead or dominated by an accepted candidate (both only grow, and this pass and
+/// the strategies' pass after it skip such a combination before planning it). A candidate
+/// without expandable segments usually dominates its twin with them (the same time, one
+/// change more), whose events it kept for nothing, every page of them a fault.
+fn drop_settled_twins(s: &mut Search<'_>, accepted: &[(Knobs, f64)]) {
+    let keys: Vec<Knobs> = s.twins.keys().copied().collect();
+    for key in keys {
+        let settled = [false, true].into_iter().all(|expandable| {
+            let k = Knobs { expandable, ..key };
+            s.presumed_dead(&k)
+                || s.time(&k, 1)
+                    .is_ok_and(|t| is_dominated(accepted, &k, t.ms_per_sample, &s.user))
+        });
+        if settled {
+            s.twins.remove(&key);
+        }
     }
 }
 

@@ -49,6 +49,12 @@ pub(super) struct Search<'a> {
     /// [`Search::events_key`]: the other precision takes its events as a twin's
     /// ([`Tuning::share_events`]).
     pub(super) same_events: HashMap<Knobs, Planner>,
+    /// The seeds found alive whose events another precision generates alike, keyed by
+    /// their knobs in the precision the step runs in ([`Search::alive_key`]): a seed of the
+    /// other precision takes their verdict instead of their events (the twin would replay
+    /// the same events under the same allocator, budget and context, [`plan_one`]), so no
+    /// seed's events are kept for it.
+    pub(super) alive_events: std::collections::HashSet<Knobs>,
     pub(super) tuning: Tuning,
     /// The planners' graphs, built once per graph key ([`crate::plan::GraphCache`]).
     pub(super) graph_cache: &'a crate::plan::GraphCache,
@@ -198,15 +204,30 @@ impl<'a> Search<'a> {
     /// when that was planned and its twin has not been yet: the allocator settings do not
     /// change the events, only how they are replayed. Taken out of the cache: each key has
     /// two allocator settings, so the cache holds only plans whose twin is still to come.
-    pub(super) fn take_twin(&mut self, k: &Knobs) -> Option<Planner> {
-        self.twins
+    pub(super) fn take_twin(&mut self, k: &Knobs) -> Twin {
+        match self
+            .twins
             .remove(&twin_key(k))
             .or_else(|| self.same_events.get(&self.events_key(k)).cloned())
+        {
+            Some(p) => Twin::Planner(Box::new(p)),
+            None if self.alive_events.contains(&self.alive_key(k)) => Twin::Alive,
+            None => Twin::None,
+        }
+    }
+
+    /// `k` with the precision the step really runs in: the seeds of two such knobs replay the
+    /// same events under the same allocator settings.
+    fn alive_key(&self, k: &Knobs) -> Knobs {
+        Knobs {
+            precision: self.config(k, 1).effective_precision(),
+            ..*k
+        }
     }
 
     /// `k`'s key among the combinations that generate the same events: its twin key with
     /// the precision the step really runs in ([`TrainConfig::effective_precision`]).
-    fn events_key(&self, k: &Knobs) -> Knobs {
+    pub(super) fn events_key(&self, k: &Knobs) -> Knobs {
         Knobs {
             precision: self.config(k, 1).effective_precision(),
             ..twin_key(k)
@@ -271,8 +292,14 @@ impl<'a> Search<'a> {
         if let Some(pl) = planner.as_ref()
             && self.shares_events(&knobs)
         {
-            let key = self.events_key(&knobs);
-            self.same_events.entry(key).or_insert_with(|| pl.clone());
+            if matches!(outcome, Outcome::Alive) {
+                // A seed only asks alive or dead: the verdict is all the other precision
+                // takes.
+                self.alive_events.insert(self.alive_key(&knobs));
+            } else {
+                let key = self.events_key(&knobs);
+                self.same_events.entry(key).or_insert_with(|| pl.clone());
+            }
         }
         // The twin cache keeps the planner itself unless a candidate needs it too. A seed
         // that fits is not kept: its twin is rarely planned, and keeping every seed's events
@@ -300,6 +327,7 @@ impl<'a> Search<'a> {
                 }
                 let factor = self.band_factor(&knobs);
                 self.dead.push((knobs, factor));
+                self.drop_dead_twins();
                 None
             }
             Outcome::Fits {
@@ -316,13 +344,41 @@ impl<'a> Search<'a> {
         }
     }
 
+    /// Drops the cached planners whose twin can no longer be planned: both allocator
+    /// settings of the key presumed dead (dead combinations only grow, and every pass skips
+    /// a combination presumed dead before planning it). A dead combination with expandable
+    /// segments presumes its twin without them dead at once, so its events were kept for
+    /// nothing, every page of them a fault.
+    fn drop_dead_twins(&mut self) {
+        let dead: Vec<Knobs> = self
+            .twins
+            .keys()
+            .filter(|k| self.both_dead(k))
+            .copied()
+            .collect();
+        for k in dead {
+            self.twins.remove(&k);
+        }
+    }
+
+    /// Whether both allocator settings of the twin key `k` are presumed dead.
+    fn both_dead(&self, k: &Knobs) -> bool {
+        self.presumed_dead(k)
+            && self.presumed_dead(&Knobs {
+                expandable: true,
+                ..*k
+            })
+    }
+
     /// Puts back the twin a plan computed ahead and then not needed had taken from the cache
     /// ([`super::window`]): the cache is as if the plan had not been made.
     pub(super) fn untake(&mut self, p: Planned) {
+        let key = twin_key(&p.knobs);
         if !p.fresh
             && let Some(pl) = p.planner
+            && !self.both_dead(&key)
         {
-            self.twins.insert(twin_key(&p.knobs), pl);
+            self.twins.insert(key, pl);
         }
     }
 
@@ -435,6 +491,16 @@ pub(super) struct Planned {
     pub(super) fresh: bool,
 }
 
+/// What [`plan_one`] takes from the search's caches ([`Search::take_twin`]).
+pub(super) enum Twin {
+    None,
+    /// A planner of the same events (an allocator twin, or another precision's).
+    Planner(Box<Planner>),
+    /// A seed of another precision with the same events and allocator settings was found
+    /// alive: so is this one, when only that is asked ([`Task::only_alive`]).
+    Alive,
+}
+
 /// Plans `k` (its events from `twin` when given) without touching the search's state, so
 /// that several combinations can be planned at once; [`Search::record`] records the result.
 /// `closest`: the closest miss's nvidia-smi known now.
@@ -447,7 +513,7 @@ pub(super) struct Planned {
 pub(super) fn plan_one(
     t: &Task<'_>,
     k: &Knobs,
-    twin: Option<Planner>,
+    twin: Twin,
     closest: Option<Bytes>,
 ) -> Result<Planned, PlanError> {
     let cfg = t.config(k, 1);
@@ -459,11 +525,14 @@ pub(super) fn plan_one(
         fresh,
     };
     let (planner, fresh) = match twin {
-        Some(mut twin) => {
+        Twin::Planner(twin) => {
+            let mut twin = *twin;
             twin.config.allocator = cfg.allocator;
             (twin, false)
         }
-        None => {
+        // The twin's replay would have answered as the seed that left the verdict did.
+        Twin::Alive if t.only_alive => return Ok(done(Outcome::Alive, None, false)),
+        Twin::Alive | Twin::None => {
             let stop_early = t.stop_early;
             let bound = |context: Bytes, band: &crate::plan::band::ErrorBand| {
                 let cap = band.reserved.cap_for_upper(budget.allocator_cap(context)).0;
