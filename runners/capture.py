@@ -34,8 +34,9 @@ Speed (issue 32; docs/speed.md): the values of the weights never matter (every p
 buffer gets a fresh fake storage), so a model built on the CPU has its parameters on the meta
 device (no weight initialisation), and the fake-tensor attempt that fails for it is made once;
 the garbage collector walks only what each capture makes (gc.freeze); with two CPUs a forked
-child captures the last half of the batches at the same time. The graph is the same byte for
-byte (lab/cpu/capture_equal.py, python/tests/test_capture_golden.py).
+child captures the last half of the batches at the same time; the script's process ends without
+the interpreter's teardown (`exit_now`). The graph is the same byte for byte
+(lab/cpu/capture_equal.py, python/tests/test_capture_golden.py).
 """
 
 import argparse
