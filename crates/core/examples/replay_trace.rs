@@ -52,7 +52,10 @@ fn main() -> anyhow::Result<()> {
             _ => {}
         }
         if al.oom {
-            println!("OOM at {line} (allocated {}, reserved {})", al.allocated, al.reserved);
+            println!(
+                "OOM at {line} (allocated {}, reserved {})",
+                al.allocated, al.reserved
+            );
             open_segments(&al, &h);
             break;
         }

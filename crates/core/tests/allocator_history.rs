@@ -132,7 +132,10 @@ fn replay(file: &str, cap_gib: u64) -> Replayed {
 fn pytorchs_recorded_requests_make_the_same_segments() {
     let got = replay("traces/h100-c26-01-b13-cap24-replay.txt", 24);
     assert!(got.alike >= 8_000, "{} requests compared", got.alike);
-    assert_eq!(got.flushes, 2, "the cache flushes before the model's out-of-memory");
+    assert_eq!(
+        got.flushes, 2,
+        "the cache flushes before the model's out-of-memory"
+    );
     // The model runs out of memory where PyTorch flushed its cache and got through (the tie
     // above), not where PyTorch made a segment the model did not.
     assert_eq!(got.failed_at, Some((8_260, true)));
@@ -150,5 +153,8 @@ fn pytorchs_recorded_requests_reserve_what_pytorch_reserved() {
     assert!(got.alike >= 25_000, "{} requests compared", got.alike);
     assert_eq!(got.failed_at, None);
     assert_eq!(got.flushes, 1);
-    assert_eq!(got.peak_reserved, 83_005_276_160, "the measured peak reserved");
+    assert_eq!(
+        got.peak_reserved, 83_005_276_160,
+        "the measured peak reserved"
+    );
 }
