@@ -66,6 +66,9 @@ fn main() -> anyhow::Result<()> {
             .get(e.node as usize)
             .map_or("-", |n| p.graph.name(n));
         let (before, flushes) = (al.reserved, al.flushes);
+        let open: Vec<u32> = (0..al.segment_count())
+            .filter(|&s| !al.segment_released(s))
+            .collect();
         // Where an allocation went: `seg<i>+<offset>/<segment bytes>` (last column).
         let mut at = String::new();
         if e.alloc {
@@ -80,7 +83,17 @@ fn main() -> anyhow::Result<()> {
         let seg = if al.oom {
             format!(" OOM (reserved {})", al.reserved)
         } else if al.flushes > flushes {
-            format!(" FLUSH {} -> {}", before, al.reserved)
+            let released: Vec<String> = open
+                .iter()
+                .filter(|&&s| al.segment_released(s))
+                .map(|&s| format!("seg{s}:{}", al.segment_size(s)))
+                .collect();
+            format!(
+                " FLUSH {} -> {} (released {})",
+                before,
+                al.reserved,
+                released.join(" ")
+            )
         } else if al.reserved > before {
             format!(" SEGMENT +{}", al.reserved - before)
         } else {
