@@ -63,26 +63,39 @@ fn block(bytes: u64) -> u64 {
 
 impl QuantStorage {
     /// Bytes on the GPU of a quantized weight of `elems` elements and `rows` output
-    /// features, tensor by tensor as bitsandbytes 0.50 creates them (each rounded to the
-    /// allocator's 512-byte blocks):
-    ///
-    /// - 4-bit (`quantize_4bit`, blocksize 64): the packed weight (`(n + 1) / 2` uint8),
-    ///   the 4-bit code (16 fp32, `get_4bit_type`), and the absmax of each 64-element block:
-    ///   fp32, or with double quantization (`quantize_blockwise(absmax - offset,
-    ///   blocksize=256)`) uint8 plus the second-level fp32 absmax per 256 blocks, its
-    ///   256-entry fp32 code (copied per weight) and the fp32 offset.
-    /// - LLM.int8 (`int8_vectorwise_quant`): int8 weight and an fp32 scale per row (SCB).
+    /// features: its [`tensors`](Self::tensors), each rounded to the allocator's 512-byte
+    /// blocks.
     pub fn bytes(self, elems: u64, rows: u64) -> u64 {
+        self.tensors(elems, rows).into_iter().map(block).sum()
+    }
+
+    /// The GPU tensors (bytes, unrounded) of a quantized weight of `elems` elements and `rows`
+    /// output features as bitsandbytes 0.50 creates them, in the order an offloaded module's
+    /// accelerate hook creates them on the GPU (accelerate 1.15 `utils/modeling.py`
+    /// `set_module_tensor_to_device` → `param_cls(value, **kwargs).to(0)`, bitsandbytes 0.50.2
+    /// `nn/modules.py`):
+    ///
+    /// - 4-bit (`quantize_4bit`, blocksize 64): `Params4bit.to` moves the `QuantState` first
+    ///   (`functional.py` `QuantState.to`: the 4-bit `code`, 16 fp32 from `get_4bit_type`; the
+    ///   `absmax` of each 64-element block, fp32, or with double quantization
+    ///   (`quantize_blockwise(absmax - offset, blocksize=256)`) uint8, then the fp32 `offset`,
+    ///   `state2.absmax` (fp32 per 256 blocks) and `state2.code` (256 fp32)), then the packed
+    ///   weight (`(elems + 1) / 2` uint8);
+    /// - LLM.int8 (`int8_vectorwise_quant`): `Int8Params.to` of the int8 weight (CB), then the
+    ///   fp32 row scales (`fp16_statistics`, SCB) the hook passes beside it.
+    pub fn tensors(self, elems: u64, rows: u64) -> Vec<u64> {
         if !self.quant.is_4bit() {
-            return block(elems) + block(4 * rows);
+            return vec![elems, 4 * rows];
         }
         let blocks = elems.div_ceil(64);
-        let packed = block(elems.div_ceil(2)) + block(16 * 4);
+        let mut v = vec![16 * 4];
         if self.double_quant {
-            packed + block(blocks) + block(4 * blocks.div_ceil(256)) + block(256 * 4) + block(4)
+            v.extend([blocks, 4, 4 * blocks.div_ceil(256), 256 * 4]);
         } else {
-            packed + block(4 * blocks)
+            v.push(4 * blocks);
         }
+        v.push(elems.div_ceil(2));
+        v
     }
 }
 

@@ -46,7 +46,6 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
 use super::program::{Buf, Prog};
-use super::quant;
 use crate::model::families::llama::{LlamaParams, head_dim};
 use crate::plan::PlanError;
 use crate::plan::events::Category;
@@ -220,11 +219,11 @@ impl ModelTensors {
 
     /// The GPU tensors of each of `sub`'s parameters (weight, then bias) once loaded, in the
     /// order accelerate's hook copies them in: a quantized weight's
-    /// [`quant::stored_tensors`], everything else one tensor in the dtype.
+    /// [`QuantStorage::tensors`], everything else one tensor in the dtype.
     pub fn stored_params(&self, sub: Sub) -> Vec<Vec<u64>> {
         let mut v: Vec<Vec<u64>> = self.tensors(sub).into_iter().map(|b| vec![b]).collect();
         if let Some((q, rows, cols)) = self.quantized(sub) {
-            v[0] = quant::stored_tensors(q, rows * cols, rows);
+            v[0] = q.tensors(rows * cols, rows);
         }
         v
     }
@@ -1254,7 +1253,7 @@ mod tests {
         assert_eq!(copied.len(), 3 * per_forward, "3 forwards");
         let t = &pl.tensors;
         let layer_stored: u64 = t.layer_subs().iter().flat_map(|&s| t.stored(s)).sum();
-        let q_proj = quant::stored_tensors(nf4(), 4096 * 4096, 4096);
+        let q_proj = nf4().tensors(4096 * 4096, 4096);
         assert_eq!(q_proj, vec![64, 262_144, 4, 4096, 1024, 8_388_608]);
         let embed = 128_256 * 4096 * 2;
         assert_eq!(

@@ -103,31 +103,6 @@ pub fn describe(q: QuantStorage) -> String {
     }
 }
 
-/// The GPU tensors of one quantized weight of `elems` elements and `rows` output features
-/// (what [`QuantStorage::bytes`] counts, unrounded), in the order an offloaded module's
-/// accelerate hook creates them on the GPU (accelerate 1.15 `utils/modeling.py`
-/// `set_module_tensor_to_device` → `param_cls(value, **kwargs).to(0)`, bitsandbytes 0.50.2
-/// `nn/modules.py`):
-/// - 4-bit: `Params4bit.to` moves the `QuantState` first (`functional.py` `QuantState.to`:
-///   `code`, `absmax`, and with double quantization `offset`, `state2.absmax`,
-///   `state2.code`), then the packed weight (`(elems + 1) / 2` uint8);
-/// - LLM.int8: `Int8Params.to` of the int8 weight (CB), then the fp32 row scales
-///   (`fp16_statistics`, SCB) the hook passes beside it.
-pub fn stored_tensors(q: QuantStorage, elems: u64, rows: u64) -> Vec<u64> {
-    if !q.quant.is_4bit() {
-        return vec![elems, 4 * rows];
-    }
-    let blocks = elems.div_ceil(BLOCK);
-    let mut v = vec![16 * 4];
-    if q.double_quant {
-        v.extend([blocks, 4, 4 * blocks.div_ceil(256), DYNAMIC_MAP]);
-    } else {
-        v.push(4 * blocks);
-    }
-    v.push(elems.div_ceil(2));
-    v
-}
-
 /// A checkpoint tensor as `from_pretrained` loads it.
 #[derive(Debug, Clone, PartialEq)]
 struct Tensor {
