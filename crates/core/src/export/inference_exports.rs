@@ -170,16 +170,22 @@ fn bnb_config(q: QuantStorage, dtype: DType, fp32_cpu_offload: bool) -> String {
     }
 }
 
-/// `max_memory={0: …, "cpu": …}`.
+/// `max_memory={0: …, "cpu": …}`. Without `--max-cpu-memory` the plan gives the CPU what
+/// accelerate gives it when no `max_memory` is passed (`get_max_memory(None)`:
+/// `psutil.virtual_memory().available`), written out: given a `max_memory` without a `"cpu"`
+/// key, accelerate 1.15 places what GPU 0 cannot hold on the disk, and an LLM.int8 model
+/// whose layers went there fails at its first forward (session 31, `lab/device/session31c.sh`:
+/// bitsandbytes 0.50.2 `int8_mm_dequant` with no row scales, `'NoneType' object has no
+/// attribute 'dtype'`).
 fn max_memory_arg(m: MaxMemory) -> String {
-    match m.cpu {
-        Some(cpu) => format!(
-            "max_memory={{0: {}, \"cpu\": {}}}",
-            accelerate_size(m.gpu),
-            accelerate_size(cpu)
-        ),
-        None => format!("max_memory={{0: {}}}", accelerate_size(m.gpu)),
-    }
+    let cpu = m.cpu.map_or_else(
+        || "psutil.virtual_memory().available".to_string(),
+        accelerate_size,
+    );
+    format!(
+        "max_memory={{0: {}, \"cpu\": {cpu}}}",
+        accelerate_size(m.gpu)
+    )
 }
 
 /// The keyword arguments of `model.generate()` after `input_ids`, as planned.
@@ -275,6 +281,9 @@ pub fn transformers_script(e: &InferExport<'_>, plan: &InferPlan) -> String {
         s.push_str(&format!(
             "import os\n\nos.environ.setdefault(\"PYTORCH_CUDA_ALLOC_CONF\", \"{conf}\")  # before torch starts CUDA\n"
         ));
+    }
+    if e.max_memory.is_some_and(|m| m.cpu.is_none()) {
+        s.push_str("import psutil  # accelerate's own dependency: the CPU's budget below\n");
     }
     s.push_str("import torch\n");
     if e.quant.is_some() {
@@ -747,7 +756,11 @@ mod tests {
             cpu: None,
         };
         let (s, _) = script(&c, &Decoding::default(), None, Some(m));
-        assert!(s.contains("max_memory={0: 1000000001},"), "{s}");
+        assert!(
+            s.contains("max_memory={0: 1000000001, \"cpu\": psutil.virtual_memory().available},"),
+            "{s}"
+        );
+        assert!(s.contains("import psutil"), "{s}");
         assert_eq!(accelerate_size(3 << 30), "\"3GiB\"");
     }
 
