@@ -1064,7 +1064,9 @@ fn device_map_auto_with_quantized_weights() {
     assert!(ok, "{err}");
     assert!(
         out.contains("llm_int8_enable_fp32_cpu_offload=True)")
-            && out.contains("device_map=\"auto\", max_memory={0: \"1GiB\"}"),
+            && out.contains(
+                "device_map=\"auto\", max_memory={0: \"1GiB\", \"cpu\": psutil.virtual_memory().available}"
+            ),
         "{out}"
     );
     // the flag belongs to quantized weights under a device map

@@ -120,7 +120,9 @@ fn transformers_script_names_the_hub_id_and_the_load() {
     m.extend_from_slice(&["--device-map", "auto", "--max-gpu-memory", "1.5GiB"]);
     let s = ok(&m);
     assert!(
-        s.contains("device_map=\"auto\", max_memory={0: \"1536MiB\"}"),
+        s.contains(
+            "device_map=\"auto\", max_memory={0: \"1536MiB\", \"cpu\": psutil.virtual_memory().available}"
+        ) && s.contains("import psutil"),
         "{s}"
     );
 }
