@@ -61,12 +61,16 @@ fn block(bytes: u64) -> u64 {
     bytes.div_ceil(BLOCK) * BLOCK
 }
 
+/// bitsandbytes' 4-bit block size (`Params4bit.blocksize`, 64): one absmax per block.
+pub(crate) const BNB_4BIT_BLOCK: u64 = 64;
+
 impl QuantStorage {
     /// Bytes on the GPU of a quantized weight of `elems` elements and `rows` output
     /// features: its [`tensors`](Self::tensors), each rounded to the allocator's 512-byte
-    /// blocks.
+    /// blocks (summed without a list: every plan of quantized weights asks it per parameter).
     pub fn bytes(self, elems: u64, rows: u64) -> u64 {
-        self.tensors(elems, rows).into_iter().map(block).sum()
+        let (t, n) = self.parts(elems, rows);
+        t[..n].iter().map(|&b| block(b)).sum()
     }
 
     /// The GPU tensors (bytes, unrounded) of a quantized weight of `elems` elements and `rows`
@@ -84,18 +88,23 @@ impl QuantStorage {
     /// - LLM.int8 (`int8_vectorwise_quant`): `Int8Params.to` of the int8 weight (CB), then the
     ///   fp32 row scales (`fp16_statistics`, SCB) the hook passes beside it.
     pub fn tensors(self, elems: u64, rows: u64) -> Vec<u64> {
+        let (t, n) = self.parts(elems, rows);
+        t[..n].to_vec()
+    }
+
+    /// [`tensors`](Self::tensors) in a fixed array: the first `n` entries.
+    fn parts(self, elems: u64, rows: u64) -> ([u64; 6], usize) {
         if !self.quant.is_4bit() {
-            return vec![elems, 4 * rows];
+            return ([elems, 4 * rows, 0, 0, 0, 0], 2);
         }
-        let blocks = elems.div_ceil(64);
-        let mut v = vec![16 * 4];
+        let blocks = elems.div_ceil(BNB_4BIT_BLOCK);
+        let packed = elems.div_ceil(2);
         if self.double_quant {
-            v.extend([blocks, 4, 4 * blocks.div_ceil(256), 256 * 4]);
+            let nested = 4 * blocks.div_ceil(256);
+            ([16 * 4, blocks, 4, nested, 256 * 4, packed], 6)
         } else {
-            v.push(4 * blocks);
+            ([16 * 4, 4 * blocks, packed, 0, 0, 0], 3)
         }
-        v.push(elems.div_ceil(2));
-        v
     }
 }
 

@@ -67,6 +67,8 @@ use crate::model::ir::Op;
 use crate::plan::config::DType;
 use crate::plan::events::Category;
 use crate::plan::finetune_mode::Quant;
+// bitsandbytes' 4-bit block size, as the storage counts it.
+use crate::plan::policy::BNB_4BIT_BLOCK as BLOCK;
 use crate::plan::policy::QuantStorage;
 
 /// Streaming multiprocessors of the GPU the 4-bit kernel choice is planned for: H100 SXM
@@ -76,9 +78,6 @@ pub const SM90_SMS: u64 = 132;
 /// `bitsandbytes::gemm_4bit`'s largest row count for the fused kernel on CUDA
 /// (`_gemm_4bit_custom_max_m`).
 const CUSTOM_MAX_M: u64 = 1536;
-
-/// bitsandbytes' 4-bit block size (`Params4bit.blocksize`, 64).
-const BLOCK: u64 = 64;
 
 /// `name2qmap["dynamic"]`: the 256-entry fp32 map `quantize_blockwise` caches on the GPU once
 /// per process.
