@@ -228,10 +228,7 @@ impl<'a> Search<'a> {
     /// `k`'s key among the combinations that generate the same events: its twin key with
     /// the precision the step really runs in ([`TrainConfig::effective_precision`]).
     pub(super) fn events_key(&self, k: &Knobs) -> Knobs {
-        Knobs {
-            precision: self.config(k, 1).effective_precision(),
-            ..twin_key(k)
-        }
+        twin_key(&self.alive_key(k))
     }
 
     /// Whether another precision generates `k`'s events (the search shares them).
