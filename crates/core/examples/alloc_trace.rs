@@ -4,6 +4,10 @@
 //! cargo run --release --example alloc_trace -- resnet18 256 224 fp32 adamw [ckpt]
 //! cargo run --release --example alloc_trace -- --row '{"model": "tests/data/hf_configs/…", …}'
 
+#[path = "shared/open_segments.rs"]
+mod shared;
+
+use shared::open_segments;
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::allocator::CachingAllocator;
 use vramlab_core::plan::config::AllocatorConfig;
@@ -66,9 +70,14 @@ fn main() -> anyhow::Result<()> {
             .get(e.node as usize)
             .map_or("-", |n| p.graph.name(n));
         let (before, flushes) = (al.reserved, al.flushes);
-        let open: Vec<u32> = (0..al.segment_count())
-            .filter(|&s| !al.segment_released(s))
-            .collect();
+        // The segments open before this event (only a capped replay flushes).
+        let open: Vec<u32> = if cap.is_some() {
+            (0..al.segment_count())
+                .filter(|&s| !al.segment_released(s))
+                .collect()
+        } else {
+            Vec::new()
+        };
         // Where an allocation went: `seg<i>+<offset>/<segment bytes>` (last column).
         let mut at = String::new();
         if e.alloc {
@@ -126,29 +135,19 @@ fn main() -> anyhow::Result<()> {
 /// buffers that hold them (what kept the cache flush from releasing it).
 fn segments_at_oom(p: &Planner, al: &CachingAllocator, h: &[u32]) {
     let ev = &p.events;
-    let mut live: Vec<Vec<(u64, u64, usize)>> = vec![Vec::new(); al.segment_count() as usize];
     let mut node = vec![u32::MAX; ev.buffers.len()];
     for e in ev.events.iter().filter(|e| e.alloc) {
         node[e.buffer as usize] = e.node;
     }
-    for (b, &id) in h.iter().enumerate() {
-        if id == u32::MAX {
-            continue;
-        }
-        if let Some((seg, off, size)) = al.block_location(id) {
-            live[seg as usize].push((off, size, b));
-        }
-    }
+    let live = h
+        .iter()
+        .enumerate()
+        .filter(|&(_, &id)| id != u32::MAX)
+        .map(|(b, &id)| (id, b));
     println!("segments open at the OOM (size, live bytes, live buffers):");
-    for (i, blocks) in live.iter_mut().enumerate() {
-        let i = i as u32;
-        let size = al.segment_size(i);
-        if al.segment_released(i) || size < 20 << 20 {
-            continue;
-        }
-        blocks.sort();
-        let used: u64 = blocks.iter().map(|b| b.1).sum();
-        let names: Vec<String> = blocks
+    for s in open_segments(al, live) {
+        let names: Vec<String> = s
+            .blocks
             .iter()
             .take(6)
             .map(|&(off, sz, b)| {
@@ -161,10 +160,11 @@ fn segments_at_oom(p: &Planner, al: &CachingAllocator, h: &[u32]) {
             })
             .collect();
         println!(
-            "  seg {i}: {} MiB, live {} MiB ({} blocks) {}",
-            size >> 20,
-            used >> 20,
-            blocks.len(),
+            "  seg {}: {} MiB, live {} MiB ({} blocks) {}",
+            s.index,
+            s.size >> 20,
+            s.used >> 20,
+            s.blocks.len(),
             names.join(" ")
         );
     }

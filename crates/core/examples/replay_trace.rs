@@ -7,6 +7,10 @@
 //! capped max-batch search does: each cache flush (release the free segments, retry) and the
 //! first request that fails even then are printed. `--placements` prints where each allocation
 //! went (`p LINE SEGMENT OFFSET SEGMENT_SIZE`, LINE counted from 0) to set beside the recorded addresses.
+#[path = "shared/open_segments.rs"]
+mod shared;
+
+use shared::open_segments;
 use std::io::BufRead;
 use vramlab_core::plan::allocator::CachingAllocator;
 use vramlab_core::plan::config::AllocatorConfig;
@@ -56,7 +60,7 @@ fn main() -> anyhow::Result<()> {
                 "OOM at {line} (allocated {}, reserved {})",
                 al.allocated, al.reserved
             );
-            open_segments(&al, &h);
+            print_open_segments(&al, &h);
             break;
         }
         if al.flushes > flushes {
@@ -75,27 +79,21 @@ fn main() -> anyhow::Result<()> {
 
 /// At an OOM: every open segment of 20 MiB or more that holds a live block, with its live bytes
 /// and the ids (recorded addresses) of the blocks that kept the flush from releasing it.
-fn open_segments(al: &CachingAllocator, h: &std::collections::HashMap<String, u32>) {
-    let mut live: Vec<Vec<(u64, u64, &str)>> = vec![Vec::new(); al.segment_count() as usize];
-    for (id, &b) in h {
-        if let Some((seg, off, size)) = al.block_location(b) {
-            live[seg as usize].push((off, size, id));
-        }
-    }
+fn print_open_segments(al: &CachingAllocator, h: &std::collections::HashMap<String, u32>) {
     println!("segments open at the OOM (size, live bytes: offset+size of each live block):");
-    for (i, blocks) in live.iter_mut().enumerate() {
-        let i = i as u32;
-        let size = al.segment_size(i);
-        if al.segment_released(i) || size < 20 << 20 {
-            continue;
-        }
-        blocks.sort();
-        let used: u64 = blocks.iter().map(|b| b.1).sum();
-        let list: Vec<String> = blocks
+    for s in open_segments(al, h.iter().map(|(id, &b)| (b, id.as_str()))) {
+        let list: Vec<String> = s
+            .blocks
             .iter()
             .take(8)
             .map(|&(off, sz, id)| format!("{id}@{off}+{sz}"))
             .collect();
-        println!("  seg {i}: {size}, live {used}: {}", list.join(" "));
+        println!(
+            "  seg {}: {}, live {}: {}",
+            s.index,
+            s.size,
+            s.used,
+            list.join(" ")
+        );
     }
 }
