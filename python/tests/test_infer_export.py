@@ -49,6 +49,12 @@ CASES = [
      ["--step", "generate", "--seq", "8", "--new-tokens", "3", "--device-map", "auto",
       "--max-gpu-memory", "1MiB", "--max-cpu-memory", "1GiB"],
      ['device_map="auto", max_memory={0: "1MiB", "cpu": "1GiB"}']),
+    # without --max-cpu-memory the CPU's budget is written out (accelerate 1.15 puts what
+    # GPU 0 cannot hold on the disk when max_memory has no "cpu")
+    ("generate-device-map-cpu-default",
+     ["--step", "generate", "--seq", "8", "--new-tokens", "3", "--device-map", "auto",
+      "--max-gpu-memory", "1MiB"],
+     ["import psutil", '"cpu": psutil.virtual_memory().available}']),
 ]
 
 
