@@ -46,6 +46,7 @@ pub fn fit(preset: &Preset, user: &TrainConfig, req: &FitRequest) -> Result<FitR
             width: req.threads.max(1),
             stop_early: true,
             share_events: true,
+            speculate: true,
         },
     )
 }
@@ -166,6 +167,7 @@ fn search<'a: 'w, 'w>(
         pruned_dead,
         dominated,
         skipped: Vec::new(),
+        last_fit: false,
     };
     window::run(&mut s, &mut main, workers)?;
     let MainPass {
@@ -269,13 +271,23 @@ fn seed_dead<'a: 'w, 'w>(
             }
         }
     }
-    window::run(s, &mut SeedPass { list, budget }, workers)
+    window::run(
+        s,
+        &mut SeedPass {
+            list,
+            budget,
+            last_alive: true,
+        },
+        workers,
+    )
 }
 
 /// The seeds: each planned unless presumed dead, while the budget lasts.
 struct SeedPass {
     list: Vec<Knobs>,
     budget: usize,
+    /// Whether the last seed recorded was alive ([`window::Pass::likely_skips`]).
+    last_alive: bool,
 }
 
 impl window::Pass for SeedPass {
@@ -303,6 +315,12 @@ impl window::Pass for SeedPass {
         self.list[j].needs_at_least(&self.list[u])
     }
 
+    /// Seeds alike run in streaks of life and death: a seed is guessed to end as the last
+    /// one recorded did.
+    fn likely_skips(&self, _: &Search<'_>, u: usize, j: usize) -> bool {
+        !self.last_alive && self.list[j].needs_at_least(&self.list[u])
+    }
+
     fn headroom(&self, s: &Search<'_>) -> usize {
         self.budget.saturating_sub(s.planned)
     }
@@ -313,6 +331,7 @@ impl window::Pass for SeedPass {
         i: usize,
         _: Option<Fitting>,
     ) -> Result<(), PlanError> {
+        self.last_alive = !s.presumed_dead(&self.list[i]);
         // The events kept for the other precisions go once no seed after this one can take
         // them (a seed presumed dead stays skipped; one planned ahead took them already).
         let keys: Vec<Knobs> = s.same_events.keys().copied().collect();
@@ -340,6 +359,8 @@ struct MainPass<'r> {
     dominated: usize,
     /// Left for want of budget (or `top` reached): the other strategies' reserve.
     skipped: Vec<(f64, Knobs)>,
+    /// Whether the last combination recorded fits ([`window::Pass::likely_skips`]).
+    last_fit: bool,
 }
 
 impl window::Pass for MainPass<'_> {
@@ -362,6 +383,18 @@ impl window::Pass for MainPass<'_> {
     fn may_skip_after(&self, s: &Search<'_>, u: usize, j: usize) -> bool {
         let (ku, kj) = (self.ranked[u].2, self.ranked[j].2);
         kj.needs_at_least(&ku) || ku.changes_subset_of(&kj, &s.user)
+    }
+
+    /// Neighbours in the ranking fit or die in streaks: a combination is guessed to end as
+    /// the last one recorded did (fitting, it dominates the combinations that add to its
+    /// changes; dead, it kills those that need at least its memory).
+    fn likely_skips(&self, s: &Search<'_>, u: usize, j: usize) -> bool {
+        let (ku, kj) = (self.ranked[u].2, self.ranked[j].2);
+        if self.last_fit {
+            ku.changes_subset_of(&kj, &s.user)
+        } else {
+            kj.needs_at_least(&ku)
+        }
     }
 
     fn headroom(&self, s: &Search<'_>) -> usize {
@@ -399,6 +432,7 @@ impl window::Pass for MainPass<'_> {
         i: usize,
         f: Option<Fitting>,
     ) -> Result<(), PlanError> {
+        self.last_fit = f.is_some();
         if let Some(f) = f {
             let c = s.candidate(f)?;
             self.accepted.push((self.ranked[i].2, c.time.ms_per_sample));

@@ -640,4 +640,7 @@ pub(super) struct Tuning {
     /// Whether a combination whose events another precision generated already takes them
     /// instead of generating them again ([`Search::take_twin`]).
     pub(super) share_events: bool,
+    /// Whether a thread that would wait plans an entry that a result not recorded yet may
+    /// make the pass skip ([`super::window`]).
+    pub(super) speculate: bool,
 }

@@ -711,21 +711,24 @@ fn the_answer_does_not_depend_on_how_the_search_is_run() {
                 width: 1,
                 stop_early: false,
                 share_events: false,
+                speculate: false,
             },
         )
         .expect("fit");
         let want = serde_json::to_string(&reference).expect("json");
-        for (width, stop_early, share_events) in [
-            (1, true, false),
-            (1, false, true),
-            (2, false, false),
-            (2, true, true),
-            (3, true, true),
+        for (width, stop_early, share_events, speculate) in [
+            (1, true, false, false),
+            (1, false, true, true),
+            (2, false, false, false),
+            (2, true, true, false),
+            (2, true, true, true),
+            (3, true, true, true),
         ] {
             let tuning = Tuning {
                 width,
                 stop_early,
                 share_events,
+                speculate,
             };
             let got = fit_with(&preset, &cfg, &req, tuning).expect("fit");
             assert_eq!(

@@ -35,6 +35,9 @@ pub(super) trait Pass {
     /// Whether recording entry `u` (before `j`) could make the pass skip `j`, the counts
     /// of [`Pass::headroom`] aside: `j` is planned ahead of `u`'s result only when not.
     fn may_skip_after(&self, s: &Search<'_>, u: usize, j: usize) -> bool;
+    /// Whether entry `u` (before `j`) is likely to make the pass skip `j` once recorded: a
+    /// guess that decides only what an idle thread plans ahead ([`speculative`]).
+    fn likely_skips(&self, s: &Search<'_>, u: usize, j: usize) -> bool;
     /// How many more entries can be recorded before a limit of the pass (its plans, its
     /// candidates) may skip the rest.
     fn headroom(&self, s: &Search<'_>) -> usize;
@@ -126,13 +129,30 @@ pub(super) fn run<'a: 'w, 'w>(
         if i >= pass.len() {
             break Ok(());
         }
+        // Jobs done since are results now: a worker done is free to take another.
+        for slot in ahead.values_mut() {
+            if let Slot::Running(p) = slot
+                && let Some(r) = p.try_take()
+            {
+                *slot = Slot::Done(Box::new(r));
+            }
+        }
         // The next entries the pass would plan, not planned yet.
         let running = ahead
             .values()
             .filter(|slot| matches!(slot, Slot::Running(_)))
             .count();
         let room = depth.saturating_sub(ahead.len());
-        let next = plannable(s, &mut *pass, i, room, |j| ahead.contains_key(&j));
+        let mut next = plannable(s, &mut *pass, i, room, |j| ahead.contains_key(&j));
+        // Threads that would wait for a result take an entry a result not recorded yet may
+        // still skip (its plan dropped then, [`speculative`]).
+        let idle = width.saturating_sub(next.len() + running);
+        if s.tuning.speculate && idle > 0 {
+            let more = speculative(s, &mut *pass, i, idle, |j| {
+                ahead.contains_key(&j) || next.contains(&j)
+            });
+            next.extend(more);
+        }
         let task = task(s, pass);
         let closest = s.closest_smi();
         let mut next = next.into_iter();
@@ -212,6 +232,35 @@ fn plannable(
             continue;
         }
         if !planned(j) && !before.iter().any(|&u| pass.may_skip_after(s, u, j)) {
+            next.push(j);
+        }
+        before.push(j);
+    }
+    next
+}
+
+/// The next entries from `i` (at most `count`) not skipped with what the search knows now,
+/// not `planned` yet, and not likely to be skipped for the entries before them not recorded
+/// yet ([`Pass::likely_skips`]): planned on a thread that would otherwise wait, and dropped
+/// when their turn comes if they are skipped after all (the answer is the same; only work one
+/// thread would not do may be wasted).
+fn speculative(
+    s: &Search<'_>,
+    pass: &mut dyn Pass,
+    i: usize,
+    count: usize,
+    planned: impl Fn(usize) -> bool,
+) -> Vec<usize> {
+    let mut before: Vec<usize> = Vec::new();
+    let mut next = Vec::new();
+    for j in (i..pass.len()).take(SCAN) {
+        if next.len() >= count {
+            break;
+        }
+        if pass.skip(s, j, false) || before.iter().any(|&u| pass.likely_skips(s, u, j)) {
+            continue;
+        }
+        if !planned(j) {
             next.push(j);
         }
         before.push(j);
