@@ -114,7 +114,24 @@ fn lora(
     let mut quantized: Vec<(usize, bool)> = Vec::new();
     let old = std::mem::take(&mut g.nodes);
     let old_holds = std::mem::take(&mut g.holds);
-    let mut nodes: Vec<Node> = Vec::with_capacity(old.len() * 2);
+    // Room for every layer adapted, so that the lists are not copied as they grow (the fit
+    // search builds a graph per LoRA setting; each copy's pages are faults).
+    let (adapted_layers, adapted_names) = old
+        .iter()
+        .filter(|n| match n.op {
+            Op::Linear { out_features, .. } => {
+                out_features > 0 && ft.lora_targets.matches(g.name(n))
+            }
+            _ => false,
+        })
+        .fold((0, 0), |(n, bytes), node| (n + 1, bytes + node.name.len()));
+    let ops = adapter_ops(ft, quant);
+    let mut nodes: Vec<Node> = Vec::with_capacity(old.len() + ops * adapted_layers);
+    g.tensors.reserve(ops * adapted_layers);
+    g.params.reserve(2 * adapted_layers);
+    g.holds.reserve(2 * adapted_layers + old_holds.len());
+    // Each op's name is its layer's and a suffix (".lora_scaling", the longest: 13 bytes).
+    g.names.reserve(ops * (adapted_names + 13 * adapted_layers));
     // Each old node's last op in the new list (an adapted layer's is its adapter's last),
     // where the graph's holds move.
     let mut moved = Vec::with_capacity(old.len());
@@ -186,6 +203,15 @@ fn lora(
     }
     let policy = adapter_policy(&g, prec, base_params, quant, &quantized);
     Ok((g, policy))
+}
+
+/// Ops an adapted layer adds beside its base op ([`Emit::adapter`]), at most: the input cast
+/// (not for a quantized base), dropout, A, B, the scaling, the sum, and the cast back (the
+/// base's clone for a 4-bit base, nothing for an 8-bit one).
+fn adapter_ops(ft: &FineTune, quant: Option<QuantStorage>) -> usize {
+    let dropout = usize::from(!ft.lora_dropout.is_zero());
+    let cast = usize::from(quant.is_none());
+    dropout + cast + 5
 }
 
 /// Appends the ops of one adapted layer named `name` to `nodes`.
