@@ -3,9 +3,11 @@
 //!
 //! A pass over a list of combinations (the seeds, the ranked candidates) skips some by what
 //! the combinations planned before it showed (dead, dominated, the plan budget spent) and
-//! plans the others in order. This thread and the workers plan ahead only combinations that
-//! the ones before them, not recorded yet, cannot make the pass skip ([`Pass::may_skip_after`],
-//! [`Pass::headroom`]), as threads come free; the plans are recorded in list order, each
+//! plans the others in order. This thread and the workers plan ahead first the combinations
+//! that the ones before them, not recorded yet, cannot make the pass skip
+//! ([`Pass::may_skip_after`], [`Pass::headroom`]), as threads come free; a thread that would
+//! still wait takes one the pass guesses they will not skip ([`Pass::likely_skips`]: a guess
+//! wrong costs only the work); the plans are recorded in list order, each
 //! combination classified again when its turn comes (one then skipped has its plan dropped,
 //! as a pass on one thread would never have made it). What a skip depends on only grows (the
 //! dead, the accepted candidates, the plans counted); a plan depends on the search only
@@ -211,8 +213,8 @@ pub(super) fn run<'a: 'w, 'w>(
 }
 
 /// The next entries from `i` (at most `room`) that the pass plans whatever the entries before
-/// them not recorded yet show, not `planned` yet: nothing planned ahead is dropped, so a
-/// second core does no work one thread would not do.
+/// them not recorded yet show, not `planned` yet: none of these is dropped, so a second core
+/// planning them does no work one thread would not do.
 fn plannable(
     s: &Search<'_>,
     pass: &mut dyn Pass,
