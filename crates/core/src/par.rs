@@ -30,7 +30,17 @@ where
     R: Send,
     F: Fn(T) -> R + Sync,
 {
-    let n = threads().min(items.len());
+    map_on(threads(), items, f)
+}
+
+/// [`map`] on at most `threads` threads (the calling thread included; 1: on it alone).
+pub fn map_on<T, R, F>(threads: usize, items: Vec<T>, f: F) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+    F: Fn(T) -> R + Sync,
+{
+    let n = threads.min(items.len());
     if n <= 1 {
         return items.into_iter().map(f).collect();
     }

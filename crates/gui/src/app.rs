@@ -76,16 +76,19 @@ impl VramApp {
         // What tests draw must not depend on a worker thread's timing.
         app.derived.fit.blocking = true;
         app.derived.sweep.blocking = true;
+        app.derived.remedies.blocking = true;
         app.derived.infer.context.blocking = true;
         app.hub_blocking = true;
         app
     }
 
-    /// Runs the "make it fit" searches and the memory-versus-batch curve on worker threads,
-    /// as the app does (a test app runs them on the calling thread): for timing frames.
+    /// Runs the "make it fit" searches, the remedies and the memory-versus-batch curve on
+    /// worker threads, as the app does (a test app runs them on the calling thread): for
+    /// timing frames.
     pub fn search_in_background(&mut self) {
         self.derived.fit.blocking = false;
         self.derived.sweep.blocking = false;
+        self.derived.remedies.blocking = false;
         self.derived.infer.context.blocking = false;
     }
 
@@ -723,6 +726,10 @@ impl VramApp {
             self.derived.infer.context.on_done =
                 Some(std::sync::Arc::new(move || c.request_repaint()));
         }
+        if self.derived.remedies.on_done.is_none() {
+            let c = ctx.clone();
+            self.derived.remedies.on_done = Some(std::sync::Arc::new(move || c.request_repaint()));
+        }
         let inference = self.state.mode == crate::ui::inference::PlannerMode::Inference;
         if !inference {
             self.derived.refresh_fit(&self.state);
@@ -900,6 +907,7 @@ impl VramApp {
                         if let Some(c) =
                             remedies::remedies_ui(
                                 &a.report.remedies,
+                                a.remedies_of,
                                 a.report.plan.peak_allocated_bytes,
                                 ui,
                             )

@@ -46,6 +46,18 @@ impl RemedyPlanners {
         plan: &Plan,
         budget: Budget,
     ) -> Result<Vec<Remedy>, PlanError> {
+        self.evaluate_on(crate::par::threads(), cfg, plan, budget)
+    }
+
+    /// [`Self::evaluate`] on at most `threads` threads (the GUI plans them on one worker,
+    /// leaving the other cores to its frames and its search).
+    pub fn evaluate_on(
+        &self,
+        threads: usize,
+        cfg: &TrainConfig,
+        plan: &Plan,
+        budget: Budget,
+    ) -> Result<Vec<Remedy>, PlanError> {
         let found: Vec<_> = remedies::candidates(cfg, self.is_tokens)
             .into_iter()
             .filter_map(|(name, description, rc)| {
@@ -54,7 +66,7 @@ impl RemedyPlanners {
             })
             .collect();
         // Each remedy is evaluated on its own core ([`crate::par`]), in the candidates' order.
-        let mut list = crate::par::map(found, |(name, description, rc, planner)| {
+        let mut list = crate::par::map_on(threads, found, |(name, description, rc, planner)| {
             remedies::evaluate(
                 name,
                 description,

@@ -181,7 +181,8 @@ pub fn nothing_fits_text(d: &Derived) -> String {
     let Some(a) = d.answer() else {
         return "Even batch 1 does not fit.".into();
     };
-    if a.report.remedies.is_err() {
+    // The remedies are planned on a worker: until this batch's arrive, say only what is known.
+    if a.report.remedies.is_err() || a.remedies_of != super::derived::RemediesOf::Current {
         return "Even batch 1 does not fit.".into();
     }
     let fitting: Vec<String> = a

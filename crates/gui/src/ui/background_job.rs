@@ -72,6 +72,11 @@ impl<K: PartialEq, T: Send + 'static> BackgroundJob<K, T> {
         }
     }
 
+    /// Whether a result is being computed on a worker (as of the last [`Self::wants`]).
+    pub fn running(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// The newest finished result and its key ([`Self::wants`], called every frame, collects
     /// a finished one).
     pub fn done(&self) -> Option<&(K, T)> {

@@ -3,13 +3,16 @@
 //! search and batch sweep (per planner and budget), and the plan at the current batch.
 //! Never persisted.
 
+use std::sync::Arc;
 use vramlab_core::answer::PlanReport;
 use vramlab_core::answer::remedy_planners::RemedyPlanners;
 use vramlab_core::answer::report::ReportParts;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::builtin_presets;
 use vramlab_core::plan::search::{Budget, SweepPoint, max_batch};
-use vramlab_core::plan::{Phase, PlanError, Planner, TimelinePoint, gpus};
+
+use vramlab_core::plan::remedies::Remedy;
+use vramlab_core::plan::{Phase, Plan, PlanError, Planner, TimelinePoint, gpus};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::DetectedGpu;
 
@@ -63,7 +66,25 @@ pub struct PhaseSegment {
 pub struct Answer {
     pub report: PlanReport,
     pub timeline: Vec<PhaseSegment>,
+    /// Whose remedies the report holds: they are planned on a worker
+    /// ([`Derived::remedies`]), so while the batch changes they may be those of an earlier
+    /// batch, or none yet.
+    pub remedies_of: RemediesOf,
 }
+
+/// Which batch the remedies of an [`Answer`] were planned at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemediesOf {
+    /// This answer's batch.
+    Current,
+    /// An earlier batch of the same planner and budget (the new ones are being planned).
+    Batch(u64),
+    /// None yet (the report's list is empty while the first ones are planned).
+    Pending,
+}
+
+/// What a plan at one batch is keyed by: the planner's generation, the batch, the budget.
+type AnswerKey = (u64, u64, Budget);
 
 /// Largest batch that fits (`Ok(None)`: not even batch 1), or why the search failed.
 pub type MaxBatch = Result<Option<u64>, PlanError>;
@@ -92,10 +113,17 @@ pub struct Derived {
     max_batch: Option<((u64, Budget), MaxBatch)>,
     /// The memory-versus-batch curve, computed on a worker ([`super::sweep_job`]).
     pub sweep: super::sweep_job::SweepJob,
-    answer: Option<((u64, u64, Budget), AnswerResult)>,
+    /// The answer and the key of the remedies it holds.
+    answer: Option<((AnswerKey, Option<AnswerKey>), AnswerResult)>,
+    /// The plan at the current batch (the answer is rebuilt from it when remedies arrive).
+    plan: Option<(AnswerKey, Result<Plan, PlanError>)>,
     /// Planners of the remedy configs, per planner generation: a batch change then only
     /// re-evaluates them.
-    remedy_planners: Option<(u64, RemedyPlanners)>,
+    remedy_planners: Option<(u64, Arc<RemedyPlanners>)>,
+    /// The remedies at the current batch, planned on a worker: a frame that changes the batch
+    /// draws the plan at once and the remedies when they arrive (each is a full plan, and a
+    /// max-batch search for those that do not fit: several times the plan's own cost).
+    pub remedies: super::background_job::BackgroundJob<AnswerKey, Result<Vec<Remedy>, PlanError>>,
     target: GpuTarget,
     /// The "make it fit" search (runs when the plan does not fit, or when asked for).
     pub fit: super::fit_search::FitSearch,
@@ -262,7 +290,9 @@ impl Derived {
             max_batch: None,
             sweep: Default::default(),
             answer: None,
+            plan: None,
             remedy_planners: None,
+            remedies: Default::default(),
             target,
             fit: Default::default(),
             fit_wanted: false,
@@ -331,17 +361,45 @@ impl Derived {
 
         let batch = state.config.batch;
         if self.remedy_planners.as_ref().map(|(g, _)| *g) != Some(gen_) {
-            self.remedy_planners = Some((gen_, RemedyPlanners::new(preset, &state.config)));
+            self.remedy_planners =
+                Some((gen_, Arc::new(RemedyPlanners::new(preset, &state.config))));
         }
-        if self.answer.as_ref().map(|(k, _)| *k) != Some((gen_, batch, budget)) {
+        let key = (gen_, batch, budget);
+        if self.plan.as_ref().map(|(k, _)| *k) != Some(key) {
+            self.plan = Some((key, planner.plan(batch)));
+        }
+        let Some((_, plan)) = &self.plan else {
+            return;
+        };
+        // One planning of the remedies at a time: while the batch is dragged, the batch it
+        // settles on is planned when the running one is done (it asks for a frame then),
+        // instead of a worker per frame competing for the cores the frames need.
+        if let (Ok(plan), Some((_, r))) = (plan, &self.remedy_planners)
+            && self.remedies.wants(&key)
+            && !self.remedies.running()
+        {
+            let (r, plan, cfg) = (Arc::clone(r), plan.clone(), state.config);
+            // On this one worker: the other cores are the frames' and the search's.
+            self.remedies
+                .start(key, move || r.evaluate_on(1, &cfg, &plan, budget));
+        }
+        // The newest remedies of this planner and budget (of this batch once they arrive).
+        let shown = self
+            .remedies
+            .done()
+            .filter(|((g, _, b), _)| *g == gen_ && *b == budget);
+        let shown_key = shown.map(|(k, _)| *k);
+        if self.answer.as_ref().map(|(k, _)| *k) != Some((key, shown_key)) {
             let max_batch = self.max_batch.as_ref().map_or(Ok(None), |(_, m)| m.clone());
-            let answer = planner
-                .plan(batch)
+            let remedies_of = match shown_key {
+                Some(k) if k == key => RemediesOf::Current,
+                Some((_, b, _)) => RemediesOf::Batch(b),
+                None => RemediesOf::Pending,
+            };
+            let remedies = shown.map_or(Ok(Vec::new()), |(_, r)| r.clone());
+            let answer = plan
+                .clone()
                 .and_then(|plan| {
-                    let remedies = match &self.remedy_planners {
-                        Some((_, r)) => r.evaluate(&state.config, &plan, budget),
-                        None => Ok(Vec::new()),
-                    };
                     PlanReport::from_parts(ReportParts {
                         planner,
                         plan,
@@ -354,9 +412,10 @@ impl Derived {
                 .map(|report| Answer {
                     timeline: timeline_segments(&report.plan.timeline),
                     report,
+                    remedies_of,
                 })
                 .map_err(|e| format!("{e:#}"));
-            self.answer = Some(((gen_, batch, budget), answer));
+            self.answer = Some(((key, shown_key), answer));
         }
     }
 
@@ -463,6 +522,57 @@ impl Derived {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Refreshes until the remedies' worker is done (a minute at most).
+    fn settle(d: &mut Derived, state: &PlannerState) {
+        let start = std::time::Instant::now();
+        d.refresh(state);
+        while d.remedies.running() {
+            assert!(start.elapsed().as_secs() < 60, "the remedies never arrived");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            d.refresh(state);
+        }
+        d.refresh(state);
+    }
+
+    /// The remedies are planned on a worker: the frame that changes the batch shows the plan
+    /// at once with none (first) or the previous batch's remedies, labelled so, and the
+    /// batch's own once they arrive: the same list the core plans on the calling thread.
+    #[test]
+    fn remedies_arrive_from_a_worker_labelled_until_then() {
+        let mut d = Derived::new(None);
+        let mut state = PlannerState::default();
+        state.config.batch = 4;
+        d.refresh(&state);
+        let a = d.answer().expect("answer");
+        assert_eq!(a.remedies_of, RemediesOf::Pending);
+        assert!(matches!(&a.report.remedies, Ok(l) if l.is_empty()));
+        settle(&mut d, &state);
+        let a = d.answer().expect("answer");
+        assert_eq!(a.remedies_of, RemediesOf::Current);
+        let at4 =
+            serde_json::to_string(&a.report.remedies.as_ref().expect("remedies")).expect("json");
+        state.config.batch = 8;
+        d.refresh(&state);
+        let a = d.answer().expect("answer");
+        assert_eq!(a.report.plan.config.batch, 8);
+        assert_eq!(a.remedies_of, RemediesOf::Batch(4));
+        settle(&mut d, &state);
+        let a = d.answer().expect("answer");
+        assert_eq!(a.remedies_of, RemediesOf::Current);
+        // What the core computes on this thread for batch 8.
+        let planner = d.planner().expect("planner");
+        let plan = planner.plan(8).expect("plan");
+        let want = RemedyPlanners::new(d.preset().expect("preset"), &state.config)
+            .evaluate(&state.config, &plan, d.target.budget)
+            .expect("remedies");
+        let got = a.report.remedies.as_ref().expect("remedies");
+        assert_eq!(
+            serde_json::to_string(got).expect("json"),
+            serde_json::to_string(&want).expect("json")
+        );
+        assert_ne!(serde_json::to_string(got).expect("json"), at4);
+    }
 
     #[test]
     fn sweeps_stay_small_and_cover_the_range() {

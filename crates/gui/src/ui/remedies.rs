@@ -8,17 +8,32 @@ use vramlab_core::plan::PlanError;
 use vramlab_core::plan::remedies::Remedy;
 use vramlab_core::units::Bytes;
 
+use super::derived::RemediesOf;
 use super::style::{error_color, fit_icon, saving_text};
 use super::{Command, emit};
 
-/// The remedies table; `current_allocated` is the current plan's peak allocated bytes.
+/// The remedies table; `of`: which batch they were planned at (they are planned on a worker
+/// while the batch changes); `current_allocated` is the current plan's peak allocated bytes.
 pub fn remedies_ui(
     remedies: &Result<Vec<Remedy>, PlanError>,
+    of: RemediesOf,
     current_allocated: Bytes,
     ui: &mut Ui,
 ) -> Option<Command> {
     let mut cmd = None;
     let dark = ui.visuals().dark_mode;
+    match of {
+        RemediesOf::Current => {}
+        RemediesOf::Batch(b) => {
+            ui.weak(format!(
+                "Planning the remedies at this batch… (shown: those at batch {b})"
+            ));
+        }
+        RemediesOf::Pending => {
+            ui.weak("Planning the remedies…");
+            return None;
+        }
+    }
     let list = match remedies {
         Ok(l) => l,
         Err(e) => {
