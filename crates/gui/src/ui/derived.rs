@@ -1,7 +1,7 @@
 //! Runtime caches derived from [`PlannerState`]: the resolved model, the [`Planner`]
 //! (rebuilt only when the model or a batch-independent setting changes), the max-batch
-//! search and batch sweep (per planner and budget), and the plan at the current batch.
-//! Never persisted.
+//! search and batch sweep (per planner and budget), the plan at the current batch, and its
+//! remedies (planned on a worker, [`Derived::remedies`]). Never persisted.
 
 use std::sync::Arc;
 use vramlab_core::answer::PlanReport;
