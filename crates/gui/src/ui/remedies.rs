@@ -104,7 +104,13 @@ pub fn remedies_ui(
                     Some(b) => format!("{} Applied at micro-batch {b}, the largest it allows.", r.description),
                     None => r.description.clone(),
                 };
-                if ui.button("Apply").on_hover_text(apply_tip).clicked() {
+                // A remedy of an earlier batch would apply that batch's configuration.
+                let current = of == RemediesOf::Current;
+                let apply = ui
+                    .add_enabled(current, egui::Button::new("Apply"))
+                    .on_hover_text(apply_tip)
+                    .on_disabled_hover_text("Planning the remedies at this batch…");
+                if apply.clicked() {
                     emit(&mut cmd, Command::ApplyRemedy(r.config_to_apply()));
                 }
                 ui.end_row();
