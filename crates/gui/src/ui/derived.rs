@@ -4,14 +4,14 @@
 //! remedies (planned on a worker, [`Derived::remedies`]). Never persisted.
 
 use std::sync::Arc;
+
 use vramlab_core::answer::PlanReport;
 use vramlab_core::answer::remedy_planners::RemedyPlanners;
 use vramlab_core::answer::report::ReportParts;
 use vramlab_core::model::Preset;
 use vramlab_core::model::preset::builtin_presets;
-use vramlab_core::plan::search::{Budget, SweepPoint, max_batch};
-
 use vramlab_core::plan::remedies::Remedy;
+use vramlab_core::plan::search::{Budget, SweepPoint, max_batch};
 use vramlab_core::plan::{Phase, Plan, PlanError, Planner, TimelinePoint, gpus};
 use vramlab_core::units::Bytes;
 use vramlab_device::gpu::DetectedGpu;
