@@ -4,13 +4,12 @@
 //! cargo run --release --example alloc_trace -- resnet18 256 224 fp32 adamw [ckpt]
 //! cargo run --release --example alloc_trace -- --row '{"model": "tests/data/hf_configs/…", …}'
 
-#[path = "shared/open_segments.rs"]
+#[path = "shared/replay.rs"]
 mod shared;
 
 use shared::open_segments;
 use vramlab_core::model::preset::find_builtin;
 use vramlab_core::plan::allocator::CachingAllocator;
-use vramlab_core::plan::config::AllocatorConfig;
 use vramlab_core::plan::{Optimizer, Planner, Precision, TrainConfig};
 
 fn main() -> anyhow::Result<()> {
@@ -46,20 +45,11 @@ fn main() -> anyhow::Result<()> {
         (preset, cfg)
     };
     let batch = cfg.batch;
-    // `--cap GIB` (after the other arguments): replay under a cap, as a capped max-batch
-    // search does, marking each cache flush and the OOM.
-    let cap = a
-        .iter()
-        .position(|s| s == "--cap")
-        .and_then(|i| a.get(i + 1))
-        .map(|g| g.parse::<f64>().map(|g| (g * (1u64 << 30) as f64) as u64))
-        .transpose()?;
     let p = Planner::new(&preset, &cfg)?;
     let ev = &p.events;
-    let mut al = match cap {
-        Some(c) => CachingAllocator::with_cap(AllocatorConfig::default(), c),
-        None => CachingAllocator::new(AllocatorConfig::default()),
-    };
+    // `--cap GIB` (after the other arguments): replay under a cap, as a capped max-batch
+    // search does, marking each cache flush and the OOM.
+    let (mut al, capped) = shared::allocator_from_args(&a)?;
     let mut h = vec![u32::MAX; ev.buffers.len()];
     for (i, e) in ev.events.iter().enumerate() {
         let b = &ev.buffers[e.buffer as usize];
@@ -71,7 +61,7 @@ fn main() -> anyhow::Result<()> {
             .map_or("-", |n| p.graph.name(n));
         let (before, flushes) = (al.reserved, al.flushes);
         // The segments open before this event (only a capped replay flushes).
-        let open: Vec<u32> = if cap.is_some() {
+        let open: Vec<u32> = if capped {
             (0..al.segment_count())
                 .filter(|&s| !al.segment_released(s))
                 .collect()

@@ -7,29 +7,19 @@
 //! capped max-batch search does: each cache flush (release the free segments, retry) and the
 //! first request that fails even then are printed. `--placements` prints where each allocation
 //! went (`p LINE SEGMENT OFFSET SEGMENT_SIZE`, LINE counted from 0) to set beside the recorded addresses.
-#[path = "shared/open_segments.rs"]
+#[path = "shared/replay.rs"]
 mod shared;
 
 use shared::open_segments;
 use std::io::BufRead;
 use vramlab_core::plan::allocator::CachingAllocator;
-use vramlab_core::plan::config::AllocatorConfig;
 
 fn main() -> anyhow::Result<()> {
     let path = std::env::args()
         .nth(1)
         .ok_or_else(|| anyhow::anyhow!("usage: replay_trace FILE"))?;
     let a: Vec<String> = std::env::args().collect();
-    let cap = a
-        .iter()
-        .position(|s| s == "--cap")
-        .and_then(|i| a.get(i + 1))
-        .map(|g| g.parse::<f64>().map(|g| (g * (1u64 << 30) as f64) as u64))
-        .transpose()?;
-    let mut al = match cap {
-        Some(c) => CachingAllocator::with_cap(AllocatorConfig::default(), c),
-        None => CachingAllocator::new(AllocatorConfig::default()),
-    };
+    let (mut al, _) = shared::allocator_from_args(&a)?;
     let placements = a.iter().any(|s| s == "--placements");
     let mut h = std::collections::HashMap::new();
     let mut segs = 0;

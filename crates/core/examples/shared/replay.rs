@@ -1,7 +1,28 @@
-//! What `alloc_trace` and `replay_trace` print at an out-of-memory: the segments a cache flush
-//! could not release, with the live blocks that kept each.
+//! What `alloc_trace` and `replay_trace` share: the allocator model they replay into (capped
+//! by `--cap GIB`), and what they print at an out-of-memory: the segments a cache flush could
+//! not release, with the live blocks that kept each.
 
 use vramlab_core::plan::allocator::CachingAllocator;
+use vramlab_core::plan::config::AllocatorConfig;
+
+/// The allocator model to replay into, and whether it is capped: `--cap GIB` among `args`
+/// caps it at that many GiB, as a capped max-batch search replays (each cache flush and the
+/// out-of-memory then happen as they would there); without it, uncapped.
+pub fn allocator_from_args(args: &[String]) -> anyhow::Result<(CachingAllocator, bool)> {
+    let cap = args
+        .iter()
+        .position(|s| s == "--cap")
+        .and_then(|i| args.get(i + 1))
+        .map(|g| g.parse::<f64>().map(|g| (g * (1u64 << 30) as f64) as u64))
+        .transpose()?;
+    Ok(match cap {
+        Some(c) => (
+            CachingAllocator::with_cap(AllocatorConfig::default(), c),
+            true,
+        ),
+        None => (CachingAllocator::new(AllocatorConfig::default()), false),
+    })
+}
 
 /// One open segment of 20 MiB or more: its index, bytes, live bytes and live blocks
 /// (`offset`, `bytes`, the caller's label), sorted by offset.
