@@ -6,8 +6,8 @@
 
 use vramlab_core::answer::max_context::{Limit, Searched, max_context};
 use vramlab_core::model::{Preset, hf};
-use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
-use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep, KvCache};
+use vramlab_core::plan::config::DType;
+use vramlab_core::plan::inference::{InferConfig, InferPlanner, InferStep};
 use vramlab_core::plan::search::Budget;
 
 fn preset(name: &str) -> Preset {
@@ -24,16 +24,7 @@ fn budget(gpu: &str) -> Budget {
 }
 
 fn generate(batch: u64, prompt: u64, new_tokens: u64) -> InferConfig {
-    InferConfig {
-        step: InferStep::Generate,
-        batch,
-        prompt,
-        new_tokens,
-        dtype: DType::BF16,
-        attention: Attention::Sdpa,
-        kv_cache: KvCache::Dynamic,
-        allocator: AllocatorConfig::default(),
-    }
+    InferConfig::generate(batch, prompt, new_tokens, DType::BF16)
 }
 
 /// Whether the call with `prompt` and `new` tokens fits, planned on its own.

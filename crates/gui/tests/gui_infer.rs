@@ -8,7 +8,7 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use vramlab_core::answer::inference::{InferAnswer, fits, max_batch};
 use vramlab_core::model::preset::find_builtin;
-use vramlab_core::plan::config::{AllocatorConfig, Attention, DType};
+use vramlab_core::plan::config::DType;
 use vramlab_core::plan::finetune_mode::Quant;
 use vramlab_core::plan::inference::{Decoding, InferConfig, InferPlanner, InferStep, KvCache};
 use vramlab_core::plan::policy::QuantStorage;
@@ -64,13 +64,7 @@ fn core_answer(cfg: &InferConfig) -> InferAnswer {
 fn tinyllama(step: InferStep, batch: u64, prompt: u64, new_tokens: u64) -> InferConfig {
     InferConfig {
         step,
-        batch,
-        prompt,
-        new_tokens,
-        dtype: DType::BF16,
-        attention: Attention::Sdpa,
-        kv_cache: KvCache::Dynamic,
-        allocator: AllocatorConfig::default(),
+        ..InferConfig::generate(batch, prompt, new_tokens, DType::BF16)
     }
 }
 

@@ -982,20 +982,9 @@ mod tests {
         }
     }
 
-    /// A bf16 SDPA `generate()` with a dynamic cache.
+    /// A bf16 `generate()` with transformers' defaults.
     fn generate(batch: u64, prompt: u64, new_tokens: u64) -> InferConfig {
-        use crate::plan::config::{AllocatorConfig, Attention, DType};
-        use crate::plan::inference::{InferStep, KvCache};
-        InferConfig {
-            step: InferStep::Generate,
-            batch,
-            prompt,
-            new_tokens,
-            dtype: DType::BF16,
-            attention: Attention::Sdpa,
-            kv_cache: KvCache::Dynamic,
-            allocator: AllocatorConfig::default(),
-        }
+        InferConfig::generate(batch, prompt, new_tokens, crate::plan::config::DType::BF16)
     }
 
     /// Llama 3.2 1B in bf16: GPU 0 keeps the largest unsplittable module still to place

@@ -107,6 +107,21 @@ fn ser_dtype<S: serde::Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl InferConfig {
+    /// `model.generate()` as transformers runs it without options (SDPA attention, a dynamic
+    /// KV cache, PyTorch's default allocator settings), the weights in `dtype`.
+    pub fn generate(batch: u64, prompt: u64, new_tokens: u64, dtype: DType) -> InferConfig {
+        InferConfig {
+            step: InferStep::Generate,
+            batch,
+            prompt,
+            new_tokens,
+            dtype,
+            attention: Attention::Sdpa,
+            kv_cache: KvCache::Dynamic,
+            allocator: AllocatorConfig::default(),
+        }
+    }
+
     /// Checks the numbers; errors name the field.
     pub fn validate(&self) -> Result<(), PlanError> {
         if self.batch == 0 {

@@ -31,10 +31,10 @@
 
 use serde::Serialize;
 
-use super::{DecoderShape, InferConfig, InferPlanner, InferStep, KvCache};
+use super::{DecoderShape, InferConfig, InferPlanner};
 use crate::model::Preset;
 use crate::plan::PlanError;
-use crate::plan::config::{AllocatorConfig, Attention, DType};
+use crate::plan::config::DType;
 use crate::units::Bytes;
 
 /// What every output of this answer says.
@@ -180,16 +180,7 @@ pub fn capacity(
     let tokens = args.max_num_batched_tokens;
     let prompt = tokens.min(max_model_len.min(max_pos - 1));
     let batch = ceil_div(tokens, prompt);
-    let cfg = InferConfig {
-        step: InferStep::Generate,
-        batch,
-        prompt,
-        new_tokens: 1,
-        dtype: args.dtype,
-        attention: Attention::Sdpa,
-        kv_cache: KvCache::Dynamic,
-        allocator: AllocatorConfig::default(),
-    };
+    let cfg = InferConfig::generate(batch, prompt, 1, args.dtype);
     let planner = InferPlanner::new(preset, &cfg)?;
     let plan = planner.plan(batch)?;
     let activation = plan
