@@ -10,16 +10,20 @@
 #   vramlab export --format transformers --model lab/device/s31_export/model --gpu h100 --step generate \
 #     --seq 256 --new-tokens 16 --batch 2 --quant int8 --device-map auto --max-gpu-memory M --fp32-cpu-offload
 #     OUT=dir bash lab/device/session31c.sh      (carry .whl)
+# Session 32 wrote the scripts again with the fixed export (`"cpu"` in `max_memory`) into
+# lab/device/s32_export (same model, same commands); run those with
+#     OUT=dir bash lab/device/session31c.sh lab/device/s32_export
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
-D=lab/device/s31_export
-python3 - <<'PY' > "$OUT/save.log" 2>&1
-import torch, transformers
-c = transformers.AutoConfig.from_pretrained("lab/device/s31_export/model")
+D=${1:-lab/device/s31_export}
+D="$D" python3 - <<'PY' > "$OUT/save.log" 2>&1
+import os, torch, transformers
+d = os.environ["D"] + "/model"
+c = transformers.AutoConfig.from_pretrained(d)
 torch.manual_seed(0)
 m = transformers.AutoModelForCausalLM.from_config(c, dtype=torch.bfloat16)
-m.save_pretrained("lab/device/s31_export/model")
+m.save_pretrained(d)
 print("saved", sum(p.numel() for p in m.parameters()), "parameters")
 PY
 tail -n 2 "$OUT/save.log"
