@@ -116,22 +116,25 @@ fn lora(
     let old_holds = std::mem::take(&mut g.holds);
     // Room for every layer adapted, so that the lists are not copied as they grow (the fit
     // search builds a graph per LoRA setting; each copy's pages are faults).
-    let (adapted_layers, adapted_names) = old
+    // Each added op's name is its layer's and a suffix (".lora_scaling", the longest: 13 bytes).
+    let (added_ops, adapted_layers, added_names) = old
         .iter()
-        .filter(|n| match n.op {
-            Op::Linear { out_features, .. } => {
-                out_features > 0 && ft.lora_targets.matches(g.name(n))
+        .filter_map(|n| match n.op {
+            Op::Linear { out_features, .. } if adapts(ft, g.name(n), out_features) => {
+                let q = layer_quant(quant, n, g.name(n));
+                Some((adapter_ops(ft, q), n.name.len()))
             }
-            _ => false,
+            _ => None,
         })
-        .fold((0, 0), |(n, bytes), node| (n + 1, bytes + node.name.len()));
-    let ops = adapter_ops(ft, quant);
-    let mut nodes: Vec<Node> = Vec::with_capacity(old.len() + ops * adapted_layers);
-    g.tensors.reserve(ops * adapted_layers);
+        .fold((0, 0, 0), |(ops, layers, bytes), (o, name)| {
+            (ops + o, layers + 1, bytes + o * (name + 13))
+        });
+    let room = old.len() + added_ops;
+    let mut nodes: Vec<Node> = Vec::with_capacity(room);
+    g.tensors.reserve(added_ops);
     g.params.reserve(2 * adapted_layers);
     g.holds.reserve(2 * adapted_layers + old_holds.len());
-    // Each op's name is its layer's and a suffix (".lora_scaling", the longest: 13 bytes).
-    g.names.reserve(ops * (adapted_names + 13 * adapted_layers));
+    g.names.reserve(added_names);
     // Each old node's last op in the new list (an adapted layer's is its adapter's last),
     // where the graph's holds move.
     let mut moved = Vec::with_capacity(old.len());
@@ -150,7 +153,7 @@ fn lora(
             continue;
         };
         let name = g.name(&node).to_string();
-        let q = quant.filter(|_| !node.params.is_empty() && !keeps_dtype(&name));
+        let q = layer_quant(quant, &node, &name);
         if let Some(q) = q {
             node.op = Op::QuantLinear {
                 in_features,
@@ -161,7 +164,7 @@ fn lora(
                 quantized.push((p, k == 0));
             }
         }
-        if !ft.lora_targets.matches(&name) || out_features == 0 {
+        if !adapts(ft, &name, out_features) {
             nodes.push(node);
             continue;
         }
@@ -183,6 +186,10 @@ fn lora(
         };
         e.adapter(node, (in_features, out_features), ft, q);
     }
+    debug_assert!(
+        nodes.len() <= room,
+        "adapter_ops undercounts an adapter's ops"
+    );
     if !nodes.is_empty() {
         moved.push(nodes.len() - 1);
     }
@@ -203,6 +210,17 @@ fn lora(
     }
     let policy = adapter_policy(&g, prec, base_params, quant, &quantized);
     Ok((g, policy))
+}
+
+/// Whether LoRA adapts the linear named `name` with `out_features` outputs.
+fn adapts(ft: &FineTune, name: &str, out_features: u64) -> bool {
+    out_features > 0 && ft.lora_targets.matches(name)
+}
+
+/// How the linear `node` named `name` is stored under `quant`: quantized unless it has no
+/// weight or keeps its dtype ([`keeps_dtype`]).
+fn layer_quant(quant: Option<QuantStorage>, node: &Node, name: &str) -> Option<QuantStorage> {
+    quant.filter(|_| !node.params.is_empty() && !keeps_dtype(name))
 }
 
 /// Ops an adapted layer adds beside its base op ([`Emit::adapter`]), at most: the input cast
