@@ -316,9 +316,9 @@ impl window::Pass for SeedPass {
     }
 
     /// Seeds alike run in streaks of life and death: a seed is guessed to end as the last
-    /// one recorded did.
-    fn likely_skips(&self, _: &Search<'_>, u: usize, j: usize) -> bool {
-        !self.last_alive && self.list[j].needs_at_least(&self.list[u])
+    /// one recorded did (dead, it skips what [`window::Pass::may_skip_after`] says it may).
+    fn likely_skips(&self, s: &Search<'_>, u: usize, j: usize) -> bool {
+        !self.last_alive && self.may_skip_after(s, u, j)
     }
 
     fn headroom(&self, s: &Search<'_>) -> usize {
