@@ -227,5 +227,7 @@ fn grid26b_untouched_third() {
         c.2,
         c.3
     );
-    assert!(ar.len() <= 1 && ac.len() <= 1, "{ar:?} {ac:?}");
+    // Since session 33's bounds for the next row (`band::RISK`): no rank above its edge
+    // (the FSDP2 ×8 rank's mode has 3 rows and takes `*/full/fsdp2`'s bound), DLA-34 b8 still.
+    assert!(ar.is_empty() && ac.len() <= 1, "{ar:?} {ac:?}");
 }

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::plan::band::{ErrorBand, ErrorStats};
+use crate::plan::band::{ErrorBand, ErrorStats, RISK};
 use crate::plan::search::{Budget, fits_with_reserved};
 use crate::plan::{Plan, PlanError, Planner};
 use crate::units::Bytes;
@@ -50,6 +50,9 @@ pub struct PlanBand {
     pub rows: u32,
     /// Widened because no measured row has this mode.
     pub widened: bool,
+    /// The level whose bounds at the band's risk (1 in [`RISK`]) widen the band of a mode
+    /// with fewer than `RISK − 1` rows.
+    pub pooled_with: Option<String>,
     pub allocated: BandEdges,
     pub reserved: BandEdges,
     /// One line for people: the basis and the errors.
@@ -66,6 +69,7 @@ impl PlanBand {
             source: band.source.clone(),
             rows: band.rows,
             widened: band.widened,
+            pooled_with: band.pooled_with.clone(),
             allocated: BandEdges::new(plan.peak_allocated_bytes, band.allocated),
             reserved: BandEdges::new(plan.peak_reserved_bytes, band.reserved),
             note: band.describe(),
@@ -121,6 +125,11 @@ impl Verdict {
             format!(
                 "no measurements for this mode ({}): band of {}, {} rows, widened",
                 b.mode, b.source, b.rows
+            )
+        } else if let Some(pool) = b.pooled_with.as_ref().filter(|_| b.source == b.mode) {
+            format!(
+                "{}, {} measured rows, widened to the 1-in-{RISK} bounds of {pool}",
+                b.mode, b.rows
             )
         } else if b.source == b.mode {
             format!("{}, {} measured rows", b.mode, b.rows)
