@@ -91,6 +91,9 @@ class ErrorBand:
     source: str
     widened: bool
     note: str
+    #: The level whose 1-in-40 bounds widen the band of a mode with fewer than 39
+    #: measured rows (``*/lora/none``), else ``None``.
+    pooled_with: Optional[str] = None
 
     @classmethod
     def _of(cls, d: Mapping[str, Any]) -> "ErrorBand":
@@ -104,6 +107,7 @@ class ErrorBand:
             source=d["source"],
             widened=d["widened"],
             note=d["note"],
+            pooled_with=d.get("pooled_with"),
         )
 
 
