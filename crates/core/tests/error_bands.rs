@@ -171,7 +171,11 @@ fn bands_hold_on_files_they_were_not_built_from() {
     };
     println!(
         "upper edge ÷ plan, median over the rows: {:.3} (a mode's own rows from three on: {:.3})",
-        median(all.iter().map(|r| t.lookup(&r.mode).reserved.upper_factor()).collect()),
+        median(
+            all.iter()
+                .map(|r| t.lookup(&r.mode).reserved.upper_factor())
+                .collect()
+        ),
         median(all.iter().map(own_from_three).collect())
     );
     println!(
