@@ -16,8 +16,9 @@ FINAL="$OUT"; W=/tmp/s33; R="$W/r"; rm -rf "$W"; mkdir -p "$R"
 pack() { tar -C "$R" -czf "$FINAL/all.tgz" .; }
 T0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$R/nvidia-smi.csv"
-hist() {  # name config
-    timeout 120 python3 lab/device/snapshot_step.py --config "$2" \
+hist() {  # name config (skipped past 220 s: the export's run comes after)
+    [ $((SECONDS - T0)) -gt 220 ] && { echo "$1 skipped at $((SECONDS - T0)) s"; return; }
+    timeout 90 python3 lab/device/snapshot_step.py --config "$2" \
         --out "$W/$1.pickle" > "$R/$1-measure.jsonl" 2> "$R/$1.log"
     echo "$1 rc=$? at $((SECONDS - T0)) s"; tail -n 1 "$R/$1.log" | cut -c1-300
     [ -f "$W/$1.pickle" ] && gzip -c "$W/$1.pickle" > "$R/$1.pickle.gz"
@@ -30,7 +31,7 @@ hist g26-27 '{"model": "presets/models/gpt2.json", "batch": 8, "seq": 1024, "pre
 hist g26-43 '{"model": "tests/data/hf_configs/gemma-2-2b.json", "batch": 2, "seq": 1024, "precision": "bf16", "optimizer": "adamw", "accum": 2, "checkpointing": true, "checkpoint_reentrant": true, "attention": "sdpa", "loop": "trainer", "finetune": "lora", "lora_rank": 64, "lora_targets": "attn", "lora_alpha": 16.0, "lora_dropout": 0.1, "grid_id": "g26-43"}'
 echo "histories done at $((SECONDS - T0)) s"
 mkdir -p "$W/export"
-OUT="$W/export" timeout 250 bash lab/device/session31c.sh lab/device/s32_export > "$W/export/session.log" 2>&1
+OUT="$W/export" timeout 170 bash lab/device/session31c.sh lab/device/s32_export > "$W/export/session.log" 2>&1
 tail -n 20 "$W/export/session.log"
 tar -C "$W/export" -czf "$FINAL/export.tgz" .
 pack; ls -la "$R"; echo "done at $((SECONDS - T0)) s"
