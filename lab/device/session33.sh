@@ -16,8 +16,8 @@ FINAL="$OUT"; W=/tmp/s33; R="$W/r"; rm -rf "$W"; mkdir -p "$R"
 pack() { tar -C "$R" -czf "$FINAL/all.tgz" .; }
 T0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$R/nvidia-smi.csv"
-hist() {  # name config (skipped past 220 s: the export's run comes after)
-    [ $((SECONDS - T0)) -gt 220 ] && { echo "$1 skipped at $((SECONDS - T0)) s"; return; }
+hist() {  # name config (skipped past HIST_UNTIL s, default 220: the export's run comes after)
+    [ $((SECONDS - T0)) -gt ${HIST_UNTIL:-220} ] && { echo "$1 skipped at $((SECONDS - T0)) s"; return; }
     timeout 90 python3 lab/device/snapshot_step.py --config "$2" \
         --out "$W/$1.pickle" > "$R/$1-measure.jsonl" 2> "$R/$1.log"
     echo "$1 rc=$? at $((SECONDS - T0)) s"; tail -n 1 "$R/$1.log" | cut -c1-300
