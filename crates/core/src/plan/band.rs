@@ -18,8 +18,9 @@
 //! of n rows with probability k / (n + 1). A mode's own worst row is such a bound at a risk
 //! of at most 1 in [`RISK`] once the mode has `RISK − 1` rows; a mode with fewer (but at
 //! least [`MIN_ROWS`]) keeps its own worst row and is widened to its pool's bound at that
-//! risk: the least row of `*/finetune/strategy` (or of `*/*/*`) whose rank k keeps
-//! k / (n + 1) ≤ 1 / [`RISK`] ([`Tail`]). The mechanisms behind the misses (the caching
+//! risk: the k-th least row of `*/finetune/strategy` (or of `*/*/*`) with k = ⌊(n + 1) /
+//! [`RISK`]⌋, so that k / (n + 1) ≤ 1 / RISK; at least the least row, whose risk is
+//! 1 / (n + 1) in a pool of fewer than `RISK − 1` rows ([`Tail`]). The mechanisms behind the misses (the caching
 //! allocator's placement, workspaces) are shared across families; eight rows of one family
 //! that all came out close say little about the ninth (issue 26's untouched third: a
 //! Qwen2.5 LoRA row 12 % under, where the mode's eight rows were within 1 %). The rule's
