@@ -2,8 +2,11 @@
 //! shows the previous result (or nothing) until the new one arrives, so the UI never waits
 //! for it. A result asked meanwhile replaces the running one, whose answer is then dropped.
 //! Tests set `blocking` and compute on the calling thread, so what they draw is
-//! deterministic. Used for the memory-versus-batch curve ([`super::sweep_job`]) and the
-//! longest prompt of an inference call ([`super::inference`]).
+//! deterministic. Used for the memory-versus-batch curve ([`super::sweep_job`]), the
+//! remedies ([`super::derived`]) and the longest prompt of an inference call
+//! ([`super::inference`]). A worker that died without an answer (a panic: a bug, reported
+//! on stderr once) is not started again for the same key: the frames after it would each
+//! start one more ([`BackgroundJob::failed`]).
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
@@ -12,6 +15,8 @@ use std::sync::mpsc::{Receiver, TryRecvError, channel};
 pub struct BackgroundJob<K, T> {
     done: Option<(K, T)>,
     pending: Option<(K, Receiver<T>)>,
+    /// The key whose worker died without an answer.
+    failed: Option<K>,
     /// Compute on the calling thread (tests, screenshots).
     pub blocking: bool,
     /// Called when a background result is ready (asks the UI for a frame).
@@ -23,6 +28,7 @@ impl<K, T> Default for BackgroundJob<K, T> {
         BackgroundJob {
             done: None,
             pending: None,
+            failed: None,
             blocking: false,
             on_done: None,
         }
@@ -31,11 +37,13 @@ impl<K, T> Default for BackgroundJob<K, T> {
 
 impl<K: PartialEq, T: Send + 'static> BackgroundJob<K, T> {
     /// Collects a finished result, then says whether `key` still has to be started: it is
-    /// neither the one shown nor the one running. Callers build the work only then.
+    /// neither the one shown, nor the one running, nor one whose worker died. Callers build
+    /// the work only then.
     pub fn wants(&mut self, key: &K) -> bool {
         self.poll();
         !(self.done.as_ref().is_some_and(|(k, _)| k == key)
-            || self.pending.as_ref().is_some_and(|(k, _)| k == key))
+            || self.pending.as_ref().is_some_and(|(k, _)| k == key)
+            || self.failed.as_ref().is_some_and(|k| k == key))
     }
 
     /// Computes `key` with `work`: now when blocking, else on a worker thread.
@@ -44,6 +52,7 @@ impl<K: PartialEq, T: Send + 'static> BackgroundJob<K, T> {
             self.done = Some((key, work()));
             return;
         }
+        self.failed = None;
         let (tx, rx) = channel();
         let on_done = self.on_done.clone();
         std::thread::spawn(move || {
@@ -68,8 +77,15 @@ impl<K: PartialEq, T: Send + 'static> BackgroundJob<K, T> {
                 }
             }
             Err(TryRecvError::Empty) => {}
-            Err(TryRecvError::Disconnected) => self.pending = None,
+            // The worker died without an answer: not started again for this key.
+            Err(TryRecvError::Disconnected) => self.failed = self.pending.take().map(|(k, _)| k),
         }
+    }
+
+    /// The key whose worker died without an answer (as of the last [`Self::wants`]), while
+    /// no later key was asked for.
+    pub fn failed(&self) -> Option<&K> {
+        self.failed.as_ref()
     }
 
     /// Whether a result is being computed on a worker (as of the last [`Self::wants`]).
@@ -81,5 +97,42 @@ impl<K: PartialEq, T: Send + 'static> BackgroundJob<K, T> {
     /// a finished one).
     pub fn done(&self) -> Option<&(K, T)> {
         self.done.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait_until(
+        job: &mut BackgroundJob<u32, u32>,
+        key: u32,
+        done: impl Fn(&BackgroundJob<u32, u32>) -> bool,
+    ) {
+        for _ in 0..500 {
+            job.wants(&key);
+            if done(job) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        panic!("the worker never finished");
+    }
+
+    #[test]
+    fn a_worker_that_dies_is_not_started_again_for_its_key() {
+        let mut job: BackgroundJob<u32, u32> = BackgroundJob::default();
+        assert!(job.wants(&1));
+        job.start(1, || panic!("a bug in the work (expected in this test)"));
+        wait_until(&mut job, 1, |j| !j.running());
+        assert_eq!(job.failed(), Some(&1));
+        assert!(!job.wants(&1), "a dead key would be started on every frame");
+        // Another key is computed as usual, and clears the failure.
+        assert!(job.wants(&2));
+        job.start(2, || 4);
+        wait_until(&mut job, 2, |j| j.done().is_some());
+        assert_eq!(job.done(), Some(&(2, 4)));
+        assert_eq!(job.failed(), None);
+        assert!(!job.wants(&2) && job.wants(&1));
     }
 }

@@ -81,6 +81,10 @@ pub enum RemediesOf {
     Batch(u64),
     /// None yet (the report's list is empty while the first ones are planned).
     Pending,
+    /// Planning them at this batch failed without an answer (a worker that panicked: a bug,
+    /// reported on stderr); the list is an earlier batch's or empty. Not tried again until
+    /// the batch or the configuration changes.
+    Failed,
 }
 
 /// What a plan at one batch is keyed by: the planner's generation, the batch, the budget.
@@ -89,6 +93,9 @@ type AnswerKey = (u64, u64, Budget);
 /// Largest batch that fits (`Ok(None)`: not even batch 1), or why the search failed.
 pub type MaxBatch = Result<Option<u64>, PlanError>;
 type AnswerResult = Result<Answer, String>;
+/// What an answer shows: the plan's key, the remedies' (an earlier batch's while this one's
+/// are planned) and whether planning this plan's remedies failed.
+type ShownKey = (AnswerKey, Option<AnswerKey>, bool);
 
 #[derive(Debug, Clone, PartialEq)]
 struct ModelKey {
@@ -114,7 +121,7 @@ pub struct Derived {
     /// The memory-versus-batch curve, computed on a worker ([`super::sweep_job`]).
     pub sweep: super::sweep_job::SweepJob,
     /// The answer and the key of the remedies it holds.
-    answer: Option<((AnswerKey, Option<AnswerKey>), AnswerResult)>,
+    answer: Option<(ShownKey, AnswerResult)>,
     /// The plan at the current batch (the answer is rebuilt from it when remedies arrive).
     plan: Option<(AnswerKey, Result<Plan, PlanError>)>,
     /// Planners of the remedy configs, per planner generation: a batch change then only
@@ -389,10 +396,12 @@ impl Derived {
             .done()
             .filter(|((g, _, b), _)| *g == gen_ && *b == budget);
         let shown_key = shown.map(|(k, _)| *k);
-        if self.answer.as_ref().map(|(k, _)| *k) != Some((key, shown_key)) {
+        let failed = self.remedies.failed() == Some(&key);
+        if self.answer.as_ref().map(|(k, _)| *k) != Some((key, shown_key, failed)) {
             let max_batch = self.max_batch.as_ref().map_or(Ok(None), |(_, m)| m.clone());
             let remedies_of = match shown_key {
                 Some(k) if k == key => RemediesOf::Current,
+                _ if failed => RemediesOf::Failed,
                 Some((_, b, _)) => RemediesOf::Batch(b),
                 None => RemediesOf::Pending,
             };
@@ -415,7 +424,7 @@ impl Derived {
                     remedies_of,
                 })
                 .map_err(|e| format!("{e:#}"));
-            self.answer = Some(((key, shown_key), answer));
+            self.answer = Some(((key, shown_key, failed), answer));
         }
     }
 

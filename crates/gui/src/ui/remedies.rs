@@ -33,6 +33,14 @@ pub fn remedies_ui(
             ui.weak("Planning the remedies…");
             return None;
         }
+        RemediesOf::Failed => {
+            ui.colored_label(
+                error_color(dark),
+                "The remedies could not be planned at this batch (an internal error, printed in \
+                 the terminal; please report it). Change the batch or a setting to try again.",
+            );
+            return None;
+        }
     }
     let list = match remedies {
         Ok(l) => l,
