@@ -126,7 +126,7 @@ impl Verdict {
                 "no measurements for this mode ({}): band of {}, {} rows, widened",
                 b.mode, b.source, b.rows
             )
-        } else if let Some(pool) = b.pooled_with.as_ref().filter(|_| b.source == b.mode) {
+        } else if let Some(pool) = &b.pooled_with {
             format!(
                 "{}, {} measured rows, widened to the 1-in-{RISK} bounds of {pool}",
                 b.mode, b.rows

@@ -103,10 +103,9 @@ pub struct ErrorStats {
 }
 
 impl ErrorStats {
-    /// Median, min and max of `errors` (percent), rounded to 0.01 % outward: the minimum
-    /// down, the maximum up, so the band never becomes narrower by rounding.
-    fn of(errors: &mut [f64]) -> ErrorStats {
-        errors.sort_by(f64::total_cmp);
+    /// Median, min and max of `errors` (percent, ascending), rounded to 0.01 % outward: the
+    /// minimum down, the maximum up, so the band never becomes narrower by rounding.
+    fn of(errors: &[f64]) -> ErrorStats {
         let n = errors.len();
         if n == 0 {
             return ErrorStats {
@@ -122,8 +121,8 @@ impl ErrorStats {
         };
         ErrorStats {
             median: (median * 100.0).round() / 100.0,
-            min: (errors[0] * 100.0).floor() / 100.0,
-            max: (errors[n - 1] * 100.0).ceil() / 100.0,
+            min: round_down(errors[0]),
+            max: round_up(errors[n - 1]),
         }
     }
 
@@ -197,10 +196,20 @@ impl Tail {
         }
         let k = ((n + 1) / RISK as usize).clamp(1, n);
         Tail {
-            low: (sorted[k - 1] * 100.0).floor() / 100.0,
-            high: (sorted[n - k] * 100.0).ceil() / 100.0,
+            low: round_down(sorted[k - 1]),
+            high: round_up(sorted[n - k]),
         }
     }
+}
+
+/// A lower edge (percent) rounded down to 0.01 %: rounding never narrows a band.
+fn round_down(pct: f64) -> f64 {
+    (pct * 100.0).floor() / 100.0
+}
+
+/// An upper edge (percent) rounded up to 0.01 %.
+fn round_up(pct: f64) -> f64 {
+    (pct * 100.0).ceil() / 100.0
 }
 
 /// The measured error of one level: its rows, the two peaks' errors, their bounds at the
@@ -255,7 +264,10 @@ impl BandTable {
                 let mut files: Vec<String> = rs.iter().map(|r| r.file.clone()).collect();
                 files.sort();
                 files.dedup();
-                let (allocated, reserved) = (ErrorStats::of(&mut a), ErrorStats::of(&mut v));
+                // Sorted once for both the spread and the tails.
+                a.sort_by(f64::total_cmp);
+                v.sort_by(f64::total_cmp);
+                let (allocated, reserved) = (ErrorStats::of(&a), ErrorStats::of(&v));
                 let band = ModeBand {
                     rows: u32::try_from(rs.len()).unwrap_or(u32::MAX),
                     allocated,
@@ -410,11 +422,8 @@ impl ErrorBand {
     /// The words shown under a plan: how many rows back the band, or that none measured
     /// this mode.
     pub fn describe(&self) -> String {
-        let basis = if let Some(pool) = self
-            .pooled_with
-            .as_ref()
-            .filter(|_| self.source == self.mode)
-        {
+        // `pooled_with` is set only on a band of the mode's own rows.
+        let basis = if let Some(pool) = &self.pooled_with {
             format!(
                 "{} measured rows of this mode, fewer than {}: widened to the 1-in-{RISK} bounds of {pool}",
                 self.rows,
@@ -505,7 +514,7 @@ mod tests {
         assert_eq!(u.reserved.max, 6.0);
         assert!(u.describe().contains("no measurements for this mode"));
         // Rounding is outward.
-        let s = ErrorStats::of(&mut [-0.004, 0.001]);
+        let s = ErrorStats::of(&[-0.004, 0.001]);
         assert_eq!((s.min, s.max), (-0.01, 0.01));
         // The JSON round-trips.
         let back: BandTable = serde_json::from_str(&t.to_json()).expect("json");
