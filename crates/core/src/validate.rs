@@ -431,6 +431,14 @@ pub fn feeds_bands(file_name: &str) -> bool {
 /// the planner, with the name of its file. Paths inside rows are relative to the repository
 /// root, the working directory this runs in.
 pub fn replay_dir(dir: &std::path::Path) -> Result<Vec<(String, Row)>, ValidateError> {
+    replay_files(dir, feeds_bands)
+}
+
+/// [`replay_dir`] of the files in `dir` whose names `keep` takes (the untouched thirds, say).
+pub fn replay_files(
+    dir: &std::path::Path,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Row)>, ValidateError> {
     let io = |e: std::io::Error| ValidateError::ModelFile {
         path: dir.display().to_string(),
         message: e.to_string(),
@@ -439,7 +447,7 @@ pub fn replay_dir(dir: &std::path::Path) -> Result<Vec<(String, Row)>, ValidateE
         .map_err(io)?
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| feeds_bands(n))
+        .filter(|n| keep(n))
         .collect();
     names.sort();
     let mut out = Vec::new();

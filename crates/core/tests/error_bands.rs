@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use vramlab_core::plan::band::{BandTable, ErrorBand};
 use vramlab_core::plan::search::Budget;
 use vramlab_core::units::Bytes;
-use vramlab_core::validate::{Row, band_rows, compare, parse_lines, replay_dir};
+use vramlab_core::validate::{Row, band_rows, replay_dir, replay_files};
 
 /// Every measured row, replayed once per test binary.
 fn replayed() -> &'static [(String, Row)] {
@@ -122,7 +122,7 @@ fn no_measured_row_is_above_the_upper_edge_of_its_band() {
 /// checked against the committed table.
 #[test]
 fn bands_hold_on_files_they_were_not_built_from() {
-    use vramlab_core::plan::band::{BandRow, RISK};
+    use vramlab_core::plan::band::{BandRow, GLOBAL_KEY, MIN_ROWS, RISK};
     let all = band_rows(replayed());
     let files: std::collections::BTreeSet<&String> = all.iter().map(|r| &r.file).collect();
     let above = |band: &ErrorBand, r: &BandRow| r.reserved_error < band.reserved.min - 1e-9;
@@ -136,21 +136,12 @@ fn bands_hold_on_files_they_were_not_built_from() {
                 .map(|r| format!("{} {} {:+.1} %", r.file, r.mode.exact(), r.reserved_error)),
         );
     }
-    let mut untouched = Vec::new();
-    let mut names: Vec<_> = std::fs::read_dir("tests/data")
-        .expect("tests/data")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.contains("untouched") && n.ends_with(".jsonl"))
-        .collect();
-    names.sort();
-    for n in names {
-        let text = std::fs::read_to_string(format!("tests/data/{n}")).expect("read");
-        let rows = compare(&parse_lines(&text)).expect("every untouched row plans");
-        untouched.extend(band_rows(
-            &rows.into_iter().map(|r| (n.clone(), r)).collect::<Vec<_>>(),
-        ));
-    }
+    let untouched = band_rows(
+        &replay_files(std::path::Path::new("tests/data"), |n| {
+            n.ends_with(".jsonl") && n.contains("untouched")
+        })
+        .expect("every untouched row plans"),
+    );
     let untouched_lied: Vec<String> = untouched
         .iter()
         .filter(|r| above(&ErrorBand::of(&r.mode), r))
@@ -160,9 +151,9 @@ fn bands_hold_on_files_they_were_not_built_from() {
     // committed table, against a mode's own rows from three rows on (the rule before).
     let t = BandTable::builtin().expect("table");
     let own_from_three = |r: &BandRow| {
-        [r.mode.exact(), r.mode.coarse(), "*/*/*".to_string()]
+        [r.mode.exact(), r.mode.coarse(), GLOBAL_KEY.to_string()]
             .iter()
-            .find_map(|k| t.modes.get(k).filter(|b| b.rows >= 3))
+            .find_map(|k| t.modes.get(k).filter(|b| b.rows >= MIN_ROWS))
             .map_or(1.0, |b| b.reserved.upper_factor())
     };
     let median = |mut v: Vec<f64>| {
