@@ -1,6 +1,8 @@
 //! `bench` refusals that need no GPU: worlds it cannot run, DeepSpeed missing, inference
 //! calls (`--step generate|prefill`) the engines cannot run, a Python without PyTorch.
 
+#[cfg(unix)]
+use super::write_executable;
 use super::{fails_with, vramlab};
 
 /// A multi-GPU bench the engines cannot run is refused before anything starts (no GPU
@@ -55,16 +57,13 @@ fn bench_refuses_worlds_it_cannot_run() {
 #[cfg(unix)]
 #[test]
 fn bench_deepspeed_needs_deepspeed_in_the_python() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("vramlab-cli-ds-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let python = dir.join("python");
-    std::fs::write(
+    write_executable(
         &python,
         "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'deepspeed'\" >&2\nexit 1\n",
-    )
-    .expect("fake python");
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    );
     let py = python.display().to_string();
     let base = [
         "bench", "--model", "gpt2", "--batch", "4", "--engine", "torch",
@@ -131,7 +130,6 @@ fn bench_deepspeed_needs_deepspeed_in_the_python() {
 #[cfg(unix)]
 #[test]
 fn bench_refuses_inference_it_cannot_run() {
-    use std::os::unix::fs::PermissionsExt;
     let qwen = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/hf_configs/Qwen2.5-0.5B.json"
@@ -194,12 +192,10 @@ fn bench_refuses_inference_it_cannot_run() {
     let dir = std::env::temp_dir().join(format!("vramlab-cli-infer-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let python = dir.join("python");
-    std::fs::write(
+    write_executable(
         &python,
         "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n",
-    )
-    .expect("fake python");
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    );
     let py = python.display().to_string();
     let mut args: Vec<&str> = with(&["--engine", "torch", "--python"]);
     args.push(&py);

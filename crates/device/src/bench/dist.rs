@@ -347,10 +347,8 @@ esac
 "#;
 
     fn fake_python(dir: &Path) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
         let p = dir.join("python");
-        std::fs::write(&p, FAKE_PYTHON).expect("fake python");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        crate::bench::test_exe::write_executable(&p, FAKE_PYTHON);
         p
     }
 

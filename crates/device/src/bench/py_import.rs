@@ -78,10 +78,8 @@ mod tests {
     use super::*;
 
     fn script(dir: &std::path::Path, body: &str) -> String {
-        use std::os::unix::fs::PermissionsExt;
         let p = dir.join("python");
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("script");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        crate::bench::test_exe::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
         p.display().to_string()
     }
 

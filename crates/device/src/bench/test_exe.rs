@@ -1,0 +1,30 @@
+//! Test support: writing a script that a test then executes.
+//!
+//! Writing it from the test process races with every other test thread that spawns a
+//! child: a `fork` in another thread between our `open` for writing and our `close`
+//! hands the child a copy of the write descriptor, and until that child `exec`s, the
+//! kernel refuses to execute the file (`ETXTBSY`, "Text file busy"). CI hit exactly
+//! that. So the text goes to a side file that is never executed, and a single-threaded
+//! child (`install`) copies it into place with its mode: no write descriptor to the
+//! executable ever exists in this process.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Writes `text` to `path` as an executable (mode 0755).
+pub(crate) fn write_executable(path: &Path, text: &str) {
+    let side = path.with_extension("text");
+    std::fs::write(&side, text).expect("script text");
+    let status = Command::new("install")
+        .arg("-m")
+        .arg("0755")
+        .arg(&side)
+        .arg(path)
+        .status()
+        .expect("run install");
+    assert!(
+        status.success(),
+        "install {} failed: {status}",
+        path.display()
+    );
+}
