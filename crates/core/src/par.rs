@@ -4,6 +4,7 @@
 //! here returns what a loop over the items on one thread returns. `VRAMLAB_THREADS=1` makes
 //! them run on the calling thread (the benchmarks compare the two side by side).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
@@ -22,8 +23,8 @@ pub fn threads() -> usize {
         .clamp(1, MAX_THREADS)
 }
 
-/// `items.into_iter().map(f).collect()`, the items dealt round-robin to [`threads`] scoped
-/// threads (the first share runs on the calling thread). A panic in `f` is resumed here.
+/// `items.into_iter().map(f).collect()` on [`threads`] scoped threads (the calling thread
+/// among them), each taking the next item as it comes free. A panic in `f` is resumed here.
 pub fn map<T, R, F>(items: Vec<T>, f: F) -> Vec<R>
 where
     T: Send,
@@ -34,6 +35,11 @@ where
 }
 
 /// [`map`] on at most `threads` threads (the calling thread included; 1: on it alone).
+///
+/// The items are taken in order from a shared counter, not dealt in advance: the costs of
+/// the items differ several times over (a remedy that fits is one replay, one that does not
+/// is a max-batch search too), and a thread given its share up front sat idle while the
+/// other worked through a long one.
 pub fn map_on<T, R, F>(threads: usize, items: Vec<T>, f: F) -> Vec<R>
 where
     T: Send,
@@ -45,28 +51,32 @@ where
         return items.into_iter().map(f).collect();
     }
     let len = items.len();
-    let mut shares: Vec<Vec<(usize, T)>> = (0..n).map(|_| Vec::new()).collect();
-    for (i, item) in items.into_iter().enumerate() {
-        shares[i % n].push((i, item));
-    }
-    let f = &f;
+    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut out = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(slot) = slots.get(i) else {
+                break;
+            };
+            // Each index is taken once, so the slot still holds its item (a poisoned lock
+            // only means another item's `f` panicked; that panic is resumed below).
+            let item = match slot.lock() {
+                Ok(mut g) => g.take(),
+                Err(poisoned) => poisoned.into_inner().take(),
+            };
+            if let Some(t) = item {
+                out.push((i, f(t)));
+            }
+        }
+        out
+    };
+    let work = &work;
     let mut done: Vec<(usize, R)> = Vec::with_capacity(len);
     thread::scope(|scope| {
-        let mut rest = shares.split_off(1);
-        let handles: Vec<_> = rest
-            .drain(..)
-            .map(|share| {
-                scope.spawn(move || {
-                    share
-                        .into_iter()
-                        .map(|(i, t)| (i, f(t)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        for share in shares.drain(..) {
-            done.extend(share.into_iter().map(|(i, t)| (i, f(t))));
-        }
+        let handles: Vec<_> = (1..n).map(|_| scope.spawn(work)).collect();
+        done.extend(work());
         for h in handles {
             match h.join() {
                 Ok(part) => done.extend(part),
@@ -249,6 +259,29 @@ mod tests {
         let out = map(items.clone(), |x| x * x);
         assert_eq!(out, items.iter().map(|x| x * x).collect::<Vec<_>>());
         assert!(map(Vec::<u64>::new(), |x| x).is_empty());
+    }
+
+    #[test]
+    fn map_on_calls_f_once_per_item_whatever_the_threads() {
+        for threads in [1, 2, 3, 8] {
+            for n in [0u64, 1, 2, 7, 40] {
+                let calls = AtomicUsize::new(0);
+                let out = map_on(threads, (0..n).collect(), |x| {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    // Uneven costs, so the threads take different numbers of items.
+                    if x % 7 == 0 {
+                        thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                    x + 1
+                });
+                assert_eq!(
+                    out,
+                    (1..=n).collect::<Vec<_>>(),
+                    "{threads} threads, {n} items"
+                );
+                assert_eq!(calls.load(Ordering::Relaxed), n as usize);
+            }
+        }
     }
 
     #[test]
