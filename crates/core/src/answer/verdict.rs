@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::plan::band::{ErrorBand, ErrorStats, RISK};
+use crate::plan::band::{ErrorBand, ErrorStats};
 use crate::plan::search::{Budget, fits_with_reserved};
 use crate::plan::{Plan, PlanError, Planner};
 use crate::units::Bytes;
@@ -50,13 +50,16 @@ pub struct PlanBand {
     pub rows: u32,
     /// Widened because no measured row has this mode.
     pub widened: bool,
-    /// The level whose bounds at the band's risk (1 in [`RISK`]) widen the band of a mode
+    /// The level whose bounds at the band's risk (1 in [`crate::plan::band::RISK`]) widen the band of a mode
     /// with fewer than `RISK − 1` rows.
     pub pooled_with: Option<String>,
     pub allocated: BandEdges,
     pub reserved: BandEdges,
     /// One line for people: the basis and the errors.
     pub note: String,
+    /// What the band rests on ([`ErrorBand::basis`]), for the band line.
+    #[serde(skip)]
+    pub basis: String,
 }
 
 impl PlanBand {
@@ -73,6 +76,7 @@ impl PlanBand {
             allocated: BandEdges::new(plan.peak_allocated_bytes, band.allocated),
             reserved: BandEdges::new(plan.peak_reserved_bytes, band.reserved),
             note: band.describe(),
+            basis: band.basis(),
         }
     }
 }
@@ -121,28 +125,7 @@ impl Verdict {
         let b = &self.error_band;
         let r = &b.reserved;
         let a = &b.allocated;
-        let basis = if !b.measured {
-            format!(
-                "no measurements for this mode ({}): band of {}, {} rows, widened",
-                b.mode, b.source, b.rows
-            )
-        } else if let Some(pool) = &b.pooled_with {
-            format!(
-                "{}, {} measured rows, widened to the 1-in-{RISK} bounds of {pool}",
-                b.mode, b.rows
-            )
-        } else if b.source == b.mode {
-            format!("{}, {} measured rows", b.mode, b.rows)
-        } else {
-            format!(
-                "{}, {} measured row{} (too few): band of {}, {} rows",
-                b.mode,
-                b.mode_rows,
-                if b.mode_rows == 1 { "" } else { "s" },
-                b.source,
-                b.rows
-            )
-        };
+        let basis = &b.basis;
         format!(
             "measured error band ({basis}): reserved {} – {} ({:+.1} … {:+.1} %), allocated {} – {} ({:+.1} … {:+.1} %)",
             r.lower_bytes,

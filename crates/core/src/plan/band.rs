@@ -419,35 +419,45 @@ impl ErrorBand {
         }
     }
 
-    /// The words shown under a plan: how many rows back the band, or that none measured
-    /// this mode.
-    pub fn describe(&self) -> String {
+    /// What the band rests on, in words: the mode and its measured rows, the pool that
+    /// widens it, the coarser level it is taken from, or that no row measured this mode.
+    /// The one wording of the CLI's and the GUI's band line ([`crate::answer::Verdict`]) and
+    /// of the JSON's `note`.
+    pub fn basis(&self) -> String {
         // `pooled_with` is set only on a band of the mode's own rows.
-        let basis = if let Some(pool) = &self.pooled_with {
+        if !self.measured {
             format!(
-                "{} measured rows of this mode, fewer than {}: widened to the 1-in-{RISK} bounds of {pool}",
-                self.rows,
-                RISK - 1
+                "no measurements for this mode ({}): band of {}, {} rows, widened",
+                self.mode, self.source, self.rows
+            )
+        } else if let Some(pool) = &self.pooled_with {
+            format!(
+                "{}, {} measured rows, widened to the 1-in-{RISK} bounds of {pool}",
+                self.mode, self.rows
             )
         } else if self.source == self.mode {
-            format!("{} measured rows of this mode", self.rows)
-        } else if self.measured {
+            format!("{}, {} measured rows", self.mode, self.rows)
+        } else {
             format!(
-                "{} measured row{} of this mode, too few: band of {} ({} rows)",
+                "{}, {} measured row{} (too few): band of {}, {} rows",
+                self.mode,
                 self.mode_rows,
                 if self.mode_rows == 1 { "" } else { "s" },
                 self.source,
                 self.rows
             )
-        } else {
-            format!(
-                "no measurements for this mode: band of {} ({} rows) widened ×{WIDEN}",
-                self.source, self.rows
-            )
-        };
+        }
+    }
+
+    /// [`ErrorBand::basis`] with the errors, in percent.
+    pub fn describe(&self) -> String {
         format!(
-            "{}: {basis}; allocated {:+.1} … {:+.1} %, reserved {:+.1} … {:+.1} %",
-            self.mode, self.allocated.min, self.allocated.max, self.reserved.min, self.reserved.max
+            "{}; allocated {:+.1} … {:+.1} %, reserved {:+.1} … {:+.1} %",
+            self.basis(),
+            self.allocated.min,
+            self.allocated.max,
+            self.reserved.min,
+            self.reserved.max
         )
     }
 }
