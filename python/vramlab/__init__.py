@@ -92,7 +92,7 @@ class ErrorBand:
     widened: bool
     note: str
     #: The level whose 1-in-40 bounds widen the band of a mode with fewer than 39
-    #: measured rows (``*/lora/none``), else ``None``.
+    #: measured rows (``text:*/lora/none``), else ``None``.
     pooled_with: Optional[str] = None
 
     @classmethod

@@ -151,7 +151,7 @@ fn bands_hold_on_files_they_were_not_built_from() {
     // committed table, against a mode's own rows from three rows on (the rule before).
     let t = BandTable::builtin().expect("table");
     let own_from_three = |r: &BandRow| {
-        [r.mode.exact(), r.mode.coarse(), GLOBAL_KEY.to_string()]
+        [r.mode.exact(), r.mode.coarse(), GLOBAL_KEY.to_string()] // the rule before the bounds
             .iter()
             .find_map(|k| t.modes.get(k).filter(|b| b.rows >= MIN_ROWS))
             .map_or(1.0, |b| b.reserved.upper_factor())

@@ -44,7 +44,8 @@ pub struct PlanBand {
     pub measured: bool,
     /// Measured rows of this exact mode.
     pub mode_rows: u32,
-    /// The level whose rows give the band: the mode itself, `*/finetune/strategy` or `*/*/*`.
+    /// The level whose rows give the band: the mode itself, `text:*/finetune/strategy` (or
+    /// `image:`), `*/finetune/strategy` or `*/*/*`.
     pub source: String,
     /// Rows behind the band.
     pub rows: u32,

@@ -8,8 +8,9 @@
 //! committed file differs, so it is never stale nor edited by hand). The binary embeds it.
 //!
 //! A plan's band is looked up hierarchically, so every plan finds one: its exact mode
-//! (`gpt2/lora/none`), then its fine-tuning mode × strategy over all families
-//! (`*/lora/none`), then every row (`*/*/*`). A level is used when it holds at least
+//! (`gpt2/lora/none`), then its fine-tuning mode × strategy over the families that read
+//! what it reads ([`Modality`]: `text:*/lora/none`, `image:*/full/none`), then over all
+//! families (`*/lora/none`), then every row (`*/*/*`). A level is used when it holds at least
 //! [`MIN_ROWS`] rows. A mode with no measured row says so and gets a widened band
 //! ([`WIDEN`]).
 //!
@@ -18,7 +19,8 @@
 //! of n rows with probability k / (n + 1). A mode's own worst row is such a bound at a risk
 //! of at most 1 in [`RISK`] once the mode has `RISK − 1` rows; a mode with fewer (but at
 //! least [`MIN_ROWS`]) keeps its own worst row and is widened to its pool's bound at that
-//! risk: the k-th least row of `*/finetune/strategy` (or of `*/*/*`) with k = ⌊(n + 1) /
+//! risk: the k-th least row of the first coarser level with [`MIN_ROWS`] rows
+//! (`text:*/finetune/strategy`, `*/finetune/strategy`, `*/*/*`) with k = ⌊(n + 1) /
 //! [`RISK`]⌋, so that k / (n + 1) ≤ 1 / RISK; at least the least row, whose risk is
 //! 1 / (n + 1) in a pool of fewer than `RISK − 1` rows ([`Tail`]). The mechanisms behind the misses (the caching
 //! allocator's placement, workspaces) are shared across families; eight rows of one family
@@ -68,12 +70,46 @@ pub const RISK: u32 = 40;
 pub const GLOBAL_KEY: &str = "*/*/*";
 
 /// What a plan's error is measured per: the model family (`hf::family_label`: a builder's
-/// family or an imported `model_type`), the fine-tuning mode and the multi-GPU strategy.
+/// family or an imported `model_type`), the fine-tuning mode and the multi-GPU strategy;
+/// what the model reads places the family among its like for the level between a family
+/// and every family.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct ModeKey {
     pub family: String,
+    #[serde(skip)]
+    pub modality: Modality,
     pub finetune: FineTuneMode,
     pub strategy: Strategy,
+}
+
+/// What a model reads (`model::InputSpec`). The planner's misses differ in kind between the
+/// two: a language model's are the few largest blocks (the logits and their gradient, a
+/// cuBLAS workspace carved from one of them), a vision model's the many mid-sized
+/// activations and cuDNN's per-convolution workspaces. A family with few rows is widened to
+/// the bounds of the families that read what it reads before those of every family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Modality {
+    #[default]
+    Text,
+    Image,
+}
+
+impl Modality {
+    /// What `preset` reads.
+    pub fn of(preset: &crate::model::Preset) -> Modality {
+        if preset.input.is_tokens() {
+            Modality::Text
+        } else {
+            Modality::Image
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Modality::Text => "text",
+            Modality::Image => "image",
+        }
+    }
 }
 
 impl ModeKey {
@@ -82,6 +118,17 @@ impl ModeKey {
         format!(
             "{}/{}/{}",
             self.family,
+            self.finetune.as_str(),
+            self.strategy.as_str()
+        )
+    }
+
+    /// `text:*/finetune/strategy`: the same fine-tuning mode and strategy over every family
+    /// that reads what this one reads.
+    pub fn modal(&self) -> String {
+        format!(
+            "{}:*/{}/{}",
+            self.modality.as_str(),
             self.finetune.as_str(),
             self.strategy.as_str()
         )
@@ -242,8 +289,8 @@ pub struct BandTable {
     pub regenerate: String,
     /// Every file that gave rows, sorted.
     pub sources: Vec<String>,
-    /// Exact modes (`gpt2/full/none`), fine-tuning mode × strategy (`*/lora/none`) and
-    /// every row (`*/*/*`).
+    /// Exact modes (`gpt2/full/none`), fine-tuning mode × strategy over the families of one
+    /// modality (`text:*/lora/none`) and over all (`*/lora/none`), and every row (`*/*/*`).
     pub modes: BTreeMap<String, ModeBand>,
 }
 
@@ -252,7 +299,12 @@ impl BandTable {
     pub fn from_rows(rows: &[BandRow]) -> BandTable {
         let mut groups: BTreeMap<String, Vec<&BandRow>> = BTreeMap::new();
         for r in rows {
-            for key in [r.mode.exact(), r.mode.coarse(), GLOBAL_KEY.to_string()] {
+            for key in [
+                r.mode.exact(),
+                r.mode.modal(),
+                r.mode.coarse(),
+                GLOBAL_KEY.to_string(),
+            ] {
                 groups.entry(key).or_default().push(r);
             }
         }
@@ -317,7 +369,12 @@ impl BandTable {
     pub fn lookup(&self, key: &ModeKey) -> ErrorBand {
         let exact = key.exact();
         let mode_rows = self.modes.get(&exact).map_or(0, |b| b.rows);
-        let levels = [exact.clone(), key.coarse(), GLOBAL_KEY.to_string()];
+        let levels = [
+            exact.clone(),
+            key.modal(),
+            key.coarse(),
+            GLOBAL_KEY.to_string(),
+        ];
         let level = |k: &String| {
             self.modes
                 .get(k)
@@ -376,7 +433,8 @@ pub struct ErrorBand {
     pub measured: bool,
     /// Measured rows of this exact mode.
     pub mode_rows: u32,
-    /// The level whose rows give the band (`mode` itself, `*/finetune/strategy` or `*/*/*`).
+    /// The level whose rows give the band (`mode` itself, `text:*/finetune/strategy`,
+    /// `*/finetune/strategy` or `*/*/*`).
     pub source: String,
     /// Rows of that level.
     pub rows: u32,
@@ -469,6 +527,7 @@ mod tests {
     fn key(family: &str, ft: FineTuneMode, st: Strategy) -> ModeKey {
         ModeKey {
             family: family.into(),
+            modality: Modality::Text,
             finetune: ft,
             strategy: st,
         }
@@ -499,7 +558,7 @@ mod tests {
         assert!(g.measured && !g.widened);
         // Three rows are too few to bound the next at 1 in 40: the pool's bounds widen the
         // band (four rows: its least and greatest), the median stays the mode's own.
-        assert_eq!(g.pooled_with.as_deref(), Some("*/full/none"));
+        assert_eq!(g.pooled_with.as_deref(), Some("text:*/full/none"));
         assert_eq!(
             (g.reserved.min, g.reserved.median, g.reserved.max),
             (-8.0, -0.0, 3.0)
@@ -507,13 +566,13 @@ mod tests {
         assert_eq!((g.allocated.min, g.allocated.max), (-4.0, 1.0));
         assert!(
             g.describe()
-                .contains("widened to the 1-in-40 bounds of */full/none")
+                .contains("widened to the 1-in-40 bounds of text:*/full/none")
         );
         // Two rows of bert: the coarser level.
         let b = t.lookup(&key("bert", Full, Strategy::None));
         assert_eq!(
             (b.source.as_str(), b.rows, b.mode_rows),
-            ("*/full/none", 4, 1)
+            ("text:*/full/none", 4, 1)
         );
         assert!(b.measured && !b.widened);
         // No rows at all: widened from the global level, at least the global worst.
@@ -529,6 +588,51 @@ mod tests {
         // The JSON round-trips.
         let back: BandTable = serde_json::from_str(&t.to_json()).expect("json");
         assert_eq!(back, t);
+    }
+
+    #[test]
+    fn a_mode_pools_with_the_families_of_its_modality_first() {
+        use FineTuneMode::Full;
+        let image = |family: &str, r: f64| BandRow {
+            mode: ModeKey {
+                modality: Modality::Image,
+                ..key(family, Full, Strategy::None)
+            },
+            ..row(family, Full, 0.0, r)
+        };
+        let rows = vec![
+            row("gpt2", Full, 0.0, -1.0),
+            row("gpt2", Full, 0.0, 1.0),
+            row("gpt2", Full, 0.0, 0.5),
+            row("llama", Full, 0.0, -3.0),
+            image("resnet", -1.0),
+            image("resnet", 0.2),
+            image("resnet", 0.4),
+            image("convnext", -20.0),
+        ];
+        let t = BandTable::from_rows(&rows);
+        // GPT-2 (3 rows) is widened by the language models' bound, not the CNN's −20 %.
+        let g = t.lookup(&key("gpt2", Full, Strategy::None));
+        assert_eq!(g.pooled_with.as_deref(), Some("text:*/full/none"));
+        assert_eq!(g.reserved.min, -3.0);
+        // A ResNet (3 rows) by the vision models'.
+        let r = t.lookup(&ModeKey {
+            modality: Modality::Image,
+            ..key("resnet", Full, Strategy::None)
+        });
+        assert_eq!(r.pooled_with.as_deref(), Some("image:*/full/none"));
+        assert_eq!(r.reserved.min, -20.0);
+        // A vision family with one row takes its modality's band; one with none, widened.
+        let c = t.lookup(&ModeKey {
+            modality: Modality::Image,
+            ..key("convnext", Full, Strategy::None)
+        });
+        assert_eq!((c.source.as_str(), c.rows), ("image:*/full/none", 4));
+        let v = t.lookup(&ModeKey {
+            modality: Modality::Image,
+            ..key("vit", Full, Strategy::None)
+        });
+        assert!(v.widened && v.source == "image:*/full/none");
     }
 
     #[test]

@@ -580,6 +580,7 @@ fn captured_planner(
 pub fn mode_key(preset: &Preset, cfg: &TrainConfig) -> band::ModeKey {
     band::ModeKey {
         family: crate::model::hf::family_label(preset),
+        modality: band::Modality::of(preset),
         finetune: cfg.finetune.mode,
         strategy: cfg.distributed.strategy,
     }

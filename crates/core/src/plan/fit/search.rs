@@ -191,9 +191,9 @@ impl<'a> Search<'a> {
     /// The factor from planned reserved to the upper edge of `k`'s measured band.
     pub(super) fn band_factor(&self, k: &Knobs) -> f64 {
         let key = crate::plan::band::ModeKey {
-            family: crate::model::hf::family_label(self.preset),
             finetune: k.finetune.mode,
             strategy: k.strategy,
+            ..crate::plan::mode_key(self.preset, &self.user_cfg)
         };
         crate::plan::band::ErrorBand::of(&key)
             .reserved
