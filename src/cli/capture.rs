@@ -39,7 +39,7 @@ pub struct CaptureArgs {
     /// Sequence length (token models) [default: 512].
     #[arg(long)]
     pub seq: Option<u64>,
-    /// fp32, amp-bf16, amp-fp16 or bf16 [default: amp-bf16].
+    /// fp32, amp-bf16, amp-fp16 or bf16.
     #[arg(long, default_value = "amp-bf16")]
     pub precision: String,
     /// Activation checkpointing of the model's blocks.

@@ -277,3 +277,31 @@ fn batch_below_one_says_what_a_batch_is() {
         assert!(!err.contains("unexpected argument"), "{b}: {err}");
     }
 }
+
+/// Every subcommand's `--help` states each default once: clap appends `[default: …]` for a
+/// `default_value`, and a doc comment that also says it printed it twice (capture's
+/// `--precision`).
+#[test]
+fn help_states_each_default_once() {
+    let (ok, top, err) = vramlab(&["--help"]);
+    assert!(ok, "{err}");
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 10, "{commands:?}");
+    for c in &commands {
+        let (ok, help, err) = vramlab(&[c.as_str(), "--help"]);
+        assert!(ok, "{c} --help: {err}");
+        for line in help.lines() {
+            assert!(
+                line.matches("[default:").count() <= 1,
+                "vramlab {c} --help: {line}"
+            );
+        }
+    }
+}
