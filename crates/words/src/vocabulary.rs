@@ -190,7 +190,8 @@ pub fn model_id(input: &str) -> Result<Resolved<&'static str>, NameError> {
         input,
         &choices,
         Partial::Exact,
-        "run `vramlab presets` for the list, or pass a preset file path",
+        "run `vramlab presets` for the list, or pass a preset or config.json path, a model \
+         folder, or a Hugging Face Hub id with its owner (`Qwen/Qwen2.5-7B`)",
     )
 }
 

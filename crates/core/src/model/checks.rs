@@ -25,7 +25,10 @@ pub enum ModelError {
     },
     #[error("malformed preset: {0}")]
     Malformed(String),
-    #[error("unknown model `{0}`: run `vramlab presets` for the list, or pass a preset file path")]
+    #[error(
+        "unknown model `{0}`: run `vramlab presets` for the list, or pass a preset or config.json \
+         path, a model folder, or a Hugging Face Hub id with its owner (`Qwen/Qwen2.5-7B`)"
+    )]
     UnknownModel(String),
 }
 
