@@ -303,6 +303,40 @@ fn cli_reads_a_saved_bench_run() {
     assert_eq!(v["diagnosis"], "capacity");
 }
 
+/// `vramlab doctor FILE` takes the file as it comes, as a user passes what they have: the
+/// snapshot, the saved run or the error text each give the report their option gives.
+#[test]
+fn a_file_is_read_as_what_it_is() {
+    let json = |args: &[&str]| {
+        let mut all = vec!["vramlab", "doctor"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        let cli = vramlab::cli::Cli::try_parse_from(all).expect("args");
+        let mut out = Vec::new();
+        vramlab::cli::run(cli.command.expect("command"), &mut out).expect("doctor runs");
+        serde_json::from_slice::<serde_json::Value>(&out).expect("json")
+    };
+    let path = |p: PathBuf| p.to_str().expect("path").to_string();
+    let snapshot = path(data("fragmentation.snapshot.pickle"));
+    assert_eq!(json(&[&snapshot]), json(&["--snapshot", &snapshot]));
+    let message = path(data("capacity.message.txt"));
+    assert_eq!(json(&[&message]), json(&["--message-file", &message]));
+    let run =
+        path(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench/gpt2-torch.json"));
+    assert_eq!(json(&[&run]), json(&["--run", &run]));
+    // With an option for the same input it is refused, naming both.
+    let e = vramlab::cli::Cli::try_parse_from([
+        "vramlab",
+        "doctor",
+        &snapshot,
+        "--snapshot",
+        &snapshot,
+    ])
+    .map(|_| ())
+    .expect_err("both");
+    assert!(e.to_string().contains("--snapshot"), "{e}");
+}
+
 #[test]
 fn cli_errors_are_clear() {
     let run = |args: &[&str]| {
@@ -320,6 +354,8 @@ fn cli_errors_are_clear() {
     assert!(e.contains("out of memory"), "{e}");
     let e = run(&["--snapshot", "/nonexistent.pickle"]).expect_err("missing");
     assert!(e.contains("/nonexistent.pickle"), "{e}");
+    let e = run(&["/nonexistent.txt"]).expect_err("missing");
+    assert!(e.contains("/nonexistent.txt"), "{e}");
     let e = run(&[
         "--snapshot",
         data("capacity.message.txt").to_str().expect("p"),

@@ -14,6 +14,11 @@ use vramlab_core::units::Bytes;
 
 #[derive(Debug, Args, Clone, Default)]
 pub struct DoctorArgs {
+    /// A file as it comes: a memory snapshot (`torch.cuda.memory._dump_snapshot`'s pickle), a
+    /// saved bench run (`.run.json`) or the OOM error text; "-" reads the text from standard
+    /// input. Told apart by their first byte (a pickle's protocol marker, a JSON object).
+    #[arg(value_name = "FILE", conflicts_with_all = ["message", "message_file", "snapshot", "run"])]
+    pub file: Option<PathBuf>,
     /// The OOM error text (the whole traceback is fine).
     #[arg(long, conflicts_with = "message_file")]
     pub message: Option<String>,
@@ -39,18 +44,25 @@ pub struct DoctorArgs {
     /// The micro-batch that ran out of memory.
     #[arg(long)]
     pub batch: Option<u64>,
+    /// With --model: the precision of the step that failed, as for `plan`.
     #[arg(long, default_value = "amp-bf16")]
     pub precision: String,
+    /// With --model: the optimizer, as for `plan`.
     #[arg(long, default_value = "adamw")]
     pub optimizer: String,
+    /// With --model: the sequence length (token models).
     #[arg(long)]
     pub seq: Option<u64>,
+    /// With --model: the image side in pixels (image models).
     #[arg(long)]
     pub image: Option<u64>,
+    /// With --model: gradient accumulation steps.
     #[arg(long, default_value_t = 1)]
     pub accum: u64,
+    /// With --model: activation checkpointing was on.
     #[arg(long)]
     pub checkpointing: bool,
+    /// With --model: the attention kernel, as for `plan`.
     #[arg(long, default_value = "sdpa")]
     pub attention: String,
     /// Training-loop shape, as for `plan`: plain (the output stays referenced through
@@ -64,6 +76,7 @@ pub struct DoctorArgs {
     /// Catalog GPU (default: the message's total capacity).
     #[arg(long)]
     pub gpu: Option<String>,
+    /// With --model: the safety margin the planner's answer keeps (a fraction of the GPU).
     #[arg(long, default_value_t = 0.05)]
     pub margin: f64,
     /// Print one JSON object.
@@ -190,8 +203,48 @@ pub fn load_snapshot(
     Ok(doctor_report::load_snapshot(path, device, progress)?)
 }
 
+/// What a positional `FILE` is, from its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileKind {
+    Snapshot,
+    Run,
+    Message,
+}
+
+/// Reads the first non-blank byte of `path` ("-": the message on standard input).
+fn file_kind(path: &Path) -> Result<FileKind> {
+    use std::io::Read;
+    if path.as_os_str() == "-" {
+        return Ok(FileKind::Message);
+    }
+    let mut head = [0u8; 64];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .with_context(|| format!("doctor: reading {}", path.display()))?;
+    // Pickle protocol 2 and later start with PROTO (0x80); `_dump_snapshot` writes 4 or 5.
+    Ok(match head[..n].iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(0x80) => FileKind::Snapshot,
+        Some(b'{') => FileKind::Run,
+        _ => FileKind::Message,
+    })
+}
+
+/// `a` with its positional `FILE` moved to the option its kind takes.
+fn with_file_placed(a: &DoctorArgs) -> Result<DoctorArgs> {
+    let mut a = a.clone();
+    if let Some(f) = a.file.take() {
+        match file_kind(&f)? {
+            FileKind::Snapshot => a.snapshot = Some(f),
+            FileKind::Run => a.run = Some(f),
+            FileKind::Message => a.message_file = Some(f),
+        }
+    }
+    Ok(a)
+}
+
 /// Builds the report from the arguments (no printing).
 pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
+    let a = &with_file_placed(a)?;
     let text = match (&a.message, &a.message_file) {
         (Some(t), _) => Some(t.clone()),
         (None, Some(p)) if p.as_os_str() == "-" => Some(vramlab_core::fsutil::read_stream_string(
@@ -217,7 +270,10 @@ pub fn report(a: &DoctorArgs) -> Result<DoctorReport> {
     }
     let text = text.or(run_text);
     if text.is_none() && a.snapshot.is_none() {
-        bail!("doctor: give --message TEXT, --message-file FILE, --snapshot FILE or --run FILE");
+        bail!(
+            "doctor: give a FILE (a snapshot, a bench run or the OOM text), --message TEXT, \
+             --message-file FILE, --snapshot FILE or --run FILE"
+        );
     }
     let message = match &text {
         Some(t) => Some(doctor_report::parse_message(t)?),
