@@ -307,23 +307,14 @@ fn cli_reads_a_saved_bench_run() {
 /// snapshot, the saved run or the error text each give the report their option gives.
 #[test]
 fn a_file_is_read_as_what_it_is() {
-    let json = |args: &[&str]| {
-        let mut all = vec!["vramlab", "doctor"];
-        all.extend_from_slice(args);
-        all.push("--json");
-        let cli = vramlab::cli::Cli::try_parse_from(all).expect("args");
-        let mut out = Vec::new();
-        vramlab::cli::run(cli.command.expect("command"), &mut out).expect("doctor runs");
-        serde_json::from_slice::<serde_json::Value>(&out).expect("json")
-    };
-    let path = |p: PathBuf| p.to_str().expect("path").to_string();
-    let snapshot = path(data("fragmentation.snapshot.pickle"));
+    let json = doctor_json;
+    let snapshot = path("fragmentation.snapshot.pickle");
     assert_eq!(json(&[&snapshot]), json(&["--snapshot", &snapshot]));
-    let message = path(data("capacity.message.txt"));
+    let message = path("capacity.message.txt");
     assert_eq!(json(&[&message]), json(&["--message-file", &message]));
-    let run =
-        path(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench/gpt2-torch.json"));
-    assert_eq!(json(&[&run]), json(&["--run", &run]));
+    let run = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench/gpt2-torch.json");
+    let run = run.to_str().expect("path");
+    assert_eq!(json(&[run]), json(&["--run", run]));
     // With an option for the same input it is refused, naming both.
     let e = vramlab::cli::Cli::try_parse_from([
         "vramlab",

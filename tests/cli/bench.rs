@@ -1,9 +1,9 @@
 //! `bench` refusals that need no GPU: worlds it cannot run, DeepSpeed missing, inference
 //! calls (`--step generate|prefill`) the engines cannot run, a Python without PyTorch.
 
-#[cfg(unix)]
-use super::write_executable;
 use super::{fails_with, vramlab};
+#[cfg(unix)]
+use vramlab_device::testing::write_executable;
 
 /// A multi-GPU bench the engines cannot run is refused before anything starts (no GPU
 /// needed), saying what to do instead.
@@ -63,7 +63,8 @@ fn bench_deepspeed_needs_deepspeed_in_the_python() {
     write_executable(
         &python,
         "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'deepspeed'\" >&2\nexit 1\n",
-    );
+    )
+    .expect("fake python");
     let py = python.display().to_string();
     let base = [
         "bench", "--model", "gpt2", "--batch", "4", "--engine", "torch",
@@ -195,7 +196,8 @@ fn bench_refuses_inference_it_cannot_run() {
     write_executable(
         &python,
         "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n",
-    );
+    )
+    .expect("fake python");
     let py = python.display().to_string();
     let mut args: Vec<&str> = with(&["--engine", "torch", "--python"]);
     args.push(&py);

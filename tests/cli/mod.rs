@@ -25,29 +25,6 @@ pub fn fails_with(args: &[&str], needle: &str) {
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
 }
 
-/// Writes `text` to `path` as an executable (mode 0755) without this process ever
-/// holding a write descriptor to it: a `fork` in another test thread while one is open
-/// would keep it open in the child until its `exec`, and executing the file meanwhile
-/// fails with "Text file busy" (ETXTBSY). The text goes to a side file that is never
-/// executed; a single-threaded `install` copies it into place.
-#[cfg(unix)]
-pub fn write_executable(path: &std::path::Path, text: &str) {
-    let side = path.with_extension("text");
-    std::fs::write(&side, text).expect("script text");
-    let status = Command::new("install")
-        .arg("-m")
-        .arg("0755")
-        .arg(&side)
-        .arg(path)
-        .status()
-        .expect("run install");
-    assert!(
-        status.success(),
-        "install {} failed: {status}",
-        path.display()
-    );
-}
-
 /// Runs vramlab and returns the exit code with stdout and stderr.
 pub fn vramlab_code(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vramlab"))

@@ -348,7 +348,7 @@ esac
 
     fn fake_python(dir: &Path) -> PathBuf {
         let p = dir.join("python");
-        crate::bench::test_exe::write_executable(&p, FAKE_PYTHON);
+        crate::testing::write_executable(&p, FAKE_PYTHON).expect("fake python");
         p
     }
 

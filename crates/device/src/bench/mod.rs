@@ -18,8 +18,6 @@ pub mod request;
 pub mod runner;
 pub mod runners;
 pub mod schedule;
-#[cfg(all(test, unix))]
-mod test_exe;
 pub mod torch;
 pub mod trials;
 pub mod world;

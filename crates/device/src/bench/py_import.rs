@@ -79,7 +79,7 @@ mod tests {
 
     fn script(dir: &std::path::Path, body: &str) -> String {
         let p = dir.join("python");
-        crate::bench::test_exe::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
+        crate::testing::write_executable(&p, &format!("#!/bin/sh\n{body}\n")).expect("script");
         p.display().to_string()
     }
 
