@@ -4,6 +4,10 @@
 # fresh process (`torch_runner.py measure --config`), as a user's training script starts: the
 # cuBLAS workspaces are made where the step first needs them, not kept from an earlier
 # configuration (most rows of tests/data ran after others in one process).
+# QLoRA rows are built as a user's from_pretrained(quantization_config=...) loads them
+# (`"qlora_build": "as-loaded"`, crates/device/runners/torch_qlora.py load_quantized): the
+# runner's default builds the fp32 model on the GPU first, whose freed segments the quantized
+# weights then fill (docs/accuracy.md, f29-09), which no user's load does.
 # Two lanes (two rows at a time fit an H100's 78 GiB by the grid's constraint), the large
 # models dealt first; no row starts after DEADLINE_S (420 s); each ends by TRIAL_S (150 s).
 # Output: $OUT/all.tgz — grid34_fresh.jsonl and grid34_fresh_untouched.jsonl (each row with
@@ -29,6 +33,8 @@ big = lambda r: any(s in r["model"].lower() for s in ("7b", "8b"))
 rows.sort(key=lambda r: (not big(r), r["grid_id"]))
 lane, lanes = int(sys.argv[1]), int(sys.argv[2])
 for r in rows[lane::lanes]:
+    if r.get("finetune") == "qlora":
+        r["qlora_build"] = "as-loaded"  # loaded as from_pretrained(quantization_config=...) loads
     print(json.dumps(r))
 PY
         id=$(echo "$line" | python3 -c "import json,sys; print(json.load(sys.stdin)['grid_id'])")

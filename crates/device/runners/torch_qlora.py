@@ -24,41 +24,90 @@ def _conv1d_cls():
     return (Conv1D,)
 
 
+def quantized_copy(child, quant, double_quant, out_emb, conv1d):
+    """`child`'s bnb Linear4bit / Linear8bitLt, its weight taken in bf16 and not quantized yet
+    (that happens on its move to the GPU), on the CPU; None for a module that stays (not a
+    Linear / GPT-2 Conv1D, or the output embedding)."""
+    import bitsandbytes as bnb
+
+    if child is out_emb:
+        return None
+    if isinstance(child, nn.Linear):
+        w = child.weight.data
+    elif conv1d and isinstance(child, conv1d):
+        w = child.weight.data.t()  # Conv1D keeps (in, out)
+    else:
+        return None
+    outf, inf = w.shape
+    has_bias = child.bias is not None
+    w = w.to(torch.bfloat16).contiguous().cpu()
+    if quant == "int8":
+        new = bnb.nn.Linear8bitLt(inf, outf, bias=has_bias, has_fp16_weights=False, threshold=6.0)
+        new.weight = bnb.nn.Int8Params(w, requires_grad=False, has_fp16_weights=False)
+    else:
+        new = bnb.nn.Linear4bit(inf, outf, bias=has_bias, compute_dtype=torch.bfloat16,
+                                compress_statistics=double_quant, quant_type=quant,
+                                quant_storage=torch.uint8)
+        new.weight = bnb.nn.Params4bit(w, requires_grad=False, compress_statistics=double_quant,
+                                       quant_type=quant, quant_storage=torch.uint8)
+    if has_bias:
+        new.bias = nn.Parameter(child.bias.data.to(torch.bfloat16).cpu(), requires_grad=False)
+    return new
+
+
 def quantize_model(model, quant, double_quant):
     """Replaces the linears (not the output embedding) by bnb Linear4bit / Linear8bitLt.
     Returns (number replaced, bytes of the quantized storage: weights + QuantState tensors)."""
-    import bitsandbytes as bnb
-
     out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     conv1d = _conv1d_cls()
     count = 0
     for _, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
-            if child is out_emb:
+            new = quantized_copy(child, quant, double_quant, out_emb, conv1d)
+            if new is None:
                 continue
-            if isinstance(child, nn.Linear):
-                w = child.weight.data
-            elif conv1d and isinstance(child, conv1d):
-                w = child.weight.data.t()  # Conv1D keeps (in, out)
-            else:
-                continue
-            outf, inf = w.shape
-            has_bias = child.bias is not None
-            w = w.to(torch.bfloat16).contiguous()
-            if quant == "int8":
-                new = bnb.nn.Linear8bitLt(inf, outf, bias=has_bias, has_fp16_weights=False, threshold=6.0)
-                new.weight = bnb.nn.Int8Params(w.cpu(), requires_grad=False, has_fp16_weights=False)
-            else:
-                new = bnb.nn.Linear4bit(inf, outf, bias=has_bias, compute_dtype=torch.bfloat16,
-                                        compress_statistics=double_quant, quant_type=quant,
-                                        quant_storage=torch.uint8)
-                new.weight = bnb.nn.Params4bit(w.cpu(), requires_grad=False, compress_statistics=double_quant,
-                                               quant_type=quant, quant_storage=torch.uint8)
-            if has_bias:
-                new.bias = nn.Parameter(child.bias.data.to(torch.bfloat16).cpu(), requires_grad=False)
-            del w
             setattr(parent, name, new.cuda())  # quantizes on the move
             count += 1
+    return count, quant_storage_bytes(model)
+
+
+def load_quantized(model, quant, double_quant, device):
+    """Moves `model`, built on the CPU, to `device` as `from_pretrained(checkpoint,
+    quantization_config=BitsAndBytesConfig(...), dtype=torch.bfloat16, device_map={"": device})`
+    loads it: module by module in the model's order (a checkpoint's), every Linear / GPT-2
+    Conv1D but the output embedding quantized on its move, every other floating parameter in
+    bf16 and every buffer as it is. The GPU never holds the unquantized model, as a user's
+    load never does; `quantize_model` (the model built on the GPU in fp32 first) leaves the
+    freed fp32 weights' segments cached, and the quantized weights land in them (the
+    allocator history of tests/data/traces/h200-fresh29-histories.tgz, f29-09).
+    Returns (number quantized, bytes of the quantized storage)."""
+    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    conv1d = _conv1d_cls()
+    count = 0
+    moved = set()
+
+    def move_own(m):
+        for name, p in list(m.named_parameters(recurse=False)):
+            if id(p) in moved:
+                continue
+            moved.add(id(p))
+            dtype = torch.bfloat16 if p.is_floating_point() else p.dtype
+            p.data = p.data.to(device=device, dtype=dtype)
+        for name, b in list(m.named_buffers(recurse=False)):
+            m._buffers[name] = b.to(device)
+
+    def visit(m):  # pre-order: a module's own tensors, then its children in order
+        nonlocal count
+        move_own(m)
+        for name, child in list(m.named_children()):
+            new = quantized_copy(child, quant, double_quant, out_emb, conv1d)
+            if new is None:
+                visit(child)
+            else:
+                setattr(m, name, new.to(device))  # quantizes on the move
+                count += 1
+
+    visit(model)
     return count, quant_storage_bytes(model)
 
 

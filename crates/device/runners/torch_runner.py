@@ -34,6 +34,9 @@ Measurement config (one JSON object per line):
    rows get "trainable_params" / "all_params" (peft's get_nb_trainable_parameters)
    "finetune": "qlora", "quant": "nf4" | "fp4" | "int8", "double_quant": true   -- bitsandbytes
    base layers, prepare_model_for_kbit_training, then LoRA as above (crates/device/runners/torch_qlora.py);
+   "qlora_build": "replaced" (default: the base built on the device in fp32, each linear
+   replaced by its quantized copy) | "as-loaded" (built on the CPU in bf16 and moved as
+   from_pretrained(quantization_config=...) loads it: the device never holds the fp32 model);
    rows get "quant_bytes" and, for the paged optimizers, "paged_state_bytes"
    "freeze_embeddings": true, "freeze_blocks": N   -- full fine-tuning of part of the model:
    every nn.Embedding and the first N blocks of the longest nn.ModuleList get
@@ -940,6 +943,11 @@ def normalize_config(cfg):
         out["double_quant"] = bool(cfg.pop("double_quant", True))
         if out["quant"] not in ("nf4", "fp4", "int8"):
             raise ValueError(f"unknown quant {out['quant']!r}")
+        build = str(cfg.pop("qlora_build", "replaced"))
+        if build not in ("replaced", "as-loaded"):
+            raise ValueError(f"unknown qlora_build {build!r} (replaced, as-loaded)")
+        if build == "as-loaded":  # (rows of the default keep their old fields)
+            out["qlora_build"] = build
     out.update(cfg)  # pass through anything else (e.g. a "tag") untouched
     return out, preset
 
@@ -954,7 +962,8 @@ def model_key(cfg, preset):
         cfg["checkpointing"],
         cfg.get("checkpoint_reentrant", False),
         tuple(cfg.get(k) for k in ("finetune", "lora_rank", "lora_targets", "lora_alpha", "lora_dropout",
-                                   "quant", "double_quant", "freeze_embeddings", "freeze_blocks")),
+                                   "quant", "double_quant", "qlora_build", "freeze_embeddings",
+                                   "freeze_blocks")),
     )
 
 
@@ -1110,9 +1119,12 @@ class ModelHolder:
         fam = preset["family"]
         size = cfg.get("image") if fam in IMAGE_FAMILIES else cfg.get("seq")
         t0 = time.time()
-        with torch.device(self.dev.torch_device):
+        # QLoRA "as loaded": built on the CPU (in bf16, as a checkpoint is), then moved the
+        # way from_pretrained with a quantization config loads it (torch_qlora.load_quantized).
+        as_loaded = cfg.get("qlora_build") == "as-loaded"
+        with torch.device("cpu" if as_loaded else self.dev.torch_device):
             model = build_reference(preset, size, attention=cfg["attention"],
-                                    dtype=torch.bfloat16 if cfg["precision"] == "bf16" else None)
+                                    dtype=torch.bfloat16 if cfg["precision"] == "bf16" or as_loaded else None)
         if cfg["precision"] == "bf16":
             model = model.to(torch.bfloat16)
         reentrant = cfg.get("checkpoint_reentrant", False)
@@ -1125,7 +1137,11 @@ class ModelHolder:
         if cfg.get("finetune") == "qlora":
             import torch_qlora
 
-            n, qbytes = torch_qlora.quantize_model(model, cfg["quant"], cfg["double_quant"])
+            if as_loaded:
+                n, qbytes = torch_qlora.load_quantized(model, cfg["quant"], cfg["double_quant"],
+                                                       self.dev.torch_device)
+            else:
+                n, qbytes = torch_qlora.quantize_model(model, cfg["quant"], cfg["double_quant"])
             model = torch_qlora.prepare(model, cfg["quant"], cfg["checkpointing"], reentrant)
             lora = {"quantized_layers": n, "quant_bytes": qbytes}
         if cfg.get("finetune") == "lora" and reentrant:
