@@ -10,7 +10,7 @@ fn root() -> PathBuf {
 }
 
 /// The jobs that were the `*_on_device.sh` scripts before issue 28, by their `lab/run` names.
-const JOBS: [&str; 22] = [
+const JOBS: [&str; 23] = [
     "bench",
     "calibration",
     "capture",
@@ -27,6 +27,7 @@ const JOBS: [&str; 22] = [
     "grid30_new",
     "grid30_h200",
     "grid31_lightning",
+    "grid34",
     "hf",
     "large_batch",
     "lora",
