@@ -4,7 +4,6 @@
 //! here returns what a loop over the items on one thread returns. `VRAMLAB_THREADS=1` makes
 //! them run on the calling thread (the benchmarks compare the two side by side).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
@@ -36,7 +35,7 @@ where
 
 /// [`map`] on at most `threads` threads (the calling thread included; 1: on it alone).
 ///
-/// The items are taken in order from a shared counter, not dealt in advance: the costs of
+/// The items are taken in order from one shared queue, not dealt in advance: the costs of
 /// the items differ several times over (a remedy that fits is one replay, one that does not
 /// is a max-batch search too), and a thread given its share up front sat idle while the
 /// other worked through a long one.
@@ -51,24 +50,19 @@ where
         return items.into_iter().map(f).collect();
     }
     let len = items.len();
-    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
-    let next = AtomicUsize::new(0);
+    let queue = Mutex::new(items.into_iter().enumerate());
     let work = || {
         let mut out = Vec::new();
         loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(slot) = slots.get(i) else {
+            // The lock is held only while taking the next item, never while `f` runs.
+            let next = match queue.lock() {
+                Ok(mut q) => q.next(),
+                Err(poisoned) => poisoned.into_inner().next(),
+            };
+            let Some((i, t)) = next else {
                 break;
             };
-            // Each index is taken once, so the slot still holds its item (a poisoned lock
-            // only means another item's `f` panicked; that panic is resumed below).
-            let item = match slot.lock() {
-                Ok(mut g) => g.take(),
-                Err(poisoned) => poisoned.into_inner().take(),
-            };
-            if let Some(t) = item {
-                out.push((i, f(t)));
-            }
+            out.push((i, f(t)));
         }
         out
     };
@@ -252,6 +246,7 @@ impl Drop for Workers<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn map_keeps_the_input_order() {
