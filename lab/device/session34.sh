@@ -11,16 +11,14 @@
 # Two lanes (two rows at a time fit an H100's 78 GiB by the grid's constraint), the large
 # models dealt first; no row starts after DEADLINE_S (420 s); each ends by TRIAL_S (150 s).
 # Output: $OUT/all.tgz — grid34_fresh.jsonl and grid34_fresh_untouched.jsonl (each row with
-# its grid_id and split), one log per row, summary.txt, skipped.txt, nvidia-smi.csv.
-#     OUT=dir bash lab/device/session34.sh      (carry .whl: bitsandbytes for QLoRA and 8-bit Adam)
+# its grid_id and split), one log per row, summary.txt, skipped.txt.
+# The body of `lab/run grid34`, which puts the card's nvidia-smi line in OUT and the carried
+# bitsandbytes wheel (.whl: QLoRA and 8-bit Adam) on PYTHONPATH first:
+#     OUT=dir lab/run grid34
 #     DRY_RUN=1 OUT=dir bash lab/device/session34.sh   (lists what each lane would run)
 set -u
-if [ -z "${DRY_RUN:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site
-fi
+PY="${PY:-python3}"
 FINAL="$OUT"; W=/tmp/s34; rm -rf "$W"; mkdir -p "$W"
-[ -z "${DRY_RUN:-}" ] && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$W/nvidia-smi.csv"
 T0=$SECONDS
 LANES=2
 lane() {  # lane index 0..LANES-1
@@ -40,7 +38,7 @@ PY
         id=$(echo "$line" | python3 -c "import json,sys; print(json.load(sys.stdin)['grid_id'])")
         if [ $((SECONDS - T0)) -gt "${DEADLINE_S:-420}" ]; then echo "deadline: $id" >> "$W/skipped.txt"; continue; fi
         if [ -n "${DRY_RUN:-}" ]; then echo "lane $1: $id" >> "$W/summary.txt"; continue; fi
-        timeout "${TRIAL_S:-150}" python3 crates/device/runners/torch_runner.py measure --config "$line" \
+        timeout "${TRIAL_S:-150}" "$PY" crates/device/runners/torch_runner.py measure --config "$line" \
             > "$W/$id.out" 2> "$W/$id.log"
         rc=$?
         # the runner's row with the grid's id and split (the runner ignores keys it does not use)
