@@ -158,3 +158,49 @@ fn pytorchs_recorded_requests_reserve_what_pytorch_reserved() {
         "the measured peak reserved"
     );
 }
+
+/// Where the plan frees a buffer made at the node named `made_at`: the name of the node
+/// whose run releases it.
+fn freed_at(preset: &str, cfg: &vramlab_core::plan::TrainConfig, made_at: &str) -> String {
+    let preset = vramlab_core::model::preset::find_builtin(preset).expect("preset");
+    let p = vramlab_core::plan::Planner::new(&preset, cfg).expect("plan");
+    let name = |n: u32| {
+        p.graph
+            .nodes
+            .get(n as usize)
+            .map_or("-", |n| p.graph.name(n))
+    };
+    let ev = &p.events.events;
+    let made = ev
+        .iter()
+        .find(|e| e.alloc && name(e.node) == made_at)
+        .expect("the node's output");
+    let freed = ev
+        .iter()
+        .find(|e| !e.alloc && e.buffer == made.buffer)
+        .expect("freed in the step");
+    name(freed.node).to_string()
+}
+
+/// f29-00's history (GPT-2, AMP, checkpointed, b32 × 1024, a fresh process;
+/// `tests/data/traces/h200-fresh29-histories.tgz`) frees the token and position embeddings'
+/// outputs (100 663 296 and 3 145 728 bytes) right after `ln_f`'s layer norm: they are
+/// `GPT2Model.forward`'s locals `inputs_embeds` and `position_embeds` (transformers 5.17),
+/// alive until it returns. Freed at their last reader instead (the sum), the plan placed the
+/// first block's dropout mask in their freed block, and with the fresh process's cuBLAS
+/// workspaces (`lab/wip/cublas30.patch`) its next step needed a 6.6 GB segment more.
+#[test]
+fn gpt2_keeps_its_embeddings_until_it_returns_as_its_history_frees_them() {
+    use vramlab_core::plan::{Precision, TrainConfig};
+    let cfg = TrainConfig {
+        batch: 32,
+        size: Some(1024),
+        precision: Precision::AmpBf16,
+        checkpointing: true,
+        ..TrainConfig::default()
+    };
+    assert_eq!(
+        freed_at("gpt2", &cfg, "transformer.wte"),
+        "transformer.ln_f"
+    );
+}

@@ -114,6 +114,11 @@ pub fn build(p: &Gpt2Params, seq: u64, imp: AttnImpl) -> Result<Graph, ModelErro
     }
     b.scope("transformer");
     let h = layer_norm(&mut b, h, seq, c, "ln_f");
+    // `GPT2Model.forward` keeps `inputs_embeds` and `position_embeds` (its locals, summed
+    // into the first hidden states) until it returns after `ln_f` (transformers 5.17
+    // `modeling_gpt2.py`; freed there in an allocator history, docs/accuracy.md).
+    b.hold(tok);
+    b.hold(pos);
     b.scope("");
     let logits = if p.tie_word_embeddings {
         b.linear_tied(h, seq, wte, c, p.vocab_size, "lm_head")
