@@ -55,9 +55,10 @@ def quantized_copy(child, quant, double_quant, out_emb, conv1d):
     return new
 
 
-def quantize_model(model, quant, double_quant):
-    """Replaces the linears (not the output embedding) by bnb Linear4bit / Linear8bitLt.
-    Returns (number replaced, bytes of the quantized storage: weights + QuantState tensors)."""
+def quantize_model(model, quant, double_quant, device="cuda"):
+    """Replaces the linears (not the output embedding) by bnb Linear4bit / Linear8bitLt on
+    `device` (the runner's: `--device cpu` too). Returns (number replaced, bytes of the
+    quantized storage: weights + QuantState tensors)."""
     out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     conv1d = _conv1d_cls()
     count = 0
@@ -66,7 +67,7 @@ def quantize_model(model, quant, double_quant):
             new = quantized_copy(child, quant, double_quant, out_emb, conv1d)
             if new is None:
                 continue
-            setattr(parent, name, new.cuda())  # quantizes on the move
+            setattr(parent, name, new.to(device))  # quantizes on the move
             count += 1
     return count, quant_storage_bytes(model)
 

@@ -1141,7 +1141,8 @@ class ModelHolder:
                 n, qbytes = torch_qlora.load_quantized(model, cfg["quant"], cfg["double_quant"],
                                                        self.dev.torch_device)
             else:
-                n, qbytes = torch_qlora.quantize_model(model, cfg["quant"], cfg["double_quant"])
+                n, qbytes = torch_qlora.quantize_model(model, cfg["quant"], cfg["double_quant"],
+                                                       self.dev.torch_device)
             model = torch_qlora.prepare(model, cfg["quant"], cfg["checkpointing"], reentrant)
             lora = {"quantized_layers": n, "quant_bytes": qbytes}
         if cfg.get("finetune") == "lora" and reentrant:
