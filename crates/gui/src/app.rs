@@ -177,7 +177,7 @@ impl VramApp {
                     self.fit_batch_to_model();
                 }
             }
-            Command::SetCustom(doc) => s.custom = Some(doc),
+            Command::SetCustom(doc) => s.custom = Some(doc.into()),
             Command::ResetCustom => s.custom = None,
             Command::SetSearch(t) => s.search = t,
             Command::SetFamilyFilter(f) => s.family_filter = f,
@@ -419,7 +419,7 @@ impl VramApp {
             ModelRef::Custom(_) => {
                 let preset = cfg.preset().map_err(|e| e.to_string())?;
                 let doc = serde_json::to_value(&preset).map_err(|e| format!("model: {e}"))?;
-                s.custom = Some(doc);
+                s.custom = Some(doc.into());
             }
         }
         s.config = cfg.training;
@@ -531,7 +531,7 @@ impl VramApp {
                 .map_err(|e| vramlab_core::model::ModelError::Malformed(e.to_string()))
         }) {
             Ok(doc) => {
-                self.state.custom = Some(doc);
+                self.state.custom = Some(doc.into());
                 self.message = Some(Message {
                     text: format!("Imported {source}"),
                     is_error: false,
@@ -622,7 +622,7 @@ impl VramApp {
             .and_then(|p| serde_json::to_value(&p).map_err(|e| e.to_string()));
         self.message = Some(match loaded {
             Ok(doc) => {
-                self.state.custom = Some(doc);
+                self.state.custom = Some(doc.into());
                 Message {
                     text: format!("Opened {}", path.display()),
                     is_error: false,

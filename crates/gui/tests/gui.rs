@@ -783,6 +783,48 @@ fn frame_time_with_batch_changes() {
     frame_time(app, "resnet50");
 }
 
+/// A captured graph has no builder parameters: its `params` are the counts it recorded, and
+/// the custom-model editor (which offered them as editable numbers) is not shown for it; an
+/// edited built-in preset still gets it.
+#[test]
+fn a_captured_graph_shows_no_builder_parameter_editor() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/captured/oddnet.vramlab-graph.json"
+    );
+    let text = std::fs::read_to_string(path).expect("captured graph");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let mut app = VramApp::new_for_test(None);
+    app.state.custom = Some(doc.into());
+    let mut h = harness_tall(app);
+    h.run();
+    assert!(
+        h.query_all_by_label_contains("builder parameters")
+            .next()
+            .is_none(),
+        "the builder editor is shown for a captured graph"
+    );
+    let mut h = harness_tall(VramApp::new_for_test(None));
+    h.run();
+    assert_shows(&h, "builder parameters");
+}
+
+/// Frames with a captured graph open (`vramlab capture` of Qwen3-0.6B, 2.0 MB of JSON): the
+/// custom model's document is part of what the caches are keyed by.
+#[test]
+#[ignore = "measurement: cargo test --release -p vramlab-gui --test tests -- --ignored --nocapture --test-threads=1 frame_time"]
+fn frame_time_with_a_captured_model() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/captured/qwen3_06b.vramlab-graph.json"
+    );
+    let text = std::fs::read_to_string(path).expect("captured graph");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let mut app = VramApp::new_for_test(None);
+    app.state.custom = Some(doc.into());
+    frame_time(app, "captured Qwen3-0.6B");
+}
+
 /// Frames while the "make it fit" search runs on its worker thread, as in the app: an 8 B
 /// model that does not fit on a 12 GB card, the batch dragged every frame (each change asks
 /// for a new search; one runs at a time), then frames with nothing changed while the last

@@ -200,6 +200,14 @@ fn bad(field: impl Into<String>, reason: impl Into<String>) -> ModelError {
     }
 }
 
+/// The `format` of a captured graph file.
+pub const FORMAT: &str = "vramlab-graph";
+
+/// Whether a parsed JSON document is a captured graph (its `format`).
+pub fn is_graph_value(doc: &serde_json::Value) -> bool {
+    doc.get("format").and_then(serde_json::Value::as_str) == Some(FORMAT)
+}
+
 /// Whether `text` looks like a graph file (its `format` key), so a `.json` path can be told
 /// apart from a preset or a `config.json` before parsing it.
 pub fn is_graph_text(text: &str) -> bool {
@@ -245,7 +253,7 @@ impl CapturedGraph {
     }
 
     fn from_doc(doc: Doc) -> Result<CapturedGraph, ModelError> {
-        if doc.format != "vramlab-graph" {
+        if doc.format != FORMAT {
             return Err(bad(
                 "format",
                 format!(

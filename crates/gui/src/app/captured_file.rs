@@ -13,7 +13,11 @@ pub fn is_graph(text: &str) -> bool {
 }
 
 /// Parses `text` (checked: the fit, the fields) and keeps it as the custom model.
-pub fn open(custom: &mut Option<serde_json::Value>, source: &str, text: &str) -> Message {
+pub fn open(
+    custom: &mut Option<crate::ui::custom_doc::CustomDoc>,
+    source: &str,
+    text: &str,
+) -> Message {
     let parsed = serde_json::from_str::<serde_json::Value>(text)
         .map_err(|e| format!("not valid JSON: {e}"))
         .and_then(|v| match Preset::from_value(&v) {
@@ -22,7 +26,7 @@ pub fn open(custom: &mut Option<serde_json::Value>, source: &str, text: &str) ->
         });
     match parsed {
         Ok((v, p)) => {
-            *custom = Some(v);
+            *custom = Some(v.into());
             let settings = match &p.spec {
                 vramlab_core::model::ModelSpec::Captured(c) => format!(
                     " (captured with {}, {}, loop {}{}; changing these needs `vramlab capture` again)",

@@ -65,7 +65,7 @@ impl VramApp {
                 .map_err(|e| e.to_string())
         }) {
             Ok((s, doc)) => {
-                self.state.custom = Some(doc);
+                self.state.custom = Some(doc.into());
                 let mut text = format!("Loaded {name}. {}", s.notes.join(" "));
                 if let Some(q) = &s.prequantized {
                     text.push_str(&self.as_stored(q));

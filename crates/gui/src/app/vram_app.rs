@@ -57,7 +57,7 @@ pub(super) struct PlanNotice {
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct PlanKey {
     pub(super) preset_id: String,
-    pub(super) custom: Option<serde_json::Value>,
+    pub(super) custom: Option<crate::ui::custom_doc::CustomDoc>,
     pub(super) config: vramlab_core::plan::TrainConfig,
     pub(super) gpu: GpuChoice,
     pub(super) margin_pct: f64,

@@ -137,26 +137,22 @@ fn edit_value(
 /// Draws the editor for `doc` (a preset document). `nullable` lists parameters that may
 /// be `null` ("auto"). Returns the edited document — with `id` = "custom" — on a change.
 pub fn custom_model_ui(ui: &mut Ui, doc: &Value, nullable: &[String]) -> Option<Value> {
-    let mut doc = doc.clone();
+    // Only the edited parts are copied each frame; the whole document once something changed.
+    let mut channels = doc.get("input").and_then(|i| i.get("channels")).cloned();
+    let mut params = doc.get("params").and_then(Value::as_object).cloned();
+    let params_snapshot = params.clone().unwrap_or_default();
     let mut changed = false;
-    let params_snapshot = doc
-        .get("params")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
     egui::Grid::new("custom_model_grid")
         .num_columns(2)
         .striped(true)
         .spacing([12.0, 4.0])
         .show(ui, |ui| {
-            if let Some(Value::Object(input)) = doc.get_mut("input")
-                && let Some(ch) = input.get_mut("channels")
-            {
+            if let Some(ch) = channels.as_mut() {
                 let l = ui.label("channels").id;
                 changed |= edit_number(ui, l, ch);
                 ui.end_row();
             }
-            if let Some(Value::Object(params)) = doc.get_mut("params") {
+            if let Some(params) = params.as_mut() {
                 for (key, v) in params.iter_mut() {
                     let l = ui.label(key.as_str()).id;
                     let nullable = nullable.iter().any(|k| k == key);
@@ -167,6 +163,13 @@ pub fn custom_model_ui(ui: &mut Ui, doc: &Value, nullable: &[String]) -> Option<
         });
     if !changed {
         return None;
+    }
+    let mut doc = doc.clone();
+    if let (Some(ch), Some(Value::Object(input))) = (channels, doc.get_mut("input")) {
+        input.insert("channels".into(), ch);
+    }
+    if let (Some(p), Value::Object(obj)) = (params, &mut doc) {
+        obj.insert("params".into(), Value::Object(p));
     }
     if let Value::Object(obj) = &mut doc {
         let was_custom = obj.get("id").and_then(Value::as_str) == Some("custom");

@@ -100,7 +100,7 @@ type ShownKey = (AnswerKey, Option<AnswerKey>, bool);
 #[derive(Debug, Clone, PartialEq)]
 struct ModelKey {
     preset_id: String,
-    custom: Option<serde_json::Value>,
+    custom: Option<super::custom_doc::CustomDoc>,
 }
 
 /// Everything derived from the state; see the module docs.

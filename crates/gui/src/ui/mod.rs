@@ -6,6 +6,7 @@ pub mod answer;
 pub mod background_job;
 pub mod breakdown;
 pub mod custom;
+pub mod custom_doc;
 pub mod derived;
 pub mod distributed_panel;
 pub mod doctor;

@@ -180,12 +180,15 @@ fn search_ui(state: &PlannerState, ui: &mut Ui, cmd: &mut Option<Command>) {
 }
 
 pub(crate) fn custom_ui(state: &PlannerState, d: &Derived, ui: &mut Ui, cmd: &mut Option<Command>) {
+    // Borrowed, not cloned: this runs every frame, and a captured graph's document is megabytes.
     let doc = match (&state.custom, d.base_preset(state)) {
-        (Some(doc), _) => Some(doc.clone()),
-        (None, Some(p)) => serde_json::to_value(p).ok(),
+        (Some(doc), _) => Some(std::borrow::Cow::Borrowed(doc.value())),
+        (None, Some(p)) => serde_json::to_value(p).ok().map(std::borrow::Cow::Owned),
         (None, None) => None,
     };
-    if let Some(doc) = doc {
+    // A captured graph has no builder parameters (its `params` are counts it recorded):
+    // changing the model means capturing it again.
+    if let Some(doc) = doc.filter(|d| !vramlab_core::model::captured::is_graph_value(d)) {
         egui::CollapsingHeader::new("Custom model (builder parameters)")
             .id_salt("custom_model")
             .default_open(true)

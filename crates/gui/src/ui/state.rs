@@ -36,8 +36,9 @@ pub struct PlannerState {
     pub version: u32,
     /// The built-in preset selected (for a custom model: the one it was made from).
     pub preset_id: String,
-    /// The custom model's preset document (`id` = "custom"), when the user edited parameters.
-    pub custom: Option<serde_json::Value>,
+    /// The custom model's preset document (`id` = "custom"), when the user edited parameters,
+    /// imported a `config.json` or opened a captured graph.
+    pub custom: Option<super::custom_doc::CustomDoc>,
     /// Preset list filter.
     pub search: String,
     pub family_filter: Option<String>,
