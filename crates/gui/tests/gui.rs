@@ -783,20 +783,25 @@ fn frame_time_with_batch_changes() {
     frame_time(app, "resnet50");
 }
 
+/// The app with `tests/data/captured/NAME.vramlab-graph.json` open as the custom model.
+fn with_captured_graph(name: &str) -> VramApp {
+    let path = format!(
+        "{}/../../tests/data/captured/{name}.vramlab-graph.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).expect("captured graph");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let mut app = VramApp::new_for_test(None);
+    app.state.custom = Some(doc.into());
+    app
+}
+
 /// A captured graph has no builder parameters: its `params` are the counts it recorded, and
 /// the custom-model editor (which offered them as editable numbers) is not shown for it; an
 /// edited built-in preset still gets it.
 #[test]
 fn a_captured_graph_shows_no_builder_parameter_editor() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/data/captured/oddnet.vramlab-graph.json"
-    );
-    let text = std::fs::read_to_string(path).expect("captured graph");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let mut app = VramApp::new_for_test(None);
-    app.state.custom = Some(doc.into());
-    let mut h = harness_tall(app);
+    let mut h = harness_tall(with_captured_graph("oddnet"));
     h.run();
     assert!(
         h.query_all_by_label_contains("builder parameters")
@@ -814,15 +819,7 @@ fn a_captured_graph_shows_no_builder_parameter_editor() {
 #[test]
 #[ignore = "measurement: cargo test --release -p vramlab-gui --test tests -- --ignored --nocapture --test-threads=1 frame_time"]
 fn frame_time_with_a_captured_model() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/data/captured/qwen3_06b.vramlab-graph.json"
-    );
-    let text = std::fs::read_to_string(path).expect("captured graph");
-    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let mut app = VramApp::new_for_test(None);
-    app.state.custom = Some(doc.into());
-    frame_time(app, "captured Qwen3-0.6B");
+    frame_time(with_captured_graph("qwen3_06b"), "captured Qwen3-0.6B");
 }
 
 /// Frames while the "make it fit" search runs on its worker thread, as in the app: an 8 B
