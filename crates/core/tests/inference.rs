@@ -337,3 +337,31 @@ fn gemma2_inference_untouched_third() {
         "reserved {reserved:?}"
     );
 }
+
+/// The answer's verdict skips the capped replay when the uncapped peak reserved is within the
+/// cap; it must say what the capped replay says, at every batch, on small and tight caps.
+#[test]
+fn the_answers_verdict_equals_the_capped_replay() {
+    use vramlab_core::answer::inference::fits;
+    use vramlab_core::plan::config::DType;
+    use vramlab_core::plan::search::Budget;
+    use vramlab_core::units::Bytes;
+    let preset = vramlab_core::model::preset::find_builtin("TinyLlama-1.1B").expect("preset");
+    let cfg = InferConfig::generate(1, 512, 64, DType::BF16);
+    let planner = InferPlanner::new(&preset, &cfg).expect("planner");
+    let mut both = [0u32; 2];
+    for gib in [3u64, 4, 6, 8, 12] {
+        let budget = Budget {
+            capacity: Bytes(gib << 30),
+            margin: 0.05,
+        };
+        for batch in [1u64, 2, 3, 5, 8, 13, 21, 34] {
+            let plan = planner.plan(batch).expect("plan");
+            let got = fits(&planner, &plan, budget).expect("verdict");
+            let replayed = planner.fits(budget, batch).expect("capped replay");
+            assert_eq!(got, replayed, "{gib} GiB, batch {batch}");
+            both[usize::from(got)] += 1;
+        }
+    }
+    assert!(both[0] > 0 && both[1] > 0, "both verdicts met: {both:?}");
+}

@@ -270,3 +270,25 @@ fn the_timeline_is_scaled_to_the_data_not_the_card() {
     assert!((139.0..200.0).contains(&hi), "{hi}");
     assert!(!shows(&h, "(above the chart)"));
 }
+
+/// Frames of the Doctor tab with a snapshot's report shown (the largest committed one,
+/// 1.2 MB), nothing changing: what a report costs each frame once it is read.
+#[test]
+#[ignore = "measurement: cargo test --release -p vramlab-gui --test tests -- --ignored --nocapture --test-threads=1 frame_time"]
+fn frame_time_with_a_snapshot_open() {
+    let mut h = harness();
+    open_doctor(&mut h);
+    open_snapshot(&mut h, "real_all_eval_unet.snapshot.pickle");
+    let mut ms: Vec<f64> = (0..300)
+        .map(|_| {
+            let t = Instant::now();
+            h.step();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "frame time (Doctor tab, real_all_eval_unet snapshot open): median {:.2} ms, p99 {:.2} ms, max {:.2} ms (300 frames)",
+        ms[149], ms[296], ms[299]
+    );
+}

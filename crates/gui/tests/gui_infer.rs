@@ -417,3 +417,37 @@ fn the_longest_prompt_is_the_cores_answer() {
         assert_shows(&h, &format!("The longest prompt is {words}."));
     }
 }
+
+/// Frames of the inference planner (Meta-Llama-3-8B, generate), the batch changed every
+/// frame as a dragged slider does, then nothing changing: (median, p99) of 300 each. The
+/// longest-prompt search runs on its worker as in the app (on the calling thread, as tests
+/// otherwise run it, a frame that changes the batch takes about a second).
+#[test]
+#[ignore = "measurement: cargo test --release -p vramlab-gui --test tests -- --ignored --nocapture --test-threads=1 frame_time"]
+fn frame_time_inference_mode() {
+    let mut app = VramApp::new_for_test(None);
+    app.state.mode = PlannerMode::Inference;
+    app.state.preset_id = "Meta-Llama-3-8B".into();
+    // As in the app: the longest prompt is searched on its worker thread.
+    app.search_in_background();
+    let mut h = harness(app, LARGE);
+    h.run();
+    let mut times = |change: &mut dyn FnMut(&mut VramApp, u64)| {
+        let mut ms: Vec<f64> = (0..300)
+            .map(|i| {
+                change(h.state_mut(), i);
+                let t = std::time::Instant::now();
+                h.step();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        (ms[149], ms[296])
+    };
+    let (d50, d99) = times(&mut |app, i| app.state.infer.batch = 1 + i % 64);
+    let (i50, i99) = times(&mut |_, _| ());
+    println!(
+        "frame time (inference, Meta-Llama-3-8B generate), dragging the batch: median {d50:.2} ms, \
+         p99 {d99:.2} ms; unchanged: median {i50:.2} ms, p99 {i99:.2} ms (300 frames each)"
+    );
+}

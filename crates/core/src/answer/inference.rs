@@ -13,6 +13,12 @@ use crate::units::Bytes;
 /// as PyTorch does — the rule [`max_batch`] and `max-context` search by, so the verdict at
 /// a batch never contradicts the largest batch.
 pub fn fits(planner: &InferPlanner, plan: &InferPlan, budget: Budget) -> Result<bool, PlanError> {
+    // Within the cap the capped allocator never reaches it: it runs as the plan's uncapped
+    // replay did, so the capped replay (a third of what the GUI's frame computes when the
+    // batch changes) is not needed.
+    if plan.peak_reserved_bytes <= budget.allocator_cap(planner.context) {
+        return Ok(true);
+    }
     planner.fits(budget, plan.config.batch)
 }
 

@@ -1,6 +1,9 @@
 //! A result computed on a worker thread, keyed by what it was asked for: the frame that asks
 //! shows the previous result (or nothing) until the new one arrives, so the UI never waits
-//! for it. A result asked meanwhile replaces the running one, whose answer is then dropped.
+//! for it. One worker runs at a time: a result asked while one runs waits until it ends (the
+//! newest such request replaces an older waiting one), so that dragging a slider over a
+//! search of a second (the longest prompt of an 8 B model) does not start a search per frame,
+//! each competing with the frames for the CPU (`frame_time_inference_mode`: 527 ms frames).
 //! Tests set `blocking` and compute on the calling thread, so what they draw is
 //! deterministic. Used for the memory-versus-batch curve ([`super::sweep_job`]), the
 //! remedies ([`super::derived`]) and the longest prompt of an inference call
@@ -11,10 +14,15 @@
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
-/// The result shown and the one being computed.
+/// Work waiting for the running worker to end.
+type Queued<K, T> = (K, Box<dyn FnOnce() -> T + Send>);
+
+/// The result shown, the one being computed and the one waiting to be.
 pub struct BackgroundJob<K, T> {
     done: Option<(K, T)>,
     pending: Option<(K, Receiver<T>)>,
+    /// Asked while `pending` ran: started when it ends.
+    queued: Option<Queued<K, T>>,
     /// The key whose worker died without an answer.
     failed: Option<K>,
     /// Compute on the calling thread (tests, screenshots).
@@ -28,6 +36,7 @@ impl<K, T> Default for BackgroundJob<K, T> {
         BackgroundJob {
             done: None,
             pending: None,
+            queued: None,
             failed: None,
             blocking: false,
             on_done: None,
@@ -37,26 +46,36 @@ impl<K, T> Default for BackgroundJob<K, T> {
 
 impl<K: PartialEq, T: Send + 'static> BackgroundJob<K, T> {
     /// Collects a finished result, then says whether `key` still has to be started: it is
-    /// neither the one shown, nor the one running, nor one whose worker died. Callers build
-    /// the work only then.
+    /// neither the one shown, nor the one running or waiting, nor one whose worker died.
+    /// Callers build the work only then.
     pub fn wants(&mut self, key: &K) -> bool {
         self.poll();
         !(self.done.as_ref().is_some_and(|(k, _)| k == key)
             || self.pending.as_ref().is_some_and(|(k, _)| k == key)
+            || self.queued.as_ref().is_some_and(|(k, _)| k == key)
             || self.failed.as_ref().is_some_and(|k| k == key))
     }
 
-    /// Computes `key` with `work`: now when blocking, else on a worker thread.
+    /// Computes `key` with `work`: now when blocking, else on a worker thread — when the
+    /// running one ends, if one runs (replacing whatever waited for it).
     pub fn start(&mut self, key: K, work: impl FnOnce() -> T + Send + 'static) {
         if self.blocking {
             self.done = Some((key, work()));
             return;
         }
         self.failed = None;
+        if self.pending.is_some() {
+            self.queued = Some((key, Box::new(work)));
+            return;
+        }
+        self.spawn(key, Box::new(work));
+    }
+
+    fn spawn(&mut self, key: K, work: Box<dyn FnOnce() -> T + Send>) {
         let (tx, rx) = channel();
         let on_done = self.on_done.clone();
         std::thread::spawn(move || {
-            // The receiver is gone when a newer result was asked for or the app closed.
+            // The receiver is gone when the app closed.
             if tx.send(work()).is_ok()
                 && let Some(d) = on_done
             {
@@ -76,9 +95,13 @@ impl<K: PartialEq, T: Send + 'static> BackgroundJob<K, T> {
                     self.done = Some((key, result));
                 }
             }
-            Err(TryRecvError::Empty) => {}
+            Err(TryRecvError::Empty) => return,
             // The worker died without an answer: not started again for this key.
             Err(TryRecvError::Disconnected) => self.failed = self.pending.take().map(|(k, _)| k),
+        }
+        if let Some((key, work)) = self.queued.take() {
+            self.failed = None;
+            self.spawn(key, work);
         }
     }
 
@@ -120,6 +143,34 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         panic!("the worker never finished");
+    }
+
+    /// Requests made while a worker runs wait for it; only the newest of them runs after it,
+    /// so at most one worker computes at a time however often the key changes.
+    #[test]
+    fn one_worker_at_a_time_and_the_newest_request_runs_next() {
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let gate = std::sync::Mutex::new(gate);
+        let mut job: BackgroundJob<u32, u32> = BackgroundJob::default();
+        job.start(1, move || {
+            let _ = gate.lock().map(|g| g.recv());
+            10
+        });
+        assert!(job.wants(&2));
+        job.start(2, || 20);
+        assert!(job.wants(&3));
+        job.start(3, || 30);
+        assert!(!job.wants(&3), "a waiting request is not asked for again");
+        assert!(job.running());
+        assert_eq!(job.done(), None, "2 and 3 wait while 1 runs");
+        release.send(()).expect("release the first worker");
+        wait_until(&mut job, 3, |j| j.done().is_some_and(|(k, _)| *k == 3));
+        assert_eq!(
+            job.done(),
+            Some(&(3, 30)),
+            "the newest request ran after the first"
+        );
+        assert!(job.wants(&2), "the replaced request never ran");
     }
 
     #[test]

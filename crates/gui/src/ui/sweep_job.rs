@@ -18,8 +18,8 @@ pub type SweepJob = BackgroundJob<SweepKey, Vec<SweepPoint>>;
 
 impl SweepJob {
     /// Asks for the curve `key` of `planner` at `batches`: computed now when blocking, else
-    /// started on a worker unless it is the one shown or running (a curve asked meanwhile
-    /// replaces the running one, whose result is then dropped).
+    /// started on a worker unless it is the one shown, running or waiting (a curve asked while
+    /// another is computed waits for it; the newest such request replaces an older one).
     pub fn ensure(&mut self, key: SweepKey, planner: &Planner, batches: Vec<u64>) {
         if self.wants(&key) {
             let planner = planner.clone();
