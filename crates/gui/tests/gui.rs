@@ -729,8 +729,8 @@ fn write_screenshots() {
 }
 
 /// Milliseconds per frame of `frames` frames, each after `change(app, i)`: (median, p99,
-/// max), sorted.
-fn frame_times(
+/// max), sorted. The frame-time measurements of every tab use it.
+pub(crate) fn frame_times(
     h: &mut Harness<'static, VramApp>,
     frames: u64,
     mut change: impl FnMut(&mut VramApp, u64),

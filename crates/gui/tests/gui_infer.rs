@@ -432,20 +432,10 @@ fn frame_time_inference_mode() {
     app.search_in_background();
     let mut h = harness(app, LARGE);
     h.run();
-    let mut times = |change: &mut dyn FnMut(&mut VramApp, u64)| {
-        let mut ms: Vec<f64> = (0..300)
-            .map(|i| {
-                change(h.state_mut(), i);
-                let t = std::time::Instant::now();
-                h.step();
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        (ms[149], ms[296])
-    };
-    let (d50, d99) = times(&mut |app, i| app.state.infer.batch = 1 + i % 64);
-    let (i50, i99) = times(&mut |_, _| ());
+    let (d50, d99, _) = crate::gui::frame_times(&mut h, 300, |app, i| {
+        app.state.infer.batch = 1 + i % 64;
+    });
+    let (i50, i99, _) = crate::gui::frame_times(&mut h, 300, |_, _| ());
     println!(
         "frame time (inference, Meta-Llama-3-8B generate), dragging the batch: median {d50:.2} ms, \
          p99 {d99:.2} ms; unchanged: median {i50:.2} ms, p99 {i99:.2} ms (300 frames each)"

@@ -212,7 +212,7 @@ pub fn is_graph_value(doc: &serde_json::Value) -> bool {
 /// apart from a preset or a `config.json` before parsing it.
 pub fn is_graph_text(text: &str) -> bool {
     let head = text.get(..text.len().min(512)).unwrap_or("");
-    head.contains("\"vramlab-graph\"")
+    head.contains(&format!("\"{FORMAT}\""))
 }
 
 fn phase(code: &str, field: &str) -> Result<StepPhase, ModelError> {

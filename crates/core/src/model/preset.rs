@@ -253,7 +253,7 @@ impl Preset {
         let obj = v
             .as_object()
             .ok_or_else(|| ModelError::Malformed("a preset must be a JSON object".into()))?;
-        if obj.get("format").and_then(Value::as_str) == Some(super::captured::FORMAT) {
+        if super::captured::is_graph_value(v) {
             let c = super::captured::CapturedGraph::from_value(v)?;
             return Ok(Self::captured(c.model.clone(), c));
         }
